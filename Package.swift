@@ -1,0 +1,66 @@
+// swift-tools-version: 6.0
+//
+// DataProtection — iOS-style Data Protection for Swift on Linux.
+//
+// Layers (each target depends only on the layers below it):
+//   1. DataProtectionKeybag — the device: device secret, keybag, lock state, class keys.
+//   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
+//   tools: dpctl (CLI), dp-bench (benchmarks).
+import PackageDescription
+
+let package = Package(
+    name: "DataProtection",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "DataProtection", targets: ["DataProtection"]),
+        .executable(name: "dpctl", targets: ["dpctl"]),
+        .executable(name: "dp-bench", targets: ["dp-bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
+    ],
+    targets: [
+        .target(name: "CLinuxShims"),
+        .target(
+            name: "DataProtectionKeybag",
+            dependencies: [
+                "CLinuxShims",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .target(
+            name: "DataProtection",
+            dependencies: [
+                "DataProtectionKeybag",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .executableTarget(
+            name: "dpctl",
+            dependencies: [
+                "DataProtection",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "dp-bench",
+            dependencies: [
+                "DataProtection",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
+        .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
+        .testTarget(name: "dpctlTests", dependencies: ["DataProtection"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

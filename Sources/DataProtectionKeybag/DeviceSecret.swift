@@ -1,0 +1,70 @@
+import Crypto
+import Foundation
+import SystemPackage
+
+/// The device secret: 256 random bits in `ROOT/device.secret` (mode 0600), the software
+/// stand-in for the hardware UID that iOS tangles into every class key.
+///
+/// It never leaves this type: callers get keys derived from it with HKDF-SHA256, one label
+/// per purpose (see `docs/FORMAT.md` § Key derivation). Without this file a copied keybag is
+/// useless; destroying it (crypto-erase) makes every protected file of the root unrecoverable.
+struct DeviceSecret: Sendable {
+    static let fileName = "device.secret"
+    static let byteCount = 32
+
+    private let key: SymmetricKey
+
+    init(key: SymmetricKey) { self.key = key }
+
+    /// Creates a new secret file (refusing to overwrite one) with mode 0600.
+    static func create(in root: String) throws -> DeviceSecret {
+        let path = root + "/" + fileName
+        let key = SymmetricKey(size: .bits256)
+        let bytes = key.withUnsafeBytes { Array($0) }
+        let fd = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite])
+        do {
+            try POSIXFile.write(fd, bytes, at: 0, path: path)
+            try POSIXFile.sync(fd, path: path)
+            try fd.close()
+        } catch {
+            try? fd.close()
+            unlink(path)
+            throw error
+        }
+        return DeviceSecret(key: key)
+    }
+
+    /// Loads the secret, refusing a file of the wrong size or one readable by others.
+    static func load(from root: String) throws -> DeviceSecret {
+        let path = root + "/" + fileName
+        var st = stat()
+        guard stat(path, &st) == 0 else {
+            throw KeybagError.badDeviceSecret("\(path) is missing (the keybag cannot be opened without it)")
+        }
+        guard st.st_mode & 0o077 == 0 else {
+            throw KeybagError.badDeviceSecret("\(path) is accessible by other users (mode \(String(st.st_mode & 0o777, radix: 8))); it must be 0600")
+        }
+        let bytes = try POSIXFile.readAll(path)
+        guard bytes.count == byteCount else {
+            throw KeybagError.badDeviceSecret("\(path) holds \(bytes.count) bytes, not \(byteCount)")
+        }
+        return DeviceSecret(key: SymmetricKey(data: bytes))
+    }
+
+    /// Overwrites the secret with random bytes, flushes, and removes the file.
+    static func destroy(in root: String) {
+        let path = root + "/" + fileName
+        if let fd = try? POSIXFile.open(path, .writeOnly) {
+            let noise = (0..<byteCount).map { _ in UInt8.random(in: 0...255) }
+            try? POSIXFile.write(fd, noise, at: 0, path: path)
+            try? POSIXFile.sync(fd, path: path)
+            try? fd.close()
+        }
+        unlink(path)
+    }
+
+    /// A key for one purpose, `HKDF-SHA256(ikm: secret, salt: salt, info: label)`.
+    func derive(_ label: String, salt: [UInt8] = []) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: key, salt: salt, info: Array(label.utf8), outputByteCount: 32)
+    }
+}

@@ -1,0 +1,576 @@
+import Crypto
+import Foundation
+import Logging
+import SystemPackage
+
+/// The device: its keybag, its lock state and the class keys the lock state allows.
+///
+/// A `Keybag` plays the part of iOS's kernel and Secure Enclave for one data root. It starts
+/// *before first unlock* — as a device does after every boot — unless no passcode is set,
+/// in which case protection is inactive and everything is available at once.
+///
+/// ```swift
+/// let keybag = try await Keybag.create(root: "/tmp/device", passcode: "1234")   // new device
+/// let keybag = try await Keybag.open(root: "/tmp/device")                        // after a restart
+/// try await keybag.unlock(passcode: "1234")
+/// await keybag.lock()          // class A keys are discarded after the grace period (10 s)
+/// for await event in await keybag.events() { … }   // .willBecomeUnavailable, .didBecomeAvailable
+/// ```
+///
+/// Class keys never leave the actor: file keys are wrapped and unwrapped here
+/// (``wrapNewFileKey(for:)``, ``unwrapFileKey(_:)``, ``rewrapFileKey(_:to:)``).
+public actor Keybag {
+    /// The data root this keybag belongs to.
+    public nonisolated let root: String
+    /// The keybag's identity; every file key it wraps names it.
+    public nonisolated let id: UUID
+    /// The clock grace periods and passcode delays are measured on.
+    public nonisolated let clock: any KeybagClock
+
+    private let secret: DeviceSecret
+    private var file: KeybagFile
+    private var state: LockState = .beforeFirstUnlock
+    private var classKeys: [ProtectionClass: SymmetricKey] = [:]
+    private var classBPrivateKey: Curve25519.KeyAgreement.PrivateKey?
+    private let classBPublicKey: Curve25519.KeyAgreement.PublicKey
+    private var graceDeadline: Date?
+    private var graceTimer: Task<Void, Never>?
+    private var generations: [ProtectionClass: Int] = [:]
+    private var streams: [UUID: AsyncStream<ProtectedDataEvent>.Continuation] = [:]
+    private var observers: [UUID: @Sendable (ProtectedDataEvent) -> Void] = [:]
+    private var isErased = false
+    private let logger = Logger(label: "dataprotection.keybag")
+
+    private static let labelClassD = "DataProtection v1 class D KEK"
+    private static let labelNoPasscode = "DataProtection v1 class KEK without passcode"
+    private static let labelPasscode = "DataProtection v1 class KEK with passcode"
+    private static let labelFailedTag = "DataProtection v1 failed passcode tag"
+    private static let labelClassBWrap = "DataProtection v1 class B file key wrap"
+
+    // MARK: - Creating and opening
+
+    /// Sets up a new device in `root`: a device secret, class keys and a keybag.
+    ///
+    /// - Parameters:
+    ///   - passcode: The passcode, or `nil` for none (protection inactive, as on iOS).
+    ///   - kdf: scrypt parameters; `nil` calibrates them so one attempt costs ≥ 80 ms here.
+    ///   - gracePeriod: Seconds between a lock and the discarding of class-A keys.
+    /// - Returns: The keybag, unlocked.
+    public static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
+                              gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
+                              clock: any KeybagClock = SystemClock()) async throws -> Keybag {
+        if let passcode, passcode.isEmpty { throw KeybagError.emptyPasscode }
+        let keybagPath = root + "/" + KeybagFile.fileName
+        if POSIXFile.kind(keybagPath).exists || POSIXFile.kind(root + "/" + DeviceSecret.fileName).exists {
+            throw KeybagError.alreadyInitialized(root: root)
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw KeybagError.io(path: root, reason: "cannot create the data root (\(error.localizedDescription))")
+        }
+        let kdf = try kdf ?? PasscodeKDF.calibrated()
+        let secret = try DeviceSecret.create(in: root)
+        let keys: [ProtectionClass: SymmetricKey] = [
+            .complete: SymmetricKey(size: .bits256),
+            .completeUntilFirstUserAuthentication: SymmetricKey(size: .bits256),
+            .none: SymmetricKey(size: .bits256),
+        ]
+        let bPrivate = Curve25519.KeyAgreement.PrivateKey()
+        var file = KeybagFile(uuid: UUID(), passcodeSet: false, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
+                              salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
+                              gracePeriodMillis: millis(gracePeriod), records: [])
+        let dKEK = secret.derive(labelClassD)
+        var kek = secret.derive(labelNoPasscode)
+        if let passcode {
+            file.passcodeSet = true
+            kek = try passcodeKEK(secret: secret, kdf: kdf, salt: file.salt, passcode: passcode)
+        }
+        file.records = try makeRecords(keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet, dKEK: dKEK)
+        do {
+            try POSIXFile.writeAtomically(keybagPath, file.encoded(macKey: secret.derive(KeybagFile.macLabel)), permissions: [.ownerReadWrite])
+        } catch {
+            DeviceSecret.destroy(in: root)
+            throw error
+        }
+        let keybag = Keybag(root: root, secret: secret, file: file, clock: clock)
+        await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
+        return keybag
+    }
+
+    /// Opens the device of `root` as after a reboot: *before first unlock* when a passcode is
+    /// set, unlocked (protection inactive) when none is.
+    public static func open(root: String, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
+        let keybagPath = root + "/" + KeybagFile.fileName
+        guard POSIXFile.kind(keybagPath).exists else { throw KeybagError.notInitialized(root: root) }
+        let secret = try DeviceSecret.load(from: root)
+        let file = try KeybagFile.decode(try POSIXFile.readAll(keybagPath), macKey: secret.derive(KeybagFile.macLabel))
+        let keybag = Keybag(root: root, secret: secret, file: file, clock: clock)
+        try await keybag.boot()
+        return keybag
+    }
+
+    private init(root: String, secret: DeviceSecret, file: KeybagFile, clock: any KeybagClock) {
+        self.root = root
+        self.id = file.uuid
+        self.secret = secret
+        self.file = file
+        self.clock = clock
+        // A keybag that passed its MAC always holds a valid 32-byte public key.
+        self.classBPublicKey = (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: file.record(.completeUnlessOpen).publicKey))
+            ?? Curve25519.KeyAgreement.PrivateKey().publicKey
+    }
+
+    private func boot() throws {
+        classKeys[.none] = try Self.unwrapSymmetric(file.record(.none), kek: secret.derive(Self.labelClassD))
+        if !file.passcodeSet {
+            let (keys, bPrivate) = try Self.unwrapPasscodeClasses(file, kek: secret.derive(Self.labelNoPasscode))
+            adoptUnlockedKeys(keys, bPrivate: bPrivate)
+        }
+    }
+
+    private func adoptUnlockedKeys(_ keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey) {
+        classKeys.merge(keys) { $1 }
+        classBPrivateKey = bPrivate
+        state = .unlocked
+    }
+
+    // MARK: - State
+
+    /// The lock state.
+    public var lockState: LockState {
+        expireGraceIfDue()
+        return state
+    }
+
+    /// Whether class-A data is available now, like `UIApplication.isProtectedDataAvailable`.
+    /// Always `true` while no passcode is set.
+    public var isProtectedDataAvailable: Bool {
+        expireGraceIfDue()
+        return classKeys[.complete] != nil
+    }
+
+    /// Whether existing files of `protectionClass` can be opened now.
+    public func isAvailable(_ protectionClass: ProtectionClass) -> Bool {
+        expireGraceIfDue()
+        if protectionClass == .completeUnlessOpen { return classBPrivateKey != nil }
+        return classKeys[protectionClass] != nil
+    }
+
+    /// Whether new files of `protectionClass` can be created now (class B: always).
+    public func canCreate(_ protectionClass: ProtectionClass) -> Bool {
+        protectionClass == .completeUnlessOpen ? !isErased : isAvailable(protectionClass)
+    }
+
+    /// A snapshot for `dpctl status`.
+    public var status: KeybagStatus {
+        expireGraceIfDue()
+        let now = clock.now()
+        return KeybagStatus(
+            root: root, keybagID: id, lockState: state, passcodeSet: file.passcodeSet,
+            failedAttempts: Int(file.failedAttempts), delayRemaining: delayRemaining(now: now),
+            gracePeriod: TimeInterval(file.gracePeriodMillis) / 1000,
+            graceRemaining: graceDeadline.map { max(0, $0.timeIntervalSince(now)) },
+            eraseAfterTenFailures: file.eraseAfterTenFailures, kdf: file.kdf,
+            available: ProtectionClass.allCases.filter { isAvailable($0) })
+    }
+
+    /// Seconds between a lock and the discarding of class-A keys.
+    public var gracePeriod: TimeInterval { TimeInterval(file.gracePeriodMillis) / 1000 }
+
+    /// Changes the grace period (needs the device unlocked when a passcode is set).
+    public func setGracePeriod(_ seconds: TimeInterval) throws {
+        try requireUnlocked()
+        var updated = file
+        updated.gracePeriodMillis = Self.millis(seconds)
+        try persist(updated)
+    }
+
+    /// Turns "erase after 10 failed passcodes" on or off (needs the device unlocked).
+    public func setEraseAfterTenFailures(_ on: Bool) throws {
+        try requireUnlocked()
+        var updated = file
+        updated.eraseAfterTenFailures = on
+        try persist(updated)
+    }
+
+    // MARK: - Lock and unlock
+
+    /// Unlocks with the passcode: every class becomes available.
+    ///
+    /// Wrong passcodes are counted in the keybag (the count survives restarts) before the
+    /// passcode is checked, so killing the process mid-check gains nothing. Repeating the same
+    /// wrong passcode does not count again. After 5 failures attempts are delayed
+    /// (``PasscodePolicy``); with the erase policy on, the 10th failure crypto-erases the device.
+    ///
+    /// - Throws: ``KeybagError/wrongPasscode(failedAttempts:)``,
+    ///   ``KeybagError/passcodeDelayed(retryAfter:failedAttempts:)``, ``KeybagError/erased``.
+    public func unlock(passcode: String) throws {
+        guard file.passcodeSet else {
+            if isErased { throw KeybagError.erased }
+            return   // protection inactive: always unlocked
+        }
+        let (keys, bPrivate) = try verifyPasscode(passcode)
+        let wasAvailable = classKeys[.complete] != nil && state == .unlocked
+        cancelGrace()
+        adoptUnlockedKeys(keys, bPrivate: bPrivate)
+        logger.info("unlocked")
+        if !wasAvailable { emit(.didBecomeAvailable) }
+    }
+
+    /// Locks the device. Observers hear ``ProtectedDataEvent/willBecomeUnavailable`` now; class-A
+    /// keys and the class-B private key are discarded when the grace period ends. Class C stays.
+    /// Without a passcode, locking protects nothing and changes nothing (as on iOS).
+    public func lock() {
+        expireGraceIfDue()
+        guard file.passcodeSet, state == .unlocked else { return }
+        state = .locked
+        let deadline = clock.now().addingTimeInterval(gracePeriod)
+        graceDeadline = deadline
+        logger.info("locked; class A keys discarded in \(gracePeriod) s")
+        emit(.willBecomeUnavailable)
+        if gracePeriod <= 0 {
+            expireGraceIfDue()
+        } else {
+            let clock = self.clock
+            graceTimer = Task { [weak self] in
+                do { try await clock.sleep(until: deadline) } catch { return }
+                await self?.expireGraceIfDue()
+            }
+        }
+    }
+
+    private func cancelGrace() {
+        graceTimer?.cancel()
+        graceTimer = nil
+        graceDeadline = nil
+    }
+
+    /// Discards class-A keys and the class-B private key once the grace deadline has passed.
+    /// Called on every query, so availability never depends on a timer having fired.
+    private func expireGraceIfDue() {
+        guard state == .locked, let deadline = graceDeadline, clock.now() >= deadline else { return }
+        cancelGrace()
+        discard(.complete)
+        discard(.completeUnlessOpen)
+        logger.info("grace period over: class A keys discarded")
+    }
+
+    private func discard(_ cls: ProtectionClass) {
+        if cls == .completeUnlessOpen { classBPrivateKey = nil } else { classKeys[cls] = nil }
+        generations[cls, default: 0] += 1
+    }
+
+    // MARK: - Passcode management
+
+    /// Sets a passcode on a device that has none: A, B and C keys are rewrapped under it.
+    public func setPasscode(_ newPasscode: String) throws {
+        guard !file.passcodeSet else { throw KeybagError.passcodeAlreadySet }
+        try requireNotErased()
+        try rewrapClassKeys(newPasscode: newPasscode)
+    }
+
+    /// Changes the passcode. Only the class keys are rewrapped; no file is rewritten.
+    /// A wrong `old` passcode counts as a failed attempt.
+    public func changePasscode(from old: String, to new: String) throws {
+        guard file.passcodeSet else { throw KeybagError.noPasscodeSet }
+        _ = try verifyPasscode(old)
+        try rewrapClassKeys(newPasscode: new)
+    }
+
+    /// Removes the passcode: protection becomes inactive.
+    public func removePasscode(current: String) throws {
+        guard file.passcodeSet else { throw KeybagError.noPasscodeSet }
+        let (keys, bPrivate) = try verifyPasscode(current)
+        adoptUnlockedKeys(keys, bPrivate: bPrivate)
+        try rewrapClassKeys(newPasscode: nil)
+    }
+
+    private func rewrapClassKeys(newPasscode: String?) throws {
+        if let newPasscode, newPasscode.isEmpty { throw KeybagError.emptyPasscode }
+        guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil, classKeys[.completeUntilFirstUserAuthentication] != nil else {
+            throw KeybagError.deviceLocked(state)
+        }
+        var updated = file
+        updated.salt = Self.randomBytes(16)
+        updated.passcodeSet = newPasscode != nil
+        updated.failedAttempts = 0
+        updated.lastFailedTag = Self.zeros16
+        let kek = try newPasscode.map { try Self.passcodeKEK(secret: secret, kdf: file.kdf, salt: updated.salt, passcode: $0) }
+            ?? secret.derive(Self.labelNoPasscode)
+        updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek,
+                                               passcodeSet: updated.passcodeSet, dKEK: secret.derive(Self.labelClassD))
+        try persist(updated)
+        state = .unlocked
+    }
+
+    /// Checks a passcode with the failure counter and delays; returns the unwrapped keys.
+    private func verifyPasscode(_ passcode: String) throws -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
+        try requireNotErased()
+        let now = clock.now()
+        if let remaining = delayRemaining(now: now) {
+            throw KeybagError.passcodeDelayed(retryAfter: remaining, failedAttempts: Int(file.failedAttempts))
+        }
+        let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
+        let tag = Array(HMAC<SHA256>.authenticationCode(for: stretched.withUnsafeBytes { Array($0) },
+                                                          using: secret.derive(Self.labelFailedTag)).prefix(16))
+        if file.failedAttempts > 0, tag == file.lastFailedTag {
+            // The same wrong passcode again: rejected, but not counted (as on iOS).
+            throw KeybagError.wrongPasscode(failedAttempts: Int(file.failedAttempts))
+        }
+        // Count the attempt on disk *before* checking it.
+        var counted = file
+        counted.failedAttempts += 1
+        counted.lastFailureMillis = Int64((now.timeIntervalSince1970 * 1000).rounded())
+        counted.lastFailedTag = tag
+        try persist(counted)
+
+        let kek = secret.derive(Self.labelPasscode, salt: stretched.withUnsafeBytes { Array($0) })
+        guard let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek) else {
+            let failures = Int(file.failedAttempts)
+            logger.notice("wrong passcode (\(failures) consecutive failures)")
+            if file.eraseAfterTenFailures, failures >= PasscodePolicy.eraseThreshold {
+                try erase()
+                throw KeybagError.erased
+            }
+            throw KeybagError.wrongPasscode(failedAttempts: failures)
+        }
+        var reset = file
+        reset.failedAttempts = 0
+        reset.lastFailureMillis = 0
+        reset.lastFailedTag = Self.zeros16
+        try persist(reset)
+        return unwrapped
+    }
+
+    private func delayRemaining(now: Date) -> TimeInterval? {
+        let delay = PasscodePolicy.delay(afterFailures: Int(file.failedAttempts))
+        guard delay > 0 else { return nil }
+        let last = Date(timeIntervalSince1970: TimeInterval(file.lastFailureMillis) / 1000)
+        // A clock set back before the last failure must not shorten or lengthen the delay beyond one period.
+        let elapsed = min(max(now.timeIntervalSince(last), 0), delay)
+        let remaining = delay - elapsed
+        return remaining > 0 ? remaining : nil
+    }
+
+    // MARK: - Erase
+
+    /// Crypto-erases the device: the device secret and the keybag are overwritten and removed,
+    /// every key in memory is dropped. Every protected file of this root becomes unrecoverable.
+    public func erase() throws {
+        DeviceSecret.destroy(in: root)
+        let keybagPath = root + "/" + KeybagFile.fileName
+        if let fd = try? POSIXFile.open(keybagPath, .writeOnly) {
+            try? POSIXFile.write(fd, Self.randomBytes(KeybagFile.totalSize), at: 0, path: keybagPath)
+            try? POSIXFile.sync(fd, path: keybagPath)
+            try? fd.close()
+        }
+        unlink(keybagPath)
+        try? POSIXFile.syncDirectory(root)
+        cancelGrace()
+        for cls in ProtectionClass.allCases { discard(cls) }
+        isErased = true
+        state = .beforeFirstUnlock
+        logger.warning("device erased")
+        emit(.willBecomeUnavailable)
+    }
+
+    // MARK: - File keys
+
+    /// The current key generation of `protectionClass`, or an error when it is unavailable.
+    /// The generation grows each time the class key is discarded, so a handle that cached a
+    /// file key under an older generation knows it must not use it any more.
+    public func generation(of protectionClass: ProtectionClass) throws -> Int {
+        try requireAvailable(protectionClass)
+        return generations[protectionClass, default: 0]
+    }
+
+    /// Creates a random 256-bit file key and wraps it under `protectionClass`.
+    /// Class B needs only the class public key, so it works while locked.
+    public func wrapNewFileKey(for protectionClass: ProtectionClass) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
+        let key = SymmetricKey(size: .bits256)
+        return (key, try wrap(key, for: protectionClass))
+    }
+
+    /// Unwraps a file key; throws ``KeybagError/classUnavailable(_:_:)`` when its class is
+    /// unavailable now, ``KeybagError/foreignKeybag(expected:found:)`` or
+    /// ``KeybagError/keyUnwrapFailed(_:)`` when it is not this keybag's.
+    public func unwrapFileKey(_ wrapped: WrappedFileKey) throws -> SymmetricKey {
+        guard wrapped.keybagID == id else { throw KeybagError.foreignKeybag(expected: id, found: wrapped.keybagID) }
+        try requireAvailable(wrapped.protectionClass)
+        do {
+            if wrapped.protectionClass == .completeUnlessOpen {
+                guard let ephemeralBytes = wrapped.ephemeralPublicKey, let bPrivate = classBPrivateKey else {
+                    throw KeybagError.keyUnwrapFailed(.completeUnlessOpen)
+                }
+                let ephemeral = try Curve25519.KeyAgreement.PublicKey(rawRepresentation: ephemeralBytes)
+                let kek = try classBWrappingKey(shared: bPrivate.sharedSecretFromKeyAgreement(with: ephemeral), ephemeral: ephemeralBytes)
+                return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: kek)
+            }
+            guard let classKey = classKeys[wrapped.protectionClass] else { throw KeybagError.keyUnwrapFailed(wrapped.protectionClass) }
+            return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: classKey)
+        } catch let error as KeybagError {
+            throw error
+        } catch {
+            throw KeybagError.keyUnwrapFailed(wrapped.protectionClass)
+        }
+    }
+
+    /// Rewraps a file key under another class (its content is not touched). Needs the old
+    /// class available and the new one creatable.
+    public func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) throws -> WrappedFileKey {
+        try wrap(try unwrapFileKey(wrapped), for: protectionClass)
+    }
+
+    /// Wraps an existing file key under `protectionClass`.
+    public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass) throws -> WrappedFileKey {
+        try requireNotErased()
+        if protectionClass == .completeUnlessOpen {
+            let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+            let ephemeralBytes = Array(ephemeral.publicKey.rawRepresentation)
+            let kek = try classBWrappingKey(shared: ephemeral.sharedSecretFromKeyAgreement(with: classBPublicKey), ephemeral: ephemeralBytes)
+            return WrappedFileKey(protectionClass: .completeUnlessOpen, keybagID: id,
+                                  wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), ephemeralPublicKey: ephemeralBytes)
+        }
+        try requireAvailable(protectionClass)
+        guard let classKey = classKeys[protectionClass] else { throw KeybagError.classUnavailable(protectionClass, state) }
+        return WrappedFileKey(protectionClass: protectionClass, keybagID: id,
+                              wrappedKey: Array(try AES.KeyWrap.wrap(key, using: classKey)), ephemeralPublicKey: nil)
+    }
+
+    /// HKDF-SHA256 over the X25519 shared secret; salt = ephemeral ‖ static public key.
+    private func classBWrappingKey(shared: SharedSecret, ephemeral: [UInt8]) throws -> SymmetricKey {
+        shared.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + Array(classBPublicKey.rawRepresentation),
+                                       sharedInfo: Array(Self.labelClassBWrap.utf8), outputByteCount: 32)
+    }
+
+    // MARK: - Events
+
+    /// A stream of lock events for this subscriber; it ends when the subscriber stops iterating.
+    ///
+    /// ```swift
+    /// for await event in await keybag.events() where event == .willBecomeUnavailable { saveDrafts() }
+    /// ```
+    public func events() -> AsyncStream<ProtectedDataEvent> {
+        let (stream, continuation) = AsyncStream<ProtectedDataEvent>.makeStream(bufferingPolicy: .unbounded)
+        let token = UUID()
+        streams[token] = continuation
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.removeStream(token) }
+        }
+        return stream
+    }
+
+    private func removeStream(_ token: UUID) { streams[token] = nil }
+
+    /// Calls `callback` on every event, like an app delegate's
+    /// `applicationProtectedDataWillBecomeUnavailable(_:)`. Returns a token for ``removeObserver(_:)``.
+    @discardableResult
+    public func addObserver(_ callback: @escaping @Sendable (ProtectedDataEvent) -> Void) -> UUID {
+        let token = UUID()
+        observers[token] = callback
+        return token
+    }
+
+    /// Stops calling an observer.
+    public func removeObserver(_ token: UUID) { observers[token] = nil }
+
+    private func emit(_ event: ProtectedDataEvent) {
+        for continuation in streams.values { continuation.yield(event) }
+        for observer in observers.values { observer(event) }
+    }
+
+    // MARK: - Helpers
+
+    private func requireNotErased() throws {
+        if isErased { throw KeybagError.erased }
+    }
+
+    private func requireUnlocked() throws {
+        try requireNotErased()
+        expireGraceIfDue()
+        if file.passcodeSet, state != .unlocked { throw KeybagError.deviceLocked(state) }
+    }
+
+    private func requireAvailable(_ cls: ProtectionClass) throws {
+        try requireNotErased()
+        guard isAvailable(cls) else { throw KeybagError.classUnavailable(cls, state) }
+    }
+
+    private func persist(_ updated: KeybagFile) throws {
+        try POSIXFile.writeAtomically(root + "/" + KeybagFile.fileName, updated.encoded(macKey: secret.derive(KeybagFile.macLabel)),
+                                      permissions: [.ownerReadWrite])
+        file = updated
+    }
+
+    private static func passcodeKEK(secret: DeviceSecret, kdf: PasscodeKDF, salt: [UInt8], passcode: String) throws -> SymmetricKey {
+        let stretched = try kdf.derive(passcode: passcode, salt: salt)
+        return secret.derive(labelPasscode, salt: stretched.withUnsafeBytes { Array($0) })
+    }
+
+    private static func makeRecords(keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey,
+                                    kek: SymmetricKey, passcodeSet: Bool, dKEK: SymmetricKey) throws -> [ClassKeyRecord] {
+        let wrapType: ClassKeyRecord.WrapType = passcodeSet ? .passcodeAndDeviceSecret : .deviceSecret
+        let noPublicKey = [UInt8](repeating: 0, count: 32)
+        func record(_ cls: ProtectionClass, _ key: SymmetricKey, _ kek: SymmetricKey, _ type: ClassKeyRecord.WrapType, _ pub: [UInt8]) throws -> ClassKeyRecord {
+            ClassKeyRecord(protectionClass: cls, wrapType: type, wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), publicKey: pub)
+        }
+        guard let a = keys[.complete], let c = keys[.completeUntilFirstUserAuthentication], let d = keys[.none] else {
+            throw KeybagError.deviceLocked(.locked)
+        }
+        return [
+            try record(.complete, a, kek, wrapType, noPublicKey),
+            try record(.completeUnlessOpen, SymmetricKey(data: bPrivate.rawRepresentation), kek, wrapType,
+                       Array(bPrivate.publicKey.rawRepresentation)),
+            try record(.completeUntilFirstUserAuthentication, c, kek, wrapType, noPublicKey),
+            try record(.none, d, dKEK, .deviceSecret, noPublicKey),
+        ]
+    }
+
+    private static func unwrapSymmetric(_ record: ClassKeyRecord, kek: SymmetricKey) throws -> SymmetricKey {
+        try AES.KeyWrap.unwrap(record.wrappedKey, using: kek)
+    }
+
+    private static func unwrapPasscodeClasses(_ file: KeybagFile, kek: SymmetricKey) throws
+        -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
+        let a = try unwrapSymmetric(file.record(.complete), kek: kek)
+        let c = try unwrapSymmetric(file.record(.completeUntilFirstUserAuthentication), kek: kek)
+        let bRaw = try unwrapSymmetric(file.record(.completeUnlessOpen), kek: kek)
+        let bPrivate = try bRaw.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
+        guard Array(bPrivate.publicKey.rawRepresentation) == file.record(.completeUnlessOpen).publicKey else {
+            throw KeybagError.corruptKeybag("class B key pair does not match")
+        }
+        return ([.complete: a, .completeUntilFirstUserAuthentication: c], bPrivate)
+    }
+
+    private static func randomBytes(_ n: Int) -> [UInt8] {
+        SymmetricKey(size: SymmetricKeySize(bitCount: n * 8)).withUnsafeBytes { Array($0) }
+    }
+
+    private static let zeros16 = [UInt8](repeating: 0, count: 16)
+
+    private static func millis(_ seconds: TimeInterval) -> UInt32 {
+        UInt32(clamping: Int64((max(0, seconds) * 1000).rounded()))
+    }
+}
+
+/// What `dpctl status` shows.
+public struct KeybagStatus: Sendable, Equatable {
+    public var root: String
+    public var keybagID: UUID
+    public var lockState: LockState
+    public var passcodeSet: Bool
+    public var failedAttempts: Int
+    /// Seconds until the next passcode attempt is allowed, or `nil` when one is allowed now.
+    public var delayRemaining: TimeInterval?
+    public var gracePeriod: TimeInterval
+    /// While locked within the grace period: seconds until class-A keys are discarded.
+    public var graceRemaining: TimeInterval?
+    public var eraseAfterTenFailures: Bool
+    public var kdf: PasscodeKDF
+    /// Classes whose existing files can be opened now.
+    public var available: [ProtectionClass]
+
+    /// "protection inactive" when no passcode is set, as iOS's Settings says.
+    public var protectionActive: Bool { passcodeSet }
+}

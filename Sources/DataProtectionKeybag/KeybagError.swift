@@ -1,0 +1,86 @@
+import Foundation
+
+/// Errors of the keybag layer. Every case says what happened and, where there is one, what to do.
+public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The data root holds no keybag yet.
+    case notInitialized(root: String)
+    /// `init` was asked for a root that already holds a keybag.
+    case alreadyInitialized(root: String)
+    /// The keybag file is not a keybag, is truncated, has an unknown version, or its MAC does
+    /// not verify (it was modified, or belongs to another device secret).
+    case corruptKeybag(String)
+    /// The device secret file is missing, has the wrong size or unsafe permissions.
+    case badDeviceSecret(String)
+    /// The passcode was wrong. `failedAttempts` counts consecutive failures.
+    case wrongPasscode(failedAttempts: Int)
+    /// Too many failures: the next attempt is allowed after `retryAfter` seconds.
+    case passcodeDelayed(retryAfter: TimeInterval, failedAttempts: Int)
+    /// The operation needs a passcode, but none is set.
+    case noPasscodeSet
+    /// The operation needs no passcode to be set, but one is.
+    case passcodeAlreadySet
+    /// A passcode must not be empty.
+    case emptyPasscode
+    /// The operation needs the device to be unlocked.
+    case deviceLocked(LockState)
+    /// The class's key is not available in the current lock state.
+    case classUnavailable(ProtectionClass, LockState)
+    /// A wrapped file key did not unwrap: it was damaged or does not belong to this keybag.
+    case keyUnwrapFailed(ProtectionClass)
+    /// The wrapped key was made by another keybag (another device or an erased one).
+    case foreignKeybag(expected: UUID, found: UUID)
+    /// The keybag was crypto-erased; every protected file of this root is unrecoverable.
+    case erased
+    /// A Foundation `FileProtectionType` this library does not implement.
+    case unsupportedProtectionType(String)
+    /// The file system refused an operation (path and errno text).
+    case io(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .notInitialized(let root):
+            "no keybag in \(root): run `dpctl --root \(root) init` first"
+        case .alreadyInitialized(let root):
+            "\(root) already holds a keybag; use `dpctl erase` first to start over"
+        case .corruptKeybag(let why):
+            "keybag rejected: \(why)"
+        case .badDeviceSecret(let why):
+            "device secret unusable: \(why)"
+        case .wrongPasscode(let n):
+            "wrong passcode (\(n) consecutive failure\(n == 1 ? "" : "s"))"
+        case .passcodeDelayed(let seconds, let n):
+            "too many wrong passcodes (\(n)): try again in \(Self.format(seconds))"
+        case .noPasscodeSet:
+            "no passcode is set (protection is inactive); set one with `dpctl set-passcode`"
+        case .passcodeAlreadySet:
+            "a passcode is already set; use `dpctl change-passcode`"
+        case .emptyPasscode:
+            "the passcode must not be empty"
+        case .deviceLocked(let state):
+            "the device is \(state): unlock it with the passcode first"
+        case .classUnavailable(let cls, let state):
+            "protected data of class \(cls) is unavailable while the device is \(state)"
+        case .keyUnwrapFailed(let cls):
+            "the file key (class \(cls.letter)) does not unwrap: the file is damaged or belongs to another keybag"
+        case .foreignKeybag(let expected, let found):
+            "the file was protected by keybag \(found), not by this device's keybag \(expected)"
+        case .erased:
+            "the keybag was erased: protected data of this root is unrecoverable"
+        case .unsupportedProtectionType(let raw):
+            "unsupported file protection type \(raw)"
+        case .io(let path, let reason):
+            "\(path): \(reason)"
+        }
+    }
+
+    static func format(_ seconds: TimeInterval) -> String {
+        let s = Int(seconds.rounded(.up))
+        if s >= 3600 { return "\(s / 3600) h \(s % 3600 / 60) min" }
+        if s >= 60 { return "\(s / 60) min \(s % 60) s" }
+        return "\(s) s"
+    }
+}
+
+extension KeybagError: LocalizedError {
+    public var errorDescription: String? { description }
+}

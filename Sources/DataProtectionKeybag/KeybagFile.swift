@@ -1,0 +1,130 @@
+import Crypto
+import Foundation
+
+/// One class key as stored in the keybag: wrapped with AES key wrap (RFC 3394).
+struct ClassKeyRecord: Sendable, Equatable {
+    /// How the record's wrapping key is derived.
+    enum WrapType: UInt8, Sendable {
+        /// From the device secret alone (class D; A, B, C while no passcode is set).
+        case deviceSecret = 1
+        /// From the passcode (scrypt) tangled with the device secret.
+        case passcodeAndDeviceSecret = 2
+    }
+    var protectionClass: ProtectionClass
+    var wrapType: WrapType
+    /// 40 bytes: the 32-byte class key (class B: the X25519 private key) wrapped.
+    var wrappedKey: [UInt8]
+    /// Class B: the X25519 public key (32 bytes), usable while locked. Others: 32 zero bytes.
+    var publicKey: [UInt8]
+}
+
+/// The keybag file, `ROOT/keybag`: a fixed-size binary record authenticated with
+/// HMAC-SHA256 under a key derived from the device secret. Specified in `docs/FORMAT.md`
+/// § Keybag; any difference from that layout, or a MAC that does not verify, is rejected.
+struct KeybagFile: Sendable, Equatable {
+    static let fileName = "keybag"
+    static let magic: [UInt8] = [0x89, 0x44, 0x50, 0x4B, 0x42, 0x0D, 0x0A, 0x1A]   // \x89 D P K B \r \n \x1a
+    static let version: UInt16 = 1
+    static let recordSize = 76
+    static let bodySize = 88 + 4 * recordSize   // 392
+    static let totalSize = bodySize + 32          // 424
+    static let macLabel = "DataProtection v1 keybag MAC"
+
+    var uuid: UUID
+    var passcodeSet: Bool
+    var eraseAfterTenFailures: Bool
+    var kdf: PasscodeKDF
+    var salt: [UInt8]
+    var failedAttempts: UInt32
+    /// Wall-clock time of the last failed attempt, milliseconds since 1970 (0 = none).
+    var lastFailureMillis: Int64
+    /// Keyed tag of the last wrong passcode, so repeating it does not count again (zeros = none).
+    var lastFailedTag: [UInt8]
+    var gracePeriodMillis: UInt32
+    /// A, B, C, D in that order.
+    var records: [ClassKeyRecord]
+
+    func record(_ cls: ProtectionClass) -> ClassKeyRecord { records[Int(cls.rawValue) - 1] }
+
+    func encoded(macKey: SymmetricKey) -> [UInt8] {
+        var w = ByteWriter()
+        w.raw(Self.magic)
+        w.u16(Self.version)
+        w.u16(UInt16(Self.totalSize))
+        w.raw(uuid.bytes)
+        w.u8((passcodeSet ? 1 : 0) | (eraseAfterTenFailures ? 2 : 0))
+        w.u8(1)   // KDF: scrypt
+        w.u8(kdf.logN); w.u8(kdf.r); w.u8(kdf.p)
+        w.zeros(3)
+        w.raw(salt)
+        w.u32(failedAttempts)
+        w.u64(UInt64(bitPattern: lastFailureMillis))
+        w.raw(lastFailedTag)
+        w.u32(gracePeriodMillis)
+        w.zeros(4)
+        for record in records {
+            w.u8(record.protectionClass.rawValue)
+            w.u8(record.wrapType.rawValue)
+            w.zeros(2)
+            w.raw(record.wrappedKey)
+            w.raw(record.publicKey)
+        }
+        let mac = HMAC<SHA256>.authenticationCode(for: w.bytes, using: macKey)
+        w.raw(Array(mac))
+        return w.bytes
+    }
+
+    /// Parses and authenticates a keybag. Never traps; every defect is a `corruptKeybag` error.
+    static func decode(_ bytes: [UInt8], macKey: SymmetricKey) throws -> KeybagFile {
+        func reject(_ why: String) -> KeybagError { .corruptKeybag(why) }
+        guard bytes.count >= 12 else { throw reject("file too short (\(bytes.count) bytes)") }
+        guard Array(bytes[0..<8]) == magic else { throw reject("not a DataProtection keybag (bad magic)") }
+        var r = ByteReader(bytes)
+        do {
+            _ = try r.raw(8, "magic")
+            let version = try r.u16("version")
+            guard version == Self.version else {
+                throw reject("keybag format version \(version) is not supported (this build reads version \(Self.version))")
+            }
+            let length = try r.u16("length")
+            guard Int(length) == totalSize, bytes.count == totalSize else {
+                throw reject("wrong length (\(bytes.count) bytes, header says \(length), expected \(totalSize)): truncated or extended")
+            }
+            let mac = Array(bytes[bodySize...])
+            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: bytes[0..<bodySize], using: macKey) else {
+                throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
+            }
+            let uuid = UUID(bytes: try r.raw(16, "uuid"))
+            let flags = try r.u8("flags")
+            guard flags & ~3 == 0 else { throw reject("unknown flags \(flags)") }
+            guard try r.u8("kdf") == 1 else { throw reject("unknown KDF") }
+            let kdf = PasscodeKDF(logN: try r.u8("logN"), r: try r.u8("r"), p: try r.u8("p"))
+            guard kdf.isPlausible else { throw reject("implausible KDF parameters \(kdf)") }
+            guard try r.raw(3, "reserved") == [0, 0, 0] else { throw reject("reserved bytes not zero") }
+            let salt = try r.raw(16, "salt")
+            let failed = try r.u32("failed attempts")
+            let lastFailure = Int64(bitPattern: try r.u64("last failure"))
+            let tag = try r.raw(16, "last failed tag")
+            let grace = try r.u32("grace")
+            guard try r.raw(4, "reserved") == [0, 0, 0, 0] else { throw reject("reserved bytes not zero") }
+            var records: [ClassKeyRecord] = []
+            for cls in ProtectionClass.allCases {
+                guard try r.u8("class") == cls.rawValue else { throw reject("class records out of order") }
+                guard let wrap = ClassKeyRecord.WrapType(rawValue: try r.u8("wrap type")) else { throw reject("unknown wrap type") }
+                guard try r.raw(2, "reserved") == [0, 0] else { throw reject("reserved bytes not zero") }
+                let wrapped = try r.raw(40, "wrapped key")
+                let pub = try r.raw(32, "public key")
+                records.append(ClassKeyRecord(protectionClass: cls, wrapType: wrap, wrappedKey: wrapped, publicKey: pub))
+            }
+            let passcodeSet = flags & 1 != 0
+            guard records[3].wrapType == .deviceSecret,
+                  records[0..<3].allSatisfy({ $0.wrapType == (passcodeSet ? .passcodeAndDeviceSecret : .deviceSecret) })
+            else { throw reject("class records disagree with the passcode flag") }
+            return KeybagFile(uuid: uuid, passcodeSet: passcodeSet, eraseAfterTenFailures: flags & 2 != 0, kdf: kdf,
+                              salt: salt, failedAttempts: failed, lastFailureMillis: lastFailure, lastFailedTag: tag,
+                              gracePeriodMillis: grace, records: records)
+        } catch let error as ByteReader.OutOfBounds {
+            throw reject("truncated at \(error.field)")
+        }
+    }
+}

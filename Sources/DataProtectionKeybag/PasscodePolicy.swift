@@ -1,0 +1,28 @@
+import Foundation
+
+/// The escalating delays after wrong passcodes, as on iOS.
+///
+/// | consecutive failures | next attempt allowed after |
+/// |---|---|
+/// | 1–4 | at once |
+/// | 5 | 1 min |
+/// | 6 | 5 min |
+/// | 7–8 | 15 min |
+/// | 9 and more | 1 h |
+///
+/// With "erase after 10 failures" on, the tenth consecutive failure crypto-erases the keybag.
+public enum PasscodePolicy {
+    /// The number of consecutive failures that erases the device when the policy is on.
+    public static let eraseThreshold = 10
+
+    /// The delay that follows `failures` consecutive failures.
+    public static func delay(afterFailures failures: Int) -> TimeInterval {
+        switch failures {
+        case ..<5: 0
+        case 5: 60
+        case 6: 300
+        case 7, 8: 900
+        default: 3600
+        }
+    }
+}
