@@ -37,14 +37,18 @@ public struct PasscodeKDF: Sendable, Equatable, CustomStringConvertible {
                                  rounds: 1 << Int(logN), blockSize: Int(r), parallelism: Int(p))
     }
 
+    /// The time one passcode attempt takes with these parameters on this machine.
+    public func measureOneAttempt() throws -> Duration {
+        let salt = [UInt8](repeating: 0x5a, count: 16)
+        return try ContinuousClock().measure { _ = try derive(passcode: "measurement", salt: salt) }
+    }
+
     /// Measures this machine and returns the cheapest parameters whose attempt costs at least
     /// `target`: N doubles from 2^14 up to 2^20 (1 GiB with r = 8), then p grows.
     public static func calibrated(target: Duration = targetCost) throws -> PasscodeKDF {
         var kdf = PasscodeKDF(logN: 14)
-        let salt = [UInt8](repeating: 0x5a, count: 16)
-        let clock = ContinuousClock()
         while true {
-            let cost = try clock.measure { _ = try kdf.derive(passcode: "calibration", salt: salt) }
+            let cost = try kdf.measureOneAttempt()
             if cost >= target { return kdf }
             if kdf.logN < 20 { kdf.logN += 1 } else if kdf.p < 16 { kdf.p += 1 } else { return kdf }
         }

@@ -1,0 +1,160 @@
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+
+/// An open protected file, for random access: read or write at any offset, append,
+/// truncate — only the touched 64 KiB segments are decrypted and re-sealed.
+///
+/// The handle follows its class, as an open file does on iOS:
+/// - **A** (`complete`): every call fails with ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
+///   once the grace period after a lock has passed; after the next unlock it works again.
+/// - **B** (`completeUnlessOpen`): the file key stays in the handle until ``close()``, so a
+///   handle opened while unlocked — or a file created while locked — keeps working while locked.
+/// - **C**, **D**: as long as the class is available.
+///
+/// ```swift
+/// let handle = try await files.openHandle(forUpdating: url)
+/// try await handle.write(Data("patch".utf8), at: 4096)
+/// let bytes = try await handle.read(at: 0, count: 100)
+/// try await handle.close()
+/// ```
+public actor ProtectedFileHandle {
+    /// The file.
+    public nonisolated let url: URL
+    /// The file's class when the handle was opened.
+    public nonisolated let protectionClass: ProtectionClass
+    /// Whether the handle may write.
+    public nonisolated let isWritable: Bool
+
+    private let keybag: Keybag
+    private var fd: FileDescriptor?
+    private let headerBytes: [UInt8]
+    private let header: ProtectedFileHeader
+    private var engine: SegmentedFile?
+    private var keyGeneration: Int?
+    private var position: Int64 = 0
+
+    init(url: URL, keybag: Keybag, fd: FileDescriptor, headerBytes: [UInt8], header: ProtectedFileHeader,
+         engine: SegmentedFile, keyGeneration: Int?, writable: Bool) {
+        self.url = url
+        self.keybag = keybag
+        self.fd = fd
+        self.headerBytes = headerBytes
+        self.header = header
+        self.protectionClass = header.protectionClass
+        self.engine = engine
+        self.keyGeneration = keyGeneration
+        self.isWritable = writable
+    }
+
+    private var path: String { url.path }
+
+    /// The engine, after checking that the class allows access now. A discarded class key
+    /// drops the handle's copy of the file key too; it is unwrapped again after an unlock.
+    private func access(writing: Bool) async throws -> SegmentedFile {
+        guard let fd else { throw ProtectedFileError.closed(path: path) }
+        if writing, !isWritable {
+            throw ProtectedFileError.fileSystem(FileSystemError("write", path: path, errno: .badFileDescriptor))
+        }
+        if protectionClass == .completeUnlessOpen, let engine { return engine }
+        let generation: Int
+        do {
+            generation = try await keybag.generation(of: protectionClass)
+        } catch let error as KeybagError {
+            engine = nil
+            throw ProtectedFileError.translate(error, path: path, writing: writing)
+        }
+        if let engine, generation == keyGeneration { return engine }
+        let reopened = try await ProtectedFileError.translating(path: path, writing: writing) {
+            let key = try await keybag.unwrapFileKey(header.wrappedKey)
+            return try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
+                                          keys: FileKeys(fileKey: key, fileID: header.fileID))
+        }
+        engine = reopened
+        keyGeneration = generation
+        return reopened
+    }
+
+    private func run<T>(writing: Bool, _ body: (SegmentedFile) throws -> T) async throws -> T {
+        let engine = try await access(writing: writing)
+        return try await ProtectedFileError.translating(path: path, writing: writing) { try body(engine) }
+    }
+
+    /// The plaintext length.
+    public func size() async throws -> Int64 {
+        try await run(writing: false) { $0.size }
+    }
+
+    /// Reads up to `count` bytes at `offset`; fewer at the end of the file.
+    public func read(at offset: Int64, count: Int) async throws -> Data {
+        Data(try await run(writing: false) { try $0.read(at: offset, count: count) })
+    }
+
+    /// Reads up to `count` bytes at the current position and moves past them, like
+    /// `FileHandle.read(upToCount:)`; returns `nil` at the end of the file.
+    public func read(upToCount count: Int) async throws -> Data? {
+        let bytes = try await read(at: position, count: count)
+        position += Int64(bytes.count)
+        return bytes.isEmpty && count > 0 ? nil : bytes
+    }
+
+    /// Reads from the current position to the end.
+    public func readToEnd() async throws -> Data {
+        let total = try await size()
+        return try await read(upToCount: Int(max(0, total - position))) ?? Data()
+    }
+
+    /// Writes `data` at `offset` (extending the file with zeros over any gap).
+    public func write(_ data: some DataProtocol, at offset: Int64) async throws {
+        let bytes = Array(data)
+        try await run(writing: true) { engine in try bytes.withUnsafeBytes { try engine.write($0, at: offset) } }
+    }
+
+    /// Writes at the current position and moves past the data, like `FileHandle.write(contentsOf:)`.
+    public func write(contentsOf data: some DataProtocol) async throws {
+        try await write(data, at: position)
+        position += Int64(data.count)
+    }
+
+    /// Appends at the end of the file.
+    public func append(_ data: some DataProtocol) async throws {
+        let end = try await size()
+        try await write(data, at: end)
+        position = end + Int64(data.count)
+    }
+
+    /// Cuts (or zero-extends) the file to `size` bytes, like `FileHandle.truncate(atOffset:)`.
+    public func truncate(atOffset size: Int64) async throws {
+        try await run(writing: true) { try $0.truncate(to: size) }
+        position = min(position, size)
+    }
+
+    /// Moves the position used by ``read(upToCount:)`` and ``write(contentsOf:)``.
+    public func seek(toOffset offset: Int64) throws {
+        guard offset >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset") }
+        position = offset
+    }
+
+    /// The current position.
+    public func offset() -> Int64 { position }
+
+    /// Flushes written data to the disk (`fsync`).
+    public func synchronize() async throws {
+        guard let fd else { throw ProtectedFileError.closed(path: path) }
+        try await ProtectedFileError.translating(path: path, writing: true) { try POSIXFile.sync(fd, path: path) }
+    }
+
+    /// Closes the handle and forgets the file key. Reopening a class-B file needs an unlock.
+    public func close() async throws {
+        guard let fd else { return }
+        self.fd = nil
+        engine = nil
+        try await ProtectedFileError.translating(path: path, writing: false) {
+            try POSIXFile.system("close", path) { try fd.close() }
+        }
+    }
+
+    deinit {
+        try? fd?.close()
+    }
+}

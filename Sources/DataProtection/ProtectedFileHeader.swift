@@ -1,0 +1,102 @@
+import Crypto
+import DataProtectionKeybag
+import Foundation
+
+/// The 160-byte header at the start of every protected file (`docs/FORMAT.md` § Protected file).
+///
+/// Everything in it is readable without a key — in particular the class, as iOS shows
+/// `NSFileProtectionKey` while locked — and is authenticated by an HMAC under a key derived
+/// from the file key once the file key is unwrapped.
+struct ProtectedFileHeader: Sendable, Equatable {
+    static let magic: [UInt8] = [0x89, 0x44, 0x50, 0x46, 0x0D, 0x0A, 0x1A, 0x0A]   // \x89 D P F \r \n \x1a \n
+    static let version: UInt16 = 1
+    static let size = 160
+    static let authenticatedSize = 128
+    static let defaultSegmentSizeLog2: UInt8 = 16   // 64 KiB of plaintext per segment
+    static let segmentSizeLog2Range: ClosedRange<UInt8> = 12...24
+
+    var segmentSizeLog2: UInt8
+    /// 16 random bytes naming this file; part of every segment's associated data.
+    var fileID: [UInt8]
+    /// The file key, wrapped under the file's class by its keybag.
+    var wrappedKey: WrappedFileKey
+
+    var protectionClass: ProtectionClass { wrappedKey.protectionClass }
+    var segmentSize: Int { 1 << Int(segmentSizeLog2) }
+
+    /// The header bytes, MAC included.
+    func encoded(keys: FileKeys) -> [UInt8] {
+        var w = ByteWriter()
+        w.raw(Self.magic)
+        w.u16(Self.version)
+        w.u16(UInt16(Self.size))
+        w.u8(protectionClass.rawValue)
+        w.u8(segmentSizeLog2)
+        w.zeros(2)
+        w.raw(fileID)
+        w.raw(wrappedKey.keybagID.bytes)
+        w.raw(wrappedKey.wrappedKey)
+        w.raw(wrappedKey.ephemeralPublicKey ?? [UInt8](repeating: 0, count: 32))
+        w.zeros(8)
+        w.raw(Array(HMAC<SHA256>.authenticationCode(for: w.bytes, using: keys.headerKey)))
+        return w.bytes
+    }
+
+    /// Checks the header MAC once the file key is known.
+    static func verify(_ bytes: [UInt8], keys: FileKeys) -> Bool {
+        bytes.count == size && HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[authenticatedSize..<size]),
+                                                                       authenticating: bytes[0..<authenticatedSize], using: keys.headerKey)
+    }
+
+    /// Whether `prefix` (the first bytes of a file) marks the protected format. A file whose
+    /// first four bytes match the magic but not all eight is treated as a damaged protected file,
+    /// never as a plain one.
+    static func looksProtected(_ prefix: [UInt8]) -> Bool {
+        let n = min(prefix.count, magic.count)
+        return n >= 4 && Array(prefix[0..<n]) == Array(magic[0..<n])
+    }
+
+    /// Parses a header without any key. Every defect is an error; nothing traps.
+    static func parse(_ bytes: [UInt8], path: String) throws -> ProtectedFileHeader {
+        func damaged(_ why: String) -> ProtectedFileError { .damaged(path: path, reason: why) }
+        guard bytes.count >= 12 else { throw damaged("header truncated (\(bytes.count) bytes)") }
+        guard Array(bytes[0..<8]) == magic else { throw damaged("bad magic") }
+        var r = ByteReader(bytes)
+        do {
+            _ = try r.raw(8, "magic")
+            let version = try r.u16("version")
+            guard version == Self.version else { throw ProtectedFileError.unsupportedVersion(path: path, version: version) }
+            guard try r.u16("header length") == UInt16(size) else { throw damaged("unexpected header length") }
+            guard bytes.count >= size else { throw damaged("header truncated (\(bytes.count) of \(size) bytes)") }
+            guard let cls = ProtectionClass(rawValue: try r.u8("class")) else { throw damaged("unknown protection class") }
+            let log2 = try r.u8("segment size")
+            guard segmentSizeLog2Range.contains(log2) else { throw damaged("implausible segment size 2^\(log2)") }
+            guard try r.raw(2, "reserved") == [0, 0] else { throw damaged("reserved bytes not zero") }
+            let fileID = try r.raw(16, "file id")
+            let keybagID = UUID(bytes: try r.raw(16, "keybag id"))
+            let wrapped = try r.raw(40, "wrapped key")
+            let ephemeral = try r.raw(32, "ephemeral key")
+            guard try r.raw(8, "reserved") == [UInt8](repeating: 0, count: 8) else { throw damaged("reserved bytes not zero") }
+            let hasEphemeral = ephemeral.contains { $0 != 0 }
+            guard hasEphemeral == (cls == .completeUnlessOpen) else { throw damaged("ephemeral key does not match the class") }
+            return ProtectedFileHeader(segmentSizeLog2: log2, fileID: fileID,
+                                       wrappedKey: WrappedFileKey(protectionClass: cls, keybagID: keybagID, wrappedKey: wrapped,
+                                                                  ephemeralPublicKey: hasEphemeral ? ephemeral : nil))
+        } catch let error as ByteReader.OutOfBounds {
+            throw damaged("header truncated at \(error.field)")
+        }
+    }
+}
+
+/// The two keys derived from a file key: HKDF-SHA256(ikm: file key, salt: file ID, info: label).
+struct FileKeys: Sendable {
+    let contentKey: SymmetricKey
+    let headerKey: SymmetricKey
+
+    init(fileKey: SymmetricKey, fileID: [UInt8]) {
+        contentKey = HKDF<SHA256>.deriveKey(inputKeyMaterial: fileKey, salt: fileID,
+                                            info: Array("DataProtection v1 content".utf8), outputByteCount: 32)
+        headerKey = HKDF<SHA256>.deriveKey(inputKeyMaterial: fileKey, salt: fileID,
+                                           info: Array("DataProtection v1 header".utf8), outputByteCount: 32)
+    }
+}

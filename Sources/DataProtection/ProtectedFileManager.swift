@@ -1,0 +1,386 @@
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Protected files, in the shape of `FileManager` and `Data.write(to:options:)`.
+///
+/// ```swift
+/// let keybag = try await Keybag.open(root: DataRoot.resolve())
+/// let files = ProtectedFileManager(keybag: keybag)
+/// try await files.write(Data("secret".utf8), to: url, options: .completeFileProtection)
+/// let data = try await files.contents(of: url)          // fails with 257 while locked
+/// try await files.setAttributes([.protectionKey: FileProtectionType.none], ofItemAtPath: url.path)
+/// ```
+///
+/// Class of a new file: the one named by the caller; otherwise the stronger of the nearest
+/// ancestor directory's default (iOS's default, class C, when none has one) and — when an
+/// existing protected file is replaced — that file's class, so nothing is silently lowered.
+public struct ProtectedFileManager: Sendable {
+    /// The device whose keybag wraps the file keys.
+    public let keybag: Keybag
+    /// log2 of the segment size for new files (16: 64 KiB).
+    public var segmentSizeLog2: UInt8 = ProtectedFileHeader.defaultSegmentSizeLog2
+
+    public init(keybag: Keybag) {
+        self.keybag = keybag
+    }
+
+    // MARK: - Inspecting
+
+    /// What `url` holds: a directory (and its default class), a protected file (and its
+    /// class), or a plain file. Needs no key and works while locked.
+    public func protection(ofItemAt url: URL) throws -> ItemProtection {
+        let path = url.path
+        var st = stat()
+        guard stat(path, &st) == 0 else { throw ProtectedFileError.noSuchFile(path: path) }
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR:
+            return .directory(defaultClass: try wrapFS { try DirectoryDefault.get(path) })
+        case S_IFREG:
+            let prefix = try wrapFS { () -> [UInt8] in
+                let fd = try POSIXFile.open(path, .readOnly)
+                defer { try? fd.close() }
+                return try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+            }
+            guard ProtectedFileHeader.looksProtected(prefix) else { return .plain }
+            return .protected(try ProtectedFileHeader.parse(prefix, path: path).protectionClass)
+        default:
+            return .other
+        }
+    }
+
+    /// The plaintext size of a file (protected or plain), computed without a key.
+    public func plaintextSize(ofItemAt url: URL) throws -> Int64 {
+        let path = url.path
+        let attributes = try wrapFS { try fileStat(path) }
+        guard case .protected = try protection(ofItemAt: url) else { return attributes.size }
+        let header = try ProtectedFileHeader.parse(try wrapFS { try readPrefix(path) }, path: path)
+        let body = attributes.size - Int64(ProtectedFileHeader.size)
+        let sealed = Int64(header.segmentSize + SegmentCipher.overhead)
+        guard body >= Int64(SegmentCipher.overhead) else { return 0 }
+        let count = (body + sealed - 1) / sealed
+        return body - count * Int64(SegmentCipher.overhead)
+    }
+
+    /// The default class a new file at `url` would get if the caller named none.
+    public func defaultProtection(forNewItemAt url: URL) -> ProtectionClass {
+        DirectoryDefault.inherited(forNewItemAt: url.path) ?? .default
+    }
+
+    // MARK: - Whole-file write and read
+
+    /// Writes `data` atomically, like `Data.write(to:options:)`: the class comes from the
+    /// options' file-protection bits (`.completeFileProtection` …) or is inherited.
+    /// A crash leaves the old content or the new, never a mix. `.withoutOverwriting` is honoured.
+    public func write(_ data: some DataProtocol, to url: URL, options: Data.WritingOptions = []) async throws {
+        if options.contains(.withoutOverwriting), FileManager.default.fileExists(atPath: url.path) {
+            throw ProtectedFileError.fileSystem(FileSystemError("open", path: url.path, errno: .fileExists))
+        }
+        try await write(data, to: url, protection: ProtectionClass(writingOptions: options))
+    }
+
+    /// Writes `data` atomically under `protection` (or the inherited class when `nil`).
+    public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?) async throws {
+        let bytes = Array(data)
+        try await writeAtomically(to: url, protection: protection) { file in
+            try bytes.withUnsafeBytes { try file.write($0, at: 0) }
+        }
+    }
+
+    /// Writes everything readable from `source` (read to its end, in bounded memory)
+    /// atomically to `url`. `dpctl write` uses it for standard input.
+    public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?) async throws {
+        try await writeAtomically(to: url, protection: protection) { file in
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var offset: Int64 = 0
+            while true {
+                let n = try POSIXFile.system("read", "<input>") {
+                    try buffer.withUnsafeMutableBytes { try source.read(into: $0, retryOnInterrupt: true) }
+                }
+                if n == 0 { break }
+                try buffer.withUnsafeBytes { try file.write(UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: offset) }
+                offset += Int64(n)
+            }
+        }
+    }
+
+    /// The class a write to `url` gets when the caller names `explicit`.
+    func resolveClass(for url: URL, explicit: ProtectionClass?) -> ProtectionClass {
+        if let explicit { return explicit }
+        let inherited = defaultProtection(forNewItemAt: url)
+        if let existing = (try? protection(ofItemAt: url))?.fileClass { return max(existing, inherited) }
+        return inherited
+    }
+
+    func writeAtomically(to url: URL, protection: ProtectionClass?, keepingMode: Bool = true,
+                         _ fill: @escaping (SegmentedFile) throws -> Void) async throws {
+        let path = url.path
+        try await ProtectedFileError.translating(path: path, writing: true) {
+            if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
+            let cls = resolveClass(for: url, explicit: protection)
+            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls)
+            let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
+            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
+                let file = try SegmentedFile.create(fd: fd, path: temp, header: header, keys: keys)
+                try fill(file)
+            }
+        }
+    }
+
+    /// The plaintext of `url`, like `Data(contentsOf:)`. A plain file is returned as it is.
+    /// Throws ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` (Cocoa 257)
+    /// when the class is unavailable, ``ProtectedFileError/damaged(path:reason:)`` when any byte was changed.
+    public func contents(of url: URL) async throws -> Data {
+        if case .plain = try protection(ofItemAt: url) {
+            return try await ProtectedFileError.translating(path: url.path, writing: false) { Data(try POSIXFile.readAll(url.path)) }
+        }
+        let handle = try await openHandle(forReadingFrom: url)
+        defer { Task { try? await handle.close() } }
+        return try await handle.readToEnd()
+    }
+
+    // MARK: - Handles
+
+    /// Opens a protected file for reading.
+    public func openHandle(forReadingFrom url: URL) async throws -> ProtectedFileHandle {
+        try await openHandle(url, writable: false)
+    }
+
+    /// Opens a protected file for reading and writing.
+    public func openHandle(forUpdating url: URL) async throws -> ProtectedFileHandle {
+        try await openHandle(url, writable: true)
+    }
+
+    /// Creates a new, empty protected file (replacing none: fails if `url` exists) and opens it
+    /// for writing. Class B works while locked: the handle keeps the new key until closed.
+    public func createFile(at url: URL, protection: ProtectionClass? = nil) async throws -> ProtectedFileHandle {
+        let path = url.path
+        return try await ProtectedFileError.translating(path: path, writing: true) {
+            let cls = protection ?? defaultProtection(forNewItemAt: url)
+            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls)
+            let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
+            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            let fd = try POSIXFile.open(path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
+            do {
+                let engine = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
+                let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
+                return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: header.encoded(keys: keys), header: header,
+                                           engine: engine, keyGeneration: generation, writable: true)
+            } catch {
+                try? fd.close()
+                unlink(path)
+                throw error
+            }
+        }
+    }
+
+    private func openHandle(_ url: URL, writable: Bool) async throws -> ProtectedFileHandle {
+        let path = url.path
+        return try await ProtectedFileError.translating(path: path, writing: writable) {
+            if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
+            let fd = try POSIXFile.open(path, writable ? .readWrite : .readOnly)
+            do {
+                let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+                guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+                let header = try ProtectedFileHeader.parse(headerBytes, path: path)
+                let cls = header.protectionClass
+                let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
+                let key = try await keybag.unwrapFileKey(header.wrappedKey)
+                let engine = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
+                                                    keys: FileKeys(fileKey: key, fileID: header.fileID))
+                return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: headerBytes, header: header,
+                                           engine: engine, keyGeneration: generation, writable: writable)
+            } catch {
+                try? fd.close()
+                throw error
+            }
+        }
+    }
+
+    // MARK: - Changing protection
+
+    /// Sets the class of an item, like `setAttributes([.protectionKey: …])`:
+    /// - a protected file: its key is rewrapped; the content is not re-encrypted;
+    /// - a plain file: converted in place to the protected format, atomically;
+    /// - a directory: its default for new files; files already in it keep their class.
+    public func setProtection(_ cls: ProtectionClass, ofItemAt url: URL) async throws {
+        let path = url.path
+        switch try protection(ofItemAt: url) {
+        case .directory:
+            try wrapFS { try DirectoryDefault.set(cls, path) }
+        case .plain:
+            let source = try await ProtectedFileError.translating(path: path, writing: false) { try POSIXFile.open(path, .readOnly) }
+            defer { try? source.close() }
+            try await write(contentsOf: source, to: url, protection: cls)
+        case .protected(let current):
+            guard current != cls else { return }
+            try await ProtectedFileError.translating(path: path, writing: true) {
+                let fd = try POSIXFile.open(path, .readWrite)
+                defer { try? fd.close() }
+                let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+                var header = try ProtectedFileHeader.parse(headerBytes, path: path)
+                let key = try await keybag.unwrapFileKey(header.wrappedKey)
+                let keys = FileKeys(fileKey: key, fileID: header.fileID)
+                guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
+                    throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
+                }
+                header.wrappedKey = try await keybag.wrap(key, for: cls)
+                // 160 bytes at offset 0 sit in one disk sector: the rewrite is all or nothing.
+                try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
+                try POSIXFile.sync(fd, path: path)
+            }
+        case .other:
+            throw ProtectedFileError.notProtected(path: path)
+        }
+    }
+
+    /// Removes a directory's default class (new files then inherit from further up).
+    public func removeDefaultProtection(ofDirectoryAt url: URL) throws {
+        try wrapFS { try DirectoryDefault.set(nil, url.path) }
+    }
+
+    /// `FileManager.attributesOfItem(atPath:)` plus `.protectionKey` (a `FileProtectionType`,
+    /// absent for plain files) and, for protected files, `.size` as the plaintext size.
+    public func attributesOfItem(atPath path: String) throws -> [FileAttributeKey: Any] {
+        var attributes: [FileAttributeKey: Any]
+        do { attributes = try FileManager.default.attributesOfItem(atPath: path) } catch {
+            throw ProtectedFileError.noSuchFile(path: path)
+        }
+        let url = URL(fileURLWithPath: path)
+        switch try protection(ofItemAt: url) {
+        case .protected(let cls):
+            attributes[.protectionKey] = cls.fileProtectionType
+            attributes[.size] = NSNumber(value: try plaintextSize(ofItemAt: url))
+        case .directory(let cls?):
+            attributes[.protectionKey] = cls.fileProtectionType
+        default: break
+        }
+        return attributes
+    }
+
+    /// `FileManager.setAttributes(_:ofItemAtPath:)`: `.protectionKey` changes the class (see
+    /// ``setProtection(_:ofItemAt:)``); the other keys go to `FileManager`.
+    public func setAttributes(_ attributes: [FileAttributeKey: Any], ofItemAtPath path: String) async throws {
+        var rest = attributes
+        if let value = rest.removeValue(forKey: .protectionKey) {
+            let type: FileProtectionType
+            if let t = value as? FileProtectionType { type = t } else if let s = value as? String { type = FileProtectionType(rawValue: s) } else {
+                throw ProtectedFileError.keybag(.unsupportedProtectionType(String(describing: value)))
+            }
+            do {
+                try await setProtection(try ProtectionClass(type), ofItemAt: URL(fileURLWithPath: path))
+            } catch let error as KeybagError { throw ProtectedFileError.keybag(error) }
+        }
+        if !rest.isEmpty { try FileManager.default.setAttributes(rest, ofItemAtPath: path) }
+    }
+
+    // MARK: - Copy, move, remove
+
+    /// Copies a file or a directory tree. A copied protected file gets a new file key and the
+    /// stronger of its own class and the destination's default — unless `protection` names one.
+    /// A copy never silently lowers protection. Fails if `destination` exists.
+    public func copyItem(at source: URL, to destination: URL, protection: ProtectionClass? = nil) async throws {
+        if FileManager.default.fileExists(atPath: destination.path) {
+            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: destination.path, errno: .fileExists))
+        }
+        switch try self.protection(ofItemAt: source) {
+        case .directory(let defaultClass):
+            try wrapFS {
+                try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: false)
+                if let defaultClass { try DirectoryDefault.set(defaultClass, destination.path) }
+            }
+            let children = try wrapFS { try FileManager.default.contentsOfDirectory(atPath: source.path) }
+            for name in children.sorted() {
+                try await copyItem(at: source.appendingPathComponent(name), to: destination.appendingPathComponent(name), protection: protection)
+            }
+        case .protected(let sourceClass):
+            let cls = protection ?? max(sourceClass, defaultProtection(forNewItemAt: destination))
+            let handle = try await openHandle(forReadingFrom: source)
+            defer { Task { try? await handle.close() } }
+            let size = try await handle.size()
+            try await copyStreaming(from: handle, size: size, to: destination, protection: cls)
+        case .plain:
+            let cls = protection ?? defaultProtection(forNewItemAt: destination)
+            let fd = try await ProtectedFileError.translating(path: source.path, writing: false) { try POSIXFile.open(source.path, .readOnly) }
+            defer { try? fd.close() }
+            try await write(contentsOf: fd, to: destination, protection: cls)
+        case .other:
+            throw ProtectedFileError.notProtected(path: source.path)
+        }
+    }
+
+    private func copyStreaming(from handle: ProtectedFileHandle, size: Int64, to destination: URL, protection: ProtectionClass) async throws {
+        // Decrypt into a temporary protected file chunk by chunk; memory stays at one chunk.
+        let created = try await createFile(at: URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path)), protection: protection)
+        var offset: Int64 = 0
+        do {
+            while offset < size {
+                let data = try await handle.read(at: offset, count: 1 << 20)
+                try await created.write(data, at: offset)
+                offset += Int64(data.count)
+            }
+            try await created.synchronize()
+            try await created.close()
+            try await ProtectedFileError.translating(path: destination.path, writing: true) {
+                if FileManager.default.fileExists(atPath: destination.path) {
+                    throw FileSystemError("rename", path: destination.path, errno: .fileExists)
+                }
+                try POSIXFile.check("rename", destination.path) { rename(created.url.path, destination.path) }
+            }
+        } catch {
+            try? await created.close()
+            unlink(created.url.path)
+            throw error
+        }
+    }
+
+    /// Moves an item; a protected file keeps its class and key. Across file systems the file
+    /// is copied (same class) and the original removed.
+    public func moveItem(at source: URL, to destination: URL) async throws {
+        if rename(source.path, destination.path) == 0 { return }
+        let err = Errno(rawValue: errno)
+        guard err == .improperLink else {
+            throw err == .noSuchFileOrDirectory ? ProtectedFileError.noSuchFile(path: source.path)
+                : ProtectedFileError.fileSystem(FileSystemError("rename", path: source.path, errno: err))
+        }
+        try await copyItem(at: source, to: destination, protection: (try? self.protection(ofItemAt: source))?.fileClass)
+        try removeItem(at: source)
+    }
+
+    /// Removes a file or a directory tree.
+    public func removeItem(at url: URL) throws {
+        guard FileManager.default.fileExists(atPath: url.path) else { throw ProtectedFileError.noSuchFile(path: url.path) }
+        try wrapFS { try FileManager.default.removeItem(at: url) }
+    }
+
+    // MARK: - Helpers
+
+    func wrapFS<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let error as FileSystemError {
+            if error.errno == .noSuchFileOrDirectory { throw ProtectedFileError.noSuchFile(path: error.path) }
+            throw ProtectedFileError.fileSystem(error)
+        } catch let error as ProtectedFileError {
+            throw error
+        } catch {
+            throw ProtectedFileError.fileSystem(FileSystemError("file operation", path: "", errno: .ioError))
+        }
+    }
+
+    private func readPrefix(_ path: String) throws -> [UInt8] {
+        let fd = try POSIXFile.open(path, .readOnly)
+        defer { try? fd.close() }
+        return try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+    }
+
+    private func fileStat(_ path: String) throws -> (size: Int64, mode: UInt32) {
+        var st = stat()
+        guard stat(path, &st) == 0 else { throw FileSystemError("stat", path: path, errno: Errno(rawValue: errno)) }
+        return (Int64(st.st_size), st.st_mode)
+    }
+}
+
+func randomFileID() -> [UInt8] { (0..<16).map { _ in UInt8.random(in: 0...255) } }
