@@ -48,12 +48,18 @@ struct ProtectedFileHeader: Sendable, Equatable {
                                                                        authenticating: bytes[0..<authenticatedSize], using: keys.headerKey)
     }
 
-    /// Whether `prefix` (the first bytes of a file) marks the protected format. A file whose
-    /// first four bytes match the magic but not all eight is treated as a damaged protected file,
-    /// never as a plain one.
+    /// Whether `prefix` (the first bytes of a file) marks the protected format.
+    ///
+    /// A damaged protected file must never pass for a plain one, so this errs toward
+    /// "protected": a file whose first 8 bytes match the magic in at least 6 places (any one or
+    /// two bytes damaged), or a file shorter than 8 bytes of at least 4 that is a prefix of
+    /// the magic (a truncated protected file), counts as protected — and then fails to parse
+    /// as damaged. A file of fewer than 4 bytes is plain.
     static func looksProtected(_ prefix: [UInt8]) -> Bool {
-        let n = min(prefix.count, magic.count)
-        return n >= 4 && Array(prefix[0..<n]) == Array(magic[0..<n])
+        if prefix.count >= magic.count {
+            return zip(prefix, magic).filter { $0 == $1 }.count >= 6
+        }
+        return prefix.count >= 4 && Array(magic[0..<prefix.count]) == prefix
     }
 
     /// Parses a header without any key. Every defect is an error; nothing traps.

@@ -74,7 +74,7 @@ public actor Keybag {
         let keys: [ProtectionClass: SymmetricKey] = [
             .complete: SymmetricKey(size: .bits256),
             .completeUntilFirstUserAuthentication: SymmetricKey(size: .bits256),
-            .none: SymmetricKey(size: .bits256),
+            .noProtection: SymmetricKey(size: .bits256),
         ]
         let bPrivate = Curve25519.KeyAgreement.PrivateKey()
         var file = KeybagFile(uuid: UUID(), passcodeSet: false, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
@@ -122,7 +122,7 @@ public actor Keybag {
     }
 
     private func boot() throws {
-        classKeys[.none] = try Self.unwrapSymmetric(file.record(.none), kek: secret.derive(Self.labelClassD))
+        classKeys[.noProtection] = try Self.unwrapSymmetric(file.record(.noProtection), kek: secret.derive(Self.labelClassD))
         if !file.passcodeSet {
             let (keys, bPrivate) = try Self.unwrapPasscodeClasses(file, kek: secret.derive(Self.labelNoPasscode))
             adoptUnlockedKeys(keys, bPrivate: bPrivate)
@@ -515,7 +515,7 @@ public actor Keybag {
         func record(_ cls: ProtectionClass, _ key: SymmetricKey, _ kek: SymmetricKey, _ type: ClassKeyRecord.WrapType, _ pub: [UInt8]) throws -> ClassKeyRecord {
             ClassKeyRecord(protectionClass: cls, wrapType: type, wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), publicKey: pub)
         }
-        guard let a = keys[.complete], let c = keys[.completeUntilFirstUserAuthentication], let d = keys[.none] else {
+        guard let a = keys[.complete], let c = keys[.completeUntilFirstUserAuthentication], let d = keys[.noProtection] else {
             throw KeybagError.deviceLocked(.locked)
         }
         return [
@@ -523,7 +523,7 @@ public actor Keybag {
             try record(.completeUnlessOpen, SymmetricKey(data: bPrivate.rawRepresentation), kek, wrapType,
                        Array(bPrivate.publicKey.rawRepresentation)),
             try record(.completeUntilFirstUserAuthentication, c, kek, wrapType, noPublicKey),
-            try record(.none, d, dKEK, .deviceSecret, noPublicKey),
+            try record(.noProtection, d, dKEK, .deviceSecret, noPublicKey),
         ]
     }
 

@@ -10,7 +10,7 @@ import Foundation
 /// | A `.complete` | `FileProtectionType.complete` | only while unlocked (plus the grace period after a lock) |
 /// | B `.completeUnlessOpen` | `.completeUnlessOpen` | new files can be written while locked; open handles survive a lock |
 /// | C `.completeUntilFirstUserAuthentication` | `.completeUntilFirstUserAuthentication` | from the first unlock on |
-/// | D `.none` | `.none` | always |
+/// | D `.noProtection` | `FileProtectionType.none` | always |
 ///
 /// ```swift
 /// let cls = try ProtectionClass(FileProtectionType.complete)   // .complete
@@ -23,8 +23,8 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
     case completeUnlessOpen = 2
     /// Class C: `NSFileProtectionCompleteUntilFirstUserAuthentication` — the iOS default.
     case completeUntilFirstUserAuthentication = 3
-    /// Class D: `NSFileProtectionNone`.
-    case none = 4
+    /// Class D: `NSFileProtectionNone` (Foundation's `.none`; named so it never reads as `Optional.none`).
+    case noProtection = 4
 
     /// The class iOS gives third-party files that name none (class C).
     public static let `default`: ProtectionClass = .completeUntilFirstUserAuthentication
@@ -38,7 +38,7 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
         case .complete: "complete"
         case .completeUnlessOpen: "complete-unless-open"
         case .completeUntilFirstUserAuthentication: "until-first-unlock"
-        case .none: "none"
+        case .noProtection: "none"
         }
     }
 
@@ -66,7 +66,7 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
         case .complete: .complete
         case .completeUnlessOpen: .completeUnlessOpen
         case .completeUntilFirstUserAuthentication: .completeUntilFirstUserAuthentication
-        case .none: .none
+        case .noProtection: .none
         }
     }
 
@@ -91,7 +91,7 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
         case .completeFileProtection: self = .complete
         case .completeFileProtectionUnlessOpen: self = .completeUnlessOpen
         case .completeFileProtectionUntilFirstUserAuthentication: self = .completeUntilFirstUserAuthentication
-        case .noFileProtection: self = .none
+        case .noFileProtection: self = .noProtection
         default: return nil
         }
     }
@@ -102,7 +102,7 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
         case .complete: .completeFileProtection
         case .completeUnlessOpen: .completeFileProtectionUnlessOpen
         case .completeUntilFirstUserAuthentication: .completeFileProtectionUntilFirstUserAuthentication
-        case .none: .noFileProtection
+        case .noProtection: .noFileProtection
         }
     }
 }

@@ -111,13 +111,13 @@ import Testing
         await #expect(throws: KeybagError.classUnavailable(.completeUntilFirstUserAuthentication, .beforeFirstUnlock)) {
             _ = try await keybag.wrapNewFileKey(for: .completeUntilFirstUserAuthentication)
         }
-        _ = try await keybag.wrapNewFileKey(for: .none)
+        _ = try await keybag.wrapNewFileKey(for: .noProtection)
     }
 
     @Test func keysFromAnotherKeybagAreForeign() async throws {
         let (a, _, _) = try await makeDevice()
         let (b, _, _) = try await makeDevice()
-        let (_, wrapped) = try await a.wrapNewFileKey(for: .none)
+        let (_, wrapped) = try await a.wrapNewFileKey(for: .noProtection)
         await #expect { _ = try await b.unwrapFileKey(wrapped) } throws: { error in
             guard case KeybagError.foreignKeybag = error else { return false }
             return true

@@ -8,7 +8,7 @@ import Testing
         let keybag = try await Keybag.open(root: root, clock: clock)
         #expect(await keybag.lockState == .beforeFirstUnlock)
         #expect(await keybag.isProtectedDataAvailable == false)
-        #expect(await keybag.isAvailable(.none))
+        #expect(await keybag.isAvailable(.noProtection))
         #expect(await !keybag.isAvailable(.completeUntilFirstUserAuthentication))
         #expect(await !keybag.isAvailable(.completeUnlessOpen))
         #expect(await !keybag.isAvailable(.complete))
@@ -33,7 +33,7 @@ import Testing
         #expect(await !keybag.isAvailable(.complete))
         #expect(await !keybag.isAvailable(.completeUnlessOpen))
         #expect(await keybag.isAvailable(.completeUntilFirstUserAuthentication))
-        #expect(await keybag.isAvailable(.none))
+        #expect(await keybag.isAvailable(.noProtection))
         #expect(await keybag.canCreate(.completeUnlessOpen))
         #expect(await !keybag.canCreate(.complete))
         #expect(await keybag.isProtectedDataAvailable == false)
@@ -75,7 +75,7 @@ import Testing
         await keybag.lock()
         clock.advance(by: 10)
         #expect(await keybag.status.graceRemaining == nil)
-        #expect(await keybag.status.available == [.completeUntilFirstUserAuthentication, .none])
+        #expect(await keybag.status.available == [.completeUntilFirstUserAuthentication, .noProtection])
     }
 
     @Test func noPasscodeMeansProtectionInactive() async throws {

@@ -1,0 +1,68 @@
+import DataProtectionKeybag
+import Foundation
+
+/// Progress of ``ProtectedFileManager/reprotectItems(at:to:progress:)``.
+public struct ReprotectionProgress: Sendable, Equatable {
+    /// Items handled so far.
+    public var completed: Int
+    /// Items in the tree.
+    public var total: Int
+    /// The item just handled.
+    public var path: String
+}
+
+/// What a tree re-protection did.
+public struct ReprotectionReport: Sendable, Equatable {
+    /// Files whose class changed (plain files converted included).
+    public var filesChanged = 0
+    /// Files that already had the class.
+    public var filesUnchanged = 0
+    /// Directories whose default was set.
+    public var directories = 0
+    /// Items that could not be changed, with the reason. Nothing else was touched for them.
+    public var failures: [String: String] = [:]
+}
+
+extension ProtectedFileManager {
+    /// Sets `cls` on every file below `url` (and `url` itself) and makes it the default of every
+    /// directory — the enumerator loop iOS developers write with `FileManager`, in one call.
+    /// Files are rewrapped (protected) or converted in place (plain). One item's failure (a
+    /// locked class, a damaged file) is recorded in the report and the walk goes on.
+    ///
+    /// ```swift
+    /// let report = try await files.reprotectItems(at: documents, to: .complete) { p in
+    ///     print("\(p.completed)/\(p.total) \(p.path)")
+    /// }
+    /// ```
+    @discardableResult
+    public func reprotectItems(at url: URL, to cls: ProtectionClass,
+                               progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport {
+        guard FileManager.default.fileExists(atPath: url.path) else { throw ProtectedFileError.noSuchFile(path: url.path) }
+        var items = [url]
+        if case .directory = try protection(ofItemAt: url) {
+            let enumerator = FileManager.default.enumerator(at: url, includingPropertiesForKeys: nil, options: [])
+            while let next = enumerator?.nextObject() as? URL { items.append(next) }
+        }
+        var report = ReprotectionReport()
+        for (index, item) in items.enumerated() {
+            do {
+                switch try protection(ofItemAt: item) {
+                case .directory:
+                    try await setProtection(cls, ofItemAt: item)
+                    report.directories += 1
+                case .protected(let current) where current == cls:
+                    report.filesUnchanged += 1
+                case .protected, .plain:
+                    try await setProtection(cls, ofItemAt: item)
+                    report.filesChanged += 1
+                case .other:
+                    break
+                }
+            } catch {
+                report.failures[item.path] = String(describing: error)
+            }
+            progress?(ReprotectionProgress(completed: index + 1, total: items.count, path: item.path))
+        }
+        return report
+    }
+}

@@ -1,0 +1,76 @@
+import DataProtection
+import Foundation
+import Testing
+
+@Suite struct RandomAccessTests {
+    /// Random writes, appends and truncations, checked against a plain in-memory model after
+    /// every step and once more after reopening.
+    @Test(arguments: [ProtectionClass.complete, .completeUnlessOpen])
+    func randomOperationsMatchAPlainModel(cls: ProtectionClass) async throws {
+        let device = try await TestDevice.make()
+        let url = device.url("random")
+        let handle = try await device.files.createFile(at: url, protection: cls)
+        var model = [UInt8]()
+        var rng = SystemRandomNumberGenerator()
+        for step in 0..<120 {
+            switch Int.random(in: 0..<10, using: &rng) {
+            case 0..<5:
+                let offset = Int.random(in: 0...(model.count + 70_000), using: &rng)
+                let chunk = [UInt8](randomData(Int.random(in: 1...140_000, using: &rng)))
+                try await handle.write(chunk, at: Int64(offset))
+                if offset > model.count { model += [UInt8](repeating: 0, count: offset - model.count) }
+                let end = offset + chunk.count
+                if end > model.count { model += [UInt8](repeating: 0, count: end - model.count) }
+                model.replaceSubrange(offset..<end, with: chunk)
+            case 5..<7:
+                let chunk = [UInt8](randomData(Int.random(in: 0...70_000, using: &rng)))
+                try await handle.append(chunk)
+                model += chunk
+            case 7:
+                let size = Int.random(in: 0...(model.count + 100_000), using: &rng)
+                try await handle.truncate(atOffset: Int64(size))
+                if size < model.count { model.removeLast(model.count - size) } else { model += [UInt8](repeating: 0, count: size - model.count) }
+            default:
+                let offset = Int.random(in: 0...max(0, model.count), using: &rng)
+                let count = Int.random(in: 0...150_000, using: &rng)
+                let expected = model[min(offset, model.count)..<min(model.count, offset + count)]
+                #expect(try await handle.read(at: Int64(offset), count: count) == Data(expected), "step \(step)")
+            }
+            #expect(try await handle.size() == Int64(model.count), "step \(step)")
+        }
+        try await handle.close()
+        #expect(try await device.files.contents(of: url) == Data(model))
+        #expect(try device.files.plaintextSize(ofItemAt: url) == Int64(model.count))
+    }
+
+    @Test func sequentialFileHandleStyleAPI() async throws {
+        let device = try await TestDevice.make()
+        let url = device.url("seq")
+        try await device.files.write(Data("0123456789".utf8), to: url, protection: .noProtection)
+        let handle = try await device.files.openHandle(forUpdating: url)
+        #expect(try await handle.read(upToCount: 4) == Data("0123".utf8))
+        #expect(try await handle.read(upToCount: 4) == Data("4567".utf8))
+        #expect(try await handle.read(upToCount: 4) == Data("89".utf8))
+        #expect(try await handle.read(upToCount: 4) == nil)
+        try await handle.seek(toOffset: 2)
+        try await handle.write(contentsOf: Data("ab".utf8))
+        #expect(await handle.offset() == 4)
+        try await handle.synchronize()
+        try await handle.close()
+        await #expect(throws: ProtectedFileError.closed(path: url.path)) { _ = try await handle.size() }
+        #expect(try await device.files.contents(of: url) == Data("01ab456789".utf8))
+        let reader = try await device.files.openHandle(forReadingFrom: url)
+        await #expect(throws: ProtectedFileError.self) { try await reader.write(Data("no".utf8), at: 0) }
+    }
+
+    @Test func largeFilesStreamInBoundedChunks() async throws {
+        let device = try await TestDevice.make()
+        let url = device.url("big")
+        let handle = try await device.files.createFile(at: url, protection: .noProtection)
+        let chunk = randomData(1 << 20)
+        for _ in 0..<24 { try await handle.append(chunk) }
+        #expect(try await handle.size() == 24 << 20)
+        #expect(try await handle.read(at: Int64(17 << 20) + 5, count: 10) == chunk[5..<15])
+        try await handle.close()
+    }
+}
