@@ -1,5 +1,9 @@
 import DataProtectionKeybag
 import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What a path holds, as far as protection goes — readable without any key.
 public enum ItemProtection: Sendable, Equatable {
@@ -43,6 +47,62 @@ enum DirectoryDefault {
             if let cls = try? get(directory.path) { return cls }
             if directory.path == "/" { return nil }
             directory = directory.deletingLastPathComponent()
+        }
+    }
+}
+
+/// Reads what the protected format reveals without any key: the kind of item, a file's class
+/// and its plaintext size. Works while locked and without a keybag (`dpctl ls` uses it).
+public enum ItemInspector {
+    /// What `url` holds: a directory (and its default class), a protected file (and its class),
+    /// a plain file. A file that looks like the protected format but does not parse is an error
+    /// (``ProtectedFileError/damaged(path:reason:)``), never "plain".
+    public static func protection(ofItemAt url: URL) throws -> ItemProtection {
+        let path = url.path
+        var st = stat()
+        guard stat(path, &st) == 0 else { throw ProtectedFileError.noSuchFile(path: path) }
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR:
+            return .directory(defaultClass: try wrapFS { try DirectoryDefault.get(path) })
+        case S_IFREG:
+            let prefix = try wrapFS { try readPrefix(path) }
+            guard ProtectedFileHeader.looksProtected(prefix) else { return .plain }
+            return .protected(try ProtectedFileHeader.parse(prefix, path: path).protectionClass)
+        default:
+            return .other
+        }
+    }
+
+    /// The plaintext size of a file, from its length alone (for protected files: the length
+    /// minus the header and 28 bytes per segment). Not authenticated until the file is read.
+    public static func plaintextSize(ofItemAt url: URL) throws -> Int64 {
+        let path = url.path
+        var st = stat()
+        guard stat(path, &st) == 0 else { throw ProtectedFileError.noSuchFile(path: path) }
+        guard case .protected = try protection(ofItemAt: url) else { return Int64(st.st_size) }
+        let header = try ProtectedFileHeader.parse(try wrapFS { try readPrefix(path) }, path: path)
+        let body = Int64(st.st_size) - Int64(ProtectedFileHeader.size)
+        guard body >= Int64(SegmentCipher.overhead) else { return 0 }
+        let sealed = Int64(header.segmentSize + SegmentCipher.overhead)
+        let count = (body + sealed - 1) / sealed
+        return body - count * Int64(SegmentCipher.overhead)
+    }
+
+    static func readPrefix(_ path: String) throws -> [UInt8] {
+        let fd = try POSIXFile.open(path, .readOnly)
+        defer { try? fd.close() }
+        return try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+    }
+
+    static func wrapFS<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let error as FileSystemError {
+            if error.errno == .noSuchFileOrDirectory { throw ProtectedFileError.noSuchFile(path: error.path) }
+            if error.errno == .isDirectory { throw ProtectedFileError.isDirectory(path: error.path) }
+            throw ProtectedFileError.fileSystem(error)
+        } catch let error as ProtectedFileError {
+            throw error
+        } catch let error as CocoaError {
+            throw ProtectedFileError.fileSystem(FileSystemError(error.localizedDescription, path: error.filePath ?? "", errno: .ioError))
         }
     }
 }

@@ -32,7 +32,7 @@ public enum ProtectedFileError: Error, Sendable, Equatable, CustomStringConverti
     public var description: String {
         switch self {
         case .unavailable(let path, let cls, let state, let writing):
-            "\(path): class \(cls) data cannot be \(writing ? "written" : "read") while the device is \(state)"
+            "\(path): class \(cls) data cannot be \(writing ? "written" : "read") while the device is \(state.phrase)"
         case .damaged(let path, let reason):
             "\(path): damaged protected file: \(reason)"
         case .unsupportedVersion(let path, let version):

@@ -30,39 +30,14 @@ public struct ProtectedFileManager: Sendable {
 
     // MARK: - Inspecting
 
-    /// What `url` holds: a directory (and its default class), a protected file (and its
-    /// class), or a plain file. Needs no key and works while locked.
+    /// What `url` holds (see ``ItemInspector/protection(ofItemAt:)``). Needs no key.
     public func protection(ofItemAt url: URL) throws -> ItemProtection {
-        let path = url.path
-        var st = stat()
-        guard stat(path, &st) == 0 else { throw ProtectedFileError.noSuchFile(path: path) }
-        switch st.st_mode & S_IFMT {
-        case S_IFDIR:
-            return .directory(defaultClass: try wrapFS { try DirectoryDefault.get(path) })
-        case S_IFREG:
-            let prefix = try wrapFS { () -> [UInt8] in
-                let fd = try POSIXFile.open(path, .readOnly)
-                defer { try? fd.close() }
-                return try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-            }
-            guard ProtectedFileHeader.looksProtected(prefix) else { return .plain }
-            return .protected(try ProtectedFileHeader.parse(prefix, path: path).protectionClass)
-        default:
-            return .other
-        }
+        try ItemInspector.protection(ofItemAt: url)
     }
 
-    /// The plaintext size of a file (protected or plain), computed without a key.
+    /// The plaintext size of a file (see ``ItemInspector/plaintextSize(ofItemAt:)``). Needs no key.
     public func plaintextSize(ofItemAt url: URL) throws -> Int64 {
-        let path = url.path
-        let attributes = try wrapFS { try fileStat(path) }
-        guard case .protected = try protection(ofItemAt: url) else { return attributes.size }
-        let header = try ProtectedFileHeader.parse(try wrapFS { try readPrefix(path) }, path: path)
-        let body = attributes.size - Int64(ProtectedFileHeader.size)
-        let sealed = Int64(header.segmentSize + SegmentCipher.overhead)
-        guard body >= Int64(SegmentCipher.overhead) else { return 0 }
-        let count = (body + sealed - 1) / sealed
-        return body - count * Int64(SegmentCipher.overhead)
+        try ItemInspector.plaintextSize(ofItemAt: url)
     }
 
     /// The default class a new file at `url` would get if the caller named none.
@@ -359,28 +334,8 @@ public struct ProtectedFileManager: Sendable {
 
     // MARK: - Helpers
 
-    func wrapFS<T>(_ body: () throws -> T) throws -> T {
-        do { return try body() } catch let error as FileSystemError {
-            if error.errno == .noSuchFileOrDirectory { throw ProtectedFileError.noSuchFile(path: error.path) }
-            throw ProtectedFileError.fileSystem(error)
-        } catch let error as ProtectedFileError {
-            throw error
-        } catch {
-            throw ProtectedFileError.fileSystem(FileSystemError("file operation", path: "", errno: .ioError))
-        }
-    }
+    func wrapFS<T>(_ body: () throws -> T) throws -> T { try ItemInspector.wrapFS(body) }
 
-    private func readPrefix(_ path: String) throws -> [UInt8] {
-        let fd = try POSIXFile.open(path, .readOnly)
-        defer { try? fd.close() }
-        return try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-    }
-
-    private func fileStat(_ path: String) throws -> (size: Int64, mode: UInt32) {
-        var st = stat()
-        guard stat(path, &st) == 0 else { throw FileSystemError("stat", path: path, errno: Errno(rawValue: errno)) }
-        return (Int64(st.st_size), st.st_mode)
-    }
 }
 
 func randomFileID() -> [UInt8] { (0..<16).map { _ in UInt8.random(in: 0...255) } }

@@ -57,9 +57,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
         case .emptyPasscode:
             "the passcode must not be empty"
         case .deviceLocked(let state):
-            "the device is \(state): unlock it with the passcode first"
+            "the device is \(state.phrase): unlock it with the passcode first"
         case .classUnavailable(let cls, let state):
-            "protected data of class \(cls) is unavailable while the device is \(state)"
+            "protected data of class \(cls) is unavailable while the device is \(state.phrase)"
         case .keyUnwrapFailed(let cls):
             "the file key (class \(cls.letter)) does not unwrap: the file is damaged or belongs to another keybag"
         case .foreignKeybag(let expected, let found):

@@ -10,6 +10,15 @@ public enum LockState: String, Sendable, Equatable, CustomStringConvertible {
     case locked
 
     public var description: String { rawValue }
+
+    /// How messages say it: "the device is locked (before first unlock)".
+    public var phrase: String {
+        switch self {
+        case .beforeFirstUnlock: "locked (before first unlock)"
+        case .unlocked: "unlocked"
+        case .locked: "locked"
+        }
+    }
 }
 
 /// What a subscriber hears about protected data, like UIKit's

@@ -110,9 +110,12 @@ package enum POSIXFile {
 
     /// Replaces `path` atomically: a crash leaves either the old content or the new, never a mix.
     ///
-    /// `fill` writes the new content into a temporary sibling, which is flushed (`fsync`) and
-    /// renamed over `path`; the directory is flushed too. On any failure the temporary file is
-    /// removed and `path` is untouched. The new file gets `permissions`, or the old file's mode.
+    /// `fill` writes the new content into an unnamed file (`O_TMPFILE`) in the same directory,
+    /// which is flushed (`fsync`), linked under a hidden temporary name and renamed over `path`;
+    /// the directory is flushed too. A process killed before the rename leaves no trace (at
+    /// most, between link and rename, a complete hidden `.NAME.dp-tmp-*`). Where `O_TMPFILE`
+    /// is not supported a named hidden temporary file is used. On any failure `path` is
+    /// untouched. The new file gets `permissions`, or the old file's mode (0644 for a new file).
     package static func replaceAtomically(_ path: String, permissions: FilePermissions? = nil,
                                           _ fill: (FileDescriptor, String) throws -> Void) throws {
         var mode = permissions ?? FilePermissions(rawValue: 0o644)
@@ -120,12 +123,33 @@ package enum POSIXFile {
             var st = stat()
             if stat(path, &st) == 0 { mode = FilePermissions(rawValue: st.st_mode & 0o7777) }
         }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let temp = temporarySibling(of: path)
-        let fd = try open(temp, .writeOnly, options: [.create, .exclusiveCreate], permissions: mode)
+
+        var fd: FileDescriptor
+        var isUnnamed = false
+        let canLinkUnnamed = access("/proc/self/fd", F_OK) == 0
+        let raw = canLinkUnnamed ? Glibc.open(directory, cshim_o_tmpfile() | O_WRONLY | O_CLOEXEC, mode.rawValue) : -1
+        if raw >= 0 {
+            fd = FileDescriptor(rawValue: raw)
+            isUnnamed = true
+        } else {
+            // Unsupported by the file system (or no /proc): fall back to a named temporary file.
+            // Any other failure (permissions, read-only, no space, no directory) is the answer.
+            let err = Errno(rawValue: Glibc.errno)
+            if canLinkUnnamed, ![.notSupported, .isDirectory, .invalidArgument].contains(err) {
+                throw FileSystemError("open", path: directory, errno: err)
+            }
+            fd = try open(temp, .writeOnly, options: [.create, .exclusiveCreate], permissions: mode)
+        }
         do {
-            try fill(fd, temp)
-            try sync(fd, path: temp)
-            try system("close", temp) { try fd.close() }
+            try check("fchmod", path) { fchmod(fd.rawValue, mode.rawValue) }
+            try fill(fd, path)
+            try sync(fd, path: path)
+            if isUnnamed {
+                try check("linkat", path) { linkat(AT_FDCWD, "/proc/self/fd/\(fd.rawValue)", AT_FDCWD, temp, AT_SYMLINK_FOLLOW) }
+            }
+            try system("close", path) { try fd.close() }
         } catch {
             try? fd.close()
             unlink(temp)
@@ -137,7 +161,7 @@ package enum POSIXFile {
             unlink(temp)
             throw error
         }
-        try? syncDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
+        try? syncDirectory(directory)
     }
 
     /// Writes `bytes` to `path` atomically (see ``replaceAtomically(_:permissions:_:)``).

@@ -1,0 +1,62 @@
+import ArgumentParser
+import DataProtection
+import Foundation
+import Logging
+
+@main
+struct DPCtl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dpctl",
+        abstract: "iOS-style Data Protection for files on Linux.",
+        discussion: """
+            A data root holds the device: a device secret and a keybag with one key per protection \
+            class. Every run starts "before first unlock", as a phone does after a reboot; pass \
+            --passcode-file to unlock for that run. Classes: complete (A), complete-unless-open (B), \
+            until-first-unlock (C, the default), none (D).
+
+            Exit status: 0 success, 1 error, 3 protected data unavailable (locked), 4 damaged or \
+            foreign file, 5 wrong passcode or passcode delay.
+            """,
+        subcommands: [
+            Tour.self, Init.self, Status.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
+            SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self,
+        ]
+    )
+
+    /// Parses `dpctl [--root DIR] [--verbose] SUBCOMMAND …`: options given before the
+    /// subcommand are moved after it, where the subcommand's parser expects them.
+    static func main() async {
+        // A write beyond RLIMIT_FSIZE must fail with EFBIG (a clean error), not kill us.
+        signal(SIGXFSZ, SIG_IGN)
+        let arguments = hoistingGlobalOptions(Array(CommandLine.arguments.dropFirst()))
+        do {
+            var command = try parseAsRoot(arguments)
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
+
+    static func hoistingGlobalOptions(_ arguments: [String]) -> [String] {
+        var global: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            if argument == "--root", index + 1 < arguments.count {
+                global += [argument, arguments[index + 1]]
+                index += 2
+            } else if argument.hasPrefix("--root=") || argument == "--verbose" {
+                global.append(argument)
+                index += 1
+            } else {
+                break
+            }
+        }
+        guard !global.isEmpty, index < arguments.count else { return arguments }
+        return [arguments[index]] + global + arguments[(index + 1)...]
+    }
+}

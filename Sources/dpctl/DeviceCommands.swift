@@ -1,0 +1,185 @@
+import ArgumentParser
+import DataProtection
+import Foundation
+
+struct Init: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Set up a new device in the data root: device secret, class keys, keybag.",
+        discussion: "scrypt parameters are calibrated so one passcode attempt costs at least 80 ms on this machine.")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("File holding the passcode (\"-\" for standard input).", valueName: "file"))
+    var passcodeFile: String?
+    @Flag(help: "No passcode: data protection stays inactive (everything is always available).")
+    var noPasscode = false
+    @Option(help: "Seconds between a lock and the discarding of class A keys.")
+    var gracePeriod: Double = 10
+    @Flag(help: "Crypto-erase the device after 10 consecutive wrong passcodes.")
+    var eraseAfterTenFailures = false
+
+    func validate() throws {
+        if (passcodeFile == nil) == !noPasscode {
+            throw ValidationError("give exactly one of --passcode-file F and --no-passcode")
+        }
+    }
+
+    func run() async throws {
+        try await reportingErrors {
+            device.bootstrapLogging()
+            let passcode = try passcodeFile.map(readPasscode)
+            let keybag = try await Keybag.create(root: device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod,
+                                                 eraseAfterTenFailures: eraseAfterTenFailures)
+            let status = await keybag.status
+            printOut("initialized \(status.root) (keybag \(status.keybagID))")
+            printOut(status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive")
+        }
+    }
+}
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the lock state, passcode state, failed attempts and delays.")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("Unlock with this passcode file first.", valueName: "file"))
+    var passcodeFile: String?
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDevice(passcodeFile: passcodeFile)
+            let s = await keybag.status
+            if json {
+                var object: [String: Any] = [
+                    "root": s.root, "keybag": s.keybagID.uuidString, "state": s.lockState.rawValue,
+                    "passcodeSet": s.passcodeSet, "protectionActive": s.protectionActive,
+                    "failedAttempts": s.failedAttempts, "delayRemainingSeconds": s.delayRemaining ?? 0,
+                    "gracePeriodSeconds": s.gracePeriod, "eraseAfterTenFailures": s.eraseAfterTenFailures,
+                    "kdf": ["algorithm": "scrypt", "logN": Int(s.kdf.logN), "r": Int(s.kdf.r), "p": Int(s.kdf.p)],
+                    "available": s.available.map(\.cliName),
+                    "protectedDataAvailable": s.available.contains(.complete),
+                ]
+                if let grace = s.graceRemaining { object["graceRemainingSeconds"] = grace }
+                let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+                printOut(String(decoding: data, as: UTF8.self))
+                return
+            }
+            let rows: [[String]] = [
+                ["root:", s.root],
+                ["keybag:", s.keybagID.uuidString],
+                ["state:", s.lockState.rawValue],
+                ["passcode:", s.passcodeSet ? "set" : "not set — data protection is INACTIVE (every class is always available)"],
+                ["failed attempts:", "\(s.failedAttempts)"],
+                ["next attempt:", s.delayRemaining.map { "in \(Int($0.rounded(.up))) s" } ?? "allowed now"],
+                ["grace period:", "\(s.gracePeriod) s"],
+                ["erase after 10:", s.eraseAfterTenFailures ? "on" : "off"],
+                ["passcode KDF:", "\(s.kdf)"],
+                ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
+            ]
+            printOut(table(rows))
+        }
+    }
+}
+
+struct Policy: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Change the grace period or the erase-after-10-failures policy.")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("The current passcode (needed when one is set).", valueName: "file"))
+    var passcodeFile: String?
+    @Option(help: "Seconds between a lock and the discarding of class A keys.")
+    var gracePeriod: Double?
+    @Option(help: ArgumentHelp("Crypto-erase after 10 wrong passcodes.", valueName: "on|off"))
+    var eraseAfterTenFailures: String?
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDevice(passcodeFile: passcodeFile)
+            if let gracePeriod { try await keybag.setGracePeriod(gracePeriod) }
+            if let eraseAfterTenFailures {
+                guard ["on", "off"].contains(eraseAfterTenFailures) else { throw CLIError("--erase-after-ten-failures takes on or off") }
+                try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures == "on")
+            }
+            let s = await keybag.status
+            printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off")")
+        }
+    }
+}
+
+struct SetPasscode: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set-passcode",
+        abstract: "Set a passcode on a device that has none: data protection becomes active.")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("File holding the new passcode.", valueName: "file"))
+    var newPasscodeFile: String
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDevice(passcodeFile: nil)
+            try await keybag.setPasscode(try readPasscode(newPasscodeFile))
+            printOut("passcode set: class A, B and C keys are now wrapped by it")
+        }
+    }
+}
+
+struct ChangePasscode: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "change-passcode",
+        abstract: "Change the passcode. Only the class keys are rewrapped; no file is rewritten.")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("File holding the current passcode.", valueName: "file"))
+    var passcodeFile: String
+    @Option(help: ArgumentHelp("File holding the new passcode.", valueName: "file"))
+    var newPasscodeFile: String
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDevice(passcodeFile: nil)
+            try await keybag.changePasscode(from: try readPasscode(passcodeFile), to: try readPasscode(newPasscodeFile))
+            printOut("passcode changed")
+        }
+    }
+}
+
+struct RemovePasscode: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove-passcode",
+        abstract: "Remove the passcode: data protection becomes inactive.")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("File holding the current passcode.", valueName: "file"))
+    var passcodeFile: String
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDevice(passcodeFile: nil)
+            try await keybag.removePasscode(current: try readPasscode(passcodeFile))
+            printOut("passcode removed: data protection is inactive")
+        }
+    }
+}
+
+struct Erase: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Crypto-erase the device: destroy the keybag and device secret. Every protected file of this root becomes unrecoverable.",
+        discussion: "On a terminal it asks you to type ERASE unless --yes is given.")
+
+    @OptionGroup var device: DeviceOptions
+    @Flag(help: "Do not ask for confirmation.")
+    var yes = false
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDevice(passcodeFile: nil)
+            if !yes, isatty(STDIN_FILENO) == 1 {
+                FileHandle.standardError.write(Data("Erase \(keybag.root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
+                guard readLine() == "ERASE" else { throw CLIError("not erased") }
+            }
+            try await keybag.erase()
+            printOut("erased \(keybag.root): keybag and device secret destroyed")
+        }
+    }
+}
