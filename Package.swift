@@ -60,7 +60,7 @@ let package = Package(
         ),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
-        .testTarget(name: "dpctlTests", dependencies: ["DataProtection"]),
+        .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "dpctl"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -274,7 +274,9 @@ public actor Keybag {
     /// A wrong `old` passcode counts as a failed attempt.
     public func changePasscode(from old: String, to new: String) throws {
         guard file.passcodeSet else { throw KeybagError.noPasscodeSet }
-        _ = try verifyPasscode(old)
+        if new.isEmpty { throw KeybagError.emptyPasscode }
+        let (keys, bPrivate) = try verifyPasscode(old)
+        adoptUnlockedKeys(keys, bPrivate: bPrivate)
         try rewrapClassKeys(newPasscode: new)
     }
 

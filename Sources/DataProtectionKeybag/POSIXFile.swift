@@ -129,7 +129,7 @@ package enum POSIXFile {
         var fd: FileDescriptor
         var isUnnamed = false
         let canLinkUnnamed = access("/proc/self/fd", F_OK) == 0
-        let raw = canLinkUnnamed ? Glibc.open(directory, cshim_o_tmpfile() | O_WRONLY | O_CLOEXEC, mode.rawValue) : -1
+        let raw = canLinkUnnamed ? Glibc.open(directory, cshim_o_tmpfile() | O_RDWR | O_CLOEXEC, mode.rawValue) : -1
         if raw >= 0 {
             fd = FileDescriptor(rawValue: raw)
             isUnnamed = true
@@ -140,7 +140,7 @@ package enum POSIXFile {
             if canLinkUnnamed, ![.notSupported, .isDirectory, .invalidArgument].contains(err) {
                 throw FileSystemError("open", path: directory, errno: err)
             }
-            fd = try open(temp, .writeOnly, options: [.create, .exclusiveCreate], permissions: mode)
+            fd = try open(temp, .readWrite, options: [.create, .exclusiveCreate], permissions: mode)
         }
         do {
             try check("fchmod", path) { fchmod(fd.rawValue, mode.rawValue) }

@@ -82,6 +82,15 @@ import Testing
         #expect(try await reopened.unwrapFileKey(wrapped) == fileKey)
     }
 
+    @Test func passcodeCanBeChangedRightAfterARestart() async throws {
+        let (_, clock, root) = try await makeDevice()
+        let keybag = try await Keybag.open(root: root, clock: clock)
+        try await keybag.changePasscode(from: "1234", to: "5678")
+        let reopened = try await Keybag.open(root: root, clock: clock)
+        try await reopened.unlock(passcode: "5678")
+        await #expect(throws: KeybagError.emptyPasscode) { try await reopened.changePasscode(from: "5678", to: "") }
+    }
+
     @Test func calibratedKDFCostsAtLeast80ms() throws {
         let kdf = try PasscodeKDF.calibrated()
         // Calibration measured ≥ 80 ms; a second measurement may be a little faster (warm caches).

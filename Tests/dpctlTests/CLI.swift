@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+
+/// Runs the built `dpctl` as a child process, as a user would.
+struct CLI {
+    let root: String
+    let work: URL
+
+    static var executable: URL {
+        // The test bundle and the executables are built side by side.
+        var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        while !FileManager.default.fileExists(atPath: dir.appendingPathComponent("dpctl").path), dir.path != "/" {
+            dir = dir.deletingLastPathComponent()
+        }
+        return dir.appendingPathComponent("dpctl")
+    }
+
+    static func make() -> CLI {
+        let work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dpctl-tests-" + UUID().uuidString)
+        try! FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        return CLI(root: work.appendingPathComponent("root").path, work: work)
+    }
+
+    struct Result {
+        var status: Int32
+        var stdout: Data
+        var stderr: String
+        var out: String { String(decoding: stdout, as: UTF8.self) }
+    }
+
+    /// Runs `dpctl --root ROOT args…` with `input` on standard input.
+    @discardableResult
+    func run(_ args: [String], input: Data = Data(), environment: [String: String] = [:], shellPrefix: String? = nil) throws -> Result {
+        let process = Process()
+        if let shellPrefix {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            let quoted = ([Self.executable.path, "--root", root] + args).map { "'\($0)'" }.joined(separator: " ")
+            process.arguments = ["-c", "\(shellPrefix); exec \(quoted)"]
+        } else {
+            process.executableURL = Self.executable
+            process.arguments = ["--root", root] + args
+        }
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { $1 }
+        process.environment = env
+        let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = stderr
+        try process.run()
+        signal(SIGPIPE, SIG_IGN)
+        let writer = Thread { try? stdin.fileHandleForWriting.write(contentsOf: input); try? stdin.fileHandleForWriting.close() }
+        writer.start()
+        let errData = DataReader(stderr.fileHandleForReading)
+        let outData = stdout.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(status: process.terminationStatus, stdout: outData, stderr: String(decoding: errData.result(), as: UTF8.self))
+    }
+
+    func file(_ name: String) -> String { work.appendingPathComponent(name).path }
+
+    func writeFile(_ name: String, _ contents: String) -> String {
+        let path = file(name)
+        try! Data(contents.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+}
+
+/// Reads a pipe to its end on a background thread.
+final class DataReader: @unchecked Sendable {
+    private var data = Data()
+    private let done = DispatchSemaphore(value: 0)
+    init(_ handle: FileHandle) {
+        Thread {
+            self.data = handle.readDataToEndOfFile()
+            self.done.signal()
+        }.start()
+    }
+    func result() -> Data {
+        done.wait()
+        return data
+    }
+}

@@ -1,0 +1,136 @@
+import Foundation
+import Testing
+
+@Suite(.serialized) struct DPCtlTests {
+    @Test func initStatusWriteCatLsAcrossRuns() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let status = try cli.run(["status"])
+        #expect(status.out.contains("before-first-unlock"))
+        #expect(status.out.contains("passcode:         set"))
+
+        let secret = cli.file("secret.txt")
+        // Locked: class A cannot be created; with the passcode it can.
+        let denied = try cli.run(["write", secret, "--class", "complete"], input: Data("top secret".utf8))
+        #expect(denied.status == 3)
+        #expect(denied.stderr.split(separator: "\n").count == 1)
+        #expect(try cli.run(["write", secret, "--class", "complete", "--passcode-file", passcode], input: Data("top secret".utf8)).status == 0)
+        // Every run starts before first unlock.
+        let locked = try cli.run(["cat", secret])
+        #expect(locked.status == 3)
+        #expect(locked.stderr.hasPrefix("dpctl: "))
+        #expect(locked.stderr.contains("cannot be read"))
+        #expect(locked.stdout.isEmpty)
+        #expect(try cli.run(["cat", secret, "--passcode-file", passcode]).out == "top secret")
+        // Class B can be written while locked; C cannot; D can and reads back without a passcode.
+        #expect(try cli.run(["write", cli.file("b.bin"), "--class", "complete-unless-open"], input: Data("b".utf8)).status == 0)
+        #expect(try cli.run(["write", cli.file("c.bin"), "--class", "until-first-unlock"], input: Data("c".utf8)).status == 3)
+        #expect(try cli.run(["write", cli.file("d.bin"), "--class", "none"], input: Data("d".utf8)).status == 0)
+        #expect(try cli.run(["cat", cli.file("d.bin")]).out == "d")
+        #expect(try cli.run(["cat", cli.file("b.bin")]).status == 3)
+        #expect(try cli.run(["cat", cli.file("b.bin"), "--passcode-file", passcode]).out == "b")
+
+        let ls = try cli.run(["ls", cli.work.path])
+        #expect(ls.status == 0)
+        #expect(ls.out.contains("complete (A)"))
+        #expect(ls.out.contains("complete-unless-open (B)"))
+        #expect(ls.out.contains("none (D)"))
+        #expect(ls.out.contains("plain (unprotected)"))
+
+        let json = try cli.run(["status", "--json", "--passcode-file", passcode])
+        let object = try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any]
+        #expect(object?["state"] as? String == "unlocked")
+        #expect(object?["passcodeSet"] as? Bool == true)
+    }
+
+    @Test func wrongPasscodesAreCountedAcrossProcessesAndDelayed() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--passcode-file", cli.writeFile("p", "right")]).status == 0)
+        for n in 1...5 {
+            let result = try cli.run(["status", "--passcode-file", cli.writeFile("bad\(n)", "wrong\(n)")])
+            #expect(result.status == 5)
+            #expect(result.stderr.contains("wrong passcode (\(n) consecutive"))
+        }
+        let delayed = try cli.run(["status", "--passcode-file", cli.file("p")])
+        #expect(delayed.status == 5)
+        #expect(delayed.stderr.contains("try again in"))
+        let status = try cli.run(["status", "--json"])
+        let object = try JSONSerialization.jsonObject(with: status.stdout) as? [String: Any]
+        #expect(object?["failedAttempts"] as? Int == 5)
+        #expect((object?["delayRemainingSeconds"] as? Double ?? 0) > 0)
+    }
+
+    @Test func noPasscodeStatusSaysProtectionIsInactive() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        let status = try cli.run(["status"])
+        #expect(status.out.contains("INACTIVE"))
+        #expect(try cli.run(["write", cli.file("a"), "--class", "complete"], input: Data("x".utf8)).status == 0)
+        #expect(try cli.run(["cat", cli.file("a")]).out == "x")
+        // Setting a passcode activates protection; the same file is then locked after a restart.
+        #expect(try cli.run(["set-passcode", "--new-passcode-file", cli.writeFile("p", "0000")]).status == 0)
+        #expect(try cli.run(["cat", cli.file("a")]).status == 3)
+        #expect(try cli.run(["change-passcode", "--passcode-file", cli.file("p"), "--new-passcode-file", cli.writeFile("q", "1111")]).status == 0)
+        #expect(try cli.run(["cat", cli.file("a"), "--passcode-file", cli.file("q")]).out == "x")
+        #expect(try cli.run(["remove-passcode", "--passcode-file", cli.file("q")]).status == 0)
+        #expect(try cli.run(["cat", cli.file("a")]).out == "x")
+    }
+
+    @Test func protectRecursiveCopyAndErase() throws {
+        let cli = CLI.make()
+        let p = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", p]).status == 0)
+        let tree = cli.work.appendingPathComponent("tree")
+        try FileManager.default.createDirectory(at: tree.appendingPathComponent("sub"), withIntermediateDirectories: true)
+        try Data("one".utf8).write(to: tree.appendingPathComponent("one.txt"))
+        try Data("two".utf8).write(to: tree.appendingPathComponent("sub/two.txt"))
+        let result = try cli.run(["protect", "-R", tree.path, "--class", "complete", "--passcode-file", p])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.out.contains("2 files changed"))
+        let ls = try cli.run(["ls", "-R", tree.path])
+        #expect(ls.out.components(separatedBy: "complete (A)").count == 3)
+        #expect(ls.out.contains("dir default: complete"))
+        // A copy into a weaker directory keeps class A.
+        let weak = cli.work.appendingPathComponent("weak")
+        try FileManager.default.createDirectory(at: weak, withIntermediateDirectories: true)
+        #expect(try cli.run(["protect", weak.path, "--class", "none"]).status == 0)
+        #expect(try cli.run(["cp", tree.appendingPathComponent("one.txt").path, weak.appendingPathComponent("one.txt").path, "--passcode-file", p]).status == 0)
+        #expect(try cli.run(["ls", weak.appendingPathComponent("one.txt").path]).out.contains("complete (A)"))
+        // Erase: the keybag is gone and the files are unrecoverable.
+        #expect(try cli.run(["erase", "--yes"]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: cli.root + "/keybag"))
+        let after = try cli.run(["cat", tree.appendingPathComponent("one.txt").path, "--passcode-file", p])
+        #expect(after.status != 0)
+        #expect(after.stderr.contains("no keybag"))
+    }
+
+    @Test func badInputGetsOneLineAndAnExitStatus() throws {
+        let cli = CLI.make()
+        // Missing root.
+        let missing = try cli.run(["status"])
+        #expect(missing.status == 1)
+        #expect(missing.stderr.contains("no keybag"))
+        #expect(missing.stderr.split(separator: "\n").count == 1)
+        let p = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", p]).status == 0)
+        #expect(try cli.run(["init", "--passcode-file", p]).status == 1)
+        // Missing file, directory as file.
+        #expect(try cli.run(["cat", cli.file("nope")]).stderr.contains("no such file"))
+        #expect(try cli.run(["cat", cli.work.path]).status != 0)
+        // A damaged protected file: exit 4, nothing on stdout.
+        #expect(try cli.run(["write", cli.file("d"), "--class", "none"], input: Data(repeating: 7, count: 100_000)).status == 0)
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: cli.file("d"))))
+        bytes[70_000] ^= 1
+        try Data(bytes).write(to: URL(fileURLWithPath: cli.file("d")))
+        let damaged = try cli.run(["cat", cli.file("d")])
+        #expect(damaged.status == 4)
+        #expect(damaged.stdout.isEmpty, "no byte of a damaged file is printed")
+        #expect(damaged.stderr.contains("damaged"))
+        // A garbage keybag.
+        try Data("garbage".utf8).write(to: URL(fileURLWithPath: cli.root + "/keybag"))
+        let corrupt = try cli.run(["status"])
+        #expect(corrupt.status == 4)
+        #expect(corrupt.stderr.contains("keybag rejected"))
+    }
+}
