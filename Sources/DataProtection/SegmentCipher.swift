@@ -14,7 +14,7 @@ struct SegmentCipher: Sendable {
     let key: SymmetricKey
     let fileID: [UInt8]
 
-    private func associatedData(index: Int, final: Bool) -> [UInt8] {
+    func associatedData(index: Int, final: Bool) -> [UInt8] {
         var w = ByteWriter()
         w.raw(fileID)
         w.u64(UInt64(index))
@@ -23,8 +23,9 @@ struct SegmentCipher: Sendable {
     }
 
     /// Appends the sealed segment to `output`.
-    func seal(_ plaintext: UnsafeRawBufferPointer, index: Int, final: Bool, into output: inout [UInt8]) throws {
-        let box = try AES.GCM.seal(plaintext, using: key, nonce: AES.GCM.Nonce(), authenticating: associatedData(index: index, final: final))
+    func seal(_ plaintext: UnsafeRawBufferPointer, index: Int, final: Bool, nonce: AES.GCM.Nonce = AES.GCM.Nonce(),
+              into output: inout [UInt8]) throws {
+        let box = try AES.GCM.seal(plaintext, using: key, nonce: nonce, authenticating: associatedData(index: index, final: final))
         // A 12-byte nonce always gives a combined representation.
         output.append(contentsOf: box.combined!)
     }

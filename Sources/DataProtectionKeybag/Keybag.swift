@@ -41,11 +41,10 @@ public actor Keybag {
     private var isErased = false
     private let logger = Logger(label: "dataprotection.keybag")
 
-    private static let labelClassD = "DataProtection v1 class D KEK"
-    private static let labelNoPasscode = "DataProtection v1 class KEK without passcode"
-    private static let labelPasscode = "DataProtection v1 class KEK with passcode"
-    private static let labelFailedTag = "DataProtection v1 failed passcode tag"
-    private static let labelClassBWrap = "DataProtection v1 class B file key wrap"
+    static let labelClassD = "DataProtection v1 class D KEK"
+    static let labelNoPasscode = "DataProtection v1 class KEK without passcode"
+    static let labelPasscode = "DataProtection v1 class KEK with passcode"
+    static let labelFailedTag = "DataProtection v1 failed passcode tag"
 
     // MARK: - Creating and opening
 
@@ -405,9 +404,7 @@ public actor Keybag {
                 guard let ephemeralBytes = wrapped.ephemeralPublicKey, let bPrivate = classBPrivateKey else {
                     throw KeybagError.keyUnwrapFailed(.completeUnlessOpen)
                 }
-                let ephemeral = try Curve25519.KeyAgreement.PublicKey(rawRepresentation: ephemeralBytes)
-                let kek = try classBWrappingKey(shared: bPrivate.sharedSecretFromKeyAgreement(with: ephemeral), ephemeral: ephemeralBytes)
-                return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: kek)
+                return try ClassBKeyAgreement.unwrap(wrapped.wrappedKey, ephemeralPublic: ephemeralBytes, classPrivate: bPrivate)
             }
             guard let classKey = classKeys[wrapped.protectionClass] else { throw KeybagError.keyUnwrapFailed(wrapped.protectionClass) }
             return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: classKey)
@@ -428,22 +425,13 @@ public actor Keybag {
     public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass) throws -> WrappedFileKey {
         try requireNotErased()
         if protectionClass == .completeUnlessOpen {
-            let ephemeral = Curve25519.KeyAgreement.PrivateKey()
-            let ephemeralBytes = Array(ephemeral.publicKey.rawRepresentation)
-            let kek = try classBWrappingKey(shared: ephemeral.sharedSecretFromKeyAgreement(with: classBPublicKey), ephemeral: ephemeralBytes)
-            return WrappedFileKey(protectionClass: .completeUnlessOpen, keybagID: id,
-                                  wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), ephemeralPublicKey: ephemeralBytes)
+            let (wrapped, ephemeralPublic) = try ClassBKeyAgreement.wrap(key, to: classBPublicKey)
+            return WrappedFileKey(protectionClass: .completeUnlessOpen, keybagID: id, wrappedKey: wrapped, ephemeralPublicKey: ephemeralPublic)
         }
         try requireAvailable(protectionClass)
         guard let classKey = classKeys[protectionClass] else { throw KeybagError.classUnavailable(protectionClass, state) }
         return WrappedFileKey(protectionClass: protectionClass, keybagID: id,
                               wrappedKey: Array(try AES.KeyWrap.wrap(key, using: classKey)), ephemeralPublicKey: nil)
-    }
-
-    /// HKDF-SHA256 over the X25519 shared secret; salt = ephemeral ‖ static public key.
-    private func classBWrappingKey(shared: SharedSecret, ephemeral: [UInt8]) throws -> SymmetricKey {
-        shared.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + Array(classBPublicKey.rawRepresentation),
-                                       sharedInfo: Array(Self.labelClassBWrap.utf8), outputByteCount: 32)
     }
 
     // MARK: - Events

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""An independent reader of the DataProtection formats, written from docs/FORMAT.md alone.
+
+It uses pyca/cryptography (OpenSSL) for every primitive, so the Swift tests can ask a second
+implementation whether what the library writes is what the specification says.
+
+    dp_format.py decrypt ROOT FILE [--passcode P]   plaintext of a protected file to stdout
+    dp_format.py keybag ROOT                        the keybag's fields, as JSON
+    dp_format.py vectors                            recompute the FORMAT.md test vectors, as JSON
+"""
+import json
+import struct
+import sys
+import uuid
+
+from cryptography.hazmat.primitives import hashes, hmac
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+from cryptography.hazmat.primitives.keywrap import aes_key_unwrap, aes_key_wrap
+
+KEYBAG_MAGIC = b"\x89DPKB\r\n\x1a"
+FILE_MAGIC = b"\x89DPF\r\n\x1a\n"
+
+
+class FormatError(Exception):
+    pass
+
+
+def hkdf(ikm, salt, info, length=32):
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt or None, info=info).derive(ikm)
+
+
+def hmac_sha256(key, data):
+    h = hmac.HMAC(key, hashes.SHA256())
+    h.update(data)
+    return h.finalize()
+
+
+def scrypt(passcode, salt, log_n, r, p):
+    return Scrypt(salt=salt, length=32, n=1 << log_n, r=r, p=p).derive(passcode.encode())
+
+
+# ---- keybag -------------------------------------------------------------------------------
+
+def parse_keybag(data, secret):
+    if len(data) != 424 or data[:8] != KEYBAG_MAGIC:
+        raise FormatError("not a keybag")
+    version, length = struct.unpack(">HH", data[8:12])
+    if version != 1 or length != 424:
+        raise FormatError("bad version/length")
+    mac_key = hkdf(secret, b"", b"DataProtection v1 keybag MAC")
+    if hmac_sha256(mac_key, data[:392]) != data[392:]:
+        raise FormatError("keybag MAC")
+    flags, kdf_id, log_n, r, p = data[28], data[29], data[30], data[31], data[32]
+    kb = {
+        "uuid": str(uuid.UUID(bytes=data[12:28])).upper(),
+        "passcode_set": bool(flags & 1),
+        "erase_after_ten": bool(flags & 2),
+        "kdf": {"id": kdf_id, "logN": log_n, "r": r, "p": p},
+        "salt": data[36:52],
+        "failed_attempts": struct.unpack(">I", data[52:56])[0],
+        "last_failure_ms": struct.unpack(">q", data[56:64])[0],
+        "grace_ms": struct.unpack(">I", data[80:84])[0],
+        "records": {},
+    }
+    for i in range(4):
+        rec = data[88 + 76 * i: 88 + 76 * (i + 1)]
+        kb["records"][rec[0]] = {"wrap": rec[1], "wrapped": rec[4:44], "public": rec[44:76]}
+    return kb
+
+
+def class_keys(kb, secret, passcode):
+    """Unwraps the class keys: {1: A, 2: B private, 3: C, 4: D}."""
+    d_kek = hkdf(secret, b"", b"DataProtection v1 class D KEK")
+    keys = {4: aes_key_unwrap(d_kek, kb["records"][4]["wrapped"])}
+    if kb["passcode_set"]:
+        if passcode is None:
+            return keys
+        k = kb["kdf"]
+        stretched = scrypt(passcode, kb["salt"], k["logN"], k["r"], k["p"])
+        kek = hkdf(secret, stretched, b"DataProtection v1 class KEK with passcode")
+    else:
+        kek = hkdf(secret, b"", b"DataProtection v1 class KEK without passcode")
+    for cls in (1, 2, 3):
+        keys[cls] = aes_key_unwrap(kek, kb["records"][cls]["wrapped"])
+    return keys
+
+
+# ---- protected files ----------------------------------------------------------------------
+
+def file_keys(file_key, file_id):
+    return (hkdf(file_key, file_id, b"DataProtection v1 content"),
+            hkdf(file_key, file_id, b"DataProtection v1 header"))
+
+
+def segment_aad(file_id, index, final):
+    return file_id + struct.pack(">QB", index, 1 if final else 0)
+
+
+def unwrap_file_key(header, keys, b_public):
+    cls = header[12]
+    wrapped = header[48:88]
+    if cls == 2:
+        ephemeral = header[88:120]
+        shared = X25519PrivateKey.from_private_bytes(keys[2]).exchange(X25519PublicKey.from_public_bytes(ephemeral))
+        kek = hkdf(shared, ephemeral + b_public, b"DataProtection v1 class B file key wrap")
+        return aes_key_unwrap(kek, wrapped)
+    return aes_key_unwrap(keys[cls], wrapped)
+
+
+def decrypt_file(data, keys, b_public):
+    if data[:8] != FILE_MAGIC:
+        raise FormatError("not a protected file")
+    version, hlen = struct.unpack(">HH", data[8:12])
+    if version != 1 or hlen != 160:
+        raise FormatError("bad version/length")
+    header = data[:160]
+    seg_size = 1 << header[13]
+    file_id = header[16:32]
+    file_key = unwrap_file_key(header, keys, b_public)
+    content_key, header_key = file_keys(file_key, file_id)
+    if hmac_sha256(header_key, header[:128]) != header[128:160]:
+        raise FormatError("header MAC")
+    body = data[160:]
+    sealed = seg_size + 28
+    count = (len(body) + sealed - 1) // sealed
+    if count == 0:
+        raise FormatError("no segment")
+    aead = AESGCM(content_key)
+    out = bytearray()
+    for i in range(count):
+        seg = body[i * sealed:(i + 1) * sealed]
+        out += aead.decrypt(seg[:12], seg[12:], segment_aad(file_id, i, i == count - 1))
+    return bytes(out)
+
+
+# ---- test vectors -------------------------------------------------------------------------
+
+def vectors():
+    secret = bytes(range(0x00, 0x20))
+    salt = bytes(range(0x00, 0x10))
+    stretched = scrypt("1234", salt, 10, 8, 1)
+    file_key = bytes(range(0x40, 0x60))
+    file_id = bytes(range(0x60, 0x70))
+    class_key = bytes(range(0x80, 0xA0))
+    nonce = bytes(range(0x00, 0x0C))
+    keybag_id = uuid.UUID("00112233-4455-6677-8899-AABBCCDDEEFF").bytes
+    content_key, header_key = file_keys(file_key, file_id)
+    wrapped = aes_key_wrap(class_key, file_key)
+    header = (FILE_MAGIC + struct.pack(">HHBBH", 1, 160, 3, 16, 0) + file_id + keybag_id + wrapped
+              + bytes(32) + bytes(8))
+    header += hmac_sha256(header_key, header)
+    plaintext = b"hello, data protection"
+    sealed = nonce + AESGCM(content_key).encrypt(nonce, plaintext, segment_aad(file_id, 0, True))
+    b_private = bytes(range(0xA0, 0xC0))
+    ephemeral = bytes(range(0xC0, 0xE0))
+    b_public = X25519PrivateKey.from_private_bytes(b_private).public_key().public_bytes_raw()
+    e_public = X25519PrivateKey.from_private_bytes(ephemeral).public_key().public_bytes_raw()
+    shared = X25519PrivateKey.from_private_bytes(ephemeral).exchange(X25519PublicKey.from_public_bytes(b_public))
+    b_kek = hkdf(shared, e_public + b_public, b"DataProtection v1 class B file key wrap")
+    return {
+        "keybag_mac_key": hkdf(secret, b"", b"DataProtection v1 keybag MAC").hex(),
+        "class_d_kek": hkdf(secret, b"", b"DataProtection v1 class D KEK").hex(),
+        "no_passcode_kek": hkdf(secret, b"", b"DataProtection v1 class KEK without passcode").hex(),
+        "scrypt_1234": stretched.hex(),
+        "passcode_kek": hkdf(secret, stretched, b"DataProtection v1 class KEK with passcode").hex(),
+        "failed_tag_key": hkdf(secret, b"", b"DataProtection v1 failed passcode tag").hex(),
+        "content_key": content_key.hex(),
+        "header_key": header_key.hex(),
+        "wrapped_file_key": wrapped.hex(),
+        "header": header.hex(),
+        "segment_aad": segment_aad(file_id, 0, True).hex(),
+        "segment": sealed.hex(),
+        "class_b_public": b_public.hex(),
+        "class_b_ephemeral_public": e_public.hex(),
+        "class_b_kek": b_kek.hex(),
+        "class_b_wrapped_file_key": aes_key_wrap(b_kek, file_key).hex(),
+    }
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[1] == "vectors":
+        print(json.dumps(vectors(), indent=2))
+        return 0
+    if len(argv) >= 3 and argv[1] in ("decrypt", "keybag"):
+        root = argv[2]
+        secret = open(root + "/device.secret", "rb").read()
+        kb = parse_keybag(open(root + "/keybag", "rb").read(), secret)
+        if argv[1] == "keybag":
+            printable = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in kb.items() if k != "records"}
+            print(json.dumps(printable, indent=2))
+            return 0
+        passcode = argv[argv.index("--passcode") + 1] if "--passcode" in argv else None
+        keys = class_keys(kb, secret, passcode)
+        data = open(argv[3], "rb").read()
+        sys.stdout.buffer.write(decrypt_file(data, keys, kb["records"][2]["public"]))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv))
+    except Exception as error:  # one line, non-zero: the Swift test reads it
+        print(f"dp_format.py: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(1)
