@@ -55,6 +55,7 @@ let package = Package(
             name: "dp-bench",
             dependencies: [
                 "DataProtection",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -87,7 +87,7 @@ public actor ProtectedFileHandle {
 
     /// Reads up to `count` bytes at `offset`; fewer at the end of the file.
     public func read(at offset: Int64, count: Int) async throws -> Data {
-        Data(try await run(writing: false) { try $0.read(at: offset, count: count) })
+        try await run(writing: false) { try $0.read(at: offset, count: count) }
     }
 
     /// Reads up to `count` bytes at the current position and moves past them, like

@@ -61,7 +61,13 @@ public struct ProtectedFileManager: Sendable {
     public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?) async throws {
         let bytes = Array(data)
         try await writeAtomically(to: url, protection: protection) { file in
-            try bytes.withUnsafeBytes { try file.write($0, at: 0) }
+            var offset = 0
+            try file.writeStream { buffer in
+                let n = min(buffer.count, bytes.count - offset)
+                bytes.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress! + offset, byteCount: n) }
+                offset += n
+                return n
+            }
         }
     }
 
@@ -69,15 +75,8 @@ public struct ProtectedFileManager: Sendable {
     /// atomically to `url`. `dpctl write` uses it for standard input.
     public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?) async throws {
         try await writeAtomically(to: url, protection: protection) { file in
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            var offset: Int64 = 0
-            while true {
-                let n = try POSIXFile.system("read", "<input>") {
-                    try buffer.withUnsafeMutableBytes { try source.read(into: $0, retryOnInterrupt: true) }
-                }
-                if n == 0 { break }
-                try buffer.withUnsafeBytes { try file.write(UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: offset) }
-                offset += Int64(n)
+            try file.writeStream { buffer in
+                try POSIXFile.system("read", "<input>") { try source.read(into: buffer, retryOnInterrupt: true) }
             }
         }
     }

@@ -32,11 +32,11 @@ struct SegmentCipher: Sendable {
 
     /// Opens one sealed segment; `nil` when it does not authenticate as segment `index` with
     /// that `final` flag.
-    func open(_ sealed: ArraySlice<UInt8>, index: Int, final: Bool) -> [UInt8]? {
+    func open(_ sealed: ArraySlice<UInt8>, index: Int, final: Bool) -> Data? {
         guard sealed.count >= Self.overhead,
               let box = try? AES.GCM.SealedBox(combined: sealed),
               let plain = try? AES.GCM.open(box, using: key, authenticating: associatedData(index: index, final: final))
         else { return nil }
-        return Array(plain)
+        return plain
     }
 }

@@ -18,7 +18,7 @@ final class SegmentedFile {
     private var sealedSize: Int { segmentSize + SegmentCipher.overhead }
     /// Plaintext length.
     private(set) var size: Int64
-    private var cache: (index: Int, plaintext: [UInt8])?
+    private var cache: (index: Int, plaintext: Data)?
 
     private init(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys, size: Int64) {
         self.fd = fd
@@ -81,7 +81,7 @@ final class SegmentedFile {
     }
 
     /// Decrypts one existing segment (through the one-segment cache).
-    private func segment(_ index: Int) throws -> [UInt8] {
+    private func segment(_ index: Int) throws -> Data {
         if let cache, cache.index == index { return cache.plaintext }
         let length = plaintextLength(ofSegment: index, size: size)
         let raw = try POSIXFile.read(fd, count: length + SegmentCipher.overhead, at: offset(ofSegment: index), path: path)
@@ -96,11 +96,11 @@ final class SegmentedFile {
     }
 
     /// Reads up to `count` bytes at `offset` (fewer at the end of the file).
-    func read(at offset: Int64, count: Int) throws -> [UInt8] {
+    func read(at offset: Int64, count: Int) throws -> Data {
         guard offset >= 0, count >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset or count") }
         let end = min(size, offset + Int64(count))
-        guard offset < end else { return [] }
-        var result = [UInt8]()
+        guard offset < end else { return Data() }
+        var result = Data()
         result.reserveCapacity(Int(end - offset))
         var position = offset
         while position < end {
@@ -108,7 +108,8 @@ final class SegmentedFile {
             let plaintext = try segment(index)
             let start = Int(position - Int64(index) * Int64(segmentSize))
             let stop = min(plaintext.count, start + Int(end - position))
-            result.append(contentsOf: plaintext[start..<stop])
+            let base = plaintext.startIndex
+            result.append(plaintext[(base + start)..<(base + stop)])
             position += Int64(stop - start)
         }
         return result
@@ -137,7 +138,7 @@ final class SegmentedFile {
             let coversAll = writeStart == segmentStart && writeEnd == segmentStart + Int64(length)
             if !coversAll, index <= oldLast {
                 let existing = try segment(index)
-                plaintext.replaceSubrange(0..<existing.count, with: existing)
+                plaintext.withUnsafeMutableBytes { dest in _ = existing.copyBytes(to: dest) }
                 if existing.count < length { plaintext.replaceSubrange(existing.count..<length, with: repeatElement(0, count: length - existing.count)) }
             }
             let source = UnsafeRawBufferPointer(rebasing: bytes[Int(writeStart - offset)..<Int(writeEnd - offset)])
@@ -155,13 +156,75 @@ final class SegmentedFile {
         if !batch.isEmpty { try POSIXFile.write(fd, batch, at: self.offset(ofSegment: batchStart), path: path) }
         // The old final segment is no longer the last one: reseal it as non-final.
         if oldLast < first, newLast != oldLast {
-            let old = try segment(oldLast)
+            let old = [UInt8](try segment(oldLast))
             var resealed = [UInt8]()
             try old.withUnsafeBytes { try cipher.seal($0, index: oldLast, final: false, into: &resealed) }
             try POSIXFile.write(fd, resealed, at: self.offset(ofSegment: oldLast), path: path)
             cache = nil
         }
         size = newSize
+    }
+
+    /// Fills a new, empty file from `source` in one pass: every segment is sealed once, with
+    /// only the last one final. (``write(_:at:)`` would reseal the previous final segment on
+    /// every append.) `source` fills the buffer it is given and returns the byte count, 0 at the end.
+    func writeStream(from source: (UnsafeMutableRawBufferPointer) throws -> Int) throws {
+        precondition(size == 0, "streaming into a non-empty file")
+        let window = max(Self.batchBytes / segmentSize, 1) * segmentSize
+        // Start small (small files are common) and grow while the source keeps filling it.
+        var pending = [UInt8](repeating: 0, count: 2 * segmentSize)
+        var filled = 0
+        var index = 0
+        var total: Int64 = 0
+        var atEnd = false
+        var batch = [UInt8]()
+        batch.reserveCapacity((window / segmentSize + 1) * sealedSize)
+        repeat {
+            while !atEnd, filled < pending.count {
+                let n = try pending.withUnsafeMutableBytes { try source(UnsafeMutableRawBufferPointer(rebasing: $0[filled...])) }
+                if n == 0 { atEnd = true } else { filled += n }
+                if filled == pending.count, pending.count < window + segmentSize {
+                    pending += [UInt8](repeating: 0, count: min(pending.count, window + segmentSize - pending.count))
+                }
+            }
+            // Seal the segments that are certainly not the last; at the end, the rest, the last one final.
+            let batchStart = index
+            var consumed = 0
+            while true {
+                let remaining = filled - consumed
+                let isFinal: Bool
+                if remaining > segmentSize {
+                    isFinal = false
+                } else if atEnd, remaining > 0 || index == 0 {
+                    isFinal = true
+                } else {
+                    break
+                }
+                let length = min(segmentSize, remaining)
+                try pending.withUnsafeBytes {
+                    try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[consumed..<(consumed + length)]), index: index, final: isFinal, into: &batch)
+                }
+                consumed += length
+                index += 1
+                if isFinal { break }
+            }
+            if !batch.isEmpty {
+                try POSIXFile.write(fd, batch, at: offset(ofSegment: batchStart), path: path)
+                batch.removeAll(keepingCapacity: true)
+            }
+            let leftover = filled - consumed
+            if leftover > 0, consumed > 0 {
+                pending.withUnsafeMutableBytes { raw in
+                    raw.baseAddress!.copyMemory(from: UnsafeRawPointer(raw.baseAddress!.advanced(by: consumed)), byteCount: leftover)
+                }
+            }
+            filled = leftover
+            total += Int64(consumed)
+        } while !(atEnd && filled == 0)
+        size = total
+        cache = nil
+        let end = offset(ofSegment: index - 1) + Int64(plaintextLength(ofSegment: index - 1, size: size) + SegmentCipher.overhead)
+        try POSIXFile.system("ftruncate", path) { try fd.resize(to: end) }
     }
 
     private func fillZeros(upTo target: Int64) throws {
@@ -178,7 +241,7 @@ final class SegmentedFile {
         if newSize >= size { return try fillZeros(upTo: newSize) }
         let newLast = Self.lastIndex(size: newSize, segmentSize: segmentSize)
         let keep = plaintextLength(ofSegment: newLast, size: newSize)
-        let plaintext = try segment(newLast)
+        let plaintext = [UInt8](try segment(newLast))
         var sealed = [UInt8]()
         try plaintext.withUnsafeBytes { try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[0..<keep]), index: newLast, final: true, into: &sealed) }
         try POSIXFile.write(fd, sealed, at: offset(ofSegment: newLast), path: path)

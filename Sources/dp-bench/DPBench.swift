@@ -1,0 +1,12 @@
+import ArgumentParser
+import Foundation
+
+@main
+struct DPBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dp-bench",
+        abstract: "Benchmarks that put our figures beside a peer's, measured in the same run.",
+        discussion: "Build in release mode: swift run -c release dp-bench files",
+        subcommands: [FilesBenchmark.self]
+    )
+}

@@ -1,0 +1,215 @@
+import ArgumentParser
+import Crypto
+import DataProtection
+import Foundation
+import SystemPackage
+
+struct FilesBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "files",
+        abstract: "Protected files: sequential write/read, random 4 KiB reads, class changes — beside openssl speed and age.")
+
+    @Option(help: "Size of the sequential file in MiB.") var sizeMiB = 1024
+    @Option(help: "Random 4 KiB reads to time.") var randomReads = 20_000
+    @Option(help: "Files whose class is changed.") var classChanges = 10_000
+    @Option(help: "Work directory (default: /dev/shm when present, so the disk does not dominate).") var dir: String?
+
+    func run() async throws {
+        #if DEBUG
+        print("warning: a debug build; run `swift run -c release dp-bench files` for real figures")
+        #endif
+        let base = URL(fileURLWithPath: dir ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()))
+            .appendingPathComponent("dp-bench-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: base) }
+        let bytes = Double(sizeMiB) * 1_048_576
+
+        print("dp-bench files: \(sizeMiB) MiB in \(base.path); cpu: \(cpuModel()); \(ProcessInfo.processInfo.activeProcessorCount) cores")
+        let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+
+        // The same random plaintext for us and for age.
+        let plain = base.appendingPathComponent("plain.bin")
+        try writeRandomFile(plain, bytes: sizeMiB << 20)
+
+        // Ours: sequential write (read the plaintext file, encrypt, write) and read.
+        let protected = base.appendingPathComponent("protected.bin")
+        let writeSeconds = try await seconds {
+            let input = try FileDescriptor.open(FilePath(plain.path), .readOnly)
+            defer { try? input.close() }
+            try await files.write(contentsOf: input, to: protected, protection: .complete)
+        }
+        let readSeconds = try await seconds {
+            let handle = try await files.openHandle(forReadingFrom: protected)
+            var offset: Int64 = 0
+            while true {
+                let chunk = try await handle.read(at: offset, count: 1 << 20)
+                if chunk.isEmpty { break }
+                offset += Int64(chunk.count)
+            }
+            try await handle.close()
+        }
+
+        // Random 4 KiB reads, ours and plain pread on the plaintext file.
+        let blocks = (sizeMiB << 20) / 4096
+        let offsets = (0..<randomReads).map { _ in Int64(Int.random(in: 0..<blocks) * 4096) }
+        var ourLatencies: [Double] = []
+        let handle = try await files.openHandle(forReadingFrom: protected)
+        for offset in offsets {
+            let t = try await seconds { _ = try await handle.read(at: offset, count: 4096) }
+            ourLatencies.append(t * 1e6)
+        }
+        try await handle.close()
+        var plainLatencies: [Double] = []
+        let raw = try FileDescriptor.open(FilePath(plain.path), .readOnly)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        for offset in offsets {
+            let t = try await seconds { _ = try buffer.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: offset, into: $0) } }
+            plainLatencies.append(t * 1e6)
+        }
+        try raw.close()
+
+        // Class changes: rewrap only, versus re-encrypting each file.
+        let small = base.appendingPathComponent("small")
+        try FileManager.default.createDirectory(at: small, withIntermediateDirectories: true)
+        let smallURLs = (0..<classChanges).map { small.appendingPathComponent("f\($0)") }
+        for url in smallURLs { try await files.write(Data(repeating: 7, count: 4096), to: url, protection: .completeUntilFirstUserAuthentication) }
+        let rewrapSeconds = try await seconds {
+            for url in smallURLs { try await files.setProtection(.complete, ofItemAt: url) }
+        }
+        let reencryptCount = min(classChanges, 2000)
+        let reencryptSeconds = try await seconds {
+            for url in smallURLs.prefix(reencryptCount) {
+                let data = try await files.contents(of: url)
+                try await files.write(data, to: url, protection: .noProtection)
+            }
+        }
+
+        // Where the time goes: the kernel's own cost of writing the same bytes to a new file in
+        // the same directory, and swift-crypto's AES-GCM on 64 KiB buffers in memory.
+        let copy = base.appendingPathComponent("plain-copy.bin")
+        let kernelWriteSeconds = try await seconds {
+            let input = try FileDescriptor.open(FilePath(plain.path), .readOnly)
+            let output = try FileDescriptor.open(FilePath(copy.path), .writeOnly, options: [.create, .truncate], permissions: .ownerReadWrite)
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            while true {
+                let n = try buffer.withUnsafeMutableBytes { try input.read(into: $0) }
+                if n == 0 { break }
+                _ = try buffer.withUnsafeBytes { try output.writeAll(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            }
+            try input.close()
+            try output.close()
+        }
+        try? FileManager.default.removeItem(at: copy)
+        let (sealMBs, openMBs) = try inMemoryGCM(megabytes: min(sizeMiB, 512))
+
+        // Peers, in the same run.
+        let openssl = opensslGCM16K()
+        let age = ageThroughput(plain: plain, base: base)
+
+        let mb = bytes / 1e6
+        let opensslMBs = openssl.map { $0 / 1e6 }
+        let rows = [
+            Row(metric: "sequential write (AES-256-GCM, 64 KiB segments)", ours: mb / writeSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "sequential read", ours: mb / readSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "sequential write", ours: mb / writeSeconds, peerName: "age -e (X25519, ChaCha20-Poly1305)", peer: age.map { mb / $0.encrypt }, unit: "MB/s"),
+            Row(metric: "sequential read", ours: mb / readSeconds, peerName: "age -d", peer: age.map { mb / $0.decrypt }, unit: "MB/s"),
+            Row(metric: "  context: plain copy to a new file, same dir", ours: mb / kernelWriteSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "  context: swift-crypto seal, 64 KiB, memory", ours: sealMBs, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "  context: swift-crypto open, 64 KiB, memory", ours: openMBs, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "random 4 KiB read p50", ours: percentile(ourLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
+            Row(metric: "random 4 KiB read p99", ours: percentile(ourLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
+            Row(metric: "class changes (rewrap, 4 KiB files)", ours: Double(classChanges) / rewrapSeconds, peerName: "re-encrypting each file", peer: Double(reencryptCount) / reencryptSeconds, unit: "files/s"),
+        ]
+        print("")
+        printTable(rows)
+        print("")
+        let writeRatio = rows[0].ratio.map { String(format: "%.2f", $0) } ?? "na"
+        let readRatio = rows[1].ratio.map { String(format: "%.2f", $0) } ?? "na"
+        print("target: sequential read and write ≥ 0.60× openssl (write \(writeRatio)×, read \(readRatio)×)")
+        print("summary: " + [
+            "write_mbs=\(format(mb / writeSeconds))", "read_mbs=\(format(mb / readSeconds))",
+            "openssl_gcm16k_mbs=\(opensslMBs.map(format) ?? "na")",
+            "write_vs_openssl=\(writeRatio)", "read_vs_openssl=\(readRatio)",
+            "age_encrypt_mbs=\(age.map { format(mb / $0.encrypt) } ?? "na")", "age_decrypt_mbs=\(age.map { format(mb / $0.decrypt) } ?? "na")",
+            "rand4k_p50_us=\(format(percentile(ourLatencies, 50)))", "rand4k_p99_us=\(format(percentile(ourLatencies, 99)))",
+            "class_changes_per_s=\(format(Double(classChanges) / rewrapSeconds))",
+            "plain_copy_mbs=\(format(mb / kernelWriteSeconds))", "swiftcrypto_seal64k_mbs=\(format(sealMBs))", "swiftcrypto_open64k_mbs=\(format(openMBs))",
+        ].joined(separator: " "))
+    }
+
+    /// swift-crypto's AES-256-GCM seal and open of 64 KiB buffers, in memory, MB/s.
+    func inMemoryGCM(megabytes: Int) throws -> (seal: Double, open: Double) {
+        let key = SymmetricKey(size: .bits256)
+        let buffer = [UInt8](repeating: 0x5a, count: 65_536)
+        let count = megabytes * 16
+        var boxes: [AES.GCM.SealedBox] = []
+        let clock = ContinuousClock()
+        let sealTime = try clock.measure {
+            for i in 0..<count {
+                let box = try AES.GCM.seal(buffer, using: key, nonce: AES.GCM.Nonce())
+                if i < 64 { boxes.append(box) }
+            }
+        }
+        let openTime = try clock.measure {
+            for i in 0..<count { _ = try AES.GCM.open(boxes[i % boxes.count], using: key) }
+        }
+        func mbs(_ d: Duration) -> Double { Double(count) * 65_536 / 1e6 / (Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18) }
+        return (mbs(sealTime), mbs(openTime))
+    }
+
+    func writeRandomFile(_ url: URL, bytes: Int) throws {
+        let fd = try FileDescriptor.open(FilePath(url.path), .writeOnly, options: [.create, .truncate], permissions: .ownerReadWrite)
+        defer { try? fd.close() }
+        var generator = SystemRandomNumberGenerator()
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        var written = 0
+        while written < bytes {
+            chunk.withUnsafeMutableBytes { raw in
+                let words = raw.bindMemory(to: UInt64.self)
+                for i in words.indices { words[i] = generator.next() }
+            }
+            let n = min(chunk.count, bytes - written)
+            _ = try chunk.withUnsafeBytes { try fd.writeAll(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            written += n
+        }
+    }
+
+    /// `openssl speed -evp aes-256-gcm -bytes 16384`, bytes per second.
+    func opensslGCM16K() -> Double? {
+        guard let result = runTool("openssl", ["speed", "-evp", "aes-256-gcm", "-bytes", "16384", "-seconds", "3", "-mr"]) else {
+            print("note: openssl not found; install Debian's openssl for the peer figure")
+            return nil
+        }
+        // Machine-readable line: +F:<n>:AES-256-GCM:<bytes per second>
+        for line in result.output.split(separator: "\n") where line.hasPrefix("+F:") {
+            if let value = line.split(separator: ":").last.flatMap({ Double($0) }) { return value }
+        }
+        return nil
+    }
+
+    /// age encrypting and decrypting the same plaintext file, seconds each.
+    func ageThroughput(plain: URL, base: URL) -> (encrypt: Double, decrypt: Double)? {
+        guard toolExists("age"), toolExists("age-keygen") else {
+            print("note: age not found; `apt-get install age` for the peer figure")
+            return nil
+        }
+        let identity = base.appendingPathComponent("age.key").path
+        guard runTool("age-keygen", ["-o", identity]) != nil,
+              let recipient = try? String(contentsOfFile: identity, encoding: .utf8)
+                .split(separator: "\n").first(where: { $0.hasPrefix("# public key: ") })?
+                .replacingOccurrences(of: "# public key: ", with: "")
+        else { return nil }
+        let encrypted = base.appendingPathComponent("plain.age").path
+        guard let encrypt = runTool("age", ["-r", recipient, "-o", encrypted, plain.path]),
+              let decrypt = runTool("age", ["-d", "-i", identity, "-o", "/dev/null", encrypted], discardOutput: true)
+        else { return nil }
+        return (encrypt.seconds, decrypt.seconds)
+    }
+
+    func cpuModel() -> String {
+        let info = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? ""
+        return info.split(separator: "\n").first { $0.hasPrefix("model name") }?
+            .split(separator: ":").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "unknown"
+    }
+}
