@@ -106,8 +106,14 @@ public actor ProtectedFileHandle {
 
     /// Writes `data` at `offset` (extending the file with zeros over any gap).
     public func write(_ data: some DataProtocol, at offset: Int64) async throws {
-        let bytes = Array(data)
-        try await run(writing: true) { engine in try bytes.withUnsafeBytes { try engine.write($0, at: offset) } }
+        let engine = try await access(writing: true)
+        try await ProtectedFileError.translating(path: path, writing: true) {
+            if data.regions.count == 1, let region = data.regions.first {
+                try region.withUnsafeBytes { try engine.write($0, at: offset) }
+            } else {
+                try Array(data).withUnsafeBytes { try engine.write($0, at: offset) }
+            }
+        }
     }
 
     /// Writes at the current position and moves past the data, like `FileHandle.write(contentsOf:)`.

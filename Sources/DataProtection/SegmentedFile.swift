@@ -19,6 +19,8 @@ final class SegmentedFile {
     /// Plaintext length.
     private(set) var size: Int64
     private var cache: (index: Int, plaintext: Data)?
+    /// Reused by every write, so its buffers are allocated once per open file.
+    private lazy var writer = WindowWriter(fd: fd, path: path)
 
     private init(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys, size: Int64) {
         self.fd = fd
@@ -100,22 +102,42 @@ final class SegmentedFile {
         guard offset >= 0, count >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset or count") }
         let end = min(size, offset + Int64(count))
         guard offset < end else { return Data() }
-        var result = Data()
-        result.reserveCapacity(Int(end - offset))
-        var position = offset
-        while position < end {
-            let index = Int(position / Int64(segmentSize))
-            let plaintext = try segment(index)
-            let start = Int(position - Int64(index) * Int64(segmentSize))
-            let stop = min(plaintext.count, start + Int(end - position))
-            let base = plaintext.startIndex
-            result.append(plaintext[(base + start)..<(base + stop)])
-            position += Int64(stop - start)
+        let first = Int(offset / Int64(segmentSize))
+        let last = Int((end - 1) / Int64(segmentSize))
+        if last > first { return try readSegments(first...last, from: offset, to: end) }
+        let plaintext = try segment(first)
+        let start = plaintext.startIndex + Int(offset - Int64(first) * Int64(segmentSize))
+        return Data(plaintext[start..<(start + Int(end - offset))])
+    }
+
+    /// Reads several segments with one `pread` and opens them on every core.
+    private func readSegments(_ indices: ClosedRange<Int>, from offset: Int64, to end: Int64) throws -> Data {
+        let firstStart = Int64(indices.lowerBound) * Int64(segmentSize)
+        let plainLength = Int(min(size, Int64(indices.upperBound + 1) * Int64(segmentSize)) - firstStart)
+        let sealedLength = plainLength + indices.count * SegmentCipher.overhead
+        let raw = try POSIXFile.read(fd, count: sealedLength, at: self.offset(ofSegment: indices.lowerBound), path: path)
+        guard raw.count == sealedLength else {
+            throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(indices.upperBound)")
         }
-        return result
+        var plain = Data(count: plainLength)
+        let failed = raw.withUnsafeBytes { input in
+            plain.withUnsafeMutableBytes { output in
+                cipher.openSegments(input, segmentSize: segmentSize, firstIndex: indices.lowerBound, finalIndex: lastIndex, into: output)
+            }
+        }
+        if let failed {
+            throw ProtectedFileError.damaged(path: path, reason: "segment \(failed) failed authentication (modified, swapped or reordered)")
+        }
+        let start = Int(offset - firstStart)
+        let length = Int(end - offset)
+        return start == 0 && length == plain.count ? plain : Data(plain[start..<(start + length)])
     }
 
     /// Writes `bytes` at `offset`, extending the file (with zeros over any gap) as needed.
+    ///
+    /// Touched segments are handled in windows of ``batchBytes``: the partly overwritten ones
+    /// are decrypted, the new bytes laid over them, and the window is sealed on every core and
+    /// written with one `pwrite`.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
         guard offset >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset") }
         if offset > size { try fillZeros(upTo: offset) }
@@ -123,37 +145,60 @@ final class SegmentedFile {
         let oldLast = lastIndex
         let newSize = max(size, offset + Int64(bytes.count))
         let newLast = Self.lastIndex(size: newSize, segmentSize: segmentSize)
+        let end = offset + Int64(bytes.count)
         let first = Int(offset / Int64(segmentSize))
-        let lastTouched = Int((offset + Int64(bytes.count) - 1) / Int64(segmentSize))
+        let lastTouched = Int((end - 1) / Int64(segmentSize))
+        let perWindow = max(Self.batchBytes / segmentSize, 1)
+        var plain = [UInt8]()
+        defer { try? writer.finish() }
 
-        var batch = [UInt8]()
-        batch.reserveCapacity(min(Self.batchBytes, (lastTouched - first + 1) * sealedSize) + sealedSize)
-        var batchStart = first
-        var plaintext = [UInt8](repeating: 0, count: segmentSize)
-        for index in first...lastTouched {
-            let segmentStart = Int64(index) * Int64(segmentSize)
-            let length = plaintextLength(ofSegment: index, size: newSize)
-            let writeStart = max(offset, segmentStart)
-            let writeEnd = min(offset + Int64(bytes.count), segmentStart + Int64(length))
-            let coversAll = writeStart == segmentStart && writeEnd == segmentStart + Int64(length)
-            if !coversAll, index <= oldLast {
-                let existing = try segment(index)
-                plaintext.withUnsafeMutableBytes { dest in _ = existing.copyBytes(to: dest) }
-                if existing.count < length { plaintext.replaceSubrange(existing.count..<length, with: repeatElement(0, count: length - existing.count)) }
+        var windowStart = first
+        while windowStart <= lastTouched {
+            let windowEnd = min(lastTouched, windowStart + perWindow - 1)
+            let plainStart = Int64(windowStart) * Int64(segmentSize)
+            let plainEnd = min(Int64(windowEnd + 1) * Int64(segmentSize), newSize)
+            let plainLength = Int(plainEnd - plainStart)
+            let segments = windowEnd - windowStart + 1
+            let sealedLength = plainLength + segments * SegmentCipher.overhead
+            func sealAndWrite(_ source: UnsafeRawBufferPointer) throws {
+                try writer.submit(length: sealedLength, at: self.offset(ofSegment: windowStart)) { output in
+                    try cipher.sealSegments(source, segmentSize: segmentSize, firstIndex: windowStart, lastIsFinal: windowEnd == newLast,
+                                            into: output, threads: WindowWriter.sealingThreads)
+                }
             }
-            let source = UnsafeRawBufferPointer(rebasing: bytes[Int(writeStart - offset)..<Int(writeEnd - offset)])
-            plaintext.withUnsafeMutableBytes { dest in
-                dest.baseAddress!.advanced(by: Int(writeStart - segmentStart)).copyMemory(from: source.baseAddress!, byteCount: source.count)
+            if offset <= plainStart, end >= plainEnd {
+                // The new bytes cover the whole window: seal them where they are.
+                try sealAndWrite(UnsafeRawBufferPointer(rebasing: bytes[Int(plainStart - offset)..<Int(plainEnd - offset)]))
+            } else {
+                if plain.count < plainLength { plain = [UInt8](repeating: 0, count: plainLength) }
+                // Existing bytes of the segments the new data covers only partly (the window's ends).
+                for index in Set([windowStart, windowEnd]) where index <= oldLast {
+                    let segmentStart = Int64(index) * Int64(segmentSize)
+                    let segmentEnd = min(segmentStart + Int64(segmentSize), newSize)
+                    guard offset > segmentStart || end < segmentEnd else { continue }
+                    let existing = try segment(index)
+                    let at = Int(segmentStart - plainStart)
+                    plain.withUnsafeMutableBytes { dest in
+                        _ = existing.copyBytes(to: UnsafeMutableRawBufferPointer(rebasing: dest[at..<(at + existing.count)]))
+                        // Bytes past the segment's old end (up to the new data) are zeros.
+                        let newEnd = at + Int(segmentEnd - segmentStart)
+                        if at + existing.count < newEnd {
+                            UnsafeMutableRawBufferPointer(rebasing: dest[(at + existing.count)..<newEnd]).initializeMemory(as: UInt8.self, repeating: 0)
+                        }
+                    }
+                }
+                // The new bytes over them.
+                let copyStart = max(offset, plainStart), copyEnd = min(end, plainEnd)
+                plain.withUnsafeMutableBytes { dest in
+                    UnsafeMutableRawBufferPointer(rebasing: dest[Int(copyStart - plainStart)..<Int(copyEnd - plainStart)])
+                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[Int(copyStart - offset)..<Int(copyEnd - offset)]))
+                }
+                try plain.withUnsafeBytes { try sealAndWrite(UnsafeRawBufferPointer(rebasing: $0[0..<plainLength])) }
             }
-            try plaintext.withUnsafeBytes { try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[0..<length]), index: index, final: index == newLast, into: &batch) }
-            if cache?.index == index { cache = nil }
-            if batch.count >= Self.batchBytes {
-                try POSIXFile.write(fd, batch, at: self.offset(ofSegment: batchStart), path: path)
-                batch.removeAll(keepingCapacity: true)
-                batchStart = index + 1
-            }
+            if let cached = cache?.index, (windowStart...windowEnd).contains(cached) { cache = nil }
+            windowStart = windowEnd + 1
         }
-        if !batch.isEmpty { try POSIXFile.write(fd, batch, at: self.offset(ofSegment: batchStart), path: path) }
+        try writer.finish()
         // The old final segment is no longer the last one: reseal it as non-final.
         if oldLast < first, newLast != oldLast {
             let old = [UInt8](try segment(oldLast))
@@ -177,8 +222,7 @@ final class SegmentedFile {
         var index = 0
         var total: Int64 = 0
         var atEnd = false
-        var batch = [UInt8]()
-        batch.reserveCapacity((window / segmentSize + 1) * sealedSize)
+        defer { try? writer.finish() }
         repeat {
             while !atEnd, filled < pending.count {
                 let n = try pending.withUnsafeMutableBytes { try source(UnsafeMutableRawBufferPointer(rebasing: $0[filled...])) }
@@ -189,28 +233,23 @@ final class SegmentedFile {
             }
             // Seal the segments that are certainly not the last; at the end, the rest, the last one final.
             let batchStart = index
-            var consumed = 0
-            while true {
-                let remaining = filled - consumed
-                let isFinal: Bool
-                if remaining > segmentSize {
-                    isFinal = false
-                } else if atEnd, remaining > 0 || index == 0 {
-                    isFinal = true
-                } else {
-                    break
-                }
-                let length = min(segmentSize, remaining)
-                try pending.withUnsafeBytes {
-                    try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[consumed..<(consumed + length)]), index: index, final: isFinal, into: &batch)
-                }
-                consumed += length
-                index += 1
-                if isFinal { break }
+            var consumed = filled
+            var sealFinal = atEnd
+            if !atEnd {
+                // Keep at least one byte back: the segment holding it may turn out to be the last.
+                consumed = ((filled - 1) / segmentSize) * segmentSize
+                sealFinal = false
             }
-            if !batch.isEmpty {
-                try POSIXFile.write(fd, batch, at: offset(ofSegment: batchStart), path: path)
-                batch.removeAll(keepingCapacity: true)
+            let segments = sealFinal && consumed == 0 ? 1 : (consumed + segmentSize - 1) / segmentSize
+            if segments > 0 {
+                let sealedBytes = consumed + segments * SegmentCipher.overhead
+                try pending.withUnsafeBytes { input in
+                    try writer.submit(length: sealedBytes, at: offset(ofSegment: batchStart)) { output in
+                        try cipher.sealSegments(UnsafeRawBufferPointer(rebasing: input[0..<consumed]), segmentSize: segmentSize,
+                                                firstIndex: index, lastIsFinal: sealFinal, into: output, threads: WindowWriter.sealingThreads)
+                    }
+                }
+                index += segments
             }
             let leftover = filled - consumed
             if leftover > 0, consumed > 0 {
@@ -221,6 +260,7 @@ final class SegmentedFile {
             filled = leftover
             total += Int64(consumed)
         } while !(atEnd && filled == 0)
+        try writer.finish()
         size = total
         cache = nil
         let end = offset(ofSegment: index - 1) + Int64(plaintextLength(ofSegment: index - 1, size: size) + SegmentCipher.overhead)

@@ -39,6 +39,21 @@ struct FilesBenchmark: AsyncParsableCommand {
             defer { try? input.close() }
             try await files.write(contentsOf: input, to: protected, protection: .complete)
         }
+        // Sequential overwrite of the same protected file through a handle: no new pages to allocate.
+        let overwriteSeconds = try await seconds {
+            let input = try FileDescriptor.open(FilePath(plain.path), .readOnly)
+            defer { try? input.close() }
+            let handle = try await files.openHandle(forUpdating: protected)
+            var buffer = [UInt8](repeating: 0, count: 4 << 20)
+            var offset: Int64 = 0
+            while true {
+                let n = try buffer.withUnsafeMutableBytes { try input.read(into: $0) }
+                if n == 0 { break }
+                try await handle.write(buffer[0..<n], at: offset)
+                offset += Int64(n)
+            }
+            try await handle.close()
+        }
         let readSeconds = try await seconds {
             let handle = try await files.openHandle(forReadingFrom: protected)
             var offset: Int64 = 0
@@ -110,7 +125,8 @@ struct FilesBenchmark: AsyncParsableCommand {
         let mb = bytes / 1e6
         let opensslMBs = openssl.map { $0 / 1e6 }
         let rows = [
-            Row(metric: "sequential write (AES-256-GCM, 64 KiB segments)", ours: mb / writeSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "sequential write, new file (atomic)", ours: mb / writeSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "sequential overwrite in place (handle)", ours: mb / overwriteSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
             Row(metric: "sequential read", ours: mb / readSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
             Row(metric: "sequential write", ours: mb / writeSeconds, peerName: "age -e (X25519, ChaCha20-Poly1305)", peer: age.map { mb / $0.encrypt }, unit: "MB/s"),
             Row(metric: "sequential read", ours: mb / readSeconds, peerName: "age -d", peer: age.map { mb / $0.decrypt }, unit: "MB/s"),
@@ -125,12 +141,14 @@ struct FilesBenchmark: AsyncParsableCommand {
         printTable(rows)
         print("")
         let writeRatio = rows[0].ratio.map { String(format: "%.2f", $0) } ?? "na"
-        let readRatio = rows[1].ratio.map { String(format: "%.2f", $0) } ?? "na"
-        print("target: sequential read and write ≥ 0.60× openssl (write \(writeRatio)×, read \(readRatio)×)")
+        let overwriteRatio = rows[1].ratio.map { String(format: "%.2f", $0) } ?? "na"
+        let readRatio = rows[2].ratio.map { String(format: "%.2f", $0) } ?? "na"
+        print("target: sequential read and write ≥ 0.60× openssl (new-file write \(writeRatio)×, in-place write \(overwriteRatio)×, read \(readRatio)×)")
+        print("new-file writes are bound by the kernel's page allocation: compare with the plain copy above.")
         print("summary: " + [
             "write_mbs=\(format(mb / writeSeconds))", "read_mbs=\(format(mb / readSeconds))",
             "openssl_gcm16k_mbs=\(opensslMBs.map(format) ?? "na")",
-            "write_vs_openssl=\(writeRatio)", "read_vs_openssl=\(readRatio)",
+            "write_vs_openssl=\(writeRatio)", "overwrite_mbs=\(format(mb / overwriteSeconds))", "overwrite_vs_openssl=\(overwriteRatio)", "read_vs_openssl=\(readRatio)",
             "age_encrypt_mbs=\(age.map { format(mb / $0.encrypt) } ?? "na")", "age_decrypt_mbs=\(age.map { format(mb / $0.decrypt) } ?? "na")",
             "rand4k_p50_us=\(format(percentile(ourLatencies, 50)))", "rand4k_p99_us=\(format(percentile(ourLatencies, 99)))",
             "class_changes_per_s=\(format(Double(classChanges) / rewrapSeconds))",

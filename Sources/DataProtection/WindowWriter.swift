@@ -1,0 +1,67 @@
+import DataProtectionKeybag
+import Foundation
+import Synchronization
+import SystemPackage
+
+/// Writes windows of sealed segments while the next window is being sealed.
+///
+/// Sealing runs on every core (``SegmentCipher/sealSegments(_:segmentSize:firstIndex:lastIsFinal:into:)``);
+/// the `pwrite` of the previous window runs meanwhile on a serial queue. Two buffers alternate,
+/// so memory stays at two windows. ``finish()`` waits for every write and reports the first
+/// failure; no write is left running after it returns.
+final class WindowWriter: @unchecked Sendable {
+    /// Threads left for sealing while one core writes.
+    static let sealingThreads = ProcessInfo.processInfo.activeProcessorCount
+
+    private let fd: FileDescriptor
+    private let path: String
+    private let queue = DispatchQueue(label: "dataprotection.window-writer")
+    private var buffers: [UnsafeMutableRawBufferPointer] = [.init(start: nil, count: 0), .init(start: nil, count: 0)]
+    private let inFlight = [DispatchGroup(), DispatchGroup()]
+    private let failure = Mutex<(any Error)?>(nil)
+    private var turn = 0
+
+    init(fd: FileDescriptor, path: String) {
+        self.fd = fd
+        self.path = path
+    }
+
+    deinit {
+        for group in inFlight { group.wait() }
+        for buffer in buffers { buffer.deallocate() }
+    }
+
+    /// Lets `fill` write `length` bytes into a free buffer, then queues their write at `offset`.
+    func submit(length: Int, at offset: Int64, _ fill: (UnsafeMutableRawBufferPointer) throws -> Void) throws {
+        let slot = turn
+        turn ^= 1
+        inFlight[slot].wait()
+        try rethrowFailure()
+        if buffers[slot].count < length {
+            buffers[slot].deallocate()
+            buffers[slot] = .allocate(byteCount: length, alignment: 64)
+        }
+        let buffer = UnsafeMutableRawBufferPointer(rebasing: buffers[slot][0..<length])
+        try fill(buffer)
+        let bytes = SendableRawBuffer(UnsafeRawBufferPointer(buffer))
+        inFlight[slot].enter()
+        queue.async { [self, group = inFlight[slot]] in
+            do {
+                try POSIXFile.write(fd, bytes.buffer, at: offset, path: path)
+            } catch {
+                failure.withLock { $0 = $0 ?? error }
+            }
+            group.leave()
+        }
+    }
+
+    /// Waits for every queued write; throws the first failure.
+    func finish() throws {
+        for group in inFlight { group.wait() }
+        try rethrowFailure()
+    }
+
+    private func rethrowFailure() throws {
+        if let error = failure.withLock({ $0 }) { throw error }
+    }
+}
