@@ -113,8 +113,14 @@ public struct ProtectedFileManager: Sendable {
             return try await ProtectedFileError.translating(path: url.path, writing: false) { Data(try POSIXFile.readAll(url.path)) }
         }
         let handle = try await openHandle(forReadingFrom: url)
-        defer { Task { try? await handle.close() } }
-        return try await handle.readToEnd()
+        do {
+            let data = try await handle.readToEnd()
+            try await handle.close()
+            return data
+        } catch {
+            try? await handle.close()
+            throw error
+        }
     }
 
     // MARK: - Handles
@@ -274,9 +280,13 @@ public struct ProtectedFileManager: Sendable {
         case .protected(let sourceClass):
             let cls = protection ?? max(sourceClass, defaultProtection(forNewItemAt: destination))
             let handle = try await openHandle(forReadingFrom: source)
-            defer { Task { try? await handle.close() } }
-            let size = try await handle.size()
-            try await copyStreaming(from: handle, size: size, to: destination, protection: cls)
+            do {
+                try await copyStreaming(from: handle, size: try await handle.size(), to: destination, protection: cls)
+                try await handle.close()
+            } catch {
+                try? await handle.close()
+                throw error
+            }
         case .plain:
             let cls = protection ?? defaultProtection(forNewItemAt: destination)
             let fd = try await ProtectedFileError.translating(path: source.path, writing: false) { try POSIXFile.open(source.path, .readOnly) }
