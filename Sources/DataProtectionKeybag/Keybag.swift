@@ -180,17 +180,21 @@ public actor Keybag {
     /// Changes the grace period (needs the device unlocked when a passcode is set).
     public func setGracePeriod(_ seconds: TimeInterval) throws {
         try requireUnlocked()
-        var updated = file
-        updated.gracePeriodMillis = Self.millis(seconds)
-        try persist(updated)
+        try withKeybagLock {
+            var updated = file
+            updated.gracePeriodMillis = Self.millis(seconds)
+            try persist(updated)
+        }
     }
 
     /// Turns "erase after 10 failed passcodes" on or off (needs the device unlocked).
     public func setEraseAfterTenFailures(_ on: Bool) throws {
         try requireUnlocked()
-        var updated = file
-        updated.eraseAfterTenFailures = on
-        try persist(updated)
+        try withKeybagLock {
+            var updated = file
+            updated.eraseAfterTenFailures = on
+            try persist(updated)
+        }
     }
 
     // MARK: - Lock and unlock
@@ -292,57 +296,92 @@ public actor Keybag {
         guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil, classKeys[.completeUntilFirstUserAuthentication] != nil else {
             throw KeybagError.deviceLocked(state)
         }
-        var updated = file
-        updated.salt = Self.randomBytes(16)
-        updated.passcodeSet = newPasscode != nil
-        updated.failedAttempts = 0
-        updated.lastFailedTag = Self.zeros16
-        let kek = try newPasscode.map { try Self.passcodeKEK(secret: secret, kdf: file.kdf, salt: updated.salt, passcode: $0) }
-            ?? secret.derive(Self.labelNoPasscode)
-        updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek,
-                                               passcodeSet: updated.passcodeSet, dKEK: secret.derive(Self.labelClassD))
-        try persist(updated)
+        try withKeybagLock {
+            var updated = file
+            updated.salt = Self.randomBytes(16)
+            updated.passcodeSet = newPasscode != nil
+            updated.failedAttempts = 0
+            updated.lastFailureMillis = 0
+            updated.lastFailedTag = Self.zeros16
+            let kek = try newPasscode.map { try Self.passcodeKEK(secret: secret, kdf: file.kdf, salt: updated.salt, passcode: $0) }
+                ?? secret.derive(Self.labelNoPasscode)
+            updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek,
+                                                   passcodeSet: updated.passcodeSet, dKEK: secret.derive(Self.labelClassD))
+            try persist(updated)
+        }
         state = .unlocked
     }
 
     /// Checks a passcode with the failure counter and delays; returns the unwrapped keys.
+    ///
+    /// Runs under the keybag lock with the keybag reloaded from disk, so attempts from several
+    /// processes are serialized and all count against one counter.
     private func verifyPasscode(_ passcode: String) throws -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
         try requireNotErased()
-        let now = clock.now()
-        if let remaining = delayRemaining(now: now) {
-            throw KeybagError.passcodeDelayed(retryAfter: remaining, failedAttempts: Int(file.failedAttempts))
-        }
-        let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
-        let tag = Array(HMAC<SHA256>.authenticationCode(for: stretched.withUnsafeBytes { Array($0) },
-                                                          using: secret.derive(Self.labelFailedTag)).prefix(16))
-        if file.failedAttempts > 0, tag == file.lastFailedTag {
-            // The same wrong passcode again: rejected, but not counted (as on iOS).
-            throw KeybagError.wrongPasscode(failedAttempts: Int(file.failedAttempts))
-        }
-        // Count the attempt on disk *before* checking it.
-        var counted = file
-        counted.failedAttempts += 1
-        counted.lastFailureMillis = Int64((now.timeIntervalSince1970 * 1000).rounded())
-        counted.lastFailedTag = tag
-        try persist(counted)
+        let outcome: Result<([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey), KeybagError> = try withKeybagLock {
+            let now = clock.now()
+            if let remaining = delayRemaining(now: now) {
+                return .failure(.passcodeDelayed(retryAfter: remaining, failedAttempts: Int(file.failedAttempts)))
+            }
+            let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
+            let tag = Array(HMAC<SHA256>.authenticationCode(for: stretched.withUnsafeBytes { Array($0) },
+                                                              using: secret.derive(Self.labelFailedTag)).prefix(16))
+            if file.failedAttempts > 0, tag == file.lastFailedTag {
+                // The same wrong passcode again: rejected, but not counted (as on iOS).
+                return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
+            }
+            // Count the attempt on disk *before* checking it.
+            var counted = file
+            counted.failedAttempts += 1
+            counted.lastFailureMillis = Int64((now.timeIntervalSince1970 * 1000).rounded())
+            try persist(counted)
 
-        let kek = secret.derive(Self.labelPasscode, salt: stretched.withUnsafeBytes { Array($0) })
-        guard let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek) else {
-            let failures = Int(file.failedAttempts)
+            let kek = secret.derive(Self.labelPasscode, salt: stretched.withUnsafeBytes { Array($0) })
+            if let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek) {
+                var reset = file
+                reset.failedAttempts = 0
+                reset.lastFailureMillis = 0
+                reset.lastFailedTag = Self.zeros16
+                try persist(reset)
+                return .success(unwrapped)
+            }
+            // Only a passcode known to be wrong is remembered as "the last wrong one".
+            var failed = file
+            failed.lastFailedTag = tag
+            try persist(failed)
+            return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
+        }
+        if case .failure(.wrongPasscode(let failures)) = outcome {
             logger.notice("wrong passcode (\(failures) consecutive failures)")
             if file.eraseAfterTenFailures, failures >= PasscodePolicy.eraseThreshold {
                 try erase()
                 throw KeybagError.erased
             }
-            throw KeybagError.wrongPasscode(failedAttempts: failures)
         }
-        var reset = file
-        reset.failedAttempts = 0
-        reset.lastFailureMillis = 0
-        reset.lastFailedTag = Self.zeros16
-        try persist(reset)
-        return unwrapped
+        return try outcome.get()
     }
+
+    /// Runs `body` holding an exclusive `flock` on `ROOT/keybag.lock`, with the keybag freshly
+    /// reloaded from disk: read-modify-write of the keybag is serialized across processes.
+    private func withKeybagLock<T>(_ body: () throws -> T) throws -> T {
+        let lockPath = root + "/" + Self.lockFileName
+        let fd = try POSIXFile.open(lockPath, .readWrite, options: [.create], permissions: [.ownerReadWrite])
+        defer { try? fd.close() }   // closing the descriptor releases the lock
+        try POSIXFile.check("flock", lockPath) { flock(fd.rawValue, LOCK_EX) }
+        let path = root + "/" + KeybagFile.fileName
+        let current = POSIXFile.kind(path).exists
+            ? try KeybagFile.decode(try POSIXFile.readAll(path), macKey: secret.derive(KeybagFile.macLabel)) : nil
+        guard let current, current.uuid == id else {
+            // Another process erased the device (or set up a new one in its place).
+            isErased = true
+            for cls in ProtectionClass.allCases { discard(cls) }
+            throw KeybagError.erased
+        }
+        file = current
+        return try body()
+    }
+
+    static let lockFileName = "keybag.lock"
 
     private func delayRemaining(now: Date) -> TimeInterval? {
         let delay = PasscodePolicy.delay(afterFailures: Int(file.failedAttempts))
@@ -367,6 +406,7 @@ public actor Keybag {
             try? fd.close()
         }
         unlink(keybagPath)
+        unlink(root + "/" + Self.lockFileName)
         try? POSIXFile.syncDirectory(root)
         cancelGrace()
         for cls in ProtectionClass.allCases { discard(cls) }

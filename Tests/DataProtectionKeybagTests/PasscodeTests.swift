@@ -82,6 +82,31 @@ import Testing
         #expect(try await reopened.unwrapFileKey(wrapped) == fileKey)
     }
 
+    @Test func attemptsFromSeveralProcessesShareOneCounter() async throws {
+        let (_, clock, root) = try await makeDevice()
+        // Two keybags on one root stand for two processes.
+        let first = try await Keybag.open(root: root, clock: clock)
+        let second = try await Keybag.open(root: root, clock: clock)
+        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 1)) { try await first.unlock(passcode: "a") }
+        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 2)) { try await second.unlock(passcode: "b") }
+        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 3)) { try await first.unlock(passcode: "c") }
+        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 4)) { try await second.unlock(passcode: "d") }
+        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 5)) { try await first.unlock(passcode: "e") }
+        // The delay the first process caused binds the second one too.
+        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 60, failedAttempts: 5)) { try await second.unlock(passcode: "1234") }
+        clock.advance(by: 60)
+        try await second.unlock(passcode: "1234")
+        try await first.unlock(passcode: "1234")
+    }
+
+    @Test func anEraseByAnotherProcessIsNoticed() async throws {
+        let (_, clock, root) = try await makeDevice()
+        let first = try await Keybag.open(root: root, clock: clock)
+        let second = try await Keybag.open(root: root, clock: clock)
+        try await second.erase()
+        await #expect(throws: KeybagError.erased) { try await first.unlock(passcode: "1234") }
+    }
+
     @Test func passcodeCanBeChangedRightAfterARestart() async throws {
         let (_, clock, root) = try await makeDevice()
         let keybag = try await Keybag.open(root: root, clock: clock)
