@@ -5,6 +5,7 @@
 // Layers (each target depends only on the layers below it):
 //   1. DataProtectionKeybag — the device: device secret, keybag, lock state, class keys.
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
+//   3. DataProtectionBackup — "do not back up" marks and exclude lists for backup tools.
 //   tools: dpctl (CLI), dp-bench (benchmarks).
 import PackageDescription
 
@@ -13,6 +14,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "DataProtection", targets: ["DataProtection"]),
+        .library(name: "DataProtectionBackup", targets: ["DataProtectionBackup"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
     ],
@@ -43,10 +45,15 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        .target(
+            name: "DataProtectionBackup",
+            dependencies: ["DataProtection"]
+        ),
         .executableTarget(
             name: "dpctl",
             dependencies: [
                 "DataProtection",
+                "DataProtectionBackup",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -61,6 +68,7 @@ let package = Package(
         ),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
+        .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup"]),
         .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "dpctl"]),
     ],
     swiftLanguageModes: [.v6]

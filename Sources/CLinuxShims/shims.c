@@ -1,2 +1,5 @@
-// Intentionally empty: CLinuxShims only re-exports system headers (see include/CLinuxShims.h).
+#define _GNU_SOURCE
+#include <fcntl.h>
 #include "CLinuxShims.h"
+
+int cshim_o_tmpfile(void) { return O_TMPFILE; }

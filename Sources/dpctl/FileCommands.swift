@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtection
+import DataProtectionBackup
 import Foundation
 import SystemPackage
 
@@ -83,7 +84,7 @@ struct List: AsyncParsableCommand {
             device.bootstrapLogging()
             // Reading classes needs no key; a keybag is not even required.
             let url = URL(fileURLWithPath: path)
-            var rows = [["CLASS", "SIZE", "NAME"]]
+            var rows = [["CLASS", "BACKUP", "SIZE", "NAME"]]
             func describe(_ item: URL, name: String) {
                 let probe = ProtectionProbe()
                 rows.append(probe.row(item, name: name))
@@ -104,7 +105,7 @@ struct List: AsyncParsableCommand {
             } else {
                 describe(url, name: path)
             }
-            printOut(table(rows, rightAligned: [1]))
+            printOut(table(rows, rightAligned: [2]))
         }
     }
 }
@@ -112,6 +113,19 @@ struct List: AsyncParsableCommand {
 /// Describes items for `ls` without a keybag.
 struct ProtectionProbe {
     func row(_ url: URL, name: String) -> [String] {
+        var cells = classCells(url, name: name)
+        let backup: String
+        switch try? BackupMark.exclusion(of: url) {
+        case .included?: backup = "yes"
+        case .excludedByOwnMark?: backup = "no (marked)"
+        case .excludedByAncestor?: backup = "no (inherited)"
+        case nil: backup = "?"
+        }
+        cells.insert(backup, at: 1)
+        return cells
+    }
+
+    private func classCells(_ url: URL, name: String) -> [String] {
         // `ProtectedFileManager.protection(ofItemAt:)` needs no key; any keybag-less reading goes
         // through the same parser, so use a static helper.
         do {

@@ -1,13 +1,11 @@
-// Linux headers and constants that Swift's Glibc module does not export.
+// Linux declarations that Swift's Glibc module does not export.
+// Keep this header free of feature macros (_GNU_SOURCE): it is imported next to Glibc and
+// Dispatch, whose view of the system headers must stay the same.
 #ifndef C_LINUX_SHIMS_H
 #define C_LINUX_SHIMS_H
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <fcntl.h>
 #include <sys/xattr.h>
-#include <sys/prctl.h>
 
-/// `O_TMPFILE` (a macro Swift cannot import): an unnamed file in a directory, linked in later.
-static inline int cshim_o_tmpfile(void) { return O_TMPFILE; }
+/// `O_TMPFILE` (a macro needing _GNU_SOURCE, which Swift cannot import): an unnamed file in a
+/// directory, linked into it later.
+int cshim_o_tmpfile(void);
 #endif

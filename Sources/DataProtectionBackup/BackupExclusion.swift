@@ -1,0 +1,145 @@
+import DataProtection
+import Foundation
+
+/// Whether an item is left out of backups, and why — the answer to iOS's
+/// `URLResourceValues.isExcludedFromBackup`, plus where the mark that decides it sits.
+public enum BackupExclusion: Sendable, Equatable, CustomStringConvertible {
+    /// Backed up.
+    case included
+    /// Excluded by its own mark.
+    case excludedByOwnMark
+    /// Excluded because an ancestor directory is marked.
+    case excludedByAncestor(URL)
+
+    /// `true` for both kinds of exclusion.
+    public var isExcludedFromBackup: Bool { self != .included }
+
+    public var description: String {
+        switch self {
+        case .included: "included"
+        case .excludedByOwnMark: "excluded (own mark)"
+        case .excludedByAncestor(let url): "excluded (by \(url.path))"
+        }
+    }
+}
+
+/// Errors of backup marks.
+public enum BackupExclusionError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
+    /// Marking needs an existing item, as on iOS.
+    case noSuchFile(path: String)
+    /// A file-system call failed (for example: the file system keeps no extended attributes).
+    case fileSystem(FileSystemError)
+    /// A name that an exclude list cannot express (a newline in it).
+    case inexpressibleName(path: String, format: String)
+
+    public var description: String {
+        switch self {
+        case .noSuchFile(let path): "\(path): no such file or directory"
+        case .fileSystem(let error): error.description
+        case .inexpressibleName(let path, let format): "\(path): this name cannot be written into a \(format) exclude list"
+        }
+    }
+    public var errorDescription: String? { description }
+}
+
+/// The "do not back up" mark, stored where backup tools look for it:
+///
+/// - the freedesktop.org extended attribute `user.xdg.robots.backup` = `false` on the item
+///   (the convention borg and Duplicati read; "include" removes the attribute rather than
+///   writing `true`, which borg 1.x reads the wrong way round);
+/// - for a directory, unless asked not to, a `CACHEDIR.TAG` with the Cache Directory Tagging
+///   signature, which `tar`, `restic` and `borg` honour with `--exclude-caches`. Only a tag this
+///   library wrote is removed again.
+///
+/// A directory's mark covers everything below it; nothing below is marked one by one.
+public enum BackupMark {
+    /// The extended attribute.
+    public static let attribute = "user.xdg.robots.backup"
+    /// The tag file's name.
+    public static let cacheDirectoryTagName = "CACHEDIR.TAG"
+    /// The first 43 bytes every cache directory tag must start with (MD5 of ".IsCacheDirectory").
+    public static let cacheDirectoryTagSignature = "Signature: 8a477f597d28d172789f06886806bc55"
+    /// The whole tag this library writes.
+    public static let cacheDirectoryTagContents = cacheDirectoryTagSignature + """
+
+        # This directory is excluded from backups: it was marked with DataProtection (`dpctl exclude`).
+        # `dpctl include` removes this file again. For the tag itself see https://bford.info/cachedir/
+
+        """
+
+    /// Marks or unmarks `url`, like setting `URLResourceValues.isExcludedFromBackup`.
+    ///
+    /// ```swift
+    /// try BackupMark.set(excluded: true, for: offlineDirectory)   // also writes CACHEDIR.TAG
+    /// ```
+    /// - Throws: ``BackupExclusionError/noSuchFile(path:)`` when `url` does not exist.
+    public static func set(excluded: Bool, for url: URL, cacheDirectoryTag: Bool = true) throws {
+        let path = url.path
+        let kind = POSIXFile.kind(path)
+        guard kind.exists else { throw BackupExclusionError.noSuchFile(path: path) }
+        try wrapFS {
+            if excluded {
+                try POSIXFile.setAttribute(attribute, Array("false".utf8), path: path)
+                if kind.isDirectory, cacheDirectoryTag { try writeTag(in: path) }
+            } else {
+                try POSIXFile.removeAttribute(attribute, path: path)
+                if kind.isDirectory { try removeOwnTag(in: path) }
+            }
+        }
+    }
+
+    /// Whether `url` is excluded, by its own mark or an ancestor's.
+    public static func exclusion(of url: URL) throws -> BackupExclusion {
+        let standardized = url.standardizedFileURL
+        guard POSIXFile.kind(standardized.path).exists else { throw BackupExclusionError.noSuchFile(path: standardized.path) }
+        if try isMarked(standardized.path) { return .excludedByOwnMark }
+        var ancestor = standardized.deletingLastPathComponent()
+        while true {
+            if (try? isMarked(ancestor.path)) == true { return .excludedByAncestor(ancestor) }
+            if ancestor.path == "/" { return .included }
+            ancestor = ancestor.deletingLastPathComponent()
+        }
+    }
+
+    /// Whether `path` carries the mark itself.
+    static func isMarked(_ path: String) throws -> Bool {
+        try wrapFS { try POSIXFile.getAttribute(attribute, path: path) }.map { String(decoding: $0, as: UTF8.self) == "false" } ?? false
+    }
+
+    private static func writeTag(in directory: String) throws {
+        let tag = directory + "/" + cacheDirectoryTagName
+        var st = stat()
+        if lstat(tag, &st) == 0 { return }   // a tag (ours or someone's) is already there
+        try POSIXFile.writeAtomically(tag, Array(cacheDirectoryTagContents.utf8), permissions: .init(rawValue: 0o644))
+    }
+
+    private static func removeOwnTag(in directory: String) throws {
+        let tag = directory + "/" + cacheDirectoryTagName
+        guard let contents = FileManager.default.contents(atPath: tag),
+              contents == Data(cacheDirectoryTagContents.utf8) else { return }
+        try POSIXFile.check("unlink", tag) { unlink(tag) }
+    }
+
+    static func wrapFS<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let error as FileSystemError {
+            if error.errno == .noSuchFileOrDirectory { throw BackupExclusionError.noSuchFile(path: error.path) }
+            throw BackupExclusionError.fileSystem(error)
+        }
+    }
+}
+
+extension URL {
+    /// Applies `values.isExcludedFromBackup` for real, where Foundation on Linux ignores it:
+    ///
+    /// ```swift
+    /// var values = URLResourceValues()
+    /// values.isExcludedFromBackup = true
+    /// try url.setBackupResourceValues(values)
+    /// ```
+    public func setBackupResourceValues(_ values: URLResourceValues) throws {
+        if let excluded = values.isExcludedFromBackup { try BackupMark.set(excluded: excluded, for: self) }
+    }
+
+    /// Whether this item is excluded from backups, and by which mark.
+    public func backupExclusion() throws -> BackupExclusion { try BackupMark.exclusion(of: self) }
+}

@@ -1,0 +1,73 @@
+import DataProtectionBackup
+import Foundation
+import Testing
+
+func temporaryDirectory() -> URL {
+    let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-backup-tests-" + UUID().uuidString)
+    try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
+
+/// The seed's scenario: documents next to an offline directory marked right after it is
+/// created, a PDF saved into it and marked too, a marked single file, and names that need
+/// escaping in pattern languages.
+struct MarkedTree {
+    let root: URL
+
+    static func make() throws -> MarkedTree {
+        let root = temporaryDirectory().appendingPathComponent("tree")
+        let fm = FileManager.default
+        for dir in ["Documents", "Documents/offline", "Documents/offline/maps", "keep", "weird [1]*?$HOME"] {
+            try fm.createDirectory(at: root.appendingPathComponent(dir), withIntermediateDirectories: true)
+        }
+        try BackupMark.set(excluded: true, for: root.appendingPathComponent("Documents/offline"))
+        let files = [
+            "Documents/report.txt": "report",
+            "Documents/offline/book.pdf": "pdf",
+            "Documents/offline/maps/tile.bin": "tile",
+            "keep/normal.txt": "normal",
+            "keep/secret.pdf": "secret",
+            "weird [1]*?$HOME/inside.txt": "weird",
+            "weird [1]*?$HOME/kept.txt": "kept",
+        ]
+        for (name, text) in files { try Data(text.utf8).write(to: root.appendingPathComponent(name)) }
+        try BackupMark.set(excluded: true, for: root.appendingPathComponent("Documents/offline/book.pdf"))
+        try BackupMark.set(excluded: true, for: root.appendingPathComponent("keep/secret.pdf"))
+        try BackupMark.set(excluded: true, for: root.appendingPathComponent("weird [1]*?$HOME/inside.txt"))
+        return MarkedTree(root: root)
+    }
+
+    /// Relative paths of the files that must be in a backup / must not be.
+    static let backedUp = ["Documents/report.txt", "keep/normal.txt", "weird [1]*?$HOME/kept.txt"]
+    static let markedDirectoryContents = ["Documents/offline/book.pdf", "Documents/offline/maps/tile.bin"]
+    static let markedFiles = ["keep/secret.pdf", "weird [1]*?$HOME/inside.txt"]
+}
+
+/// Runs a tool; fails the test with its output when it exits non-zero.
+@discardableResult
+func tool(_ arguments: [String], environment: [String: String] = [:]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env.merge(environment) { $1 }
+    process.environment = env
+    let out = Pipe(), err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    let errReader = Thread { _ = err.fileHandleForReading.readDataToEndOfFile() }
+    errReader.start()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw ToolFailure(command: arguments.joined(separator: " "), status: process.terminationStatus)
+    }
+    return String(decoding: data, as: UTF8.self)
+}
+
+struct ToolFailure: Error, CustomStringConvertible {
+    let command: String
+    let status: Int32
+    var description: String { "`\(command)` exited with \(status) (is it installed? scripts/test installs tar, restic, borgbackup)" }
+}
