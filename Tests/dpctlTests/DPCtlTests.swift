@@ -134,3 +134,28 @@ import Testing
         #expect(corrupt.stderr.contains("keybag rejected"))
     }
 }
+
+@Suite struct DPCtlBackupMarkTests {
+    @Test func excludeIncludeAndExclusionLists() throws {
+        let cli = CLI.make()
+        let offline = cli.work.appendingPathComponent("Documents/offline")
+        try FileManager.default.createDirectory(at: offline, withIntermediateDirectories: true)
+        try Data("pdf".utf8).write(to: offline.appendingPathComponent("book.pdf"))
+        let missing = try cli.run(["exclude", cli.file("nope")])
+        #expect(missing.status == 1)
+        #expect(missing.stderr.contains("no such file"))
+        #expect(try cli.run(["exclude", offline.path]).status == 0)
+        #expect(FileManager.default.fileExists(atPath: offline.appendingPathComponent("CACHEDIR.TAG").path))
+        let ls = try cli.run(["ls", "-R", cli.work.path])
+        #expect(ls.out.contains("no (marked)"))
+        #expect(ls.out.contains("no (inherited)"))
+        let borg = try cli.run(["exclusions", cli.work.path, "--format", "borg"])
+        #expect(borg.out == "pp:\(offline.path)\n")
+        #expect(try cli.run(["exclusions", cli.work.path, "--format", "zip"]).status == 1)
+        let inner = try cli.run(["include", offline.appendingPathComponent("book.pdf").path])
+        #expect(inner.stderr.contains("still excluded by its ancestor"))
+        #expect(try cli.run(["include", offline.path]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: offline.appendingPathComponent("CACHEDIR.TAG").path))
+        #expect(try cli.run(["exclusions", cli.work.path]).out.isEmpty)
+    }
+}
