@@ -12,6 +12,7 @@ struct Exclude: AsyncParsableCommand {
             `tar|restic|borg --exclude-caches` leave it out too.
             """)
 
+    @OptionGroup var device: DeviceOptions
     @Argument(help: "The file or directory (it must exist).") var path: String
     @Flag(help: "Do not write a CACHEDIR.TAG into a marked directory.") var noCachedirTag = false
 
@@ -27,6 +28,7 @@ struct Include: AsyncParsableCommand {
         abstract: "Remove the \"do not back up\" mark (and the CACHEDIR.TAG dpctl wrote).",
         discussion: "An item below a marked directory stays excluded until that directory is included.")
 
+    @OptionGroup var device: DeviceOptions
     @Argument(help: "The file or directory.") var path: String
 
     func run() async throws {
@@ -48,6 +50,7 @@ struct Exclusions: AsyncParsableCommand {
             restic: for `restic backup --exclude-file FILE`.  borg: for `borg create --exclude-from FILE`.
             """)
 
+    @OptionGroup var device: DeviceOptions
     @Argument(help: "The tree to scan.") var path: String
     @Option(help: "list | tar | restic | borg") var format: String = "list"
 
