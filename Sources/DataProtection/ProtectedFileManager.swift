@@ -1,3 +1,4 @@
+import Crypto
 import DataProtectionKeybag
 import Foundation
 import SystemPackage
@@ -198,23 +199,44 @@ public struct ProtectedFileManager: Sendable {
             try await write(contentsOf: source, to: url, protection: cls)
         case .protected(let current):
             guard current != cls else { return }
-            try await ProtectedFileError.translating(path: path, writing: true) {
-                let fd = try POSIXFile.open(path, .readWrite)
-                defer { try? fd.close() }
-                let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-                var header = try ProtectedFileHeader.parse(headerBytes, path: path)
-                let key = try await keybag.unwrapFileKey(header.wrappedKey)
-                let keys = FileKeys(fileKey: key, fileID: header.fileID)
-                guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
-                    throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
-                }
-                header.wrappedKey = try await keybag.wrap(key, for: cls)
-                // 160 bytes at offset 0 sit in one disk sector: the rewrite is all or nothing.
-                try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
-                try POSIXFile.sync(fd, path: path)
+            try await rewrapHeader(of: url) { wrapped in
+                let key = try await keybag.unwrapFileKey(wrapped)
+                return (key, try await keybag.wrap(key, for: cls))
             }
         case .other:
             throw ProtectedFileError.notProtected(path: path)
+        }
+    }
+
+    /// Gives a protected file a new wrapping of its (unchanged) key and rewrites the header in
+    /// place: 160 bytes at offset 0 sit in one disk sector, so the rewrite is all or nothing.
+    /// The header MAC is checked with the old key before anything is written.
+    func rewrapHeader(of url: URL, _ rewrap: (WrappedFileKey) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey)) async throws {
+        let path = url.path
+        try await ProtectedFileError.translating(path: path, writing: true) {
+            let fd = try POSIXFile.open(path, .readWrite)
+            defer { try? fd.close() }
+            let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+            guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+            var header = try ProtectedFileHeader.parse(headerBytes, path: path)
+            let (key, wrapped) = try await rewrap(header.wrappedKey)
+            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
+                throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
+            }
+            header.wrappedKey = wrapped
+            try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
+            try POSIXFile.sync(fd, path: path)
+        }
+    }
+
+    /// Makes a protected file that another device wrote (restored from a backup) this device's:
+    /// its key is unwrapped with the other device's class keys (from its backup keybag) and
+    /// rewrapped under this keybag, in the same class unless `protection` names another. The
+    /// content is not re-encrypted.
+    public func adoptFile(at url: URL, from backupKeys: BackupClassKeys, protection: ProtectionClass? = nil) async throws {
+        try await rewrapHeader(of: url) { wrapped in
+            try await keybag.adoptFileKey(wrapped, from: backupKeys, as: protection)
         }
     }
 

@@ -407,6 +407,7 @@ public actor Keybag {
         }
         unlink(keybagPath)
         unlink(root + "/" + Self.lockFileName)
+        unlink(root + "/" + BackupKeybag.fileName)
         try? POSIXFile.syncDirectory(root)
         cancelGrace()
         for cls in ProtectionClass.allCases { discard(cls) }
@@ -472,6 +473,31 @@ public actor Keybag {
         guard let classKey = classKeys[protectionClass] else { throw KeybagError.classUnavailable(protectionClass, state) }
         return WrappedFileKey(protectionClass: protectionClass, keybagID: id,
                               wrappedKey: Array(try AES.KeyWrap.wrap(key, using: classKey)), ephemeralPublicKey: nil)
+    }
+
+    // MARK: - Backup keybag
+
+    /// Where ``setBackupPassword(_:)`` keeps the backup keybag, so backups taken while the
+    /// device is locked can carry it without any class key being unwrapped.
+    public nonisolated var backupKeybagURL: URL { URL(fileURLWithPath: root + "/" + BackupKeybag.fileName) }
+
+    /// Wraps every class key under a backup password into `ROOT/backup-keybag` (replacing any
+    /// earlier one). Needs the device unlocked: the A and B keys must be in memory.
+    public func setBackupPassword(_ password: String) throws {
+        if password.isEmpty { throw KeybagError.emptyPasscode }
+        try requireUnlocked()
+        guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil else { throw KeybagError.deviceLocked(state) }
+        let kdf = PasscodeKDF(logN: max(file.kdf.logN, 15), r: file.kdf.r, p: file.kdf.p)
+        let backup = try BackupKeybag(sourceKeybagID: id, classKeys: classKeys, classBPrivate: bPrivate, password: password, kdf: kdf)
+        try POSIXFile.writeAtomically(backupKeybagURL.path, backup.encoded, permissions: [.ownerReadWrite])
+    }
+
+    /// Rewraps a file key that another device wrapped (its class keys come from a backup
+    /// keybag) under this device's key for the same class — or for `protectionClass`.
+    public func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
+                             as protectionClass: ProtectionClass? = nil) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
+        let key = try backupKeys.unwrap(wrapped)
+        return (key, try wrap(key, for: protectionClass ?? wrapped.protectionClass))
     }
 
     // MARK: - Events

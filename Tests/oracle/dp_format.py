@@ -7,6 +7,8 @@ implementation whether what the library writes is what the specification says.
     dp_format.py decrypt ROOT FILE [--passcode P]   plaintext of a protected file to stdout
     dp_format.py keybag ROOT                        the keybag's fields, as JSON
     dp_format.py vectors                            recompute the FORMAT.md test vectors, as JSON
+    dp_format.py backup-decrypt BACKUP_KEYBAG PASSWORD FILE
+                                                    plaintext using only a backup keybag and its password
 """
 import json
 import struct
@@ -86,6 +88,31 @@ def class_keys(kb, secret, passcode):
     for cls in (1, 2, 3):
         keys[cls] = aes_key_unwrap(kek, kb["records"][cls]["wrapped"])
     return keys
+
+
+# ---- backup keybag -----------------------------------------------------------------------
+
+BACKUP_MAGIC = b"\x89DPBK\r\n\x1a"
+
+
+def backup_class_keys(data, password):
+    if len(data) != 276 or data[:8] != BACKUP_MAGIC:
+        raise FormatError("not a backup keybag")
+    version, length = struct.unpack(">HH", data[8:12])
+    if version != 1 or length != 276:
+        raise FormatError("bad version/length")
+    salt = data[28:44]
+    log_n, r, p = data[44], data[45], data[46]
+    stretched = scrypt(password, salt, log_n, r, p)
+    kek = hkdf(stretched, b"", b"DataProtection v1 backup keybag KEK")
+    mac_key = hkdf(stretched, b"", b"DataProtection v1 backup keybag MAC")
+    if hmac_sha256(mac_key, data[:244]) != data[244:]:
+        raise FormatError("backup keybag MAC (wrong password?)")
+    keys = {}
+    for i in range(4):
+        rec = data[48 + 41 * i: 48 + 41 * (i + 1)]
+        keys[rec[0]] = aes_key_unwrap(kek, rec[1:41])
+    return keys, data[212:244]
 
 
 # ---- protected files ----------------------------------------------------------------------
@@ -183,6 +210,10 @@ def vectors():
 def main(argv):
     if len(argv) >= 2 and argv[1] == "vectors":
         print(json.dumps(vectors(), indent=2))
+        return 0
+    if len(argv) == 5 and argv[1] == "backup-decrypt":
+        keys, b_public = backup_class_keys(open(argv[2], "rb").read(), argv[3])
+        sys.stdout.buffer.write(decrypt_file(open(argv[4], "rb").read(), keys, b_public))
         return 0
     if len(argv) >= 3 and argv[1] in ("decrypt", "keybag"):
         root = argv[2]
