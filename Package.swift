@@ -23,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
     ],
     targets: [
         .target(name: "CLinuxShims"),
@@ -47,7 +48,12 @@ let package = Package(
         ),
         .target(
             name: "DataProtectionBackup",
-            dependencies: ["DataProtection"]
+            dependencies: [
+                "DataProtection",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .executableTarget(
             name: "dpctl",
@@ -68,7 +74,7 @@ let package = Package(
         ),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
-        .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup"]),
+        .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "dpctl"]),
     ],
     swiftLanguageModes: [.v6]

@@ -64,3 +64,125 @@ struct Exclusions: AsyncParsableCommand {
         }
     }
 }
+
+struct BackupPassword: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backup-password",
+        abstract: "Set the backup password: the class keys are wrapped under it into the data root's backup keybag.",
+        discussion: "Needs the device unlocked (--passcode-file when a passcode is set). Backups carry this keybag, so they restore on another device with the password, even when they were taken while locked.")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("The current passcode.", valueName: "file")) var passcodeFile: String?
+    @Option(help: ArgumentHelp("File holding the new backup password.", valueName: "file")) var passwordFile: String
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDevice(passcodeFile: passcodeFile)
+            try await keybag.setBackupPassword(try readPasscode(passwordFile))
+            printOut("backup keybag written: \(keybag.backupKeybagURL.path)")
+        }
+    }
+}
+
+struct Backup: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Back up SOURCE into the repository DEST, skipping marked items and Library/Caches, tmp.",
+        discussion: """
+            Protected files are copied as ciphertext (nothing is decrypted: it works while locked). \
+            Unchanged files are not copied again. The data root's backup keybag goes into the backup \
+            so that it restores on another device with the backup password.
+            """)
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: "The directory to back up (an app container).") var source: String
+    @Argument(help: "The backup repository (created if needed).") var destination: String
+    @Option(help: ArgumentHelp("Check that this backup password opens the backup keybag first.", valueName: "file"))
+    var passwordFile: String?
+    @Flag(help: "Walk and log only; write nothing.") var dryRun = false
+    @Flag(help: "Print the MobileBackup-style log: Not backed up (attribute|blacklist): PATH.") var log = false
+    @Flag(help: "Print a JSON summary.") var json = false
+
+    func run() async throws {
+        try await reportingErrors {
+            device.bootstrapLogging()
+            let root = device.resolvedRoot
+            let hasKeybag = FileManager.default.fileExists(atPath: root + "/keybag")
+            if let passwordFile {
+                let url = URL(fileURLWithPath: root).appendingPathComponent(BackupKeybag.fileName)
+                guard FileManager.default.fileExists(atPath: url.path) else {
+                    throw CLIError("no backup keybag in \(root): set one with `dpctl backup-password`")
+                }
+                _ = try BackupKeybag(contentsOf: url).unlock(password: try readPasscode(passwordFile))
+            }
+            let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
+                                      keybagRoot: hasKeybag ? root : nil, dryRun: dryRun)
+            let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
+            let summary = try engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update("\($0) items") })
+            bar.finish()
+            if json {
+                let data = try JSONEncoder().encode(summary)
+                printOut(String(decoding: data, as: UTF8.self))
+            } else if !dryRun {
+                printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(summary.bytesCopied) bytes), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByBlacklist) blacklisted")
+            }
+        }
+    }
+}
+
+struct Restore: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Restore one backup (DEST/backups/ID) into a new directory.",
+        discussion: "Protected files from another device are rewrapped for this one with the backup password; their content is not decrypted.")
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: "The backup: REPOSITORY/backups/ID.") var backup: String
+    @Argument(help: "Where to restore (must not exist, or be empty).") var destination: String
+    @Option(help: ArgumentHelp("The backup password (for files from another device).", valueName: "file")) var passwordFile: String?
+    @Option(help: ArgumentHelp("This device's passcode, when restoring class A or C files.", valueName: "file")) var passcodeFile: String?
+    @Flag(help: "Print a JSON summary.") var json = false
+
+    func run() async throws {
+        try await reportingErrors {
+            let root = device.resolvedRoot
+            let files = FileManager.default.fileExists(atPath: root + "/keybag")
+                ? ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile)) : nil
+            let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
+            let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
+                .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
+                         progress: { bar.update("\($0) items") })
+            bar.finish()
+            if json {
+                printOut(String(decoding: try JSONEncoder().encode(summary), as: UTF8.self))
+            } else {
+                printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device")
+            }
+        }
+    }
+}
+
+struct Verify: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Check that every file of a backup is present and unaltered.")
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: "The backup: REPOSITORY/backups/ID.") var backup: String
+
+    func run() async throws {
+        try await reportingErrors {
+            let count = try RestoreEngine(backup: URL(fileURLWithPath: backup)).verify()
+            printOut("ok: \(count) items verified")
+        }
+    }
+}
+
+/// A one-line progress display on a terminal (standard error), nothing elsewhere.
+final class ProgressLine: @unchecked Sendable {
+    let enabled: Bool
+    private var last = ContinuousClock.now
+    init(enabled: Bool) { self.enabled = enabled }
+    func update(_ text: String) {
+        guard enabled, ContinuousClock.now - last > .milliseconds(100) else { return }
+        last = ContinuousClock.now
+        FileHandle.standardError.write(Data("\r\(text)\u{1B}[K".utf8))
+    }
+    func finish() { if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) } }
+}

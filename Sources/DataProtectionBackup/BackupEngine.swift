@@ -1,0 +1,159 @@
+import DataProtection
+import Foundation
+import SystemPackage
+
+/// What a backup did.
+public struct BackupSummary: Sendable, Equatable, Codable {
+    public var backup: String = ""
+    public var files = 0
+    public var directories = 0
+    public var symlinks = 0
+    public var protectedFiles = 0
+    /// Files whose content was copied into the repository (the rest were already there).
+    public var filesCopied = 0
+    public var bytesCopied: Int64 = 0
+    public var skippedByAttribute = 0
+    public var skippedByBlacklist = 0
+    public var hasBackupKeybag = false
+}
+
+/// Backs up a directory into a ``BackupRepository``, the way iOS's MobileBackup treats an app
+/// container: items marked "do not back up" and the container blacklist (`Library/Caches`,
+/// `tmp`) are skipped and logged; protected files are copied as ciphertext — nothing is
+/// decrypted, so it works while the device is locked.
+///
+/// ```swift
+/// let summary = try BackupEngine(source: container, repository: BackupRepository(url: dest), keybag: keybag)
+///     .run { line in print(line) }        // "Not backed up (attribute): …"
+/// ```
+public struct BackupEngine: Sendable {
+    /// Paths relative to the source that are never backed up (iOS: `Library/Caches`, `tmp`).
+    public static let blacklist = ["Library/Caches", "tmp"]
+
+    public var source: URL
+    public var repository: BackupRepository
+    /// The device's keybag root: its `backup-keybag` is copied into the backup.
+    public var keybagRoot: String?
+    /// Walk and log only; write nothing.
+    public var dryRun = false
+
+    public init(source: URL, repository: BackupRepository, keybagRoot: String?, dryRun: Bool = false) {
+        self.source = source.standardizedFileURL
+        self.repository = repository
+        self.keybagRoot = keybagRoot
+        self.dryRun = dryRun
+    }
+
+    /// Runs the backup. `log` receives MobileBackup-style lines; `progress` the items done.
+    public func run(log: (String) -> Void = { _ in }, progress: (Int) -> Void = { _ in }) throws -> BackupSummary {
+        guard POSIXFile.kind(source.path).isDirectory else { throw BackupError.noSuchSource(path: source.path) }
+        var summary = BackupSummary()
+        // Incremental: an unchanged file (same size and modification time as in the latest
+        // finished backup, object present) is not read again.
+        var previousByPath: [String: ManifestEntry] = [:]
+        if let latest = repository.finishedBackups().last,
+           let entries = try? BackupManifest.open(at: latest.appendingPathComponent(BackupManifest.fileName)).entries() {
+            for entry in entries { previousByPath[entry.path] = entry }
+        }
+
+        let id = Self.makeID()
+        let inProgress = repository.backups.appendingPathComponent(id + BackupRepository.incompleteSuffix)
+        if !dryRun {
+            try repository.prepare()
+            try FileManager.default.createDirectory(at: inProgress, withIntermediateDirectories: false)
+        }
+
+        var entries: [ManifestEntry] = []
+        if case .excludedByAncestor(let ancestor) = try BackupMark.exclusion(of: source) {
+            log("Not backed up (attribute): \(source.path) (marked: \(ancestor.path))")
+            summary.skippedByAttribute += 1
+        } else {
+            var pending = [""]
+            while let relative = pending.popLast() {
+                let directory = relative.isEmpty ? source : source.appendingPathComponent(relative)
+                let names = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+                for name in names {
+                    let rel = relative.isEmpty ? name : relative + "/" + name
+                    let url = source.appendingPathComponent(rel)
+                    if Self.blacklist.contains(rel) {
+                        log("Not backed up (blacklist): \(url.path)")
+                        summary.skippedByBlacklist += 1
+                        continue
+                    }
+                    var st = stat()
+                    guard lstat(url.path, &st) == 0 else { continue }
+                    let type = st.st_mode & S_IFMT
+                    if type != S_IFLNK, (try? BackupMark.isMarked(url.path)) == true {
+                        log("Not backed up (attribute): \(url.path)")
+                        summary.skippedByAttribute += 1
+                        continue
+                    }
+                    let mtime = Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9
+                    var entry = ManifestEntry(path: rel, kind: .file, mode: Int(st.st_mode & 0o7777), mtime: mtime, size: Int64(st.st_size))
+                    switch type {
+                    case S_IFDIR:
+                        entry.kind = .directory
+                        entry.size = 0
+                        summary.directories += 1
+                        pending.append(rel)
+                    case S_IFLNK:
+                        entry.kind = .symlink
+                        entry.linkTarget = try FileManager.default.destinationOfSymbolicLink(atPath: url.path)
+                        summary.symlinks += 1
+                    case S_IFREG:
+                        if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
+                            entry.protectionClass = Int(cls.rawValue)
+                            summary.protectedFiles += 1
+                        }
+                        summary.files += 1
+                        if let old = previousByPath[rel], old.kind == .file, old.size == entry.size, old.mtime == entry.mtime,
+                           let sha = old.sha256, repository.hasObject(sha) {
+                            entry.sha256 = sha   // unchanged: nothing to copy
+                        } else if !dryRun {
+                            let (sha, size) = try repository.store(url)
+                            entry.sha256 = sha
+                            entry.size = size
+                            summary.filesCopied += 1
+                            summary.bytesCopied += size
+                        }
+                    default:
+                        log("Not backed up (unsupported file type): \(url.path)")
+                        continue
+                    }
+                    entries.append(entry)
+                    progress(entries.count)
+                }
+            }
+        }
+        summary.backup = id
+        guard !dryRun else { return summary }
+
+        // The backup keybag travels with the backup, so another device can restore it.
+        if let keybagRoot {
+            let backupKeybag = URL(fileURLWithPath: keybagRoot).appendingPathComponent(BackupKeybag.fileName)
+            if FileManager.default.fileExists(atPath: backupKeybag.path) {
+                try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupKeybag.fileName).path,
+                                              try POSIXFile.readAll(backupKeybag.path), permissions: .ownerReadWrite)
+                summary.hasBackupKeybag = true
+            }
+        }
+        if summary.protectedFiles > 0, !summary.hasBackupKeybag {
+            log("Note: no backup keybag (set one with `dpctl backup-password`): protected files restore on this device only")
+        }
+        let manifest = try BackupManifest.create(at: inProgress.appendingPathComponent(BackupManifest.fileName))
+        try manifest.insert(entries, meta: ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id])
+        try POSIXFile.syncDirectory(inProgress.path)
+        let finished = repository.backups.appendingPathComponent(id)
+        try POSIXFile.check("rename", finished.path) { rename(inProgress.path, finished.path) }
+        try POSIXFile.syncDirectory(repository.backups.path)
+        return summary
+    }
+
+    static func makeID() -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+        return formatter.string(from: Date()) + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+    }
+}

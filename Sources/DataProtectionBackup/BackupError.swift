@@ -1,0 +1,33 @@
+import DataProtection
+import Foundation
+
+/// Errors of the backup engine; each says what to do.
+public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
+    /// The backup is missing, not a backup, or was modified in a way that stops a restore.
+    case badBackup(path: String, reason: String)
+    /// The backup did not finish (killed half-way): it cannot be restored.
+    case incompleteBackup(path: String)
+    /// A name in the manifest would write outside the destination.
+    case unsafePath(String)
+    /// The restore destination must not exist, or be an empty directory.
+    case destinationNotEmpty(path: String)
+    /// Protected files come from another device and no backup password was given.
+    case passwordNeeded(files: Int)
+    /// Verification found missing or altered objects.
+    case verificationFailed(problems: [String])
+    /// The source directory does not exist.
+    case noSuchSource(path: String)
+
+    public var description: String {
+        switch self {
+        case .badBackup(let path, let reason): "\(path): not a usable backup: \(reason)"
+        case .incompleteBackup(let path): "\(path): this backup is incomplete (it was interrupted) and cannot be restored"
+        case .unsafePath(let name): "refusing to restore \(name): it would write outside the destination"
+        case .destinationNotEmpty(let path): "\(path): the restore destination must not exist or must be empty"
+        case .passwordNeeded(let files): "\(files) protected file(s) come from another device: give the backup password (--password-file)"
+        case .verificationFailed(let problems): "verification failed: \(problems.count) problem(s): " + problems.prefix(5).joined(separator: "; ")
+        case .noSuchSource(let path): "\(path): no such directory"
+        }
+    }
+    public var errorDescription: String? { description }
+}

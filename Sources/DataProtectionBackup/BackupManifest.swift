@@ -1,0 +1,103 @@
+import DataProtection
+import Foundation
+import GRDB
+
+/// One item of a backup, as the manifest records it.
+public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, PersistableRecord {
+    public enum Kind: String, Sendable, Codable { case directory, file, symlink }
+
+    public static let databaseTableName = "entry"
+
+    /// Relative to the backed-up directory, `/`-separated, never absolute, never with `..`.
+    public var path: String
+    public var kind: Kind
+    /// Permission bits.
+    public var mode: Int
+    /// Modification time, seconds since 1970.
+    public var mtime: Double
+    /// Bytes stored (ciphertext for protected files).
+    public var size: Int64
+    /// The protection class of a protected file (`nil`: plain file, directory, link).
+    public var protectionClass: Int?
+    /// SHA-256 of the stored bytes, hex: the object's name.
+    public var sha256: String?
+    /// A symbolic link's target.
+    public var linkTarget: String?
+
+    public init(path: String, kind: Kind, mode: Int, mtime: Double, size: Int64, protectionClass: Int? = nil,
+                sha256: String? = nil, linkTarget: String? = nil) {
+        self.path = path
+        self.kind = kind
+        self.mode = mode
+        self.mtime = mtime
+        self.size = size
+        self.protectionClass = protectionClass
+        self.sha256 = sha256
+        self.linkTarget = linkTarget
+    }
+
+    public var fileClass: ProtectionClass? { protectionClass.flatMap { ProtectionClass(rawValue: UInt8($0)) } }
+}
+
+/// The manifest of one backup: an SQLite database (through GRDB) with every item and the
+/// backup's metadata. Specified in `docs/FORMAT.md` § Backups.
+public struct BackupManifest: Sendable {
+    public static let fileName = "manifest.sqlite"
+    public static let formatVersion = 1
+
+    let queue: DatabaseQueue
+
+    /// Creates a new manifest.
+    static func create(at url: URL) throws -> BackupManifest {
+        let queue = try DatabaseQueue(path: url.path)
+        try queue.write { db in
+            try db.create(table: "meta") { t in
+                t.primaryKey("key", .text)
+                t.column("value", .text).notNull()
+            }
+            try db.create(table: ManifestEntry.databaseTableName) { t in
+                t.primaryKey("path", .text)
+                t.column("kind", .text).notNull()
+                t.column("mode", .integer).notNull()
+                t.column("mtime", .double).notNull()
+                t.column("size", .integer).notNull()
+                t.column("protectionClass", .integer)
+                t.column("sha256", .text)
+                t.column("linkTarget", .text)
+            }
+            try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('format', ?)", arguments: ["\(formatVersion)"])
+        }
+        return BackupManifest(queue: queue)
+    }
+
+    /// Opens an existing manifest, read-only.
+    public static func open(at url: URL) throws -> BackupManifest {
+        var configuration = Configuration()
+        configuration.readonly = true
+        let queue = try DatabaseQueue(path: url.path, configuration: configuration)
+        let format = try queue.read { db in try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format'") }
+        guard format == "\(formatVersion)" else {
+            throw BackupError.badBackup(path: url.path, reason: "manifest format \(format ?? "?") is not supported")
+        }
+        return BackupManifest(queue: queue)
+    }
+
+    func insert(_ entries: [ManifestEntry], meta: [String: String]) throws {
+        try queue.write { db in
+            for entry in entries { try entry.insert(db) }
+            for (key, value) in meta {
+                try db.execute(sql: "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", arguments: [key, value])
+            }
+        }
+    }
+
+    /// Every entry, parents before children.
+    public func entries() throws -> [ManifestEntry] {
+        try queue.read { db in try ManifestEntry.order(Column("path")).fetchAll(db) }
+    }
+
+    /// A metadata value (`source`, `created`, `keybag` …).
+    public func meta(_ key: String) throws -> String? {
+        try queue.read { db in try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
+    }
+}

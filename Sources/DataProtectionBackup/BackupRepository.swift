@@ -1,0 +1,94 @@
+import Crypto
+import DataProtection
+import Foundation
+import SystemPackage
+
+/// A backup destination directory:
+///
+///     DEST/objects/ab/abcdef…      stored file contents, named by their SHA-256, shared by backups
+///     DEST/backups/ID/             one finished backup: manifest.sqlite, backup-keybag
+///     DEST/backups/ID.incomplete/  a backup still being written (or killed half-way)
+///
+/// Objects are written to a temporary name, flushed and renamed, so an object name always
+/// stands for complete content; a backup directory is renamed from `.incomplete` only after its
+/// manifest is flushed.
+public struct BackupRepository: Sendable {
+    public let url: URL
+    static let incompleteSuffix = ".incomplete"
+
+    public init(url: URL) { self.url = url.standardizedFileURL }
+
+    var objects: URL { url.appendingPathComponent("objects") }
+    var backups: URL { url.appendingPathComponent("backups") }
+
+    func prepare() throws {
+        for dir in [url, objects, backups] {
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        }
+    }
+
+    func objectURL(_ sha256: String) -> URL {
+        objects.appendingPathComponent(String(sha256.prefix(2))).appendingPathComponent(sha256)
+    }
+
+    func hasObject(_ sha256: String) -> Bool { FileManager.default.fileExists(atPath: objectURL(sha256).path) }
+
+    /// Finished backups, oldest first.
+    public func finishedBackups() -> [URL] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: backups.path)) ?? []
+        return names.filter { !$0.hasSuffix(Self.incompleteSuffix) && !$0.hasPrefix(".") }.sorted().map { backups.appendingPathComponent($0) }
+    }
+
+    /// Copies `source` into the object store while hashing it; returns its SHA-256 and size.
+    /// Nothing is copied when an object with that hash already exists.
+    func store(_ source: URL) throws -> (sha256: String, size: Int64) {
+        let input = try POSIXFile.open(source.path, .readOnly)
+        defer { try? input.close() }
+        let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
+        let output = try POSIXFile.open(temp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
+        var hasher = SHA256()
+        var size: Int64 = 0
+        do {
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            while true {
+                let n = try POSIXFile.system("read", source.path) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
+                if n == 0 { break }
+                try buffer.withUnsafeBytes { raw in
+                    let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
+                    hasher.update(bufferPointer: chunk)
+                    try POSIXFile.write(output, chunk, at: size, path: temp.path)
+                }
+                size += Int64(n)
+            }
+            try POSIXFile.sync(output, path: temp.path)
+            try output.close()
+        } catch {
+            try? output.close()
+            unlink(temp.path)
+            throw error
+        }
+        let sha = Array(hasher.finalize()).hex
+        let final = objectURL(sha)
+        if FileManager.default.fileExists(atPath: final.path) {
+            unlink(temp.path)
+        } else {
+            try FileManager.default.createDirectory(at: final.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try POSIXFile.check("rename", final.path) { rename(temp.path, final.path) }
+        }
+        return (sha, size)
+    }
+
+    /// The SHA-256 of an object's current bytes.
+    func hashOfObject(_ sha256: String) throws -> String {
+        let fd = try POSIXFile.open(objectURL(sha256).path, .readOnly)
+        defer { try? fd.close() }
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = try POSIXFile.system("read", objectURL(sha256).path) { try buffer.withUnsafeMutableBytes { try fd.read(into: $0, retryOnInterrupt: true) } }
+            if n == 0 { break }
+            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+        return Array(hasher.finalize()).hex
+    }
+}

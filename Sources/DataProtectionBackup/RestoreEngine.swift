@@ -1,0 +1,199 @@
+import Crypto
+import DataProtection
+import Foundation
+import SystemPackage
+
+/// What a restore did.
+public struct RestoreSummary: Sendable, Equatable, Codable {
+    public var files = 0
+    public var directories = 0
+    public var symlinks = 0
+    /// Protected files rewrapped for this device (they came from another one).
+    public var adoptedFiles = 0
+}
+
+/// Restores one backup into a new directory, and verifies backups.
+///
+/// A restore never writes outside its destination: names with `..`, absolute names and links
+/// pointing out of the tree are refused, links are created last, and every parent on the way
+/// is checked to be a real directory. Every object's SHA-256 is checked while it is copied.
+/// Protected files from another device are rewrapped for this one with the backup keybag's
+/// class keys — their content is not decrypted.
+public struct RestoreEngine: Sendable {
+    public var backup: URL
+
+    public init(backup: URL) { self.backup = backup.standardizedFileURL }
+
+    var repository: BackupRepository { BackupRepository(url: backup.deletingLastPathComponent().deletingLastPathComponent()) }
+
+    /// The manifest, after checking the backup is finished.
+    public func manifest() throws -> BackupManifest {
+        if backup.lastPathComponent.hasSuffix(BackupRepository.incompleteSuffix) {
+            throw BackupError.incompleteBackup(path: backup.path)
+        }
+        let url = backup.appendingPathComponent(BackupManifest.fileName)
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            throw BackupError.badBackup(path: backup.path, reason: "no manifest")
+        }
+        do { return try BackupManifest.open(at: url) } catch let error as BackupError { throw error } catch {
+            throw BackupError.badBackup(path: backup.path, reason: "the manifest does not open (\(error))")
+        }
+    }
+
+    /// Checks that every file's object is present and unaltered.
+    public func verify() throws -> Int {
+        let entries = try manifest().entries()
+        var problems: [String] = []
+        for entry in entries where entry.kind == .file {
+            guard let sha = entry.sha256 else { problems.append("\(entry.path): no content hash"); continue }
+            guard repository.hasObject(sha) else { problems.append("\(entry.path): object \(sha.prefix(12))… is missing"); continue }
+            if try repository.hashOfObject(sha) != sha { problems.append("\(entry.path): object \(sha.prefix(12))… was altered") }
+        }
+        if !problems.isEmpty { throw BackupError.verificationFailed(problems: problems) }
+        return entries.count
+    }
+
+    /// Restores into `destination` (which must not exist or be empty).
+    /// - Parameters:
+    ///   - files: this device's protected files, for rewrapping files from another device.
+    ///   - password: the backup password, needed only for files from another device.
+    public func restore(to destination: URL, files: ProtectedFileManager?, password: String?,
+                        progress: (Int) -> Void = { _ in }) async throws -> RestoreSummary {
+        let destination = destination.standardizedFileURL
+        let entries = try manifest().entries()
+        for entry in entries { try Self.checkName(entry.path) }
+        if FileManager.default.fileExists(atPath: destination.path) {
+            guard (try? FileManager.default.contentsOfDirectory(atPath: destination.path).isEmpty) == true else {
+                throw BackupError.destinationNotEmpty(path: destination.path)
+            }
+        } else {
+            try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: true)
+        }
+
+        var summary = RestoreSummary()
+        var foreign: [(URL, ProtectionClass)] = []
+        var done = 0
+        // Directories and files first, links last: no link can redirect a later write.
+        for entry in entries where entry.kind != .symlink {
+            let target = destination.appendingPathComponent(entry.path)
+            try Self.checkParents(of: entry.path, in: destination)
+            switch entry.kind {
+            case .directory:
+                try FileManager.default.createDirectory(at: target, withIntermediateDirectories: false)
+                summary.directories += 1
+            case .file:
+                try copyObject(entry, to: target)
+                summary.files += 1
+                if let cls = entry.fileClass { foreign.append((target, cls)) }
+            case .symlink:
+                break
+            }
+            done += 1
+            progress(done)
+        }
+        for entry in entries where entry.kind == .symlink {
+            guard let linkTarget = entry.linkTarget, Self.staysInside(link: entry.path, target: linkTarget) else {
+                throw BackupError.unsafePath("\(entry.path) -> \(entry.linkTarget ?? "")")
+            }
+            try Self.checkParents(of: entry.path, in: destination)
+            try FileManager.default.createSymbolicLink(atPath: destination.appendingPathComponent(entry.path).path, withDestinationPath: linkTarget)
+            summary.symlinks += 1
+            done += 1
+            progress(done)
+        }
+        // Protected files from another device: rewrap their keys for this one.
+        if let files {
+            let local = files.keybag.id
+            var needAdoption: [URL] = []
+            for (url, _) in foreign where try Self.keybagID(of: url) != local { needAdoption.append(url) }
+            if !needAdoption.isEmpty {
+                guard let password else { throw BackupError.passwordNeeded(files: needAdoption.count) }
+                let backupKeybag = backup.appendingPathComponent(BackupKeybag.fileName)
+                guard FileManager.default.fileExists(atPath: backupKeybag.path) else {
+                    throw BackupError.badBackup(path: backup.path, reason: "it has no backup keybag: its protected files restore only on the device that made it")
+                }
+                let keys = try BackupKeybag(contentsOf: backupKeybag).unlock(password: password)
+                for url in needAdoption {
+                    try await files.adoptFile(at: url, from: keys)
+                    summary.adoptedFiles += 1
+                }
+            }
+        }
+        // Modes and times, deepest first so a directory's time is not disturbed afterwards.
+        for entry in entries.reversed() where entry.kind != .symlink {
+            let path = destination.appendingPathComponent(entry.path).path
+            chmod(path, mode_t(entry.mode))
+            var times = [timespec(tv_sec: Int(entry.mtime), tv_nsec: Int((entry.mtime - entry.mtime.rounded(.down)) * 1e9)),
+                         timespec(tv_sec: Int(entry.mtime), tv_nsec: Int((entry.mtime - entry.mtime.rounded(.down)) * 1e9))]
+            utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW)
+        }
+
+        return summary
+    }
+
+    private func copyObject(_ entry: ManifestEntry, to target: URL) throws {
+        guard let sha = entry.sha256, repository.hasObject(sha) else {
+            throw BackupError.badBackup(path: backup.path, reason: "the object of \(entry.path) is missing (run `dpctl verify`)")
+        }
+        let source = repository.objectURL(sha)
+        let input = try POSIXFile.open(source.path, .readOnly)
+        defer { try? input.close() }
+        let output = try POSIXFile.open(target.path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
+        defer { try? output.close() }
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var offset: Int64 = 0
+        while true {
+            let n = try POSIXFile.system("read", source.path) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
+            if n == 0 { break }
+            try buffer.withUnsafeBytes { raw in
+                let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
+                hasher.update(bufferPointer: chunk)
+                try POSIXFile.write(output, chunk, at: offset, path: target.path)
+            }
+            offset += Int64(n)
+        }
+        guard Array(hasher.finalize()).hex == sha else {
+            throw BackupError.badBackup(path: backup.path, reason: "the object of \(entry.path) was altered (run `dpctl verify`)")
+        }
+        try POSIXFile.sync(output, path: target.path)
+    }
+
+    static func keybagID(of url: URL) throws -> UUID {
+        let fd = try POSIXFile.open(url.path, .readOnly)
+        defer { try? fd.close() }
+        let header = try POSIXFile.read(fd, count: 48, at: 0, path: url.path)
+        guard header.count == 48 else { throw BackupError.badBackup(path: url.path, reason: "truncated protected file") }
+        return UUID(bytes: Array(header[32..<48]))
+    }
+
+    /// A manifest name must be relative and plain: no empty, `.` or `..` component.
+    static func checkName(_ name: String) throws {
+        let parts = name.split(separator: "/", omittingEmptySubsequences: false)
+        guard !name.isEmpty, !name.hasPrefix("/"), !name.contains("\0"),
+              parts.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." }) else {
+            throw BackupError.unsafePath(name)
+        }
+    }
+
+    /// Every parent of `name` inside `root` must be a real directory (never a link).
+    static func checkParents(of name: String, in root: URL) throws {
+        var current = root
+        for part in name.split(separator: "/").dropLast() {
+            current.appendPathComponent(String(part))
+            var st = stat()
+            guard lstat(current.path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw BackupError.unsafePath(name) }
+        }
+    }
+
+    /// Whether a link at `link` (relative) pointing to `target` stays inside the tree.
+    static func staysInside(link: String, target: String) -> Bool {
+        guard !target.hasPrefix("/") else { return false }
+        var depth = link.split(separator: "/").count - 1
+        for part in target.split(separator: "/") {
+            if part == ".." { depth -= 1 } else if part != "." { depth += 1 }
+            if depth < 0 { return false }
+        }
+        return true
+    }
+}

@@ -1,0 +1,181 @@
+import DataProtection
+import DataProtectionBackup
+import Foundation
+import GRDB
+import Testing
+
+/// The seed's scenario (an app rejected until its offline data was marked "do not back up"),
+/// backed up and restored onto a second device.
+@Suite struct BackupEngineTests {
+    struct Scenario {
+        let base: URL
+        let container: URL
+        let source: ProtectedFileManager
+        let sourceRoot: String
+        let plaintexts: [String: (Data, ProtectionClass?)]
+        var repository: BackupRepository { BackupRepository(url: base.appendingPathComponent("repo")) }
+    }
+
+    static func scenario() async throws -> Scenario {
+        let base = temporaryDirectory()
+        let root = base.appendingPathComponent("device-1").path
+        let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting, clock: ManualClock())
+        let files = ProtectedFileManager(keybag: keybag)
+        let container = base.appendingPathComponent("container")
+        let fm = FileManager.default
+        for dir in ["Documents", "Library/Caches", "Library/Preferences", "tmp"] {
+            try fm.createDirectory(at: container.appendingPathComponent(dir), withIntermediateDirectories: true)
+        }
+        // Marked right after it is created, then a PDF saved into it and marked too.
+        let offline = container.appendingPathComponent("Documents/offline")
+        try fm.createDirectory(at: offline, withIntermediateDirectories: false)
+        try BackupMark.set(excluded: true, for: offline)
+        try await files.write(randomData(50_000), to: offline.appendingPathComponent("guide.pdf"), protection: .noProtection)
+        try BackupMark.set(excluded: true, for: offline.appendingPathComponent("guide.pdf"))
+        try Data("cache".utf8).write(to: container.appendingPathComponent("Library/Caches/thumbs.db"))
+        try Data("scratch".utf8).write(to: container.appendingPathComponent("tmp/upload.part"))
+
+        var plaintexts: [String: (Data, ProtectionClass?)] = [:]
+        let documents: [(String, ProtectionClass?)] = [
+            ("Documents/notes.txt", .complete), ("Documents/inbox.mail", .completeUnlessOpen),
+            ("Documents/db.sqlite", .completeUntilFirstUserAuthentication), ("Library/Preferences/app.plist", .noProtection),
+            ("Documents/readme.txt", nil),
+        ]
+        for (name, cls) in documents {
+            let data = randomData(Int.random(in: 0...200_000))
+            let url = container.appendingPathComponent(name)
+            if let cls { try await files.write(data, to: url, protection: cls) } else { try data.write(to: url) }
+            plaintexts[name] = (data, cls)
+        }
+        try FileManager.default.createSymbolicLink(atPath: container.appendingPathComponent("Documents/latest").path, withDestinationPath: "notes.txt")
+        try await keybag.setBackupPassword("backup password")
+        return Scenario(base: base, container: container, source: files, sourceRoot: root, plaintexts: plaintexts)
+    }
+
+    @Test func theSeedScenarioBacksUpAndRestoresOnAnotherDevice() async throws {
+        let s = try await Self.scenario()
+        var log: [String] = []
+        // The source device is locked (a fresh start): the backup decrypts nothing, so it works.
+        let summary = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run { log.append($0) }
+        #expect(log.contains("Not backed up (attribute): \(s.container.path)/Documents/offline"))
+        #expect(log.contains("Not backed up (blacklist): \(s.container.path)/Library/Caches"))
+        #expect(log.contains("Not backed up (blacklist): \(s.container.path)/tmp"))
+        #expect(summary.files == 5)
+        #expect(summary.protectedFiles == 4)
+        #expect(summary.hasBackupKeybag)
+
+        let backup = try #require(s.repository.finishedBackups().last)
+        // Protected files were stored as ciphertext: no plaintext in the repository.
+        let objectsDir = s.repository.url.appendingPathComponent("objects")
+        let objectNames = (FileManager.default.enumerator(atPath: objectsDir.path)?.allObjects as? [String] ?? []).filter { $0.count > 3 }
+        let stored = try objectNames.map { try Data(contentsOf: objectsDir.appendingPathComponent($0)) }
+        #expect(stored.count == 5)
+        for (_, (data, cls)) in s.plaintexts where cls != nil && data.count > 32 {
+            for bytes in stored { #expect(bytes.range(of: data.prefix(32)) == nil) }
+        }
+
+        // A second device: other device secret, other keybag.
+        let keybag2 = try await Keybag.create(root: s.base.appendingPathComponent("device-2").path, passcode: "5678",
+                                              kdf: .insecureFastForTesting, clock: ManualClock())
+        let files2 = ProtectedFileManager(keybag: keybag2)
+        let restored = s.base.appendingPathComponent("restored")
+        await #expect(throws: BackupError.passwordNeeded(files: 4)) {
+            _ = try await RestoreEngine(backup: backup).restore(to: s.base.appendingPathComponent("r0"), files: files2, password: nil)
+        }
+        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 0)) {
+            _ = try await RestoreEngine(backup: backup).restore(to: s.base.appendingPathComponent("r1"), files: files2, password: "nope")
+        }
+        let result = try await RestoreEngine(backup: backup).restore(to: restored, files: files2, password: "backup password")
+        #expect(result.adoptedFiles == 4)
+        for (name, (data, cls)) in s.plaintexts {
+            let url = restored.appendingPathComponent(name)
+            #expect(try await files2.contents(of: url) == data, "\(name) byte for byte")
+            #expect(try files2.protection(ofItemAt: url) == (cls.map { .protected($0) } ?? .plain), "\(name) class for class")
+        }
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: restored.appendingPathComponent("Documents/latest").path) == "notes.txt")
+        #expect(!FileManager.default.fileExists(atPath: restored.appendingPathComponent("Documents/offline").path))
+        #expect(!FileManager.default.fileExists(atPath: restored.appendingPathComponent("Library/Caches").path))
+        #expect(!FileManager.default.fileExists(atPath: restored.appendingPathComponent("tmp").path))
+    }
+
+    @Test func anUnchangedTreeCopiesNothingAndEveryBackupRestoresOnItsOwn() async throws {
+        let s = try await Self.scenario()
+        let first = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        #expect(first.filesCopied == 5)
+        let second = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        #expect(second.filesCopied == 0)
+        #expect(second.bytesCopied == 0)
+        let backups = s.repository.finishedBackups()
+        #expect(backups.count == 2)
+        try FileManager.default.removeItem(at: backups[0])
+        let restored = s.base.appendingPathComponent("restored")
+        _ = try await RestoreEngine(backup: backups[1]).restore(to: restored, files: s.source, password: nil)
+        #expect(try await s.source.contents(of: restored.appendingPathComponent("Documents/notes.txt")) == s.plaintexts["Documents/notes.txt"]!.0)
+    }
+
+    @Test func verifyFindsMissingAndAlteredObjects() async throws {
+        let s = try await Self.scenario()
+        _ = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        let backup = try #require(s.repository.finishedBackups().last)
+        #expect(try RestoreEngine(backup: backup).verify() > 0)
+        let objects = s.repository.url.appendingPathComponent("objects")
+        var names = (FileManager.default.enumerator(atPath: objects.path)?.allObjects as? [String] ?? []).filter { $0.count > 3 }.sorted()
+        let altered = objects.appendingPathComponent(names.removeFirst())
+        var bytes = try Data(contentsOf: altered)
+        bytes[bytes.count / 2] ^= 1
+        try bytes.write(to: altered)
+        try FileManager.default.removeItem(at: objects.appendingPathComponent(names.removeFirst()))
+        #expect { _ = try RestoreEngine(backup: backup).verify() } throws: { error in
+            guard case BackupError.verificationFailed(let problems) = error else { return false }
+            return problems.count == 2 && problems.contains { $0.contains("altered") } && problems.contains { $0.contains("missing") }
+        }
+    }
+
+    @Test func anIncompleteBackupIsRefusedAndEarlierOnesStayIntact() async throws {
+        let s = try await Self.scenario()
+        _ = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        // What a backup killed half-way leaves: a directory still named .incomplete.
+        let killed = s.repository.url.appendingPathComponent("backups/20990101T000000Z-dead.incomplete")
+        try FileManager.default.createDirectory(at: killed, withIntermediateDirectories: true)
+        await #expect(throws: BackupError.incompleteBackup(path: killed.path)) {
+            _ = try await RestoreEngine(backup: killed).restore(to: s.base.appendingPathComponent("x"), files: s.source, password: nil)
+        }
+        #expect(s.repository.finishedBackups().count == 1)
+        #expect(try RestoreEngine(backup: s.repository.finishedBackups()[0]).verify() > 0)
+    }
+
+    @Test(arguments: ["../escape.txt", "/etc/evil", "a/../../b", "./x"])
+    func restoreRefusesNamesOutsideTheDestination(name: String) async throws {
+        let backup = try Self.handcraftedBackup([ManifestEntry(path: name, kind: .file, mode: 0o644, mtime: 0, size: 0, sha256: nil)])
+        await #expect(throws: BackupError.unsafePath(name)) {
+            _ = try await RestoreEngine(backup: backup).restore(to: temporaryDirectory().appendingPathComponent("d"), files: nil, password: nil)
+        }
+    }
+
+    @Test func restoreRefusesLinksOutOfTheTreeAndWritesThroughLinks() async throws {
+        let outward = try Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "../../outside")])
+        await #expect(throws: BackupError.self) {
+            _ = try await RestoreEngine(backup: outward).restore(to: temporaryDirectory().appendingPathComponent("d"), files: nil, password: nil)
+        }
+        let absolute = try Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "/etc")])
+        await #expect(throws: BackupError.self) {
+            _ = try await RestoreEngine(backup: absolute).restore(to: temporaryDirectory().appendingPathComponent("d"), files: nil, password: nil)
+        }
+    }
+
+    /// A backup directory with a manifest written by hand (as an attacker could).
+    static func handcraftedBackup(_ entries: [ManifestEntry]) throws -> URL {
+        let backup = temporaryDirectory().appendingPathComponent("repo/backups/evil")
+        try FileManager.default.createDirectory(at: backup, withIntermediateDirectories: true)
+        let queue = try DatabaseQueue(path: backup.appendingPathComponent("manifest.sqlite").path)
+        try queue.write { db in
+            try db.execute(sql: "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            try db.execute(sql: "CREATE TABLE entry(path TEXT PRIMARY KEY, kind TEXT NOT NULL, mode INTEGER NOT NULL, mtime DOUBLE NOT NULL, size INTEGER NOT NULL, protectionClass INTEGER, sha256 TEXT, linkTarget TEXT)")
+            try db.execute(sql: "INSERT INTO meta VALUES ('format', '1')")
+            for e in entries { try e.insert(db) }
+        }
+        return backup
+    }
+}
+
+func randomData(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255) }) }
