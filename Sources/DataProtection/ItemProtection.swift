@@ -88,6 +88,13 @@ public enum ItemInspector {
         return body - count * Int64(SegmentCipher.overhead)
     }
 
+    /// Whether a protected file is bound to this device ("this device only"); `false` for
+    /// anything else. Readable without a key.
+    public static func isThisDeviceOnly(_ url: URL) throws -> Bool {
+        guard case .protected = try protection(ofItemAt: url) else { return false }
+        return try ProtectedFileHeader.parse(try wrapFS { try readPrefix(url.path) }, path: url.path).wrappedKey.thisDeviceOnly
+    }
+
     static func readPrefix(_ path: String) throws -> [UInt8] {
         let fd = try POSIXFile.open(path, .readOnly)
         defer { try? fd.close() }

@@ -32,7 +32,8 @@ struct ProtectedFileHeader: Sendable, Equatable {
         w.u16(UInt16(Self.size))
         w.u8(protectionClass.rawValue)
         w.u8(segmentSizeLog2)
-        w.zeros(2)
+        w.u8(wrappedKey.thisDeviceOnly ? 1 : 0)
+        w.zeros(1)
         w.raw(fileID)
         w.raw(wrappedKey.keybagID.bytes)
         w.raw(wrappedKey.wrappedKey)
@@ -77,7 +78,9 @@ struct ProtectedFileHeader: Sendable, Equatable {
             guard let cls = ProtectionClass(rawValue: try r.u8("class")) else { throw damaged("unknown protection class") }
             let log2 = try r.u8("segment size")
             guard segmentSizeLog2Range.contains(log2) else { throw damaged("implausible segment size 2^\(log2)") }
-            guard try r.raw(2, "reserved") == [0, 0] else { throw damaged("reserved bytes not zero") }
+            let flags = try r.u8("flags")
+            guard flags & ~1 == 0 else { throw damaged("unknown flags \(flags)") }
+            guard try r.u8("reserved") == 0 else { throw damaged("reserved byte not zero") }
             let fileID = try r.raw(16, "file id")
             let keybagID = UUID(bytes: try r.raw(16, "keybag id"))
             let wrapped = try r.raw(40, "wrapped key")
@@ -87,7 +90,8 @@ struct ProtectedFileHeader: Sendable, Equatable {
             guard hasEphemeral == (cls == .completeUnlessOpen) else { throw damaged("ephemeral key does not match the class") }
             return ProtectedFileHeader(segmentSizeLog2: log2, fileID: fileID,
                                        wrappedKey: WrappedFileKey(protectionClass: cls, keybagID: keybagID, wrappedKey: wrapped,
-                                                                  ephemeralPublicKey: hasEphemeral ? ephemeral : nil))
+                                                                  ephemeralPublicKey: hasEphemeral ? ephemeral : nil,
+                                                                  thisDeviceOnly: flags & 1 != 0))
         } catch let error as ByteReader.OutOfBounds {
             throw damaged("header truncated at \(error.field)")
         }

@@ -59,9 +59,13 @@ public struct ProtectedFileManager: Sendable {
     }
 
     /// Writes `data` atomically under `protection` (or the inherited class when `nil`).
-    public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?) async throws {
+    ///
+    /// `thisDeviceOnly` binds the file key to this device too (like the keychain's
+    /// `…ThisDeviceOnly`): no backup can restore it elsewhere. `nil` keeps the flag of the file
+    /// being replaced (off for a new file).
+    public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil) async throws {
         let bytes = Array(data)
-        try await writeAtomically(to: url, protection: protection) { file in
+        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly) { file in
             var offset = 0
             try file.writeStream { buffer in
                 let n = min(buffer.count, bytes.count - offset)
@@ -74,8 +78,8 @@ public struct ProtectedFileManager: Sendable {
 
     /// Writes everything readable from `source` (read to its end, in bounded memory)
     /// atomically to `url`. `dpctl write` uses it for standard input.
-    public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?) async throws {
-        try await writeAtomically(to: url, protection: protection) { file in
+    public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil) async throws {
+        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly) { file in
             try file.writeStream { buffer in
                 try POSIXFile.system("read", "<input>") { try source.read(into: buffer, retryOnInterrupt: true) }
             }
@@ -90,13 +94,14 @@ public struct ProtectedFileManager: Sendable {
         return inherited
     }
 
-    func writeAtomically(to url: URL, protection: ProtectionClass?, keepingMode: Bool = true,
+    func writeAtomically(to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil, keepingMode: Bool = true,
                          _ fill: @escaping (SegmentedFile) throws -> Void) async throws {
         let path = url.path
         try await ProtectedFileError.translating(path: path, writing: true) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             let cls = resolveClass(for: url, explicit: protection)
-            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls)
+            let deviceOnly = thisDeviceOnly ?? ((try? ItemInspector.isThisDeviceOnly(url)) ?? false)
+            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: deviceOnly)
             let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
             let keys = FileKeys(fileKey: key, fileID: header.fileID)
             try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
@@ -138,11 +143,11 @@ public struct ProtectedFileManager: Sendable {
 
     /// Creates a new, empty protected file (replacing none: fails if `url` exists) and opens it
     /// for writing. Class B works while locked: the handle keeps the new key until closed.
-    public func createFile(at url: URL, protection: ProtectionClass? = nil) async throws -> ProtectedFileHandle {
+    public func createFile(at url: URL, protection: ProtectionClass? = nil, thisDeviceOnly: Bool = false) async throws -> ProtectedFileHandle {
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             let cls = protection ?? defaultProtection(forNewItemAt: url)
-            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls)
+            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: thisDeviceOnly)
             let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
             let keys = FileKeys(fileKey: key, fileID: header.fileID)
             let fd = try POSIXFile.open(path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
@@ -201,7 +206,7 @@ public struct ProtectedFileManager: Sendable {
             guard current != cls else { return }
             try await rewrapHeader(of: url) { wrapped in
                 let key = try await keybag.unwrapFileKey(wrapped)
-                return (key, try await keybag.wrap(key, for: cls))
+                return (key, try await keybag.wrap(key, for: cls, thisDeviceOnly: wrapped.thisDeviceOnly))
             }
         case .other:
             throw ProtectedFileError.notProtected(path: path)
@@ -303,7 +308,8 @@ public struct ProtectedFileManager: Sendable {
             let cls = protection ?? max(sourceClass, defaultProtection(forNewItemAt: destination))
             let handle = try await openHandle(forReadingFrom: source)
             do {
-                try await copyStreaming(from: handle, size: try await handle.size(), to: destination, protection: cls)
+                try await copyStreaming(from: handle, size: try await handle.size(), to: destination, protection: cls,
+                                        thisDeviceOnly: try ItemInspector.isThisDeviceOnly(source))
                 try await handle.close()
             } catch {
                 try? await handle.close()
@@ -319,9 +325,11 @@ public struct ProtectedFileManager: Sendable {
         }
     }
 
-    private func copyStreaming(from handle: ProtectedFileHandle, size: Int64, to destination: URL, protection: ProtectionClass) async throws {
+    private func copyStreaming(from handle: ProtectedFileHandle, size: Int64, to destination: URL, protection: ProtectionClass,
+                               thisDeviceOnly: Bool) async throws {
         // Decrypt into a temporary protected file chunk by chunk; memory stays at one chunk.
-        let created = try await createFile(at: URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path)), protection: protection)
+        let created = try await createFile(at: URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path)), protection: protection,
+                                           thisDeviceOnly: thisDeviceOnly)
         var offset: Int64 = 0
         do {
             while offset < size {

@@ -9,6 +9,8 @@ public struct BackupSummary: Sendable, Equatable, Codable {
     public var directories = 0
     public var symlinks = 0
     public var protectedFiles = 0
+    /// Protected files bound to this device: they restore only here.
+    public var thisDeviceOnlyFiles = 0
     /// Files whose content was copied into the repository (the rest were already there).
     public var filesCopied = 0
     public var bytesCopied: Int64 = 0
@@ -104,6 +106,11 @@ public struct BackupEngine: Sendable {
                         if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
                             entry.protectionClass = Int(cls.rawValue)
                             summary.protectedFiles += 1
+                            if (try? ItemInspector.isThisDeviceOnly(url)) == true {
+                                entry.thisDeviceOnly = true
+                                summary.thisDeviceOnlyFiles += 1
+                                log("Backed up for this device only (not restorable on another device): \(url.path)")
+                            }
                         }
                         summary.files += 1
                         if let old = previousByPath[rel], old.kind == .file, old.size == entry.size, old.mtime == entry.mtime,

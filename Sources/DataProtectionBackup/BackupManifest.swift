@@ -23,9 +23,11 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
     public var sha256: String?
     /// A symbolic link's target.
     public var linkTarget: String?
+    /// A protected file bound to the device that wrote it: not restorable elsewhere.
+    public var thisDeviceOnly: Bool
 
     public init(path: String, kind: Kind, mode: Int, mtime: Double, size: Int64, protectionClass: Int? = nil,
-                sha256: String? = nil, linkTarget: String? = nil) {
+                sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false) {
         self.path = path
         self.kind = kind
         self.mode = mode
@@ -34,6 +36,7 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
         self.protectionClass = protectionClass
         self.sha256 = sha256
         self.linkTarget = linkTarget
+        self.thisDeviceOnly = thisDeviceOnly
     }
 
     public var fileClass: ProtectionClass? { protectionClass.flatMap { ProtectionClass(rawValue: UInt8($0)) } }
@@ -64,6 +67,7 @@ public struct BackupManifest: Sendable {
                 t.column("protectionClass", .integer)
                 t.column("sha256", .text)
                 t.column("linkTarget", .text)
+                t.column("thisDeviceOnly", .boolean).notNull().defaults(to: false)
             }
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('format', ?)", arguments: ["\(formatVersion)"])
         }

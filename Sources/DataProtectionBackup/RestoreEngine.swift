@@ -10,6 +10,8 @@ public struct RestoreSummary: Sendable, Equatable, Codable {
     public var symlinks = 0
     /// Protected files rewrapped for this device (they came from another one).
     public var adoptedFiles = 0
+    /// "This device only" files of another device, left out.
+    public var skippedThisDeviceOnly = 0
 }
 
 /// Restores one backup into a new directory, and verifies backups.
@@ -58,7 +60,7 @@ public struct RestoreEngine: Sendable {
     ///   - files: this device's protected files, for rewrapping files from another device.
     ///   - password: the backup password, needed only for files from another device.
     public func restore(to destination: URL, files: ProtectedFileManager?, password: String?,
-                        progress: (Int) -> Void = { _ in }) async throws -> RestoreSummary {
+                        log: (String) -> Void = { _ in }, progress: (Int) -> Void = { _ in }) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
         let entries = try manifest().entries()
         for entry in entries { try Self.checkName(entry.path) }
@@ -82,6 +84,12 @@ public struct RestoreEngine: Sendable {
                 try FileManager.default.createDirectory(at: target, withIntermediateDirectories: false)
                 summary.directories += 1
             case .file:
+                if entry.thisDeviceOnly, let sha = entry.sha256, repository.hasObject(sha),
+                   try Self.keybagID(of: repository.objectURL(sha)) != files?.keybag.id {
+                    log("Not restored (this device only): \(target.path)")
+                    summary.skippedThisDeviceOnly += 1
+                    continue
+                }
                 try copyObject(entry, to: target)
                 summary.files += 1
                 if let cls = entry.fileClass { foreign.append((target, cls)) }

@@ -125,6 +125,7 @@ public struct BackupClassKeys: Sendable {
         guard wrapped.keybagID == sourceKeybagID else {
             throw KeybagError.foreignKeybag(expected: sourceKeybagID, found: wrapped.keybagID)
         }
+        guard !wrapped.thisDeviceOnly else { throw KeybagError.thisDeviceOnly }
         do {
             if wrapped.protectionClass == .completeUnlessOpen {
                 guard let ephemeral = wrapped.ephemeralPublicKey else { throw KeybagError.keyUnwrapFailed(.completeUnlessOpen) }

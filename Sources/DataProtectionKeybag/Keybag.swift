@@ -429,9 +429,13 @@ public actor Keybag {
 
     /// Creates a random 256-bit file key and wraps it under `protectionClass`.
     /// Class B needs only the class public key, so it works while locked.
-    public func wrapNewFileKey(for protectionClass: ProtectionClass) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
+    public func wrapNewFileKey(for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
         let key = SymmetricKey(size: .bits256)
-        return (key, try wrap(key, for: protectionClass))
+        return (key, try wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly))
+    }
+
+    private var deviceBinding: DeviceBinding {
+        DeviceBinding(salt: secret.derive(DeviceBinding.saltLabel).withUnsafeBytes { Array($0) })
     }
 
     /// Unwraps a file key; throws ``KeybagError/classUnavailable(_:_:)`` when its class is
@@ -445,10 +449,11 @@ public actor Keybag {
                 guard let ephemeralBytes = wrapped.ephemeralPublicKey, let bPrivate = classBPrivateKey else {
                     throw KeybagError.keyUnwrapFailed(.completeUnlessOpen)
                 }
-                return try ClassBKeyAgreement.unwrap(wrapped.wrappedKey, ephemeralPublic: ephemeralBytes, classPrivate: bPrivate)
+                return try ClassBKeyAgreement.unwrap(wrapped.wrappedKey, ephemeralPublic: ephemeralBytes, classPrivate: bPrivate,
+                                                     binding: wrapped.thisDeviceOnly ? deviceBinding : nil)
             }
             guard let classKey = classKeys[wrapped.protectionClass] else { throw KeybagError.keyUnwrapFailed(wrapped.protectionClass) }
-            return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: classKey)
+            return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: wrapped.thisDeviceOnly ? deviceBinding.bind(classKey) : classKey)
         } catch let error as KeybagError {
             throw error
         } catch {
@@ -459,20 +464,24 @@ public actor Keybag {
     /// Rewraps a file key under another class (its content is not touched). Needs the old
     /// class available and the new one creatable.
     public func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) throws -> WrappedFileKey {
-        try wrap(try unwrapFileKey(wrapped), for: protectionClass)
+        try wrap(try unwrapFileKey(wrapped), for: protectionClass, thisDeviceOnly: wrapped.thisDeviceOnly)
     }
 
-    /// Wraps an existing file key under `protectionClass`.
-    public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass) throws -> WrappedFileKey {
+    /// Wraps an existing file key under `protectionClass` (and this device's secret when
+    /// `thisDeviceOnly`).
+    public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) throws -> WrappedFileKey {
         try requireNotErased()
+        let binding = thisDeviceOnly ? deviceBinding : nil
         if protectionClass == .completeUnlessOpen {
-            let (wrapped, ephemeralPublic) = try ClassBKeyAgreement.wrap(key, to: classBPublicKey)
-            return WrappedFileKey(protectionClass: .completeUnlessOpen, keybagID: id, wrappedKey: wrapped, ephemeralPublicKey: ephemeralPublic)
+            let (wrapped, ephemeralPublic) = try ClassBKeyAgreement.wrap(key, to: classBPublicKey, binding: binding)
+            return WrappedFileKey(protectionClass: .completeUnlessOpen, keybagID: id, wrappedKey: wrapped, ephemeralPublicKey: ephemeralPublic,
+                                  thisDeviceOnly: thisDeviceOnly)
         }
         try requireAvailable(protectionClass)
         guard let classKey = classKeys[protectionClass] else { throw KeybagError.classUnavailable(protectionClass, state) }
+        let kek = binding?.bind(classKey) ?? classKey
         return WrappedFileKey(protectionClass: protectionClass, keybagID: id,
-                              wrappedKey: Array(try AES.KeyWrap.wrap(key, using: classKey)), ephemeralPublicKey: nil)
+                              wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), ephemeralPublicKey: nil, thisDeviceOnly: thisDeviceOnly)
     }
 
     // MARK: - Backup keybag

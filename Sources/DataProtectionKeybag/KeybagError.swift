@@ -33,6 +33,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     case erased
     /// A Foundation `FileProtectionType` this library does not implement.
     case unsupportedProtectionType(String)
+    /// The file key is bound to the device that wrote it ("this device only"): a backup
+    /// keybag cannot give it to another device.
+    case thisDeviceOnly
     /// The file system refused an operation (path and errno text).
     case io(path: String, reason: String)
 
@@ -68,6 +71,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "the keybag was erased: protected data of this root is unrecoverable"
         case .unsupportedProtectionType(let raw):
             "unsupported file protection type \(raw)"
+        case .thisDeviceOnly:
+            "the file is protected for the device that wrote it only: it cannot be restored on another device"
         case .io(let path, let reason):
             "\(path): \(reason)"
         }

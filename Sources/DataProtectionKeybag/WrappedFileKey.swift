@@ -14,11 +14,16 @@ public struct WrappedFileKey: Sendable, Equatable {
     public var wrappedKey: [UInt8]
     /// Class B only: the ephemeral X25519 public key (32 bytes).
     public var ephemeralPublicKey: [UInt8]?
+    /// Bound to this device's secret as well as to its class key — like the keychain's
+    /// `…ThisDeviceOnly` classes: a backup keybag cannot unwrap it on another device.
+    public var thisDeviceOnly: Bool
 
-    public init(protectionClass: ProtectionClass, keybagID: UUID, wrappedKey: [UInt8], ephemeralPublicKey: [UInt8]?) {
+    public init(protectionClass: ProtectionClass, keybagID: UUID, wrappedKey: [UInt8], ephemeralPublicKey: [UInt8]?,
+                thisDeviceOnly: Bool = false) {
         self.protectionClass = protectionClass
         self.keybagID = keybagID
         self.wrappedKey = wrappedKey
         self.ephemeralPublicKey = ephemeralPublicKey
+        self.thisDeviceOnly = thisDeviceOnly
     }
 }

@@ -149,7 +149,7 @@ struct Restore: AsyncParsableCommand {
             let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
             let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
                 .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
-                         progress: { bar.update("\($0) items") })
+                         log: { printOut($0) }, progress: { bar.update("\($0) items") })
             bar.finish()
             if json {
                 printOut(String(decoding: try JSONEncoder().encode(summary), as: UTF8.self))

@@ -17,13 +17,16 @@ struct Write: AsyncParsableCommand {
     @Argument(help: "The file to write.") var path: String
     @Option(name: .customLong("class"), help: "complete | complete-unless-open | until-first-unlock | none")
     var protectionClass: ProtectionClass?
+    @Flag(help: "Bind the file to this device too (like the keychain's ThisDeviceOnly): no backup restores it elsewhere.")
+    var thisDeviceOnly = false
     @Option(help: ArgumentHelp("Unlock with this passcode file first.", valueName: "file"))
     var passcodeFile: String?
 
     func run() async throws {
         try await reportingErrors {
             let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
-            try await files.write(contentsOf: .standardInput, to: URL(fileURLWithPath: path), protection: protectionClass)
+            try await files.write(contentsOf: .standardInput, to: URL(fileURLWithPath: path), protection: protectionClass,
+                                  thisDeviceOnly: thisDeviceOnly ? true : nil)
         }
     }
 }
@@ -133,7 +136,8 @@ struct ProtectionProbe {
             case .directory(let cls):
                 return ["dir default: " + (cls?.cliName ?? "inherited"), "-", name + "/"]
             case .protected(let cls):
-                return ["\(cls.cliName) (\(cls.letter))", "\(try ItemInspector.plaintextSize(ofItemAt: url))", name]
+                let deviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true ? ", this device only" : ""
+                return ["\(cls.cliName) (\(cls.letter))\(deviceOnly)", "\(try ItemInspector.plaintextSize(ofItemAt: url))", name]
             case .plain:
                 let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.intValue ?? 0
                 return ["plain (unprotected)", "\(size)", name]

@@ -48,6 +48,8 @@ import Testing
             plaintexts[name] = (data, cls)
         }
         try FileManager.default.createSymbolicLink(atPath: container.appendingPathComponent("Documents/latest").path, withDestinationPath: "notes.txt")
+        try await files.write(Data("device token".utf8), to: container.appendingPathComponent("Library/Preferences/token"),
+                              protection: .completeUntilFirstUserAuthentication, thisDeviceOnly: true)
         try await keybag.setBackupPassword("backup password")
         return Scenario(base: base, container: container, source: files, sourceRoot: root, plaintexts: plaintexts)
     }
@@ -60,8 +62,10 @@ import Testing
         #expect(log.contains("Not backed up (attribute): \(s.container.path)/Documents/offline"))
         #expect(log.contains("Not backed up (blacklist): \(s.container.path)/Library/Caches"))
         #expect(log.contains("Not backed up (blacklist): \(s.container.path)/tmp"))
-        #expect(summary.files == 5)
-        #expect(summary.protectedFiles == 4)
+        #expect(summary.files == 6)
+        #expect(summary.protectedFiles == 5)
+        #expect(summary.thisDeviceOnlyFiles == 1)
+        #expect(log.contains("Backed up for this device only (not restorable on another device): \(s.container.path)/Library/Preferences/token"))
         #expect(summary.hasBackupKeybag)
 
         let backup = try #require(s.repository.finishedBackups().last)
@@ -69,7 +73,7 @@ import Testing
         let objectsDir = s.repository.url.appendingPathComponent("objects")
         let objectNames = (FileManager.default.enumerator(atPath: objectsDir.path)?.allObjects as? [String] ?? []).filter { $0.count > 3 }
         let stored = try objectNames.map { try Data(contentsOf: objectsDir.appendingPathComponent($0)) }
-        #expect(stored.count == 5)
+        #expect(stored.count == 6)
         for (_, (data, cls)) in s.plaintexts where cls != nil && data.count > 32 {
             for bytes in stored { #expect(bytes.range(of: data.prefix(32)) == nil) }
         }
@@ -85,8 +89,12 @@ import Testing
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 0)) {
             _ = try await RestoreEngine(backup: backup).restore(to: s.base.appendingPathComponent("r1"), files: files2, password: "nope")
         }
-        let result = try await RestoreEngine(backup: backup).restore(to: restored, files: files2, password: "backup password")
+        var restoreLog: [String] = []
+        let result = try await RestoreEngine(backup: backup).restore(to: restored, files: files2, password: "backup password") { restoreLog.append($0) }
         #expect(result.adoptedFiles == 4)
+        #expect(result.skippedThisDeviceOnly == 1)
+        #expect(restoreLog == ["Not restored (this device only): \(restored.path)/Library/Preferences/token"])
+        #expect(!FileManager.default.fileExists(atPath: restored.appendingPathComponent("Library/Preferences/token").path))
         for (name, (data, cls)) in s.plaintexts {
             let url = restored.appendingPathComponent(name)
             #expect(try await files2.contents(of: url) == data, "\(name) byte for byte")
@@ -101,7 +109,7 @@ import Testing
     @Test func anUnchangedTreeCopiesNothingAndEveryBackupRestoresOnItsOwn() async throws {
         let s = try await Self.scenario()
         let first = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
-        #expect(first.filesCopied == 5)
+        #expect(first.filesCopied == 6)
         let second = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
         #expect(second.filesCopied == 0)
         #expect(second.bytesCopied == 0)
@@ -111,6 +119,8 @@ import Testing
         let restored = s.base.appendingPathComponent("restored")
         _ = try await RestoreEngine(backup: backups[1]).restore(to: restored, files: s.source, password: nil)
         #expect(try await s.source.contents(of: restored.appendingPathComponent("Documents/notes.txt")) == s.plaintexts["Documents/notes.txt"]!.0)
+        // On the device that made it, a "this device only" file restores too.
+        #expect(try await s.source.contents(of: restored.appendingPathComponent("Library/Preferences/token")) == Data("device token".utf8))
     }
 
     @Test func verifyFindsMissingAndAlteredObjects() async throws {
@@ -170,7 +180,7 @@ import Testing
         let queue = try DatabaseQueue(path: backup.appendingPathComponent("manifest.sqlite").path)
         try queue.write { db in
             try db.execute(sql: "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            try db.execute(sql: "CREATE TABLE entry(path TEXT PRIMARY KEY, kind TEXT NOT NULL, mode INTEGER NOT NULL, mtime DOUBLE NOT NULL, size INTEGER NOT NULL, protectionClass INTEGER, sha256 TEXT, linkTarget TEXT)")
+            try db.execute(sql: "CREATE TABLE entry(path TEXT PRIMARY KEY, kind TEXT NOT NULL, mode INTEGER NOT NULL, mtime DOUBLE NOT NULL, size INTEGER NOT NULL, protectionClass INTEGER, sha256 TEXT, linkTarget TEXT, thisDeviceOnly BOOLEAN NOT NULL DEFAULT 0)")
             try db.execute(sql: "INSERT INTO meta VALUES ('format', '1')")
             for e in entries { try e.insert(db) }
         }

@@ -54,3 +54,48 @@ import Testing
         await #expect(throws: KeybagError.deviceLocked(.beforeFirstUnlock)) { try await device.keybag.setBackupPassword("pw") }
     }
 }
+
+@Suite struct ThisDeviceOnlyTests {
+    @Test(arguments: ProtectionClass.allCases)
+    func thisDeviceOnlyFilesWorkHereAndNowhereElse(cls: ProtectionClass) async throws {
+        let source = try await TestDevice.make()
+        let url = source.url("bound.bin")
+        let data = randomData(70_000)
+        try await source.files.write(data, to: url, protection: cls, thisDeviceOnly: true)
+        #expect(try ItemInspector.isThisDeviceOnly(url))
+        #expect(try await source.files.contents(of: url) == data)
+        // The independent reader needs the device secret for it.
+        let oracle = try OracleTests.oracle(["decrypt", source.root, url.path, "--passcode", "1234"])
+        #expect(oracle.status == 0, "\(oracle.err)")
+        #expect(oracle.out == data)
+        // Class changes and overwrites keep the binding; a copy keeps it too.
+        try await source.files.setProtection(cls == .noProtection ? .complete : .noProtection, ofItemAt: url)
+        #expect(try ItemInspector.isThisDeviceOnly(url))
+        try await source.files.write(data, to: url, protection: cls)
+        #expect(try ItemInspector.isThisDeviceOnly(url))
+        try await source.files.copyItem(at: url, to: source.url("copy.bin"))
+        #expect(try ItemInspector.isThisDeviceOnly(source.url("copy.bin")))
+
+        // A backup keybag does not open it on another device, nor does the oracle without the secret.
+        try await source.keybag.setBackupPassword("pw")
+        let keys = try BackupKeybag(contentsOf: source.keybag.backupKeybagURL).unlock(password: "pw")
+        let target = try await TestDevice.make()
+        let copy = target.url("bound.bin")
+        try FileManager.default.copyItem(at: url, to: copy)
+        await #expect { try await target.files.adoptFile(at: copy, from: keys) } throws: { error in
+            guard case ProtectedFileError.keybag(.thisDeviceOnly) = error else { return false }
+            return true
+        }
+        #expect(try OracleTests.oracle(["backup-decrypt", source.keybag.backupKeybagURL.path, "pw", url.path]).status != 0)
+    }
+
+    @Test func theFlagIsAuthenticated() async throws {
+        let device = try await TestDevice.make()
+        let url = device.url("f")
+        try await device.files.write(Data("x".utf8), to: url, protection: .noProtection, thisDeviceOnly: true)
+        var bytes = [UInt8](try Data(contentsOf: url))
+        bytes[14] = 0
+        try Data(bytes).write(to: url)
+        await #expect(throws: ProtectedFileError.self) { _ = try await device.files.contents(of: url) }
+    }
+}

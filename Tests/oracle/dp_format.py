@@ -126,18 +126,30 @@ def segment_aad(file_id, index, final):
     return file_id + struct.pack(">QB", index, 1 if final else 0)
 
 
-def unwrap_file_key(header, keys, b_public):
+def device_bound(kek, secret):
+    """"This device only" file keys: the KEK is tied to the device secret as well."""
+    if secret is None:
+        raise FormatError("this file is bound to its device: the device secret is needed")
+    salt = hkdf(secret, b"", b"DataProtection v1 this device only")
+    return hkdf(kek, salt, b"DataProtection v1 this device only KEK")
+
+
+def unwrap_file_key(header, keys, b_public, secret=None):
     cls = header[12]
+    device_only = header[14] & 1
     wrapped = header[48:88]
     if cls == 2:
         ephemeral = header[88:120]
         shared = X25519PrivateKey.from_private_bytes(keys[2]).exchange(X25519PublicKey.from_public_bytes(ephemeral))
         kek = hkdf(shared, ephemeral + b_public, b"DataProtection v1 class B file key wrap")
-        return aes_key_unwrap(kek, wrapped)
-    return aes_key_unwrap(keys[cls], wrapped)
+    else:
+        kek = keys[cls]
+    if device_only:
+        kek = device_bound(kek, secret)
+    return aes_key_unwrap(kek, wrapped)
 
 
-def decrypt_file(data, keys, b_public):
+def decrypt_file(data, keys, b_public, secret=None):
     if data[:8] != FILE_MAGIC:
         raise FormatError("not a protected file")
     version, hlen = struct.unpack(">HH", data[8:12])
@@ -146,7 +158,7 @@ def decrypt_file(data, keys, b_public):
     header = data[:160]
     seg_size = 1 << header[13]
     file_id = header[16:32]
-    file_key = unwrap_file_key(header, keys, b_public)
+    file_key = unwrap_file_key(header, keys, b_public, secret)
     content_key, header_key = file_keys(file_key, file_id)
     if hmac_sha256(header_key, header[:128]) != header[128:160]:
         raise FormatError("header MAC")
@@ -226,7 +238,7 @@ def main(argv):
         passcode = argv[argv.index("--passcode") + 1] if "--passcode" in argv else None
         keys = class_keys(kb, secret, passcode)
         data = open(argv[3], "rb").read()
-        sys.stdout.buffer.write(decrypt_file(data, keys, kb["records"][2]["public"]))
+        sys.stdout.buffer.write(decrypt_file(data, keys, kb["records"][2]["public"], secret))
         return 0
     print(__doc__, file=sys.stderr)
     return 2
