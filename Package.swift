@@ -68,6 +68,7 @@ let package = Package(
             name: "dp-bench",
             dependencies: [
                 "DataProtection",
+                "DataProtectionBackup",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

@@ -103,25 +103,30 @@ public struct BackupEngine: Sendable {
                         entry.linkTarget = try FileManager.default.destinationOfSymbolicLink(atPath: url.path)
                         summary.symlinks += 1
                     case S_IFREG:
-                        if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
-                            entry.protectionClass = Int(cls.rawValue)
-                            summary.protectedFiles += 1
-                            if (try? ItemInspector.isThisDeviceOnly(url)) == true {
-                                entry.thisDeviceOnly = true
-                                summary.thisDeviceOnlyFiles += 1
-                                log("Backed up for this device only (not restorable on another device): \(url.path)")
-                            }
-                        }
                         summary.files += 1
                         if let old = previousByPath[rel], old.kind == .file, old.size == entry.size, old.mtime == entry.mtime,
                            let sha = old.sha256, repository.hasObject(sha) {
-                            entry.sha256 = sha   // unchanged: nothing to copy
-                        } else if !dryRun {
-                            let (sha, size) = try repository.store(url)
+                            // Unchanged since the latest backup: nothing to read or copy.
                             entry.sha256 = sha
-                            entry.size = size
-                            summary.filesCopied += 1
-                            summary.bytesCopied += size
+                            entry.protectionClass = old.protectionClass
+                            entry.thisDeviceOnly = old.thisDeviceOnly
+                        } else {
+                            if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
+                                entry.protectionClass = Int(cls.rawValue)
+                                entry.thisDeviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
+                            }
+                            if !dryRun {
+                                let (sha, size) = try repository.store(url)
+                                entry.sha256 = sha
+                                entry.size = size
+                                summary.filesCopied += 1
+                                summary.bytesCopied += size
+                            }
+                        }
+                        if entry.protectionClass != nil { summary.protectedFiles += 1 }
+                        if entry.thisDeviceOnly {
+                            summary.thisDeviceOnlyFiles += 1
+                            log("Backed up for this device only (not restorable on another device): \(url.path)")
                         }
                     default:
                         log("Not backed up (unsupported file type): \(url.path)")

@@ -159,3 +159,87 @@ import Testing
         #expect(try cli.run(["exclusions", cli.work.path]).out.isEmpty)
     }
 }
+
+@Suite(.serialized) struct DPCtlBackupTests {
+    /// The seed's container, written through dpctl on device 1.
+    func container(_ cli: CLI, passcode: String) throws -> URL {
+        let c = cli.work.appendingPathComponent("container")
+        for dir in ["Documents", "Library/Caches", "tmp"] {
+            try FileManager.default.createDirectory(at: c.appendingPathComponent(dir), withIntermediateDirectories: true)
+        }
+        let offline = c.appendingPathComponent("Documents/offline")
+        try FileManager.default.createDirectory(at: offline, withIntermediateDirectories: true)
+        #expect(try cli.run(["exclude", offline.path]).status == 0)
+        #expect(try cli.run(["write", offline.appendingPathComponent("guide.pdf").path, "--class", "none"], input: Data("pdf".utf8)).status == 0)
+        #expect(try cli.run(["exclude", offline.appendingPathComponent("guide.pdf").path]).status == 0)
+        #expect(try cli.run(["write", c.appendingPathComponent("Documents/notes.txt").path, "--class", "complete", "--passcode-file", passcode],
+                            input: Data("my notes".utf8)).status == 0)
+        try Data("cache".utf8).write(to: c.appendingPathComponent("Library/Caches/c.db"))
+        return c
+    }
+
+    @Test func backupRestoreVerifyAcrossDevices() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234")
+        let password = cli.writeFile("password", "backup secret")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let c = try container(cli, passcode: passcode)
+        #expect(try cli.run(["backup-password", "--passcode-file", passcode, "--password-file", password]).status == 0)
+        let repo = cli.work.appendingPathComponent("repo")
+        let backup = try cli.run(["backup", c.path, repo.path, "--log"])
+        #expect(backup.status == 0, "\(backup.stderr)")
+        #expect(backup.out.contains("Not backed up (attribute): \(c.path)/Documents/offline"))
+        #expect(backup.out.contains("Not backed up (blacklist): \(c.path)/Library/Caches"))
+        let json = try cli.run(["backup", c.path, repo.path, "--json"])
+        let summary = try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any]
+        #expect(summary?["filesCopied"] as? Int == 0)
+        let id = try #require(try FileManager.default.contentsOfDirectory(atPath: repo.appendingPathComponent("backups").path).sorted().first)
+        let backupDir = repo.appendingPathComponent("backups/" + id).path
+        #expect(try cli.run(["verify", backupDir]).out.hasPrefix("ok:"))
+
+        // Device 2: another root.
+        let other = CLI(root: cli.work.appendingPathComponent("root-2").path, work: cli.work)
+        #expect(try other.run(["init", "--passcode-file", passcode]).status == 0)
+        let noPassword = try other.run(["restore", backupDir, cli.file("r1")])
+        #expect(noPassword.status == 1)
+        #expect(noPassword.stderr.contains("backup password"))
+        let restored = try other.run(["restore", backupDir, cli.file("r2"), "--password-file", password, "--passcode-file", passcode])
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(try other.run(["cat", cli.file("r2") + "/Documents/notes.txt", "--passcode-file", passcode]).out == "my notes")
+        #expect(try other.run(["ls", cli.file("r2") + "/Documents"]).out.contains("complete (A)"))
+    }
+
+    @Test func aBackupKilledHalfWayIsIncompleteAndEarlierOnesSurvive() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        let tree = cli.work.appendingPathComponent("tree")
+        try FileManager.default.createDirectory(at: tree, withIntermediateDirectories: true)
+        try Data("first".utf8).write(to: tree.appendingPathComponent("a.txt"))
+        let repo = cli.work.appendingPathComponent("repo")
+        #expect(try cli.run(["backup", tree.path, repo.path]).status == 0)
+        // Many new files, then kill the backup once it has begun storing objects.
+        for i in 0..<3000 { try Data(repeating: UInt8(i % 251), count: 4096 + i).write(to: tree.appendingPathComponent("f\(i)")) }
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", cli.root, "backup", tree.path, repo.path]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let objects = repo.appendingPathComponent("objects")
+        let giveUp = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < giveUp,
+              (FileManager.default.enumerator(atPath: objects.path)?.allObjects.count ?? 0) < 50 { sched_yield() }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let names = try FileManager.default.contentsOfDirectory(atPath: repo.appendingPathComponent("backups").path).sorted()
+        #expect(names.count == 2)
+        let incomplete = try #require(names.first { $0.hasSuffix(".incomplete") })
+        let refused = try cli.run(["restore", repo.appendingPathComponent("backups/" + incomplete).path, cli.file("out")])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("incomplete"))
+        let finished = try #require(names.first { !$0.hasSuffix(".incomplete") })
+        #expect(try cli.run(["verify", repo.appendingPathComponent("backups/" + finished).path]).status == 0)
+        #expect(try cli.run(["restore", repo.appendingPathComponent("backups/" + finished).path, cli.file("out")]).status == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: cli.file("out") + "/a.txt")) == Data("first".utf8))
+    }
+}

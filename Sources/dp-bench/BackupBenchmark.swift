@@ -1,0 +1,101 @@
+import ArgumentParser
+import DataProtection
+import DataProtectionBackup
+import Foundation
+import SystemPackage
+
+struct BackupBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backup",
+        abstract: "The backup engine on a tree of many files: a first backup and an unchanged re-run, beside tar and restic on the same tree.")
+
+    @Option(help: "Number of files.") var files = 10_000
+    @Option(help: "Total size in MiB.") var sizeMiB = 1024
+    @Option(help: "Work directory (default: /dev/shm when present).") var dir: String?
+
+    func run() async throws {
+        let base = URL(fileURLWithPath: dir ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()))
+            .appendingPathComponent("dp-bench-backup-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: base) }
+        let tree = base.appendingPathComponent("tree")
+        let perFile = (sizeMiB << 20) / files
+        print("dp-bench backup: \(files) files × \(perFile) bytes = \(sizeMiB) MiB in \(base.path)")
+
+        // A tree of 100 directories; a quarter of the files protected (class C), the rest plain.
+        let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let protectedFiles = ProtectedFileManager(keybag: keybag)
+        var generator = SystemRandomNumberGenerator()
+        var chunk = [UInt8](repeating: 0, count: perFile)
+        for i in 0..<files {
+            let folder = tree.appendingPathComponent(String(format: "d%03d", i % 100))
+            if i < 100 { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) }
+            chunk.withUnsafeMutableBytes { raw in
+                let words = raw.bindMemory(to: UInt64.self)
+                for w in words.indices { words[w] = generator.next() }
+            }
+            let url = folder.appendingPathComponent("f\(i).bin")
+            if i % 4 == 0 {
+                try await protectedFiles.write(chunk, to: url, protection: .completeUntilFirstUserAuthentication)
+            } else {
+                try Data(chunk).write(to: url)
+            }
+        }
+        let bytes = Double(try treeBytes(tree))
+        let mb = bytes / 1e6
+
+        func ours() throws -> Double {
+            let engine = BackupEngine(source: tree, repository: BackupRepository(url: base.appendingPathComponent("repo")), keybagRoot: nil)
+            let clock = ContinuousClock()
+            let elapsed = try clock.measure { _ = try engine.run() }
+            return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        }
+        let ourFirst = try ours()
+        let ourAgain = try ours()
+
+        let snar = base.appendingPathComponent("tar.snar").path
+        let tarFirst = runTool("tar", ["--listed-incremental=" + snar, "-cf", base.appendingPathComponent("full.tar").path, "-C", tree.path, "."])?.seconds
+        let tarAgain = runTool("tar", ["--listed-incremental=" + snar, "-cf", base.appendingPathComponent("incr.tar").path, "-C", tree.path, "."])?.seconds
+
+        setenv("RESTIC_PASSWORD", "bench", 1)
+        setenv("RESTIC_REPOSITORY", base.appendingPathComponent("restic").path, 1)
+        setenv("RESTIC_CACHE_DIR", base.appendingPathComponent("restic-cache").path, 1)
+        var resticFirst: Double?, resticAgain: Double?
+        if runTool("restic", ["init", "--quiet"]) != nil {
+            resticFirst = runTool("restic", ["backup", "--quiet", tree.path])?.seconds
+            resticAgain = runTool("restic", ["backup", "--quiet", tree.path])?.seconds
+        } else {
+            print("note: restic not found; `apt-get install restic` for the peer figure")
+        }
+
+        let n = Double(files)
+        let rows = [
+            Row(metric: "first backup", ours: n / ourFirst, peerName: "tar --listed-incremental (level 0)", peer: tarFirst.map { n / $0 }, unit: "files/s"),
+            Row(metric: "first backup", ours: mb / ourFirst, peerName: "tar --listed-incremental (level 0)", peer: tarFirst.map { mb / $0 }, unit: "MB/s"),
+            Row(metric: "first backup", ours: n / ourFirst, peerName: "restic backup", peer: resticFirst.map { n / $0 }, unit: "files/s"),
+            Row(metric: "first backup", ours: mb / ourFirst, peerName: "restic backup", peer: resticFirst.map { mb / $0 }, unit: "MB/s"),
+            Row(metric: "unchanged re-run", ours: n / ourAgain, peerName: "tar --listed-incremental (level 1)", peer: tarAgain.map { n / $0 }, unit: "files/s"),
+            Row(metric: "unchanged re-run", ours: n / ourAgain, peerName: "restic backup (2nd)", peer: resticAgain.map { n / $0 }, unit: "files/s"),
+        ]
+        print("")
+        printTable(rows)
+        print("")
+        func ratio(_ row: Row) -> String { row.ratio.map { String(format: "%.2f", $0) } ?? "na" }
+        print("summary: " + [
+            "files=\(files)", "mib=\(sizeMiB)",
+            "first_files_per_s=\(format(n / ourFirst))", "first_mbs=\(format(mb / ourFirst))", "rerun_files_per_s=\(format(n / ourAgain))",
+            "tar_first_mbs=\(tarFirst.map { format(mb / $0) } ?? "na")", "restic_first_mbs=\(resticFirst.map { format(mb / $0) } ?? "na")",
+            "first_vs_tar=\(ratio(rows[1]))", "first_vs_restic=\(ratio(rows[3]))",
+            "rerun_vs_tar=\(ratio(rows[4]))", "rerun_vs_restic=\(ratio(rows[5]))",
+        ].joined(separator: " "))
+    }
+
+    func treeBytes(_ tree: URL) throws -> Int64 {
+        var total: Int64 = 0
+        let enumerator = FileManager.default.enumerator(at: tree, includingPropertiesForKeys: [.fileSizeKey])
+        while let url = enumerator?.nextObject() as? URL {
+            total += Int64((try url.resourceValues(forKeys: [.fileSizeKey])).fileSize ?? 0)
+        }
+        return total
+    }
+}
