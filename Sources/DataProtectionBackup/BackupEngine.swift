@@ -22,7 +22,9 @@ public struct BackupSummary: Sendable, Equatable, Codable {
 /// Backs up a directory into a ``BackupRepository``, the way iOS's MobileBackup treats an app
 /// container: items marked "do not back up" and the container blacklist (`Library/Caches`,
 /// `tmp`) are skipped and logged; protected files are copied as ciphertext — nothing is
-/// decrypted, so it works while the device is locked.
+/// decrypted, so it works while the device is locked. Plain files are sealed on the way in as
+/// class-B protected objects (class B wraps with the public key alone, so this too works while
+/// locked): nothing in a backup is readable without this device's keys or the backup password.
 ///
 /// ```swift
 /// let summary = try BackupEngine(source: container, repository: BackupRepository(url: dest), keybag: keybag)
@@ -34,20 +36,20 @@ public struct BackupEngine: Sendable {
 
     public var source: URL
     public var repository: BackupRepository
-    /// The device's keybag root: its `backup-keybag` is copied into the backup.
-    public var keybagRoot: String?
+    /// The device: seals plain files, and its `backup-keybag` is copied into the backup.
+    public var files: ProtectedFileManager
     /// Walk and log only; write nothing.
     public var dryRun = false
 
-    public init(source: URL, repository: BackupRepository, keybagRoot: String?, dryRun: Bool = false) {
+    public init(source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false) {
         self.source = source.standardizedFileURL
         self.repository = repository
-        self.keybagRoot = keybagRoot
+        self.files = files
         self.dryRun = dryRun
     }
 
     /// Runs the backup. `log` receives MobileBackup-style lines; `progress` the items done.
-    public func run(log: (String) -> Void = { _ in }, progress: (Int) -> Void = { _ in }) throws -> BackupSummary {
+    public func run(log: (String) -> Void = { _ in }, progress: (Int) -> Void = { _ in }) async throws -> BackupSummary {
         guard POSIXFile.kind(source.path).isDirectory else { throw BackupError.noSuchSource(path: source.path) }
         var summary = BackupSummary()
         // Incremental: an unchanged file (same size and modification time as in the latest
@@ -110,15 +112,17 @@ public struct BackupEngine: Sendable {
                             entry.sha256 = sha
                             entry.protectionClass = old.protectionClass
                             entry.thisDeviceOnly = old.thisDeviceOnly
+                            entry.sealed = old.sealed
                         } else {
                             if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
                                 entry.protectionClass = Int(cls.rawValue)
                                 entry.thisDeviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
                             }
                             if !dryRun {
-                                let (sha, size) = try repository.store(url)
+                                let (sha, size) = entry.protectionClass == nil
+                                    ? try await repository.storeSealed(url, files: files) : try repository.store(url)
+                                entry.sealed = entry.protectionClass == nil
                                 entry.sha256 = sha
-                                entry.size = size
                                 summary.filesCopied += 1
                                 summary.bytesCopied += size
                             }
@@ -141,16 +145,13 @@ public struct BackupEngine: Sendable {
         guard !dryRun else { return summary }
 
         // The backup keybag travels with the backup, so another device can restore it.
-        if let keybagRoot {
-            let backupKeybag = URL(fileURLWithPath: keybagRoot).appendingPathComponent(BackupKeybag.fileName)
-            if FileManager.default.fileExists(atPath: backupKeybag.path) {
-                try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupKeybag.fileName).path,
-                                              try POSIXFile.readAll(backupKeybag.path), permissions: .ownerReadWrite)
-                summary.hasBackupKeybag = true
-            }
-        }
-        if summary.protectedFiles > 0, !summary.hasBackupKeybag {
-            log("Note: no backup keybag (set one with `dpctl backup-password`): protected files restore on this device only")
+        let backupKeybag = files.keybag.backupKeybagURL
+        if FileManager.default.fileExists(atPath: backupKeybag.path) {
+            try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupKeybag.fileName).path,
+                                          try POSIXFile.readAll(backupKeybag.path), permissions: .ownerReadWrite)
+            summary.hasBackupKeybag = true
+        } else {
+            log("Note: no backup keybag (set one with `dpctl backup-password`): this backup restores on this device only")
         }
         let manifest = try BackupManifest.create(at: inProgress.appendingPathComponent(BackupManifest.fileName))
         try manifest.insert(entries, meta: ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id])

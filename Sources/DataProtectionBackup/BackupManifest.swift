@@ -15,7 +15,7 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
     public var mode: Int
     /// Modification time, seconds since 1970.
     public var mtime: Double
-    /// Bytes stored (ciphertext for protected files).
+    /// Size of the file that was backed up.
     public var size: Int64
     /// The protection class of a protected file (`nil`: plain file, directory, link).
     public var protectionClass: Int?
@@ -25,9 +25,11 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
     public var linkTarget: String?
     /// A protected file bound to the device that wrote it: not restorable elsewhere.
     public var thisDeviceOnly: Bool
+    /// A plain file stored sealed (as a class-B protected object); restored as plain.
+    public var sealed: Bool
 
     public init(path: String, kind: Kind, mode: Int, mtime: Double, size: Int64, protectionClass: Int? = nil,
-                sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false) {
+                sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false, sealed: Bool = false) {
         self.path = path
         self.kind = kind
         self.mode = mode
@@ -37,6 +39,7 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
         self.sha256 = sha256
         self.linkTarget = linkTarget
         self.thisDeviceOnly = thisDeviceOnly
+        self.sealed = sealed
     }
 
     public var fileClass: ProtectionClass? { protectionClass.flatMap { ProtectionClass(rawValue: UInt8($0)) } }
@@ -68,6 +71,7 @@ public struct BackupManifest: Sendable {
                 t.column("sha256", .text)
                 t.column("linkTarget", .text)
                 t.column("thisDeviceOnly", .boolean).notNull().defaults(to: false)
+                t.column("sealed", .boolean).notNull().defaults(to: false)
             }
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('format', ?)", arguments: ["\(formatVersion)"])
         }

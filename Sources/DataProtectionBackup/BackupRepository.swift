@@ -78,6 +78,18 @@ public struct BackupRepository: Sendable {
         return (sha, size)
     }
 
+    /// Seals a plain file into a class-B protected object of `files`' device (possible while
+    /// locked), then stores it; returns the object's SHA-256 and the plain size.
+    func storeSealed(_ source: URL, files: ProtectedFileManager) async throws -> (sha256: String, size: Int64) {
+        let sealed = objects.appendingPathComponent(".sealed-\(UUID().uuidString)")
+        let input = try POSIXFile.open(source.path, .readOnly)
+        defer { try? input.close() }
+        try await files.write(contentsOf: input, to: sealed, protection: .completeUnlessOpen, thisDeviceOnly: false)
+        defer { unlink(sealed.path) }
+        let (sha, _) = try store(sealed)
+        return (sha, try ItemInspector.plaintextSize(ofItemAt: sealed))
+    }
+
     /// The SHA-256 of an object's current bytes.
     func hashOfObject(_ sha256: String) throws -> String {
         let fd = try POSIXFile.open(objectURL(sha256).path, .readOnly)

@@ -59,11 +59,33 @@ public struct RestoreEngine: Sendable {
     /// - Parameters:
     ///   - files: this device's protected files, for rewrapping files from another device.
     ///   - password: the backup password, needed only for files from another device.
-    public func restore(to destination: URL, files: ProtectedFileManager?, password: String?,
+    public func restore(to destination: URL, files: ProtectedFileManager, password: String?,
                         log: (String) -> Void = { _ in }, progress: (Int) -> Void = { _ in }) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
         let entries = try manifest().entries()
         for entry in entries { try Self.checkName(entry.path) }
+
+        // Before writing anything: which stored objects come from another device?
+        let local = files.keybag.id
+        var foreignObjects: Set<String> = []
+        var deviceOnlyElsewhere: Set<String> = []
+        for entry in entries where entry.kind == .file && (entry.fileClass != nil || entry.sealed) {
+            guard let sha = entry.sha256, repository.hasObject(sha) else {
+                throw BackupError.badBackup(path: backup.path, reason: "the object of \(entry.path) is missing (run `dpctl verify`)")
+            }
+            guard try Self.keybagID(of: repository.objectURL(sha)) != local else { continue }
+            if entry.thisDeviceOnly { deviceOnlyElsewhere.insert(entry.path) } else { foreignObjects.insert(entry.path) }
+        }
+        var backupKeys: BackupClassKeys?
+        if !foreignObjects.isEmpty {
+            guard let password else { throw BackupError.passwordNeeded(files: foreignObjects.count) }
+            let backupKeybag = backup.appendingPathComponent(BackupKeybag.fileName)
+            guard FileManager.default.fileExists(atPath: backupKeybag.path) else {
+                throw BackupError.badBackup(path: backup.path, reason: "it has no backup keybag: it restores only on the device that made it")
+            }
+            backupKeys = try BackupKeybag(contentsOf: backupKeybag).unlock(password: password)
+        }
+
         if FileManager.default.fileExists(atPath: destination.path) {
             guard (try? FileManager.default.contentsOfDirectory(atPath: destination.path).isEmpty) == true else {
                 throw BackupError.destinationNotEmpty(path: destination.path)
@@ -73,7 +95,6 @@ public struct RestoreEngine: Sendable {
         }
 
         var summary = RestoreSummary()
-        var foreign: [(URL, ProtectionClass)] = []
         var done = 0
         // Directories and files first, links last: no link can redirect a later write.
         for entry in entries where entry.kind != .symlink {
@@ -84,15 +105,27 @@ public struct RestoreEngine: Sendable {
                 try FileManager.default.createDirectory(at: target, withIntermediateDirectories: false)
                 summary.directories += 1
             case .file:
-                if entry.thisDeviceOnly, let sha = entry.sha256, repository.hasObject(sha),
-                   try Self.keybagID(of: repository.objectURL(sha)) != files?.keybag.id {
+                if deviceOnlyElsewhere.contains(entry.path) {
                     log("Not restored (this device only): \(target.path)")
                     summary.skippedThisDeviceOnly += 1
                     continue
                 }
-                try copyObject(entry, to: target)
+                let adopt = foreignObjects.contains(entry.path) ? backupKeys : nil
+                if entry.sealed {
+                    // A plain file: open the sealed object and write its plaintext.
+                    let sealed = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).dp-restore")
+                    try copyObject(entry, to: sealed)
+                    defer { unlink(sealed.path) }
+                    if let adopt { try await files.adoptFile(at: sealed, from: adopt) }
+                    try await writePlaintext(of: sealed, to: target, files: files)
+                } else {
+                    try copyObject(entry, to: target)
+                    if let adopt {
+                        try await files.adoptFile(at: target, from: adopt)
+                        summary.adoptedFiles += 1
+                    }
+                }
                 summary.files += 1
-                if let cls = entry.fileClass { foreign.append((target, cls)) }
             case .symlink:
                 break
             }
@@ -109,24 +142,6 @@ public struct RestoreEngine: Sendable {
             done += 1
             progress(done)
         }
-        // Protected files from another device: rewrap their keys for this one.
-        if let files {
-            let local = files.keybag.id
-            var needAdoption: [URL] = []
-            for (url, _) in foreign where try Self.keybagID(of: url) != local { needAdoption.append(url) }
-            if !needAdoption.isEmpty {
-                guard let password else { throw BackupError.passwordNeeded(files: needAdoption.count) }
-                let backupKeybag = backup.appendingPathComponent(BackupKeybag.fileName)
-                guard FileManager.default.fileExists(atPath: backupKeybag.path) else {
-                    throw BackupError.badBackup(path: backup.path, reason: "it has no backup keybag: its protected files restore only on the device that made it")
-                }
-                let keys = try BackupKeybag(contentsOf: backupKeybag).unlock(password: password)
-                for url in needAdoption {
-                    try await files.adoptFile(at: url, from: keys)
-                    summary.adoptedFiles += 1
-                }
-            }
-        }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
         for entry in entries.reversed() where entry.kind != .symlink {
             let path = destination.appendingPathComponent(entry.path).path
@@ -135,8 +150,28 @@ public struct RestoreEngine: Sendable {
                          timespec(tv_sec: Int(entry.mtime), tv_nsec: Int((entry.mtime - entry.mtime.rounded(.down)) * 1e9))]
             utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW)
         }
-
         return summary
+    }
+
+    /// Decrypts a sealed object into a new plain file, in bounded memory.
+    private func writePlaintext(of sealed: URL, to target: URL, files: ProtectedFileManager) async throws {
+        let handle = try await files.openHandle(forReadingFrom: sealed)
+        let output = try POSIXFile.open(target.path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
+        defer { try? output.close() }
+        do {
+            var offset: Int64 = 0
+            let size = try await handle.size()
+            while offset < size {
+                let chunk = try await handle.read(at: offset, count: 1 << 20)
+                try POSIXFile.write(output, chunk, at: offset, path: target.path)
+                offset += Int64(chunk.count)
+            }
+            try POSIXFile.sync(output, path: target.path)
+            try await handle.close()
+        } catch {
+            try? await handle.close()
+            throw error
+        }
     }
 
     private func copyObject(_ entry: ManifestEntry, to target: URL) throws {

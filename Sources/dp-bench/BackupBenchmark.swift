@@ -44,14 +44,12 @@ struct BackupBenchmark: AsyncParsableCommand {
         let bytes = Double(try treeBytes(tree))
         let mb = bytes / 1e6
 
-        func ours() throws -> Double {
-            let engine = BackupEngine(source: tree, repository: BackupRepository(url: base.appendingPathComponent("repo")), keybagRoot: nil)
-            let clock = ContinuousClock()
-            let elapsed = try clock.measure { _ = try engine.run() }
-            return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        func ours() async throws -> Double {
+            let engine = BackupEngine(source: tree, repository: BackupRepository(url: base.appendingPathComponent("repo")), files: protectedFiles)
+            return try await seconds { _ = try await engine.run() }
         }
-        let ourFirst = try ours()
-        let ourAgain = try ours()
+        let ourFirst = try await ours()
+        let ourAgain = try await ours()
 
         let snar = base.appendingPathComponent("tar.snar").path
         let tarFirst = runTool("tar", ["--listed-incremental=" + snar, "-cf", base.appendingPathComponent("full.tar").path, "-C", tree.path, "."])?.seconds

@@ -88,8 +88,9 @@ struct Backup: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Back up SOURCE into the repository DEST, skipping marked items and Library/Caches, tmp.",
         discussion: """
-            Protected files are copied as ciphertext (nothing is decrypted: it works while locked). \
-            Unchanged files are not copied again. The data root's backup keybag goes into the backup \
+            Protected files are copied as ciphertext (nothing is decrypted: it works while locked); plain \
+            files are sealed as class B objects, so nothing in a backup is readable without this device \
+            or the backup password. Unchanged files are not copied again. The data root's backup keybag goes into the backup \
             so that it restores on another device with the backup password.
             """)
 
@@ -104,9 +105,9 @@ struct Backup: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            device.bootstrapLogging()
-            let root = device.resolvedRoot
-            let hasKeybag = FileManager.default.fileExists(atPath: root + "/keybag")
+            // The device is opened locked (before first unlock): a backup needs no key.
+            let keybag = try await device.openDevice(passcodeFile: nil)
+            let root = keybag.root
             if let passwordFile {
                 let url = URL(fileURLWithPath: root).appendingPathComponent(BackupKeybag.fileName)
                 guard FileManager.default.fileExists(atPath: url.path) else {
@@ -115,9 +116,9 @@ struct Backup: AsyncParsableCommand {
                 _ = try BackupKeybag(contentsOf: url).unlock(password: try readPasscode(passwordFile))
             }
             let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
-                                      keybagRoot: hasKeybag ? root : nil, dryRun: dryRun)
+                                      files: ProtectedFileManager(keybag: keybag), dryRun: dryRun)
             let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
-            let summary = try engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update("\($0) items") })
+            let summary = try await engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update("\($0) items") })
             bar.finish()
             if json {
                 let data = try JSONEncoder().encode(summary)
@@ -143,9 +144,7 @@ struct Restore: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            let root = device.resolvedRoot
-            let files = FileManager.default.fileExists(atPath: root + "/keybag")
-                ? ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile)) : nil
+            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
             let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
             let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
                 .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),

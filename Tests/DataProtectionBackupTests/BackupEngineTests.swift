@@ -58,7 +58,7 @@ import Testing
         let s = try await Self.scenario()
         var log: [String] = []
         // The source device is locked (a fresh start): the backup decrypts nothing, so it works.
-        let summary = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run { log.append($0) }
+        let summary = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run { log.append($0) }
         #expect(log.contains("Not backed up (attribute): \(s.container.path)/Documents/offline"))
         #expect(log.contains("Not backed up (blacklist): \(s.container.path)/Library/Caches"))
         #expect(log.contains("Not backed up (blacklist): \(s.container.path)/tmp"))
@@ -74,8 +74,9 @@ import Testing
         let objectNames = (FileManager.default.enumerator(atPath: objectsDir.path)?.allObjects as? [String] ?? []).filter { $0.count > 3 }
         let stored = try objectNames.map { try Data(contentsOf: objectsDir.appendingPathComponent($0)) }
         #expect(stored.count == 6)
-        for (_, (data, cls)) in s.plaintexts where cls != nil && data.count > 32 {
-            for bytes in stored { #expect(bytes.range(of: data.prefix(32)) == nil) }
+        // Nothing readable in the repository: protected files as they were, plain ones sealed.
+        for (name, (data, _)) in s.plaintexts where data.count > 32 {
+            for bytes in stored { #expect(bytes.range(of: data.prefix(32)) == nil, "\(name) readable in the repository") }
         }
 
         // A second device: other device secret, other keybag.
@@ -83,7 +84,7 @@ import Testing
                                               kdf: .insecureFastForTesting, clock: ManualClock())
         let files2 = ProtectedFileManager(keybag: keybag2)
         let restored = s.base.appendingPathComponent("restored")
-        await #expect(throws: BackupError.passwordNeeded(files: 4)) {
+        await #expect(throws: BackupError.passwordNeeded(files: 5)) {
             _ = try await RestoreEngine(backup: backup).restore(to: s.base.appendingPathComponent("r0"), files: files2, password: nil)
         }
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 0)) {
@@ -108,9 +109,9 @@ import Testing
 
     @Test func anUnchangedTreeCopiesNothingAndEveryBackupRestoresOnItsOwn() async throws {
         let s = try await Self.scenario()
-        let first = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        let first = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
         #expect(first.filesCopied == 6)
-        let second = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        let second = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
         #expect(second.filesCopied == 0)
         #expect(second.bytesCopied == 0)
         let backups = s.repository.finishedBackups()
@@ -125,7 +126,7 @@ import Testing
 
     @Test func verifyFindsMissingAndAlteredObjects() async throws {
         let s = try await Self.scenario()
-        _ = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
         let backup = try #require(s.repository.finishedBackups().last)
         #expect(try RestoreEngine(backup: backup).verify() > 0)
         let objects = s.repository.url.appendingPathComponent("objects")
@@ -143,7 +144,7 @@ import Testing
 
     @Test func anIncompleteBackupIsRefusedAndEarlierOnesStayIntact() async throws {
         let s = try await Self.scenario()
-        _ = try BackupEngine(source: s.container, repository: s.repository, keybagRoot: s.sourceRoot).run()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
         // What a backup killed half-way leaves: a directory still named .incomplete.
         let killed = s.repository.url.appendingPathComponent("backups/20990101T000000Z-dead.incomplete")
         try FileManager.default.createDirectory(at: killed, withIntermediateDirectories: true)
@@ -158,19 +159,25 @@ import Testing
     func restoreRefusesNamesOutsideTheDestination(name: String) async throws {
         let backup = try Self.handcraftedBackup([ManifestEntry(path: name, kind: .file, mode: 0o644, mtime: 0, size: 0, sha256: nil)])
         await #expect(throws: BackupError.unsafePath(name)) {
-            _ = try await RestoreEngine(backup: backup).restore(to: temporaryDirectory().appendingPathComponent("d"), files: nil, password: nil)
+            _ = try await RestoreEngine(backup: backup).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
         }
     }
 
     @Test func restoreRefusesLinksOutOfTheTreeAndWritesThroughLinks() async throws {
         let outward = try Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "../../outside")])
         await #expect(throws: BackupError.self) {
-            _ = try await RestoreEngine(backup: outward).restore(to: temporaryDirectory().appendingPathComponent("d"), files: nil, password: nil)
+            _ = try await RestoreEngine(backup: outward).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
         }
         let absolute = try Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "/etc")])
         await #expect(throws: BackupError.self) {
-            _ = try await RestoreEngine(backup: absolute).restore(to: temporaryDirectory().appendingPathComponent("d"), files: nil, password: nil)
+            _ = try await RestoreEngine(backup: absolute).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
         }
+    }
+
+    /// A device that restores handcrafted backups.
+    static func bystander() async throws -> ProtectedFileManager {
+        ProtectedFileManager(keybag: try await Keybag.create(root: temporaryDirectory().appendingPathComponent("root").path, passcode: nil,
+                                                             kdf: .insecureFastForTesting))
     }
 
     /// A backup directory with a manifest written by hand (as an attacker could).
@@ -180,7 +187,7 @@ import Testing
         let queue = try DatabaseQueue(path: backup.appendingPathComponent("manifest.sqlite").path)
         try queue.write { db in
             try db.execute(sql: "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            try db.execute(sql: "CREATE TABLE entry(path TEXT PRIMARY KEY, kind TEXT NOT NULL, mode INTEGER NOT NULL, mtime DOUBLE NOT NULL, size INTEGER NOT NULL, protectionClass INTEGER, sha256 TEXT, linkTarget TEXT, thisDeviceOnly BOOLEAN NOT NULL DEFAULT 0)")
+            try db.execute(sql: "CREATE TABLE entry(path TEXT PRIMARY KEY, kind TEXT NOT NULL, mode INTEGER NOT NULL, mtime DOUBLE NOT NULL, size INTEGER NOT NULL, protectionClass INTEGER, sha256 TEXT, linkTarget TEXT, thisDeviceOnly BOOLEAN NOT NULL DEFAULT 0, sealed BOOLEAN NOT NULL DEFAULT 0)")
             try db.execute(sql: "INSERT INTO meta VALUES ('format', '1')")
             for e in entries { try e.insert(db) }
         }
