@@ -86,18 +86,28 @@ public struct BackupRepository: Sendable {
         defer { try? input.close() }
         try await files.write(contentsOf: input, to: sealed, protection: .completeUnlessOpen, thisDeviceOnly: false)
         defer { unlink(sealed.path) }
-        let (sha, _) = try store(sealed)
-        return (sha, try ItemInspector.plaintextSize(ofItemAt: sealed))
+        let size = try ItemInspector.plaintextSize(ofItemAt: sealed)
+        // The sealed file is already in the repository: hash it and move it into place.
+        let sha = try hash(of: sealed)
+        let final = objectURL(sha)
+        if !FileManager.default.fileExists(atPath: final.path) {
+            try FileManager.default.createDirectory(at: final.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try POSIXFile.check("rename", final.path) { rename(sealed.path, final.path) }
+        }
+        return (sha, size)
     }
 
     /// The SHA-256 of an object's current bytes.
-    func hashOfObject(_ sha256: String) throws -> String {
-        let fd = try POSIXFile.open(objectURL(sha256).path, .readOnly)
+    func hashOfObject(_ sha256: String) throws -> String { try hash(of: objectURL(sha256)) }
+
+    /// The SHA-256 of a file's bytes, in hex.
+    func hash(of url: URL) throws -> String {
+        let fd = try POSIXFile.open(url.path, .readOnly)
         defer { try? fd.close() }
         var hasher = SHA256()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
-            let n = try POSIXFile.system("read", objectURL(sha256).path) { try buffer.withUnsafeMutableBytes { try fd.read(into: $0, retryOnInterrupt: true) } }
+            let n = try POSIXFile.system("read", url.path) { try buffer.withUnsafeMutableBytes { try fd.read(into: $0, retryOnInterrupt: true) } }
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }
