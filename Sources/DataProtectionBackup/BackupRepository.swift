@@ -46,28 +46,15 @@ public struct BackupRepository: Sendable {
         defer { try? input.close() }
         let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
         let output = try POSIXFile.open(temp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
-        var hasher = SHA256()
-        var size: Int64 = 0
+        let sha: String, size: Int64
         do {
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            while true {
-                let n = try POSIXFile.system("read", source.path) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
-                if n == 0 { break }
-                try buffer.withUnsafeBytes { raw in
-                    let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
-                    hasher.update(bufferPointer: chunk)
-                    try POSIXFile.write(output, chunk, at: size, path: temp.path)
-                }
-                size += Int64(n)
-            }
-            try POSIXFile.sync(output, path: temp.path)
+            (sha, size) = try Self.copyHashing(from: input, source.path, to: output, temp.path)
             try output.close()
         } catch {
             try? output.close()
             unlink(temp.path)
             throw error
         }
-        let sha = Array(hasher.finalize()).hex
         let final = objectURL(sha)
         if FileManager.default.fileExists(atPath: final.path) {
             unlink(temp.path)
@@ -95,6 +82,26 @@ public struct BackupRepository: Sendable {
             try POSIXFile.check("rename", final.path) { rename(sealed.path, final.path) }
         }
         return (sha, size)
+    }
+
+    /// Copies `input` to `output` (flushed), hashing on the way: the SHA-256 (hex) and the size.
+    static func copyHashing(from input: FileDescriptor, _ inputPath: String,
+                            to output: FileDescriptor, _ outputPath: String) throws -> (sha256: String, size: Int64) {
+        var hasher = SHA256()
+        var size: Int64 = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = try POSIXFile.system("read", inputPath) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
+            if n == 0 { break }
+            try buffer.withUnsafeBytes { raw in
+                let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
+                hasher.update(bufferPointer: chunk)
+                try POSIXFile.write(output, chunk, at: size, path: outputPath)
+            }
+            size += Int64(n)
+        }
+        try POSIXFile.sync(output, path: outputPath)
+        return (Array(hasher.finalize()).hex, size)
     }
 
     /// The SHA-256 of an object's current bytes.

@@ -86,14 +86,34 @@ public struct RestoreEngine: Sendable {
             backupKeys = try BackupKeybag(contentsOf: backupKeybag).unlock(password: password)
         }
 
-        if FileManager.default.fileExists(atPath: destination.path) {
+        let destinationExists = FileManager.default.fileExists(atPath: destination.path)
+        if destinationExists {
             guard (try? FileManager.default.contentsOfDirectory(atPath: destination.path).isEmpty) == true else {
                 throw BackupError.destinationNotEmpty(path: destination.path)
             }
-        } else {
-            try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: true)
         }
+        // Everything goes into a hidden sibling that becomes DEST only at the end: a failed
+        // restore leaves no half-restored tree behind.
+        let parent = destination.deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
+        let stage = parent.appendingPathComponent(".\(destination.lastPathComponent).dp-restore-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: stage, withIntermediateDirectories: false)
+        do {
+            let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects,
+                                             deviceOnlyElsewhere: deviceOnlyElsewhere, backupKeys: backupKeys,
+                                             reportingAs: destination, log: log, progress: progress)
+            if destinationExists { try POSIXFile.check("rmdir", destination.path) { rmdir(destination.path) } }
+            try POSIXFile.check("rename", destination.path) { rename(stage.path, destination.path) }
+            return summary
+        } catch {
+            try? FileManager.default.removeItem(at: stage)
+            throw error
+        }
+    }
 
+    private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
+                         foreignObjects: Set<String>, deviceOnlyElsewhere: Set<String>, backupKeys: BackupClassKeys?,
+                         reportingAs finalDestination: URL, log: (String) -> Void, progress: (Int) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
         var done = 0
         // Directories and files first, links last: no link can redirect a later write.
@@ -106,7 +126,7 @@ public struct RestoreEngine: Sendable {
                 summary.directories += 1
             case .file:
                 if deviceOnlyElsewhere.contains(entry.path) {
-                    log("Not restored (this device only): \(target.path)")
+                    log("Not restored (this device only): \(finalDestination.appendingPathComponent(entry.path).path)")
                     summary.skippedThisDeviceOnly += 1
                     continue
                 }
@@ -183,23 +203,9 @@ public struct RestoreEngine: Sendable {
         defer { try? input.close() }
         let output = try POSIXFile.open(target.path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
         defer { try? output.close() }
-        var hasher = SHA256()
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var offset: Int64 = 0
-        while true {
-            let n = try POSIXFile.system("read", source.path) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
-            if n == 0 { break }
-            try buffer.withUnsafeBytes { raw in
-                let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
-                hasher.update(bufferPointer: chunk)
-                try POSIXFile.write(output, chunk, at: offset, path: target.path)
-            }
-            offset += Int64(n)
-        }
-        guard Array(hasher.finalize()).hex == sha else {
+        guard try BackupRepository.copyHashing(from: input, source.path, to: output, target.path).sha256 == sha else {
             throw BackupError.badBackup(path: backup.path, reason: "the object of \(entry.path) was altered (run `dpctl verify`)")
         }
-        try POSIXFile.sync(output, path: target.path)
     }
 
     static func keybagID(of url: URL) throws -> UUID {

@@ -140,6 +140,11 @@ import Testing
             guard case BackupError.verificationFailed(let problems) = error else { return false }
             return problems.count == 2 && problems.contains { $0.contains("altered") } && problems.contains { $0.contains("missing") }
         }
+        // A restore of the damaged backup fails and leaves no half-restored tree.
+        let destination = s.base.appendingPathComponent("restored")
+        await #expect(throws: BackupError.self) { _ = try await RestoreEngine(backup: backup).restore(to: destination, files: s.source, password: nil) }
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: s.base.path).filter { $0.contains("dp-restore") }.isEmpty)
     }
 
     @Test func anIncompleteBackupIsRefusedAndEarlierOnesStayIntact() async throws {
