@@ -60,7 +60,7 @@ public struct RestoreEngine: Sendable {
     ///   - files: this device's protected files, for rewrapping files from another device.
     ///   - password: the backup password, needed only for files from another device.
     public func restore(to destination: URL, files: ProtectedFileManager, password: String?,
-                        log: (String) -> Void = { _ in }, progress: (Int) -> Void = { _ in }) async throws -> RestoreSummary {
+                        log: (String) -> Void = { _ in }, progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
         let entries = try manifest().entries()
         for entry in entries { try Self.checkName(entry.path) }
@@ -113,7 +113,7 @@ public struct RestoreEngine: Sendable {
 
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
                          foreignObjects: Set<String>, deviceOnlyElsewhere: Set<String>, backupKeys: BackupClassKeys?,
-                         reportingAs finalDestination: URL, log: (String) -> Void, progress: (Int) -> Void) async throws -> RestoreSummary {
+                         reportingAs finalDestination: URL, log: (String) -> Void, progress: (Int, Int) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
         var done = 0
         // Directories and files first, links last: no link can redirect a later write.
@@ -150,7 +150,7 @@ public struct RestoreEngine: Sendable {
                 break
             }
             done += 1
-            progress(done)
+            progress(done, entries.count)
         }
         for entry in entries where entry.kind == .symlink {
             guard let linkTarget = entry.linkTarget, Self.staysInside(link: entry.path, target: linkTarget) else {
@@ -160,7 +160,7 @@ public struct RestoreEngine: Sendable {
             try FileManager.default.createSymbolicLink(atPath: destination.appendingPathComponent(entry.path).path, withDestinationPath: linkTarget)
             summary.symlinks += 1
             done += 1
-            progress(done)
+            progress(done, entries.count)
         }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
         for entry in entries.reversed() where entry.kind != .symlink {

@@ -118,7 +118,7 @@ struct Backup: AsyncParsableCommand {
             let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
                                       files: ProtectedFileManager(keybag: keybag), dryRun: dryRun)
             let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
-            let summary = try await engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update("\($0) items") })
+            let summary = try await engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update(done: $0, total: 0) })
             bar.finish()
             if json {
                 let data = try JSONEncoder().encode(summary)
@@ -148,7 +148,7 @@ struct Restore: AsyncParsableCommand {
             let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
             let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
                 .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
-                         log: { printOut($0) }, progress: { bar.update("\($0) items") })
+                         log: { printOut($0) }, progress: { bar.update(done: $0, total: $1) })
             bar.finish()
             if json {
                 printOut(String(decoding: try JSONEncoder().encode(summary), as: UTF8.self))
@@ -173,14 +173,22 @@ struct Verify: AsyncParsableCommand {
     }
 }
 
-/// A one-line progress display on a terminal (standard error), nothing elsewhere.
+/// A progress bar on a terminal (standard error), nothing elsewhere: `[#######.........] 45% 450/1000`,
+/// or a running count when the total is not known in advance.
 final class ProgressLine: @unchecked Sendable {
     let enabled: Bool
     private var last = ContinuousClock.now
     init(enabled: Bool) { self.enabled = enabled }
-    func update(_ text: String) {
+    func update(done: Int, total: Int) {
         guard enabled, ContinuousClock.now - last > .milliseconds(100) else { return }
         last = ContinuousClock.now
+        let text: String
+        if total > 0 {
+            let width = 30, filled = min(width, done * width / total)
+            text = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] \(done * 100 / total)% \(done)/\(total)"
+        } else {
+            text = "\(done) items"
+        }
         FileHandle.standardError.write(Data("\r\(text)\u{1B}[K".utf8))
     }
     func finish() { if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) } }
