@@ -1,3 +1,4 @@
+import Crypto
 import DataProtection
 import Foundation
 import SystemPackage
@@ -54,10 +55,11 @@ public struct BackupEngine: Sendable {
         var summary = BackupSummary()
         // Incremental: an unchanged file (same size and modification time as in the latest
         // finished backup, object present) is not read again.
+        // The last manifest is sealed in the repository; the device keeps its own plain copy
+        // (in its data root) so that this works while locked.
         var previousByPath: [String: ManifestEntry] = [:]
-        if let latest = repository.finishedBackups().last,
-           let entries = try? BackupManifest.open(at: latest.appendingPathComponent(BackupManifest.fileName)).entries() {
-            for entry in entries { previousByPath[entry.path] = entry }
+        if let entries = try? BackupManifest.open(at: indexURL).entries() {
+            for entry in entries where entry.sha256.map(repository.hasObject) ?? true { previousByPath[entry.path] = entry }
         }
 
         let id = Self.makeID()
@@ -153,13 +155,36 @@ public struct BackupEngine: Sendable {
         } else {
             log("Note: no backup keybag (set one with `dpctl backup-password`): this backup restores on this device only")
         }
-        let manifest = try BackupManifest.create(at: inProgress.appendingPathComponent(BackupManifest.fileName))
-        try manifest.insert(entries, meta: ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id])
+        // The manifest, sealed like a plain file (class B: possible while locked); the object
+        // list, which reveals nothing, lets `verify` work without any key.
+        let meta = ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id]
+        let manifest = try BackupManifest.create(at: nil)
+        try manifest.insert(entries, meta: meta)
+        try await files.write(try manifest.serialized(), to: inProgress.appendingPathComponent(BackupManifest.fileName),
+                              protection: .completeUnlessOpen, thisDeviceOnly: false)
+        let objectList = Set(entries.compactMap(\.sha256)).sorted().map { $0 + "\n" }.joined()
+        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupRepository.objectListName).path, Array(objectList.utf8))
         try POSIXFile.syncDirectory(inProgress.path)
         let finished = repository.backups.appendingPathComponent(id)
         try POSIXFile.check("rename", finished.path) { rename(inProgress.path, finished.path) }
         try POSIXFile.syncDirectory(repository.backups.path)
+
+        // The device's own copy for the next incremental run (a failure here only costs speed).
+        try? FileManager.default.createDirectory(at: indexURL.deletingLastPathComponent(), withIntermediateDirectories: true,
+                                                 attributes: [.posixPermissions: 0o700])
+        let indexTemp = indexURL.deletingLastPathComponent().appendingPathComponent(".\(UUID().uuidString).tmp")
+        if (try? BackupManifest.create(at: indexTemp).insert(entries, meta: meta)) != nil {
+            rename(indexTemp.path, indexURL.path)
+        }
+        unlink(indexTemp.path)
         return summary
+    }
+
+    /// `ROOT/backup-index/SHA256(repository path).sqlite`: the device's plain copy of the last
+    /// manifest it wrote to that repository.
+    var indexURL: URL {
+        let name = Array(SHA256.hash(data: Data(repository.url.path.utf8))).hex
+        return URL(fileURLWithPath: files.keybag.root).appendingPathComponent("backup-index/\(name).sqlite")
     }
 
     static func makeID() -> String {

@@ -24,7 +24,7 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
         case .incompleteBackup(let path): "\(path): this backup is incomplete (it was interrupted) and cannot be restored"
         case .unsafePath(let name): "refusing to restore \(name): it would write outside the destination"
         case .destinationNotEmpty(let path): "\(path): the restore destination must not exist or must be empty"
-        case .passwordNeeded(let files): "\(files) file(s) were sealed by another device: give the backup password (--password-file)"
+        case .passwordNeeded(let files): "this backup was made on another device (\(files) sealed item(s)): give the backup password (--password-file)"
         case .verificationFailed(let problems): "verification failed: \(problems.count) problem(s): " + problems.prefix(5).joined(separator: "; ")
         case .noSuchSource(let path): "\(path): no such directory"
         }

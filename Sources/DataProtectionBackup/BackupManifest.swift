@@ -1,6 +1,7 @@
 import DataProtection
 import Foundation
 import GRDB
+import GRDBSQLite
 
 /// One item of a backup, as the manifest records it.
 public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, PersistableRecord {
@@ -48,14 +49,15 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
 /// The manifest of one backup: an SQLite database (through GRDB) with every item and the
 /// backup's metadata. Specified in `docs/FORMAT.md` § Backups.
 public struct BackupManifest: Sendable {
-    public static let fileName = "manifest.sqlite"
+    /// The sealed manifest in a backup: a class-B protected file holding the SQLite database.
+    public static let fileName = "manifest.sealed"
     public static let formatVersion = 1
 
     let queue: DatabaseQueue
 
-    /// Creates a new manifest.
-    static func create(at url: URL) throws -> BackupManifest {
-        let queue = try DatabaseQueue(path: url.path)
+    /// Creates a new manifest at `url`, or in memory when `url` is nil.
+    static func create(at url: URL?) throws -> BackupManifest {
+        let queue = try url.map { try DatabaseQueue(path: $0.path) } ?? DatabaseQueue()
         try queue.write { db in
             try db.create(table: "meta") { t in
                 t.primaryKey("key", .text)
@@ -78,14 +80,46 @@ public struct BackupManifest: Sendable {
         return BackupManifest(queue: queue)
     }
 
-    /// Opens an existing manifest, read-only.
+    /// Opens an existing manifest file, read-only.
     public static func open(at url: URL) throws -> BackupManifest {
         var configuration = Configuration()
         configuration.readonly = true
-        let queue = try DatabaseQueue(path: url.path, configuration: configuration)
-        let format = try queue.read { db in try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format'") }
-        guard format == "\(formatVersion)" else {
-            throw BackupError.badBackup(path: url.path, reason: "manifest format \(format ?? "?") is not supported")
+        return try checked(DatabaseQueue(path: url.path, configuration: configuration), url.path)
+    }
+
+    /// The database as bytes (`sqlite3_serialize`), to be sealed.
+    func serialized() throws -> [UInt8] {
+        try queue.inDatabase { db in
+            var size: sqlite3_int64 = 0
+            guard let bytes = sqlite3_serialize(db.sqliteConnection, "main", &size, 0) else {
+                throw BackupError.badBackup(path: "<manifest>", reason: "SQLite could not serialize the manifest")
+            }
+            defer { sqlite3_free(bytes) }
+            return Array(UnsafeBufferPointer(start: bytes, count: Int(size)))
+        }
+    }
+
+    /// A manifest from bytes (`sqlite3_deserialize` into memory); nothing touches the disk.
+    static func deserialize(_ bytes: [UInt8], path: String) throws -> BackupManifest {
+        let queue = try DatabaseQueue()
+        try queue.inDatabase { db in
+            guard let buffer = sqlite3_malloc64(sqlite3_uint64(max(bytes.count, 1))) else {
+                throw BackupError.badBackup(path: path, reason: "out of memory")
+            }
+            bytes.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+            let flags = UInt32(SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE)
+            guard sqlite3_deserialize(db.sqliteConnection, "main", buffer.assumingMemoryBound(to: UInt8.self),
+                                      sqlite3_int64(bytes.count), sqlite3_int64(bytes.count), flags) == SQLITE_OK else {
+                throw BackupError.badBackup(path: path, reason: "the manifest is not an SQLite database")
+            }
+        }
+        return try checked(queue, path)
+    }
+
+    private static func checked(_ queue: DatabaseQueue, _ path: String) throws -> BackupManifest {
+        let format = try? queue.read { db in try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format'") }
+        guard let format, format == "\(formatVersion)" else {
+            throw BackupError.badBackup(path: path, reason: "manifest format \(format ?? "?") is not supported")
         }
         return BackupManifest(queue: queue)
     }

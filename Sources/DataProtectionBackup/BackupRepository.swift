@@ -15,6 +15,8 @@ import SystemPackage
 public struct BackupRepository: Sendable {
     public let url: URL
     static let incompleteSuffix = ".incomplete"
+    /// In each backup: the SHA-256 of every object it uses, one per line (for `verify`).
+    static let objectListName = "objects.list"
 
     public init(url: URL) { self.url = url.standardizedFileURL }
 

@@ -28,31 +28,62 @@ public struct RestoreEngine: Sendable {
 
     var repository: BackupRepository { BackupRepository(url: backup.deletingLastPathComponent().deletingLastPathComponent()) }
 
-    /// The manifest, after checking the backup is finished.
-    public func manifest() throws -> BackupManifest {
+    /// Refuses a backup that did not finish.
+    func requireFinished() throws {
         if backup.lastPathComponent.hasSuffix(BackupRepository.incompleteSuffix) {
             throw BackupError.incompleteBackup(path: backup.path)
         }
-        let url = backup.appendingPathComponent(BackupManifest.fileName)
-        guard FileManager.default.fileExists(atPath: url.path) else {
-            throw BackupError.badBackup(path: backup.path, reason: "no manifest")
-        }
-        do { return try BackupManifest.open(at: url) } catch let error as BackupError { throw error } catch {
-            throw BackupError.badBackup(path: backup.path, reason: "the manifest does not open (\(error))")
+        guard FileManager.default.fileExists(atPath: backup.appendingPathComponent(BackupRepository.objectListName).path) else {
+            throw BackupError.badBackup(path: backup.path, reason: "no object list (not a backup, or an unfinished one)")
         }
     }
 
-    /// Checks that every file's object is present and unaltered.
+    /// The backup keybag's class keys, unlocked with `password`.
+    func backupKeys(password: String?) throws -> BackupClassKeys {
+        guard let password else { throw BackupError.passwordNeeded(files: 1) }
+        let backupKeybag = backup.appendingPathComponent(BackupKeybag.fileName)
+        guard FileManager.default.fileExists(atPath: backupKeybag.path) else {
+            throw BackupError.badBackup(path: backup.path, reason: "it has no backup keybag: it restores only on the device that made it")
+        }
+        return try BackupKeybag(contentsOf: backupKeybag).unlock(password: password)
+    }
+
+    /// Opens the sealed manifest: with this device's class B key when this device made the
+    /// backup, else with the backup password (its copy is rewrapped for this device first).
+    public func manifest(files: ProtectedFileManager, password: String?) async throws -> BackupManifest {
+        try requireFinished()
+        let sealed = backup.appendingPathComponent(BackupManifest.fileName)
+        guard FileManager.default.fileExists(atPath: sealed.path) else {
+            throw BackupError.badBackup(path: backup.path, reason: "no manifest")
+        }
+        var bytes: Data
+        if try Self.keybagID(of: sealed) == files.keybag.id {
+            bytes = try await files.contents(of: sealed)
+        } else {
+            let keys = try backupKeys(password: password)
+            let copy = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-manifest-\(UUID().uuidString)")
+            try FileManager.default.copyItem(at: sealed, to: copy)
+            defer { try? FileManager.default.removeItem(at: copy) }
+            try await files.adoptFile(at: copy, from: keys)
+            bytes = try await files.contents(of: copy)
+        }
+        defer { bytes.resetBytes(in: 0..<bytes.count) }
+        return try BackupManifest.deserialize([UInt8](bytes), path: sealed.path)
+    }
+
+    /// Checks that every object the backup uses is present and unaltered. Needs no key.
     public func verify() throws -> Int {
-        let entries = try manifest().entries()
+        try requireFinished()
+        let list = try String(contentsOf: backup.appendingPathComponent(BackupRepository.objectListName), encoding: .utf8)
+        let objects = list.split(separator: "\n").map(String.init)
         var problems: [String] = []
-        for entry in entries where entry.kind == .file {
-            guard let sha = entry.sha256 else { problems.append("\(entry.path): no content hash"); continue }
-            guard repository.hasObject(sha) else { problems.append("\(entry.path): object \(sha.prefix(12))… is missing"); continue }
-            if try repository.hashOfObject(sha) != sha { problems.append("\(entry.path): object \(sha.prefix(12))… was altered") }
+        for sha in objects {
+            guard sha.count == 64, sha.allSatisfy(\.isHexDigit) else { problems.append("malformed object name \(sha.prefix(70))"); continue }
+            guard repository.hasObject(sha) else { problems.append("object \(sha.prefix(12))… is missing"); continue }
+            if try repository.hashOfObject(sha) != sha { problems.append("object \(sha.prefix(12))… was altered") }
         }
         if !problems.isEmpty { throw BackupError.verificationFailed(problems: problems) }
-        return entries.count
+        return objects.count
     }
 
     /// Restores into `destination` (which must not exist or be empty).
@@ -62,7 +93,7 @@ public struct RestoreEngine: Sendable {
     public func restore(to destination: URL, files: ProtectedFileManager, password: String?,
                         log: (String) -> Void = { _ in }, progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
-        let entries = try manifest().entries()
+        let entries = try await manifest(files: files, password: password).entries()
         for entry in entries { try Self.checkName(entry.path) }
 
         // Before writing anything: which stored objects come from another device?
@@ -78,12 +109,8 @@ public struct RestoreEngine: Sendable {
         }
         var backupKeys: BackupClassKeys?
         if !foreignObjects.isEmpty {
-            guard let password else { throw BackupError.passwordNeeded(files: foreignObjects.count) }
-            let backupKeybag = backup.appendingPathComponent(BackupKeybag.fileName)
-            guard FileManager.default.fileExists(atPath: backupKeybag.path) else {
-                throw BackupError.badBackup(path: backup.path, reason: "it has no backup keybag: it restores only on the device that made it")
-            }
-            backupKeys = try BackupKeybag(contentsOf: backupKeybag).unlock(password: password)
+            guard password != nil else { throw BackupError.passwordNeeded(files: foreignObjects.count) }
+            backupKeys = try self.backupKeys(password: password)
         }
 
         let destinationExists = FileManager.default.fileExists(atPath: destination.path)

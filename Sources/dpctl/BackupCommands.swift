@@ -168,7 +168,7 @@ struct Verify: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let count = try RestoreEngine(backup: URL(fileURLWithPath: backup)).verify()
-            printOut("ok: \(count) items verified")
+            printOut("ok: \(count) objects verified")
         }
     }
 }

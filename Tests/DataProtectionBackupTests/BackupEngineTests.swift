@@ -1,5 +1,5 @@
 import DataProtection
-import DataProtectionBackup
+@testable import DataProtectionBackup
 import Foundation
 import GRDB
 import Testing
@@ -78,13 +78,19 @@ import Testing
         for (name, (data, _)) in s.plaintexts where data.count > 32 {
             for bytes in stored { #expect(bytes.range(of: data.prefix(32)) == nil, "\(name) readable in the repository") }
         }
+        // Not even the names: the manifest is sealed too.
+        let everything = FileManager.default.enumerator(atPath: s.repository.url.path)?.allObjects as? [String] ?? []
+        for name in everything where !FileManager.default.isDirectory(s.repository.url.appendingPathComponent(name)) {
+            let bytes = try Data(contentsOf: s.repository.url.appendingPathComponent(name))
+            #expect(bytes.range(of: Data("notes.txt".utf8)) == nil, "a file name is readable in \(name)")
+        }
 
         // A second device: other device secret, other keybag.
         let keybag2 = try await Keybag.create(root: s.base.appendingPathComponent("device-2").path, passcode: "5678",
                                               kdf: .insecureFastForTesting, clock: ManualClock())
         let files2 = ProtectedFileManager(keybag: keybag2)
         let restored = s.base.appendingPathComponent("restored")
-        await #expect(throws: BackupError.passwordNeeded(files: 5)) {
+        await #expect(throws: BackupError.passwordNeeded(files: 1)) {
             _ = try await RestoreEngine(backup: backup).restore(to: s.base.appendingPathComponent("r0"), files: files2, password: nil)
         }
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 0)) {
@@ -162,41 +168,47 @@ import Testing
 
     @Test(arguments: ["../escape.txt", "/etc/evil", "a/../../b", "./x"])
     func restoreRefusesNamesOutsideTheDestination(name: String) async throws {
-        let backup = try Self.handcraftedBackup([ManifestEntry(path: name, kind: .file, mode: 0o644, mtime: 0, size: 0, sha256: nil)])
+        let backup = try await Self.handcraftedBackup([ManifestEntry(path: name, kind: .file, mode: 0o644, mtime: 0, size: 0, sha256: nil)])
         await #expect(throws: BackupError.unsafePath(name)) {
             _ = try await RestoreEngine(backup: backup).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
         }
     }
 
     @Test func restoreRefusesLinksOutOfTheTreeAndWritesThroughLinks() async throws {
-        let outward = try Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "../../outside")])
+        let outward = try await Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "../../outside")])
         await #expect(throws: BackupError.self) {
             _ = try await RestoreEngine(backup: outward).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
         }
-        let absolute = try Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "/etc")])
+        let absolute = try await Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "/etc")])
         await #expect(throws: BackupError.self) {
             _ = try await RestoreEngine(backup: absolute).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
         }
     }
 
-    /// A device that restores handcrafted backups.
-    static func bystander() async throws -> ProtectedFileManager {
-        ProtectedFileManager(keybag: try await Keybag.create(root: temporaryDirectory().appendingPathComponent("root").path, passcode: nil,
-                                                             kdf: .insecureFastForTesting))
+    /// A device that restores handcrafted backups (the one that sealed their manifests).
+    static let bystanderDevice = Task { () -> ProtectedFileManager in
+        ProtectedFileManager(keybag: try! await Keybag.create(root: temporaryDirectory().appendingPathComponent("root").path, passcode: nil,
+                                                              kdf: .insecureFastForTesting))
     }
+    static func bystander() async throws -> ProtectedFileManager { await bystanderDevice.value }
 
-    /// A backup directory with a manifest written by hand (as an attacker could).
-    static func handcraftedBackup(_ entries: [ManifestEntry]) throws -> URL {
+    /// A backup with a manifest written by hand (as an attacker who has the device could).
+    static func handcraftedBackup(_ entries: [ManifestEntry]) async throws -> URL {
         let backup = temporaryDirectory().appendingPathComponent("repo/backups/evil")
         try FileManager.default.createDirectory(at: backup, withIntermediateDirectories: true)
-        let queue = try DatabaseQueue(path: backup.appendingPathComponent("manifest.sqlite").path)
-        try queue.write { db in
-            try db.execute(sql: "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            try db.execute(sql: "CREATE TABLE entry(path TEXT PRIMARY KEY, kind TEXT NOT NULL, mode INTEGER NOT NULL, mtime DOUBLE NOT NULL, size INTEGER NOT NULL, protectionClass INTEGER, sha256 TEXT, linkTarget TEXT, thisDeviceOnly BOOLEAN NOT NULL DEFAULT 0, sealed BOOLEAN NOT NULL DEFAULT 0)")
-            try db.execute(sql: "INSERT INTO meta VALUES ('format', '1')")
-            for e in entries { try e.insert(db) }
-        }
+        let manifest = try BackupManifest.create(at: nil)
+        try manifest.insert(entries, meta: [:])
+        try await bystander().write(try manifest.serialized(), to: backup.appendingPathComponent(BackupManifest.fileName),
+                                    protection: .completeUnlessOpen)
+        try Data().write(to: backup.appendingPathComponent(BackupRepository.objectListName))
         return backup
+    }
+}
+
+extension FileManager {
+    func isDirectory(_ url: URL) -> Bool {
+        var flag: ObjCBool = false
+        return fileExists(atPath: url.path, isDirectory: &flag) && flag.boolValue
     }
 }
 
