@@ -184,7 +184,7 @@ public struct BackupEngine: Sendable {
     /// manifest it wrote to that repository.
     var indexURL: URL {
         let name = Array(SHA256.hash(data: Data(repository.url.path.utf8))).hex
-        return URL(fileURLWithPath: files.keybag.root).appendingPathComponent("backup-index/\(name).sqlite")
+        return URL(fileURLWithPath: files.keybag.root).appendingPathComponent("\(Keybag.backupIndexDirectoryName)/\(name).sqlite")
     }
 
     static func makeID() -> String {

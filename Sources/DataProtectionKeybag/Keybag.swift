@@ -382,6 +382,8 @@ public actor Keybag {
     }
 
     static let lockFileName = "keybag.lock"
+    /// The directory the backup layer keeps its incremental index in; erased with the device.
+    public static let backupIndexDirectoryName = "backup-index"
 
     private func delayRemaining(now: Date) -> TimeInterval? {
         let delay = PasscodePolicy.delay(afterFailures: Int(file.failedAttempts))
@@ -408,6 +410,8 @@ public actor Keybag {
         unlink(keybagPath)
         unlink(root + "/" + Self.lockFileName)
         unlink(root + "/" + BackupKeybag.fileName)
+        // The backup layer's plain index of backed-up names lives in the root too.
+        try? FileManager.default.removeItem(atPath: root + "/" + Self.backupIndexDirectoryName)
         try? POSIXFile.syncDirectory(root)
         cancelGrace()
         for cls in ProtectionClass.allCases { discard(cls) }
