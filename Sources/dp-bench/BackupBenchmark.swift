@@ -25,15 +25,11 @@ struct BackupBenchmark: AsyncParsableCommand {
         // A tree of 100 directories; a quarter of the files protected (class C), the rest plain.
         let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
         let protectedFiles = ProtectedFileManager(keybag: keybag)
-        var generator = SystemRandomNumberGenerator()
         var chunk = [UInt8](repeating: 0, count: perFile)
         for i in 0..<files {
             let folder = tree.appendingPathComponent(String(format: "d%03d", i % 100))
             if i < 100 { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) }
-            chunk.withUnsafeMutableBytes { raw in
-                let words = raw.bindMemory(to: UInt64.self)
-                for w in words.indices { words[w] = generator.next() }
-            }
+            try fillRandom(&chunk)
             let url = folder.appendingPathComponent("f\(i).bin")
             if i % 4 == 0 {
                 try await protectedFiles.write(chunk, to: url, protection: .completeUntilFirstUserAuthentication)

@@ -179,14 +179,10 @@ struct FilesBenchmark: AsyncParsableCommand {
     func writeRandomFile(_ url: URL, bytes: Int) throws {
         let fd = try FileDescriptor.open(FilePath(url.path), .writeOnly, options: [.create, .truncate], permissions: .ownerReadWrite)
         defer { try? fd.close() }
-        var generator = SystemRandomNumberGenerator()
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
         var written = 0
         while written < bytes {
-            chunk.withUnsafeMutableBytes { raw in
-                let words = raw.bindMemory(to: UInt64.self)
-                for i in words.indices { words[i] = generator.next() }
-            }
+            try fillRandom(&chunk)
             let n = min(chunk.count, bytes - written)
             _ = try chunk.withUnsafeBytes { try fd.writeAll(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             written += n

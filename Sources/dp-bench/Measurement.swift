@@ -1,4 +1,5 @@
 import Foundation
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -117,4 +118,15 @@ func runTool(_ executable: String, _ arguments: [String], discardOutput: Bool = 
 /// Whether a command is on PATH.
 func toolExists(_ name: String) -> Bool {
     runTool("sh", ["-c", "command -v \(name)"]) != nil
+}
+
+/// Fills `buffer` with random bytes from `/dev/urandom` in large reads (one `getrandom` per
+/// eight bytes, as `SystemRandomNumberGenerator` does, would dominate the set-up).
+func fillRandom(_ buffer: inout [UInt8]) throws {
+    let urandom = try FileDescriptor.open("/dev/urandom", .readOnly)
+    defer { try? urandom.close() }
+    var done = 0
+    while done < buffer.count {
+        done += try buffer.withUnsafeMutableBytes { try urandom.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[done...])) }
+    }
 }
