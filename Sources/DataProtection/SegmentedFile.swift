@@ -8,7 +8,7 @@ import SystemPackage
 /// Memory stays bounded: at most one batch (``batchBytes``) of sealed segments is held at a
 /// time, and one decrypted segment is cached for sequential reads.
 final class SegmentedFile {
-    static let batchBytes = 4 << 20
+    static let batchBytes = 1 << 20
 
     let fd: FileDescriptor
     let path: String
