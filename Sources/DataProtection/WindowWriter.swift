@@ -61,7 +61,9 @@ final class WindowWriter: @unchecked Sendable {
         try rethrowFailure()
     }
 
+    /// Throws (and forgets) the first failure, so the next write starts clean — after a full
+    /// disk is freed, say.
     private func rethrowFailure() throws {
-        if let error = failure.withLock({ $0 }) { throw error }
+        if let error = failure.withLock({ state -> (any Error)? in defer { state = nil }; return state }) { throw error }
     }
 }
