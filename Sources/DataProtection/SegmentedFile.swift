@@ -5,8 +5,8 @@ import SystemPackage
 /// The random-access engine under ``ProtectedFileHandle``: reads and writes plaintext ranges
 /// of one protected file by decrypting and re-sealing only the segments they touch.
 ///
-/// Memory stays bounded: at most one batch (``batchBytes``) of sealed segments is held at a
-/// time, and one decrypted segment is cached for sequential reads.
+/// Memory stays bounded: writes go in windows of ``batchBytes`` (two sealed windows in flight,
+/// see ``WindowWriter``), and one decrypted segment is cached for sequential reads.
 final class SegmentedFile {
     static let batchBytes = 1 << 20
 
