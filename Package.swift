@@ -6,6 +6,7 @@
 //   1. DataProtectionKeybag — the device: device secret, keybag, lock state, class keys.
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
 //   3. DataProtectionBackup — "do not back up" marks and exclude lists for backup tools.
+//   4. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class.
 //   tools: dpctl (CLI), dp-bench (benchmarks).
 import PackageDescription
 
@@ -15,6 +16,7 @@ let package = Package(
     products: [
         .library(name: "DataProtection", targets: ["DataProtection"]),
         .library(name: "DataProtectionBackup", targets: ["DataProtectionBackup"]),
+        .library(name: "DataProtectionSQLite", targets: ["DataProtectionSQLite"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
     ],
@@ -56,6 +58,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(
+            name: "DataProtectionSQLite",
+            dependencies: [
+                "DataProtection",
+                "CLinuxShims",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "dpctl",
             dependencies: [
@@ -77,6 +91,7 @@ let package = Package(
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "dpctl"]),
     ],
     swiftLanguageModes: [.v6]

@@ -38,6 +38,7 @@ public actor Keybag {
     private var generations: [ProtectionClass: Int] = [:]
     private var streams: [UUID: AsyncStream<ProtectedDataEvent>.Continuation] = [:]
     private var observers: [UUID: @Sendable (ProtectedDataEvent) -> Void] = [:]
+    private var discardObservers: [UUID: @Sendable (ProtectionClass) -> Void] = [:]
     private var isErased = false
     private let logger = Logger(label: "dataprotection.keybag")
 
@@ -262,7 +263,21 @@ public actor Keybag {
     private func discard(_ cls: ProtectionClass) {
         if cls == .completeUnlessOpen { classBPrivateKey = nil } else { classKeys[cls] = nil }
         generations[cls, default: 0] += 1
+        for observer in discardObservers.values { observer(cls) }
     }
+
+    /// Calls `callback`, on the keybag's executor, each time a class key is discarded (the end of
+    /// a grace period, an erase). Layers that cache keys derived from a class — open databases —
+    /// drop them here, at the moment the class key goes, rather than at their next call.
+    @discardableResult
+    package func addDiscardObserver(_ callback: @escaping @Sendable (ProtectionClass) -> Void) -> UUID {
+        let token = UUID()
+        discardObservers[token] = callback
+        return token
+    }
+
+    /// Stops calling a discard observer.
+    package func removeDiscardObserver(_ token: UUID) { discardObservers[token] = nil }
 
     // MARK: - Passcode management
 

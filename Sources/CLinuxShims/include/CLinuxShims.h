@@ -4,6 +4,7 @@
 #ifndef C_LINUX_SHIMS_H
 #define C_LINUX_SHIMS_H
 #include <sys/xattr.h>
+#include <sys/random.h>
 
 /// `O_TMPFILE` (a macro needing _GNU_SOURCE, which Swift cannot import): an unnamed file in a
 /// directory, linked into it later.

@@ -1,0 +1,115 @@
+import Crypto
+import _CryptoExtras
+import CLinuxShims
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Seals and opens single pages in SQLCipher's page format (docs/FORMAT.md §7):
+///
+///     [ciphertext: pageSize − reserve][IV 16][HMAC][random fill]
+///
+/// AES-256-CBC without padding under a fresh random IV on every write; the HMAC (SHA512 in
+/// SQLCipher 4, SHA1 in 3) covers ciphertext ‖ IV ‖ page number (u32 little-endian) and is
+/// checked, in constant time, before anything is decrypted. Page 1 starts with the 16-byte salt
+/// in place of `"SQLite format 3\0"` and is encrypted from byte 16.
+struct PageCipher: Sendable {
+    let format: SQLCipherFormat
+    let keys: PageKeys
+
+    static let sqliteMagic: [UInt8] = Array("SQLite format 3\0".utf8)
+
+    init(format: SQLCipherFormat, keys: PageKeys) {
+        self.format = format
+        self.keys = keys
+    }
+
+    var pageSize: Int { format.pageSize }
+
+    /// Encrypts the plaintext page `plain` (pageSize bytes) as page `pgno` into `out`.
+    func seal(_ plain: UnsafeRawBufferPointer, pgno: UInt32, into out: UnsafeMutableRawBufferPointer) throws {
+        let usable = format.usableSize
+        let start = pgno == 1 ? 16 : 0
+        precondition(plain.count == pageSize && out.count == pageSize)
+        // The whole reserve area is random; its first 16 bytes are the IV.
+        try Self.fillRandom(UnsafeMutableRawBufferPointer(rebasing: out[usable...]))
+        let iv = try AES._CBC.IV(ivBytes: UnsafeRawBufferPointer(rebasing: out[usable..<usable + 16]))
+        let ciphertext = try AES._CBC.encrypt(UnsafeRawBufferPointer(rebasing: plain[start..<usable]),
+                                               using: keys.encryptionKey, iv: iv, noPadding: true)
+        ciphertext.withUnsafeBytes { out.baseAddress!.advanced(by: start).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        if start == 16 { keys.salt.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) } }
+        let mac = self.mac(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[start..<usable + 16]), pgno: pgno)
+        mac.withUnsafeBytes { out.baseAddress!.advanced(by: usable + 16).copyMemory(from: $0.baseAddress!, byteCount: format.macSize) }
+    }
+
+    /// Authenticates and decrypts the raw page `raw` as page `pgno` into `out`.
+    /// - Returns: `false` (and leaves `out` unspecified) when the page fails authentication.
+    func open(_ raw: UnsafeRawBufferPointer, pgno: UInt32, into out: UnsafeMutableRawBufferPointer) -> Bool {
+        let usable = format.usableSize
+        let start = pgno == 1 ? 16 : 0
+        guard raw.count == pageSize, out.count == pageSize else { return false }
+        let stored = UnsafeRawBufferPointer(rebasing: raw[(usable + 16)..<(usable + 16 + format.macSize)])
+        guard macMatches(UnsafeRawBufferPointer(rebasing: raw[start..<usable + 16]), pgno: pgno, stored: stored) else { return false }
+        guard let iv = try? AES._CBC.IV(ivBytes: UnsafeRawBufferPointer(rebasing: raw[usable..<usable + 16])),
+              let plain = try? AES._CBC.decrypt(UnsafeRawBufferPointer(rebasing: raw[start..<usable]),
+                                                using: keys.encryptionKey, iv: iv, noPadding: true) else { return false }
+        // Copy the reserve first: `raw` and `out` may be the same buffer's neighbours, never overlapping.
+        out.baseAddress!.advanced(by: usable).copyMemory(from: raw.baseAddress!.advanced(by: usable), byteCount: pageSize - usable)
+        plain.withUnsafeBytes { out.baseAddress!.advanced(by: start).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        if start == 16 { Self.sqliteMagic.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) } }
+        return true
+    }
+
+    /// The IV stored in a sealed page.
+    func iv(ofSealed raw: UnsafeRawBufferPointer) -> [UInt8] {
+        Array(raw[format.usableSize..<format.usableSize + 16])
+    }
+
+    private func mac(_ body: UnsafeRawBufferPointer, pgno: UInt32) -> [UInt8] {
+        var number = pgno.littleEndian
+        return withUnsafeBytes(of: &number) { pgnoBytes in
+            if format.compatibility >= 4 {
+                var hmac = HMAC<SHA512>(key: keys.macKey)
+                hmac.update(data: body)
+                hmac.update(data: pgnoBytes)
+                return Array(hmac.finalize())
+            } else {
+                var hmac = HMAC<Insecure.SHA1>(key: keys.macKey)
+                hmac.update(data: body)
+                hmac.update(data: pgnoBytes)
+                return Array(hmac.finalize())
+            }
+        }
+    }
+
+    private func macMatches(_ body: UnsafeRawBufferPointer, pgno: UInt32, stored: UnsafeRawBufferPointer) -> Bool {
+        var number = pgno.littleEndian
+        return withUnsafeBytes(of: &number) { pgnoBytes in
+            if format.compatibility >= 4 {
+                var hmac = HMAC<SHA512>(key: keys.macKey)
+                hmac.update(data: body)
+                hmac.update(data: pgnoBytes)
+                return hmac.finalize() == stored          // constant-time comparison
+            } else {
+                var hmac = HMAC<Insecure.SHA1>(key: keys.macKey)
+                hmac.update(data: body)
+                hmac.update(data: pgnoBytes)
+                return hmac.finalize() == stored
+            }
+        }
+    }
+
+    /// Fills `buffer` from the kernel's CSPRNG (getrandom(2)).
+    static func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) throws {
+        var filled = 0
+        while filled < buffer.count {
+            let n = getrandom(buffer.baseAddress!.advanced(by: filled), buffer.count - filled, 0)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw DatabaseCipherError.randomUnavailable
+            }
+            filled += n
+        }
+    }
+}
