@@ -64,10 +64,20 @@ enum CipherConnection {
     /// `file:` URI naming the cipher VFS and the context (SQLite must accept URIs: Debian's,
     /// Ubuntu's and Fedora's builds do, with `SQLITE_USE_URI`).
     static func uri(for path: String, context: CipherContext) -> String {
+        "\(uri(path: path))?vfs=\(CipherVFS.name)&dp-context=\(context.token)"
+    }
+
+    /// `file:` URI of a path, without parameters.
+    static func uri(path: String) -> String {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~/")
-        let encoded = path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path
-        return "file:\(encoded)?vfs=\(CipherVFS.name)&dp-context=\(context.token)"
+        return "file:" + (path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path)
+    }
+
+    /// The context of a database GRDB opened through ``uri(for:context:)``.
+    static func context(ofURI uri: String) -> CipherContext? {
+        guard let range = uri.range(of: "dp-context=") else { return nil }
+        return CipherContextRegistry.lookup(String(uri[range.upperBound...].prefix { $0 != "&" }))
     }
 
     /// A new (absent or empty) database is created here, before GRDB sees it, with the page

@@ -50,6 +50,19 @@ public enum DatabaseCipherError: Error, Sendable, Equatable, CustomStringConvert
 
     public var errorDescription: String? { description }
 
+    /// Explains an error GRDB threw on an encrypted database: a page that failed authentication
+    /// becomes ``damaged(path:detail:)`` naming the database and the page, a wrong key
+    /// ``wrongKeyOrFormat(path:format:)``, withdrawn keys ``keysWithdrawn(path:)``. Other
+    /// errors are returned as they are.
+    ///
+    /// ```swift
+    /// do { try dbQueue.read { … } } catch { throw DatabaseCipherError.explain(error, in: dbQueue) }
+    /// ```
+    public static func explain(_ error: any Error, in database: any DatabaseReader) -> any Error {
+        guard let context = CipherConnection.context(ofURI: database.path) else { return error }
+        return translate(error, context: context)
+    }
+
     /// Turns an SQLite error met on the database of `context` into the error that explains it.
     static func translate(_ error: any Error, context: CipherContext) -> any Error {
         guard let error = error as? DatabaseError else { return error }

@@ -55,6 +55,7 @@ final class MainDatabaseFile: DiskFile {
             return SQLITE_OK
         }
         context.recordFailure("page \(pgno) failed authentication (changed on disk, or truncated)")
+        CipherVFS.logger.error("\(context.path): page \(pgno) failed authentication")
         return SQLITE_IOERR_DATA
     }
 
