@@ -61,3 +61,40 @@ enum SQLCipher3 {
         try DataProtectionSQLiteTests.run("/usr/bin/sqlcipher", ["-batch", db], stdin: script)
     }
 }
+
+/// A device with passcode "1234", weak scrypt parameters and a virtual clock.
+struct TestDevice {
+    let keybag: Keybag
+    let clock: ManualClock
+    let root: String
+    let dir: URL
+
+    static func make(grace: TimeInterval = 10) async throws -> TestDevice {
+        let base = temporaryDirectory()
+        let clock = ManualClock()
+        let root = base.appendingPathComponent("root").path
+        let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting, gracePeriod: grace, clock: clock)
+        let dir = base.appendingPathComponent("data")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return TestDevice(keybag: keybag, clock: clock, root: root, dir: dir)
+    }
+
+    /// The same device after a restart: before first unlock.
+    func restarted() async throws -> TestDevice {
+        TestDevice(keybag: try await Keybag.open(root: root, clock: clock), clock: clock, root: root, dir: dir)
+    }
+
+    /// Locks and lets the grace period pass; returns once the keybag has discarded the keys.
+    func lockPastGrace() async {
+        await keybag.lock()
+        clock.advance(by: await keybag.gracePeriod + 1)
+        _ = await keybag.isProtectedDataAvailable   // the keybag expires the grace on any query
+    }
+
+    func url(_ name: String) -> URL { dir.appendingPathComponent(name) }
+}
+
+func isUnavailable(_ error: any Error, writing: Bool? = nil) -> Bool {
+    guard case ProtectedFileError.unavailable(_, _, _, let w) = error else { return false }
+    return writing == nil || writing == w
+}

@@ -1,0 +1,287 @@
+import Crypto
+import DataProtection
+import Foundation
+import GRDB
+import Synchronization
+
+/// An encrypted database under a protection class, like a CoreData store in an iOS app's
+/// container: its random 256-bit key is wrapped by the device keybag, and it follows the lock.
+///
+/// ```swift
+/// let db = try await ProtectedDatabase.open(at: url, keybag: keybag, protection: .complete)
+/// try await db.write { db in try db.execute(sql: "CREATE TABLE note(id INTEGER PRIMARY KEY, text TEXT)") }
+/// let notes = try await db.read { db in try String.fetchAll(db, sql: "SELECT text FROM note") }
+/// ```
+///
+/// - **A** (`complete`): when the grace period after a lock ends, the keys are withdrawn from
+///   every connection, the page cache is dropped and reader connections are closed; calls fail
+///   with ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` — the error
+///   protected files give. After the next unlock the same object works again.
+/// - **B** (`completeUnlessOpen`): a database opened while unlocked stays usable while locked;
+///   opening one while locked fails.
+/// - **C**, **D**: usable from the first unlock on (C) or always (D).
+///
+/// The file is a standard SQLCipher 4 database in raw-key mode: ``rawKeyHex()`` gives the key
+/// for SQLCipher's own tools. ``writer`` is the plain GRDB `DatabaseQueue` or `DatabasePool`.
+public final class ProtectedDatabase: Sendable {
+    /// How connections are organised: one serial connection, or WAL with concurrent readers.
+    public enum Mode: Sendable { case queue, pool }
+
+    /// The database file.
+    public let url: URL
+    /// The keybag that wraps the database key.
+    public let keybag: Keybag
+    /// The database's page format.
+    public let format: SQLCipherFormat
+
+    private struct State {
+        var writer: (any DatabaseWriter)?
+        var context: CipherContext
+        var protectionClass: ProtectionClass
+        var observers: (event: UUID, discard: UUID)?
+    }
+    private let state: Mutex<State>
+    private let mode: Mode
+    private let configuration: Configuration
+    private var context: CipherContext { state.withLock { $0.context } }
+    private var files: ProtectedFileManager { ProtectedFileManager(keybag: keybag) }
+
+    private init(url: URL, keybag: Keybag, format: SQLCipherFormat, protectionClass: ProtectionClass, context: CipherContext,
+                 mode: Mode, configuration: Configuration) {
+        self.url = url
+        self.keybag = keybag
+        self.format = format
+        self.mode = mode
+        self.configuration = configuration
+        self.state = Mutex(State(context: context, protectionClass: protectionClass))
+    }
+
+    /// Opens the database at `url`, creating it (and its key, wrapped under `protection` or the
+    /// directory's default class) when absent.
+    ///
+    /// - Throws: ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` when
+    ///   the class is unavailable now; ``DatabaseCipherError`` for a missing key file or damage.
+    public static func open(at url: URL, keybag: Keybag, protection: ProtectionClass? = nil, mode: Mode = .pool,
+                            format: SQLCipherFormat = .sqlcipher4, configuration: Configuration = Configuration()) async throws -> ProtectedDatabase {
+        let files = ProtectedFileManager(keybag: keybag)
+        let keyURL = DatabaseKeyFile.url(for: url)
+        let databaseExists = ((try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0) > 0
+        let keyExists = FileManager.default.fileExists(atPath: keyURL.path)
+        let record: DatabaseKeyFile
+        let protectionClass: ProtectionClass
+        if keyExists {
+            record = try DatabaseKeyFile.parse(try await files.contents(of: keyURL), path: keyURL.path)
+            guard case .protected(let cls) = try files.protection(ofItemAt: keyURL) else {
+                throw DatabaseCipherError.damaged(path: keyURL.path, detail: "the key file is not protected")
+            }
+            protectionClass = cls
+        } else {
+            guard !databaseExists else { throw DatabaseCipherError.missingKeyFile(path: url.path) }
+            protectionClass = protection ?? files.defaultProtection(forNewItemAt: url)
+            record = DatabaseKeyFile(format: format, key: SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) })
+            try await files.write(Data(record.encoded()), to: keyURL, protection: protectionClass)
+        }
+        let (cipher, settled) = try Self.cipher(for: record, databasePath: url.path)
+        if settled != record { try await files.write(Data(settled.encoded()), to: keyURL, protection: protectionClass) }
+        let (writer, context) = try connect(path: url.path, cipher: cipher, mode: mode, configuration: configuration)
+        let database = ProtectedDatabase(url: url, keybag: keybag, format: record.format, protectionClass: protectionClass,
+                                         context: context, mode: mode, configuration: configuration)
+        database.state.withLock { $0.writer = writer }
+        await database.observeKeybag()
+        return database
+    }
+
+    private static func connect(path: String, cipher: PageCipher, mode: Mode, configuration: Configuration) throws -> (any DatabaseWriter, CipherContext) {
+        let prepared = try CipherConnection.prepare(path: path, cipher: cipher, configuration: configuration)
+        do {
+            let writer: any DatabaseWriter = switch mode {
+            case .queue: try DatabaseQueue(path: prepared.uri, configuration: prepared.configuration)
+            case .pool: try DatabasePool(path: prepared.uri, configuration: prepared.configuration)
+            }
+            return (writer, prepared.context)
+        } catch {
+            throw DatabaseCipherError.translate(error, context: prepared.context)
+        }
+    }
+
+    /// The page cipher for a key record, and the record to keep: when a rekey was interrupted
+    /// (a previous key is recorded), page 1 tells which key the file is under.
+    private static func cipher(for record: DatabaseKeyFile, databasePath: String) throws -> (PageCipher, DatabaseKeyFile) {
+        let salt = try CipherConnection.existingSalt(databasePath)
+        func make(_ key: [UInt8]) throws -> PageCipher {
+            let keys = try SQLCipherKey.rawKey(SymmetricKey(data: key), salt: nil)
+                .pageKeys(salt: salt ?? CipherConnection.randomSalt(), format: record.format)
+            return PageCipher(format: record.format, keys: keys)
+        }
+        let current = try make(record.key)
+        guard let previous = record.previousKey, salt != nil else { return (current, record) }
+        if try pageOneOpens(databasePath, with: current) {
+            return (current, DatabaseKeyFile(format: record.format, key: record.key))
+        }
+        return (try make(previous), DatabaseKeyFile(format: record.format, key: previous))
+    }
+
+    private static func pageOneOpens(_ path: String, with cipher: PageCipher) throws -> Bool {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return false }
+        defer { try? handle.close() }
+        let page = try handle.read(upToCount: cipher.pageSize) ?? Data()
+        let out = UnsafeMutableRawBufferPointer.allocate(byteCount: cipher.pageSize, alignment: 16)
+        defer { out.deallocate() }
+        return page.withUnsafeBytes { cipher.open($0, pgno: 1, into: out) }
+    }
+
+    // MARK: - Lock state
+
+    private func observeKeybag() async {
+        let events = await keybag.addObserver { [weak self] event in
+            guard event == .didBecomeAvailable, let self else { return }
+            Task { try? await self.restoreKeys() }
+        }
+        let discards = await keybag.addDiscardObserver { [weak self] discarded in
+            guard let self, discarded == self.protectionClass, discarded != .completeUnlessOpen else { return }
+            self.withdrawKeys()
+        }
+        state.withLock { $0.observers = (events, discards) }
+    }
+
+    /// Withdraws the keys from every connection, drops the pages SQLite cached and closes the
+    /// reader connections — before the keybag goes on, so no query is answered from a cache
+    /// once the class is gone. (It waits for a transaction in progress to end.)
+    private func withdrawKeys() {
+        context.seal()
+        guard let writer = state.withLock({ $0.writer }) else { return }
+        if let pool = writer as? DatabasePool { pool.releaseMemory() }
+        if let queue = writer as? DatabaseQueue { queue.releaseMemory() }
+    }
+
+    /// Unwraps the key again (after an unlock) and gives it back to the connections.
+    private func restoreKeys() async throws {
+        guard context.isSealed else { return }
+        let record = try DatabaseKeyFile.parse(try await files.contents(of: DatabaseKeyFile.url(for: url)),
+                                               path: DatabaseKeyFile.url(for: url).path)
+        context.unseal(try Self.cipher(for: record, databasePath: url.path).0)
+    }
+
+    /// Whether the database can be used now.
+    public var isAvailable: Bool { !context.isSealed }
+
+    /// The database's protection class.
+    public var protectionClass: ProtectionClass { state.withLock { $0.protectionClass } }
+
+    // MARK: - Access
+
+    /// The GRDB `DatabaseQueue` or `DatabasePool`, for everything GRDB offers (observation,
+    /// migrations, records). While the class is unavailable its calls fail with SQLite's
+    /// `SQLITE_IOERR_AUTH`; ``read(_:)`` and ``write(_:)`` give the typed error instead.
+    public var writer: any DatabaseWriter {
+        get throws {
+            guard let writer = state.withLock({ $0.writer }) else { throw ProtectedFileError.closed(path: url.path) }
+            return writer
+        }
+    }
+
+    /// Reads in a snapshot, like GRDB's `read`.
+    public func read<T: Sendable>(_ value: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let writer = try await available(writing: false)
+        do { return try await writer.read(value) } catch { throw await explain(error, writing: false) }
+    }
+
+    /// Writes in a transaction, like GRDB's `write`.
+    public func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let writer = try await available(writing: true)
+        do { return try await writer.write(updates) } catch { throw await explain(error, writing: true) }
+    }
+
+    /// Writes outside of a transaction (for `VACUUM`, pragmas …), like GRDB's `writeWithoutTransaction`.
+    public func writeWithoutTransaction<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let writer = try await available(writing: true)
+        do { return try await writer.writeWithoutTransaction(updates) } catch { throw await explain(error, writing: true) }
+    }
+
+    private func available(writing: Bool) async throws -> any DatabaseWriter {
+        let writer = try self.writer
+        if context.isSealed {
+            do {
+                try await restoreKeys()
+            } catch ProtectedFileError.unavailable(_, let cls, let lockState, _) {
+                throw ProtectedFileError.unavailable(path: url.path, protectionClass: cls, lockState: lockState, writing: writing)
+            }
+        }
+        return writer
+    }
+
+    private func explain(_ error: any Error, writing: Bool) async -> any Error {
+        let translated = DatabaseCipherError.translate(error, context: context)
+        if case DatabaseCipherError.keysWithdrawn = translated {
+            return ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass,
+                                                  lockState: await keybag.lockState, writing: writing)
+        }
+        return translated
+    }
+
+    // MARK: - Keys and class
+
+    /// The raw key as 64 hex digits, for SQLCipher's tools (`PRAGMA key = "x'…'"`). Refused
+    /// (``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``) while the
+    /// class is unavailable.
+    public func rawKeyHex() async throws -> String {
+        let record = try DatabaseKeyFile.parse(try await files.contents(of: DatabaseKeyFile.url(for: url)),
+                                               path: DatabaseKeyFile.url(for: url).path)
+        return SQLCipherKey.hex(record.key)
+    }
+
+    /// Re-encrypts the database under a new random key (and salt), also in WAL mode.
+    ///
+    /// The new file is written beside the old one and renamed over it; the key file records the
+    /// old key until the rename is done, so a crash at any point leaves a database that opens.
+    /// Connections are closed and reopened: take ``writer`` again afterwards. Other processes
+    /// must not have the database open.
+    public func rekey() async throws {
+        let keyURL = DatabaseKeyFile.url(for: url)
+        let protectionClass = self.protectionClass
+        let old = try DatabaseKeyFile.parse(try await files.contents(of: keyURL), path: keyURL.path)
+        let newKey = SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
+        let writer = try self.writer
+        _ = try await writer.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        try await files.write(Data(DatabaseKeyFile(format: old.format, key: newKey, previousKey: old.key).encoded()),
+                              to: keyURL, protection: protectionClass)
+        try writer.close()
+        let cipher = try Self.cipher(for: old, databasePath: url.path).0
+        do {
+            try SQLCipherMaintenance.replace(url.path) { temporary in
+                try SQLCipherMaintenance.copy(from: .init(path: url.path, key: nil, format: old.format, cipher: cipher),
+                                              to: .init(path: temporary, key: .rawKey(SymmetricKey(data: newKey), salt: nil), format: old.format))
+            }
+        } catch {
+            // Nothing was replaced: keep the old key and reopen.
+            try await files.write(Data(old.encoded()), to: keyURL, protection: protectionClass)
+            let (reopened, context) = try Self.connect(path: url.path, cipher: cipher, mode: mode, configuration: configuration)
+            state.withLock { $0.writer = reopened; $0.context = context }
+            throw error
+        }
+        let record = DatabaseKeyFile(format: old.format, key: newKey)
+        try await files.write(Data(record.encoded()), to: keyURL, protection: protectionClass)
+        let (reopened, context) = try Self.connect(path: url.path, cipher: try Self.cipher(for: record, databasePath: url.path).0,
+                                                   mode: mode, configuration: configuration)
+        state.withLock { $0.writer = reopened; $0.context = context }
+    }
+
+    /// Changes the class: the key is rewrapped, the database is not re-encrypted.
+    public func setProtection(_ protectionClass: ProtectionClass) async throws {
+        try await files.setProtection(protectionClass, ofItemAt: DatabaseKeyFile.url(for: url))
+        state.withLock { $0.protectionClass = protectionClass }
+    }
+
+    /// Closes every connection and stops following the lock. Closing twice does nothing.
+    public func close() async throws {
+        let (writer, observers) = state.withLock { state in
+            defer { state.writer = nil; state.observers = nil }
+            return (state.writer, state.observers)
+        }
+        if let observers {
+            await keybag.removeObserver(observers.event)
+            await keybag.removeDiscardObserver(observers.discard)
+        }
+        try writer?.close()
+    }
+}
