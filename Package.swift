@@ -75,6 +75,8 @@ let package = Package(
             dependencies: [
                 "DataProtection",
                 "DataProtectionBackup",
+                "DataProtectionSQLite",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

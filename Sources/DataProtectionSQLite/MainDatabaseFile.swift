@@ -10,6 +10,8 @@ final class MainDatabaseFile: DiskFile {
     private let pageSize: Int
     private let raw: PageBuffer
     private let page: PageBuffer
+    /// Whether the last read of page 1 failed authentication.
+    private var pageOneFailed = false
 
     init(real: UnsafeMutablePointer<sqlite3_file>, context: CipherContext) {
         self.context = context
@@ -33,7 +35,14 @@ final class MainDatabaseFile: DiskFile {
             let position = offset + Int64(done)
             let inPage = Int(position % size)
             let count = min(pageSize - inPage, buffer.count - done)
-            let rc = readPage(UInt32(position / size) + 1, into: page.bytes, cipher)
+            let pgno = UInt32(position / size) + 1
+            let rc = readPage(pgno, into: page.bytes, cipher)
+            if pgno == 1 && pageOneFailed {
+                // SQLite may read more than a page before it knows the page size: all zeros,
+                // so it reports "not a database" rather than a later page's error.
+                buffer.initializeMemory(as: UInt8.self, repeating: 0)
+                return SQLITE_OK
+            }
             if rc == SQLITE_IOERR_SHORT_READ { result = rc } else if rc != SQLITE_OK { return rc }
             (buffer.baseAddress! + done).copyMemory(from: page.bytes.baseAddress! + inPage, byteCount: count)
             done += count
@@ -48,14 +57,18 @@ final class MainDatabaseFile: DiskFile {
             return rc
         }
         if rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ { return rc }
-        if cipher.open(raw.readOnly, pgno: pgno, into: out) { return SQLITE_OK }
+        if cipher.open(raw.readOnly, pgno: pgno, into: out) {
+            if pgno == 1 { pageOneFailed = false }
+            return SQLITE_OK
+        }
         out.initializeMemory(as: UInt8.self, repeating: 0)
         if pgno == 1 {
+            pageOneFailed = true
             context.recordFailure("page 1 does not authenticate: wrong key or format, or not an SQLCipher database")
             return SQLITE_OK
         }
         context.recordFailure("page \(pgno) failed authentication (changed on disk, or truncated)")
-        CipherVFS.logger.error("\(context.path): page \(pgno) failed authentication")
+        CipherVFS.logger.info("\(context.path): page \(pgno) failed authentication")
         return SQLITE_IOERR_DATA
     }
 

@@ -70,7 +70,13 @@ public final class ProtectedDatabase: Sendable {
         let record: DatabaseKeyFile
         let protectionClass: ProtectionClass
         if keyExists {
-            record = try DatabaseKeyFile.parse(try await files.contents(of: keyURL), path: keyURL.path)
+            let data: Data
+            do {
+                data = try await files.contents(of: keyURL)
+            } catch ProtectedFileError.unavailable(_, let cls, let lockState, let writing) {
+                throw ProtectedFileError.unavailable(path: url.path, protectionClass: cls, lockState: lockState, writing: writing)
+            }
+            record = try DatabaseKeyFile.parse(data, path: keyURL.path)
             guard case .protected(let cls) = try files.protection(ofItemAt: keyURL) else {
                 throw DatabaseCipherError.damaged(path: keyURL.path, detail: "the key file is not protected")
             }

@@ -21,6 +21,7 @@ struct DPCtl: AsyncParsableCommand {
             Tour.self, Init.self, Status.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self,
             Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self,
+            SQL.self, SQLKey.self,
         ]
     )
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtection
+import DataProtectionSQLite
 import Foundation
 import Logging
 
@@ -82,7 +83,8 @@ func exitStatus(for error: any Error) -> Int32 {
     switch error {
     case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: 3
     case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag: 4
-    case KeybagError.wrongPasscode, KeybagError.passcodeDelayed: 5
+    case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, DatabaseCipherError.wrongKeyOrFormat: 5
+    case DatabaseCipherError.damaged: 4
     default: 1
     }
 }
