@@ -86,6 +86,9 @@ let package = Package(
             dependencies: [
                 "DataProtection",
                 "DataProtectionBackup",
+                "DataProtectionSQLite",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

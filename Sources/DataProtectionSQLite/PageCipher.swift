@@ -28,12 +28,15 @@ struct PageCipher: Sendable {
     var pageSize: Int { format.pageSize }
 
     /// Encrypts the plaintext page `plain` (pageSize bytes) as page `pgno` into `out`.
-    func seal(_ plain: UnsafeRawBufferPointer, pgno: UInt32, into out: UnsafeMutableRawBufferPointer) throws {
+    /// `fillReserve` fills the reserve area (the IV is its first 16 bytes): random, except in
+    /// the test vectors.
+    func seal(_ plain: UnsafeRawBufferPointer, pgno: UInt32, into out: UnsafeMutableRawBufferPointer,
+              fillReserve: (UnsafeMutableRawBufferPointer) throws -> Void = PageCipher.fillRandom) throws {
         let usable = format.usableSize
         let start = pgno == 1 ? 16 : 0
         precondition(plain.count == pageSize && out.count == pageSize)
         // The whole reserve area is random; its first 16 bytes are the IV.
-        try Self.fillRandom(UnsafeMutableRawBufferPointer(rebasing: out[usable...]))
+        try fillReserve(UnsafeMutableRawBufferPointer(rebasing: out[usable...]))
         let iv = try AES._CBC.IV(ivBytes: UnsafeRawBufferPointer(rebasing: out[usable..<usable + 16]))
         let ciphertext = try AES._CBC.encrypt(UnsafeRawBufferPointer(rebasing: plain[start..<usable]),
                                                using: keys.encryptionKey, iv: iv, noPadding: true)

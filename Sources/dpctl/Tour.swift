@@ -1,5 +1,7 @@
 import ArgumentParser
 import DataProtection
+import DataProtectionSQLite
+import GRDB
 import Foundation
 
 struct Tour: AsyncParsableCommand {
@@ -57,7 +59,9 @@ struct TourScript {
         try await handles(root: root, docs: docs, urls: urls)
         try await tamper(files: files, docs: docs)
         try await delays(root: root, urls: urls)
-        printOut("\nEverything above ran against the real library: AES-256-GCM segments, AES key wrap, X25519 for class B, scrypt.")
+        try await database(root: root, docs: docs)
+        printOut("\nEverything above ran against the real library: AES-256-GCM segments, AES key wrap, X25519 for class B, scrypt,")
+        printOut("and SQLCipher's page format (AES-256-CBC + HMAC-SHA512) under the system SQLite and GRDB.")
     }
 
     // MARK: 2. The matrix
@@ -141,6 +145,44 @@ struct TourScript {
         ]))
         printOut("\nEvents (virtual time since the first unlock):")
         printOut(table([["T", "EVENT"]] + log.entries.map { [String(format: "+%.0f s", $0.0), $0.1.rawValue] }))
+    }
+
+    // MARK: 6. Databases
+
+    func database(root: String, docs: URL) async throws {
+        section("6. Encrypted databases (SQLCipher 4 format) across a lock")
+        let keybag = try await Keybag.open(root: root, clock: clock)
+        clock.advance(by: 3600)   // past the passcode delays of section 5
+        try await keybag.unlock(passcode: passcode)
+        let urlA = docs.appendingPathComponent("notes-A.db"), urlB = docs.appendingPathComponent("inbox-B.db")
+        let notes = try await ProtectedDatabase.open(at: urlA, keybag: keybag, protection: .complete)
+        let inbox = try await ProtectedDatabase.open(at: urlB, keybag: keybag, protection: .completeUnlessOpen)
+        for db in [notes, inbox] {
+            try await db.write { db in
+                try db.execute(sql: "CREATE TABLE message(id INTEGER PRIMARY KEY, text TEXT)")
+                for i in 1...1000 { try db.execute(sql: "INSERT INTO message(text) VALUES (?)", arguments: ["message \(i)"]) }
+            }
+        }
+        let head = try FileHandle(forReadingFrom: urlA).read(upToCount: 16) ?? Data()
+        let count: @Sendable (Database) throws -> Int = { try Int.fetchOne($0, sql: "SELECT count(*) FROM message") ?? 0 }
+        await keybag.lock()
+        clock.advance(by: 11)
+        _ = await keybag.isProtectedDataAvailable
+        var aLocked = "✓"
+        do { _ = try await notes.read(count) } catch { aLocked = "✗ (\((error as NSError).domain) \((error as NSError).code))" }
+        let bWrite = (try? await inbox.write { db in try db.execute(sql: "INSERT INTO message(text) VALUES ('pushed while locked')") }) != nil
+        let bCount = (try? await inbox.read(count)) ?? -1
+        try await keybag.unlock(passcode: passcode)
+        let aAfter = (try? await notes.read(count)) ?? -1
+        printOut(table([
+            ["DATABASE", "FILE STARTS WITH", "+11 s AFTER LOCK", "AFTER UNLOCK"],
+            ["notes-A.db (class A)", head.map { String(format: "%02x", $0) }.joined().prefix(16) + "… (salt, not \"SQLite format 3\")",
+             "read \(aLocked)", "\(aAfter) rows, same object, not reopened"],
+            ["inbox-B.db (class B)", "", "write \(mark(bWrite)), \(bCount) rows", "✓"],
+        ]))
+        try await notes.close()
+        try await inbox.close()
+        printOut("\nSQLCipher opens them too: dpctl sql-key DB prints the raw key for PRAGMA key = \"x'…'\".")
     }
 
     // MARK: 4. Tamper detection
