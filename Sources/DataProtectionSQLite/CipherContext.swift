@@ -17,6 +17,9 @@ final class CipherContext: Sendable {
         var lastFailure: String?
     }
     private let state: Mutex<State>
+    /// Grows on every seal and unseal, so a file can keep its own copy of the cipher and look
+    /// at one atomic integer per call instead of taking the lock.
+    let generation = Atomic<Int>(0)
 
     init(path: String, format: SQLCipherFormat, cipher: PageCipher) {
         self.path = path
@@ -31,10 +34,25 @@ final class CipherContext: Sendable {
     var isSealed: Bool { state.withLock { $0.cipher == nil } }
 
     /// Withdraws the keys (they are dropped from memory here).
-    func seal() { state.withLock { $0.cipher = nil } }
+    func seal() {
+        state.withLock { state in
+            state.cipher = nil
+            generation.add(1, ordering: .sequentiallyConsistent)
+        }
+    }
 
     /// Gives the keys back.
-    func unseal(_ cipher: PageCipher) { state.withLock { $0.cipher = cipher } }
+    func unseal(_ cipher: PageCipher) {
+        state.withLock { state in
+            state.cipher = cipher
+            generation.add(1, ordering: .sequentiallyConsistent)
+        }
+    }
+
+    /// The cipher as of `generation`, for files that cache it.
+    func snapshot() -> (generation: Int, cipher: PageCipher?) {
+        state.withLock { (generation.load(ordering: .sequentiallyConsistent), $0.cipher) }
+    }
 
     /// Remembers why the last page failed, so errors can name the database and the page.
     func recordFailure(_ message: String) { state.withLock { $0.lastFailure = message } }

@@ -11,6 +11,8 @@ import GRDBSQLite
 /// nothing about the plaintext. Headers and the super-journal name pass through.
 final class JournalFile: DiskFile {
     let context: CipherContext
+    private var cipherCache = CachedCipher()
+    private var cipher: PageCipher? { cipherCache.current(context) }
     private let pageSize: Int
     private let raw: PageBuffer
     /// The record being written or read: where its image starts and its page number.
@@ -38,7 +40,7 @@ final class JournalFile: DiskFile {
     }
 
     override func write(_ buffer: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
-        guard context.cipher != nil || buffer.count != pageSize else { return SQLITE_IOERR_AUTH }
+        guard self.cipher != nil || buffer.count != pageSize else { return SQLITE_IOERR_AUTH }
         if buffer.count == 4, let checksum = pendingChecksum, checksum.offset == offset {
             pendingChecksum = nil
             let stored = (buffer.bigEndianUInt32(at: 0) &+ checksum.delta).bigEndian
@@ -47,7 +49,7 @@ final class JournalFile: DiskFile {
         pendingChecksum = nil
         if buffer.count == pageSize, let image = pendingImage, image.offset == offset {
             pendingImage = nil
-            guard let cipher = context.cipher else { return SQLITE_IOERR_AUTH }
+            guard let cipher = self.cipher else { return SQLITE_IOERR_AUTH }
             do { try cipher.seal(buffer, pgno: image.pgno, into: raw.bytes) } catch { return SQLITE_IOERR_WRITE }
             let rc = rawWrite(raw.bytes.baseAddress!, count: pageSize, at: offset)
             if rc == SQLITE_OK {
@@ -71,7 +73,7 @@ final class JournalFile: DiskFile {
         pendingChecksum = nil
         if buffer.count == pageSize, let image = pendingImage, image.offset == offset {
             pendingImage = nil
-            guard let cipher = context.cipher else { return SQLITE_IOERR_AUTH }
+            guard let cipher = self.cipher else { return SQLITE_IOERR_AUTH }
             let rc = rawRead(raw.bytes.baseAddress!, count: pageSize, at: offset)
             guard rc == SQLITE_OK else {
                 buffer.initializeMemory(as: UInt8.self, repeating: 0)

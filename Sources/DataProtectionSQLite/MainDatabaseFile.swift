@@ -7,6 +7,8 @@ import GRDBSQLite
 /// SQLite is handed zeros, so it reports "file is not a database".
 final class MainDatabaseFile: DiskFile {
     let context: CipherContext
+    private var cipherCache = CachedCipher()
+    private var cipher: PageCipher? { cipherCache.current(context) }
     private let pageSize: Int
     private let raw: PageBuffer
     private let page: PageBuffer
@@ -22,7 +24,7 @@ final class MainDatabaseFile: DiskFile {
     }
 
     override func read(_ buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Int32 {
-        guard let cipher = context.cipher else { return SQLITE_IOERR_AUTH }
+        guard let cipher = self.cipher else { return SQLITE_IOERR_AUTH }
         let size = Int64(pageSize)
         if offset % size == 0 && buffer.count == pageSize {
             return readPage(UInt32(offset / size) + 1, into: buffer, cipher)
@@ -73,7 +75,7 @@ final class MainDatabaseFile: DiskFile {
     }
 
     override func write(_ buffer: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
-        guard let cipher = context.cipher else { return SQLITE_IOERR_AUTH }
+        guard let cipher = self.cipher else { return SQLITE_IOERR_AUTH }
         let size = Int64(pageSize)
         do {
             if offset % size == 0 && buffer.count % pageSize == 0 {

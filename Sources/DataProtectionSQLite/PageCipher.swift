@@ -17,12 +17,18 @@ import Glibc
 struct PageCipher: Sendable {
     let format: SQLCipherFormat
     let keys: PageKeys
+    /// HMACs already keyed: keying costs two hash blocks and some allocation, so each page copies
+    /// a keyed one (its state is copied on write) instead of keying a new one.
+    private let keyedMAC512: HMAC<SHA512>
+    private let keyedMAC1: HMAC<Insecure.SHA1>
 
     static let sqliteMagic: [UInt8] = Array("SQLite format 3\0".utf8)
 
     init(format: SQLCipherFormat, keys: PageKeys) {
         self.format = format
         self.keys = keys
+        self.keyedMAC512 = HMAC<SHA512>(key: keys.macKey)
+        self.keyedMAC1 = HMAC<Insecure.SHA1>(key: keys.macKey)
     }
 
     var pageSize: Int { format.pageSize }
@@ -73,12 +79,12 @@ struct PageCipher: Sendable {
         var number = pgno.littleEndian
         return withUnsafeBytes(of: &number) { pgnoBytes in
             if format.compatibility >= 4 {
-                var hmac = HMAC<SHA512>(key: keys.macKey)
+                var hmac = keyedMAC512
                 hmac.update(data: body)
                 hmac.update(data: pgnoBytes)
                 return Array(hmac.finalize())
             } else {
-                var hmac = HMAC<Insecure.SHA1>(key: keys.macKey)
+                var hmac = keyedMAC1
                 hmac.update(data: body)
                 hmac.update(data: pgnoBytes)
                 return Array(hmac.finalize())
@@ -90,12 +96,12 @@ struct PageCipher: Sendable {
         var number = pgno.littleEndian
         return withUnsafeBytes(of: &number) { pgnoBytes in
             if format.compatibility >= 4 {
-                var hmac = HMAC<SHA512>(key: keys.macKey)
+                var hmac = keyedMAC512
                 hmac.update(data: body)
                 hmac.update(data: pgnoBytes)
                 return hmac.finalize() == stored          // constant-time comparison
             } else {
-                var hmac = HMAC<Insecure.SHA1>(key: keys.macKey)
+                var hmac = keyedMAC1
                 hmac.update(data: body)
                 hmac.update(data: pgnoBytes)
                 return hmac.finalize() == stored

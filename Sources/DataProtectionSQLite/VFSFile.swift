@@ -79,6 +79,20 @@ class DiskFile: VFSFile {
     }
 }
 
+/// A file's copy of its database's cipher, refreshed only when the context's generation moves
+/// (a seal or an unseal): the hot path reads one atomic integer.
+struct CachedCipher {
+    private var generation = -1
+    private var cached: PageCipher?
+
+    mutating func current(_ context: CipherContext) -> PageCipher? {
+        if context.generation.load(ordering: .sequentiallyConsistent) != generation {
+            (generation, cached) = context.snapshot()
+        }
+        return cached
+    }
+}
+
 /// Page-sized scratch memory owned by one file, zeroed when released.
 final class PageBuffer {
     let bytes: UnsafeMutableRawBufferPointer

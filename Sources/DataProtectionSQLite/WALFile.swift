@@ -20,6 +20,8 @@ final class WALFile: DiskFile {
     typealias Chain = (UInt32, UInt32)
 
     let context: CipherContext
+    private var cipherCache = CachedCipher()
+    private var cipher: PageCipher? { cipherCache.current(context) }
     private let pageSize: Int
     private let frameSize: Int
     private let raw: PageBuffer
@@ -116,7 +118,7 @@ final class WALFile: DiskFile {
             plainChainCache = nil
             return rawWrite(buffer.baseAddress!, count: buffer.count, at: offset)
         }
-        guard let cipher = context.cipher else { return SQLITE_IOERR_AUTH }
+        guard let cipher = self.cipher else { return SQLITE_IOERR_AUTH }
         let (frameStart, within) = position(offset)
         let headerSize = Self.frameHeaderSize
         let sealedPage = UnsafeMutableRawBufferPointer(rebasing: raw.bytes[headerSize...])
@@ -162,7 +164,7 @@ final class WALFile: DiskFile {
         let flushed = flushPendingHeader()
         if flushed != SQLITE_OK { return flushed }
         if offset < Self.headerSize { return rawRead(buffer.baseAddress!, count: buffer.count, at: offset) }
-        guard let cipher = context.cipher else { return SQLITE_IOERR_AUTH }
+        guard let cipher = self.cipher else { return SQLITE_IOERR_AUTH }
         let (frameStart, within) = position(offset)
         let headerSize = Self.frameHeaderSize
         switch (within, buffer.count) {

@@ -152,8 +152,7 @@ struct TourScript {
     func database(root: String, docs: URL) async throws {
         section("6. Encrypted databases (SQLCipher 4 format) across a lock")
         let keybag = try await Keybag.open(root: root, clock: clock)
-        clock.advance(by: 3600)   // past the passcode delays of section 5
-        try await keybag.unlock(passcode: passcode)
+        try await keybag.unlock(passcode: "new-passcode")   // set in section 5
         let urlA = docs.appendingPathComponent("notes-A.db"), urlB = docs.appendingPathComponent("inbox-B.db")
         let notes = try await ProtectedDatabase.open(at: urlA, keybag: keybag, protection: .complete)
         let inbox = try await ProtectedDatabase.open(at: urlB, keybag: keybag, protection: .completeUnlessOpen)
@@ -172,7 +171,7 @@ struct TourScript {
         do { _ = try await notes.read(count) } catch { aLocked = "✗ (\((error as NSError).domain) \((error as NSError).code))" }
         let bWrite = (try? await inbox.write { db in try db.execute(sql: "INSERT INTO message(text) VALUES ('pushed while locked')") }) != nil
         let bCount = (try? await inbox.read(count)) ?? -1
-        try await keybag.unlock(passcode: passcode)
+        try await keybag.unlock(passcode: "new-passcode")
         let aAfter = (try? await notes.read(count)) ?? -1
         printOut(table([
             ["DATABASE", "FILE STARTS WITH", "+11 s AFTER LOCK", "AFTER UNLOCK"],
