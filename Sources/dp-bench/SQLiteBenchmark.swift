@@ -107,11 +107,27 @@ struct SQLiteBenchmark: AsyncParsableCommand {
         printColumns(lines)
         print("")
         let probe = try PageCipherProbe.microsecondsPerPage()
-        print("page cipher alone (4096-byte page): seal \(String(format: "%.2f", probe.seal)) µs, open \(String(format: "%.2f", probe.open)) µs")
+        var pageLine = "page cipher alone, 4096-byte page: seal \(String(format: "%.2f", probe.seal)) µs, open \(String(format: "%.2f", probe.open)) µs (swift-crypto)"
+        if let sha = opensslMicros(["sha512"]), let enc = opensslMicros(["-evp", "aes-256-cbc"]), let dec = opensslMicros(["-evp", "aes-256-cbc", "-decrypt"]) {
+            pageLine += String(format: "; the same primitives in OpenSSL (SQLCipher's provider): seal %.2f µs, open %.2f µs", sha + enc, sha + dec)
+            summary.append(String(format: "page_open_us=%.2f openssl_page_open_us=%.2f", probe.open, sha + dec))
+        }
+        print(pageLine)
         print("open a class-managed database (median of 50): \(String(format: "%.2f", openMillis)) ms (target ≤ 5 ms)")
         if let peer { print("peer: SQLCipher \(peer.version) via Python sqlcipher3; ours: system SQLite \(String(cString: sqlite3_libversion()))") }
         summary.append("open_ms=\(String(format: "%.2f", openMillis))")
         print("summary: " + summary.joined(separator: " "))
+    }
+
+    /// Microseconds `openssl speed` takes for 4096 bytes of `algorithm`.
+    func opensslMicros(_ algorithm: [String]) -> Double? {
+        guard let result = runTool("openssl", ["speed", "-bytes", "4096", "-seconds", "1", "-mr"] + algorithm) else { return nil }
+        for line in result.output.split(separator: "\n") where line.hasPrefix("+F:") {
+            if let bytesPerSecond = line.split(separator: ":").last.flatMap({ Double($0) }), bytesPerSecond > 0 {
+                return 4096 / bytesPerSecond * 1e6
+            }
+        }
+        return nil
     }
 
     struct Peer { var version: String; var plain: [String: Double]; var keyed: [String: Double] }
