@@ -96,7 +96,7 @@ let package = Package(
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "dpctl"]),
     ],
     swiftLanguageModes: [.v6]

@@ -75,38 +75,21 @@ struct PageCipher: Sendable {
         Array(raw[format.usableSize..<format.usableSize + 16])
     }
 
-    private func mac(_ body: UnsafeRawBufferPointer, pgno: UInt32) -> [UInt8] {
-        var number = pgno.littleEndian
-        return withUnsafeBytes(of: &number) { pgnoBytes in
-            if format.compatibility >= 4 {
-                var hmac = keyedMAC512
-                hmac.update(data: body)
-                hmac.update(data: pgnoBytes)
-                return Array(hmac.finalize())
-            } else {
-                var hmac = keyedMAC1
-                hmac.update(data: body)
-                hmac.update(data: pgnoBytes)
-                return Array(hmac.finalize())
-            }
-        }
+    /// HMAC(macKey, body ‖ pgno as u32 little-endian), from an already keyed HMAC.
+    private static func mac<H: HashFunction>(_ keyed: HMAC<H>, _ body: UnsafeRawBufferPointer, pgno: UInt32) -> HashedAuthenticationCode<H> {
+        var hmac = keyed
+        hmac.update(data: body)
+        withUnsafeBytes(of: pgno.littleEndian) { hmac.update(data: $0) }
+        return hmac.finalize()
     }
 
+    private func mac(_ body: UnsafeRawBufferPointer, pgno: UInt32) -> [UInt8] {
+        format.compatibility >= 4 ? Array(Self.mac(keyedMAC512, body, pgno: pgno)) : Array(Self.mac(keyedMAC1, body, pgno: pgno))
+    }
+
+    /// Compares in constant time (swift-crypto's `==` between a MAC and bytes).
     private func macMatches(_ body: UnsafeRawBufferPointer, pgno: UInt32, stored: UnsafeRawBufferPointer) -> Bool {
-        var number = pgno.littleEndian
-        return withUnsafeBytes(of: &number) { pgnoBytes in
-            if format.compatibility >= 4 {
-                var hmac = keyedMAC512
-                hmac.update(data: body)
-                hmac.update(data: pgnoBytes)
-                return hmac.finalize() == stored          // constant-time comparison
-            } else {
-                var hmac = keyedMAC1
-                hmac.update(data: body)
-                hmac.update(data: pgnoBytes)
-                return hmac.finalize() == stored
-            }
-        }
+        format.compatibility >= 4 ? Self.mac(keyedMAC512, body, pgno: pgno) == stored : Self.mac(keyedMAC1, body, pgno: pgno) == stored
     }
 
     /// Fills `buffer` from the kernel's CSPRNG (getrandom(2)).

@@ -56,7 +56,10 @@ import Testing
         for wal in [false, true] {
             let path = dir.appendingPathComponent("m-\(wal).db").path
             var config = Configuration()
-            config.prepareDatabase { db in try db.execute(sql: "PRAGMA cache_size = 8") }  // forces spills
+            config.prepareDatabase { db in
+                try db.execute(sql: "PRAGMA cache_size = 8")             // forces spills
+                try db.execute(sql: "PRAGMA mmap_size = 268435456")      // asks for memory-mapped I/O
+            }
             let writer: any DatabaseWriter = wal ? try DatabasePool(path: path, key: .passphrase("k"), configuration: config)
                                                  : try DatabaseQueue(path: path, key: .passphrase("k"), configuration: config)
             try writer.write { db in
