@@ -38,6 +38,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     case thisDeviceOnly
     /// The file system refused an operation (path and errno text).
     case io(path: String, reason: String)
+    /// The keybagd daemon serving this root stopped answering, or refused this process.
+    case daemon(String)
 
     public var description: String {
         switch self {
@@ -75,6 +77,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "the file is protected for the device that wrote it only: it cannot be restored on another device"
         case .io(let path, let reason):
             "\(path): \(reason)"
+        case .daemon(let why):
+            "keybagd: \(why)"
         }
     }
 

@@ -1,0 +1,253 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// keybagd's protocol, version 1 (docs/FORMAT.md §8): length-prefixed binary frames over a
+/// Unix stream socket.
+///
+///     frame    = length u32 (1…65536) | payload
+///     request  = version u8 (1) | opcode u8 | body
+///     response = version u8 (1) | status u8 (0 ok, 1 error, 2 event) | body
+///
+/// Integers are big-endian; strings are u16 length + UTF-8; keys are 32 raw bytes. A frame that
+/// is too long, too short, of another version or that does not parse closes that connection.
+package enum KeybagWire {
+    package static let version: UInt8 = 1
+    package static let maxFrame = 65_536
+
+    package enum Op: UInt8, Sendable {
+        case hello = 1, status = 2, unlock = 3, lock = 4, isAvailable = 5, canCreate = 6, generation = 7
+        case wrapNewFileKey = 8, unwrapFileKey = 9, rewrapFileKey = 10, wrap = 11, subscribe = 12
+        case lockState = 13, isProtectedDataAvailable = 14, gracePeriod = 15, setGracePeriod = 16
+        case setPasscode = 17, changePasscode = 18, removePasscode = 19, setBackupPassword = 20
+        case erase = 21, setEraseAfterTenFailures = 22
+    }
+
+    package enum Status: UInt8, Sendable { case ok = 0, error = 1, event = 2 }
+
+    /// Events pushed to subscribers.
+    package enum Event: Sendable, Equatable {
+        case protectedData(ProtectedDataEvent)
+        case discarded(ProtectionClass)
+    }
+
+    package struct ProtocolError: Error, CustomStringConvertible {
+        package let description: String
+        package init(_ description: String) { self.description = description }
+    }
+
+    // MARK: - Frames
+
+    /// Writes one frame; `EPIPE` and friends come back as errors (SIGPIPE must be ignored).
+    package static func writeFrame(_ fd: Int32, _ payload: [UInt8]) throws {
+        guard !payload.isEmpty, payload.count <= maxFrame else { throw ProtocolError("frame of \(payload.count) bytes") }
+        var frame = ByteWriter()
+        frame.u32(UInt32(payload.count))
+        frame.raw(payload)
+        try frame.bytes.withUnsafeBytes { buffer in
+            var sent = 0
+            while sent < buffer.count {
+                let n = send(fd, buffer.baseAddress! + sent, buffer.count - sent, Int32(MSG_NOSIGNAL))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw ProtocolError("send: \(String(cString: strerror(errno)))")
+                }
+                sent += n
+            }
+        }
+    }
+
+    /// Reads one frame; `nil` at a clean end of stream.
+    package static func readFrame(_ fd: Int32) throws -> [UInt8]? {
+        guard let header = try readExactly(fd, 4, allowEOF: true) else { return nil }
+        let length = Int(header.withUnsafeBytes { $0.bigEndianUInt32() })
+        guard length >= 2, length <= maxFrame else { throw ProtocolError("frame length \(length) out of range") }
+        guard let payload = try readExactly(fd, length, allowEOF: false) else { throw ProtocolError("truncated frame") }
+        return payload
+    }
+
+    private static func readExactly(_ fd: Int32, _ count: Int, allowEOF: Bool) throws -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: count)
+        var got = 0
+        while got < count {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + got, count - got, 0) }
+            if n == 0 {
+                if got == 0 && allowEOF { return nil }
+                throw ProtocolError("connection closed mid-frame")
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { throw ProtocolError("no answer within the timeout") }
+                throw ProtocolError("recv: \(String(cString: strerror(errno)))")
+            }
+            got += n
+        }
+        return buffer
+    }
+
+    // MARK: - Fields
+
+    package static func string(_ w: inout ByteWriter, _ s: String) {
+        let bytes = Array(s.utf8.prefix(4096))
+        w.u16(UInt16(bytes.count))
+        w.raw(bytes)
+    }
+
+    package static func string(_ r: inout ByteReader, _ field: String) throws -> String {
+        let n = Int(try r.u16(field))
+        guard let s = String(bytes: try r.raw(n, field), encoding: .utf8) else { throw ProtocolError("\(field) is not UTF-8") }
+        return s
+    }
+
+    package static func protectionClass(_ r: inout ByteReader) throws -> ProtectionClass {
+        guard let c = ProtectionClass(rawValue: try r.u8("class")) else { throw ProtocolError("unknown class") }
+        return c
+    }
+
+    package static func key(_ w: inout ByteWriter, _ key: SymmetricKey) { key.withUnsafeBytes { w.raw($0) } }
+
+    package static func key(_ r: inout ByteReader) throws -> SymmetricKey { SymmetricKey(data: try r.raw(32, "key")) }
+
+    package static func uuid(_ w: inout ByteWriter, _ id: UUID) { w.raw(id.bytes) }
+
+    package static func uuid(_ r: inout ByteReader) throws -> UUID { UUID(bytes: try r.raw(16, "uuid")) }
+
+    package static func double(_ w: inout ByteWriter, _ d: Double) { w.u64(d.bitPattern) }
+
+    package static func double(_ r: inout ByteReader, _ field: String) throws -> Double { Double(bitPattern: try r.u64(field)) }
+
+    static let lockStates: [LockState] = [.beforeFirstUnlock, .locked, .unlocked]
+
+    package static func lockState(_ w: inout ByteWriter, _ s: LockState) { w.u8(UInt8(lockStates.firstIndex(of: s)!)) }
+
+    package static func lockState(_ r: inout ByteReader) throws -> LockState {
+        let i = Int(try r.u8("lock state"))
+        guard i < lockStates.count else { throw ProtocolError("unknown lock state") }
+        return lockStates[i]
+    }
+
+    package static func wrapped(_ w: inout ByteWriter, _ k: WrappedFileKey) {
+        w.u8(k.protectionClass.rawValue)
+        w.u8(k.thisDeviceOnly ? 1 : 0)
+        uuid(&w, k.keybagID)
+        w.u16(UInt16(k.wrappedKey.count))
+        w.raw(k.wrappedKey)
+        w.u16(UInt16(k.ephemeralPublicKey?.count ?? 0))
+        w.raw(k.ephemeralPublicKey ?? [])
+    }
+
+    package static func wrapped(_ r: inout ByteReader) throws -> WrappedFileKey {
+        let cls = try protectionClass(&r)
+        let flags = try r.u8("flags")
+        let id = try uuid(&r)
+        let wrappedKey = try r.raw(Int(try r.u16("wrapped key length")), "wrapped key")
+        let ephemeralCount = Int(try r.u16("ephemeral key length"))
+        let ephemeral = ephemeralCount == 0 ? nil : try r.raw(ephemeralCount, "ephemeral key")
+        guard wrappedKey.count <= 256, flags <= 1 else { throw ProtocolError("bad wrapped key") }
+        return WrappedFileKey(protectionClass: cls, keybagID: id, wrappedKey: wrappedKey, ephemeralPublicKey: ephemeral, thisDeviceOnly: flags == 1)
+    }
+
+    package static func status(_ w: inout ByteWriter, _ s: KeybagStatus) {
+        string(&w, s.root)
+        uuid(&w, s.keybagID)
+        lockState(&w, s.lockState)
+        w.u8((s.passcodeSet ? 1 : 0) | (s.eraseAfterTenFailures ? 2 : 0))
+        w.u32(UInt32(clamping: s.failedAttempts))
+        double(&w, s.delayRemaining ?? -1)
+        double(&w, s.gracePeriod)
+        double(&w, s.graceRemaining ?? -1)
+        w.raw([s.kdf.logN, s.kdf.r, s.kdf.p])
+        w.u8(s.available.reduce(0) { $0 | (1 << ($1.rawValue - 1)) })
+    }
+
+    package static func status(_ r: inout ByteReader) throws -> KeybagStatus {
+        let root = try string(&r, "root")
+        let id = try uuid(&r)
+        let state = try lockState(&r)
+        let flags = try r.u8("flags")
+        let failed = Int(try r.u32("failed attempts"))
+        let delay = try double(&r, "delay")
+        let grace = try double(&r, "grace period")
+        let graceLeft = try double(&r, "grace remaining")
+        let kdf = try r.raw(3, "kdf")
+        let mask = try r.u8("available")
+        return KeybagStatus(root: root, keybagID: id, lockState: state, passcodeSet: flags & 1 != 0, failedAttempts: failed,
+                            delayRemaining: delay < 0 ? nil : delay, gracePeriod: grace, graceRemaining: graceLeft < 0 ? nil : graceLeft,
+                            eraseAfterTenFailures: flags & 2 != 0, kdf: PasscodeKDF(logN: kdf[0], r: kdf[1], p: kdf[2]),
+                            available: ProtectionClass.allCases.filter { mask & (1 << ($0.rawValue - 1)) != 0 })
+    }
+
+    package static func event(_ w: inout ByteWriter, _ e: Event) {
+        switch e {
+        case .protectedData(.willBecomeUnavailable): w.u8(1)
+        case .protectedData(.didBecomeAvailable): w.u8(2)
+        case .discarded(let cls): w.u8(3); w.u8(cls.rawValue)
+        }
+    }
+
+    package static func event(_ r: inout ByteReader) throws -> Event {
+        switch try r.u8("event") {
+        case 1: return .protectedData(.willBecomeUnavailable)
+        case 2: return .protectedData(.didBecomeAvailable)
+        case 3: return .discarded(try protectionClass(&r))
+        default: throw ProtocolError("unknown event")
+        }
+    }
+
+    // MARK: - Errors
+
+    package static func error(_ w: inout ByteWriter, _ e: KeybagError) {
+        switch e {
+        case .notInitialized(let root): w.u8(1); string(&w, root)
+        case .alreadyInitialized(let root): w.u8(2); string(&w, root)
+        case .corruptKeybag(let why): w.u8(3); string(&w, why)
+        case .badDeviceSecret(let why): w.u8(4); string(&w, why)
+        case .wrongPasscode(let n): w.u8(5); w.u32(UInt32(clamping: n))
+        case .passcodeDelayed(let after, let n): w.u8(6); double(&w, after); w.u32(UInt32(clamping: n))
+        case .noPasscodeSet: w.u8(7)
+        case .passcodeAlreadySet: w.u8(8)
+        case .emptyPasscode: w.u8(9)
+        case .deviceLocked(let state): w.u8(10); lockState(&w, state)
+        case .classUnavailable(let cls, let state): w.u8(11); w.u8(cls.rawValue); lockState(&w, state)
+        case .keyUnwrapFailed(let cls): w.u8(12); w.u8(cls.rawValue)
+        case .foreignKeybag(let expected, let found): w.u8(13); uuid(&w, expected); uuid(&w, found)
+        case .erased: w.u8(14)
+        case .unsupportedProtectionType(let t): w.u8(15); string(&w, t)
+        case .thisDeviceOnly: w.u8(16)
+        case .io(let path, let reason): w.u8(17); string(&w, path); string(&w, reason)
+        case .daemon(let why): w.u8(18); string(&w, why)
+        }
+    }
+
+    package static func error(_ r: inout ByteReader) throws -> KeybagError {
+        switch try r.u8("error") {
+        case 1: return .notInitialized(root: try string(&r, "root"))
+        case 2: return .alreadyInitialized(root: try string(&r, "root"))
+        case 3: return .corruptKeybag(try string(&r, "why"))
+        case 4: return .badDeviceSecret(try string(&r, "why"))
+        case 5: return .wrongPasscode(failedAttempts: Int(try r.u32("n")))
+        case 6: return .passcodeDelayed(retryAfter: try double(&r, "after"), failedAttempts: Int(try r.u32("n")))
+        case 7: return .noPasscodeSet
+        case 8: return .passcodeAlreadySet
+        case 9: return .emptyPasscode
+        case 10: return .deviceLocked(try lockState(&r))
+        case 11: return .classUnavailable(try protectionClass(&r), try lockState(&r))
+        case 12: return .keyUnwrapFailed(try protectionClass(&r))
+        case 13: return .foreignKeybag(expected: try uuid(&r), found: try uuid(&r))
+        case 14: return .erased
+        case 15: return .unsupportedProtectionType(try string(&r, "type"))
+        case 16: return .thisDeviceOnly
+        case 17: return .io(path: try string(&r, "path"), reason: try string(&r, "reason"))
+        case 18: return .daemon(try string(&r, "why"))
+        default: throw ProtocolError("unknown error")
+        }
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    fileprivate func bigEndianUInt32() -> UInt32 {
+        UInt32(self[0]) << 24 | UInt32(self[1]) << 16 | UInt32(self[2]) << 8 | UInt32(self[3])
+    }
+}
