@@ -7,6 +7,7 @@
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
 //   3. DataProtectionBackup — "do not back up" marks and exclude lists for backup tools.
 //   4. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class.
+//   6. keybagd              — the daemon that holds the keys: one lock state for every process.
 //   tools: dpctl (CLI), dp-bench (benchmarks).
 import PackageDescription
 
@@ -19,6 +20,7 @@ let package = Package(
         .library(name: "DataProtectionSQLite", targets: ["DataProtectionSQLite"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
+        .executable(name: "keybagd", targets: ["keybagd"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
@@ -82,6 +84,15 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "keybagd",
+            dependencies: [
+                "DataProtectionKeybag",
+                "CLinuxShims",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
             name: "dp-bench",
             dependencies: [
                 "DataProtection",
@@ -97,7 +108,7 @@ let package = Package(
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "dpctl"]),
+        .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "DataProtectionKeybag", "dpctl", "keybagd"]),
     ],
     swiftLanguageModes: [.v6]
 )

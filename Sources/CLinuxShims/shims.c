@@ -1,5 +1,27 @@
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include "CLinuxShims.h"
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
+
+int cshim_peer_credentials(int fd, int *pid, unsigned *uid) {
+    struct ucred cred;
+    socklen_t length = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return -1;
+    *pid = cred.pid;
+    *uid = cred.uid;
+    return 0;
+}
+
+int cshim_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
+
+int cshim_lock_memory(void) {
+#ifdef MCL_ONFAULT
+    if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == 0) return 0;
+#endif
+    return mlockall(MCL_CURRENT | MCL_FUTURE);
+}

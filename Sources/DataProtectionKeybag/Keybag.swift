@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 
 /// The device: its keybag, its lock state and the class keys the lock state allows.
 ///
@@ -28,7 +29,12 @@ public final class Keybag: Sendable {
     /// The clock grace periods and passcode delays are measured on.
     public let clock: any KeybagClock
 
-    let embedded: EmbeddedKeybag
+    /// Where the keys are: in this process, or in the keybagd serving the root.
+    enum Backend: Sendable {
+        case embedded(EmbeddedKeybag)
+        case daemon(KeybagDaemonClient, RemoteEvents)
+    }
+    let backend: Backend
 
     /// The directory the backup layer keeps its incremental index in; erased with the device.
     public static let backupIndexDirectoryName = EmbeddedKeybag.backupIndexDirectoryName
@@ -38,10 +44,23 @@ public final class Keybag: Sendable {
     static let labelFailedTag = EmbeddedKeybag.labelFailedTag
 
     init(embedded: EmbeddedKeybag) {
-        self.embedded = embedded
+        self.backend = .embedded(embedded)
         self.root = embedded.root
         self.id = embedded.id
         self.clock = embedded.clock
+    }
+
+    init(daemon: KeybagDaemonClient, root: String, id: UUID) {
+        self.backend = .daemon(daemon, RemoteEvents(client: daemon))
+        self.root = root
+        self.id = id
+        self.clock = SystemClock()
+    }
+
+    /// The socket of the keybagd whose keys this keybag uses, or `nil` for the embedded keybag.
+    public var daemonSocket: String? {
+        if case .daemon(let client, _) = backend { return client.socketPath }
+        return nil
     }
 
     // MARK: - Creating and opening
@@ -62,36 +81,115 @@ public final class Keybag: Sendable {
 
     /// Opens the device of `root` as after a reboot: *before first unlock* when a passcode is
     /// set, unlocked (protection inactive) when none is.
+    ///
+    /// When a `keybagd` serves `root`, the keybag is the daemon's: its lock state, shared by every
+    /// process (`clock` is then the daemon's business).
     public static func open(root: String, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
+        if let client = try KeybagDaemonClient.connect(root: root) {
+            var hello = try client.call(.hello)
+            let id = try KeybagWire.uuid(&hello)
+            return Keybag(daemon: client, root: root, id: id)
+        }
+        return Keybag(embedded: try await EmbeddedKeybag.open(root: root, clock: clock))
+    }
+
+    /// The keybag of the daemon listening on `socketPath` (tools and tests that know the socket).
+    package static func open(root: String, daemonSocket socketPath: String) throws -> Keybag {
+        guard let client = try KeybagDaemonClient.connect(root: root, socketPath: socketPath) else {
+            throw KeybagError.daemon("not running (no answer on \(socketPath))")
+        }
+        var hello = try client.call(.hello)
+        return Keybag(daemon: client, root: root, id: try KeybagWire.uuid(&hello))
+    }
+
+    /// Opens the keybag in this process even when a daemon serves the root (the daemon's own use).
+    package static func openEmbedded(root: String, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
         Keybag(embedded: try await EmbeddedKeybag.open(root: root, clock: clock))
     }
 
     // MARK: - State
 
     /// The lock state.
-    public var lockState: LockState { get async { await embedded.lockState } }
+    public var lockState: LockState {
+        get async {
+            switch backend {
+            case .embedded(let embedded): return await embedded.lockState
+            case .daemon(let daemon, _):
+                // A daemon that stopped answering holds no keys: as after a reboot.
+                guard var r = try? daemon.call(.lockState), let state = try? KeybagWire.lockState(&r) else { return .beforeFirstUnlock }
+                return state
+            }
+        }
+    }
 
     /// Whether class-A data is available now, like `UIApplication.isProtectedDataAvailable`.
     /// Always `true` while no passcode is set.
-    public var isProtectedDataAvailable: Bool { get async { await embedded.isProtectedDataAvailable } }
+    public var isProtectedDataAvailable: Bool {
+        get async {
+            switch backend {
+            case .embedded(let embedded): return await embedded.isProtectedDataAvailable
+            case .daemon(let daemon, _): return (try? daemon.flag(.isProtectedDataAvailable)) == true
+            }
+        }
+    }
 
     /// Whether existing files of `protectionClass` can be opened now.
-    public func isAvailable(_ protectionClass: ProtectionClass) async -> Bool { await embedded.isAvailable(protectionClass) }
+    public func isAvailable(_ protectionClass: ProtectionClass) async -> Bool {
+        switch backend {
+        case .embedded(let embedded): return await embedded.isAvailable(protectionClass)
+        case .daemon(let daemon, _): return (try? daemon.flag(.isAvailable) { $0.u8(protectionClass.rawValue) }) == true
+        }
+    }
 
     /// Whether new files of `protectionClass` can be created now (class B: always).
-    public func canCreate(_ protectionClass: ProtectionClass) async -> Bool { await embedded.canCreate(protectionClass) }
+    public func canCreate(_ protectionClass: ProtectionClass) async -> Bool {
+        switch backend {
+        case .embedded(let embedded): return await embedded.canCreate(protectionClass)
+        case .daemon(let daemon, _): return (try? daemon.flag(.canCreate) { $0.u8(protectionClass.rawValue) }) == true
+        }
+    }
 
     /// A snapshot for `dpctl status`.
-    public var status: KeybagStatus { get async { await embedded.status } }
+    public var status: KeybagStatus {
+        get async {
+            switch backend {
+            case .embedded(let embedded): return await embedded.status
+            case .daemon(let daemon, _):
+                if var r = try? daemon.call(.status), let status = try? KeybagWire.status(&r) { return status }
+                return KeybagStatus(root: root, keybagID: id, lockState: .beforeFirstUnlock, passcodeSet: true, failedAttempts: 0,
+                                    delayRemaining: nil, gracePeriod: 0, graceRemaining: nil, eraseAfterTenFailures: false,
+                                    kdf: PasscodeKDF(logN: 0), available: [])
+            }
+        }
+    }
 
     /// Seconds between a lock and the discarding of class-A keys.
-    public var gracePeriod: TimeInterval { get async { await embedded.gracePeriod } }
+    public var gracePeriod: TimeInterval {
+        get async {
+            switch backend {
+            case .embedded(let embedded): return await embedded.gracePeriod
+            case .daemon(let daemon, _):
+                guard var r = try? daemon.call(.gracePeriod) else { return 0 }
+                return (try? KeybagWire.double(&r, "seconds")) ?? 0
+            }
+        }
+    }
 
     /// Changes the grace period (needs the device unlocked when a passcode is set).
-    public func setGracePeriod(_ seconds: TimeInterval) async throws { try await embedded.setGracePeriod(seconds) }
+    public func setGracePeriod(_ seconds: TimeInterval) async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.setGracePeriod(seconds)
+        case .daemon(let daemon, _): try daemon.call(.setGracePeriod) { KeybagWire.double(&$0, seconds) }
+        }
+    }
 
     /// Turns "erase after 10 failed passcodes" on or off (needs the device unlocked).
-    public func setEraseAfterTenFailures(_ on: Bool) async throws { try await embedded.setEraseAfterTenFailures(on) }
+    public func setEraseAfterTenFailures(_ on: Bool) async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.setEraseAfterTenFailures(on)
+        case .daemon(let daemon, _): try daemon.call(.setEraseAfterTenFailures) { $0.u8(on ? 1 : 0) }
+        }
+    }
 
     // MARK: - Lock and unlock
 
@@ -104,71 +202,140 @@ public final class Keybag: Sendable {
     ///
     /// - Throws: ``KeybagError/wrongPasscode(failedAttempts:)``,
     ///   ``KeybagError/passcodeDelayed(retryAfter:failedAttempts:)``, ``KeybagError/erased``.
-    public func unlock(passcode: String) async throws { try await embedded.unlock(passcode: passcode) }
+    public func unlock(passcode: String) async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.unlock(passcode: passcode)
+        case .daemon(let daemon, _): try daemon.call(.unlock) { KeybagWire.string(&$0, passcode) }
+        }
+    }
 
     /// Locks the device. Observers hear ``ProtectedDataEvent/willBecomeUnavailable`` now; class-A
     /// keys and the class-B private key are discarded when the grace period ends. Class C stays.
     /// Without a passcode, locking protects nothing and changes nothing (as on iOS).
-    public func lock() async { await embedded.lock() }
+    public func lock() async {
+        switch backend {
+        case .embedded(let embedded): await embedded.lock()
+        case .daemon(let daemon, _): _ = try? daemon.call(.lock)
+        }
+    }
 
     // MARK: - Passcode management
 
     /// Sets a passcode on a device that has none: A, B and C keys are rewrapped under it.
-    public func setPasscode(_ newPasscode: String) async throws { try await embedded.setPasscode(newPasscode) }
+    public func setPasscode(_ newPasscode: String) async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.setPasscode(newPasscode)
+        case .daemon(let daemon, _): try daemon.call(.setPasscode) { KeybagWire.string(&$0, newPasscode) }
+        }
+    }
 
     /// Changes the passcode (the old one is checked like an unlock attempt); only the class keys
     /// are rewrapped, no file is touched.
-    public func changePasscode(from old: String, to new: String) async throws { try await embedded.changePasscode(from: old, to: new) }
+    public func changePasscode(from old: String, to new: String) async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.changePasscode(from: old, to: new)
+        case .daemon(let daemon, _): try daemon.call(.changePasscode) { KeybagWire.string(&$0, old); KeybagWire.string(&$0, new) }
+        }
+    }
 
     /// Removes the passcode: protection becomes inactive.
-    public func removePasscode(current: String) async throws { try await embedded.removePasscode(current: current) }
+    public func removePasscode(current: String) async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.removePasscode(current: current)
+        case .daemon(let daemon, _): try daemon.call(.removePasscode) { KeybagWire.string(&$0, current) }
+        }
+    }
 
     /// Crypto-erases the device: the device secret and the keybag are overwritten and removed,
     /// every key in memory is dropped. Every protected file of this root becomes unrecoverable.
-    public func erase() async throws { try await embedded.erase() }
+    public func erase() async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.erase()
+        case .daemon(let daemon, _): try daemon.call(.erase)
+        }
+    }
 
     // MARK: - File keys
 
     /// The current key generation of `protectionClass`, or an error when it is unavailable.
     /// The generation grows each time the class key is discarded, so a handle that cached a
     /// file key under an older generation knows it must not use it any more.
-    public func generation(of protectionClass: ProtectionClass) async throws -> Int { try await embedded.generation(of: protectionClass) }
+    public func generation(of protectionClass: ProtectionClass) async throws -> Int {
+        switch backend {
+        case .embedded(let embedded): return try await embedded.generation(of: protectionClass)
+        case .daemon(let daemon, _): var r = try daemon.call(.generation) { $0.u8(protectionClass.rawValue) }
+            return Int(try r.u64("generation"))
+        }
+    }
 
     /// Creates a random 256-bit file key and wraps it under `protectionClass`.
     /// Class B needs only the class public key, so it works while locked.
     public func wrapNewFileKey(for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
-        try await embedded.wrapNewFileKey(for: protectionClass, thisDeviceOnly: thisDeviceOnly)
+        switch backend {
+        case .embedded(let embedded): return try await embedded.wrapNewFileKey(for: protectionClass, thisDeviceOnly: thisDeviceOnly)
+        case .daemon(let daemon, _):
+            var r = try daemon.call(.wrapNewFileKey) { $0.u8(protectionClass.rawValue); $0.u8(thisDeviceOnly ? 1 : 0) }
+            return (try KeybagWire.key(&r), try KeybagWire.wrapped(&r))
+        }
     }
 
     /// Unwraps a file key; throws ``KeybagError/classUnavailable(_:_:)`` when its class is
     /// unavailable now, ``KeybagError/foreignKeybag(expected:found:)`` or
     /// ``KeybagError/keyUnwrapFailed(_:)`` when it is not this keybag's.
-    public func unwrapFileKey(_ wrapped: WrappedFileKey) async throws -> SymmetricKey { try await embedded.unwrapFileKey(wrapped) }
+    public func unwrapFileKey(_ wrapped: WrappedFileKey) async throws -> SymmetricKey {
+        switch backend {
+        case .embedded(let embedded): return try await embedded.unwrapFileKey(wrapped)
+        case .daemon(let daemon, _):
+            var r = try daemon.call(.unwrapFileKey) { KeybagWire.wrapped(&$0, wrapped) }
+            return try KeybagWire.key(&r)
+        }
+    }
 
     /// Unwraps a file key and wraps it under another class (a class change: no re-encryption).
     public func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) async throws -> WrappedFileKey {
-        try await embedded.rewrapFileKey(wrapped, to: protectionClass)
+        switch backend {
+        case .embedded(let embedded): return try await embedded.rewrapFileKey(wrapped, to: protectionClass)
+        case .daemon(let daemon, _):
+            var r = try daemon.call(.rewrapFileKey) { KeybagWire.wrapped(&$0, wrapped); $0.u8(protectionClass.rawValue) }
+            return try KeybagWire.wrapped(&r)
+        }
     }
 
     /// Wraps an existing key under `protectionClass`.
     public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> WrappedFileKey {
-        try await embedded.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
+        switch backend {
+        case .embedded(let embedded): return try await embedded.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
+        case .daemon(let daemon, _):
+            var r = try daemon.call(.wrap) { KeybagWire.key(&$0, key); $0.u8(protectionClass.rawValue); $0.u8(thisDeviceOnly ? 1 : 0) }
+            return try KeybagWire.wrapped(&r)
+        }
     }
 
     // MARK: - Backup keybag
 
     /// Where ``setBackupPassword(_:)`` keeps the backup keybag.
-    public var backupKeybagURL: URL { embedded.backupKeybagURL }
+    public var backupKeybagURL: URL { URL(fileURLWithPath: root + "/" + BackupKeybag.fileName) }
 
     /// Wraps every class key under a backup password into `ROOT/backup-keybag` (replacing any
     /// earlier one). Needs the device unlocked: the A and B keys must be in memory.
-    public func setBackupPassword(_ password: String) async throws { try await embedded.setBackupPassword(password) }
+    public func setBackupPassword(_ password: String) async throws {
+        switch backend {
+        case .embedded(let embedded): try await embedded.setBackupPassword(password)
+        case .daemon(let daemon, _): try daemon.call(.setBackupPassword) { KeybagWire.string(&$0, password) }
+        }
+    }
 
     /// Takes over a file key wrapped by another device, given that device's class keys (from its
     /// backup keybag): returns it wrapped under this keybag, in the same class or `protectionClass`.
     public func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
                              as protectionClass: ProtectionClass? = nil) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
-        try await embedded.adoptFileKey(wrapped, from: backupKeys, as: protectionClass)
+        switch backend {
+        case .embedded(let embedded): return try await embedded.adoptFileKey(wrapped, from: backupKeys, as: protectionClass)
+        case .daemon:
+            // The other device's key is in this process already; only the wrap needs the daemon.
+            let key = try backupKeys.unwrap(wrapped)
+            return (key, try await wrap(key, for: protectionClass ?? wrapped.protectionClass))
+        }
     }
 
     // MARK: - Events
@@ -178,25 +345,122 @@ public final class Keybag: Sendable {
     /// ```swift
     /// for await event in await keybag.events() where event == .willBecomeUnavailable { saveDrafts() }
     /// ```
-    public func events() async -> AsyncStream<ProtectedDataEvent> { await embedded.events() }
+    public func events() async -> AsyncStream<ProtectedDataEvent> {
+        switch backend {
+        case .embedded(let embedded): return await embedded.events()
+        case .daemon(_, let events): return events.stream()
+        }
+    }
 
     /// Calls `callback` on every event, like an app delegate's
     /// `applicationProtectedDataWillBecomeUnavailable(_:)`. Returns a token for ``removeObserver(_:)``.
     @discardableResult
     public func addObserver(_ callback: @escaping @Sendable (ProtectedDataEvent) -> Void) async -> UUID {
-        await embedded.addObserver(callback)
+        switch backend {
+        case .embedded(let embedded): return await embedded.addObserver(callback)
+        case .daemon(_, let events): return events.addObserver(callback)
+        }
     }
 
     /// Stops calling an observer.
-    public func removeObserver(_ token: UUID) async { await embedded.removeObserver(token) }
+    public func removeObserver(_ token: UUID) async {
+        switch backend {
+        case .embedded(let embedded): await embedded.removeObserver(token)
+        case .daemon(_, let events): events.remove(token)
+        }
+    }
 
     /// Calls `callback` each time a class key is discarded (the end of a grace period, an erase),
     /// before the keybag goes on. Layers that cache keys derived from a class drop them here.
     @discardableResult
     package func addDiscardObserver(_ callback: @escaping @Sendable (ProtectionClass) -> Void) async -> UUID {
-        await embedded.addDiscardObserver(callback)
+        switch backend {
+        case .embedded(let embedded): return await embedded.addDiscardObserver(callback)
+        case .daemon(_, let events): return events.addDiscardObserver(callback)
+        }
     }
 
     /// Stops calling a discard observer.
-    package func removeDiscardObserver(_ token: UUID) async { await embedded.removeDiscardObserver(token) }
+    package func removeDiscardObserver(_ token: UUID) async {
+        switch backend {
+        case .embedded(let embedded): await embedded.removeDiscardObserver(token)
+        case .daemon(_, let events): events.remove(token)
+        }
+    }
+}
+
+/// Event subscribers of a keybag whose keys a daemon holds: one subscription connection,
+/// opened on the first subscriber, fans out to every observer and stream of this process.
+final class RemoteEvents: Sendable {
+    private struct State {
+        var observers: [UUID: @Sendable (ProtectedDataEvent) -> Void] = [:]
+        var discardObservers: [UUID: @Sendable (ProtectionClass) -> Void] = [:]
+        var streams: [UUID: AsyncStream<ProtectedDataEvent>.Continuation] = [:]
+        var subscribed = false
+    }
+    private let client: KeybagDaemonClient
+    private let state = Mutex(State())
+
+    init(client: KeybagDaemonClient) { self.client = client }
+
+    func addObserver(_ callback: @escaping @Sendable (ProtectedDataEvent) -> Void) -> UUID {
+        let token = UUID()
+        state.withLock { $0.observers[token] = callback }
+        subscribeIfNeeded()
+        return token
+    }
+
+    func addDiscardObserver(_ callback: @escaping @Sendable (ProtectionClass) -> Void) -> UUID {
+        let token = UUID()
+        state.withLock { $0.discardObservers[token] = callback }
+        subscribeIfNeeded()
+        return token
+    }
+
+    func stream() -> AsyncStream<ProtectedDataEvent> {
+        let (stream, continuation) = AsyncStream<ProtectedDataEvent>.makeStream(bufferingPolicy: .unbounded)
+        let token = UUID()
+        state.withLock { $0.streams[token] = continuation }
+        continuation.onTermination = { [weak self] _ in self?.remove(token) }
+        subscribeIfNeeded()
+        return stream
+    }
+
+    func remove(_ token: UUID) {
+        state.withLock { state in
+            state.observers[token] = nil
+            state.discardObservers[token] = nil
+            state.streams[token] = nil
+        }
+    }
+
+    private func subscribeIfNeeded() {
+        let start = state.withLock { state in
+            defer { state.subscribed = true }
+            return !state.subscribed
+        }
+        guard start else { return }
+        do {
+            try client.subscribe({ [weak self] event in self?.deliver(event) }, ended: { [weak self] in
+                // The daemon went away: its keys with it. Subscribe again on the next observer.
+                self?.state.withLock { $0.subscribed = false }
+                self?.deliver(.discarded(.complete))
+                self?.deliver(.discarded(.completeUnlessOpen))
+                self?.deliver(.discarded(.completeUntilFirstUserAuthentication))
+            })
+        } catch {
+            state.withLock { $0.subscribed = false }
+        }
+    }
+
+    private func deliver(_ event: KeybagWire.Event) {
+        let (observers, discards, streams) = state.withLock { ($0.observers.values, $0.discardObservers.values, $0.streams.values) }
+        switch event {
+        case .protectedData(let event):
+            for observer in observers { observer(event) }
+            for continuation in streams { continuation.yield(event) }
+        case .discarded(let cls):
+            for observer in discards { observer(cls) }
+        }
+    }
 }

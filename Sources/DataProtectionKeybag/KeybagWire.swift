@@ -23,6 +23,8 @@ package enum KeybagWire {
         case lockState = 13, isProtectedDataAvailable = 14, gracePeriod = 15, setGracePeriod = 16
         case setPasscode = 17, changePasscode = 18, removePasscode = 19, setBackupPassword = 20
         case erase = 21, setEraseAfterTenFailures = 22
+        /// Tests only: moves a daemon started with `--manual-clock` forward.
+        case advanceClock = 23
     }
 
     package enum Status: UInt8, Sendable { case ok = 0, error = 1, event = 2 }

@@ -18,7 +18,7 @@ struct DPCtl: AsyncParsableCommand {
             foreign file, 5 wrong passcode or passcode delay.
             """,
         subcommands: [
-            Tour.self, Init.self, Status.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
+            Tour.self, Init.self, Status.self, Unlock.self, Lock.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self,
             Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self,
             SQL.self, SQLKey.self,

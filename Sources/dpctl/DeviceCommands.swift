@@ -60,6 +60,7 @@ struct Status: AsyncParsableCommand {
                     "protectedDataAvailable": s.available.contains(.complete),
                 ]
                 if let grace = s.graceRemaining { object["graceRemainingSeconds"] = grace }
+                object["keybagd"] = keybag.daemonSocket ?? NSNull()
                 let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
                 printOut(String(decoding: data, as: UTF8.self))
                 return
@@ -75,8 +76,53 @@ struct Status: AsyncParsableCommand {
                 ["erase after 10:", s.eraseAfterTenFailures ? "on" : "off"],
                 ["passcode KDF:", "\(s.kdf)"],
                 ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
+                ["keys held by:", keybag.daemonSocket.map { "keybagd (\($0))" } ?? "this process only (no keybagd serves this root; each dpctl run starts before first unlock)"],
             ]
             printOut(table(rows))
+        }
+    }
+}
+
+struct Unlock: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Unlock the device for every process (needs keybagd serving the root).",
+        discussion: "The passcode is read from the terminal, or from --passcode-file FILE ('-' for stdin).")
+
+    @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("Read the passcode from this file instead of the terminal.", valueName: "file"))
+    var passcodeFile: String?
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDaemonKeybag()
+            let passcode: String
+            if let passcodeFile {
+                passcode = try readPasscode(passcodeFile)
+            } else {
+                guard let typed = getpass("Passcode: ").map({ String(cString: $0) }), !typed.isEmpty else {
+                    throw CLIError("no passcode given")
+                }
+                passcode = typed
+            }
+            try await keybag.unlock(passcode: passcode)
+            printOut("unlocked (\(await keybag.lockState))")
+        }
+    }
+}
+
+struct Lock: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Lock the device for every process (needs keybagd serving the root).",
+        discussion: "Class A keys are discarded when the grace period ends, in the daemon and in every process.")
+
+    @OptionGroup var device: DeviceOptions
+
+    func run() async throws {
+        try await reportingErrors {
+            let keybag = try await device.openDaemonKeybag()
+            await keybag.lock()
+            let grace = await keybag.gracePeriod
+            printOut("locked; class A becomes unavailable in \(grace) s")
         }
     }
 }

@@ -25,6 +25,16 @@ struct DeviceOptions: ParsableArguments {
         }
     }
 
+    /// The keybag of the keybagd serving the root; a clear error when none does.
+    func openDaemonKeybag() async throws -> Keybag {
+        bootstrapLogging()
+        let keybag = try await Keybag.open(root: resolvedRoot)
+        guard keybag.daemonSocket != nil else {
+            throw CLIError("no keybagd serves \(resolvedRoot): start one with `keybagd --root \(resolvedRoot)` (without it, each dpctl run is its own boot and --passcode-file unlocks just that run)")
+        }
+        return keybag
+    }
+
     /// Opens the device (before first unlock), and unlocks it when a passcode file is given.
     func openDevice(passcodeFile: String?) async throws -> Keybag {
         bootstrapLogging()

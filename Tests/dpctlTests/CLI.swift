@@ -30,9 +30,14 @@ struct CLI {
 
     /// Runs `dpctl --root ROOT args…` with `input` on standard input.
     @discardableResult
-    func run(_ args: [String], input: Data = Data(), environment: [String: String] = [:], shellPrefix: String? = nil) throws -> Result {
+    func run(_ args: [String], input: Data = Data(), environment: [String: String] = [:], shellPrefix: String? = nil,
+             asUser user: String? = nil) throws -> Result {
         let process = Process()
-        if let shellPrefix {
+        if let user {
+            // Another user, with the same environment (setpriv keeps it).
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = ["--reuid=\(user)", "--regid=nogroup", "--clear-groups", Self.executable.path, "--root", root] + args
+        } else if let shellPrefix {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             let quoted = ([Self.executable.path, "--root", root] + args).map { "'\($0)'" }.joined(separator: " ")
             process.arguments = ["-c", "\(shellPrefix); exec \(quoted)"]

@@ -9,4 +9,13 @@
 /// `O_TMPFILE` (a macro needing _GNU_SOURCE, which Swift cannot import): an unnamed file in a
 /// directory, linked into it later.
 int cshim_o_tmpfile(void);
+
+/// `getsockopt(SO_PEERCRED)` (`struct ucred` needs _GNU_SOURCE): the peer's pid and uid.
+int cshim_peer_credentials(int fd, int *pid, unsigned *uid);
+
+/// `prctl(PR_SET_DUMPABLE, 0)` (prctl is variadic): no core dumps, no ptrace by the same user.
+int cshim_set_nondumpable(void);
+
+/// `mlockall(MCL_CURRENT | MCL_FUTURE [| MCL_ONFAULT])`: keep every page, keys included, in RAM.
+int cshim_lock_memory(void);
 #endif

@@ -1,0 +1,163 @@
+import Crypto
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinuxShims
+
+/// Where keybagd listens for a data root, and the Unix-socket calls around it.
+package enum KeybagSocket {
+    /// `$XDG_RUNTIME_DIR/dataprotection/keybagd-<16 hex of SHA-256(root)>.sock`; without
+    /// `XDG_RUNTIME_DIR`, `/tmp/dataprotection-<uid>/…` (as ssh-agent falls back to /tmp).
+    package static func path(forRoot root: String) -> String {
+        let absolute = URL(fileURLWithPath: root).standardizedFileURL.path
+        let digest = SHA256.hash(data: Data(absolute.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+        return directory() + "/keybagd-\(digest).sock"
+    }
+
+    /// The socket directory (to be created 0700 by the daemon).
+    package static func directory() -> String {
+        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            return runtime + "/dataprotection"
+        }
+        return "/tmp/dataprotection-\(getuid())"
+    }
+
+    /// Connects to `path`; `nil` when nothing listens there. Sends and receives time out after
+    /// `timeout` seconds, so a hung daemon gives an error, not a hang.
+    package static func connect(_ path: String, timeout: Int = 5) -> Int32? {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var address = sockaddr_un()
+        guard fill(&address, path) else { close(fd); return nil }
+        let ok = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard ok == 0 else { close(fd); return nil }
+        var tv = timeval(tv_sec: timeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    package static func fill(_ address: inout sockaddr_un, _ path: String) -> Bool {
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.initializeMemory(as: UInt8.self, repeating: 0)
+            raw.copyBytes(from: bytes)
+        }
+        return true
+    }
+
+    /// The peer's user id (`SO_PEERCRED`).
+    package static func peerUID(_ fd: Int32) -> (uid: uid_t, pid: pid_t)? {
+        var uid: UInt32 = 0
+        var pid: Int32 = 0
+        guard cshim_peer_credentials(fd, &pid, &uid) == 0 else { return nil }
+        return (uid_t(uid), pid_t(pid))
+    }
+}
+
+/// A connection to the keybagd serving a root. Calls are synchronous request/response frames
+/// (a Unix-socket round trip), serialized on one connection; a dropped connection is reopened
+/// on the next call, so a restarted daemon is picked up (before first unlock, as after a reboot).
+package final class KeybagDaemonClient: Sendable {
+    package let socketPath: String
+    private let connection = Mutex<Int32?>(nil)
+
+    private init(socketPath: String, fd: Int32) {
+        self.socketPath = socketPath
+        connection.withLock { $0 = fd }
+    }
+
+    deinit {
+        connection.withLock { if let fd = $0 { close(fd) } }
+    }
+
+    /// A client for the daemon serving `root`, or `nil` when none listens. A daemon that
+    /// refuses this process (another user's) is an error that says why.
+    package static func connect(root: String, socketPath: String? = nil) throws -> KeybagDaemonClient? {
+        let path = socketPath ?? KeybagSocket.path(forRoot: root)
+        guard let fd = KeybagSocket.connect(path) else { return nil }   // no daemon, or a stale socket file
+        let client = KeybagDaemonClient(socketPath: path, fd: fd)
+        do {
+            try client.call(.hello)
+        } catch KeybagError.daemon(let why) where why.hasPrefix("refused") {
+            throw KeybagError.daemon(why)
+        } catch {
+            return nil
+        }
+        return client
+    }
+
+    /// Sends one request and returns the body of the answer. Daemon-side errors come back as the
+    /// same ``KeybagError`` the embedded keybag throws; a dead or silent daemon as
+    /// ``KeybagError/daemon(_:)``.
+    @discardableResult
+    package func call(_ op: KeybagWire.Op, _ body: (inout ByteWriter) -> Void = { _ in }) throws -> ByteReader {
+        var request = ByteWriter()
+        request.u8(KeybagWire.version)
+        request.u8(op.rawValue)
+        body(&request)
+        return try connection.withLock { fd -> ByteReader in
+            if fd == nil { fd = KeybagSocket.connect(socketPath) }
+            guard let open = fd else { throw KeybagError.daemon("not running (no answer on \(socketPath))") }
+            do {
+                try KeybagWire.writeFrame(open, request.bytes)
+                guard let payload = try KeybagWire.readFrame(open) else { throw KeybagWire.ProtocolError("the daemon closed the connection") }
+                var reader = ByteReader(payload)
+                guard try reader.u8("version") == KeybagWire.version else { throw KeybagWire.ProtocolError("protocol version") }
+                switch KeybagWire.Status(rawValue: try reader.u8("status")) {
+                case .ok: return reader
+                case .error: throw try KeybagWire.error(&reader)
+                default: throw KeybagWire.ProtocolError("unexpected status")
+                }
+            } catch let error as KeybagError {
+                throw error
+            } catch {
+                close(open)
+                fd = nil
+                throw KeybagError.daemon("\(error) (\(socketPath))")
+            }
+        }
+    }
+
+    /// A request whose answer is one flag byte.
+    package func flag(_ op: KeybagWire.Op, _ body: (inout ByteWriter) -> Void = { _ in }) throws -> Bool {
+        var reader = try call(op, body)
+        return try reader.u8("flag") == 1
+    }
+
+    /// Opens a second connection that receives events; `handler` runs on a background thread
+    /// until the connection ends (then `ended` runs once).
+    package func subscribe(_ handler: @escaping @Sendable (KeybagWire.Event) -> Void, ended: @escaping @Sendable () -> Void) throws {
+        guard let fd = KeybagSocket.connect(socketPath, timeout: 5) else { throw KeybagError.daemon("not running (\(socketPath))") }
+        do {
+            try KeybagWire.writeFrame(fd, [KeybagWire.version, KeybagWire.Op.subscribe.rawValue])
+            guard let payload = try KeybagWire.readFrame(fd), payload.count >= 2, payload[1] == KeybagWire.Status.ok.rawValue else {
+                throw KeybagWire.ProtocolError("subscription refused")
+            }
+        } catch {
+            close(fd)
+            throw KeybagError.daemon("\(error)")
+        }
+        // Events may be far apart: no receive timeout on this connection.
+        var none = timeval(tv_sec: 0, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
+        let thread = Thread {
+            defer { close(fd); ended() }
+            while let payload = try? KeybagWire.readFrame(fd) {
+                var reader = ByteReader(payload)
+                guard (try? reader.u8("version")) == KeybagWire.version,
+                      (try? reader.u8("status")) == KeybagWire.Status.event.rawValue,
+                      let event = try? KeybagWire.event(&reader) else { return }
+                handler(event)
+            }
+        }
+        thread.name = "keybagd events"
+        thread.start()
+    }
+}

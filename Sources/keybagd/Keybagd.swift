@@ -1,0 +1,89 @@
+import ArgumentParser
+import CLinuxShims
+import DataProtectionKeybag
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@main
+struct Keybagd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keybagd",
+        abstract: "Hold a data root's class keys, so one lock state governs every process.",
+        discussion: """
+        keybagd plays the part of iOS's Secure Enclave and keybagd for one user and one data root.
+        It starts before first unlock (a restart is a reboot). Processes of the same user that open
+        the root find it through its socket and use it instead of their own keybag:
+
+          keybagd --root ~/.local/share/dataprotection &
+          dpctl unlock            # passcode from the terminal, or --passcode-file FILE
+          dpctl lock              # every process loses class A after the grace period
+
+        The socket is $XDG_RUNTIME_DIR/dataprotection/keybagd-<root hash>.sock (mode 0600 in a 0700
+        directory); connections from other users are refused. Key pages are locked in memory and
+        the process cannot be dumped or traced by other processes of the user.
+        """)
+
+    @Option(name: .long, help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
+    var root: String?
+
+    @Option(name: .long, help: ArgumentHelp("Lock after this many seconds without a request.", valueName: "seconds"))
+    var idleLock: Double?
+
+    @Flag(name: .long, help: ArgumentHelp("Tests only: time stands still until a client advances it.", visibility: .hidden))
+    var manualClock = false
+
+    @Flag(name: .long, help: "Log each connection and lock change to standard error.")
+    var verbose = false
+
+    func run() async throws {
+        let level: Logger.Level = verbose ? .info : .notice
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "keybagd")
+        signal(SIGPIPE, SIG_IGN)
+        // Memory hygiene: no core dumps or ptrace by the user's other processes; no swapping.
+        if cshim_set_nondumpable() != 0 { logger.warning("could not make the process non-dumpable") }
+        if cshim_lock_memory() != 0 {
+            logger.warning("could not lock memory (mlockall: \(String(cString: strerror(errno)))); keys may be swapped out — raise RLIMIT_MEMLOCK")
+        }
+        let resolved = DataRoot.resolve(root)
+        let clock: any KeybagClock = manualClock ? ManualClock(start: Date()) : SystemClock()
+        let keybag: EmbeddedKeybag
+        do {
+            keybag = try await EmbeddedKeybag.open(root: resolved, clock: clock)
+        } catch {
+            FileHandle.standardError.write(Data("keybagd: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        let daemon: KeybagDaemon
+        do {
+            daemon = try KeybagDaemon(keybag: keybag, socketPath: KeybagSocket.path(forRoot: resolved),
+                                      manualClock: clock as? ManualClock)
+        } catch {
+            FileHandle.standardError.write(Data("keybagd: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        for sig in [SIGTERM, SIGINT, SIGHUP] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig)
+            source.setEventHandler {
+                daemon.stop()
+                logger.notice("stopped; class keys dropped")
+                Glibc.exit(0)
+            }
+            source.resume()
+            Self.signalSources.append(source)
+        }
+        logger.notice("desktop lock signals (logind LockedHint, ScreenSaver ActiveChanged, PrepareForSleep) are not watched by this build; lock with `dpctl lock`\(idleLock.map { " or after \(Int($0)) s idle" } ?? "")")
+        if let idleLock { Task { await daemon.lockWhenIdle(after: idleLock) } }
+        await daemon.serve()
+    }
+
+    nonisolated(unsafe) static var signalSources: [any DispatchSourceSignal] = []
+}

@@ -1,0 +1,146 @@
+import DataProtection
+@testable import DataProtectionKeybag
+import Foundation
+import Testing
+
+/// keybagd with real processes: the daemon, `dpctl` runs, and this test process as the app that
+/// holds files open. The daemon runs on a manual clock that only this test moves.
+@Suite(.serialized) struct KeybagdTests {
+    /// A running daemon for the CLI's root, with its own runtime directory.
+    final class Daemon: @unchecked Sendable {
+        let process = Process()
+        let socket: String
+        let runtime: String
+
+        init(cli: CLI) throws {
+            runtime = cli.file("run")
+            try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            process.executableURL = CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd")
+            process.arguments = ["--root", cli.root, "--manual-clock"]
+            var env = ProcessInfo.processInfo.environment
+            env["XDG_RUNTIME_DIR"] = runtime
+            process.environment = env
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            // The daemon prints one line once its socket accepts connections.
+            var line = Data()
+            while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+            let text = String(decoding: line, as: UTF8.self)
+            guard text.hasPrefix("ready ") else { throw CLIError("keybagd did not start: \(text)") }
+            socket = String(text.dropFirst(6))
+        }
+
+        var environment: [String: String] { ["XDG_RUNTIME_DIR": runtime] }
+
+        /// Moves the daemon's clock (it started with --manual-clock).
+        func advance(_ seconds: TimeInterval, root: String) throws {
+            let client = try #require(try KeybagDaemonClient.connect(root: root, socketPath: socket))
+            try client.call(.advanceClock) { KeybagWire.double(&$0, seconds) }
+        }
+
+        func kill() {
+            Glibc.kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    struct CLIError: Error, CustomStringConvertible { let description: String; init(_ d: String) { description = d } }
+
+    @Test func oneLockStateForEveryProcess() async throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let daemon = try Daemon(cli: cli)
+        defer { daemon.kill() }
+        let env = daemon.environment
+
+        // Restarting is rebooting: before first unlock until `dpctl unlock`.
+        #expect(try cli.run(["status"], environment: env).out.contains("before-first-unlock"))
+        let unlocked = try cli.run(["unlock", "--passcode-file", passcode], environment: env)
+        #expect(unlocked.status == 0, "\(unlocked.stderr)")
+
+        // This process is the app: its keybag is the daemon's.
+        let keybag = try Keybag.open(root: cli.root, daemonSocket: daemon.socket)
+        #expect(await keybag.lockState == .unlocked)
+        let files = ProtectedFileManager(keybag: keybag)
+        var urls: [ProtectionClass: URL] = [:]
+        for cls in ProtectionClass.allCases {
+            urls[cls] = URL(fileURLWithPath: cli.file("\(cls.cliName).txt"))
+            try await files.write(Data("class \(cls.cliName)".utf8), to: urls[cls]!, protection: cls)
+        }
+        // Another process reads what this one wrote: same keys.
+        #expect(try cli.run(["cat", urls[.complete]!.path], environment: env).out == "class complete")
+
+        let handleA = try await files.openHandle(forReadingFrom: urls[.complete]!)
+        let handleB = try await files.openHandle(forUpdating: urls[.completeUnlessOpen]!)
+        let otherSubscriber = try Keybag.open(root: cli.root, daemonSocket: daemon.socket)
+        var eventsHere = await keybag.events().makeAsyncIterator()
+        var eventsThere = await otherSubscriber.events().makeAsyncIterator()
+
+        // `dpctl lock` in another process; within the grace period class A still reads.
+        #expect(try cli.run(["lock"], environment: env).status == 0)
+        #expect(await eventsHere.next() == .willBecomeUnavailable)
+        #expect(await eventsThere.next() == .willBecomeUnavailable)
+        try daemon.advance(5, root: cli.root)
+        #expect(try await handleA.read(at: 0, count: 5) == Data("class".utf8))
+
+        // After the grace period: A fails with the typed error, B keeps reading and writing,
+        // a new B file can be created, C and D keep working.
+        try daemon.advance(6, root: cli.root)
+        await #expect {
+            _ = try await handleA.read(at: 0, count: 5)
+        } throws: { error in
+            guard case ProtectedFileError.unavailable(_, .complete, .locked, false) = error else { return false }
+            return true
+        }
+        try await handleB.append(Data(" + while locked".utf8))
+        #expect(try await handleB.read(at: 0, count: 100) == Data("class complete-unless-open + while locked".utf8))
+        let download = URL(fileURLWithPath: cli.file("download.bin"))
+        try await files.write(Data("pushed while locked".utf8), to: download, protection: .completeUnlessOpen)
+        #expect(try await files.contents(of: urls[.completeUntilFirstUserAuthentication]!) == Data("class until-first-unlock".utf8))
+        #expect(try await files.contents(of: urls[.noProtection]!) == Data("class none".utf8))
+        let cat = try cli.run(["cat", urls[.complete]!.path], environment: env)
+        #expect(cat.status == 3, "\(cat.stderr)")
+
+        // Unlock from another process: every subscriber hears it, the A handle works again.
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: env).status == 0)
+        #expect(await eventsHere.next() == .didBecomeAvailable)
+        #expect(await eventsThere.next() == .didBecomeAvailable)
+        #expect(try await handleA.read(at: 0, count: 5) == Data("class".utf8))
+        #expect(try await files.contents(of: download) == Data("pushed while locked".utf8))
+        try await handleB.close()
+
+        // Killing the daemon: a clear error at once, not a hang; the restarted one is "rebooted".
+        daemon.kill()
+        await #expect {
+            _ = try await handleA.read(at: 0, count: 5)
+        } throws: { error in
+            String(describing: error).contains("keybagd")
+        }
+        let restarted = try Daemon(cli: cli)
+        defer { restarted.kill() }
+        #expect(try cli.run(["status"], environment: restarted.environment).out.contains("before-first-unlock"))
+        #expect(try cli.run(["cat", urls[.completeUntilFirstUserAuthentication]!.path], environment: restarted.environment).status == 3)
+        try await handleA.close()
+    }
+
+    @Test func anotherUserIsRefusedAndToldWhy() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let daemon = try Daemon(cli: cli)
+        defer { daemon.kill() }
+        // The socket is 0600 in a 0700 directory: another user cannot even reach it. Open both
+        // up to show that the daemon itself checks the peer (SO_PEERCRED) as well.
+        chmod(daemon.runtime, 0o755)
+        chmod((daemon.socket as NSString).deletingLastPathComponent, 0o755)
+        chmod(daemon.socket, 0o666)
+        chmod(cli.work.path, 0o755)
+        let other = try cli.run(["status"], environment: daemon.environment, shellPrefix: nil, asUser: "nobody")
+        #expect(other.status != 0)
+        #expect(other.stderr.contains("refused"), "\(other.stderr)")
+        #expect(other.stderr.contains("uid 65534"), "\(other.stderr)")
+    }
+}
