@@ -96,6 +96,8 @@ let package = Package(
             name: "dp-bench",
             dependencies: [
                 "DataProtection",
+                "DataProtectionKeybag",
+                "keybagd",
                 "DataProtectionBackup",
                 "DataProtectionSQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include "CLinuxShims.h"
 
@@ -20,8 +21,10 @@ int cshim_peer_credentials(int fd, int *pid, unsigned *uid) {
 int cshim_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 
 int cshim_lock_memory(void) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur != RLIM_INFINITY) return 1;
 #ifdef MCL_ONFAULT
     if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == 0) return 0;
 #endif
-    return mlockall(MCL_CURRENT | MCL_FUTURE);
+    return mlockall(MCL_CURRENT | MCL_FUTURE) == 0 ? 0 : -1;
 }

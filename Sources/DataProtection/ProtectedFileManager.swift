@@ -174,8 +174,8 @@ public struct ProtectedFileManager: Sendable {
                 guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
                 let header = try ProtectedFileHeader.parse(headerBytes, path: path)
                 let cls = header.protectionClass
-                let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
-                let key = try await keybag.unwrapFileKey(header.wrappedKey)
+                let (key, classGeneration) = try await keybag.unwrapFileKeyWithGeneration(header.wrappedKey)
+                let generation = cls == .completeUnlessOpen ? nil : classGeneration
                 let engine = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
                                                     keys: FileKeys(fileKey: key, fileID: header.fileID))
                 return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: headerBytes, header: header,

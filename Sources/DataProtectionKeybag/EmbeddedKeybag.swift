@@ -113,6 +113,7 @@ package actor EmbeddedKeybag {
 
     private func boot() throws {
         classKeys[.noProtection] = try Self.unwrapSymmetric(file.record(.noProtection), kek: secret.derive(Self.labelClassD))
+        Self.pinInMemory(classKeys[.noProtection]!)
         if !file.passcodeSet {
             let (keys, bPrivate) = try Self.unwrapPasscodeClasses(file, kek: secret.derive(Self.labelNoPasscode))
             adoptUnlockedKeys(keys, bPrivate: bPrivate)
@@ -120,6 +121,7 @@ package actor EmbeddedKeybag {
     }
 
     private func adoptUnlockedKeys(_ keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey) {
+        for key in keys.values { Self.pinInMemory(key) }
         classKeys.merge(keys) { $1 }
         classBPrivateKey = bPrivate
         state = .unlocked
@@ -470,6 +472,13 @@ package actor EmbeddedKeybag {
         }
     }
 
+    /// ``unwrapFileKey(_:)`` and the generation of the key's class in one call (one round trip
+    /// through keybagd when a handle opens).
+    package func unwrapFileKeyWithGeneration(_ wrapped: WrappedFileKey) throws -> (key: SymmetricKey, generation: Int) {
+        let key = try unwrapFileKey(wrapped)
+        return (key, generations[wrapped.protectionClass, default: 0])
+    }
+
     /// Rewraps a file key under another class (its content is not touched). Needs the old
     /// class available and the new one creatable.
     package func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) throws -> WrappedFileKey {
@@ -615,6 +624,15 @@ package actor EmbeddedKeybag {
             throw KeybagError.corruptKeybag("class B key pair does not match")
         }
         return ([.complete: a, .completeUntilFirstUserAuthentication: c], bPrivate)
+    }
+
+    /// Locks the page(s) holding a class key in RAM (`mlock`), so it is never written to swap.
+    /// Best effort: a process over its `RLIMIT_MEMLOCK` keeps working. swift-crypto zeroes the
+    /// key's storage when the key is dropped.
+    private static func pinInMemory(_ key: SymmetricKey) {
+        key.withUnsafeBytes { bytes in
+            if let base = bytes.baseAddress { _ = mlock(base, bytes.count) }
+        }
     }
 
     private static func randomBytes(_ n: Int) -> [UInt8] {

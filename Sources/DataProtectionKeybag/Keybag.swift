@@ -285,9 +285,18 @@ public final class Keybag: Sendable {
     public func unwrapFileKey(_ wrapped: WrappedFileKey) async throws -> SymmetricKey {
         switch backend {
         case .embedded(let embedded): return try await embedded.unwrapFileKey(wrapped)
+        case .daemon: return try await unwrapFileKeyWithGeneration(wrapped).key
+        }
+    }
+
+    /// ``unwrapFileKey(_:)`` and the current generation of the key's class, in one call.
+    package func unwrapFileKeyWithGeneration(_ wrapped: WrappedFileKey) async throws -> (key: SymmetricKey, generation: Int) {
+        switch backend {
+        case .embedded(let embedded): return try await embedded.unwrapFileKeyWithGeneration(wrapped)
         case .daemon(let daemon, _):
             var r = try daemon.call(.unwrapFileKey) { KeybagWire.wrapped(&$0, wrapped) }
-            return try KeybagWire.key(&r)
+            let key = try KeybagWire.key(&r)
+            return (key, Int(try r.u64("generation")))
         }
     }
 

@@ -190,7 +190,9 @@ final class KeybagDaemon: Sendable {
             KeybagWire.key(&w, key)
             KeybagWire.wrapped(&w, wrapped)
         case .unwrapFileKey:
-            KeybagWire.key(&w, try await keybag.unwrapFileKey(try KeybagWire.wrapped(&r)))
+            let (key, generation) = try await keybag.unwrapFileKeyWithGeneration(try KeybagWire.wrapped(&r))
+            KeybagWire.key(&w, key)
+            w.u64(UInt64(generation))
         case .rewrapFileKey:
             let wrapped = try KeybagWire.wrapped(&r), cls = try KeybagWire.protectionClass(&r)
             KeybagWire.wrapped(&w, try await keybag.rewrapFileKey(wrapped, to: cls))

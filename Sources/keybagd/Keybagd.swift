@@ -47,11 +47,11 @@ struct Keybagd: AsyncParsableCommand {
         }
         let logger = Logger(label: "keybagd")
         signal(SIGPIPE, SIG_IGN)
-        // Memory hygiene: no core dumps or ptrace by the user's other processes; no swapping.
+        // Memory hygiene: no core dumps or ptrace by the user's other processes. Class keys are
+        // mlock'ed one by one where they live (EmbeddedKeybag); with an unlimited RLIMIT_MEMLOCK
+        // every page is locked as well.
         if cshim_set_nondumpable() != 0 { logger.warning("could not make the process non-dumpable") }
-        if cshim_lock_memory() != 0 {
-            logger.warning("could not lock memory (mlockall: \(String(cString: strerror(errno)))); keys may be swapped out — raise RLIMIT_MEMLOCK")
-        }
+        if cshim_lock_memory() < 0 { logger.warning("mlockall failed: \(String(cString: strerror(errno)))") }
         let resolved = DataRoot.resolve(root)
         let clock: any KeybagClock = manualClock ? ManualClock(start: Date()) : SystemClock()
         let keybag: EmbeddedKeybag

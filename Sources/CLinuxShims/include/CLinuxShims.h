@@ -16,6 +16,7 @@ int cshim_peer_credentials(int fd, int *pid, unsigned *uid);
 /// `prctl(PR_SET_DUMPABLE, 0)` (prctl is variadic): no core dumps, no ptrace by the same user.
 int cshim_set_nondumpable(void);
 
-/// `mlockall(MCL_CURRENT | MCL_FUTURE [| MCL_ONFAULT])`: keep every page, keys included, in RAM.
+/// `mlockall(MCL_CURRENT | MCL_FUTURE [| MCL_ONFAULT])`, only when RLIMIT_MEMLOCK is unlimited
+/// (with a limit, future allocations would start failing): 0 locked, 1 skipped, -1 failed.
 int cshim_lock_memory(void);
 #endif
