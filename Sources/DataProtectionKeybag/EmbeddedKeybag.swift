@@ -236,6 +236,20 @@ package actor EmbeddedKeybag {
         }
     }
 
+    /// Undoes a lock whose grace period has not ended — the keys never left memory — as when the
+    /// desktop reports it was unlocked (its user authenticated) within the grace period.
+    /// Returns `false`, changing nothing, once the grace period is over: then only the passcode
+    /// unlocks.
+    package func resumeWithinGrace() -> Bool {
+        expireGraceIfDue()
+        guard state == .locked, graceDeadline != nil, classKeys[.complete] != nil else { return false }
+        cancelGrace()
+        state = .unlocked
+        logger.info("unlocked again within the grace period")
+        emit(.didBecomeAvailable)
+        return true
+    }
+
     private func cancelGrace() {
         graceTimer?.cancel()
         graceTimer = nil

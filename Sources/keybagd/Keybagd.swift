@@ -73,6 +73,7 @@ struct Keybagd: AsyncParsableCommand {
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig)
             source.setEventHandler {
+                Self.watcher?.stop()
                 daemon.stop()
                 logger.notice("stopped; class keys dropped")
                 Glibc.exit(0)
@@ -80,10 +81,29 @@ struct Keybagd: AsyncParsableCommand {
             source.resume()
             Self.signalSources.append(source)
         }
-        logger.notice("desktop lock signals (logind LockedHint, ScreenSaver ActiveChanged, PrepareForSleep) are not watched by this build; lock with `dpctl lock`\(idleLock.map { " or after \(Int($0)) s idle" } ?? "")")
+        let watcher = DesktopLockWatcher()
+        Self.watcher = watcher
+        watcher.start { signal in
+            Task {
+                switch signal {
+                case .screenSaverActive(true), .sessionLocked(true), .prepareForSleep(true):
+                    logger.notice("\(signal): locking")
+                    await keybag.lock()
+                case .screenSaverActive(false), .sessionLocked(false):
+                    if await keybag.resumeWithinGrace() {
+                        logger.notice("\(signal) within the grace period: unlocked again")
+                    } else {
+                        logger.notice("\(signal): the keybag stays as it is until `dpctl unlock`")
+                    }
+                case .prepareForSleep(false):
+                    break
+                }
+            }
+        }
         if let idleLock { Task { await daemon.lockWhenIdle(after: idleLock) } }
         await daemon.serve()
     }
 
     nonisolated(unsafe) static var signalSources: [any DispatchSourceSignal] = []
+    nonisolated(unsafe) static var watcher: DesktopLockWatcher?
 }

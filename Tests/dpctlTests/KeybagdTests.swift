@@ -12,17 +12,20 @@ import Testing
         let socket: String
         let runtime: String
 
-        init(cli: CLI) throws {
+        private let errorOutput = Pipe()
+
+        init(cli: CLI, extraEnvironment: [String: String] = [:], captureErrors: Bool = false) throws {
             runtime = cli.file("run")
             try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             process.executableURL = CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd")
             process.arguments = ["--root", cli.root, "--manual-clock"]
             var env = ProcessInfo.processInfo.environment
             env["XDG_RUNTIME_DIR"] = runtime
+            env.merge(extraEnvironment) { $1 }
             process.environment = env
             let out = Pipe()
             process.standardOutput = out
-            process.standardError = FileHandle.nullDevice
+            if captureErrors { process.standardError = errorOutput } else { process.standardError = FileHandle.nullDevice }
             try process.run()
             // The daemon prints one line once its socket accepts connections.
             var line = Data()
@@ -34,13 +37,26 @@ import Testing
 
         var environment: [String: String] { ["XDG_RUNTIME_DIR": runtime] }
 
+        /// What the daemon wrote to standard error (after it ended; with `captureErrors`).
+        func errors() -> String {
+            String(decoding: errorOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        }
+
         /// Moves the daemon's clock (it started with --manual-clock).
         func advance(_ seconds: TimeInterval, root: String) throws {
             let client = try #require(try KeybagDaemonClient.connect(root: root, socketPath: socket))
             try client.call(.advanceClock) { KeybagWire.double(&$0, seconds) }
         }
 
+        /// SIGTERM: the daemon stops its D-Bus monitors and removes its socket.
+        func stop() {
+            guard process.isRunning else { return }
+            process.terminate()
+            process.waitUntilExit()
+        }
+
         func kill() {
+            guard process.isRunning else { return }
             Glibc.kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
@@ -142,5 +158,110 @@ import Testing
         #expect(other.status != 0)
         #expect(other.stderr.contains("refused"), "\(other.stderr)")
         #expect(other.stderr.contains("uid 65534"), "\(other.stderr)")
+    }
+}
+
+/// The desktop's lock signals, from stand-ins on private D-Bus buses (Debian's dbus-daemon),
+/// reach keybagd and lock it; an unlock within the grace period unlocks it again.
+@Suite(.serialized) struct DesktopLockTests {
+    /// A private bus (`dbus-daemon --session`), standing in for the session or the system bus.
+    final class Bus: @unchecked Sendable {
+        let address: String
+        let pid: pid_t
+        init() throws {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+            process.arguments = ["--session", "--nofork", "--print-address=1"]
+            let out = Pipe()
+            process.standardOutput = out
+            try process.run()
+            var line = Data()
+            while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+            address = String(decoding: line, as: UTF8.self)
+            pid = process.processIdentifier
+        }
+        deinit { kill(pid, SIGKILL) }
+    }
+
+    /// `Tests/oracle/desktop_lock_standin.py`: owns the screensaver's or logind's name, emits on command.
+    final class StandIn: @unchecked Sendable {
+        let process = Process()
+        let input = Pipe()
+        let output = Pipe()
+        init(bus: String, environment: [String: String]) throws {
+            let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            let python = ProcessInfo.processInfo.environment["DP_PYTHON"] ?? root.appendingPathComponent(".venv-oracle/bin/python").path
+            process.executableURL = URL(fileURLWithPath: python)
+            process.arguments = [root.appendingPathComponent("Tests/oracle/desktop_lock_standin.py").path, bus]
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+            process.standardInput = input
+            process.standardOutput = output
+            try process.run()
+            guard readLine() == "ready" else { throw KeybagdTests.CLIError("the \(bus) stand-in did not start (jeepney in the venv?)") }
+        }
+        func readLine() -> String {
+            var line = Data()
+            while let byte = try? output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+            return String(decoding: line, as: UTF8.self)
+        }
+        func send(_ command: String) {
+            input.fileHandleForWriting.write(Data((command + "\n").utf8))
+            _ = readLine()   // "sent"
+        }
+        deinit { process.terminate() }
+    }
+
+    @Test func screensaverLogindAndSuspendLockTheDaemon() async throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let sessionBus = try Bus(), systemBus = try Bus()
+        let buses = ["DBUS_SESSION_BUS_ADDRESS": sessionBus.address, "DBUS_SYSTEM_BUS_ADDRESS": systemBus.address]
+        let screensaver = try StandIn(bus: "session", environment: buses)
+        let logind = try StandIn(bus: "system", environment: buses)
+        let daemon = try KeybagdTests.Daemon(cli: cli, extraEnvironment: buses)
+        defer { daemon.stop() }
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        let keybag = try Keybag.open(root: cli.root, daemonSocket: daemon.socket)
+        var events = await keybag.events().makeAsyncIterator()
+
+        // The screensaver turns on: locked. Off again within the grace period: unlocked again.
+        screensaver.send("active true")
+        #expect(await events.next() == .willBecomeUnavailable)
+        #expect(await keybag.lockState == .locked)
+        screensaver.send("active false")
+        #expect(await events.next() == .didBecomeAvailable)
+        #expect(await keybag.lockState == .unlocked)
+
+        // logind's LockedHint: locked; after the grace period an unlock of the desktop is not
+        // enough — the keybag waits for the passcode.
+        logind.send("locked true")
+        #expect(await events.next() == .willBecomeUnavailable)
+        try daemon.advance(11, root: cli.root)
+        logind.send("locked false")
+        #expect(await keybag.lockState == .locked)
+        #expect(await !keybag.isProtectedDataAvailable)
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        #expect(await events.next() == .didBecomeAvailable)
+
+        // Before suspend: locked.
+        logind.send("sleep true")
+        #expect(await events.next() == .willBecomeUnavailable)
+        #expect(await keybag.lockState == .locked)
+    }
+
+    @Test func withoutDBusTheDaemonSaysSoOnceAndKeepsWorking() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let none = ["DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent/bus", "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/system_bus_socket"]
+        let daemon = try KeybagdTests.Daemon(cli: cli, extraEnvironment: none, captureErrors: true)
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        #expect(try cli.run(["lock"], environment: daemon.environment).status == 0)
+        daemon.kill()
+        let log = daemon.errors()
+        #expect(log.contains("no D-Bus session bus here"), "\(log)")
+        #expect(log.contains("no D-Bus system bus here"), "\(log)")
+        #expect(log.components(separatedBy: "no desktop lock signals").count == 2)
     }
 }
