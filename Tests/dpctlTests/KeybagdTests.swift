@@ -265,3 +265,38 @@ import Testing
         #expect(log.components(separatedBy: "no desktop lock signals").count == 2)
     }
 }
+
+/// Bad frames close their own connection and nothing else.
+@Suite(.serialized) struct KeybagdProtocolTests {
+    @Test(arguments: [
+        [UInt8]([0xFF, 0xFF, 0xFF, 0xFF]),                       // length over 64 KiB
+        [0, 0, 0, 0],                                            // empty frame
+        [0, 0, 0, 2, 9, 1],                                      // another protocol version
+        [0, 0, 0, 2, 1, 200],                                    // unknown operation
+        [0, 0, 0, 4, 1, 9, 1, 2],                                // unwrap with a truncated body
+        [0, 0, 0, 3, 1, 1, 0],                                   // hello with a trailing byte
+    ])
+    func aMalformedFrameClosesThatConnectionOnly(frame: [UInt8]) throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let daemon = try KeybagdTests.Daemon(cli: cli)
+        defer { daemon.stop() }
+        let healthy = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket))
+        let bad = try #require(KeybagSocket.connect(daemon.socket))
+        defer { close(bad) }
+        _ = frame.withUnsafeBytes { send(bad, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        // The daemon closes the bad connection: reading gives end of stream (or an error frame
+        // for a request it could parse far enough to answer), never a hang.
+        var byte: UInt8 = 0
+        var received = 0
+        var rc = recv(bad, &byte, 1, 0)
+        while rc == 1 { received += 1; rc = recv(bad, &byte, 1, 0) }
+        #expect(rc == 0, "the daemon closed the connection (not a 5 s timeout)")
+        #expect(received < 64)
+        // Every other connection goes on.
+        var hello = try healthy.call(.hello)
+        #expect(try KeybagWire.uuid(&hello) != UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
+        #expect(try cli.run(["status"], environment: daemon.environment).out.contains("keybagd"))
+    }
+}
