@@ -31,6 +31,11 @@ enum CipherVFS {
 
     /// Registers the VFS (once); returns whether it is available.
     static func install() throws {
+        // GRDB opens databases by name only; the cipher VFS is chosen through a `file:` URI. An
+        // SQLite built without URI filenames would create a plain file *named* like the URI.
+        guard sqlite3_compileoption_used("USE_URI") == 1 else {
+            throw DatabaseCipherError.unsupportedFormat("this SQLite (\(String(cString: sqlite3_libversion()))) was built without SQLITE_USE_URI, which the cipher VFS needs")
+        }
         guard installed else {
             throw DatabaseCipherError.unsupportedFormat("this SQLite has no default VFS to build the cipher VFS on")
         }
