@@ -14,11 +14,11 @@ import Testing
 
         private let errorOutput = Pipe()
 
-        init(cli: CLI, extraEnvironment: [String: String] = [:], captureErrors: Bool = false) throws {
+        init(cli: CLI, extraEnvironment: [String: String] = [:], captureErrors: Bool = false, arguments: [String] = []) throws {
             runtime = cli.file("run")
             try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             process.executableURL = CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd")
-            process.arguments = ["--root", cli.root, "--manual-clock"]
+            process.arguments = ["--root", cli.root, "--manual-clock"] + arguments
             var env = ProcessInfo.processInfo.environment
             env["XDG_RUNTIME_DIR"] = runtime
             env.merge(extraEnvironment) { $1 }
@@ -140,6 +140,22 @@ import Testing
         #expect(try cli.run(["status"], environment: restarted.environment).out.contains("before-first-unlock"))
         #expect(try cli.run(["cat", urls[.completeUntilFirstUserAuthentication]!.path], environment: restarted.environment).status == 3)
         try await handleA.close()
+    }
+
+    @Test func idleLock() async throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let daemon = try Daemon(cli: cli, arguments: ["--idle-lock", "300"])
+        defer { daemon.stop() }
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        let keybag = try Keybag.open(root: cli.root, daemonSocket: daemon.socket)
+        var events = await keybag.events().makeAsyncIterator()
+        try daemon.advance(299, root: cli.root)
+        #expect(await keybag.lockState == .unlocked)     // a request: the idle time starts again
+        try daemon.advance(301, root: cli.root)
+        #expect(await events.next() == .willBecomeUnavailable)
+        #expect(await keybag.lockState == .locked)
     }
 
     @Test func anotherUserIsRefusedAndToldWhy() throws {
