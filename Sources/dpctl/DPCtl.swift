@@ -21,7 +21,7 @@ struct DPCtl: AsyncParsableCommand {
             Tour.self, Init.self, Status.self, Unlock.self, Lock.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self,
             Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self,
-            SQL.self, SQLKey.self,
+            SQL.self, SQLKey.self, Daemon.self,
         ]
     )
 
@@ -43,6 +43,9 @@ struct DPCtl: AsyncParsableCommand {
         }
     }
 
+    /// Commands whose work is done by a subcommand.
+    static let groups: Set<String> = ["daemon"]
+
     static func hoistingGlobalOptions(_ arguments: [String]) -> [String] {
         var global: [String] = []
         var index = 0
@@ -59,6 +62,8 @@ struct DPCtl: AsyncParsableCommand {
             }
         }
         guard !global.isEmpty, index < arguments.count else { return arguments }
-        return [arguments[index]] + global + arguments[(index + 1)...]
+        // A command group (`daemon install`) takes them after its subcommand.
+        let path = groups.contains(arguments[index]) && index + 1 < arguments.count ? 2 : 1
+        return Array(arguments[index..<index + path]) + global + arguments[(index + path)...]
     }
 }

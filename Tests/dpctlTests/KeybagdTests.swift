@@ -316,3 +316,20 @@ import Testing
         #expect(try cli.run(["status"], environment: daemon.environment).out.contains("keybagd"))
     }
 }
+
+@Suite struct DaemonInstallTests {
+    @Test func installWritesAUserUnitForThisRoot() throws {
+        let cli = CLI.make()
+        let config = cli.file("config")
+        let result = try cli.run(["daemon", "install", "--idle-lock", "600"], environment: ["XDG_CONFIG_HOME": config])
+        #expect(result.status == 0, "\(result.stderr)")
+        let unit = try String(contentsOfFile: config + "/systemd/user/keybagd.service", encoding: .utf8)
+        let keybagd = CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd").path
+        #expect(unit.contains("ExecStart=\(keybagd) --root \(cli.root) --idle-lock 600"))
+        #expect(result.out.contains("systemctl --user enable --now keybagd.service"))
+        // Another root's unit is not replaced silently.
+        let other = try cli.run(["--root", cli.file("other"), "daemon", "install"], environment: ["XDG_CONFIG_HOME": config])
+        #expect(other.status == 1)
+        #expect(other.stderr.contains("--force"))
+    }
+}
