@@ -12,7 +12,7 @@ package enum KeybagSocket {
     /// `XDG_RUNTIME_DIR`, `/tmp/dataprotection-<uid>/…` (as ssh-agent falls back to /tmp).
     package static func path(forRoot root: String) -> String {
         let absolute = URL(fileURLWithPath: root).standardizedFileURL.path
-        let digest = SHA256.hash(data: Data(absolute.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+        let digest = Array(SHA256.hash(data: Data(absolute.utf8)).prefix(8)).hex
         return directory() + "/keybagd-\(digest).sock"
     }
 

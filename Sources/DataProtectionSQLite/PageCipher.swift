@@ -70,11 +70,6 @@ struct PageCipher: Sendable {
         return true
     }
 
-    /// The IV stored in a sealed page.
-    func iv(ofSealed raw: UnsafeRawBufferPointer) -> [UInt8] {
-        Array(raw[format.usableSize..<format.usableSize + 16])
-    }
-
     /// HMAC(macKey, body ‖ pgno as u32 little-endian), from an already keyed HMAC.
     private static func mac<H: HashFunction>(_ keyed: HMAC<H>, _ body: UnsafeRawBufferPointer, pgno: UInt32) -> HashedAuthenticationCode<H> {
         var hmac = keyed

@@ -1,5 +1,6 @@
 import Crypto
 import _CryptoExtras
+import DataProtectionKeybag
 import Foundation
 
 /// The key of an SQLCipher database, in the two modes SQLCipher defines.
@@ -22,7 +23,7 @@ public enum SQLCipherKey: Sendable {
     public init(rawKeyHex hex: String) throws {
         var digits = hex
         if digits.hasPrefix("x'") && digits.hasSuffix("'") { digits = String(digits.dropFirst(2).dropLast()) }
-        guard digits.count == 64 || digits.count == 96, let bytes = Self.bytes(fromHex: digits) else {
+        guard digits.count == 64 || digits.count == 96, let bytes = [UInt8](hex: digits) else {
             throw DatabaseCipherError.invalidKey("a raw key is 64 hex digits (or 96: key and salt)")
         }
         self = .rawKey(SymmetricKey(data: bytes[0..<32]), salt: bytes.count == 48 ? Data(bytes[32...]) : nil)
@@ -68,29 +69,6 @@ public enum SQLCipherKey: Sendable {
 
     static func hex(_ bytes: some Sequence<UInt8>) -> String {
         bytes.map { String(format: "%02X", $0) }.joined()
-    }
-
-    static func bytes(fromHex hex: String) -> [UInt8]? {
-        let chars = Array(hex.utf8)
-        guard chars.count % 2 == 0 else { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(chars.count / 2)
-        var index = 0
-        while index < chars.count {
-            guard let high = nibble(chars[index]), let low = nibble(chars[index + 1]) else { return nil }
-            out.append(high << 4 | low)
-            index += 2
-        }
-        return out
-    }
-
-    private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }
 

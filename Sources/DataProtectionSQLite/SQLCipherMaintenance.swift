@@ -1,3 +1,4 @@
+import DataProtectionKeybag
 import Foundation
 import GRDB
 import GRDBSQLite
@@ -69,23 +70,18 @@ public enum SQLCipherMaintenance {
         let temporary = absolute + ".dp-new-\(UUID().uuidString.prefix(8))"
         do {
             try build(temporary)
-            try syncFile(temporary)
+            let fd = try POSIXFile.open(temporary, .readOnly)
+            defer { try? fd.close() }
+            try POSIXFile.sync(fd, path: temporary)
             guard rename(temporary, absolute) == 0 else {
                 throw DatabaseError(resultCode: .SQLITE_CANTOPEN, message: "rename over \(absolute): \(String(cString: strerror(errno)))")
             }
             for suffix in ["-wal", "-shm", "-journal"] { unlink(absolute + suffix) }
-            try syncFile((absolute as NSString).deletingLastPathComponent)
+            try? POSIXFile.syncDirectory((absolute as NSString).deletingLastPathComponent)
         } catch {
             for suffix in ["", "-journal", "-wal", "-shm"] { unlink(temporary + suffix) }
             throw error
         }
-    }
-
-    private static func syncFile(_ path: String) throws {
-        let fd = open(path, O_RDONLY)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        _ = fsync(fd)
     }
 
     /// Copies `source` into the new file `target` with `VACUUM INTO`.
