@@ -7,8 +7,10 @@
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
 //   3. DataProtectionBackup — "do not back up" marks and exclude lists for backup tools.
 //   4. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class.
+//   5. DataProtectionObjects — a CoreData-style object graph (model, store, context) on the encrypted database.
 //   6. keybagd              — the daemon that holds the keys: one lock state for every process.
 //   tools: dpctl (CLI), dp-bench (benchmarks).
+import CompilerPluginSupport
 import PackageDescription
 
 let package = Package(
@@ -18,6 +20,7 @@ let package = Package(
         .library(name: "DataProtection", targets: ["DataProtection"]),
         .library(name: "DataProtectionBackup", targets: ["DataProtectionBackup"]),
         .library(name: "DataProtectionSQLite", targets: ["DataProtectionSQLite"]),
+        .library(name: "DataProtectionObjects", targets: ["DataProtectionObjects"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
         .executable(name: "keybagd", targets: ["keybagd"]),
@@ -28,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+        .package(url: "https://github.com/swiftlang/swift-syntax.git", "600.0.0"..<"604.0.0"),
     ],
     targets: [
         .target(name: "CLinuxShims"),
@@ -72,6 +77,30 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(
+            name: "DataProtectionObjects",
+            dependencies: [
+                "DataProtectionSQLite",
+                "DataProtection",
+                "DataProtectionObjectsMacros",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
+            ]
+        ),
+        .macro(
+            name: "DataProtectionObjectsMacros",
+            dependencies: [
+                .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+                .product(name: "SwiftDiagnostics", package: "swift-syntax"),
+            ]
+        ),
+        .executableTarget(
+            name: "chat-example",
+            dependencies: ["DataProtectionObjects", "DataProtection"]
+        ),
         .executableTarget(
             name: "dpctl",
             dependencies: [
@@ -110,6 +139,7 @@ let package = Package(
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "DataProtectionObjectsTests", dependencies: ["DataProtectionObjects", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "DataProtectionKeybag", "dpctl", "keybagd"]),
     ],
     swiftLanguageModes: [.v6]

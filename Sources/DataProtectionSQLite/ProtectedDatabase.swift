@@ -204,6 +204,14 @@ public final class ProtectedDatabase: Sendable {
         do { return try await writer.writeWithoutTransaction(updates) } catch { throw await explain(error, writing: true) }
     }
 
+    /// Returns once the database can be used: after an unlock, its keys come back by themselves
+    /// as the unlock event is delivered; this waits for that (or throws the typed
+    /// ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` while the
+    /// class is still unavailable). For code that uses ``writer`` synchronously.
+    public func restoreAccess() async throws {
+        _ = try await available(writing: false)
+    }
+
     private func available(writing: Bool) async throws -> any DatabaseWriter {
         let writer = try self.writer
         if context.isSealed {
@@ -214,6 +222,23 @@ public final class ProtectedDatabase: Sendable {
             }
         }
         return writer
+    }
+
+    /// Explains an error thrown by a call on ``writer`` (for synchronous code): a page that
+    /// failed authentication becomes ``DatabaseCipherError``, withdrawn keys the typed
+    /// ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` that
+    /// protected files give while locked.
+    ///
+    /// ```swift
+    /// do { try db.writer.read { … } } catch { throw db.explain(error, writing: false) }
+    /// ```
+    public func explain(_ error: any Error, writing: Bool) -> any Error {
+        let translated = DatabaseCipherError.translate(error, context: context)
+        if case DatabaseCipherError.keysWithdrawn = translated {
+            // Keys are withdrawn only when the class's key was discarded: the device is locked.
+            return ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass, lockState: .locked, writing: writing)
+        }
+        return translated
     }
 
     private func explain(_ error: any Error, writing: Bool) async -> any Error {
