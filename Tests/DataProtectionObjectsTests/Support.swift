@@ -21,8 +21,11 @@ enum StoreKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
 final class StatementCounter: Sendable {
     private let count = Atomic<Int>(0)
     private let log = Mutex<[String]>([])
-    var value: Int { count.load(ordering: .relaxed) }
-    var statements: [String] { log.withLock { $0 } }
+    /// The queries of the store's data (SELECTs on its tables; not transaction control, nor
+    /// the schema checks GRDB makes when it opens a read).
+    var value: Int { statements.count }
+    var statements: [String] { all.filter { $0.hasPrefix("SELECT") && !$0.contains("sqlite_master") } }
+    var all: [String] { log.withLock { $0 } }
     func reset() {
         count.store(0, ordering: .relaxed)
         log.withLock { $0 = [] }
