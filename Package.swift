@@ -129,6 +129,7 @@ let package = Package(
                 "keybagd",
                 "DataProtectionBackup",
                 "DataProtectionSQLite",
+                "DataProtectionObjects",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

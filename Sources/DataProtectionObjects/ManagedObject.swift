@@ -44,8 +44,9 @@ public final class ManagedObject {
     /// The fetch this fault came from: firing it loads its neighbours too.
     var faultBatch: FaultBatch?
     var batchPosition = 0
-    /// The typed model wrapping this object, if one is alive.
-    weak var typedObject: AnyObject?
+    /// The typed model wrapping this object. Strong while the object is registered in a
+    /// context (one wrapper per object); the context clears it when it lets the object go.
+    var typedObject: AnyObject?
     /// Values given before insertion (typed models built with `init`).
     var unattached: [String: UnattachedValue]?
     let modelTypeName: String?
@@ -82,6 +83,12 @@ public final class ManagedObject {
 
     static let placeholderEntity = Entity(description: EntityDescription("_Unattached"), root: "_Unattached",
                                                               lineage: ["_Unattached"], attributes: [], relationships: [], indexes: [])
+
+    /// Leaves the context (deleted and saved, rolled back, or reset).
+    func detach() {
+        context = nil
+        typedObject = nil
+    }
 
     /// Gives the object its entity and defaults (on insertion).
     func bind(to entity: Entity, id: ObjectID) {
@@ -228,7 +235,39 @@ public final class ManagedObject {
 /// The IDs one fetch returned as faults: firing one loads a run of them in one query.
 final class FaultBatch {
     let ids: [ObjectID]
-    init(ids: [ObjectID]) { self.ids = ids }
+    let size: Int
+    init(ids: [ObjectID], size: Int) {
+        self.ids = ids
+        self.size = size
+    }
+}
+
+/// The result of a batched fetch: a random-access collection of the matching objects, made
+/// (as faults) when first accessed and loaded a batch at a time. It keeps its context alive.
+///
+/// ```swift
+/// let messages = try context.fetch(FetchDescriptor<Message>(), batchSize: 500)
+/// for message in messages { print(message.text) }   // 500 rows per query
+/// ```
+public struct FetchResults<Element>: RandomAccessCollection {
+    public let context: ObjectContext
+    /// The IDs of the matching objects, in order.
+    public let objectIDs: [ObjectID]
+    let batch: FaultBatch
+    let wrap: (ManagedObject) -> Element
+
+    init(context: ObjectContext, ids: [ObjectID], batch: FaultBatch, wrap: @escaping (ManagedObject) -> Element) {
+        self.context = context
+        self.objectIDs = ids
+        self.batch = batch
+        self.wrap = wrap
+    }
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { objectIDs.count }
+    public subscript(position: Int) -> Element {
+        wrap(context.object(with: objectIDs[position], batch: batch, position: position))
+    }
 }
 
 extension Entity {

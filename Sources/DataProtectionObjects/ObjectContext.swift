@@ -37,6 +37,11 @@ public final class ObjectContext {
         self.store = store
     }
 
+    deinit {
+        // Objects and their typed wrappers refer to each other while registered.
+        for object in registered.values { object.typedObject = nil }
+    }
+
     // MARK: - Registration
 
     /// The objects registered in the context.
@@ -123,9 +128,12 @@ public final class ObjectContext {
     func fireFault(_ object: ManagedObject) throws {
         do {
             if let batch = object.faultBatch {
-                let end = min(object.batchPosition + 512, batch.ids.count)
-                let ids = batch.ids[object.batchPosition..<end].filter { registered[$0]?.isFault ?? false }
-                for node in try store.nodes(for: ids) { registered[node.objectID]?.fill(with: node) }
+                let end = min(object.batchPosition + batch.size, batch.ids.count)
+                let ids = batch.ids[object.batchPosition..<end].filter { registered[$0].map(\.isFault) ?? true }
+                for node in try store.nodes(for: ids) {
+                    let loaded = self.object(with: node.objectID)
+                    if loaded.isFault { loaded.fill(with: node) }
+                }
                 if object.isFault { throw ObjectGraphError.objectDeleted(object.objectID.description) }
             } else {
                 object.fill(with: try store.node(for: object.objectID))
@@ -134,6 +142,17 @@ public final class ObjectContext {
             lastFaultError = error
             throw error
         }
+    }
+
+    /// The object for an ID of a batched fetch: registered now if it was not, as a fault that
+    /// loads with its batch.
+    func object(with id: ObjectID, batch: FaultBatch, position: Int) -> ManagedObject {
+        if let object = registered[id] { return object }
+        let object = ManagedObject(entity: id.entity, objectID: id, context: self, isFault: true)
+        object.faultBatch = batch
+        object.batchPosition = position
+        registered[id] = object
+        return object
     }
 
     /// Records an error a typed accessor could not throw.
@@ -292,7 +311,7 @@ public final class ObjectContext {
         }
         for member in members where member.objectID.isTemporaryID {
             registered[member.objectID] = nil
-            member.context = nil
+            member.detach()
         }
     }
 
@@ -434,7 +453,7 @@ public final class ObjectContext {
             for (index, state) in object.toMany { object.toMany[index] = ManagedObject.ToManyState(loaded: state.loaded) }
         }
         for id in deleted {
-            if let object = registered.removeValue(forKey: id) { object.context = nil }
+            if let object = registered.removeValue(forKey: id) { object.detach() }
         }
         // Relationship deltas recorded on objects outside the save (inverses of one-to-many) are now in the store.
         for object in registered.values where object.hasRelationChanges {
@@ -499,7 +518,7 @@ public final class ObjectContext {
     public func rollback() {
         for id in inserted {
             if let object = registered.removeValue(forKey: id) {
-                object.context = nil
+                object.detach()
                 object.isInserted = false
             }
         }
@@ -517,7 +536,7 @@ public final class ObjectContext {
 
     /// Forgets every registered object (unsaved changes included).
     public func reset() {
-        for object in registered.values { object.context = nil }
+        for object in registered.values { object.detach() }
         registered = [:]
         inserted = []
         updated = []
@@ -535,6 +554,14 @@ public final class ObjectContext {
     /// The IDs of the objects matching the request.
     public func fetchObjectIDs(_ request: FetchRequest) throws -> [ObjectID] {
         try fetchIDs(request, loadValues: nil)
+    }
+
+    /// The objects matching the request as a collection that makes them when first accessed,
+    /// as faults loading `batchSize` at a time (CoreData's `fetchBatchSize`, SwiftData's
+    /// `fetch(_:batchSize:)`): only the keys are read now.
+    public func fetch(_ request: FetchRequest, batchSize: Int) throws -> FetchResults<ManagedObject> {
+        let ids = try fetchIDs(request, loadValues: nil)
+        return FetchResults(context: self, ids: ids, batch: FaultBatch(ids: ids, size: max(batchSize, 1))) { $0 }
     }
 
     /// The number of objects matching the request.
@@ -586,7 +613,7 @@ public final class ObjectContext {
         case .objectIDs(let found):
             ids = found
             if loadValues == false {
-                let batch = FaultBatch(ids: found)
+                let batch = FaultBatch(ids: found, size: 512)
                 for (position, id) in found.enumerated() {
                     let object = self.object(with: id)
                     if object.isFault {

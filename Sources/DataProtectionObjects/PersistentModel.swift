@@ -53,10 +53,19 @@ extension ManagedObject {
         return made
     }
 
-    /// Used by `@Model`: records the typed instance wrapping this object (one per object).
-    public func _adopt(_ model: AnyObject) -> ManagedObject {
-        if typedObject == nil { typedObject = model }
-        return self
+    /// Used by `@Model`: the backing of a typed instance, made when first needed (an instance
+    /// built with `init` gets an unattached one; one made by a fetch is given its object).
+    /// Records the instance as the object's typed wrapper once the object is in a context.
+    public static func _backing(_ backing: inout ManagedObject?, entityName: String, model: AnyObject?) -> ManagedObject {
+        let object: ManagedObject
+        if let existing = backing {
+            object = existing
+        } else {
+            object = ManagedObject(unattachedEntityName: entityName)
+            backing = object
+        }
+        if let model, object.typedObject == nil, object.context != nil { object.typedObject = model }
+        return object
     }
 
     /// Used by `@Model`'s property initializers: the value a property starts with.
@@ -199,6 +208,13 @@ extension ObjectContext {
 
     public func fetch<T: PersistentModel>(_ descriptor: FetchDescriptor<T>) throws -> [T] {
         try fetch(try descriptor.request()).map { $0.typed(T.self) }
+    }
+
+    /// The matching objects as a collection that makes each one when first accessed, loading
+    /// their values `batchSize` at a time (SwiftData's `fetch(_:batchSize:)`).
+    public func fetch<T: PersistentModel>(_ descriptor: FetchDescriptor<T>, batchSize: Int) throws -> FetchResults<T> {
+        let results = try fetch(try descriptor.request(), batchSize: batchSize)
+        return FetchResults(context: self, ids: results.objectIDs, batch: results.batch) { $0.typed(T.self) }
     }
 
     public func fetchIdentifiers<T: PersistentModel>(_ descriptor: FetchDescriptor<T>) throws -> [ObjectID] {

@@ -285,6 +285,8 @@ public final class SQLiteObjectStore: PersistentStore {
 
     public func execute(_ request: StoreFetchRequest) throws -> StoreFetchResult {
         let entity = request.entity
+        // A root table holding one entity needs no Z_ENT to make IDs.
+        let monomorphic = (entitiesByCode[entity.root]?.count ?? 0) == 1
         var builder = SQLQueryBuilder(schema: schema)
         var conditions: [String] = []
         if let filter = builder.entityCondition(entity, includesSubentities: request.includesSubentities, alias: "t0") { conditions.append(filter) }
@@ -298,7 +300,7 @@ public final class SQLiteObjectStore: PersistentStore {
         var dictionaryColumns: [(String, AttributeType)] = []
         switch request.resultType {
         case .objects where request.includesPropertyValues: selection = selectList(entity.root, alias: "t0")
-        case .objects, .objectIDs, .count: selection = "t0.Z_PK, t0.Z_ENT"
+        case .objects, .objectIDs, .count: selection = monomorphic ? "t0.Z_PK" : "t0.Z_PK, t0.Z_ENT"
         case .dictionaries(let properties):
             var columns: [String] = []
             for property in properties {
@@ -313,7 +315,15 @@ public final class SQLiteObjectStore: PersistentStore {
         }
         var sql = "SELECT \(selection) FROM \(SQLiteSchema.quote(entity.root)) AS t0 \(builder.joinClauses.joined(separator: " "))"
         if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-        sql += " ORDER BY " + order.joined(separator: ", ")
+        // Keys alone, unsorted and unlimited: let SQLite scan whichever index is smallest and
+        // put the keys in order here (a table scan would decrypt every row's page).
+        let sortKeysHere: Bool
+        switch request.resultType {
+        case .objectIDs, .objects where !request.includesPropertyValues:
+            sortKeysHere = request.sortKeys.isEmpty && request.limit == nil && request.offset == 0
+        default: sortKeysHere = false
+        }
+        if !sortKeysHere { sql += " ORDER BY " + order.joined(separator: ", ") }
         if request.limit != nil || request.offset > 0 { sql += " LIMIT \(request.limit ?? -1) OFFSET \(request.offset)" }
         let arguments = StatementArguments(builder.arguments)
         if case .count = request.resultType { sql = "SELECT COUNT(*) FROM (\(sql))" }
@@ -330,6 +340,10 @@ public final class SQLiteObjectStore: PersistentStore {
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() { nodes.append(try decodeNode(row, root: root)) }
                 return .nodes(nodes)
+            case .objects, .objectIDs where monomorphic:
+                var keys = try Int64.fetchAll(statement)
+                if sortKeysHere { keys.sort() }
+                return .objectIDs(keys.map { ObjectID(entity: entity, primaryKey: $0) })
             case .objects, .objectIDs:
                 var ids: [ObjectID] = []
                 let rows = try Row.fetchCursor(statement)
@@ -340,6 +354,7 @@ public final class SQLiteObjectStore: PersistentStore {
                     }
                     ids.append(ObjectID(entity: concrete, primaryKey: row[0]))
                 }
+                if sortKeysHere { ids.sort { $0.primaryKey < $1.primaryKey } }
                 return .objectIDs(ids)
             case .dictionaries:
                 var result: [[String: AttributeValue]] = []

@@ -17,8 +17,12 @@ public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             + ["if keyPath == \\\(name).persistentModelID as AnyKeyPath { return \"\" }"])
             .joined(separator: "\n        ")
         return [
-            "private var _dpBacking: DataProtectionObjects.ManagedObject = DataProtectionObjects.ManagedObject(unattachedEntityName: \(literal: name))",
-            "\(raw: access)var managedObject: DataProtectionObjects.ManagedObject { _dpBacking._adopt(self) }",
+            "private var _dpBacking: DataProtectionObjects.ManagedObject? = nil",
+            """
+            \(raw: access)var managedObject: DataProtectionObjects.ManagedObject {
+                DataProtectionObjects.ManagedObject._backing(&_dpBacking, entityName: \(literal: name), model: self)
+            }
+            """,
             "\(raw: access)required init(managedObject: DataProtectionObjects.ManagedObject) { self._dpBacking = managedObject }",
             """
             \(raw: access)static var entityDescription: DataProtectionObjects.EntityDescription {
@@ -58,13 +62,17 @@ public struct PersistedPropertyMacro: AccessorMacro {
                                  in context: some MacroExpansionContext) throws -> [AccessorDeclSyntax] {
         guard let variable = declaration.as(VariableDeclSyntax.self), let property = try StoredProperty(variable) else { return [] }
         let name = property.name
+        let className = context.lexicalContext.lazy.compactMap { $0.as(ClassDeclSyntax.self) }.first?.name.text ?? ""
         var accessors: [AccessorDeclSyntax] = []
         switch property.kind {
         case .attribute(let type):
             if property.initializer != nil {
                 accessors.append("""
                     @storageRestrictions(accesses: _dpBacking)
-                    init(initialValue) { _dpBacking._setInitialValue(initialValue.attributeValue, forKey: \(literal: name)) }
+                    init(initialValue) {
+                        DataProtectionObjects.ManagedObject._backing(&_dpBacking, entityName: \(literal: className), model: nil)
+                            ._setInitialValue(initialValue.attributeValue, forKey: \(literal: name))
+                    }
                     """)
             }
             accessors.append("get { _attribute(\(literal: name), as: (\(raw: type)).self) }")

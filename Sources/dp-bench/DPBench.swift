@@ -7,6 +7,6 @@ struct DPBench: AsyncParsableCommand {
         commandName: "dp-bench",
         abstract: "Benchmarks that put our figures beside a peer's, measured in the same run.",
         discussion: "Build in release mode: swift run -c release dp-bench files",
-        subcommands: [FilesBenchmark.self, BackupBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self]
+        subcommands: [FilesBenchmark.self, BackupBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self, ObjectsBenchmark.self]
     )
 }
