@@ -13,7 +13,7 @@ import Foundation
 ///     init(title: String) { self.title = title }
 /// }
 /// ```
-@attached(member, names: named(_dpBacking), named(managedObject), named(init(managedObject:)), named(entityDescription), named(propertyName(for:)))
+@attached(member, names: named(_dpBacking), named(_dpContext), named(managedObject), named(init(managedObject:)), named(entityDescription), named(propertyName(for:)))
 @attached(memberAttribute)
 @attached(extension, conformances: PersistentModel)
 public macro Model() = #externalMacro(module: "DataProtectionObjectsMacros", type: "ModelMacro")

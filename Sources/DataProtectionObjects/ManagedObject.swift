@@ -44,9 +44,9 @@ public final class ManagedObject {
     /// The fetch this fault came from: firing it loads its neighbours too.
     var faultBatch: FaultBatch?
     var batchPosition = 0
-    /// The typed model wrapping this object. Strong while the object is registered in a
-    /// context (one wrapper per object); the context clears it when it lets the object go.
-    var typedObject: AnyObject?
+    /// The typed model wrapping this object (one wrapper per object while it lives). Weak: the
+    /// wrapper keeps the context alive, and the context keeps this object.
+    weak var typedObject: AnyObject?
     /// Values given before insertion (typed models built with `init`).
     var unattached: [String: UnattachedValue]?
     let modelTypeName: String?

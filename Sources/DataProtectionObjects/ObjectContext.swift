@@ -37,11 +37,6 @@ public final class ObjectContext {
         self.store = store
     }
 
-    deinit {
-        // Objects and their typed wrappers refer to each other while registered.
-        for object in registered.values { object.typedObject = nil }
-    }
-
     // MARK: - Registration
 
     /// The objects registered in the context.

@@ -55,16 +55,22 @@ extension ManagedObject {
 
     /// Used by `@Model`: the backing of a typed instance, made when first needed (an instance
     /// built with `init` gets an unattached one; one made by a fetch is given its object).
-    /// Records the instance as the object's typed wrapper once the object is in a context.
-    public static func _backing(_ backing: inout ManagedObject?, entityName: String, model: AnyObject?) -> ManagedObject {
-        let object: ManagedObject
-        if let existing = backing {
-            object = existing
-        } else {
-            object = ManagedObject(unattachedEntityName: entityName)
-            backing = object
+    /// Once the object is in a context, the instance becomes its typed wrapper and keeps the
+    /// context alive (objects refer to their context weakly; typed instances do not).
+    public static func _backing(_ backing: inout ManagedObject?, context: inout ObjectContext?, entityName: String,
+                                model: AnyObject) -> ManagedObject {
+        let object = _backing(&backing, context: nil, entityName: entityName)
+        if let objectContext = object.context {
+            if context == nil { context = objectContext }
+            if object.typedObject == nil { object.typedObject = model }
         }
-        if let model, object.typedObject == nil, object.context != nil { object.typedObject = model }
+        return object
+    }
+
+    public static func _backing(_ backing: inout ManagedObject?, context: ObjectContext?, entityName: String) -> ManagedObject {
+        if let existing = backing { return existing }
+        let object = ManagedObject(unattachedEntityName: entityName)
+        backing = object
         return object
     }
 

@@ -18,12 +18,18 @@ public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             .joined(separator: "\n        ")
         return [
             "private var _dpBacking: DataProtectionObjects.ManagedObject? = nil",
+            "private var _dpContext: DataProtectionObjects.ObjectContext? = nil",
             """
             \(raw: access)var managedObject: DataProtectionObjects.ManagedObject {
-                DataProtectionObjects.ManagedObject._backing(&_dpBacking, entityName: \(literal: name), model: self)
+                DataProtectionObjects.ManagedObject._backing(&_dpBacking, context: &_dpContext, entityName: \(literal: name), model: self)
             }
             """,
-            "\(raw: access)required init(managedObject: DataProtectionObjects.ManagedObject) { self._dpBacking = managedObject }",
+            """
+            \(raw: access)required init(managedObject: DataProtectionObjects.ManagedObject) {
+                self._dpBacking = managedObject
+                self._dpContext = managedObject.context
+            }
+            """,
             """
             \(raw: access)static var entityDescription: DataProtectionObjects.EntityDescription {
                 DataProtectionObjects.EntityDescription(
@@ -70,7 +76,7 @@ public struct PersistedPropertyMacro: AccessorMacro {
                 accessors.append("""
                     @storageRestrictions(accesses: _dpBacking)
                     init(initialValue) {
-                        DataProtectionObjects.ManagedObject._backing(&_dpBacking, entityName: \(literal: className), model: nil)
+                        DataProtectionObjects.ManagedObject._backing(&_dpBacking, context: nil, entityName: \(literal: className))
                             ._setInitialValue(initialValue.attributeValue, forKey: \(literal: name))
                     }
                     """)
