@@ -348,3 +348,54 @@ import Testing
         #expect(stored.email == "two@example.org" && stored.age == 24)
     }
 }
+
+@Suite struct SharedStoreSuiteMore {
+    @Test(arguments: StoreKind.allCases)
+    func oneObjectPerIDPerContext(kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind, model: try chatModel())
+        let context = ObjectContext(store: fixture.store)
+        let (accounts, conversations, messages) = try seedChat(context)
+        #expect(try context.fetch(FetchDescriptor<Account>(sortBy: [SortDescriptor(\.name)]))[0] === accounts[0])
+        #expect(messages[0].conversation === conversations[0])
+        #expect(context.model(for: messages[1].persistentModelID, as: Message.self) === messages[1])
+        let other = ObjectContext(store: fixture.store)
+        let a = try other.fetch(FetchDescriptor<Message>(sortBy: [SortDescriptor(\.sentAt)]))
+        let b = try other.fetch(FetchDescriptor<Message>(sortBy: [SortDescriptor(\.sentAt)]))
+        #expect(zip(a, b).allSatisfy { $0 === $1 } && a[0] !== messages[0])
+        #expect(a[0].conversation === b[1].conversation)
+        // An unknown property is an error, never a crash.
+        #expect(throws: ObjectGraphError.unknownProperty(entity: "Message", property: "nope")) {
+            try other.fetch(FetchDescriptor<Message>(condition: .compare("nope", .equal, .integer(1))))
+        }
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func relationshipsWithoutInverse(kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind, model: try ObjectModel([
+            EntityDescription("Playlist", attributes: [AttributeDescription("name", .string)],
+                              relationships: [RelationshipDescription("songs", to: "Song", toMany: true),
+                                              RelationshipDescription("cover", to: "Song")]),
+            EntityDescription("Song", attributes: [AttributeDescription("title", .string)]),
+        ]))
+        let context = ObjectContext(store: fixture.store)
+        let playlist = try context.create("Playlist")
+        try playlist.setValue(.string("mix"), forKey: "name")
+        var songs: [ManagedObject] = []
+        for title in ["a", "b", "c"] {
+            let song = try context.create("Song")
+            try song.setValue(.string(title), forKey: "title")
+            try playlist.add(song, toKey: "songs")
+            songs.append(song)
+        }
+        try playlist.setObject(songs[1], forKey: "cover")
+        try context.save()
+        try playlist.remove(songs[0], fromKey: "songs")
+        try context.delete(songs[2])
+        try context.save()
+        let reader = ObjectContext(store: fixture.store)
+        let read = try #require(try reader.fetch(FetchRequest(entityName: "Playlist")).first)
+        #expect(try read.objects(forKey: "songs").map { try $0.value(forKey: "title") } == [.string("b")])
+        #expect(try read.object(forKey: "cover")?.value(forKey: "title") == .string("b"))
+        #expect(try reader.count(FetchRequest(entityName: "Song")) == 2)
+    }
+}
