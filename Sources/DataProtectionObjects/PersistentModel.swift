@@ -59,9 +59,11 @@ extension ManagedObject {
     /// context alive (objects refer to their context weakly; typed instances do not).
     public static func _backing(_ backing: inout ManagedObject?, context: inout ObjectContext?, entityName: String,
                                 model: AnyObject) -> ManagedObject {
+        // The common case — a wrapper made by a fetch, or one already bound — costs two checks.
+        if let existing = backing, context != nil { return existing }
         let object = _backing(&backing, context: nil, entityName: entityName)
         if let objectContext = object.context {
-            if context == nil { context = objectContext }
+            context = objectContext
             if object.typedObject == nil { object.typedObject = model }
         }
         return object
