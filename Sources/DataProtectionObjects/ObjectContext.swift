@@ -72,7 +72,7 @@ public final class ObjectContext {
     /// A new object of the entity, inserted in the context (`insertNewObject(forEntityName:into:)`).
     public func create(_ entityName: String) throws -> ManagedObject {
         let entity = try model.entity(named: entityName)
-        guard !entity.description_.isAbstract else { throw ObjectGraphError.invalidModel("\(entityName) is abstract") }
+        guard !entity.declaration.isAbstract else { throw ObjectGraphError.invalidModel("\(entityName) is abstract") }
         let object = ManagedObject(entity: entity, objectID: .temporary(entity), context: self, isFault: false)
         object.bind(to: entity, id: object.objectID)
         register(inserted: object)
@@ -94,7 +94,7 @@ public final class ObjectContext {
             return
         }
         let entity = try model.entity(named: object.modelTypeName ?? "")
-        guard !entity.description_.isAbstract else { throw ObjectGraphError.invalidModel("\(entity.name) is abstract") }
+        guard !entity.declaration.isAbstract else { throw ObjectGraphError.invalidModel("\(entity.name) is abstract") }
         object.unattached = nil
         object.bind(to: entity, id: .temporary(entity))
         register(inserted: object)

@@ -168,7 +168,8 @@ public final class Entity: @unchecked Sendable, CustomStringConvertible {
     public let root: String
     /// The names from the root entity down to this one.
     public let lineage: [String]
-    public let description_: EntityDescription
+    /// The entity as declared (its own properties only).
+    public let declaration: EntityDescription
     /// All attributes, inherited ones first.
     public let attributes: [AttributeDescription]
     /// All relationships, inherited ones first.
@@ -192,7 +193,7 @@ public final class Entity: @unchecked Sendable, CustomStringConvertible {
     init(description: EntityDescription, root: String, lineage: [String], attributes: [AttributeDescription],
          relationships: [RelationshipDescription], indexes: [IndexDescription]) {
         self.name = description.name
-        self.description_ = description
+        self.declaration = description
         self.root = root
         self.lineage = lineage
         self.attributes = attributes

@@ -259,7 +259,7 @@ public final class SQLiteObjectStore: PersistentStore {
         let entity = objectID.entity
         let destination = entity.destination(of: relationship)
         let table = SQLiteSchema.quote(destination.root)
-        var builder = SQLQueryBuilder(schema: schema)
+        let builder = SQLQueryBuilder(schema: schema)
         let filter = builder.entityCondition(destination, includesSubentities: true, alias: "d").map { " AND " + $0 } ?? ""
         let sql: String
         if let inverse = entity.inverseToOne(of: relationship) {
@@ -317,12 +317,13 @@ public final class SQLiteObjectStore: PersistentStore {
         if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
         // Keys alone, unsorted and unlimited: let SQLite scan whichever index is smallest and
         // put the keys in order here (a table scan would decrypt every row's page).
-        let sortKeysHere: Bool
+        let keysOnly: Bool
         switch request.resultType {
-        case .objectIDs, .objects where !request.includesPropertyValues:
-            sortKeysHere = request.sortKeys.isEmpty && request.limit == nil && request.offset == 0
-        default: sortKeysHere = false
+        case .objectIDs: keysOnly = true
+        case .objects: keysOnly = !request.includesPropertyValues
+        default: keysOnly = false
         }
+        let sortKeysHere = keysOnly && request.sortKeys.isEmpty && request.limit == nil && request.offset == 0
         if !sortKeysHere { sql += " ORDER BY " + order.joined(separator: ", ") }
         if request.limit != nil || request.offset > 0 { sql += " LIMIT \(request.limit ?? -1) OFFSET \(request.offset)" }
         let arguments = StatementArguments(builder.arguments)
@@ -340,11 +341,12 @@ public final class SQLiteObjectStore: PersistentStore {
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() { nodes.append(try decodeNode(row, root: root)) }
                 return .nodes(nodes)
-            case .objects, .objectIDs where monomorphic:
-                var keys = try Int64.fetchAll(statement)
-                if sortKeysHere { keys.sort() }
-                return .objectIDs(keys.map { ObjectID(entity: entity, primaryKey: $0) })
             case .objects, .objectIDs:
+                if monomorphic {
+                    var keys = try Int64.fetchAll(statement)
+                    if sortKeysHere { keys.sort() }
+                    return .objectIDs(keys.map { ObjectID(entity: entity, primaryKey: $0) })
+                }
                 var ids: [ObjectID] = []
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() {

@@ -64,7 +64,7 @@ struct SQLiteSchema {
             for member in family {
                 var attributeColumns: [String] = []
                 for attribute in member.attributes {
-                    let owner = member.lineage.last { model.entitiesByName[$0]!.description_.attributes.contains { $0.name == attribute.name } } ?? member.name
+                    let owner = member.lineage.last { model.entitiesByName[$0]!.declaration.attributes.contains { $0.name == attribute.name } } ?? member.name
                     attributeColumns.append(add(Column(name: attribute.name, sqlType: attribute.type.sqlType,
                                                        defaultSQL: attribute.defaultValue.map(Self.literal)), owner: owner))
                 }
@@ -185,11 +185,7 @@ struct SQLiteSchema {
                 guard relationship.isOptional else { return refuse("new relationship \(entity.name).\(relationship.name) is required") }
             }
         }
-        for entity in model.entities where old.entitiesByName[entity.name] == nil && old.entitiesByName[entity.root] != nil {
-            for attribute in entity.attributes where !attribute.isOptional && attribute.defaultValue == nil {
-                _ = attribute   // rows of a new sub-entity do not exist yet: any attribute is fine
-            }
-        }
+        // A new sub-entity of an existing table may have required attributes: none of its rows exist yet.
         var sql: [String] = []
         for (root, table) in tables.sorted(by: { $0.key < $1.key }) {
             guard let oldTable = oldSchema.tables[root] else {

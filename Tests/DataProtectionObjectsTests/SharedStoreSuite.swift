@@ -265,6 +265,14 @@ import Testing
         #expect(items.map(\.objectID.entity.name) == ["Photo", "Spreadsheet", "Document", "Document"])
         #expect(try items[1].value(forKey: "sheets") == .integer(1) && items[1].value(forKey: "pages") == .integer(1))
         #expect(try items[0].value(forKey: "width") == .null)
+        // As faults (keys only, batched or not), each still knows its entity.
+        var lazily = FetchRequest(entityName: "Item")
+        lazily.includesPropertyValues = false
+        let faults = try ObjectContext(store: fixture.store).fetch(lazily)
+        #expect(faults.map(\.objectID.entity.name) == ["Document", "Spreadsheet", "Photo", "Document"])
+        let batched = try reader.fetch(FetchRequest(entityName: "Document"), batchSize: 2)
+        #expect(try batched.map { try $0.value(forKey: "title") } == [.string("notes"), .string("budget"), .string("plan")])
+        #expect(batched.map(\.objectID.entity.name) == ["Document", "Spreadsheet", "Document"])
         // A to-many to the parent entity holds every kind; a cascade reaches them all.
         let readFolder = try #require(try reader.fetch(FetchRequest(entityName: "Folder")).first)
         #expect(try readFolder.objects(forKey: "items").map(\.objectID.entity.name) == ["Document", "Spreadsheet", "Photo", "Document"])
