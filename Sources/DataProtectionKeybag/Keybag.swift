@@ -263,7 +263,9 @@ public final class Keybag: Sendable {
     public func generation(of protectionClass: ProtectionClass) async throws -> Int {
         switch backend {
         case .embedded(let embedded): return try await embedded.generation(of: protectionClass)
-        case .daemon(let daemon, _): var r = try daemon.call(.generation) { $0.u8(protectionClass.rawValue) }
+        case .daemon(let daemon, _):
+            if let generation = daemon.fastGeneration(of: protectionClass) { return generation }
+            var r = try daemon.call(.generation) { $0.u8(protectionClass.rawValue) }
             return Int(try r.u64("generation"))
         }
     }
@@ -294,9 +296,13 @@ public final class Keybag: Sendable {
         switch backend {
         case .embedded(let embedded): return try await embedded.unwrapFileKeyWithGeneration(wrapped)
         case .daemon(let daemon, _):
+            if let cached = daemon.cachedFileKey(wrapped) { return cached }
+            let before = daemon.pageReading()
             var r = try daemon.call(.unwrapFileKey) { KeybagWire.wrapped(&$0, wrapped) }
             let key = try KeybagWire.key(&r)
-            return (key, Int(try r.u64("generation")))
+            let generation = Int(try r.u64("generation"))
+            daemon.rememberFileKey(wrapped, key: key, generation: generation, observedBefore: before)
+            return (key, generation)
         }
     }
 

@@ -67,9 +67,23 @@ package enum KeybagSocket {
 package final class KeybagDaemonClient: Sendable {
     package let socketPath: String
     private let connection = Mutex<Int32?>(nil)
+    /// The daemon's state page, when it publishes one: generations and availability without a
+    /// round trip.
+    private let page: KeybagStatePage?
+    /// File keys of classes C and D unwrapped before, valid while the page shows the same daemon
+    /// instance and class generation (see ``cachedFileKey(_:)``).
+    private let fileKeys = Mutex<[WrappedFileKey: CachedFileKey]>([:])
+    private static let fileKeyCacheLimit = 4096
+
+    private struct CachedFileKey {
+        let key: SymmetricKey
+        let instance: UInt64
+        let generation: UInt64
+    }
 
     private init(socketPath: String, fd: Int32) {
         self.socketPath = socketPath
+        self.page = KeybagStatePage.attach(socketPath: socketPath)
         connection.withLock { $0 = fd }
     }
 
@@ -122,6 +136,49 @@ package final class KeybagDaemonClient: Sendable {
                 fd = nil
                 throw KeybagError.daemon("\(error) (\(socketPath))")
             }
+        }
+    }
+
+    // MARK: - Without a round trip
+
+    /// What the daemon's page says now, or `nil` (no page, or the daemon is gone).
+    package func pageReading() -> KeybagStatePage.Reading? { page?.read() }
+
+    /// The generation of an available class, read from the page; `nil` when only the daemon
+    /// can answer: the class is unavailable (the daemon then says why), the device is locked
+    /// and the class is A or B (the daemon ends the grace period), or there is no page.
+    package func fastGeneration(of cls: ProtectionClass) -> Int? {
+        guard let reading = pageReading(), reading.isAvailable(cls) else { return nil }
+        if reading.isLocked && (cls == .complete || cls == .completeUnlessOpen) { return nil }
+        return Int(reading.generation(cls))
+    }
+
+    /// A file key this process unwrapped before, when it is still valid: only classes C and D
+    /// are kept (their keys are discarded only by an erase or a daemon restart, and either
+    /// changes what the page shows); class A and B keys always ask the daemon, so a lock takes
+    /// effect exactly when the daemon says. Entries go when they are found stale.
+    package func cachedFileKey(_ wrapped: WrappedFileKey) -> (key: SymmetricKey, generation: Int)? {
+        guard wrapped.protectionClass == .completeUntilFirstUserAuthentication || wrapped.protectionClass == .noProtection,
+              let reading = pageReading() else { return nil }
+        return fileKeys.withLock { cache in
+            guard let entry = cache[wrapped] else { return nil }
+            let cls = wrapped.protectionClass
+            guard entry.instance == reading.instance, entry.generation == reading.generation(cls), reading.isAvailable(cls) else {
+                cache = cache.filter { $0.key.protectionClass != cls && $0.value.instance == reading.instance }
+                return nil
+            }
+            return (entry.key, Int(entry.generation))
+        }
+    }
+
+    /// Keeps a file key the daemon just unwrapped, if nothing changed on the page while it did.
+    package func rememberFileKey(_ wrapped: WrappedFileKey, key: SymmetricKey, generation: Int, observedBefore: KeybagStatePage.Reading?) {
+        let cls = wrapped.protectionClass
+        guard cls == .completeUntilFirstUserAuthentication || cls == .noProtection, let before = observedBefore,
+              before.generation(cls) == UInt64(generation), pageReading() == before else { return }
+        fileKeys.withLock { cache in
+            if cache.count >= Self.fileKeyCacheLimit { cache.removeAll() }
+            cache[wrapped] = CachedFileKey(key: key, instance: before.instance, generation: before.generation(cls))
         }
     }
 

@@ -5,7 +5,7 @@ import Foundation
 /// Only a ``Keybag`` can unwrap it, and only while its class is available. For class B
 /// it carries the ephemeral X25519 public key of the one-pass key agreement (NIST SP 800-56A
 /// C(1e, 1s)), as iOS stores it beside the wrapped key.
-public struct WrappedFileKey: Sendable, Equatable {
+public struct WrappedFileKey: Sendable, Hashable {
     /// The class the key is wrapped under.
     public var protectionClass: ProtectionClass
     /// The keybag that wrapped it.

@@ -7,7 +7,7 @@ final class MemoryFile: VFSFile {
     private var bytes: [UInt8] = []
 
     override func close() -> Int32 {
-        bytes.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) }
+        _ = bytes.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) }
         bytes = []
         return SQLITE_OK
     }
@@ -34,7 +34,7 @@ final class MemoryFile: VFSFile {
 
     override func truncate(_ size: Int64) -> Int32 {
         if Int(size) < bytes.count {
-            bytes.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[Int(size)...]).initializeMemory(as: UInt8.self, repeating: 0) }
+            _ = bytes.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[Int(size)...]).initializeMemory(as: UInt8.self, repeating: 0) }
             bytes.removeLast(bytes.count - Int(size))
         }
         return SQLITE_OK

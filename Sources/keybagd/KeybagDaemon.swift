@@ -62,9 +62,22 @@ final class KeybagDaemon: Sendable {
     }
 
     /// Accepts connections until the process ends.
-    func serve() async {
-        await keybag.addObserver { [self] event in broadcast(.protectedData(event)) }
-        await keybag.addDiscardObserver { [self] cls in broadcast(.discarded(cls)) }
+    func serve() async throws {
+        // The state page first, so no discard can happen unpublished. The observers run on the
+        // keybag's executor as part of the change, before any other request is answered.
+        let status = await keybag.status
+        let page = try KeybagStatePage.publish(socketPath: socketPath, available: status.available, locked: status.lockState != .unlocked)
+        await keybag.addObserver { [self] event in
+            switch event {
+            case .didBecomeAvailable: page.publishAvailable(ProtectionClass.allCases)
+            case .willBecomeUnavailable: page.publishLocked()
+            }
+            broadcast(.protectedData(event))
+        }
+        await keybag.addDiscardObserver { [self] cls in
+            page.publishDiscard(cls)
+            broadcast(.discarded(cls))
+        }
         logger.notice("serving \(keybag.root) on \(socketPath)")
         // One line on standard output once the socket accepts connections, for whoever waits on us.
         FileHandle.standardOutput.write(Data("ready \(socketPath)\n".utf8))

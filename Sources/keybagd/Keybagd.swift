@@ -101,7 +101,7 @@ struct Keybagd: AsyncParsableCommand {
             }
         }
         if let idleLock { Task { await daemon.lockWhenIdle(after: idleLock) } }
-        await daemon.serve()
+        try await daemon.serve()
     }
 
     nonisolated(unsafe) static var signalSources: [any DispatchSourceSignal] = []

@@ -128,15 +128,35 @@ import Testing
         #expect(try await files.contents(of: download) == Data("pushed while locked".utf8))
         try await handleB.close()
 
-        // Killing the daemon: a clear error at once, not a hang; the restarted one is "rebooted".
+        // This process now holds the class C file key in its cache (the daemon's state page
+        // vouches for it): reads need no round trip.
+        let classC = urls[.completeUntilFirstUserAuthentication]!
+        #expect(try await files.contents(of: classC) == Data("class until-first-unlock".utf8))
+
+        // Killing the daemon: a clear error at once, not a hang — cached keys included, since the
+        // page shows the daemon gone; the restarted one is "rebooted".
         daemon.kill()
         await #expect {
             _ = try await handleA.read(at: 0, count: 5)
         } throws: { error in
             String(describing: error).contains("keybagd")
         }
+        await #expect {
+            _ = try await files.contents(of: classC)
+        } throws: { error in
+            String(describing: error).contains("keybagd")
+        }
         let restarted = try Daemon(cli: cli)
         defer { restarted.kill() }
+        // The restarted daemon is before first unlock: this process's cached class C key is void.
+        await #expect {
+            _ = try await files.contents(of: classC)
+        } throws: { error in
+            guard case ProtectedFileError.unavailable(_, .completeUntilFirstUserAuthentication, .beforeFirstUnlock, false) = error else {
+                return false
+            }
+            return true
+        }
         #expect(try cli.run(["status"], environment: restarted.environment).out.contains("before-first-unlock"))
         #expect(try cli.run(["cat", urls[.completeUntilFirstUserAuthentication]!.path], environment: restarted.environment).status == 3)
         try await handleA.close()

@@ -5,6 +5,7 @@
 #define C_LINUX_SHIMS_H
 #include <sys/xattr.h>
 #include <sys/random.h>
+#include <stdint.h>
 
 /// `O_TMPFILE` (a macro needing _GNU_SOURCE, which Swift cannot import): an unnamed file in a
 /// directory, linked into it later.
@@ -19,4 +20,10 @@ int cshim_set_nondumpable(void);
 /// `mlockall(MCL_CURRENT | MCL_FUTURE [| MCL_ONFAULT])`, only when RLIMIT_MEMLOCK is unlimited
 /// (with a limit, future allocations would start failing): 0 locked, 1 skipped, -1 failed.
 int cshim_lock_memory(void);
+
+/// A 64-bit word another process publishes in shared memory, read with acquire ordering.
+static inline uint64_t cshim_load_acquire_u64(const uint64_t *word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
+
+/// Publishes a 64-bit word in shared memory with release ordering.
+static inline void cshim_store_release_u64(uint64_t *word, uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
 #endif
