@@ -69,7 +69,7 @@ package final class KeybagDaemonClient: Sendable {
     private let connection = Mutex<Int32?>(nil)
     /// The daemon's state page, when it publishes one: generations and availability without a
     /// round trip.
-    private let page: KeybagStatePage?
+    private let page = Mutex<KeybagStatePage?>(nil)
     /// File keys of classes C and D unwrapped before, valid while the page shows the same daemon
     /// instance and class generation (see ``cachedFileKey(_:)``).
     private let fileKeys = Mutex<[WrappedFileKey: CachedFileKey]>([:])
@@ -83,7 +83,6 @@ package final class KeybagDaemonClient: Sendable {
 
     private init(socketPath: String, fd: Int32) {
         self.socketPath = socketPath
-        self.page = KeybagStatePage.attach(socketPath: socketPath)
         connection.withLock { $0 = fd }
     }
 
@@ -99,6 +98,8 @@ package final class KeybagDaemonClient: Sendable {
         let client = KeybagDaemonClient(socketPath: path, fd: fd)
         do {
             try client.call(.hello)
+            // The daemon publishes its page before it answers (a socket-activated one starts now).
+            client.page.withLock { $0 = KeybagStatePage.attach(socketPath: path) }
         } catch KeybagError.daemon(let why) where why.hasPrefix("refused") {
             throw KeybagError.daemon(why)
         } catch {
@@ -142,7 +143,7 @@ package final class KeybagDaemonClient: Sendable {
     // MARK: - Without a round trip
 
     /// What the daemon's page says now, or `nil` (no page, or the daemon is gone).
-    package func pageReading() -> KeybagStatePage.Reading? { page?.read() }
+    package func pageReading() -> KeybagStatePage.Reading? { page.withLock { $0 }?.read() }
 
     /// The generation of an available class, read from the page; `nil` when only the daemon
     /// can answer: the class is unavailable (the daemon then says why), the device is locked

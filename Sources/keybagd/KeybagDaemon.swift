@@ -21,13 +21,59 @@ final class KeybagDaemon: Sendable {
     private let subscribers = Mutex<[Int32]>([])
     private let lastActivity: Mutex<Date>
     private let listener: Int32
+    /// Whether the listening socket came from systemd (socket activation): then systemd owns it.
+    private let activated: Bool
 
     init(keybag: EmbeddedKeybag, socketPath: String, manualClock: ManualClock?) throws {
         self.keybag = keybag
         self.socketPath = socketPath
         self.manualClock = manualClock
         self.lastActivity = Mutex(keybag.clock.now())
-        self.listener = try Self.listen(on: socketPath)
+        if let inherited = try Self.activatedSocket(expected: socketPath) {
+            self.listener = inherited
+            self.activated = true
+        } else {
+            self.listener = try Self.listen(on: socketPath)
+            self.activated = false
+        }
+    }
+
+    /// The listening socket systemd passed (the `sd_listen_fds` protocol: `LISTEN_PID` is this
+    /// process, `LISTEN_FDS` is 1, the socket is fd 3), after checking it is a Unix stream
+    /// socket bound to this root's path in a 0700 directory of this user; `nil` without one.
+    static func activatedSocket(expected path: String) throws -> Int32? {
+        let environment = ProcessInfo.processInfo.environment
+        guard let pid = environment["LISTEN_PID"], pid == String(getpid()), let count = environment["LISTEN_FDS"] else { return nil }
+        unsetenv("LISTEN_PID")
+        unsetenv("LISTEN_FDS")
+        unsetenv("LISTEN_FDNAMES")
+        guard count == "1" else { throw DaemonError("systemd passed \(count) sockets; keybagd takes exactly one (ListenStream=\(path))") }
+        let fd: Int32 = 3
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        var type: Int32 = 0
+        var typeLength = socklen_t(MemoryLayout<Int32>.size)
+        guard named == 0, address.sun_family == sa_family_t(AF_UNIX),
+              getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typeLength) == 0, type == Int32(SOCK_STREAM.rawValue) else {
+            throw DaemonError("the socket systemd passed is not a Unix stream socket")
+        }
+        let bound = withUnsafeBytes(of: address.sun_path) { raw in
+            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        guard bound == path else {
+            throw DaemonError("systemd passed a socket on \(bound), but this root's socket is \(path); fix ListenStream= (dpctl daemon install --socket-activation writes it)")
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        var info = stat()
+        guard lstat(directory, &info) == 0, info.st_uid == getuid(), info.st_mode & 0o077 == 0 else {
+            throw DaemonError("\(directory) must be a 0700 directory of this user (DirectoryMode=0700)")
+        }
+        chmod(path, 0o600)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        return fd
     }
 
     /// Creates the 0700 directory (refusing one another user owns or others can enter), removes a
@@ -96,7 +142,7 @@ final class KeybagDaemon: Sendable {
     }
 
     func stop() {
-        unlink(socketPath)
+        if !activated { unlink(socketPath) }   // systemd owns an activated socket
     }
 
     // MARK: - One connection

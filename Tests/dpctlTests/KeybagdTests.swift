@@ -337,6 +337,69 @@ import Testing
     }
 }
 
+/// Socket activation, judged by systemd's own `systemd-socket-activate` (Debian's systemd).
+@Suite struct SocketActivationTests {
+    @Test func systemdStartsKeybagdOnTheFirstConnection() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234\n")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let runtime = cli.file("run")
+        try FileManager.default.createDirectory(atPath: runtime + "/dataprotection", withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        chmod(runtime, 0o700)
+        let socketName = (KeybagSocket.path(forRoot: cli.root) as NSString).lastPathComponent
+        let socket = runtime + "/dataprotection/" + socketName
+        // Spawned directly (posix_spawn), not with Foundation's Process: its exit monitoring
+        // blocks once the child execs into keybagd, as systemd-socket-activate does.
+        var pipe: [Int32] = [0, 0]
+        #expect(Glibc.pipe(&pipe) == 0)
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, pipe[1], 2)
+        posix_spawn_file_actions_addclose(&actions, pipe[0])
+        let arguments = ["/usr/bin/systemd-socket-activate", "-l", socket, "-E", "XDG_RUNTIME_DIR=\(runtime)",
+                         CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd").path, "--root", cli.root]
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for arg in argv { free(arg) } }
+        var pid: pid_t = 0
+        #expect(posix_spawn(&pid, arguments[0], &actions, nil, &argv, environ) == 0)
+        close(pipe[1])
+        let errors = FileHandle(fileDescriptor: pipe[0], closeOnDealloc: true)
+        func stopActivated() {
+            guard pid > 0 else { return }
+            Glibc.kill(pid, SIGTERM)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            pid = 0
+        }
+        defer { stopActivated() }
+        // systemd-socket-activate says when it listens; nothing else runs yet.
+        var line = Data()
+        while let byte = try errors.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+        #expect(String(decoding: line, as: UTF8.self).hasPrefix("Listening on \(socket)"))
+        #expect(!FileManager.default.fileExists(atPath: KeybagStatePage.path(forSocket: socket)))
+
+        // The first client starts the daemon: before first unlock, as after a reboot.
+        let env = ["XDG_RUNTIME_DIR": runtime]
+        let status = try cli.run(["status"], environment: env)
+        #expect(status.out.contains("before-first-unlock") && status.out.contains("keys held by:     keybagd"), "\(status.out)")
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: env).status == 0)
+        // This process finds it too, with its state page.
+        let client = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: socket))
+        #expect(client.fastGeneration(of: .complete) == 0)
+        var info = stat()
+        #expect(stat(socket, &info) == 0 && info.st_mode & 0o777 == 0o600)
+
+        // Stopped, the daemon leaves the socket to systemd.
+        stopActivated()
+        #expect(FileManager.default.fileExists(atPath: socket))
+        #expect(client.fastGeneration(of: .complete) == nil)
+    }
+}
+
 @Suite struct DaemonInstallTests {
     @Test func installWritesAUserUnitForThisRoot() throws {
         let cli = CLI.make()
@@ -351,5 +414,19 @@ import Testing
         let other = try cli.run(["--root", cli.file("other"), "daemon", "install"], environment: ["XDG_CONFIG_HOME": config])
         #expect(other.status == 1)
         #expect(other.stderr.contains("--force"))
+    }
+
+    @Test func socketActivationAddsASocketUnitOnThisRootsPath() throws {
+        let cli = CLI.make()
+        let config = cli.file("config")
+        let result = try cli.run(["daemon", "install", "--socket-activation"], environment: ["XDG_CONFIG_HOME": config])
+        #expect(result.status == 0, "\(result.stderr)")
+        let socketUnit = try String(contentsOfFile: config + "/systemd/user/keybagd.socket", encoding: .utf8)
+        let socketName = (KeybagSocket.path(forRoot: cli.root) as NSString).lastPathComponent
+        #expect(socketUnit.contains("ListenStream=%t/dataprotection/\(socketName)"))
+        #expect(socketUnit.contains("SocketMode=0600") && socketUnit.contains("DirectoryMode=0700"))
+        let service = try String(contentsOfFile: config + "/systemd/user/keybagd.service", encoding: .utf8)
+        #expect(!service.contains("WantedBy"))   // started by the socket
+        #expect(result.out.contains("systemctl --user enable --now keybagd.socket"))
     }
 }
