@@ -49,6 +49,9 @@ public final class ObjectContext {
     /// The object with this ID: the registered one, or a fault.
     public func object(with id: ObjectID) -> ManagedObject {
         if let object = registered[id] { return object }
+        // An ID made with another instance of the same model is taken by entity name.
+        var id = id
+        if let own = model.entitiesByName[id.entity.name], own !== id.entity { id = ObjectID(entity: own, primaryKey: id.primaryKey) }
         let object = ManagedObject(entity: id.entity, objectID: id, context: self, isFault: true)
         registered[id] = object
         return object

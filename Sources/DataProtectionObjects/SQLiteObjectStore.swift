@@ -228,7 +228,15 @@ public final class SQLiteObjectStore: PersistentStore {
         return StoreNode(objectID: ObjectID(entity: entity, primaryKey: key), values: values, toOne: toOne, version: row[2])
     }
 
+    /// Refuses entities of another model (their tables may not exist here).
+    private func check(_ entity: Entity) throws {
+        guard model.entitiesByName[entity.name] === entity else {
+            throw ObjectGraphError.unknownEntity("\(entity.name) (an entity of another model than this store's)")
+        }
+    }
+
     public func node(for objectID: ObjectID) throws -> StoreNode {
+        try check(objectID.entity)
         let root = objectID.entity.root
         return try read { db in
             let statement = try db.cachedStatement(sql: "SELECT \(selectList(root, alias: "t0")) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK = ?")
@@ -242,6 +250,7 @@ public final class SQLiteObjectStore: PersistentStore {
     /// Rows of many objects of one root entity at once (batch fault firing).
     public func nodes(for objectIDs: [ObjectID]) throws -> [StoreNode] {
         guard let root = objectIDs.first?.entity.root else { return [] }
+        for id in objectIDs { try check(id.entity) }
         return try read { db in
             var nodes: [StoreNode] = []
             nodes.reserveCapacity(objectIDs.count)
@@ -256,6 +265,7 @@ public final class SQLiteObjectStore: PersistentStore {
     }
 
     public func destinations(of relationship: RelationshipDescription, for objectID: ObjectID) throws -> [ObjectID] {
+        try check(objectID.entity)
         let entity = objectID.entity
         let destination = entity.destination(of: relationship)
         let table = SQLiteSchema.quote(destination.root)
@@ -284,6 +294,7 @@ public final class SQLiteObjectStore: PersistentStore {
     }
 
     public func execute(_ request: StoreFetchRequest) throws -> StoreFetchResult {
+        try check(request.entity)
         let entity = request.entity
         // A root table holding one entity needs no Z_ENT to make IDs.
         let monomorphic = (entitiesByCode[entity.root]?.count ?? 0) == 1
@@ -375,6 +386,7 @@ public final class SQLiteObjectStore: PersistentStore {
 
     public func obtainPermanentIDs(for entity: Entity, count: Int) throws -> [ObjectID] {
         guard count > 0 else { return [] }
+        try check(entity)
         let root = entity.root
         let last: Int64 = try write { db in
             try db.execute(sql: "INSERT OR IGNORE INTO Z_PRIMARYKEY (Z_NAME, Z_MAX) VALUES (?, 0)", arguments: [root])
@@ -403,6 +415,8 @@ public final class SQLiteObjectStore: PersistentStore {
     }
 
     public func execute(_ request: SaveChangesRequest) throws {
+        for change in request.inserted + request.updated + request.deleted { try check(change.objectID.entity) }
+        for change in request.relationChanges { try check(change.source.entity) }
         try write { db in
             var conflicts: [String] = []
             for change in request.inserted {

@@ -1,5 +1,5 @@
 import DataProtection
-import DataProtectionObjects
+@testable import DataProtectionObjects
 import Foundation
 import GRDB
 import Testing
@@ -22,6 +22,11 @@ func sqlcipher(_ db: String, rawKey: String, _ sql: String...) throws -> [[Any]]
     if process.terminationStatus != 0 { Issue.record("SQLCipher failed: \(errors)") }
     return String(decoding: data, as: UTF8.self).split(separator: "\n")
         .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [Any] }
+}
+
+extension Entity {
+    /// An ID of this entity (tests build IDs the way a store does).
+    func entity(_ model: ObjectModel, key: Int64) -> ObjectID { ObjectID(entity: self, primaryKey: key) }
 }
 
 @Suite struct SQLiteObjectStoreTests {
@@ -175,6 +180,22 @@ func sqlcipher(_ db: String, rawKey: String, _ sql: String...) throws -> [[Any]]
         try context.save()
         #expect(faults[0].text == "changed while locked")
         #expect(try ObjectContext(store: store).fetchCount(FetchDescriptor<Message>()) == 10)
+    }
+
+    @Test func idsFromAnotherModelInstanceWorkAndForeignOnesAreRefused() async throws {
+        let fixture = try await Fixture.make(.encryptedSQLite, model: try chatModel())
+        let (_, _, messages) = try seedChat(ObjectContext(store: fixture.store))
+        // The same model built again (as a second launch or another module would): IDs carry over by name.
+        let again = try ObjectModel(types: chatTypes)
+        let id = try #require(again.entitiesByName["Message"]).entity(again, key: messages[0].persistentModelID.primaryKey)
+        let context = ObjectContext(store: fixture.store)
+        #expect(context.model(for: id, as: Message.self).text == "Hello team")
+        // An entity this store does not have: a clear error, not a crash.
+        let foreign = try inheritanceModel()
+        let folder = try #require(foreign.entitiesByName["Folder"]).entity(foreign, key: 1)
+        #expect(throws: ObjectGraphError.unknownEntity("Folder (an entity of another model than this store's)")) {
+            try context.existingObject(with: folder)
+        }
     }
 
     @Test func aDamagedOrForeignStoreIsAClearError() async throws {
