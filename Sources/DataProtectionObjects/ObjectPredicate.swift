@@ -121,25 +121,9 @@ extension ObjectPredicate {
         switch self {
         case .constant(let v): return v
         case .and(let parts):
-            var unknown = false
-            for part in parts {
-                switch try part.evaluate(on: id, source: source) {
-                case false?: return false
-                case nil: unknown = true
-                case true?: break
-                }
-            }
-            return unknown ? nil : true
+            return try Self.any(parts, is: false) { try $0.evaluate(on: id, source: source) }.map { !$0 }
         case .or(let parts):
-            var unknown = false
-            for part in parts {
-                switch try part.evaluate(on: id, source: source) {
-                case true?: return true
-                case nil: unknown = true
-                case false?: break
-                }
-            }
-            return unknown ? nil : false
+            return try Self.any(parts, is: true) { try $0.evaluate(on: id, source: source) }
         case .not(let inner):
             return try inner.evaluate(on: id, source: source).map { !$0 }
         case .comparison(let lhs, let op, let rhs):
@@ -166,17 +150,10 @@ extension ObjectPredicate {
         case .oneOf(let lhs, let values):
             let a = try lhs.resolve(on: id, source: source)
             if a.isNull { return nil }
-            var unknown = false
-            for value in values {
+            return try Self.any(values, is: true) { value in
                 let b = try value.resolve(on: id, source: source)
-                if b.isNull { unknown = true; continue }   // SQL: x IN (…, NULL) is unknown unless x matches another
-                switch Self.compare(a, .equal, b) {
-                case true?: return true
-                case nil: unknown = true
-                case false?: break
-                }
+                return b.isNull ? nil : Self.compare(a, .equal, b)   // SQL: x IN (…, NULL) is unknown unless x matches another
             }
-            return unknown ? nil : false
         case .between(let operand, let lower, let upper):
             let v = try operand.resolve(on: id, source: source)
             let low = Self.compare(v, .greaterOrEqual, try lower.resolve(on: id, source: source))
@@ -199,16 +176,22 @@ extension ObjectPredicate {
                 }
                 current = next
             }
-            var unknown = false
-            for object in current {
-                switch try inner.evaluate(on: object, source: source) {
-                case true?: return true
-                case nil: unknown = true
-                case false?: break
-                }
-            }
-            return unknown ? nil : false
+            return try Self.any(current, is: true) { try inner.evaluate(on: $0, source: source) }
         }
+    }
+
+    /// SQL's fold of OR (`target` true) or, negated, AND (`target` false): whether some element
+    /// evaluates to `target`; unknown when none does but some are unknown.
+    private static func any<C: Sequence>(_ elements: C, is target: Bool, _ test: (C.Element) throws -> Bool?) rethrows -> Bool? {
+        var unknown = false
+        for element in elements {
+            switch try test(element) {
+            case target?: return true
+            case nil: unknown = true
+            default: break
+            }
+        }
+        return unknown ? nil : false
     }
 
     private static func both(_ a: Bool?, _ b: Bool?) -> Bool? {
