@@ -27,6 +27,21 @@ public final class InMemoryObjectStore: PersistentStore {
         /// Join tables: first key → second keys, and second key → first keys.
         var joinsForward: [String: [Int64: [Int64]]] = [:]
         var joinsBackward: [String: [Int64: [Int64]]] = [:]
+        /// Per "<root>.<to-one>": destination key → keys of the rows pointing to it (what an
+        /// index on a key column gives the SQLite store).
+        var pointing: [String: [Int64: Set<Int64>]] = [:]
+
+        mutating func index(_ row: Row, key: Int64, adding: Bool) {
+            for (slot, relationship) in row.entity.toOneRelationships.enumerated() {
+                guard slot < row.toOne.count, let target = row.toOne[slot] else { continue }
+                let name = "\(row.entity.root).\(relationship.name)"
+                if adding {
+                    pointing[name, default: [:]][target.primaryKey, default: []].insert(key)
+                } else {
+                    pointing[name]?[target.primaryKey]?.remove(key)
+                }
+            }
+        }
     }
     private let state = Mutex(State())
 
@@ -126,10 +141,12 @@ public final class InMemoryObjectStore: PersistentStore {
         func toMany(_ relationship: RelationshipDescription, of id: ObjectID) throws -> [ObjectID] {
             let destination = id.entity.destination(of: relationship)
             if let inverse = id.entity.inverseToOne(of: relationship) {
-                let slot = destination.toOneIndex[inverse.name]!
-                return (state.tables[destination.root] ?? [:])
-                    .filter { destination.includes($0.value.entity) && $0.value.toOne.indices.contains(slot) && $0.value.toOne[slot] == id }
-                    .keys.sorted().map { ObjectID(entity: state.tables[destination.root]![$0]!.entity, primaryKey: $0) }
+                let keys = state.pointing["\(destination.root).\(inverse.name)"]?[id.primaryKey] ?? []
+                return keys.sorted().compactMap { key in
+                    guard let row = state.tables[destination.root]?[key], destination.includes(row.entity),
+                          let slot = row.entity.toOneIndex[inverse.name], row.toOne[slot] == id else { return nil }
+                    return ObjectID(entity: row.entity, primaryKey: key)
+                }
             }
             guard let join = id.entity.joinTable(for: relationship) else { return [] }
             let keys = (join.sourceIsFirst ? state.joinsForward : state.joinsBackward)[join.name]?[id.primaryKey] ?? []
@@ -161,12 +178,15 @@ public final class InMemoryObjectStore: PersistentStore {
             guard conflicts.isEmpty else { throw ObjectGraphError.conflict(objects: conflicts) }
             for change in request.inserted + request.updated {
                 let id = change.objectID
-                state.tables[id.entity.root, default: [:]][id.primaryKey] =
-                    Row(entity: id.entity, values: change.values, toOne: change.toOne, version: change.newVersion)
+                if let old = state.tables[id.entity.root]?[id.primaryKey] { state.index(old, key: id.primaryKey, adding: false) }
+                let row = Row(entity: id.entity, values: change.values, toOne: change.toOne, version: change.newVersion)
+                state.tables[id.entity.root, default: [:]][id.primaryKey] = row
+                state.index(row, key: id.primaryKey, adding: true)
                 state.maxKeys[id.entity.root] = max(state.maxKeys[id.entity.root, default: 0], id.primaryKey)
             }
             for change in request.deleted {
                 let id = change.objectID
+                if let old = state.tables[id.entity.root]?[id.primaryKey] { state.index(old, key: id.primaryKey, adding: false) }
                 state.tables[id.entity.root]?[id.primaryKey] = nil
                 for relationship in id.entity.relationships {
                     guard let join = id.entity.joinTable(for: relationship) else { continue }

@@ -67,7 +67,7 @@ import Foundation
     }
 }
 
-let chatTypes: [any PersistentModel.Type] = [Account.self, Profile.self, Conversation.self, Message.self, Attachment.self]
+var chatTypes: [any PersistentModel.Type] { [Account.self, Profile.self, Conversation.self, Message.self, Attachment.self] }
 
 /// An untyped model with sub-entities: Item ← Document ← Spreadsheet, Item ← Photo; all kept in Item's table.
 func inheritanceModel() throws -> ObjectModel {
