@@ -5,6 +5,10 @@ import Foundation
 /// `UUID`, `URL`, or optionals of these) or a relationship (`Other?` to-one, `[Other]`
 /// to-many, where `Other` is a model). A property's initial value is its default.
 ///
+/// A `@Model` subclass of a `@Model` class is a sub-entity: stored in its superclass's table,
+/// and returned (as its own class) by fetches of the superclass. Its properties have no initial
+/// values; its `init` calls `super.init` first, then sets them.
+///
 /// ```swift
 /// @Model final class Conversation {
 ///     var title: String

@@ -49,7 +49,7 @@ public final class ManagedObject {
     weak var typedObject: AnyObject?
     /// Values given before insertion (typed models built with `init`).
     var unattached: [String: UnattachedValue]?
-    let modelTypeName: String?
+    var modelTypeName: String?
 
     struct ToManyState {
         var loaded: OrderedSet<ObjectID>?

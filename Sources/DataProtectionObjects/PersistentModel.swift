@@ -57,11 +57,14 @@ extension ManagedObject {
     /// built with `init` gets an unattached one; one made by a fetch is given its object).
     /// Once the object is in a context, the instance becomes its typed wrapper and keeps the
     /// context alive (objects refer to their context weakly; typed instances do not).
-    public static func _backing(_ backing: inout ManagedObject?, context: inout ObjectContext?, entityName: String,
+    public static func _backing(_ backing: inout ManagedObject?, context: inout ObjectContext?, entityName: @autoclosure () -> String,
                                 model: AnyObject) -> ManagedObject {
         // The common case — a wrapper made by a fetch, or one already bound — costs two checks.
         if let existing = backing, context != nil { return existing }
-        let object = _backing(&backing, context: nil, entityName: entityName)
+        let object = _backing(&backing, context: nil, entityName: entityName())
+        // Not inserted yet: the instance's own class names the entity (a subclass's initial
+        // values may have made the backing under its superclass's name).
+        if object.unattached != nil { object.modelTypeName = entityName() }
         if let objectContext = object.context {
             context = objectContext
             if object.typedObject == nil { object.typedObject = model }

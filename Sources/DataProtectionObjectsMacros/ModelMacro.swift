@@ -13,15 +13,56 @@ public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let properties = try StoredProperty.all(in: classDecl.memberBlock.members)
         let attributes = properties.filter { if case .attribute = $0.kind { true } else { false } }
         let relationships = properties.filter { if case .attribute = $0.kind { false } else { true } }
+        let isFinal = classDecl.modifiers.contains { $0.name.text == "final" }
+        // The extension role adds PersistentModel only where it is missing: none to add means the
+        // superclass is a model already, and this class is a sub-entity of it.
+        let superclass = protocols.isEmpty ? classDecl.inheritanceClause?.inheritedTypes.first?.type.trimmedDescription : nil
+        if superclass != nil, let property = properties.first(where: { $0.initializer != nil }) {
+            throw MacroError("\(property.name): properties of a @Model subclass cannot have initial values; set them in init")
+        }
+        let hasIndexMacro = classDecl.memberBlock.members.contains { $0.decl.as(MacroExpansionDeclSyntax.self)?.macroName.text == "Index" }
         let keyPathCases = (properties.map { "if keyPath == \\\(name).\($0.name) as AnyKeyPath { return \"\($0.name)\" }" }
-            + ["if keyPath == \\\(name).persistentModelID as AnyKeyPath { return \"\" }"])
+            + (superclass == nil ? ["if keyPath == \\\(name).persistentModelID as AnyKeyPath { return \"\" }"] : []))
             .joined(separator: "\n        ")
+        let indexes = superclass == nil || hasIndexMacro
+            ? "_dpIndexes().map { DataProtectionObjects.IndexDescription($0.compactMap { propertyName(for: $0) }) }" : "[]"
+        let entity = """
+            DataProtectionObjects.EntityDescription(
+                    \(literal(name)),\(superclass.map { " parent: \(literal($0))," } ?? "")
+                    attributes: [\(attributes.map { $0.descriptionExpression(className: name) }.joined(separator: ",\n            "))],
+                    relationships: [\(relationships.map { $0.descriptionExpression(className: name) }.joined(separator: ",\n            "))],
+                    indexes: \(indexes))
+            """
+        if superclass != nil {
+            return [
+                """
+                \(raw: access)required init(managedObject: DataProtectionObjects.ManagedObject) {
+                    super.init(managedObject: managedObject)
+                }
+                """,
+                """
+                \(raw: access)override class var entityDescription: DataProtectionObjects.EntityDescription {
+                    \(raw: entity)
+                }
+                """,
+                """
+                \(raw: access)override class func propertyName(for keyPath: AnyKeyPath) -> String? {
+                    \(raw: keyPathCases)
+                    return super.propertyName(for: keyPath)
+                }
+                """,
+            ]
+        }
+        // A class that may have subclasses keeps its backing visible to them and dispatches its
+        // entity dynamically.
+        let member = isFinal ? "private " : access.isEmpty ? "" : access
+        let kind = isFinal ? "static" : "class"
         return [
-            "private var _dpBacking: DataProtectionObjects.ManagedObject? = nil",
-            "private var _dpContext: DataProtectionObjects.ObjectContext? = nil",
+            "\(raw: member)var _dpBacking: DataProtectionObjects.ManagedObject? = nil",
+            "\(raw: member)var _dpContext: DataProtectionObjects.ObjectContext? = nil",
             """
             \(raw: access)var managedObject: DataProtectionObjects.ManagedObject {
-                DataProtectionObjects.ManagedObject._backing(&_dpBacking, context: &_dpContext, entityName: \(literal: name), model: self)
+                DataProtectionObjects.ManagedObject._backing(&_dpBacking, context: &_dpContext, entityName: \(raw: isFinal ? literal(name) : "_typeName(type(of: self), qualified: false)"), model: self)
             }
             """,
             """
@@ -31,22 +72,20 @@ public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             }
             """,
             """
-            \(raw: access)static var entityDescription: DataProtectionObjects.EntityDescription {
-                DataProtectionObjects.EntityDescription(
-                    \(literal: name),
-                    attributes: [\(raw: attributes.map { $0.descriptionExpression(className: name) }.joined(separator: ",\n            "))],
-                    relationships: [\(raw: relationships.map { $0.descriptionExpression(className: name) }.joined(separator: ",\n            "))],
-                    indexes: _dpIndexes().map { DataProtectionObjects.IndexDescription($0.compactMap { propertyName(for: $0) }) })
+            \(raw: access)\(raw: kind) var entityDescription: DataProtectionObjects.EntityDescription {
+                \(raw: entity)
             }
             """,
             """
-            \(raw: access)static func propertyName(for keyPath: AnyKeyPath) -> String? {
+            \(raw: access)\(raw: kind) func propertyName(for keyPath: AnyKeyPath) -> String? {
                 \(raw: keyPathCases)
                 return nil
             }
             """,
         ]
     }
+
+    private static func literal(_ text: String) -> String { "\"" + text + "\"" }
 
     public static func expansion(of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
                                  providingAttributesFor member: some DeclSyntaxProtocol,
@@ -58,7 +97,8 @@ public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
     public static func expansion(of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
                                  providingExtensionsOf type: some TypeSyntaxProtocol, conformingTo protocols: [TypeSyntax],
                                  in context: some MacroExpansionContext) throws -> [ExtensionDeclSyntax] {
-        [try ExtensionDeclSyntax("extension \(type.trimmed): DataProtectionObjects.PersistentModel {}")]
+        // A subclass of a model conforms through its superclass already.
+        protocols.isEmpty ? [] : [try ExtensionDeclSyntax("extension \(type.trimmed): DataProtectionObjects.PersistentModel {}")]
     }
 }
 

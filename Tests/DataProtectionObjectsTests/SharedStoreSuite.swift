@@ -407,3 +407,25 @@ import Testing
         #expect(try reader.count(FetchRequest(entityName: "Song")) == 2)
     }
 }
+
+@Suite struct TypedSubEntityTests {
+    @Test(arguments: StoreKind.allCases)
+    func subclassesAreSubEntities(kind: StoreKind) async throws {
+        let model = try ObjectModel(types: [Shape.self, Square.self, Circle.self])
+        #expect(try model.entity(named: "Square").root == "Shape")
+        let fixture = try await Fixture.make(kind, model: model)
+        let context = ObjectContext(store: fixture.store)
+        context.insert(Square(label: "a", edge: 2))
+        context.insert(Circle(label: "b", radius: 1))
+        context.insert(Shape(label: "c"))
+        try context.save()
+        let reader = ObjectContext(store: fixture.store)
+        let shapes = try reader.fetch(FetchDescriptor<Shape>(sortBy: [SortDescriptor(\.label)]))
+        #expect(shapes.map { String(describing: type(of: $0)) } == ["Square", "Circle", "Shape"])
+        #expect(shapes.map(\.sides) == [4, 0, 0])
+        #expect((shapes[0] as? Square)?.edge == 2 && (shapes[1] as? Circle)?.radius == 1)
+        #expect(try reader.fetch(FetchDescriptor<Square>()).map(\.label) == ["a"])
+        #expect(try reader.fetch(FetchDescriptor<Circle>(predicate: #Predicate { $0.radius > 0.5 })).map(\.label) == ["b"])
+        #expect(try reader.fetch(FetchDescriptor<Shape>(predicate: #Predicate { $0.sides == 4 })).map(\.label) == ["a"])
+    }
+}

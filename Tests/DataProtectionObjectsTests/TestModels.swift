@@ -82,3 +82,28 @@ func inheritanceModel() throws -> ObjectModel {
                           indexes: [IndexDescription(["width"])]),
     ])
 }
+
+// Typed sub-entities: a class hierarchy of models, kept in the root's table.
+
+@Model class Shape {
+    var label: String
+    var sides: Int = 0
+    init(label: String) { self.label = label }
+}
+
+@Model final class Square: Shape {
+    var edge: Double
+    init(label: String, edge: Double) {
+        super.init(label: label)   // a subclass's properties live in the backing: set them after super.init
+        self.edge = edge
+        sides = 4
+    }
+}
+
+@Model final class Circle: Shape {
+    var radius: Double
+    init(label: String, radius: Double) {
+        super.init(label: label)
+        self.radius = radius
+    }
+}
