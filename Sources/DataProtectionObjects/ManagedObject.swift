@@ -151,7 +151,7 @@ public final class ManagedObject {
         try fulfill()
         guard values[i] != value else { return }
         values[i] = value
-        changedAttributes.insert(i)
+        if !isInserted { changedAttributes.insert(i) }   // an inserted object is written whole
         context?.didChange(self)
     }
 

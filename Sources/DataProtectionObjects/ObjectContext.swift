@@ -195,7 +195,7 @@ public final class ObjectContext {
         let old = object.toOne[index]
         guard old != target?.objectID else { return }
         object.toOne[index] = target?.objectID
-        object.changedToOne.insert(index)
+        if !object.isInserted { object.changedToOne.insert(index) }   // an inserted object is written whole
         didChange(object)
         guard maintainInverse, let inverseName = relationship.inverse else { return }
         if let old { try unlinkInverse(self.object(with: old), inverseName, from: object) }
@@ -208,12 +208,15 @@ public final class ObjectContext {
         if !entity.destination(of: relationship).includes(target.entity!) {
             throw ObjectGraphError.typeMismatch(entity: entity.name, property: relationship.name, expected: relationship.destination)
         }
-        var state = object.toMany[index] ?? ManagedObject.ToManyState()
-        if state.loaded?.contains(target.objectID) == true { return }
-        if state.loaded == nil && state.added.contains(target.objectID) { return }
-        state.loaded?.append(target.objectID)
-        if state.removed.remove(target.objectID) == nil { state.added.append(target.objectID) }
-        object.toMany[index] = state
+        // Mutated in place: a copy of the state would copy its sets on every add.
+        let added = Self.mutate(object, index) { state -> Bool in
+            if state.loaded?.contains(target.objectID) == true { return false }
+            if state.loaded == nil && state.added.contains(target.objectID) { return false }
+            state.loaded?.append(target.objectID)
+            if state.removed.remove(target.objectID) == nil { state.added.append(target.objectID) }
+            return true
+        }
+        guard added else { return }
         if entity.joinTable(for: relationship) != nil { didChange(object) }
         guard maintainInverse, let inverseName = relationship.inverse else { return }
         try linkInverse(target, inverseName, to: object)
@@ -222,14 +225,20 @@ public final class ObjectContext {
     func removeFromToMany(_ object: ManagedObject, index: Int, _ target: ManagedObject, maintainInverse: Bool) throws {
         let entity = object.entity!
         let relationship = entity.relationships[index]
-        var state = object.toMany[index] ?? ManagedObject.ToManyState()
-        if let loaded = state.loaded, !loaded.contains(target.objectID) { return }
-        state.loaded?.remove(target.objectID)
-        if state.added.remove(target.objectID) == nil { state.removed.insert(target.objectID) }
-        object.toMany[index] = state
+        let removed = Self.mutate(object, index) { state -> Bool in
+            if let loaded = state.loaded, !loaded.contains(target.objectID) { return false }
+            state.loaded?.remove(target.objectID)
+            if state.added.remove(target.objectID) == nil { state.removed.insert(target.objectID) }
+            return true
+        }
+        guard removed else { return }
         if entity.joinTable(for: relationship) != nil { didChange(object) }
         guard maintainInverse, let inverseName = relationship.inverse else { return }
         try unlinkInverse(target, inverseName, from: object)
+    }
+
+    private static func mutate<T>(_ object: ManagedObject, _ index: Int, _ body: (inout ManagedObject.ToManyState) -> T) -> T {
+        body(&object.toMany[index, default: ManagedObject.ToManyState()])
     }
 
     /// `target.<inverse>` gains `object`.

@@ -58,13 +58,13 @@ extension ManagedObject {
     /// Once the object is in a context, the instance becomes its typed wrapper and keeps the
     /// context alive (objects refer to their context weakly; typed instances do not).
     public static func _backing(_ backing: inout ManagedObject?, context: inout ObjectContext?, entityName: @autoclosure () -> String,
-                                model: AnyObject) -> ManagedObject {
+                                classIsFinal: Bool, model: AnyObject) -> ManagedObject {
         // The common case — a wrapper made by a fetch, or one already bound — costs two checks.
         if let existing = backing, context != nil { return existing }
         let object = _backing(&backing, context: nil, entityName: entityName())
         // Not inserted yet: the instance's own class names the entity (a subclass's initial
         // values may have made the backing under its superclass's name).
-        if object.unattached != nil { object.modelTypeName = entityName() }
+        if !classIsFinal, object.unattached != nil { object.modelTypeName = entityName() }
         if let objectContext = object.context {
             context = objectContext
             if object.typedObject == nil { object.typedObject = model }

@@ -62,7 +62,7 @@ public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
             "\(raw: member)var _dpContext: DataProtectionObjects.ObjectContext? = nil",
             """
             \(raw: access)var managedObject: DataProtectionObjects.ManagedObject {
-                DataProtectionObjects.ManagedObject._backing(&_dpBacking, context: &_dpContext, entityName: \(raw: isFinal ? literal(name) : "_typeName(type(of: self), qualified: false)"), model: self)
+                DataProtectionObjects.ManagedObject._backing(&_dpBacking, context: &_dpContext, entityName: \(raw: isFinal ? literal(name) : "_typeName(type(of: self), qualified: false)"), classIsFinal: \(raw: isFinal ? "true" : "false"), model: self)
             }
             """,
             """
