@@ -80,7 +80,6 @@ public final class InMemoryObjectStore: PersistentStore {
                 ids.append(id)
             }
             ids = try Self.sort(ids, by: request.sortKeys, source: source)
-            if case .count = request.resultType { return .count(Self.window(ids.count, request)) }
             ids = Array(ids.dropFirst(request.offset).prefix(request.limit ?? Int.max))
             switch request.resultType {
             case .count: return .count(ids.count)
@@ -105,10 +104,6 @@ public final class InMemoryObjectStore: PersistentStore {
                 })
             }
         }
-    }
-
-    private static func window(_ count: Int, _ request: StoreFetchRequest) -> Int {
-        min(max(count - request.offset, 0), request.limit ?? Int.max)
     }
 
     /// Sorts as the SQLite store's ORDER BY does: by each key (NULL first), then by primary key.

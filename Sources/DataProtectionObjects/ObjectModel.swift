@@ -1,4 +1,5 @@
 import Crypto
+import DataProtection
 import Foundation
 
 /// A set of entities, checked and resolved: the equivalent of `NSManagedObjectModel`.
@@ -44,7 +45,7 @@ public final class ObjectModel: Sendable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let json = (try? encoder.encode(canonical)) ?? Data()
-        self.versionHash = SHA256.hash(data: json).map { String(format: "%02x", $0) }.joined()
+        self.versionHash = Array(SHA256.hash(data: json)).hex
         for entity in entities { entity.model = self }
     }
 

@@ -20,8 +20,9 @@ struct SQLQueryBuilder {
 
     enum ColumnKind { case attribute(AttributeType), toOne(Entity) }
 
-    /// The SQL expression for a key path from `entity` (at `alias`).
-    mutating func column(_ path: [String], entity: Entity, alias: String) throws -> (sql: String, kind: ColumnKind) {
+    /// The SQL expression for a key path from `entity` (at `alias`). Decimal columns (exact
+    /// text) are cast to REAL `forComparison`; otherwise the stored column is given as it is.
+    mutating func column(_ path: [String], entity: Entity, alias: String, forComparison: Bool = true) throws -> (sql: String, kind: ColumnKind) {
         if path.isEmpty { return ("\(alias).Z_PK", .toOne(entity)) }   // the object itself
         var current = entity, currentAlias = alias
         for (position, name) in path.enumerated() {
@@ -30,7 +31,7 @@ struct SQLQueryBuilder {
             if last, let i = current.attributeIndex[name] {
                 let type = current.attributes[i].type
                 let sql = "\(currentAlias).\(SQLiteSchema.quote(layout.attributeColumns[i]))"
-                return (type == .decimal ? "CAST(\(sql) AS REAL)" : sql, .attribute(type))
+                return (type == .decimal && forComparison ? "CAST(\(sql) AS REAL)" : sql, .attribute(type))
             }
             guard let i = current.toOneIndex[name] else {
                 throw ObjectGraphError.unknownProperty(entity: current.name, property: name)

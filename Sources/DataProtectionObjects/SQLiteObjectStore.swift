@@ -30,6 +30,8 @@ public final class SQLiteObjectStore: PersistentStore {
     let schema: SQLiteSchema
     private let metadata: StoreMetadata
     private let entitiesByCode: [String: [Int64: Entity]]
+    /// Built once: the select list of each root table (fault firing uses it on every query).
+    private let selectLists: [String: String]
 
     static let lowercaseFunction = "dp_lower"
     static let endsWithFunction = "dp_ends_with"
@@ -73,6 +75,9 @@ public final class SQLiteObjectStore: PersistentStore {
         var codes: [String: [Int64: Entity]] = [:]
         for entity in model.entities { codes[entity.root, default: [:]][entity.code] = entity }
         self.entitiesByCode = codes
+        self.selectLists = schema.tables.mapValues { table in
+            (["Z_PK", "Z_ENT", "Z_OPT"] + table.columns.map { SQLiteSchema.quote($0.name) }).map { "t0.\($0)" }.joined(separator: ", ")
+        }
         self.metadata = try Self.prepareSchema(writer: writer, schema: schema, path: path, protectedDatabase: protectedDatabase)
     }
 
@@ -197,10 +202,8 @@ public final class SQLiteObjectStore: PersistentStore {
 
     // MARK: Reading
 
-    private func selectList(_ root: String, alias: String) -> String {
-        (["Z_PK", "Z_ENT", "Z_OPT"] + schema.tables[root]!.columns.map { SQLiteSchema.quote($0.name) })
-            .map { "\(alias).\($0)" }.joined(separator: ", ")
-    }
+    /// Every column of a root table, as `t0.…`: what a row of an object is read with.
+    private func selectList(_ root: String) -> String { selectLists[root] ?? "t0.Z_PK" }
 
     private func decodeNode(_ row: Row, root: String) throws -> StoreNode {
         let key: Int64 = row[0]
@@ -239,7 +242,7 @@ public final class SQLiteObjectStore: PersistentStore {
         try check(objectID.entity)
         let root = objectID.entity.root
         return try read { db in
-            let statement = try db.cachedStatement(sql: "SELECT \(selectList(root, alias: "t0")) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK = ?")
+            let statement = try db.cachedStatement(sql: "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK = ?")
             guard let row = try Row.fetchOne(statement, arguments: [objectID.primaryKey]) else {
                 throw ObjectGraphError.objectDeleted(objectID.description)
             }
@@ -255,7 +258,7 @@ public final class SQLiteObjectStore: PersistentStore {
             var nodes: [StoreNode] = []
             nodes.reserveCapacity(objectIDs.count)
             for chunk in stride(from: 0, to: objectIDs.count, by: 500).map({ objectIDs[$0..<min($0 + 500, objectIDs.count)] }) {
-                let sql = "SELECT \(selectList(root, alias: "t0")) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ",")))"
+                let sql = "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ",")))"
                 let statement = try db.cachedStatement(sql: sql)
                 let rows = try Row.fetchCursor(statement, arguments: StatementArguments(chunk.map(\.primaryKey)))
                 while let row = try rows.next() { nodes.append(try decodeNode(row, root: root)) }
@@ -310,16 +313,17 @@ public final class SQLiteObjectStore: PersistentStore {
         var selection: String
         var dictionaryColumns: [(String, AttributeType)] = []
         switch request.resultType {
-        case .objects where request.includesPropertyValues: selection = selectList(entity.root, alias: "t0")
+        case .objects where request.includesPropertyValues: selection = selectList(entity.root)
         case .objects, .objectIDs, .count: selection = monomorphic ? "t0.Z_PK" : "t0.Z_PK, t0.Z_ENT"
         case .dictionaries(let properties):
             var columns: [String] = []
             for property in properties {
-                let column = try builder.column(property.split(separator: ".").map(String.init), entity: entity, alias: "t0")
+                let column = try builder.column(property.split(separator: ".").map(String.init), entity: entity, alias: "t0",
+                                                forComparison: false)
                 guard case .attribute(let type) = column.kind else {
                     throw ObjectGraphError.unsupportedPredicate("\(property) is a relationship; dictionaries hold attributes")
                 }
-                columns.append(type == .decimal ? String(column.sql.dropFirst(5).dropLast(9)) : column.sql)
+                columns.append(column.sql)
                 dictionaryColumns.append((property, type))
             }
             selection = columns.isEmpty ? "t0.Z_PK" : columns.joined(separator: ", ")

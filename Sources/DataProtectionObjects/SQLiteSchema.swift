@@ -1,3 +1,4 @@
+import DataProtection
 import Foundation
 import GRDB
 
@@ -131,7 +132,7 @@ struct SQLiteSchema {
         case .int64(let v): return "\(v)"
         case .double(let v): return "\(v)"
         case .string(let s): return "'" + s.replacingOccurrences(of: "'", with: "''") + "'"
-        case .blob(let d): return "x'" + d.map { String(format: "%02x", $0) }.joined() + "'"
+        case .blob(let d): return "x'" + Array(d).hex + "'"
         }
     }
 
