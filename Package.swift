@@ -138,7 +138,7 @@ let package = Package(
         ),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
-        .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "DataProtectionObjectsTests", dependencies: ["DataProtectionObjects", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "DataProtectionKeybag", "dpctl", "keybagd"]),

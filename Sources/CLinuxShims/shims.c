@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <string.h>
 #include "CLinuxShims.h"
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
@@ -27,4 +28,14 @@ int cshim_lock_memory(void) {
     if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == 0) return 0;
 #endif
     return mlockall(MCL_CURRENT | MCL_FUTURE) == 0 ? 0 : -1;
+}
+
+void cshim_wipe(void *pointer, unsigned long length) {
+    if (pointer != NULL && length > 0) explicit_bzero(pointer, length);
+}
+
+__attribute__((noinline)) void cshim_scrub_stack(void) {
+    volatile unsigned char area[64 * 1024];
+    explicit_bzero((void *)area, sizeof area);
+    __asm__ __volatile__("" : : "r"(area) : "memory");
 }

@@ -52,15 +52,24 @@ struct ProtectedFileHeader: Sendable, Equatable {
     /// Whether `prefix` (the first bytes of a file) marks the protected format.
     ///
     /// A damaged protected file must never pass for a plain one, so this errs toward
-    /// "protected": a file whose first 8 bytes match the magic in at least 6 places (any one or
-    /// two bytes damaged), or a file shorter than 8 bytes of at least 4 that is a prefix of
-    /// the magic (a truncated protected file), counts as protected — and then fails to parse
-    /// as damaged. A file of fewer than 4 bytes is plain.
+    /// "protected" (FORMAT.md §3, "Recognising the format"). A file counts as protected — and
+    /// then fails to parse as damaged — when:
+    /// - its first 8 bytes match the magic in at least 6 places (one or two bytes damaged);
+    /// - it starts with the signature `\x89DPF` (or `\x09DPF`, the high bit stripped by a
+    ///   7-bit transfer), whatever follows: a text-mode transfer that turned `\r\n` into `\n`
+    ///   shifts the rest of the magic, which is what the PNG-style magic is there to reveal;
+    /// - it is shorter than 8 bytes and a prefix of the magic of at least 2 bytes (a truncated
+    ///   protected file).
+    /// A 1-byte file cannot be told apart and is plain.
     static func looksProtected(_ prefix: [UInt8]) -> Bool {
+        if prefix.count >= 4, prefix[1] == magic[1], prefix[2] == magic[2], prefix[3] == magic[3],
+           prefix[0] == magic[0] || prefix[0] == magic[0] & 0x7F {
+            return true
+        }
         if prefix.count >= magic.count {
             return zip(prefix, magic).filter { $0 == $1 }.count >= 6
         }
-        return prefix.count >= 4 && Array(magic[0..<prefix.count]) == prefix
+        return prefix.count >= 2 && Array(magic[0..<prefix.count]) == prefix
     }
 
     /// Parses a header without any key. Every defect is an error; nothing traps.

@@ -9,7 +9,7 @@ import Glibc
 /// Protected files, in the shape of `FileManager` and `Data.write(to:options:)`.
 ///
 /// ```swift
-/// let keybag = try await Keybag.open(root: DataRoot.resolve())
+/// let keybag = try await Keybag.open(root: try DataRoot.resolve())
 /// let files = ProtectedFileManager(keybag: keybag)
 /// try await files.write(Data("secret".utf8), to: url, options: .completeFileProtection)
 /// let data = try await files.contents(of: url)          // fails with 257 while locked

@@ -64,9 +64,11 @@ public struct BackupEngine: Sendable {
 
         let id = Self.makeID()
         let inProgress = repository.backups.appendingPathComponent(id + BackupRepository.incompleteSuffix)
+        // One backup at a time per repository; leftovers of killed runs are removed under the lock.
+        let repositoryLock = dryRun ? nil : try repository.lockForWriting()
+        defer { repositoryLock?.release() }
         if !dryRun {
-            try repository.prepare()
-            try FileManager.default.createDirectory(at: inProgress, withIntermediateDirectories: false)
+            try POSIXFile.call("mkdir", inProgress.path) { mkdir($0, 0o700) }
         }
 
         var entries: [ManifestEntry] = []
@@ -76,21 +78,22 @@ public struct BackupEngine: Sendable {
         } else {
             var pending = [""]
             while let relative = pending.popLast() {
-                let directory = relative.isEmpty ? source : source.appendingPathComponent(relative)
-                let names = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+                let directory = relative.isEmpty ? source.path : source.path + "/" + relative
+                // Names as bytes (readdir): none is skipped or merged, whatever its encoding.
+                let names = try POSIXFile.directoryEntries(directory).sorted { LosslessPath.bytes(of: $0).lexicographicallyPrecedes(LosslessPath.bytes(of: $1)) }
                 for name in names {
                     let rel = relative.isEmpty ? name : relative + "/" + name
-                    let url = source.appendingPathComponent(rel)
+                    let path = source.path + "/" + rel
+                    let shown = LosslessPath.display(path)
                     if Self.blacklist.contains(rel) {
-                        log("Not backed up (blacklist): \(url.path)")
+                        log("Not backed up (blacklist): \(shown)")
                         summary.skippedByBlacklist += 1
                         continue
                     }
-                    var st = stat()
-                    guard lstat(url.path, &st) == 0 else { continue }
+                    guard let st = POSIXFile.linkStatus(path) else { continue }
                     let type = st.st_mode & S_IFMT
-                    if type != S_IFLNK, (try? BackupMark.isMarked(url.path)) == true {
-                        log("Not backed up (attribute): \(url.path)")
+                    if type != S_IFLNK, (try? BackupMark.isMarked(path)) == true {
+                        log("Not backed up (attribute): \(shown)")
                         summary.skippedByAttribute += 1
                         continue
                     }
@@ -104,10 +107,12 @@ public struct BackupEngine: Sendable {
                         pending.append(rel)
                     case S_IFLNK:
                         entry.kind = .symlink
-                        entry.linkTarget = try FileManager.default.destinationOfSymbolicLink(atPath: url.path)
+                        entry.size = 0
+                        entry.linkTarget = try POSIXFile.linkTarget(path)
                         summary.symlinks += 1
                     case S_IFREG:
                         summary.files += 1
+                        let url = URL(fileURLWithPath: path)
                         if let old = previousByPath[rel], old.kind == .file, old.size == entry.size, old.mtime == entry.mtime,
                            let sha = old.sha256, repository.hasObject(sha) {
                             // Unchanged since the latest backup: nothing to read or copy.
@@ -122,9 +127,10 @@ public struct BackupEngine: Sendable {
                             }
                             if !dryRun {
                                 let (sha, size) = entry.protectionClass == nil
-                                    ? try await repository.storeSealed(url, files: files) : try repository.store(url)
+                                    ? try await repository.storeSealed(path, files: files) : try repository.store(path)
                                 entry.sealed = entry.protectionClass == nil
                                 entry.sha256 = sha
+                                entry.size = size   // what was captured, should the file have changed since lstat
                                 summary.filesCopied += 1
                                 summary.bytesCopied += size
                             }
@@ -132,10 +138,10 @@ public struct BackupEngine: Sendable {
                         if entry.protectionClass != nil { summary.protectedFiles += 1 }
                         if entry.thisDeviceOnly {
                             summary.thisDeviceOnlyFiles += 1
-                            log("Backed up for this device only (not restorable on another device): \(url.path)")
+                            log("Backed up for this device only (not restorable on another device): \(shown)")
                         }
                     default:
-                        log("Not backed up (unsupported file type): \(url.path)")
+                        log("Not backed up (unsupported file type): \(shown)")
                         continue
                     }
                     entries.append(entry)
@@ -148,25 +154,33 @@ public struct BackupEngine: Sendable {
 
         // The backup keybag travels with the backup, so another device can restore it.
         let backupKeybag = files.keybag.backupKeybagURL
-        if FileManager.default.fileExists(atPath: backupKeybag.path) {
-            try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupKeybag.fileName).path,
-                                          try POSIXFile.readAll(backupKeybag.path), permissions: .ownerReadWrite)
+        var backupKeybagBytes: [UInt8]?
+        if POSIXFile.kind(backupKeybag.path).exists {
+            let bytes = try POSIXFile.readAll(backupKeybag.path)
+            try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupKeybag.fileName).path, bytes, permissions: .ownerReadWrite)
+            backupKeybagBytes = bytes
             summary.hasBackupKeybag = true
         } else {
-            log("Note: no backup keybag (set one with `dpctl backup-password`): this backup restores on this device only")
+            log("Note: no backup keybag (set a backup password): this backup restores on this device only")
         }
         // The manifest, sealed like a plain file (class B: possible while locked); the object
-        // list, which reveals nothing, lets `verify` work without any key.
+        // list, which reveals nothing, lets `verify` check the objects.
         let meta = ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id]
         let manifest = try BackupManifest.create(at: nil)
         try manifest.insert(entries, meta: meta)
-        try await files.write(try manifest.serialized(), to: inProgress.appendingPathComponent(BackupManifest.fileName),
-                              protection: .completeUnlessOpen, thisDeviceOnly: false)
-        let objectList = Set(entries.compactMap(\.sha256)).sorted().map { $0 + "\n" }.joined()
-        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupRepository.objectListName).path, Array(objectList.utf8))
+        let manifestURL = inProgress.appendingPathComponent(BackupManifest.fileName)
+        try await files.write(try manifest.serialized(), to: manifestURL, protection: .completeUnlessOpen, thisDeviceOnly: false)
+        let objectList = Array(Set(entries.compactMap(\.sha256)).sorted().map { $0 + "\n" }.joined().utf8)
+        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupRepository.objectListName).path, objectList)
+        // Last, what makes it authentic: a MAC only this device (or the backup password) can make.
+        let contents = BackupAuthentication.Contents(backupID: id, manifest: try POSIXFile.readAll(manifestURL.path),
+                                                     objectList: objectList, backupKeybag: backupKeybagBytes)
+        let authentication = BackupAuthentication(keybagID: files.keybag.id, contents: contents,
+                                                  key: try await files.keybag.backupAuthenticationKey())
+        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupAuthentication.fileName).path, authentication.encoded)
         try POSIXFile.syncDirectory(inProgress.path)
         let finished = repository.backups.appendingPathComponent(id)
-        try POSIXFile.check("rename", finished.path) { rename(inProgress.path, finished.path) }
+        try POSIXFile.call("rename", inProgress.path, finished.path) { rename($0, $1) }
         try POSIXFile.syncDirectory(repository.backups.path)
 
         // The device's own copy for the next incremental run (a failure here only costs speed).
@@ -174,9 +188,9 @@ public struct BackupEngine: Sendable {
                                                  attributes: [.posixPermissions: 0o700])
         let indexTemp = indexURL.deletingLastPathComponent().appendingPathComponent(".\(UUID().uuidString).tmp")
         if (try? BackupManifest.create(at: indexTemp).insert(entries, meta: meta)) != nil {
-            rename(indexTemp.path, indexURL.path)
+            _ = try? POSIXFile.call("rename", indexTemp.path, indexURL.path) { rename($0, $1) }
         }
-        unlink(indexTemp.path)
+        _ = try? POSIXFile.call("unlink", indexTemp.path) { unlink($0) }
         return summary
     }
 

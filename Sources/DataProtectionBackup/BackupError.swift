@@ -17,6 +17,13 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     case verificationFailed(problems: [String])
     /// The source directory does not exist.
     case noSuchSource(path: String)
+    /// The backup's authentication record is missing or does not match: it was modified, or
+    /// was not made by this device (or by the device whose backup password was given).
+    case notAuthentic(path: String, reason: String)
+    /// The backup password does not open the backup keybag (or the keybag was modified).
+    case wrongBackupPassword
+    /// A restore failed part-way; the destination was left untouched.
+    case restoreFailed(String)
 
     public var description: String {
         switch self {
@@ -27,6 +34,9 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
         case .passwordNeeded(let files): "this backup was made on another device (\(files) sealed item(s)): give the backup password (--password-file)"
         case .verificationFailed(let problems): "verification failed: \(problems.count) problem(s): " + problems.prefix(5).joined(separator: "; ")
         case .noSuchSource(let path): "\(path): no such directory"
+        case .notAuthentic(let path, let reason): "\(path): not an authentic backup: \(reason)"
+        case .wrongBackupPassword: "wrong backup password (or the backup keybag was modified)"
+        case .restoreFailed(let why): "restore failed, nothing was restored: \(why)"
         }
     }
     public var errorDescription: String? { description }

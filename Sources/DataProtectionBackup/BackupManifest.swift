@@ -4,7 +4,11 @@ import GRDB
 import GRDBSQLite
 
 /// One item of a backup, as the manifest records it.
-public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, PersistableRecord {
+///
+/// `path` and `linkTarget` are ``LosslessPath`` strings: the manifest stores their bytes as
+/// BLOBs, so names that are not UTF-8 survive a backup and a restore unchanged. Reading an
+/// entry validates every field (FORMAT.md §5): a crafted manifest gives an error, never a trap.
+public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRecord {
     public enum Kind: String, Sendable, Codable { case directory, file, symlink }
 
     public static let databaseTableName = "entry"
@@ -12,7 +16,7 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
     /// Relative to the backed-up directory, `/`-separated, never absolute, never with `..`.
     public var path: String
     public var kind: Kind
-    /// Permission bits.
+    /// Permission bits (0…0o7777 as backed up; restore never applies set-id or sticky bits).
     public var mode: Int
     /// Modification time, seconds since 1970.
     public var mtime: Double
@@ -44,6 +48,88 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
     }
 
     public var fileClass: ProtectionClass? { protectionClass.flatMap { ProtectionClass(rawValue: UInt8($0)) } }
+
+    /// The largest modification time accepted: year 5138 (|mtime| ≤ 10^11 s).
+    static let mtimeLimit = 1e11
+    /// The largest file size accepted (1 PiB).
+    static let sizeLimit: Int64 = 1 << 50
+
+    public func encode(to container: inout PersistenceContainer) {
+        container["path"] = Data(LosslessPath.bytes(of: path))
+        container["kind"] = kind.rawValue
+        container["mode"] = mode
+        container["mtime"] = mtime
+        container["size"] = size
+        container["protectionClass"] = protectionClass
+        container["sha256"] = sha256
+        container["linkTarget"] = linkTarget.map { Data(LosslessPath.bytes(of: $0)) }
+        container["thisDeviceOnly"] = thisDeviceOnly
+        container["sealed"] = sealed
+    }
+
+    /// Decodes and validates a row; every defect is ``BackupError/badBackup(path:reason:)``.
+    public init(row: Row) throws {
+        func bad(_ why: String) -> BackupError { .badBackup(path: "manifest", reason: why) }
+        func blob(_ column: String) throws -> [UInt8]? {
+            switch (row[column] as DatabaseValue).storage {
+            case .null: return nil
+            case .blob(let data): return [UInt8](data)
+            default: throw bad("column \(column) is not a byte string")
+            }
+        }
+        func integer(_ column: String) throws -> Int64? {
+            switch (row[column] as DatabaseValue).storage {
+            case .null: return nil
+            case .int64(let value): return value
+            default: throw bad("column \(column) is not an integer")
+            }
+        }
+        func text(_ column: String) throws -> String? {
+            switch (row[column] as DatabaseValue).storage {
+            case .null: return nil
+            case .string(let value): return value
+            default: throw bad("column \(column) is not text")
+            }
+        }
+        guard let pathBytes = try blob("path"), !pathBytes.isEmpty else { throw bad("an entry has no path") }
+        let path = LosslessPath.string(fromBytes: pathBytes)
+        func badEntry(_ why: String) -> BackupError { bad("entry \(LosslessPath.display(path)): \(why)") }
+        guard !pathBytes.contains(0) else { throw badEntry("the name contains a NUL byte") }
+        guard let kindName = try text("kind"), let kind = Kind(rawValue: kindName) else { throw badEntry("unknown kind") }
+        guard let mode = try integer("mode"), (0...0o7777).contains(mode) else { throw badEntry("mode out of range") }
+        let mtime: Double
+        switch (row["mtime"] as DatabaseValue).storage {
+        case .double(let value): mtime = value
+        case .int64(let value): mtime = Double(value)
+        default: throw badEntry("modification time is not a number")
+        }
+        guard mtime.isFinite, abs(mtime) <= Self.mtimeLimit else { throw badEntry("modification time out of range") }
+        guard let size = try integer("size"), (0...Self.sizeLimit).contains(size) else { throw badEntry("size out of range") }
+        let protectionClass = try integer("protectionClass")
+        if let protectionClass, !(1...4).contains(protectionClass) { throw badEntry("protection class \(protectionClass) does not exist") }
+        let sha256 = try text("sha256")
+        if let sha256, sha256.utf8.count != 64 || !sha256.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) {
+            throw badEntry("malformed object name")
+        }
+        let targetBytes = try blob("linkTarget")
+        if let targetBytes, targetBytes.isEmpty || targetBytes.contains(0) { throw badEntry("malformed link target") }
+        let deviceOnly = try integer("thisDeviceOnly") ?? 0, sealed = try integer("sealed") ?? 0
+        guard (0...1).contains(deviceOnly), (0...1).contains(sealed) else { throw badEntry("flag out of range") }
+        switch kind {
+        case .file:
+            guard sha256 != nil else { throw badEntry("a file without an object") }
+            // A plain file is always stored sealed; an unsealed entry must be a protected file.
+            guard (sealed == 1) != (protectionClass != nil) else { throw badEntry("a file must be either sealed or protected") }
+            guard targetBytes == nil else { throw badEntry("a file with a link target") }
+        case .directory:
+            guard sha256 == nil, targetBytes == nil, protectionClass == nil, sealed == 0 else { throw badEntry("a directory with file fields") }
+        case .symlink:
+            guard targetBytes != nil, sha256 == nil, protectionClass == nil, sealed == 0 else { throw badEntry("a link without a target") }
+        }
+        self.init(path: path, kind: kind, mode: Int(mode), mtime: mtime, size: size, protectionClass: protectionClass.map(Int.init),
+                  sha256: sha256, linkTarget: targetBytes.map { LosslessPath.string(fromBytes: $0) },
+                  thisDeviceOnly: deviceOnly == 1, sealed: sealed == 1)
+    }
 }
 
 /// The manifest of one backup: an SQLite database (through GRDB) with every item and the
@@ -51,7 +137,8 @@ public struct ManifestEntry: Sendable, Equatable, Codable, FetchableRecord, Pers
 public struct BackupManifest: Sendable {
     /// The sealed manifest in a backup: a class-B protected file holding the SQLite database.
     public static let fileName = "manifest.sealed"
-    public static let formatVersion = 1
+    /// 2: paths and link targets as bytes (BLOB); backups authenticated (FORMAT.md §5).
+    public static let formatVersion = 2
 
     let queue: DatabaseQueue
 
@@ -64,14 +151,14 @@ public struct BackupManifest: Sendable {
                 t.column("value", .text).notNull()
             }
             try db.create(table: ManifestEntry.databaseTableName) { t in
-                t.primaryKey("path", .text)
+                t.primaryKey("path", .blob)
                 t.column("kind", .text).notNull()
                 t.column("mode", .integer).notNull()
                 t.column("mtime", .double).notNull()
                 t.column("size", .integer).notNull()
                 t.column("protectionClass", .integer)
                 t.column("sha256", .text)
-                t.column("linkTarget", .text)
+                t.column("linkTarget", .blob)
                 t.column("thisDeviceOnly", .boolean).notNull().defaults(to: false)
                 t.column("sealed", .boolean).notNull().defaults(to: false)
             }
@@ -117,9 +204,9 @@ public struct BackupManifest: Sendable {
     }
 
     private static func checked(_ queue: DatabaseQueue, _ path: String) throws -> BackupManifest {
-        let format = try? queue.read { db in try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format'") }
+        let format = try? queue.read { db in try String.fetchOne(db, sql: "SELECT CAST(value AS TEXT) FROM meta WHERE key = 'format'") }
         guard let format, format == "\(formatVersion)" else {
-            throw BackupError.badBackup(path: path, reason: "manifest format \(format ?? "?") is not supported")
+            throw BackupError.badBackup(path: path, reason: "manifest format \(format ?? "?") is not supported by this build (it reads format \(formatVersion))")
         }
         return BackupManifest(queue: queue)
     }
@@ -133,13 +220,20 @@ public struct BackupManifest: Sendable {
         }
     }
 
-    /// Every entry, parents before children.
+    /// Every entry, parents before children (byte order: a path sorts before its extensions).
+    /// - Throws: ``BackupError/badBackup(path:reason:)`` for any entry that fails validation.
     public func entries() throws -> [ManifestEntry] {
-        try queue.read { db in try ManifestEntry.order(Column("path")).fetchAll(db) }
+        do {
+            return try queue.read { db in try ManifestEntry.fetchAll(db, sql: "SELECT * FROM entry ORDER BY CAST(path AS BLOB)") }
+        } catch let error as BackupError {
+            throw error
+        } catch {
+            throw BackupError.badBackup(path: "manifest", reason: "the entry table cannot be read (\(error))")
+        }
     }
 
     /// A metadata value (`source`, `created`, `keybag` …).
     public func meta(_ key: String) throws -> String? {
-        try queue.read { db in try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
+        try queue.read { db in try String.fetchOne(db, sql: "SELECT CAST(value AS TEXT) FROM meta WHERE key = ?", arguments: [key]) }
     }
 }

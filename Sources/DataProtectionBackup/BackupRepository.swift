@@ -29,6 +29,32 @@ public struct BackupRepository: Sendable {
         }
     }
 
+    /// The repository's writer lock (`DEST/lock`, an exclusive `flock`), held for the whole run.
+    final class WriterLock: @unchecked Sendable {
+        private var fd: FileDescriptor?
+        init(_ fd: FileDescriptor) { self.fd = fd }
+        func release() { try? fd?.close(); fd = nil }
+        deinit { release() }
+    }
+
+    /// Creates the repository if needed, takes its writer lock (refusing to wait on another
+    /// backup into it), then removes what killed runs left in `objects/` (`.tmp-*`, `.sealed-*`):
+    /// under the lock no other writer can be using them.
+    func lockForWriting() throws -> WriterLock {
+        try prepare()
+        let lockPath = url.appendingPathComponent("lock").path
+        let fd = try POSIXFile.open(lockPath, .readWrite, options: [.create], permissions: .ownerReadWrite)
+        guard flock(fd.rawValue, LOCK_EX | LOCK_NB) == 0 else {
+            try? fd.close()
+            throw BackupError.badBackup(path: url.path, reason: "another backup into this repository is running")
+        }
+        let lock = WriterLock(fd)
+        for name in (try? POSIXFile.directoryEntries(objects.path)) ?? [] where name.hasPrefix(".tmp-") || name.hasPrefix(".sealed-") {
+            _ = try? POSIXFile.call("unlink", objects.path + "/" + name) { unlink($0) }
+        }
+        return lock
+    }
+
     func objectURL(_ sha256: String) -> URL {
         objects.appendingPathComponent(String(sha256.prefix(2))).appendingPathComponent(sha256)
     }
@@ -43,14 +69,14 @@ public struct BackupRepository: Sendable {
 
     /// Copies `source` into the object store while hashing it; returns its SHA-256 and size.
     /// Nothing is copied when an object with that hash already exists.
-    func store(_ source: URL) throws -> (sha256: String, size: Int64) {
-        let input = try POSIXFile.open(source.path, .readOnly)
+    func store(_ source: String) throws -> (sha256: String, size: Int64) {
+        let input = try POSIXFile.open(source, .readOnly)
         defer { try? input.close() }
         let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
         let output = try POSIXFile.open(temp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
         let sha: String, size: Int64
         do {
-            (sha, size) = try Self.copyHashing(from: input, source.path, to: output, temp.path)
+            (sha, size) = try Self.copyHashing(from: input, LosslessPath.display(source), to: output, temp.path)
             try output.close()
         } catch {
             try? output.close()
@@ -69,9 +95,9 @@ public struct BackupRepository: Sendable {
 
     /// Seals a plain file into a class-B protected object of `files`' device (possible while
     /// locked), then stores it; returns the object's SHA-256 and the plain size.
-    func storeSealed(_ source: URL, files: ProtectedFileManager) async throws -> (sha256: String, size: Int64) {
+    func storeSealed(_ source: String, files: ProtectedFileManager) async throws -> (sha256: String, size: Int64) {
         let sealed = objects.appendingPathComponent(".sealed-\(UUID().uuidString)")
-        let input = try POSIXFile.open(source.path, .readOnly)
+        let input = try POSIXFile.open(source, .readOnly)
         defer { try? input.close() }
         try await files.write(contentsOf: input, to: sealed, protection: .completeUnlessOpen, thisDeviceOnly: false)
         defer { unlink(sealed.path) }

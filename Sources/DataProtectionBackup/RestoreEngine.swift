@@ -14,13 +14,26 @@ public struct RestoreSummary: Sendable, Equatable, Codable {
     public var skippedThisDeviceOnly = 0
 }
 
+/// How a restore treats what the backup recorded.
+public struct RestoreOptions: Sendable, Equatable {
+    /// Apply the permission bits as backed up instead of clamping them with this process's
+    /// umask. Set-user-ID, set-group-ID and sticky bits are never restored either way.
+    public var keepModes: Bool
+
+    public init(keepModes: Bool = false) { self.keepModes = keepModes }
+}
+
 /// Restores one backup into a new directory, and verifies backups.
 ///
-/// A restore never writes outside its destination: names with `..`, absolute names and links
-/// pointing out of the tree are refused, links are created last, and every parent on the way
-/// is checked to be a real directory. Every object's SHA-256 is checked while it is copied.
-/// Protected files from another device are rewrapped for this one with the backup keybag's
-/// class keys — their content is not decrypted.
+/// Nothing is trusted before the backup is authenticated (``BackupAuthentication``): its
+/// authentication record must verify under this device's key, or — for a backup of another
+/// device — under the key the backup password unlocks. Then every manifest field is validated,
+/// every object's SHA-256 and size are checked while it is copied, and nothing is written
+/// outside the destination: names with `..` or a NUL, absolute names, and links that resolve
+/// out of the tree (following the backup's other links) are refused; links are created last and
+/// every parent on the way is checked to be a real directory. Protected files from another
+/// device are rewrapped for this one with the backup keybag's class keys — their content is
+/// not decrypted. A failed restore leaves nothing behind.
 public struct RestoreEngine: Sendable {
     public var backup: URL
 
@@ -28,147 +41,191 @@ public struct RestoreEngine: Sendable {
 
     var repository: BackupRepository { BackupRepository(url: backup.deletingLastPathComponent().deletingLastPathComponent()) }
 
-    /// Refuses a backup that did not finish.
-    func requireFinished() throws {
-        if backup.lastPathComponent.hasSuffix(BackupRepository.incompleteSuffix) {
-            throw BackupError.incompleteBackup(path: backup.path)
-        }
-        guard FileManager.default.fileExists(atPath: backup.appendingPathComponent(BackupRepository.objectListName).path) else {
+    /// A backup whose authentication verified, with the bytes that were checked (never read again).
+    struct AuthenticatedBackup {
+        var id: String
+        var sealedManifest: [UInt8]
+        var objects: [String]
+        /// The other device's class keys, when another device made the backup.
+        var backupKeys: BackupClassKeys?
+    }
+
+    private func file(_ name: String) -> String { backup.appendingPathComponent(name).path }
+
+    /// Checks the backup's authentication record and returns what it covers.
+    func authenticate(files: ProtectedFileManager, password: String?) async throws -> AuthenticatedBackup {
+        let id = backup.lastPathComponent
+        if id.hasSuffix(BackupRepository.incompleteSuffix) { throw BackupError.incompleteBackup(path: backup.path) }
+        guard POSIXFile.kind(file(BackupRepository.objectListName)).exists else {
             throw BackupError.badBackup(path: backup.path, reason: "no object list (not a backup, or an unfinished one)")
         }
-    }
-
-    /// The backup keybag's class keys, unlocked with `password`.
-    func backupKeys(password: String?) throws -> BackupClassKeys {
-        guard let password else { throw BackupError.passwordNeeded(files: 1) }
-        let backupKeybag = backup.appendingPathComponent(BackupKeybag.fileName)
-        guard FileManager.default.fileExists(atPath: backupKeybag.path) else {
-            throw BackupError.badBackup(path: backup.path, reason: "it has no backup keybag: it restores only on the device that made it")
+        guard POSIXFile.kind(file(BackupAuthentication.fileName)).exists else {
+            throw BackupError.notAuthentic(path: backup.path, reason: "it has no authentication record (made by a version before backups were authenticated, or planted)")
         }
-        return try BackupKeybag(contentsOf: backupKeybag).unlock(password: password)
-    }
+        let record = try BackupAuthentication(bytes: try POSIXFile.readAll(file(BackupAuthentication.fileName)), path: backup.path)
+        guard POSIXFile.kind(file(BackupManifest.fileName)).exists else { throw BackupError.badBackup(path: backup.path, reason: "no manifest") }
+        let manifest = try POSIXFile.readAll(file(BackupManifest.fileName))
+        let objectList = try POSIXFile.readAll(file(BackupRepository.objectListName))
+        let keybagBytes = POSIXFile.kind(file(BackupKeybag.fileName)).exists ? try POSIXFile.readAll(file(BackupKeybag.fileName)) : nil
 
-    /// Opens the sealed manifest: with this device's class B key when this device made the
-    /// backup, else with the backup password (its copy is rewrapped for this device first).
-    public func manifest(files: ProtectedFileManager, password: String?) async throws -> BackupManifest {
-        try requireFinished()
-        let sealed = backup.appendingPathComponent(BackupManifest.fileName)
-        guard FileManager.default.fileExists(atPath: sealed.path) else {
-            throw BackupError.badBackup(path: backup.path, reason: "no manifest")
-        }
-        var bytes: Data
-        if try Self.keybagID(of: sealed) == files.keybag.id {
-            bytes = try await files.contents(of: sealed)
+        let key: SymmetricKey
+        var backupKeys: BackupClassKeys?
+        if record.keybagID == files.keybag.id {
+            key = try await files.keybag.backupAuthenticationKey()
         } else {
-            let keys = try backupKeys(password: password)
-            let copy = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-manifest-\(UUID().uuidString)")
-            try FileManager.default.copyItem(at: sealed, to: copy)
-            defer { try? FileManager.default.removeItem(at: copy) }
-            try await files.adoptFile(at: copy, from: keys)
-            bytes = try await files.contents(of: copy)
+            guard let keybagBytes else {
+                throw BackupError.badBackup(path: backup.path, reason: "it was made by another device (keybag \(record.keybagID)) and carries no backup keybag: it restores only there")
+            }
+            guard let password else { throw BackupError.passwordNeeded(files: 1) }
+            let keys: BackupClassKeys
+            do { keys = try BackupKeybag(bytes: keybagBytes).unlock(password: password) } catch KeybagError.wrongPasscode {
+                throw BackupError.wrongBackupPassword
+            }
+            guard keys.sourceKeybagID == record.keybagID else {
+                throw BackupError.notAuthentic(path: backup.path, reason: "its backup keybag belongs to another device than the one named by its authentication record")
+            }
+            key = keys.backupAuthenticationKey
+            backupKeys = keys
         }
-        defer { bytes.resetBytes(in: 0..<bytes.count) }
-        return try BackupManifest.deserialize([UInt8](bytes), path: sealed.path)
+        let contents = BackupAuthentication.Contents(backupID: id, manifest: manifest, objectList: objectList, backupKeybag: keybagBytes)
+        guard record.check(contents, key: key) else {
+            throw BackupError.notAuthentic(path: backup.path, reason: "its authentication does not match its contents: it was modified, or was not made by this device (or by the device whose backup password was given)")
+        }
+        guard let text = String(validating: objectList, as: UTF8.self) else { throw BackupError.badBackup(path: backup.path, reason: "malformed object list") }
+        let objects = text.split(separator: "\n").map(String.init)
+        guard objects.allSatisfy({ $0.utf8.count == 64 && $0.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) } }) else {
+            throw BackupError.badBackup(path: backup.path, reason: "malformed object list")
+        }
+        return AuthenticatedBackup(id: id, sealedManifest: manifest, objects: objects, backupKeys: backupKeys)
     }
 
-    /// Checks that every object the backup uses is present and unaltered. Needs no key.
-    public func verify() throws -> Int {
-        try requireFinished()
-        let list = try String(contentsOf: backup.appendingPathComponent(BackupRepository.objectListName), encoding: .utf8)
-        let objects = list.split(separator: "\n").map(String.init)
+    /// Opens the authenticated, sealed manifest: with this device's class B key when this device
+    /// made the backup, else with the backup password (its copy is rewrapped for this device).
+    public func manifest(files: ProtectedFileManager, password: String?) async throws -> BackupManifest {
+        try await manifest(of: try await authenticate(files: files, password: password), files: files)
+    }
+
+    func manifest(of authenticated: AuthenticatedBackup, files: ProtectedFileManager) async throws -> BackupManifest {
+        // The checked bytes go to a private file: nothing can swap them after the check.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dp-manifest-\(UUID().uuidString)")
+        try POSIXFile.call("mkdir", directory.path) { mkdir($0, 0o700) }
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let copy = directory.appendingPathComponent(BackupManifest.fileName)
+        try POSIXFile.writeAtomically(copy.path, authenticated.sealedManifest, permissions: .ownerReadWrite)
+        if let keys = authenticated.backupKeys { try await files.adoptFile(at: copy, from: keys) }
+        var bytes = try await files.contents(of: copy)
+        defer { bytes.resetBytes(in: 0..<bytes.count) }
+        let manifest = try BackupManifest.deserialize([UInt8](bytes), path: file(BackupManifest.fileName))
+        guard try manifest.meta("id") == authenticated.id else {
+            throw BackupError.notAuthentic(path: backup.path, reason: "its manifest names another backup")
+        }
+        return manifest
+    }
+
+    /// Checks that the backup is authentic and that every object it uses is present and
+    /// unaltered. Needs this device (any lock state), or the backup password for a backup
+    /// made on another device. Returns the number of objects checked.
+    public func verify(files: ProtectedFileManager, password: String?) async throws -> Int {
+        let authenticated = try await authenticate(files: files, password: password)
         var problems: [String] = []
-        for sha in objects {
-            guard sha.count == 64, sha.allSatisfy(\.isHexDigit) else { problems.append("malformed object name \(sha.prefix(70))"); continue }
+        for sha in authenticated.objects {
             guard repository.hasObject(sha) else { problems.append("object \(sha.prefix(12))… is missing"); continue }
             if try repository.hashOfObject(sha) != sha { problems.append("object \(sha.prefix(12))… was altered") }
         }
         if !problems.isEmpty { throw BackupError.verificationFailed(problems: problems) }
-        return objects.count
+        return authenticated.objects.count
     }
 
     /// Restores into `destination` (which must not exist or be empty).
     /// - Parameters:
     ///   - files: this device's protected files, for rewrapping files from another device.
-    ///   - password: the backup password, needed only for files from another device.
-    public func restore(to destination: URL, files: ProtectedFileManager, password: String?,
+    ///   - password: the backup password, needed only for a backup made on another device.
+    public func restore(to destination: URL, files: ProtectedFileManager, password: String?, options: RestoreOptions = RestoreOptions(),
                         log: (String) -> Void = { _ in }, progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
-        let entries = try await manifest(files: files, password: password).entries()
-        for entry in entries { try Self.checkName(entry.path) }
+        let authenticated = try await authenticate(files: files, password: password)
+        let entries = try await manifest(of: authenticated, files: files).entries()
+        try Self.checkTree(entries, objects: Set(authenticated.objects))
 
         // Before writing anything: which stored objects come from another device?
         let local = files.keybag.id
         var foreignObjects: Set<String> = []
         var deviceOnlyElsewhere: Set<String> = []
-        for entry in entries where entry.kind == .file && (entry.fileClass != nil || entry.sealed) {
+        for entry in entries where entry.kind == .file {
             guard let sha = entry.sha256, repository.hasObject(sha) else {
-                throw BackupError.badBackup(path: backup.path, reason: "the object of \(entry.path) is missing (run `dpctl verify`)")
+                throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
             }
             guard try Self.keybagID(of: repository.objectURL(sha)) != local else { continue }
             if entry.thisDeviceOnly { deviceOnlyElsewhere.insert(entry.path) } else { foreignObjects.insert(entry.path) }
         }
-        var backupKeys: BackupClassKeys?
-        if !foreignObjects.isEmpty {
-            guard password != nil else { throw BackupError.passwordNeeded(files: foreignObjects.count) }
-            backupKeys = try self.backupKeys(password: password)
+        if !foreignObjects.isEmpty, authenticated.backupKeys == nil {
+            guard let password else { throw BackupError.passwordNeeded(files: foreignObjects.count) }
+            // Made here, with files adopted from elsewhere: this device's backup keybag opens them.
+            _ = password
+            throw BackupError.badBackup(path: backup.path, reason: "\(foreignObjects.count) file(s) were protected by another device's keybag")
         }
 
-        let destinationExists = FileManager.default.fileExists(atPath: destination.path)
-        if destinationExists {
-            guard (try? FileManager.default.contentsOfDirectory(atPath: destination.path).isEmpty) == true else {
+        if POSIXFile.kind(destination.path).exists {
+            guard (try? POSIXFile.directoryEntries(destination.path).isEmpty) == true else {
                 throw BackupError.destinationNotEmpty(path: destination.path)
             }
         }
         // Everything goes into a hidden sibling that becomes DEST only at the end: a failed
-        // restore leaves no half-restored tree behind.
+        // restore leaves no half-restored tree behind — and no plaintext.
         let parent = destination.deletingLastPathComponent()
         try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
         let stage = parent.appendingPathComponent(".\(destination.lastPathComponent).dp-restore-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: stage, withIntermediateDirectories: false)
+        try POSIXFile.call("mkdir", stage.path) { mkdir($0, 0o700) }
         do {
             let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects,
-                                             deviceOnlyElsewhere: deviceOnlyElsewhere, backupKeys: backupKeys,
-                                             reportingAs: destination, log: log, progress: progress)
-            if destinationExists { try POSIXFile.check("rmdir", destination.path) { rmdir(destination.path) } }
-            try POSIXFile.check("rename", destination.path) { rename(stage.path, destination.path) }
+                                             deviceOnlyElsewhere: deviceOnlyElsewhere, backupKeys: authenticated.backupKeys,
+                                             options: options, reportingAs: destination, log: log, progress: progress)
+            if POSIXFile.kind(destination.path).exists { try POSIXFile.call("rmdir", destination.path) { rmdir($0) } }
+            try POSIXFile.call("rename", stage.path, destination.path) { rename($0, $1) }
             return summary
         } catch {
             try? FileManager.default.removeItem(at: stage)
+            // Errors name the destination, never the hidden staging directory.
+            let text = String(describing: error)
+            if text.contains(stage.lastPathComponent) {
+                throw BackupError.restoreFailed(text.replacingOccurrences(of: stage.path, with: destination.path))
+            }
             throw error
         }
     }
 
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
                          foreignObjects: Set<String>, deviceOnlyElsewhere: Set<String>, backupKeys: BackupClassKeys?,
-                         reportingAs finalDestination: URL, log: (String) -> Void, progress: (Int, Int) -> Void) async throws -> RestoreSummary {
+                         options: RestoreOptions, reportingAs finalDestination: URL,
+                         log: (String) -> Void, progress: (Int, Int) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
         var done = 0
+        func target(_ entry: ManifestEntry) -> String { destination.path + "/" + entry.path }
         // Directories and files first, links last: no link can redirect a later write.
         for entry in entries where entry.kind != .symlink {
-            let target = destination.appendingPathComponent(entry.path)
-            try Self.checkParents(of: entry.path, in: destination)
+            try Self.checkParents(of: entry.path, in: destination.path)
             switch entry.kind {
             case .directory:
-                try FileManager.default.createDirectory(at: target, withIntermediateDirectories: false)
+                try POSIXFile.call("mkdir", target(entry)) { mkdir($0, 0o700) }
                 summary.directories += 1
             case .file:
                 if deviceOnlyElsewhere.contains(entry.path) {
-                    log("Not restored (this device only): \(finalDestination.appendingPathComponent(entry.path).path)")
+                    log("Not restored (this device only): \(LosslessPath.display(finalDestination.path + "/" + entry.path))")
                     summary.skippedThisDeviceOnly += 1
                     continue
                 }
                 let adopt = foreignObjects.contains(entry.path) ? backupKeys : nil
                 if entry.sealed {
                     // A plain file: open the sealed object and write its plaintext.
-                    let sealed = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).dp-restore")
-                    try copyObject(entry, to: sealed)
-                    defer { unlink(sealed.path) }
-                    if let adopt { try await files.adoptFile(at: sealed, from: adopt) }
-                    try await writePlaintext(of: sealed, to: target, files: files)
+                    let sealed = destination.path + "/.dp-restore-\(UUID().uuidString)"
+                    defer { _ = try? POSIXFile.call("unlink", sealed) { unlink($0) } }
+                    try copyObject(entry, to: sealed, expectedSize: nil)
+                    if let adopt { try await files.adoptFile(at: URL(fileURLWithPath: sealed), from: adopt) }
+                    try await writePlaintext(of: sealed, to: target(entry), expectedSize: entry.size, files: files)
                 } else {
-                    try copyObject(entry, to: target)
+                    try copyObject(entry, to: target(entry), expectedSize: entry.size)
                     if let adopt {
-                        try await files.adoptFile(at: target, from: adopt)
+                        try await files.adoptFile(at: URL(fileURLWithPath: target(entry)), from: adopt)
                         summary.adoptedFiles += 1
                     }
                 }
@@ -180,40 +237,50 @@ public struct RestoreEngine: Sendable {
             progress(done, entries.count)
         }
         for entry in entries where entry.kind == .symlink {
-            guard let linkTarget = entry.linkTarget, Self.staysInside(link: entry.path, target: linkTarget) else {
-                throw BackupError.unsafePath("\(entry.path) -> \(entry.linkTarget ?? "")")
-            }
-            try Self.checkParents(of: entry.path, in: destination)
-            try FileManager.default.createSymbolicLink(atPath: destination.appendingPathComponent(entry.path).path, withDestinationPath: linkTarget)
+            try Self.checkParents(of: entry.path, in: destination.path)
+            try POSIXFile.call("symlink", entry.linkTarget!, target(entry)) { symlink($0, $1) }
             summary.symlinks += 1
             done += 1
             progress(done, entries.count)
         }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
-        for entry in entries.reversed() where entry.kind != .symlink {
-            let path = destination.appendingPathComponent(entry.path).path
-            chmod(path, mode_t(entry.mode))
-            var times = [timespec(tv_sec: Int(entry.mtime), tv_nsec: Int((entry.mtime - entry.mtime.rounded(.down)) * 1e9)),
-                         timespec(tv_sec: Int(entry.mtime), tv_nsec: Int((entry.mtime - entry.mtime.rounded(.down)) * 1e9))]
-            utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW)
+        let mask: mode_t = options.keepModes ? 0 : Self.currentUmask()
+        for entry in entries.reversed() where entry.kind != .symlink && !deviceOnlyElsewhere.contains(entry.path) {
+            let path = target(entry)
+            let mode = mode_t(entry.mode) & 0o777 & ~mask   // never set-id or sticky bits
+            try POSIXFile.call("chmod", path) { chmod($0, mode) }
+            let seconds = entry.mtime.rounded(.down)
+            let stamp = timespec(tv_sec: Int(seconds), tv_nsec: min(999_999_999, Int((entry.mtime - seconds) * 1e9)))
+            var times = [stamp, stamp]
+            try POSIXFile.call("utimensat", path) { utimensat(AT_FDCWD, $0, &times, AT_SYMLINK_NOFOLLOW) }
         }
         return summary
     }
 
-    /// Decrypts a sealed object into a new plain file, in bounded memory.
-    private func writePlaintext(of sealed: URL, to target: URL, files: ProtectedFileManager) async throws {
-        let handle = try await files.openHandle(forReadingFrom: sealed)
-        let output = try POSIXFile.open(target.path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
+    static func currentUmask() -> mode_t {
+        let mask = umask(0o077)
+        umask(mask)
+        return mask
+    }
+
+    /// Decrypts a sealed object into a new plain file, in bounded memory; its size must be the
+    /// one the manifest recorded.
+    private func writePlaintext(of sealed: String, to target: String, expectedSize: Int64, files: ProtectedFileManager) async throws {
+        let handle = try await files.openHandle(forReadingFrom: URL(fileURLWithPath: sealed))
+        let output = try POSIXFile.open(target, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
         defer { try? output.close() }
         do {
             var offset: Int64 = 0
             let size = try await handle.size()
+            guard size == expectedSize else {
+                throw BackupError.badBackup(path: backup.path, reason: "\(LosslessPath.display(target)) has \(size) bytes, the manifest says \(expectedSize)")
+            }
             while offset < size {
                 let chunk = try await handle.read(at: offset, count: 1 << 20)
-                try POSIXFile.write(output, chunk, at: offset, path: target.path)
+                try POSIXFile.write(output, chunk, at: offset, path: target)
                 offset += Int64(chunk.count)
             }
-            try POSIXFile.sync(output, path: target.path)
+            try POSIXFile.sync(output, path: target)
             try await handle.close()
         } catch {
             try? await handle.close()
@@ -221,17 +288,21 @@ public struct RestoreEngine: Sendable {
         }
     }
 
-    private func copyObject(_ entry: ManifestEntry, to target: URL) throws {
+    private func copyObject(_ entry: ManifestEntry, to target: String, expectedSize: Int64?) throws {
         guard let sha = entry.sha256, repository.hasObject(sha) else {
-            throw BackupError.badBackup(path: backup.path, reason: "the object of \(entry.path) is missing (run `dpctl verify`)")
+            throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
         }
         let source = repository.objectURL(sha)
         let input = try POSIXFile.open(source.path, .readOnly)
         defer { try? input.close() }
-        let output = try POSIXFile.open(target.path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
+        let output = try POSIXFile.open(target, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
         defer { try? output.close() }
-        guard try BackupRepository.copyHashing(from: input, source.path, to: output, target.path).sha256 == sha else {
-            throw BackupError.badBackup(path: backup.path, reason: "the object of \(entry.path) was altered (run `dpctl verify`)")
+        let copied = try BackupRepository.copyHashing(from: input, source.path, to: output, LosslessPath.display(target))
+        guard copied.sha256 == sha else {
+            throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) was altered (verify the backup)")
+        }
+        if let expectedSize, copied.size != expectedSize {
+            throw BackupError.badBackup(path: backup.path, reason: "\(LosslessPath.display(entry.path)) has \(copied.size) bytes, the manifest says \(expectedSize)")
         }
     }
 
@@ -243,32 +314,72 @@ public struct RestoreEngine: Sendable {
         return UUID(bytes: Array(header[32..<48]))
     }
 
-    /// A manifest name must be relative and plain: no empty, `.` or `..` component.
+    /// The whole tree, before anything is written: plain relative names, a directory entry for
+    /// every parent, objects listed, and links that stay inside when resolved.
+    static func checkTree(_ entries: [ManifestEntry], objects: Set<String>) throws {
+        var kinds: [String: ManifestEntry.Kind] = [:]
+        var links: [String: String] = [:]
+        for entry in entries {
+            try checkName(entry.path)
+            kinds[entry.path] = entry.kind
+            if entry.kind == .symlink { links[entry.path] = entry.linkTarget }
+            if let sha = entry.sha256, !objects.contains(sha) {
+                throw BackupError.badBackup(path: "manifest", reason: "\(LosslessPath.display(entry.path)) uses an object its object list does not name")
+            }
+        }
+        for entry in entries {
+            let parts = entry.path.split(separator: "/")
+            for depth in 1..<max(parts.count, 1) {
+                guard kinds[parts[0..<depth].joined(separator: "/")] == .directory else { throw BackupError.unsafePath(LosslessPath.display(entry.path)) }
+            }
+        }
+        for (link, target) in links where !resolvesInside(link: link, target: target, links: links) {
+            throw BackupError.unsafePath("\(LosslessPath.display(link)) -> \(LosslessPath.display(target))")
+        }
+    }
+
+    /// A manifest name must be relative and plain: no empty, `.` or `..` component, no NUL.
     static func checkName(_ name: String) throws {
         let parts = name.split(separator: "/", omittingEmptySubsequences: false)
-        guard !name.isEmpty, !name.hasPrefix("/"), !name.contains("\0"),
+        guard !name.isEmpty, !name.hasPrefix("/"), !LosslessPath.bytes(of: name).contains(0),
               parts.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." }) else {
-            throw BackupError.unsafePath(name)
+            throw BackupError.unsafePath(LosslessPath.display(name))
         }
     }
 
     /// Every parent of `name` inside `root` must be a real directory (never a link).
-    static func checkParents(of name: String, in root: URL) throws {
+    static func checkParents(of name: String, in root: String) throws {
         var current = root
         for part in name.split(separator: "/").dropLast() {
-            current.appendPathComponent(String(part))
-            var st = stat()
-            guard lstat(current.path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw BackupError.unsafePath(name) }
+            current += "/" + part
+            guard let st = POSIXFile.linkStatus(current), st.st_mode & S_IFMT == S_IFDIR else { throw BackupError.unsafePath(LosslessPath.display(name)) }
         }
     }
 
-    /// Whether a link at `link` (relative) pointing to `target` stays inside the tree.
-    static func staysInside(link: String, target: String) -> Bool {
+    /// Whether the link at `link` (relative to the tree) pointing to `target` resolves inside
+    /// the tree, following the tree's other links (`links`, path → target) the way the kernel
+    /// would, with its limit of 40 hops. Counting `..` alone is not enough: with
+    /// `a/b/hop -> ../..` and `evil -> a/b/hop/../../../etc`, `evil` leaves the tree.
+    static func resolvesInside(link: String, target: String, links: [String: String]) -> Bool {
+        var stack = link.split(separator: "/").dropLast().map(String.init)
+        var pending = ArraySlice(target.split(separator: "/", omittingEmptySubsequences: true).map(String.init))
         guard !target.hasPrefix("/") else { return false }
-        var depth = link.split(separator: "/").count - 1
-        for part in target.split(separator: "/") {
-            if part == ".." { depth -= 1 } else if part != "." { depth += 1 }
-            if depth < 0 { return false }
+        var hops = 0
+        while let part = pending.popFirst() {
+            switch part {
+            case ".": continue
+            case "..":
+                guard !stack.isEmpty else { return false }
+                stack.removeLast()
+            default:
+                stack.append(part)
+                if let next = links[stack.joined(separator: "/")] {
+                    hops += 1
+                    guard hops <= 40, !next.hasPrefix("/") else { return false }
+                    stack.removeLast()
+                    pending = ArraySlice(next.split(separator: "/").map(String.init)) + pending
+                }
+            }
         }
         return true
     }

@@ -69,7 +69,7 @@ public struct BackupKeybag: Sendable, Equatable {
 
     /// Wraps class keys under `password`.
     init(sourceKeybagID: UUID, classKeys: [ProtectionClass: SymmetricKey], classBPrivate: Curve25519.KeyAgreement.PrivateKey,
-         password: String, kdf: PasscodeKDF) throws {
+         password: SecretBytes, kdf: PasscodeKDF) throws {
         let salt = SymmetricKey(size: .init(bitCount: 128)).withUnsafeBytes { Array($0) }
         let (kek, macKey) = try Self.keys(password: password, salt: salt, kdf: kdf)
         var w = ByteWriter()
@@ -90,6 +90,10 @@ public struct BackupKeybag: Sendable, Equatable {
     }
 
     static func keys(password: String, salt: [UInt8], kdf: PasscodeKDF) throws -> (kek: SymmetricKey, mac: SymmetricKey) {
+        try keys(password: SecretBytes(utf8: password), salt: salt, kdf: kdf)
+    }
+
+    static func keys(password: SecretBytes, salt: [UInt8], kdf: PasscodeKDF) throws -> (kek: SymmetricKey, mac: SymmetricKey) {
         let stretched = try kdf.derive(passcode: password, salt: salt)
         return (HKDF<SHA256>.deriveKey(inputKeyMaterial: stretched, info: Array("DataProtection v1 backup keybag KEK".utf8), outputByteCount: 32),
                 HKDF<SHA256>.deriveKey(inputKeyMaterial: stretched, info: Array("DataProtection v1 backup keybag MAC".utf8), outputByteCount: 32))
@@ -120,6 +124,12 @@ public struct BackupClassKeys: Sendable {
     let keys: [ProtectionClass: SymmetricKey]
     let classBPrivate: Curve25519.KeyAgreement.PrivateKey
 
+    /// The key that authenticates the source device's backups (FORMAT.md §5.1), from its class D
+    /// key: whoever holds the backup password can check — and make — that device's backups.
+    public var backupAuthenticationKey: SymmetricKey {
+        BackupAuthenticationKey.derive(classD: keys[.noProtection]!, keybagID: sourceKeybagID)
+    }
+
     /// Unwraps a file key that the source keybag wrapped.
     func unwrap(_ wrapped: WrappedFileKey) throws -> SymmetricKey {
         guard wrapped.keybagID == sourceKeybagID else {
@@ -137,5 +147,20 @@ public struct BackupClassKeys: Sendable {
         } catch {
             throw KeybagError.keyUnwrapFailed(wrapped.protectionClass)
         }
+    }
+}
+
+/// The key a device authenticates its backups with (FORMAT.md §5.1):
+/// `HKDF(class D key, salt: keybag UUID, info: "DataProtection v1 backup authentication")`.
+///
+/// Class D is available in every lock state, so backups taken while locked are authenticated;
+/// the device secret wraps it, so only this device — or, on another device, the holder of the
+/// backup password (the backup keybag carries class D) — can compute it. The class B public
+/// key, which anyone reading a repository sees, is no help.
+package enum BackupAuthenticationKey {
+    static let label = "DataProtection v1 backup authentication"
+
+    package static func derive(classD: SymmetricKey, keybagID: UUID) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: classD, salt: keybagID.bytes, info: Array(label.utf8), outputByteCount: 32)
     }
 }

@@ -4,6 +4,13 @@ import Foundation
 package struct ByteWriter {
     package private(set) var bytes: [UInt8] = []
     package init() {}
+    /// A writer whose storage holds `capacity` bytes before it must grow (a growing array leaves
+    /// its old storage behind unzeroed: buffers that carry keys are sized up front).
+    package init(capacity: Int) { bytes.reserveCapacity(capacity) }
+    /// Overwrites a big-endian u32 at `offset` (a frame's length, once the payload is known).
+    package mutating func patchU32(_ v: UInt32, at offset: Int) {
+        for i in 0..<4 { bytes[offset + i] = UInt8(truncatingIfNeeded: v >> UInt32(24 - 8 * i)) }
+    }
     package mutating func u8(_ v: UInt8) { bytes.append(v) }
     package mutating func u16(_ v: UInt16) { bytes += [UInt8(v >> 8), UInt8(v & 0xff)] }
     package mutating func u32(_ v: UInt32) { for s in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt32(s))) } }
@@ -24,6 +31,11 @@ package struct ByteReader {
         guard n >= 0, remaining >= n else { throw OutOfBounds(field: field) }
         defer { offset += n }
         return Array(bytes[offset..<offset + n])
+    }
+    package mutating func skip(_ n: Int) { offset += n }
+    /// Calls `body` with the next `n` bytes in place (no copy); the caller checked `remaining`.
+    package func peekingBytes<T>(_ n: Int, _ body: (UnsafeBufferPointer<UInt8>) throws -> T) rethrows -> T {
+        try bytes.withUnsafeBufferPointer { try body(UnsafeBufferPointer(rebasing: $0[offset..<offset + n])) }
     }
     package mutating func u8(_ field: String) throws -> UInt8 { try raw(1, field)[0] }
     package mutating func u16(_ field: String) throws -> UInt16 { try raw(2, field).reduce(0) { $0 << 8 | UInt16($1) } }

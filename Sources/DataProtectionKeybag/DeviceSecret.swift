@@ -67,4 +67,9 @@ struct DeviceSecret: Sendable {
     func derive(_ label: String, salt: [UInt8] = []) -> SymmetricKey {
         HKDF<SHA256>.deriveKey(inputKeyMaterial: key, salt: salt, info: Array(label.utf8), outputByteCount: 32)
     }
+
+    /// ``derive(_:salt:)`` with a salt read in place (a stretched passcode: no array copy).
+    func derive(_ label: String, salt: UnsafeRawBufferPointer) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: key, salt: salt, info: Array(label.utf8), outputByteCount: 32)
+    }
 }

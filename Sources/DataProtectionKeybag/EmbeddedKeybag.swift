@@ -50,6 +50,7 @@ package actor EmbeddedKeybag {
                               gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
                               clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
         if let passcode, passcode.isEmpty { throw KeybagError.emptyPasscode }
+        let graceMillis = try PasscodePolicy.gracePeriodMillis(gracePeriod)
         let keybagPath = root + "/" + KeybagFile.fileName
         if POSIXFile.kind(keybagPath).exists || POSIXFile.kind(root + "/" + DeviceSecret.fileName).exists {
             throw KeybagError.alreadyInitialized(root: root)
@@ -69,12 +70,12 @@ package actor EmbeddedKeybag {
         let bPrivate = Curve25519.KeyAgreement.PrivateKey()
         var file = KeybagFile(uuid: UUID(), passcodeSet: false, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
                               salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
-                              gracePeriodMillis: millis(gracePeriod), records: [])
+                              gracePeriodMillis: graceMillis, records: [])
         let dKEK = secret.derive(labelClassD)
         var kek = secret.derive(labelNoPasscode)
         if let passcode {
             file.passcodeSet = true
-            kek = try passcodeKEK(secret: secret, kdf: kdf, salt: file.salt, passcode: passcode)
+            kek = try passcodeKEK(secret: secret, kdf: kdf, salt: file.salt, passcode: SecretBytes(utf8: passcode))
         }
         file.records = try makeRecords(keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet, dKEK: dKEK)
         do {
@@ -172,10 +173,11 @@ package actor EmbeddedKeybag {
 
     /// Changes the grace period (needs the device unlocked when a passcode is set).
     package func setGracePeriod(_ seconds: TimeInterval) throws {
+        let millis = try PasscodePolicy.gracePeriodMillis(seconds)
         try requireUnlocked()
         try withKeybagLock {
             var updated = file
-            updated.gracePeriodMillis = Self.millis(seconds)
+            updated.gracePeriodMillis = millis
             try persist(updated)
         }
     }
@@ -201,7 +203,11 @@ package actor EmbeddedKeybag {
     ///
     /// - Throws: ``KeybagError/wrongPasscode(failedAttempts:)``,
     ///   ``KeybagError/passcodeDelayed(retryAfter:failedAttempts:)``, ``KeybagError/erased``.
-    package func unlock(passcode: String) throws {
+    package func unlock(passcode: String) throws { try unlock(passcode: SecretBytes(utf8: passcode)) }
+
+    /// ``unlock(passcode:)`` with the passcode in memory the keybag controls (keybagd's path:
+    /// from the socket's frame to scrypt, the passcode is never a `String` or an `Array`).
+    package func unlock(passcode: SecretBytes) throws {
         guard file.passcodeSet else {
             if isErased { throw KeybagError.erased }
             return   // protection inactive: always unlocked
@@ -288,7 +294,9 @@ package actor EmbeddedKeybag {
     // MARK: - Passcode management
 
     /// Sets a passcode on a device that has none: A, B and C keys are rewrapped under it.
-    package func setPasscode(_ newPasscode: String) throws {
+    package func setPasscode(_ newPasscode: String) throws { try setPasscode(SecretBytes(utf8: newPasscode)) }
+
+    package func setPasscode(_ newPasscode: SecretBytes) throws {
         guard !file.passcodeSet else { throw KeybagError.passcodeAlreadySet }
         try requireNotErased()
         try rewrapClassKeys(newPasscode: newPasscode)
@@ -297,6 +305,10 @@ package actor EmbeddedKeybag {
     /// Changes the passcode. Only the class keys are rewrapped; no file is rewritten.
     /// A wrong `old` passcode counts as a failed attempt.
     package func changePasscode(from old: String, to new: String) throws {
+        try changePasscode(from: SecretBytes(utf8: old), to: SecretBytes(utf8: new))
+    }
+
+    package func changePasscode(from old: SecretBytes, to new: SecretBytes) throws {
         guard file.passcodeSet else { throw KeybagError.noPasscodeSet }
         if new.isEmpty { throw KeybagError.emptyPasscode }
         let (keys, bPrivate) = try verifyPasscode(old)
@@ -305,14 +317,16 @@ package actor EmbeddedKeybag {
     }
 
     /// Removes the passcode: protection becomes inactive.
-    package func removePasscode(current: String) throws {
+    package func removePasscode(current: String) throws { try removePasscode(current: SecretBytes(utf8: current)) }
+
+    package func removePasscode(current: SecretBytes) throws {
         guard file.passcodeSet else { throw KeybagError.noPasscodeSet }
         let (keys, bPrivate) = try verifyPasscode(current)
         adoptUnlockedKeys(keys, bPrivate: bPrivate)
         try rewrapClassKeys(newPasscode: nil)
     }
 
-    private func rewrapClassKeys(newPasscode: String?) throws {
+    private func rewrapClassKeys(newPasscode: SecretBytes?) throws {
         if let newPasscode, newPasscode.isEmpty { throw KeybagError.emptyPasscode }
         guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil, classKeys[.completeUntilFirstUserAuthentication] != nil else {
             throw KeybagError.deviceLocked(state)
@@ -337,7 +351,7 @@ package actor EmbeddedKeybag {
     ///
     /// Runs under the keybag lock with the keybag reloaded from disk, so attempts from several
     /// processes are serialized and all count against one counter.
-    private func verifyPasscode(_ passcode: String) throws -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
+    private func verifyPasscode(_ passcode: SecretBytes) throws -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
         try requireNotErased()
         let outcome: Result<([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey), KeybagError> = try withKeybagLock {
             let now = clock.now()
@@ -345,19 +359,18 @@ package actor EmbeddedKeybag {
                 return .failure(.passcodeDelayed(retryAfter: remaining, failedAttempts: Int(file.failedAttempts)))
             }
             let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
-            let tag = Array(HMAC<SHA256>.authenticationCode(for: stretched.withUnsafeBytes { Array($0) },
-                                                              using: secret.derive(Self.labelFailedTag)).prefix(16))
+            let tag = stretched.withUnsafeBytes { Array(HMAC<SHA256>.authenticationCode(for: $0, using: secret.derive(Self.labelFailedTag)).prefix(16)) }
             if file.failedAttempts > 0, tag == file.lastFailedTag {
                 // The same wrong passcode again: rejected, but not counted (as on iOS).
                 return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
             }
             // Count the attempt on disk *before* checking it.
             var counted = file
-            counted.failedAttempts += 1
+            counted.failedAttempts = counted.failedAttempts == .max ? .max : counted.failedAttempts + 1   // saturate
             counted.lastFailureMillis = Int64((now.timeIntervalSince1970 * 1000).rounded())
             try persist(counted)
 
-            let kek = secret.derive(Self.labelPasscode, salt: stretched.withUnsafeBytes { Array($0) })
+            let kek = stretched.withUnsafeBytes { secret.derive(Self.labelPasscode, salt: $0) }
             if let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek) {
                 var reset = file
                 reset.failedAttempts = 0
@@ -524,13 +537,23 @@ package actor EmbeddedKeybag {
 
     /// Wraps every class key under a backup password into `ROOT/backup-keybag` (replacing any
     /// earlier one). Needs the device unlocked: the A and B keys must be in memory.
-    package func setBackupPassword(_ password: String) throws {
+    package func setBackupPassword(_ password: String) throws { try setBackupPassword(SecretBytes(utf8: password)) }
+
+    package func setBackupPassword(_ password: SecretBytes) throws {
         if password.isEmpty { throw KeybagError.emptyPasscode }
         try requireUnlocked()
         guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil else { throw KeybagError.deviceLocked(state) }
         let kdf = PasscodeKDF(logN: max(file.kdf.logN, 15), r: file.kdf.r, p: file.kdf.p)
         let backup = try BackupKeybag(sourceKeybagID: id, classKeys: classKeys, classBPrivate: bPrivate, password: password, kdf: kdf)
         try POSIXFile.writeAtomically(backupKeybagURL.path, backup.encoded, permissions: [.ownerReadWrite])
+    }
+
+    /// The key this device authenticates its backups with (``BackupAuthenticationKey``).
+    /// Class D is always available, so this works in every lock state.
+    package func backupAuthenticationKey() throws -> SymmetricKey {
+        try requireNotErased()
+        guard let classD = classKeys[.noProtection] else { throw KeybagError.classUnavailable(.noProtection, state) }
+        return BackupAuthenticationKey.derive(classD: classD, keybagID: id)
     }
 
     /// Rewraps a file key that another device wrapped (its class keys come from a backup
@@ -600,9 +623,9 @@ package actor EmbeddedKeybag {
         file = updated
     }
 
-    private static func passcodeKEK(secret: DeviceSecret, kdf: PasscodeKDF, salt: [UInt8], passcode: String) throws -> SymmetricKey {
+    private static func passcodeKEK(secret: DeviceSecret, kdf: PasscodeKDF, salt: [UInt8], passcode: SecretBytes) throws -> SymmetricKey {
         let stretched = try kdf.derive(passcode: passcode, salt: salt)
-        return secret.derive(labelPasscode, salt: stretched.withUnsafeBytes { Array($0) })
+        return stretched.withUnsafeBytes { secret.derive(labelPasscode, salt: $0) }
     }
 
     private static func makeRecords(keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey,
@@ -654,8 +677,4 @@ package actor EmbeddedKeybag {
     }
 
     private static let zeros16 = [UInt8](repeating: 0, count: 16)
-
-    private static func millis(_ seconds: TimeInterval) -> UInt32 {
-        UInt32(clamping: Int64((max(0, seconds) * 1000).rounded()))
-    }
 }

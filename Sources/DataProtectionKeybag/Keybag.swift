@@ -340,6 +340,17 @@ public final class Keybag: Sendable {
         }
     }
 
+    /// The key this device authenticates its backups with (FORMAT.md §5.1), derived from the
+    /// class D key: available in every lock state, never computable from a repository's contents.
+    package func backupAuthenticationKey() async throws -> SymmetricKey {
+        switch backend {
+        case .embedded(let embedded): return try await embedded.backupAuthenticationKey()
+        case .daemon(let daemon, _):
+            var r = try daemon.call(.backupAuthenticationKey)
+            return try KeybagWire.key(&r)
+        }
+    }
+
     /// Takes over a file key wrapped by another device, given that device's class keys (from its
     /// backup keybag): returns it wrapped under this keybag, in the same class or `protectionClass`.
     public func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,

@@ -40,6 +40,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     case io(path: String, reason: String)
     /// The keybagd daemon serving this root stopped answering, or refused this process.
     case daemon(String)
+    /// A value given to the keybag is out of its range (a grace period of NaN, −1 or 10^300).
+    case invalidArgument(String)
 
     public var description: String {
         switch self {
@@ -79,6 +81,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "\(path): \(reason)"
         case .daemon(let why):
             "keybagd: \(why)"
+        case .invalidArgument(let why):
+            "invalid value: \(why)"
         }
     }
 

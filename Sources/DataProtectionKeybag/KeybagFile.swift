@@ -77,7 +77,18 @@ struct KeybagFile: Sendable, Equatable {
     /// Parses and authenticates a keybag. Never traps; every defect is a `corruptKeybag` error.
     static func decode(_ bytes: [UInt8], macKey: SymmetricKey) throws -> KeybagFile {
         func reject(_ why: String) -> KeybagError { .corruptKeybag(why) }
-        guard bytes.count >= 12 else { throw reject("file too short (\(bytes.count) bytes)") }
+        // The MAC first (FORMAT.md §2): no field is read from unauthenticated bytes. Only the
+        // file's size is needed to find it.
+        guard bytes.count == totalSize else {
+            // Unauthenticated bytes choose only the wording of the error, never what is trusted.
+            if bytes.count >= 10, Array(bytes[0..<8]) == magic, bytes[8] != 0 || bytes[9] != UInt8(Self.version) {
+                throw reject("keybag format version \(UInt16(bytes[8]) << 8 | UInt16(bytes[9])) is not supported (this build reads version \(Self.version))")
+            }
+            throw reject("wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
+        }
+        guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[bodySize...]), authenticating: bytes[0..<bodySize], using: macKey) else {
+            throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
+        }
         guard Array(bytes[0..<8]) == magic else { throw reject("not a DataProtection keybag (bad magic)") }
         var r = ByteReader(bytes)
         do {
@@ -87,13 +98,7 @@ struct KeybagFile: Sendable, Equatable {
                 throw reject("keybag format version \(version) is not supported (this build reads version \(Self.version))")
             }
             let length = try r.u16("length")
-            guard Int(length) == totalSize, bytes.count == totalSize else {
-                throw reject("wrong length (\(bytes.count) bytes, header says \(length), expected \(totalSize)): truncated or extended")
-            }
-            let mac = Array(bytes[bodySize...])
-            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: bytes[0..<bodySize], using: macKey) else {
-                throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
-            }
+            guard Int(length) == totalSize else { throw reject("length field \(length), expected \(totalSize)") }
             let uuid = UUID(bytes: try r.raw(16, "uuid"))
             let flags = try r.u8("flags")
             guard flags & ~3 == 0 else { throw reject("unknown flags \(flags)") }

@@ -25,6 +25,7 @@ package enum KeybagWire {
         case erase = 21, setEraseAfterTenFailures = 22
         /// Tests only: moves a daemon started with `--manual-clock` forward.
         case advanceClock = 23
+        case backupAuthenticationKey = 24
     }
 
     package enum Status: UInt8, Sendable { case ok = 0, error = 1, event = 2 }
@@ -101,6 +102,34 @@ package enum KeybagWire {
         let n = Int(try r.u16(field))
         guard let s = String(bytes: try r.raw(n, field), encoding: .utf8) else { throw ProtocolError("\(field) is not UTF-8") }
         return s
+    }
+
+    /// A string field that carries a secret (a passcode): read into ``SecretBytes``, never into
+    /// a `String` or an `Array`.
+    package static func secretString(_ r: inout ByteReader, _ field: String) throws -> SecretBytes {
+        let n = Int(try r.u16(field))
+        let secret = try r.secret(n, field)
+        guard secret.isUTF8 else { throw ProtocolError("\(field) is not UTF-8") }
+        return secret
+    }
+
+    /// Sends a frame whose first 4 bytes were left for its length (see ``ByteWriter/patchU32(_:at:)``):
+    /// one buffer, no copy of the payload — responses carrying keys are wiped right after.
+    package static func sendFramed(_ fd: Int32, _ writer: inout ByteWriter) throws {
+        let length = writer.bytes.count - 4
+        guard length > 0, length <= maxFrame else { throw ProtocolError("frame of \(length) bytes") }
+        writer.patchU32(UInt32(length), at: 0)
+        try writer.bytes.withUnsafeBytes { buffer in
+            var sent = 0
+            while sent < buffer.count {
+                let n = send(fd, buffer.baseAddress! + sent, buffer.count - sent, Int32(MSG_NOSIGNAL))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw ProtocolError("send: \(String(cString: strerror(errno)))")
+                }
+                sent += n
+            }
+        }
     }
 
     package static func protectionClass(_ r: inout ByteReader) throws -> ProtectionClass {
@@ -220,6 +249,7 @@ package enum KeybagWire {
         case .thisDeviceOnly: w.u8(16)
         case .io(let path, let reason): w.u8(17); string(&w, path); string(&w, reason)
         case .daemon(let why): w.u8(18); string(&w, why)
+        case .invalidArgument(let why): w.u8(19); string(&w, why)
         }
     }
 
@@ -243,6 +273,7 @@ package enum KeybagWire {
         case 16: return .thisDeviceOnly
         case 17: return .io(path: try string(&r, "path"), reason: try string(&r, "reason"))
         case 18: return .daemon(try string(&r, "why"))
+        case 19: return .invalidArgument(try string(&r, "why"))
         default: throw ProtocolError("unknown error")
         }
     }

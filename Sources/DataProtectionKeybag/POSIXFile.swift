@@ -36,8 +36,75 @@ package enum POSIXFile {
     package static func open(_ path: String, _ mode: FileDescriptor.AccessMode,
                              options: FileDescriptor.OpenOptions = [], permissions: FilePermissions? = nil) throws -> FileDescriptor {
         try system("open", path) {
-            try FileDescriptor.open(FilePath(path), mode, options: options.union(.closeOnExec), permissions: permissions, retryOnInterrupt: true)
+            try FileDescriptor.open(try fsPath(path), mode, options: options.union(.closeOnExec), permissions: permissions, retryOnInterrupt: true)
         }
+    }
+
+    /// The `FilePath` whose bytes are those `path` stands for (``LosslessPath``).
+    package static func fsPath(_ path: String) throws -> FilePath {
+        try LosslessPath.withCString(path) { FilePath(platformString: $0) }
+    }
+
+    /// Runs a path system call on the bytes `path` stands for (``LosslessPath``), retrying on
+    /// `EINTR`; `-1` becomes a ``FileSystemError`` naming `operation` and the path.
+    @discardableResult
+    package static func call(_ operation: String, _ path: String, _ body: (UnsafePointer<CChar>) -> Int32) throws -> Int32 {
+        try LosslessPath.withCString(path) { c in try check(operation, LosslessPath.display(path)) { body(c) } }
+    }
+
+    /// Runs a two-path system call (`rename`, `link`, `symlink`) on the bytes of both paths.
+    @discardableResult
+    package static func call(_ operation: String, _ first: String, _ second: String,
+                             _ body: (UnsafePointer<CChar>, UnsafePointer<CChar>) -> Int32) throws -> Int32 {
+        try call(operation, second) { c2 in
+            (try? LosslessPath.withCString(first) { c1 in body(c1, c2) }) ?? { errno = EINVAL; return -1 }()
+        }
+    }
+
+    /// `lstat(2)` on the bytes of `path`: `nil` when nothing is there.
+    package static func linkStatus(_ path: String) -> stat? {
+        var st = stat()
+        guard (try? LosslessPath.withCString(path, { lstat($0, &st) })) == 0 else { return nil }
+        return st
+    }
+
+    /// `stat(2)` (links followed) on the bytes of `path`: `nil` when nothing is there.
+    package static func status(_ path: String) -> stat? {
+        var st = stat()
+        guard (try? LosslessPath.withCString(path, { stat($0, &st) })) == 0 else { return nil }
+        return st
+    }
+
+    /// The names in a directory as ``LosslessPath`` strings (`.` and `..` left out), read as
+    /// bytes with `readdir(3)`: no name is lost or merged, whatever its encoding.
+    package static func directoryEntries(_ directory: String) throws -> [String] {
+        let fd = try open(directory, .readOnly, options: [.directory])
+        guard let dir = fdopendir(fd.rawValue) else {
+            let err = Errno(rawValue: Glibc.errno)
+            try? fd.close()
+            throw FileSystemError("opendir", path: LosslessPath.display(directory), errno: err)
+        }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while true {
+            errno = 0
+            guard let entry = readdir(dir) else {
+                if errno != 0 { throw FileSystemError("readdir", path: LosslessPath.display(directory), errno: Errno(rawValue: errno)) }
+                break
+            }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
+            names.append(LosslessPath.string(fromBytes: name))
+        }
+        return names
+    }
+
+    /// `readlink(2)`: a link's target, as a ``LosslessPath`` string.
+    package static func linkTarget(_ path: String) throws -> String {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = try LosslessPath.withCString(path) { c in buffer.withUnsafeMutableBytes { readlink(c, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) } }
+        guard n >= 0 else { throw FileSystemError("readlink", path: LosslessPath.display(path), errno: Errno(rawValue: Glibc.errno)) }
+        return LosslessPath.string(fromBytes: buffer[0..<n])
     }
 
     /// `fsync(2)`: the data reaches the disk before this returns.
@@ -120,8 +187,7 @@ package enum POSIXFile {
                                           _ fill: (FileDescriptor, String) throws -> Void) throws {
         var mode = permissions ?? FilePermissions(rawValue: 0o644)
         if permissions == nil {
-            var st = stat()
-            if stat(path, &st) == 0 { mode = FilePermissions(rawValue: st.st_mode & 0o7777) }
+            if let st = status(path) { mode = FilePermissions(rawValue: st.st_mode & 0o7777) }
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let temp = temporarySibling(of: path)
@@ -129,7 +195,7 @@ package enum POSIXFile {
         var fd: FileDescriptor
         var isUnnamed = false
         let canLinkUnnamed = access("/proc/self/fd", F_OK) == 0
-        let raw = canLinkUnnamed ? Glibc.open(directory, cshim_o_tmpfile() | O_RDWR | O_CLOEXEC, mode.rawValue) : -1
+        let raw = canLinkUnnamed ? ((try? LosslessPath.withCString(directory) { Glibc.open($0, cshim_o_tmpfile() | O_RDWR | O_CLOEXEC, mode.rawValue) }) ?? -1) : -1
         if raw >= 0 {
             fd = FileDescriptor(rawValue: raw)
             isUnnamed = true
@@ -147,18 +213,18 @@ package enum POSIXFile {
             try fill(fd, path)
             try sync(fd, path: path)
             if isUnnamed {
-                try check("linkat", path) { linkat(AT_FDCWD, "/proc/self/fd/\(fd.rawValue)", AT_FDCWD, temp, AT_SYMLINK_FOLLOW) }
+                try call("linkat", temp) { linkat(AT_FDCWD, "/proc/self/fd/\(fd.rawValue)", AT_FDCWD, $0, AT_SYMLINK_FOLLOW) }
             }
             try system("close", path) { try fd.close() }
         } catch {
             try? fd.close()
-            unlink(temp)
+            _ = try? call("unlink", temp) { unlink($0) }
             throw error
         }
         do {
-            try check("rename", path) { rename(temp, path) }
+            try call("rename", temp, path) { rename($0, $1) }
         } catch {
-            unlink(temp)
+            _ = try? call("unlink", temp) { unlink($0) }
             throw error
         }
         try? syncDirectory(directory)
@@ -175,26 +241,26 @@ package enum POSIXFile {
 
     /// `getxattr(2)`: the attribute's value, or `nil` when it is not set.
     package static func getAttribute(_ name: String, path: String) throws -> [UInt8]? {
-        let size = getxattr(path, name, nil, 0)
+        let size = try LosslessPath.withCString(path) { getxattr($0, name, nil, 0) }
         if size < 0 {
             let err = Errno(rawValue: Glibc.errno)
             if err == .noData { return nil }
             throw FileSystemError("getxattr", path: path, errno: err)
         }
         var value = [UInt8](repeating: 0, count: size)
-        let n = value.withUnsafeMutableBytes { getxattr(path, name, $0.baseAddress, size) }
+        let n = try LosslessPath.withCString(path) { c in value.withUnsafeMutableBytes { getxattr(c, name, $0.baseAddress, size) } }
         if n < 0 { throw FileSystemError("getxattr", path: path, errno: Errno(rawValue: Glibc.errno)) }
         return Array(value[0..<n])
     }
 
     /// `setxattr(2)`.
     package static func setAttribute(_ name: String, _ value: [UInt8], path: String) throws {
-        try check("setxattr", path) { value.withUnsafeBytes { setxattr(path, name, $0.baseAddress, $0.count, 0) } }
+        try call("setxattr", path) { c in value.withUnsafeBytes { setxattr(c, name, $0.baseAddress, $0.count, 0) } }
     }
 
     /// `removexattr(2)`; removing an attribute that is not set is not an error.
     package static func removeAttribute(_ name: String, path: String) throws {
-        if removexattr(path, name) != 0 {
+        if try LosslessPath.withCString(path, { removexattr($0, name) }) != 0 {
             let err = Errno(rawValue: Glibc.errno)
             if err != .noData { throw FileSystemError("removexattr", path: path, errno: err) }
         }
@@ -202,8 +268,7 @@ package enum POSIXFile {
 
     /// Whether `path` exists, and whether it is a directory (symbolic links followed).
     package static func kind(_ path: String) -> (exists: Bool, isDirectory: Bool) {
-        var st = stat()
-        guard stat(path, &st) == 0 else { return (false, false) }
+        guard let st = status(path) else { return (false, false) }
         return (true, (st.st_mode & S_IFMT) == S_IFDIR)
     }
 }

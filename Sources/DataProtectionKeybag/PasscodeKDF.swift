@@ -1,3 +1,4 @@
+import CLinuxShims
 import Crypto
 import _CryptoExtras
 import Foundation
@@ -33,8 +34,17 @@ public struct PasscodeKDF: Sendable, Equatable, CustomStringConvertible {
 
     /// `scrypt(passcode, salt)`, 32 bytes.
     func derive(passcode: String, salt: [UInt8]) throws -> SymmetricKey {
-        try KDF.Scrypt.deriveKey(from: Array(passcode.utf8), salt: salt, outputByteCount: 32,
-                                 rounds: 1 << Int(logN), blockSize: Int(r), parallelism: Int(p))
+        try derive(passcode: SecretBytes(utf8: passcode), salt: salt)
+    }
+
+    /// `scrypt(passcode, salt)`, reading the passcode in place (no copy), then zeroing the part
+    /// of this thread's stack scrypt's HMAC used for its key block.
+    func derive(passcode: SecretBytes, salt: [UInt8]) throws -> SymmetricKey {
+        defer { cshim_scrub_stack() }
+        return try passcode.withUnsafeBytes { bytes in
+            try KDF.Scrypt.deriveKey(from: bytes, salt: salt, outputByteCount: 32,
+                                     rounds: 1 << Int(logN), blockSize: Int(r), parallelism: Int(p))
+        }
     }
 
     /// The time one passcode attempt takes with these parameters on this machine.

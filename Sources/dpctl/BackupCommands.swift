@@ -77,6 +77,7 @@ struct BackupPassword: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
+            try requireOneStandardInput(passcodeFile, passwordFile)
             let keybag = try await device.openDevice(passcodeFile: passcodeFile)
             try await keybag.setBackupPassword(try readPasscode(passwordFile))
             printOut("backup keybag written: \(keybag.backupKeybagURL.path)")
@@ -140,14 +141,18 @@ struct Restore: AsyncParsableCommand {
     @Argument(help: "Where to restore (must not exist, or be empty).") var destination: String
     @Option(help: ArgumentHelp("The backup password (for files from another device).", valueName: "file")) var passwordFile: String?
     @Option(help: ArgumentHelp("This device's passcode, when restoring class A or C files.", valueName: "file")) var passcodeFile: String?
+    @Flag(help: "Apply permission bits as backed up instead of clamping them with the umask (set-id and sticky bits are never restored).")
+    var keepModes = false
     @Flag(help: "Print a JSON summary.") var json = false
 
     func run() async throws {
         try await reportingErrors {
+            try requireOneStandardInput(passcodeFile, passwordFile)
             let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
             let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
             let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
                 .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
+                         options: RestoreOptions(keepModes: keepModes),
                          log: { printOut($0) }, progress: { bar.update(done: $0, total: $1) })
             bar.finish()
             if json {
@@ -160,14 +165,18 @@ struct Restore: AsyncParsableCommand {
 }
 
 struct Verify: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Check that every file of a backup is present and unaltered.")
+    static let configuration = CommandConfiguration(
+        abstract: "Check that a backup is authentic and every file of it present and unaltered.",
+        discussion: "Needs no passcode on the device that made the backup; on another device, the backup password.")
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The backup: REPOSITORY/backups/ID.") var backup: String
+    @Option(help: ArgumentHelp("The backup password (for a backup made on another device).", valueName: "file")) var passwordFile: String?
 
     func run() async throws {
         try await reportingErrors {
-            let count = try RestoreEngine(backup: URL(fileURLWithPath: backup)).verify()
+            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: nil))
+            let count = try await RestoreEngine(backup: URL(fileURLWithPath: backup)).verify(files: files, password: try passwordFile.map(readPasscode))
             printOut("ok: \(count) objects verified")
         }
     }

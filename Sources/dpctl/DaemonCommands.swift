@@ -43,11 +43,11 @@ struct DaemonInstall: AsyncParsableCommand {
             let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
                 ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config").path
             let directory = config + "/systemd/user"
-            var units = [("keybagd.service", Self.unit(keybagd: keybagd, root: device.resolvedRoot, idleLock: idleLock,
+            var units = [("keybagd.service", Self.unit(keybagd: keybagd, root: try device.resolvedRoot, idleLock: idleLock,
                                                       activated: socketActivation))]
             if socketActivation {
-                let socketName = (KeybagSocket.path(forRoot: device.resolvedRoot) as NSString).lastPathComponent
-                units.append(("keybagd.socket", Self.socketUnit(socketName: socketName, root: device.resolvedRoot)))
+                let socketName = (KeybagSocket.path(forRoot: try device.resolvedRoot) as NSString).lastPathComponent
+                units.append(("keybagd.socket", Self.socketUnit(socketName: socketName, root: try device.resolvedRoot)))
             }
             for (name, unit) in units {
                 let unitPath = directory + "/" + name
@@ -62,7 +62,7 @@ struct DaemonInstall: AsyncParsableCommand {
             }
             let start = socketActivation ? "keybagd.socket" : "keybagd.service"
             printOut("start it:  systemctl --user daemon-reload && systemctl --user enable --now \(start)")
-            printOut("then:      dpctl --root \(device.resolvedRoot) unlock")
+            printOut("then:      dpctl --root \(try device.resolvedRoot) unlock")
         }
     }
 

@@ -27,7 +27,7 @@ struct Init: AsyncParsableCommand {
         try await reportingErrors {
             device.bootstrapLogging()
             let passcode = try passcodeFile.map(readPasscode)
-            let keybag = try await Keybag.create(root: device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod,
+            let keybag = try await Keybag.create(root: try device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod,
                                                  eraseAfterTenFailures: eraseAfterTenFailures)
             let status = await keybag.status
             printOut("initialized \(status.root) (keybag \(status.keybagID))")
@@ -183,6 +183,7 @@ struct ChangePasscode: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
+            try requireOneStandardInput(passcodeFile, newPasscodeFile)
             let keybag = try await device.openDevice(passcodeFile: nil)
             try await keybag.changePasscode(from: try readPasscode(passcodeFile), to: try readPasscode(newPasscodeFile))
             printOut("passcode changed")
@@ -211,7 +212,7 @@ struct RemovePasscode: AsyncParsableCommand {
 struct Erase: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Crypto-erase the device: destroy the keybag and device secret. Every protected file of this root becomes unrecoverable.",
-        discussion: "On a terminal it asks you to type ERASE unless --yes is given.")
+        discussion: "On a terminal it asks you to type ERASE; without a terminal (a script, a pipe) it refuses unless --yes is given.")
 
     @OptionGroup var device: DeviceOptions
     @Flag(help: "Do not ask for confirmation.")
@@ -220,7 +221,11 @@ struct Erase: AsyncParsableCommand {
     func run() async throws {
         try await reportingErrors {
             let keybag = try await device.openDevice(passcodeFile: nil)
-            if !yes, isatty(STDIN_FILENO) == 1 {
+            if !yes {
+                // No terminal, no implied consent: `dpctl erase </dev/null` in a script erases nothing.
+                guard isatty(STDIN_FILENO) == 1 else {
+                    throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(keybag.root) from a script")
+                }
                 FileHandle.standardError.write(Data("Erase \(keybag.root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
                 guard readLine() == "ERASE" else { throw CLIError("not erased") }
             }

@@ -24,7 +24,7 @@ struct Write: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
+            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile, standardInputCarriesData: true))
             try await files.write(contentsOf: .standardInput, to: URL(fileURLWithPath: path), protection: protectionClass,
                                   thisDeviceOnly: thisDeviceOnly ? true : nil)
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtection
+import DataProtectionBackup
 import DataProtectionSQLite
 import Foundation
 import Logging
@@ -12,7 +13,7 @@ struct DeviceOptions: ParsableArguments {
     @Flag(name: .long, help: "Log what the keybag does (lock, unlock, discarded keys) to standard error.")
     var verbose = false
 
-    var resolvedRoot: String { DataRoot.resolve(root) }
+    var resolvedRoot: String { get throws { try DataRoot.resolve(root) } }
 
     func bootstrapLogging() { Self.bootstrapLogging(verbose: verbose) }
 
@@ -28,38 +29,58 @@ struct DeviceOptions: ParsableArguments {
     /// The keybag of the keybagd serving the root; a clear error when none does.
     func openDaemonKeybag() async throws -> Keybag {
         bootstrapLogging()
-        let keybag = try await Keybag.open(root: resolvedRoot)
+        let root = try resolvedRoot
+        let keybag = try await Keybag.open(root: root)
         guard keybag.daemonSocket != nil else {
-            throw CLIError("no keybagd serves \(resolvedRoot): start one with `keybagd --root \(resolvedRoot)` (without it, each dpctl run is its own boot and --passcode-file unlocks just that run)")
+            throw CLIError("no keybagd serves \(root): start one with `keybagd --root \(root)` (without it, each dpctl run is its own boot and --passcode-file unlocks just that run)")
         }
         return keybag
     }
 
     /// Opens the device (before first unlock), and unlocks it when a passcode file is given.
-    func openDevice(passcodeFile: String?) async throws -> Keybag {
+    ///
+    /// `standardInputCarriesData`: the command reads its data from standard input, so
+    /// `--passcode-file -` is refused before any attempt (it would take the data for the
+    /// passcode and count a failed attempt toward erase-after-ten).
+    func openDevice(passcodeFile: String?, standardInputCarriesData: Bool = false) async throws -> Keybag {
         bootstrapLogging()
-        let keybag = try await Keybag.open(root: resolvedRoot)
+        if standardInputCarriesData, passcodeFile == "-" {
+            throw CLIError("--passcode-file - cannot be used here: standard input carries this command's data; put the passcode in a file (nothing was attempted)")
+        }
+        let keybag = try await Keybag.open(root: try resolvedRoot)
         if let passcodeFile { try await keybag.unlock(passcode: try readPasscode(passcodeFile)) }
         return keybag
     }
 }
 
-/// Reads a passcode from a file ("-" for standard input); one trailing newline is dropped.
+/// Reads a passcode from a file ("-" for standard input). One trailing line ending — `\n` or
+/// `\r\n` — is dropped; the rest must be UTF-8 (FORMAT.md §1), never guessed at.
 func readPasscode(_ path: String) throws -> String {
-    let data: Data
+    var bytes: [UInt8]
     if path == "-" {
-        data = FileHandle.standardInput.readDataToEndOfFile()
+        bytes = [UInt8](FileHandle.standardInput.readDataToEndOfFile())
     } else {
         guard let contents = FileManager.default.contents(atPath: path) else {
             throw CLIError("cannot read the passcode file \(path)")
         }
-        data = contents
+        bytes = [UInt8](contents)
     }
-    var text = String(decoding: data, as: UTF8.self)
-    if text.hasSuffix("\n") { text.removeLast() }
-    if text.hasSuffix("\r") { text.removeLast() }
-    guard !text.isEmpty else { throw CLIError("the passcode file \(path) is empty") }
+    defer { for i in bytes.indices { bytes[i] = 0 } }
+    // Bytes, not Characters: in Swift "\r\n" is one Character, so hasSuffix("\n") misses it.
+    if bytes.last == 0x0A { bytes.removeLast() }
+    if bytes.last == 0x0D { bytes.removeLast() }
+    guard !bytes.isEmpty else { throw CLIError("the passcode file \(path) is empty") }
+    guard let text = String(validating: bytes, as: UTF8.self) else {
+        throw CLIError("the passcode file \(path) is not UTF-8 text (nothing was attempted)")
+    }
     return text
+}
+
+/// Refuses two secrets read from one standard input (`--passcode-file - --new-passcode-file -`).
+func requireOneStandardInput(_ files: String?...) throws {
+    guard files.filter({ $0 == "-" }).count <= 1 else {
+        throw CLIError("only one secret can come from standard input (-); put the other in a file (nothing was attempted)")
+    }
 }
 
 /// A plain message for the user.
@@ -95,6 +116,8 @@ func exitStatus(for error: any Error) -> Int32 {
     case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag: 4
     case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, DatabaseCipherError.wrongKeyOrFormat: 5
     case DatabaseCipherError.damaged: 4
+    case BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: 4
+    case BackupError.wrongBackupPassword: 5
     default: 1
     }
 }

@@ -13,21 +13,34 @@ import Glibc
 /// keybag actor. Class keys never cross the socket: clients send wrapped file keys and get the
 /// file key back only when its class is available now. A malformed or oversized frame closes
 /// that connection and nothing else.
+///
+/// One client's fault never stalls another (as with ssh-agent and gpg-agent): connections are
+/// bounded (``maxConnections``; one more is told "busy" and closed), a reply that cannot be
+/// sent within ``sendTimeout`` closes that connection, events go to subscribers without
+/// blocking (a subscriber that stopped reading loses its own connection once its socket buffer
+/// is full), and `accept` failing for want of descriptors backs off instead of spinning.
+/// Request and response buffers are wiped after every request: no passcode or file key is left
+/// in freed memory.
 final class KeybagDaemon: Sendable {
     let keybag: EmbeddedKeybag
     let socketPath: String
     let manualClock: ManualClock?
+    let maxConnections: Int
+    /// How long a reply may wait for a client to read before that connection is closed.
+    static let sendTimeout: Int = 5
     private let logger = Logger(label: "keybagd")
-    private let subscribers = Mutex<[Int32]>([])
+    private let subscribers = Mutex<Set<Int32>>([])
+    private let connections = Mutex(0)
     private let lastActivity: Mutex<Date>
     private let listener: Int32
     /// Whether the listening socket came from systemd (socket activation): then systemd owns it.
     private let activated: Bool
 
-    init(keybag: EmbeddedKeybag, socketPath: String, manualClock: ManualClock?) throws {
+    init(keybag: EmbeddedKeybag, socketPath: String, manualClock: ManualClock?, maxConnections: Int = 256) throws {
         self.keybag = keybag
         self.socketPath = socketPath
         self.manualClock = manualClock
+        self.maxConnections = maxConnections
         self.lastActivity = Mutex(keybag.clock.now())
         if let inherited = try Self.activatedSocket(expected: socketPath) {
             self.listener = inherited
@@ -127,18 +140,55 @@ final class KeybagDaemon: Sendable {
         logger.notice("serving \(keybag.root) on \(socketPath)")
         // One line on standard output once the socket accepts connections, for whoever waits on us.
         FileHandle.standardOutput.write(Data("ready \(socketPath)\n".utf8))
+        var backoff: UInt32 = 10_000   // µs, doubled up to 1 s while accept cannot get a descriptor
+        var lastComplaint: ContinuousClock.Instant?
         while true {
             let client = accept(listener, nil, nil)
             if client < 0 {
-                if errno == EINTR { continue }
-                logger.error("accept: \(String(cString: strerror(errno)))")
+                let err = errno
+                if err == EINTR || err == ECONNABORTED { continue }
+                // Out of descriptors or memory: say so once a minute, wait, try again — never spin.
+                if lastComplaint.map({ ContinuousClock.now - $0 > .seconds(60) }) ?? true {
+                    logger.error("accept: \(String(cString: strerror(err))); backing off (said once a minute)")
+                    lastComplaint = .now
+                }
+                usleep(backoff)
+                backoff = min(backoff * 2, 1_000_000)
                 continue
             }
+            backoff = 10_000
             _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-            let thread = Thread { [self] in handle(client) }
+            var timeout = timeval(tv_sec: Self.sendTimeout, tv_usec: 0)
+            setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let admitted = connections.withLock { count in
+                guard count < maxConnections else { return false }
+                count += 1
+                return true
+            }
+            guard admitted else {
+                refuse(client, "busy: \(maxConnections) connections are open (keybagd --max-connections); close some and retry")
+                continue
+            }
+            let thread = Thread { [self] in
+                handle(client)
+                connections.withLock { $0 -= 1 }
+            }
             thread.name = "keybagd connection"
+            thread.stackSize = 256 * 1024
             thread.start()
         }
+    }
+
+    /// One error frame, then close (best effort, without waiting on the peer).
+    private func refuse(_ fd: Int32, _ why: String) {
+        var w = ByteWriter()
+        w.u8(KeybagWire.version); w.u8(KeybagWire.Status.error.rawValue)
+        KeybagWire.error(&w, .daemon(why))
+        var frame = ByteWriter()
+        frame.u32(UInt32(w.bytes.count))
+        frame.raw(w.bytes)
+        _ = frame.bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        close(fd)
     }
 
     func stop() {
@@ -152,14 +202,10 @@ final class KeybagDaemon: Sendable {
         guard peer.uid == getuid() else {
             let why = "refused: the peer (pid \(peer.pid)) runs as uid \(peer.uid); this keybagd serves uid \(getuid()) only"
             logger.warning("\(why)")
-            var w = ByteWriter()
-            w.u8(KeybagWire.version); w.u8(KeybagWire.Status.error.rawValue)
-            KeybagWire.error(&w, .daemon(why))
-            try? KeybagWire.writeFrame(fd, w.bytes)
-            close(fd)
+            refuse(fd, why)
             return
         }
-        // No timeout on the daemon's side of a connection: clients may be idle.
+        // No receive timeout on the daemon's side of a connection: clients may be idle.
         while true {
             let payload: [UInt8]
             do {
@@ -169,6 +215,8 @@ final class KeybagDaemon: Sendable {
                 logger.info("closing a connection: \(error)")
                 break
             }
+            // The request may carry a passcode or a key: zero its buffer once answered.
+            defer { payload.wipeInPlace() }
             var reader = ByteReader(payload)
             guard (try? reader.u8("version")) == KeybagWire.version,
                   let raw = try? reader.u8("op"), let op = KeybagWire.Op(rawValue: raw) else {
@@ -176,20 +224,25 @@ final class KeybagDaemon: Sendable {
                 break
             }
             if op == .subscribe {
+                guard reader.remaining == 0 else { break }
                 try? KeybagWire.writeFrame(fd, [KeybagWire.version, KeybagWire.Status.ok.rawValue])
-                subscribers.withLock { $0.append(fd) }
-                return   // the fd now belongs to the broadcaster
+                serveSubscriber(fd)
+                return
             }
             lastActivity.withLock { $0 = keybag.clock.now() }
-            var out = ByteWriter()
+            // Sized so it never grows: a growing array would leave a copy of a key behind.
+            var out = ByteWriter(capacity: 4096)
+            defer { out.bytes.wipeInPlace() }
+            out.u32(0)   // the length, patched in by sendFramed
             out.u8(KeybagWire.version)
             do {
                 let body = try blocking { [self, reader] in
                     var reader = reader
-                    var body = ByteWriter()
+                    var body = ByteWriter(capacity: 1024)
                     try await answer(op, &reader, &body)
                     return body.bytes
                 }
+                defer { body.wipeInPlace() }
                 out.u8(KeybagWire.Status.ok.rawValue)
                 out.raw(body)
             } catch let error as KeybagError {
@@ -199,8 +252,28 @@ final class KeybagDaemon: Sendable {
                 logger.info("closing a connection: \(error)")
                 break
             }
-            do { try KeybagWire.writeFrame(fd, out.bytes) } catch { break }
+            // A client that does not read its reply within the send timeout loses this connection.
+            do { try KeybagWire.sendFramed(fd, &out) } catch { break }
         }
+        close(fd)
+    }
+
+    /// A subscriber's connection: events are pushed by ``broadcast(_:)`` without blocking; this
+    /// thread only waits for the peer to go away, then closes the descriptor (once).
+    private func serveSubscriber(_ fd: Int32) {
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+        subscribers.withLock { _ = $0.insert(fd) }
+        var pollfd = Glibc.pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while true {
+            let ready = poll(&pollfd, 1, -1)
+            if ready < 0, errno == EINTR { continue }
+            var byte: UInt8 = 0
+            let n = recv(fd, &byte, 1, Int32(MSG_DONTWAIT))
+            if n < 0, errno == EAGAIN || errno == EINTR { continue }
+            break   // end of stream, an error, or a byte a subscriber must not send
+        }
+        subscribers.withLock { _ = $0.remove(fd) }
         close(fd)
     }
 
@@ -227,18 +300,18 @@ final class KeybagDaemon: Sendable {
         case .setEraseAfterTenFailures:
             try await keybag.setEraseAfterTenFailures(try r.u8("on") == 1)
         case .unlock:
-            try await keybag.unlock(passcode: try KeybagWire.string(&r, "passcode"))
+            try await keybag.unlock(passcode: try KeybagWire.secretString(&r, "passcode"))
         case .lock:
             await keybag.lock()
         case .setPasscode:
-            try await keybag.setPasscode(try KeybagWire.string(&r, "passcode"))
+            try await keybag.setPasscode(try KeybagWire.secretString(&r, "passcode"))
         case .changePasscode:
-            let old = try KeybagWire.string(&r, "old"), new = try KeybagWire.string(&r, "new")
+            let old = try KeybagWire.secretString(&r, "old"), new = try KeybagWire.secretString(&r, "new")
             try await keybag.changePasscode(from: old, to: new)
         case .removePasscode:
-            try await keybag.removePasscode(current: try KeybagWire.string(&r, "passcode"))
+            try await keybag.removePasscode(current: try KeybagWire.secretString(&r, "passcode"))
         case .setBackupPassword:
-            try await keybag.setBackupPassword(try KeybagWire.string(&r, "password"))
+            try await keybag.setBackupPassword(try KeybagWire.secretString(&r, "password"))
         case .erase:
             try await keybag.erase()
         case .generation:
@@ -256,11 +329,15 @@ final class KeybagDaemon: Sendable {
             let wrapped = try KeybagWire.wrapped(&r), cls = try KeybagWire.protectionClass(&r)
             KeybagWire.wrapped(&w, try await keybag.rewrapFileKey(wrapped, to: cls))
         case .wrap:
-            let key = try KeybagWire.key(&r), cls = try KeybagWire.protectionClass(&r), only = try r.u8("this device only") == 1
+            let key = try r.peekingKey(), cls = try KeybagWire.protectionClass(&r), only = try r.u8("this device only") == 1
             KeybagWire.wrapped(&w, try await keybag.wrap(key, for: cls, thisDeviceOnly: only))
+        case .backupAuthenticationKey:
+            KeybagWire.key(&w, try await keybag.backupAuthenticationKey())
         case .advanceClock:
             guard let manualClock else { throw KeybagError.daemon("advance-clock needs a daemon started with --manual-clock") }
-            manualClock.advance(by: try KeybagWire.double(&r, "seconds"))
+            let seconds = try KeybagWire.double(&r, "seconds")
+            guard seconds.isFinite, seconds >= 0, seconds <= 1e9 else { throw KeybagError.invalidArgument("clock advance \(seconds) s") }
+            manualClock.advance(by: seconds)
             _ = await keybag.lockState   // expire the grace period now, if due
         case .subscribe:
             break
@@ -268,16 +345,27 @@ final class KeybagDaemon: Sendable {
         guard r.remaining == 0 else { throw KeybagWire.ProtocolError("trailing bytes in a request") }
     }
 
+    /// Sends an event to every subscriber without ever blocking: a subscriber whose socket
+    /// buffer is full (it stopped reading) loses its connection — only its own.
     private func broadcast(_ event: KeybagWire.Event) {
         var w = ByteWriter()
         w.u8(KeybagWire.version)
         w.u8(KeybagWire.Status.event.rawValue)
         KeybagWire.event(&w, event)
+        var frame = ByteWriter()
+        frame.u32(UInt32(w.bytes.count))
+        frame.raw(w.bytes)
+        let bytes = frame.bytes
         subscribers.withLock { fds in
-            fds = fds.filter { fd in
-                if (try? KeybagWire.writeFrame(fd, w.bytes)) != nil { return true }
-                close(fd)
-                return false
+            for fd in fds {
+                let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                if sent != bytes.count {
+                    // Full (or gone): drop it. A partial frame cannot be finished later, so the
+                    // stream ends here; its thread sees the shutdown and closes the descriptor.
+                    logger.notice("dropping an event subscriber that stopped reading")
+                    shutdown(fd, Int32(SHUT_RDWR))
+                    fds.remove(fd)
+                }
             }
         }
     }

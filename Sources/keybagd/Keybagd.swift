@@ -32,13 +32,24 @@ struct Keybagd: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Lock after this many seconds without a request.", valueName: "seconds"))
     var idleLock: Double?
 
+    @Option(name: .long, help: ArgumentHelp("Connections served at once; one more is told \"busy\" and closed.", valueName: "n"))
+    var maxConnections = 256
+
     @Flag(name: .long, help: ArgumentHelp("Tests only: time stands still until a client advances it.", visibility: .hidden))
     var manualClock = false
 
     @Flag(name: .long, help: "Log each connection and lock change to standard error.")
     var verbose = false
 
+    func validate() throws {
+        if let idleLock, !(idleLock.isFinite && idleLock > 0 && idleLock <= 1e9) {
+            throw ValidationError("--idle-lock takes a number of seconds greater than 0")
+        }
+        guard (1...65_536).contains(maxConnections) else { throw ValidationError("--max-connections takes 1 to 65536") }
+    }
+
     func run() async throws {
+        HeapHygiene.reexecIfNeeded()
         let level: Logger.Level = verbose ? .info : .notice
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -52,10 +63,11 @@ struct Keybagd: AsyncParsableCommand {
         // every page is locked as well.
         if cshim_set_nondumpable() != 0 { logger.warning("could not make the process non-dumpable") }
         if cshim_lock_memory() < 0 { logger.warning("mlockall failed: \(String(cString: strerror(errno)))") }
-        let resolved = DataRoot.resolve(root)
         let clock: any KeybagClock = manualClock ? ManualClock(start: Date()) : SystemClock()
         let keybag: EmbeddedKeybag
+        let resolved: String
         do {
+            resolved = try DataRoot.resolve(root)
             keybag = try await EmbeddedKeybag.open(root: resolved, clock: clock)
         } catch {
             FileHandle.standardError.write(Data("keybagd: \(error)\n".utf8))
@@ -64,7 +76,7 @@ struct Keybagd: AsyncParsableCommand {
         let daemon: KeybagDaemon
         do {
             daemon = try KeybagDaemon(keybag: keybag, socketPath: KeybagSocket.path(forRoot: resolved),
-                                      manualClock: clock as? ManualClock)
+                                      manualClock: clock as? ManualClock, maxConnections: maxConnections)
         } catch {
             FileHandle.standardError.write(Data("keybagd: \(error)\n".utf8))
             throw ExitCode(1)

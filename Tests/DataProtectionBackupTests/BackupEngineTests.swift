@@ -93,7 +93,7 @@ import Testing
         await #expect(throws: BackupError.passwordNeeded(files: 1)) {
             _ = try await RestoreEngine(backup: backup).restore(to: s.base.appendingPathComponent("r0"), files: files2, password: nil)
         }
-        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 0)) {
+        await #expect(throws: BackupError.wrongBackupPassword) {
             _ = try await RestoreEngine(backup: backup).restore(to: s.base.appendingPathComponent("r1"), files: files2, password: "nope")
         }
         var restoreLog: [String] = []
@@ -134,7 +134,7 @@ import Testing
         let s = try await Self.scenario()
         _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
         let backup = try #require(s.repository.finishedBackups().last)
-        #expect(try RestoreEngine(backup: backup).verify() > 0)
+        #expect(try await RestoreEngine(backup: backup).verify(files: s.source, password: nil) > 0)
         let objects = s.repository.url.appendingPathComponent("objects")
         var names = (FileManager.default.enumerator(atPath: objects.path)?.allObjects as? [String] ?? []).filter { $0.count > 3 }.sorted()
         let altered = objects.appendingPathComponent(names.removeFirst())
@@ -142,7 +142,7 @@ import Testing
         bytes[bytes.count / 2] ^= 1
         try bytes.write(to: altered)
         try FileManager.default.removeItem(at: objects.appendingPathComponent(names.removeFirst()))
-        #expect { _ = try RestoreEngine(backup: backup).verify() } throws: { error in
+        await #expect { _ = try await RestoreEngine(backup: backup).verify(files: s.source, password: nil) } throws: { error in
             guard case BackupError.verificationFailed(let problems) = error else { return false }
             return problems.count == 2 && problems.contains { $0.contains("altered") } && problems.contains { $0.contains("missing") }
         }
@@ -163,12 +163,13 @@ import Testing
             _ = try await RestoreEngine(backup: killed).restore(to: s.base.appendingPathComponent("x"), files: s.source, password: nil)
         }
         #expect(s.repository.finishedBackups().count == 1)
-        #expect(try RestoreEngine(backup: s.repository.finishedBackups()[0]).verify() > 0)
+        #expect(try await RestoreEngine(backup: s.repository.finishedBackups()[0]).verify(files: s.source, password: nil) > 0)
     }
 
     @Test(arguments: ["../escape.txt", "/etc/evil", "a/../../b", "./x"])
     func restoreRefusesNamesOutsideTheDestination(name: String) async throws {
-        let backup = try await Self.handcraftedBackup([ManifestEntry(path: name, kind: .file, mode: 0o644, mtime: 0, size: 0, sha256: nil)])
+        let backup = try await Self.handcraftedBackup([ManifestEntry(path: name, kind: .file, mode: 0o644, mtime: 0, size: 0,
+                                                                     sha256: String(repeating: "0", count: 64), sealed: true)])
         await #expect(throws: BackupError.unsafePath(name)) {
             _ = try await RestoreEngine(backup: backup).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
         }
@@ -192,15 +193,28 @@ import Testing
     }
     static func bystander() async throws -> ProtectedFileManager { await bystanderDevice.value }
 
-    /// A backup with a manifest written by hand (as an attacker who has the device could).
-    static func handcraftedBackup(_ entries: [ManifestEntry]) async throws -> URL {
-        let backup = temporaryDirectory().appendingPathComponent("repo/backups/evil")
+    /// A backup with a manifest written by hand — and authenticated with the device's own key,
+    /// as an insider holding the device could: restore's own checks must still hold.
+    static func handcraftedBackup(_ entries: [ManifestEntry], objects: [String: [UInt8]] = [:]) async throws -> URL {
+        let files = try await bystander()
+        let repository = BackupRepository(url: temporaryDirectory().appendingPathComponent("repo"))
+        let backup = repository.url.appendingPathComponent("backups/evil")
         try FileManager.default.createDirectory(at: backup, withIntermediateDirectories: true)
+        try repository.prepare()
+        for (sha, bytes) in objects {
+            try FileManager.default.createDirectory(at: repository.objectURL(sha).deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(bytes).write(to: repository.objectURL(sha))
+        }
         let manifest = try BackupManifest.create(at: nil)
-        try manifest.insert(entries, meta: [:])
-        try await bystander().write(try manifest.serialized(), to: backup.appendingPathComponent(BackupManifest.fileName),
-                                    protection: .completeUnlessOpen)
-        try Data().write(to: backup.appendingPathComponent(BackupRepository.objectListName))
+        try manifest.insert(entries, meta: ["id": "evil"])
+        let manifestURL = backup.appendingPathComponent(BackupManifest.fileName)
+        try await files.write(try manifest.serialized(), to: manifestURL, protection: .completeUnlessOpen)
+        let list = Array(Set(entries.compactMap(\.sha256)).sorted().map { $0 + "\n" }.joined().utf8)
+        try Data(list).write(to: backup.appendingPathComponent(BackupRepository.objectListName))
+        let contents = BackupAuthentication.Contents(backupID: "evil", manifest: [UInt8](try Data(contentsOf: manifestURL)),
+                                                     objectList: list, backupKeybag: nil)
+        let record = BackupAuthentication(keybagID: files.keybag.id, contents: contents, key: try await files.keybag.backupAuthenticationKey())
+        try Data(record.encoded).write(to: backup.appendingPathComponent(BackupAuthentication.fileName))
         return backup
     }
 }

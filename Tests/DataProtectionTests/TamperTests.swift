@@ -51,6 +51,34 @@ import Testing
         }
     }
 
+    /// A text-mode transfer turns `\r\n` into `\n` (or `\n` into `\r\n`), shifting the rest of
+    /// the magic; a 7-bit one strips the high bit. Each is a damaged protected file, never plain.
+    @Test func textModeManglingAndShortTruncationAreDamagedNotPlain() async throws {
+        let (device, url, _, original) = try await fixture()
+        func lfOnly(_ bytes: [UInt8]) -> [UInt8] {
+            var out: [UInt8] = []
+            for (i, byte) in bytes.enumerated() where !(byte == 0x0D && i + 1 < bytes.count && bytes[i + 1] == 0x0A) { out.append(byte) }
+            return out
+        }
+        func crlf(_ bytes: [UInt8]) -> [UInt8] { bytes.flatMap { $0 == 0x0A ? [0x0D, 0x0A] : [$0] } }
+        let sevenBit = original.map { $0 & 0x7F }
+        for (what, bytes) in [("\\r\\n turned into \\n", lfOnly(original)), ("\\n turned into \\r\\n", crlf(original)),
+                              ("high bit stripped", sevenBit), ("first 4 bytes only", Array(original.prefix(4))),
+                              ("first 3 bytes only", Array(original.prefix(3))), ("first 2 bytes only", Array(original.prefix(2))),
+                              ("magic with \\r\\n → \\n, cut at 6", Array(lfOnly(original).prefix(6)))] {
+            try Data(bytes).write(to: url)
+            #expect(throws: ProtectedFileError.self, "\(what): must be reported as damaged") {
+                _ = try device.files.protection(ofItemAt: url)
+            }
+            try await expectRejected(device, url, bytes, what)
+        }
+        // A plain file that merely starts with the same first byte stays plain.
+        try Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]).write(to: url)   // a PNG's magic
+        #expect(try device.files.protection(ofItemAt: url) == .plain)
+        try Data([0x89]).write(to: url)
+        #expect(try device.files.protection(ofItemAt: url) == .plain)
+    }
+
     @Test func extensionIsDetected() async throws {
         let (device, url, _, original) = try await fixture()
         try await expectRejected(device, url, original + [0], "one byte appended")

@@ -21,6 +21,13 @@ int cshim_set_nondumpable(void);
 /// (with a limit, future allocations would start failing): 0 locked, 1 skipped, -1 failed.
 int cshim_lock_memory(void);
 
+/// `explicit_bzero`: zeroes `length` bytes at `pointer`, never optimised away.
+void cshim_wipe(void *pointer, unsigned long length);
+
+/// Zeroes 64 KiB of this thread's stack below the caller, where a crypto routine that just
+/// returned (BoringSSL's HMAC key block, an AES key schedule) may have left secrets.
+void cshim_scrub_stack(void);
+
 /// A 64-bit word another process publishes in shared memory, read with acquire ordering.
 static inline uint64_t cshim_load_acquire_u64(const uint64_t *word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
 

@@ -1,0 +1,118 @@
+import Foundation
+
+/// File names are bytes on Linux; Swift strings are Unicode. This is the one lossless mapping
+/// between the two that the whole package uses, so `lat\xE9` and `y\xFE` / `y\xFD` stay three
+/// different names from `argv` to the file system, into a backup manifest and back.
+///
+/// Valid UTF-8 maps to itself. Each byte of a sequence that is not valid UTF-8 maps to the
+/// scalar `U+10FF00 + byte` (bytes `0x80…0xFF` → `U+10FF80…U+10FFFF`, plane 16's private-use
+/// area) — the idea of Python's `surrogateescape`, with scalars Swift strings can hold. A name
+/// that itself contains one of those 128 scalars has its bytes escaped the same way, so the
+/// mapping is injective: ``bytes(of:)`` always gives back the bytes ``string(fromBytes:)`` saw.
+///
+/// ```swift
+/// let name = LosslessPath.string(fromBytes: [0x6C, 0x61, 0x74, 0xE9])   // "lat" + U+10FFE9
+/// LosslessPath.bytes(of: name)                                          // [0x6C, 0x61, 0x74, 0xE9]
+/// try LosslessPath.withCString(name) { open($0, O_RDONLY) }             // opens `lat\xE9`
+/// LosslessPath.display(name)                                            // "lat\xE9", for messages
+/// ```
+public enum LosslessPath {
+    static let escapeBase: UInt32 = 0x10FF00
+    static let escapeRange: ClosedRange<UInt32> = 0x10FF80...0x10FFFF
+
+    /// The string for a name or path read from the system (`readdir`, `argv`, `readlink`).
+    public static func string(fromBytes bytes: some Collection<UInt8>) -> String {
+        let bytes = Array(bytes)
+        // The common case: valid UTF-8 without escape-range scalars is itself.
+        if let plain = String(validating: bytes, as: UTF8.self), !plain.unicodeScalars.contains(where: { escapeRange.contains($0.value) }) {
+            return plain
+        }
+        var scalars = String.UnicodeScalarView()
+        var index = 0
+        while index < bytes.count {
+            let length = validSequenceLength(bytes, at: index)
+            if length > 0, let scalar = String(validating: bytes[index..<index + length], as: UTF8.self)?.unicodeScalars.first,
+               !escapeRange.contains(scalar.value) {
+                scalars.append(scalar)
+                index += length
+            } else {
+                // An invalid byte, or one byte of a scalar that would read as an escape.
+                let count = max(length, 1)
+                for byte in bytes[index..<index + count] { scalars.append(Unicode.Scalar(escapeBase + UInt32(byte))!) }
+                index += count
+            }
+        }
+        return String(scalars)
+    }
+
+    /// The bytes the system must see for `string` (the inverse of ``string(fromBytes:)``).
+    public static func bytes(of string: String) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(string.utf8.count)
+        for scalar in string.unicodeScalars {
+            if escapeRange.contains(scalar.value) {
+                out.append(UInt8(scalar.value - escapeBase))
+            } else {
+                out.append(contentsOf: String(scalar).utf8)
+            }
+        }
+        return out
+    }
+
+    /// Calls `body` with the NUL-terminated bytes of `path`, for a system call.
+    /// - Throws: ``KeybagError/invalidArgument(_:)`` when the path contains a NUL byte, which no
+    ///   file name can hold (passing it on would silently name a shorter path).
+    public static func withCString<T>(_ path: String, _ body: (UnsafePointer<CChar>) throws -> T) throws -> T {
+        var bytes = bytes(of: path)
+        guard !bytes.contains(0) else { throw KeybagError.invalidArgument("\(display(path)): a file name cannot contain a NUL byte") }
+        bytes.append(0)
+        return try bytes.withUnsafeBufferPointer { buffer in
+            try buffer.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) }
+        }
+    }
+
+    /// Whether `string` maps to bytes that are valid UTF-8 (no escaped byte).
+    public static func isUTF8(_ string: String) -> Bool {
+        !string.unicodeScalars.contains { escapeRange.contains($0.value) }
+    }
+
+    /// `string` for a message or a terminal: escaped bytes as `\xNN`, control characters as
+    /// `\n`, `\t` or `\xNN`, so one name is one line and can be told apart from its neighbours.
+    public static func display(_ string: String) -> String {
+        var out = ""
+        for scalar in string.unicodeScalars {
+            if escapeRange.contains(scalar.value) {
+                out += "\\x" + hex2(UInt8(scalar.value - escapeBase))
+            } else if scalar == "\n" {
+                out += "\\n"
+            } else if scalar == "\t" {
+                out += "\\t"
+            } else if scalar.value < 0x20 || scalar.value == 0x7F {
+                out += "\\x" + hex2(UInt8(scalar.value))
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
+    private static func hex2(_ byte: UInt8) -> String {
+        let digits = Array("0123456789ABCDEF")
+        return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
+    }
+
+    /// The length of the valid UTF-8 sequence starting at `index`, or 0 when there is none.
+    private static func validSequenceLength(_ bytes: [UInt8], at index: Int) -> Int {
+        let lead = bytes[index]
+        let length: Int
+        switch lead {
+        case 0x00...0x7F: return 1
+        case 0xC2...0xDF: length = 2
+        case 0xE0...0xEF: length = 3
+        case 0xF0...0xF4: length = 4
+        default: return 0
+        }
+        guard index + length <= bytes.count else { return 0 }
+        return String(validating: bytes[index..<index + length], as: UTF8.self) == nil ? 0 : length
+    }
+}

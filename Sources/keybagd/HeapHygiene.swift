@@ -1,0 +1,30 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// glibc settings that keep secrets out of freed heap memory, applied by re-executing keybagd
+/// once with them (glibc reads `GLIBC_TUNABLES` only at start).
+///
+/// The daemon's own buffers are wiped after use (`SecretBytes`, `wipeInPlace`), but libraries
+/// below it free copies it never sees — swift-crypto's key-wrap output and HMAC key pads among
+/// them. With `glibc.malloc.perturb` every `free` overwrites the block, and with the per-thread
+/// cache off (`tcache_count=0`) no free skips that. The cost is a memset per free; keybagd's
+/// requests are small.
+enum HeapHygiene {
+    static let tunables = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165"
+    static let marker = "KEYBAGD_HEAP_HYGIENE"
+
+    /// Re-executes this program with the tunables, once; returns when they are in force (or
+    /// when re-executing is impossible, which only costs the defence in depth).
+    static func reexecIfNeeded() {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment[marker] == nil else { return }
+        let existing = environment["GLIBC_TUNABLES"].map { $0 + ":" } ?? ""
+        setenv("GLIBC_TUNABLES", existing + tunables, 1)
+        setenv(marker, "1", 1)
+        // Same pid, same descriptors: socket activation's LISTEN_PID and fd 3 stay valid.
+        execv("/proc/self/exe", CommandLine.unsafeArgv)
+        unsetenv(marker)
+    }
+}

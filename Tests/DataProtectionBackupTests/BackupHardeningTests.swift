@@ -1,0 +1,245 @@
+import Crypto
+import DataProtection
+@testable import DataProtectionBackup
+import Foundation
+import Testing
+
+/// The attacks of the hardening review, kept as tests: forged repositories, crafted manifests,
+/// link chains, set-id bits, leftovers of killed runs, names that are not UTF-8.
+@Suite struct BackupHardeningTests {
+    /// `DP_PYTHON`, else the venv `scripts/test` creates, else `python3`.
+    static var python: String {
+        if let explicit = ProcessInfo.processInfo.environment["DP_PYTHON"] { return explicit }
+        let venv = packageRoot.appendingPathComponent(".venv-oracle/bin/python").path
+        return FileManager.default.isExecutableFile(atPath: venv) ? venv : "python3"
+    }
+    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Runs the forger (`Tests/oracle/backup_forger.py`, written from docs/FORMAT.md alone).
+    static func forge(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [python, packageRoot.appendingPathComponent("Tests/oracle/backup_forger.py").path] + arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        let errors = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "the forger failed: \(String(decoding: errors, as: UTF8.self))")
+        return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// A repository written to by someone with no key — only the backup keybag's public half —
+    /// gets nothing restored or verified: a planted setuid `run-me.sh`, with no authentication
+    /// record, a random one, or a genuine one replayed from another backup.
+    @Test func aForgedBackupIsRefusedByVerifyAndRestore() async throws {
+        let s = try await BackupEngineTests.scenario()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let genuine = try #require(s.repository.finishedBackups().last)
+        let keybag = genuine.appendingPathComponent(BackupKeybag.fileName).path
+        for (index, authentication) in ["none", "random", "copy-from:\(genuine.path)"].enumerated() {
+            let forged = URL(fileURLWithPath: try Self.forge([
+                "forge", s.repository.url.path, "--backup-keybag", keybag, "--id", "20990101T00000\(index)Z-f0f0f0f0",
+                "--file", "run-me.sh", "#!/bin/sh\necho owned\n", "--mode", "0o4755", "--authentication", authentication,
+            ]))
+            #expect(FileManager.default.fileExists(atPath: forged.appendingPathComponent(BackupManifest.fileName).path))
+            // On the device itself, and on another device with the right backup password.
+            let other = ProtectedFileManager(keybag: try await Keybag.create(root: temporaryDirectory().path, passcode: nil, kdf: .insecureFastForTesting))
+            for (files, password) in [(s.source, nil), (other, "backup password")] as [(ProtectedFileManager, String?)] {
+                await #expect(Comment(rawValue: authentication)) {
+                    _ = try await RestoreEngine(backup: forged).verify(files: files, password: password)
+                } throws: { error in
+                    guard case BackupError.notAuthentic = error else { return false }
+                    return true
+                }
+                let destination = temporaryDirectory().appendingPathComponent("restored")
+                await #expect(Comment(rawValue: authentication)) {
+                    _ = try await RestoreEngine(backup: forged).restore(to: destination, files: files, password: password)
+                } throws: { error in
+                    guard case BackupError.notAuthentic = error else { return false }
+                    return true
+                }
+                #expect(!FileManager.default.fileExists(atPath: destination.appendingPathComponent("run-me.sh").path))
+            }
+        }
+        // The genuine backup still verifies, here and elsewhere with the password.
+        let elsewhere = ProtectedFileManager(keybag: try await Keybag.create(root: temporaryDirectory().path, passcode: nil, kdf: .insecureFastForTesting))
+        #expect(try await RestoreEngine(backup: genuine).verify(files: s.source, password: nil) > 0)
+        #expect(try await RestoreEngine(backup: genuine).verify(files: elsewhere, password: "backup password") > 0)
+        await #expect(throws: BackupError.wrongBackupPassword) {
+            _ = try await RestoreEngine(backup: genuine).verify(files: elsewhere, password: "wrong")
+        }
+    }
+
+    /// Each file a backup's authentication covers, changed by one byte, is caught.
+    @Test func changingAnyAuthenticatedFileIsCaught() async throws {
+        let s = try await BackupEngineTests.scenario()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let backup = try #require(s.repository.finishedBackups().last)
+        for name in [BackupManifest.fileName, BackupRepository.objectListName, BackupKeybag.fileName, BackupAuthentication.fileName] {
+            let url = backup.appendingPathComponent(name)
+            let original = try Data(contentsOf: url)
+            var bytes = original
+            bytes[bytes.count - 1] ^= 1
+            try bytes.write(to: url)
+            await #expect(Comment(rawValue: name)) { _ = try await RestoreEngine(backup: backup).verify(files: s.source, password: nil) } throws: { error in
+                if case BackupError.notAuthentic = error { return true }
+                return false
+            }
+            try original.write(to: url)
+        }
+        // A genuine backup renamed is another backup: its ID is covered too.
+        let renamed = backup.deletingLastPathComponent().appendingPathComponent("20990101T000000Z-00000000")
+        try FileManager.default.moveItem(at: backup, to: renamed)
+        await #expect(throws: BackupError.self) { _ = try await RestoreEngine(backup: renamed).verify(files: s.source, password: nil) }
+    }
+
+    /// Set-id and sticky bits never come back; other bits are clamped by the umask unless asked.
+    @Test func restoreDropsSetIDBitsAndHonoursTheUmask() async throws {
+        let s = try await BackupEngineTests.scenario()
+        let tool = s.container.appendingPathComponent("Documents/tool")
+        try Data("#!/bin/sh\n".utf8).write(to: tool)
+        chmod(tool.path, 0o6777)
+        let shared = s.container.appendingPathComponent("Documents/shared")
+        try FileManager.default.createDirectory(at: shared, withIntermediateDirectories: false)
+        chmod(shared.path, 0o1777)
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let backup = try #require(s.repository.finishedBackups().last)
+        let mask = RestoreEngine.currentUmask()
+        for keep in [false, true] {
+            let destination = temporaryDirectory().appendingPathComponent("restored")
+            _ = try await RestoreEngine(backup: backup).restore(to: destination, files: s.source, password: nil, options: RestoreOptions(keepModes: keep))
+            var st = stat()
+            stat(destination.appendingPathComponent("Documents/tool").path, &st)
+            #expect(st.st_mode & 0o7777 == (keep ? 0o777 : 0o777 & ~mask), "keepModes \(keep)")
+            stat(destination.appendingPathComponent("Documents/shared").path, &st)
+            #expect(st.st_mode & 0o7777 == (keep ? 0o777 : 0o777 & ~mask), "keepModes \(keep)")
+        }
+    }
+
+    /// Crafted manifest values (authentic, as an insider could make them) are errors, never a
+    /// trap, and leave no staging directory — and no plaintext — behind.
+    @Test func craftedManifestValuesAreRefusedAndLeaveNothing() async throws {
+        let sha = String(repeating: "a", count: 64)
+        let cases: [(String, ManifestEntry)] = [
+            ("mtime 1e300", ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: 1e300, size: 1, sha256: sha, sealed: true)),
+            ("mtime -1e300", ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: -1e300, size: 1, sha256: sha, sealed: true)),
+            ("mode -1", ManifestEntry(path: "f", kind: .file, mode: -1, mtime: 0, size: 1, sha256: sha, sealed: true)),
+            ("mode 2^40", ManifestEntry(path: "f", kind: .file, mode: 1 << 40, mtime: 0, size: 1, sha256: sha, sealed: true)),
+            ("class 300", ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: 0, size: 1, protectionClass: 300, sha256: sha)),
+            ("class -1", ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: 0, size: 1, protectionClass: -1, sha256: sha)),
+            ("size -1", ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: 0, size: -1, sha256: sha, sealed: true)),
+            ("unsealed plain file", ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: 0, size: 1, sha256: sha, sealed: false)),
+            ("name with NUL", ManifestEntry(path: "a\0b", kind: .file, mode: 0o644, mtime: 0, size: 1, sha256: sha, sealed: true)),
+            ("bad object name", ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: 0, size: 1, sha256: "../../x", sealed: true)),
+        ]
+        for (what, entry) in cases {
+            // A first, valid file whose plaintext would be restored before the crafted one.
+            let object = try await Self.sealedObject("secret")
+            let secret = ManifestEntry(path: "0-secret", kind: .file, mode: 0o644, mtime: 0, size: 6, sha256: object.sha, sealed: true)
+            let backup = try await BackupEngineTests.handcraftedBackup([secret, entry], objects: [object.sha: object.bytes])
+            let parent = temporaryDirectory()
+            await #expect(throws: BackupError.self, "\(what)") {
+                _ = try await RestoreEngine(backup: backup).restore(to: parent.appendingPathComponent("d"), files: BackupEngineTests.bystander(), password: nil)
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: parent.path).isEmpty, "\(what): something was left behind")
+        }
+    }
+
+    /// A wrong size is caught while restoring, and the staging directory never shows in the error.
+    @Test func aSizeThatDoesNotMatchIsRefusedWithoutNamingTheStagingDirectory() async throws {
+        let object = try await Self.sealedObject("twelve bytes")
+        let lying = ManifestEntry(path: "f", kind: .file, mode: 0o644, mtime: 0, size: 3, sha256: object.sha, sealed: true)
+        let backup = try await BackupEngineTests.handcraftedBackup([lying], objects: [object.sha: object.bytes])
+        let destination = temporaryDirectory().appendingPathComponent("d")
+        await #expect {
+            _ = try await RestoreEngine(backup: backup).restore(to: destination, files: BackupEngineTests.bystander(), password: nil)
+        } throws: { error in
+            String(describing: error).contains("manifest says 3") && !String(describing: error).contains("dp-restore")
+        }
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+    }
+
+    /// `a/b/c/d/e/f/hop -> ../../../../../..` then `evil -> a/b/c/d/e/f/hop/../../../../../../../etc`:
+    /// each link alone climbs no higher than the tree, together they reach `/etc`.
+    @Test func aChainOfLinksThatLeavesTheTreeIsRefused() async throws {
+        var entries = ["a", "a/b", "a/b/c", "a/b/c/d", "a/b/c/d/e", "a/b/c/d/e/f"].map {
+            ManifestEntry(path: $0, kind: .directory, mode: 0o755, mtime: 0, size: 0)
+        }
+        entries.append(ManifestEntry(path: "a/b/c/d/e/f/hop", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "../../../../../.."))
+        let benign = entries + [ManifestEntry(path: "ok", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "a/b/c/d/e/f/hop/a/b")]
+        let destination = temporaryDirectory().appendingPathComponent("d")
+        _ = try await RestoreEngine(backup: try await BackupEngineTests.handcraftedBackup(benign)).restore(to: destination, files: BackupEngineTests.bystander(), password: nil)
+        #expect(FileManager.default.fileExists(atPath: destination.appendingPathComponent("ok/c").path))
+
+        entries.append(ManifestEntry(path: "evil", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "a/b/c/d/e/f/hop/../../../../../../../etc"))
+        #expect(!RestoreEngine.resolvesInside(link: "evil", target: "a/b/c/d/e/f/hop/../../../../../../../etc",
+                                              links: ["a/b/c/d/e/f/hop": "../../../../../.."]))
+        let evil = try await BackupEngineTests.handcraftedBackup(entries)
+        let parent = temporaryDirectory()
+        await #expect(throws: BackupError.self) {
+            _ = try await RestoreEngine(backup: evil).restore(to: parent.appendingPathComponent("d"), files: BackupEngineTests.bystander(), password: nil)
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: parent.path).isEmpty)
+        // Loops end at the kernel's 40 hops.
+        #expect(!RestoreEngine.resolvesInside(link: "x", target: "y/z", links: ["x": "y", "y": "x"]))
+    }
+
+    /// What a killed backup left in `objects/` is removed by the next one.
+    @Test func leftoversOfAKilledBackupAreCleanedByTheNextOne() async throws {
+        let s = try await BackupEngineTests.scenario()
+        let objects = s.repository.url.appendingPathComponent("objects")
+        try FileManager.default.createDirectory(at: objects, withIntermediateDirectories: true)
+        for name in [".tmp-1234", ".sealed-5678"] { try Data("partial".utf8).write(to: objects.appendingPathComponent(name)) }
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: objects.path).allSatisfy { !$0.hasPrefix(".") })
+    }
+
+    /// Names that are not UTF-8 are backed up and restored byte for byte, none lost or merged.
+    @Test func namesThatAreNotUTF8SurviveABackupAndARestore() async throws {
+        let s = try await BackupEngineTests.scenario()
+        let names: [[UInt8]] = [Array("lat".utf8) + [0xE9], [0x79, 0xFE], [0x79, 0xFD], [0x64, 0xFF, 0x2E, 0x74]]
+        for (index, name) in names.enumerated() {
+            let path = s.container.path + "/Documents/" + LosslessPath.string(fromBytes: name)
+            let fd = try LosslessPath.withCString(path) { open($0, O_CREAT | O_WRONLY | O_EXCL, 0o644) }
+            try #require(fd >= 0)
+            _ = "content \(index)".withCString { write(fd, $0, strlen($0)) }
+            close(fd)
+        }
+        let summary = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let destination = temporaryDirectory().appendingPathComponent("restored")
+        _ = try await RestoreEngine(backup: try #require(s.repository.finishedBackups().last)).restore(to: destination, files: s.source, password: nil)
+        let restored = try POSIXFile.directoryEntries(destination.path + "/Documents").map(LosslessPath.bytes(of:))
+        for (index, name) in names.enumerated() {
+            #expect(restored.contains(name), "\(name) missing")
+            let bytes = try POSIXFile.readAll(destination.path + "/Documents/" + LosslessPath.string(fromBytes: name))
+            #expect(bytes == Array("content \(index)".utf8))
+        }
+        #expect(summary.files >= names.count)
+    }
+
+    /// The FORMAT.md §5.1 vector (also recomputed with Python's hashlib and pyca/cryptography).
+    @Test func theAuthenticationRecordMatchesTheDocumentedVector() throws {
+        let classD = SymmetricKey(data: Array(0x80...0x9F) as [UInt8])
+        let keybagID = UUID(uuidString: "00112233-4455-6677-8899-AABBCCDDEEFF")!
+        let key = BackupAuthenticationKey.derive(classD: classD, keybagID: keybagID)
+        let keyHex = "d2632a6c54aaf093a314844270dbf7179a1266d71d355e5c993287831e4ff0eb"
+        let recordHex = "89445042410d0a1a0001003c00112233445566778899aabbccddeefff0445259b62c86f1c99716ef1524280b303e79aa9e95e35bbaf2c8bad08d9010"
+        #expect(key.withUnsafeBytes { Array($0) }.hex == keyHex)
+        let contents = BackupAuthentication.Contents(backupID: "20261123T000000Z-00000000", manifest: Array("manifest".utf8),
+                                                     objectList: [], backupKeybag: nil)
+        #expect(BackupAuthentication(keybagID: keybagID, contents: contents, key: key).encoded.hex == recordHex)
+        let spec = try String(contentsOf: Self.packageRoot.appendingPathComponent("docs/FORMAT.md"), encoding: .utf8)
+        #expect(spec.contains(keyHex) && spec.contains(recordHex))
+    }
+
+    /// A sealed object of the bystander device: (SHA-256, bytes).
+    static func sealedObject(_ text: String) async throws -> (sha: String, bytes: [UInt8]) {
+        let url = temporaryDirectory().appendingPathComponent("object")
+        try await BackupEngineTests.bystander().write(Data(text.utf8), to: url, protection: .completeUnlessOpen)
+        let bytes = [UInt8](try Data(contentsOf: url))
+        return (try BackupRepository(url: url.deletingLastPathComponent()).hash(of: url), bytes)
+    }
+}
