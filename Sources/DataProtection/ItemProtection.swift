@@ -59,8 +59,7 @@ public enum ItemInspector {
     /// (``ProtectedFileError/damaged(path:reason:)``), never "plain".
     public static func protection(ofItemAt url: URL) throws -> ItemProtection {
         let path = url.path
-        var st = stat()
-        guard stat(path, &st) == 0 else { throw ProtectedFileError.noSuchFile(path: path) }
+        guard let st = POSIXFile.status(path) else { throw ProtectedFileError.noSuchFile(path: path) }
         switch st.st_mode & S_IFMT {
         case S_IFDIR:
             return .directory(defaultClass: try wrapFS { try DirectoryDefault.get(path) })
@@ -77,8 +76,7 @@ public enum ItemInspector {
     /// minus the header and 28 bytes per segment). Not authenticated until the file is read.
     public static func plaintextSize(ofItemAt url: URL) throws -> Int64 {
         let path = url.path
-        var st = stat()
-        guard stat(path, &st) == 0 else { throw ProtectedFileError.noSuchFile(path: path) }
+        guard let st = POSIXFile.status(path) else { throw ProtectedFileError.noSuchFile(path: path) }
         guard case .protected = try protection(ofItemAt: url) else { return Int64(st.st_size) }
         let header = try ProtectedFileHeader.parse(try wrapFS { try readPrefix(path) }, path: path)
         let body = Int64(st.st_size) - Int64(ProtectedFileHeader.size)

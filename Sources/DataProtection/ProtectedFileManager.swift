@@ -158,7 +158,7 @@ public struct ProtectedFileManager: Sendable {
                                            engine: engine, keyGeneration: generation, writable: true)
             } catch {
                 try? fd.close()
-                unlink(path)
+                _ = try? POSIXFile.call("unlink", path) { unlink($0) }
                 throw error
             }
         }
@@ -291,16 +291,16 @@ public struct ProtectedFileManager: Sendable {
     /// stronger of its own class and the destination's default — unless `protection` names one.
     /// A copy never silently lowers protection. Fails if `destination` exists.
     public func copyItem(at source: URL, to destination: URL, protection: ProtectionClass? = nil) async throws {
-        if FileManager.default.fileExists(atPath: destination.path) {
-            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: destination.path, errno: .fileExists))
+        if POSIXFile.linkStatus(destination.path) != nil {
+            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: LosslessPath.display(destination.path), errno: .fileExists))
         }
         switch try self.protection(ofItemAt: source) {
         case .directory(let defaultClass):
             try wrapFS {
-                try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: false)
+                try POSIXFile.call("mkdir", destination.path) { mkdir($0, 0o755) }
                 if let defaultClass { try DirectoryDefault.set(defaultClass, destination.path) }
             }
-            let children = try wrapFS { try FileManager.default.contentsOfDirectory(atPath: source.path) }
+            let children = try wrapFS { try POSIXFile.directoryEntries(source.path) }
             for name in children.sorted() {
                 try await copyItem(at: source.appendingPathComponent(name), to: destination.appendingPathComponent(name), protection: protection)
             }
@@ -340,14 +340,14 @@ public struct ProtectedFileManager: Sendable {
             try await created.synchronize()
             try await created.close()
             try await ProtectedFileError.translating(path: destination.path, writing: true) {
-                if FileManager.default.fileExists(atPath: destination.path) {
-                    throw FileSystemError("rename", path: destination.path, errno: .fileExists)
+                if POSIXFile.linkStatus(destination.path) != nil {
+                    throw FileSystemError("rename", path: LosslessPath.display(destination.path), errno: .fileExists)
                 }
-                try POSIXFile.check("rename", destination.path) { rename(created.url.path, destination.path) }
+                try POSIXFile.call("rename", created.url.path, destination.path) { rename($0, $1) }
             }
         } catch {
             try? await created.close()
-            unlink(created.url.path)
+            _ = try? POSIXFile.call("unlink", created.url.path) { unlink($0) }
             throw error
         }
     }
@@ -355,7 +355,7 @@ public struct ProtectedFileManager: Sendable {
     /// Moves an item; a protected file keeps its class and key. Across file systems the file
     /// is copied (same class) and the original removed.
     public func moveItem(at source: URL, to destination: URL) async throws {
-        if rename(source.path, destination.path) == 0 { return }
+        if (try? LosslessPath.withCString(source.path, { s in try LosslessPath.withCString(destination.path) { rename(s, $0) } })) == 0 { return }
         let err = Errno(rawValue: errno)
         guard err == .improperLink else {
             throw err == .noSuchFileOrDirectory ? ProtectedFileError.noSuchFile(path: source.path)
@@ -367,8 +367,13 @@ public struct ProtectedFileManager: Sendable {
 
     /// Removes a file or a directory tree.
     public func removeItem(at url: URL) throws {
-        guard FileManager.default.fileExists(atPath: url.path) else { throw ProtectedFileError.noSuchFile(path: url.path) }
-        try wrapFS { try FileManager.default.removeItem(at: url) }
+        guard let st = POSIXFile.linkStatus(url.path) else { throw ProtectedFileError.noSuchFile(path: url.path) }
+        if st.st_mode & S_IFMT == S_IFDIR {
+            for name in try wrapFS({ try POSIXFile.directoryEntries(url.path) }) { try removeItem(at: url.appendingPathComponent(name)) }
+            try wrapFS { try POSIXFile.call("rmdir", url.path) { rmdir($0) } }
+        } else {
+            try wrapFS { try POSIXFile.call("unlink", url.path) { unlink($0) } }
+        }
     }
 
     // MARK: - Helpers

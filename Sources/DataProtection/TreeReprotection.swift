@@ -37,11 +37,18 @@ extension ProtectedFileManager {
     @discardableResult
     public func reprotectItems(at url: URL, to cls: ProtectionClass,
                                progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport {
-        guard FileManager.default.fileExists(atPath: url.path) else { throw ProtectedFileError.noSuchFile(path: url.path) }
+        guard POSIXFile.status(url.path) != nil else { throw ProtectedFileError.noSuchFile(path: url.path) }
         var items = [url]
         if case .directory = try protection(ofItemAt: url) {
-            let enumerator = FileManager.default.enumerator(at: url, includingPropertiesForKeys: nil, options: [])
-            while let next = enumerator?.nextObject() as? URL { items.append(next) }
+            // Names read as bytes: a file whose name is not UTF-8 is re-protected too.
+            var pending = [url]
+            while let directory = pending.popLast() {
+                for name in try wrapFS({ try POSIXFile.directoryEntries(directory.path) }).sorted() {
+                    let child = directory.appendingPathComponent(name)
+                    items.append(child)
+                    if let st = POSIXFile.linkStatus(child.path), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
+                }
+            }
         }
         var report = ReprotectionReport()
         for (index, item) in items.enumerated() {

@@ -108,16 +108,15 @@ public enum BackupMark {
 
     private static func writeTag(in directory: String) throws {
         let tag = directory + "/" + cacheDirectoryTagName
-        var st = stat()
-        if lstat(tag, &st) == 0 { return }   // a tag (ours or someone's) is already there
+        if POSIXFile.linkStatus(tag) != nil { return }   // a tag (ours or someone's) is already there
         try POSIXFile.writeAtomically(tag, Array(cacheDirectoryTagContents.utf8), permissions: .init(rawValue: 0o644))
     }
 
     private static func removeOwnTag(in directory: String) throws {
         let tag = directory + "/" + cacheDirectoryTagName
-        guard let contents = FileManager.default.contents(atPath: tag),
+        guard let contents = try? Data(POSIXFile.readAll(tag)),
               contents == Data(cacheDirectoryTagContents.utf8) else { return }
-        try POSIXFile.check("unlink", tag) { unlink(tag) }
+        try POSIXFile.call("unlink", tag) { unlink($0) }
     }
 
     static func wrapFS<T>(_ body: () throws -> T) throws -> T {

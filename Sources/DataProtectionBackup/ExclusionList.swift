@@ -36,7 +36,7 @@ public struct ExclusionList: Sendable, Equatable {
         var pending = [root]
         while let directory = pending.popLast() {
             let names = try BackupMark.wrapFS {
-                do { return try FileManager.default.contentsOfDirectory(atPath: directory.path) } catch {
+                do { return try POSIXFile.directoryEntries(directory.path) } catch {
                     throw FileSystemError("opendir", path: directory.path, errno: .permissionDenied)
                 }
             }
@@ -46,8 +46,7 @@ public struct ExclusionList: Sendable, Equatable {
                     found.append(child)
                     continue
                 }
-                var st = stat()
-                if lstat(child.path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
+                if let st = POSIXFile.linkStatus(child.path), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
             }
         }
         excluded = found.sorted { $0.path < $1.path }

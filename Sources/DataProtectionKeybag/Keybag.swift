@@ -177,6 +177,7 @@ public final class Keybag: Sendable {
 
     /// Changes the grace period (needs the device unlocked when a passcode is set).
     public func setGracePeriod(_ seconds: TimeInterval) async throws {
+        _ = try PasscodePolicy.gracePeriodMillis(seconds)   // checked here too, not only where the keys are
         switch backend {
         case .embedded(let embedded): try await embedded.setGracePeriod(seconds)
         case .daemon(let daemon, _): try daemon.call(.setGracePeriod) { KeybagWire.double(&$0, seconds) }

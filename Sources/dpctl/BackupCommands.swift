@@ -60,7 +60,8 @@ struct Exclusions: AsyncParsableCommand {
                 throw CLIError("unknown format \(format): use list, tar, restic or borg")
             }
             let list = try ExclusionList(scanning: URL(fileURLWithPath: path))
-            FileHandle.standardOutput.write(Data(try list.rendered(as: format).utf8))
+            // Names go out as the bytes they are (a name that is not UTF-8 stays that name).
+            FileHandle.standardOutput.write(Data(LosslessPath.bytes(of: try list.rendered(as: format))))
         }
     }
 }

@@ -30,7 +30,13 @@ struct DPCtl: AsyncParsableCommand {
     static func main() async {
         // A write beyond RLIMIT_FSIZE must fail with EFBIG (a clean error), not kill us.
         signal(SIGXFSZ, SIG_IGN)
-        let arguments = hoistingGlobalOptions(Array(CommandLine.arguments.dropFirst()))
+        // Arguments are bytes: read them from argv as such (LosslessPath), so `dpctl write $'y\xfe'`
+        // and `$'y\xfd'` name two files, not one `y\u{FFFD}`.
+        let raw = (1..<Int(CommandLine.argc)).map { index in
+            LosslessPath.string(fromBytes: UnsafeBufferPointer(start: UnsafeRawPointer(CommandLine.unsafeArgv[index]!).assumingMemoryBound(to: UInt8.self),
+                                                               count: strlen(CommandLine.unsafeArgv[index]!)))
+        }
+        let arguments = hoistingGlobalOptions(raw)
         do {
             var command = try parseAsRoot(arguments)
             if var asyncCommand = command as? AsyncParsableCommand {

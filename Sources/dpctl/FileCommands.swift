@@ -92,17 +92,19 @@ struct List: AsyncParsableCommand {
                 let probe = ProtectionProbe()
                 rows.append(probe.row(item, name: name))
             }
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) else {
-                throw ProtectedFileError.noSuchFile(path: url.path)
-            }
-            if isDirectory.boolValue {
+            guard let st = POSIXFile.status(url.path) else { throw ProtectedFileError.noSuchFile(path: LosslessPath.display(url.path)) }
+            if st.st_mode & S_IFMT == S_IFDIR {
                 describe(url, name: ".")
-                var names: [String]
-                if recursive {
-                    names = (FileManager.default.enumerator(atPath: url.path)?.allObjects as? [String]) ?? []
-                } else {
-                    names = try FileManager.default.contentsOfDirectory(atPath: url.path)
+                // Names as bytes (readdir); shown escaped (`\xE9`), like `ls -b`.
+                var names: [String] = []
+                var pending = [""]
+                while let relative = pending.popLast() {
+                    let directory = relative.isEmpty ? url.path : url.path + "/" + relative
+                    for name in try POSIXFile.directoryEntries(directory) {
+                        let child = relative.isEmpty ? name : relative + "/" + name
+                        names.append(child)
+                        if recursive, let st = POSIXFile.linkStatus(url.path + "/" + child), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
+                    }
                 }
                 for name in names.sorted() { describe(url.appendingPathComponent(name), name: name) }
             } else {
@@ -116,7 +118,7 @@ struct List: AsyncParsableCommand {
 /// Describes items for `ls` without a keybag.
 struct ProtectionProbe {
     func row(_ url: URL, name: String) -> [String] {
-        var cells = classCells(url, name: name)
+        var cells = classCells(url, name: LosslessPath.display(name))
         let backup: String
         switch try? BackupMark.exclusion(of: url) {
         case .included?: backup = "yes"
@@ -139,7 +141,7 @@ struct ProtectionProbe {
                 let deviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true ? ", this device only" : ""
                 return ["\(cls.cliName) (\(cls.letter))\(deviceOnly)", "\(try ItemInspector.plaintextSize(ofItemAt: url))", name]
             case .plain:
-                let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.intValue ?? 0
+                let size = POSIXFile.status(url.path).map { Int($0.st_size) } ?? 0
                 return ["plain (unprotected)", "\(size)", name]
             case .other:
                 return ["-", "-", name]

@@ -103,7 +103,8 @@ func reportingErrors(_ body: () async throws -> Void) async throws {
     } catch let error as CleanExit {
         throw error
     } catch {
-        var line = String(describing: error).replacingOccurrences(of: "\n", with: " ")
+        // One line, names shown as `\xE9` where their bytes are not UTF-8.
+        var line = LosslessPath.display(String(describing: error).replacingOccurrences(of: "\n", with: " "))
         if exitStatus(for: error) == 3 { line += " (unlock for this run with --passcode-file FILE)" }
         FileHandle.standardError.write(Data("dpctl: \(line)\n".utf8))
         throw ExitCode(exitStatus(for: error))
