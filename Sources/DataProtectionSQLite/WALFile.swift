@@ -12,7 +12,9 @@ import GRDBSQLite
 /// - frames SQLite reads whole (recovery, checksum rewrites) are verified against the on-disk
 ///   chain, and handed over with the chain SQLite expects over the plaintext. A frame whose
 ///   chain fails is the torn end of the log (SQLite is given inverted salts, as if its own check
-///   had failed); a frame whose chain holds but whose page fails authentication is an error.
+///   had failed) — unless the frame after it continues the log, which a crash cannot leave
+///   behind: then it was changed in place, and that is an error, as is a frame whose chain holds
+///   but whose page fails authentication or whose salts differ from the header's.
 final class WALFile: DiskFile {
     static let headerSize: Int64 = 32
     static let frameHeaderSize = 24
@@ -163,7 +165,14 @@ final class WALFile: DiskFile {
     override func read(_ buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Int32 {
         let flushed = flushPendingHeader()
         if flushed != SQLITE_OK { return flushed }
-        if offset < Self.headerSize { return rawRead(buffer.baseAddress!, count: buffer.count, at: offset) }
+        if offset < Self.headerSize {
+            let rc = rawRead(buffer.baseAddress!, count: buffer.count, at: offset)
+            if rc == SQLITE_OK, offset == 0, buffer.count == Int(Self.headerSize), let evidence = headerTamperEvidence(UnsafeRawBufferPointer(buffer)) {
+                context.recordFailure("WAL header: \(evidence)")
+                return SQLITE_IOERR_DATA
+            }
+            return rc
+        }
         guard let cipher = self.cipher else { return SQLITE_IOERR_AUTH }
         let (frameStart, within) = position(offset)
         let headerSize = Self.frameHeaderSize
@@ -209,6 +218,15 @@ final class WALFile: DiskFile {
         let onDisk = frameChain(header: UnsafeRawBufferPointer(header), page: sealed, bigEndianWords: wal.bigEndianWords, previous: previous)
         let page = UnsafeMutableRawBufferPointer(rebasing: out[headerSize...])
         guard onDisk == stored else {
+            let pgno = UnsafeRawBufferPointer(header).bigEndianUInt32(at: 0)
+            let macHolds = cipher.open(sealed, pgno: pgno, into: page)
+            // Page 1's first 16 bytes are the database's salt, which the MAC does not cover.
+            let saltChanged = pgno == 1 && !cipher.keys.salt.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: sealed[0..<16]).elementsEqual($0) }
+            if let evidence = tamperEvidence(after: frameStart, storedChain: stored, computedChain: onDisk, macHolds: macHolds && !saltChanged, wal: wal) {
+                page.initializeMemory(as: UInt8.self, repeating: 0)
+                context.recordFailure("WAL frame at offset \(frameStart): \(evidence); the frame after it continues the log, so this one was changed in place, not torn by a crash")
+                return SQLITE_IOERR_DATA
+            }
             // The torn end of the log: make SQLite's own check fail here too.
             page.initializeMemory(as: UInt8.self, repeating: 0)
             for i in 8..<16 { header[i] ^= 0xFF }
@@ -219,11 +237,76 @@ final class WALFile: DiskFile {
             context.recordFailure("WAL frame at offset \(frameStart) (page \(pgno)) failed authentication")
             return SQLITE_IOERR_DATA
         }
+        // A frame that continues the chain was written in this log's generation, so its salts
+        // are the header's; different salts were edited (the chain and MAC do not cover them).
+        if let salts = walSalts(), !UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(header)[8..<16]).elementsEqual(salts) {
+            context.recordFailure("WAL frame at offset \(frameStart): its salts were changed")
+            return SQLITE_IOERR_DATA
+        }
         guard let plainPrevious = plainChain(before: frameStart, cipher: cipher, wal: wal) else { return SQLITE_IOERR_READ }
         let chain = frameChain(header: UnsafeRawBufferPointer(header), page: UnsafeRawBufferPointer(page), bigEndianWords: wal.bigEndianWords, previous: plainPrevious)
         Self.store(chain, into: header)
         plainChainCache = (frameStart, chain)
         return SQLITE_OK
+    }
+
+    /// Why a WAL header whose own checksum fails was changed rather than never written — or
+    /// `nil`. SQLite ignores a log whose header does not check, silently dropping every commit in
+    /// it; but the header is written (and synced) before any frame, so when the first frame
+    /// continues the chain from the header's stored checksum (or from the checksum the header
+    /// should have), the header was changed after the fact.
+    private func headerTamperEvidence(_ header: UnsafeRawBufferPointer) -> String? {
+        let stored = (header.bigEndianUInt32(at: 24), header.bigEndianUInt32(at: 28))
+        let frame = UnsafeMutableRawBufferPointer.allocate(byteCount: frameSize, alignment: 16)
+        defer { frame.deallocate() }
+        for bigEndianWords in [(header[3] & 1) == 1, (header[3] & 1) == 0] {
+            let computed = Self.checksum(UnsafeRawBufferPointer(rebasing: header[0..<24]), bigEndianWords: bigEndianWords, (0, 0))
+            if bigEndianWords == ((header[3] & 1) == 1), computed == stored { return nil }   // the header checks
+            guard rawRead(frame.baseAddress!, count: frameSize, at: Self.headerSize) == SQLITE_OK else { return nil }
+            let frameHeader = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(frame)[0..<Self.frameHeaderSize])
+            let page = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(frame)[Self.frameHeaderSize...])
+            let frameStored = (frameHeader.bigEndianUInt32(at: 16), frameHeader.bigEndianUInt32(at: 20))
+            for start in [stored, computed]
+            where frameChain(header: frameHeader, page: page, bigEndianWords: bigEndianWords, previous: start) == frameStored {
+                return "its checksum does not match its fields, yet the first frame continues the log: it was changed"
+            }
+        }
+        return nil
+    }
+
+    /// The WAL header's salts (bytes 16..<24).
+    private func walSalts() -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: 8)
+        guard bytes.withUnsafeMutableBytes({ rawRead($0.baseAddress!, count: 8, at: 16) }) == SQLITE_OK else { return nil }
+        return bytes
+    }
+
+    /// Why the frame at `frameStart`, whose chain failed, was damaged in place rather than torn —
+    /// or `nil` when nothing tells (then it is the end of the log, as after a crash).
+    ///
+    /// A crash leaves frames written in order: nothing valid follows a torn frame. So when the
+    /// *next* frame carries this log's salts and continues the chain from this frame's stored
+    /// checksum while this frame's page fails authentication, the page or its page number was
+    /// changed; when the next frame continues the chain computed over this frame as it is, this
+    /// frame's stored checksum was changed. (A frame left over from a rolled-back transaction
+    /// continues the chain too, but its predecessor's page still authenticates, so no false alarm.)
+    private func tamperEvidence(after frameStart: Int64, storedChain: Chain, computedChain: Chain, macHolds: Bool,
+                                wal: (bigEndianWords: Bool, chain: Chain)) -> String? {
+        guard let salts = walSalts() else { return nil }
+        let next = UnsafeMutableRawBufferPointer.allocate(byteCount: frameSize, alignment: 16)
+        defer { next.deallocate() }
+        guard rawRead(next.baseAddress!, count: frameSize, at: frameStart + Int64(frameSize)) == SQLITE_OK else { return nil }
+        let nextHeader = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(next)[0..<Self.frameHeaderSize])
+        let nextPage = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(next)[Self.frameHeaderSize...])
+        guard UnsafeRawBufferPointer(rebasing: nextHeader[8..<16]).elementsEqual(salts) else { return nil }
+        let nextStored = (nextHeader.bigEndianUInt32(at: 16), nextHeader.bigEndianUInt32(at: 20))
+        if !macHolds, frameChain(header: nextHeader, page: nextPage, bigEndianWords: wal.bigEndianWords, previous: storedChain) == nextStored {
+            return "its page or page number was changed"
+        }
+        if frameChain(header: nextHeader, page: nextPage, bigEndianWords: wal.bigEndianWords, previous: computedChain) == nextStored {
+            return "its checksum was changed"
+        }
+        return nil
     }
 
     /// SQLite's (plaintext) chain up to the frame before `frameStart`: from the cache when SQLite
