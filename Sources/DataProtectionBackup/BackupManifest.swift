@@ -70,6 +70,11 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
     /// Decodes and validates a row; every defect is ``BackupError/badBackup(path:reason:)``.
     public init(row: Row) throws {
         func bad(_ why: String) -> BackupError { .badBackup(path: "manifest", reason: why) }
+        // GRDB's row subscript traps on a missing column: check first.
+        for column in ["path", "kind", "mode", "mtime", "size", "protectionClass", "sha256", "linkTarget", "thisDeviceOnly", "sealed"]
+        where !row.hasColumn(column) {
+            throw bad("column \(column) is missing")
+        }
         func blob(_ column: String) throws -> [UInt8]? {
             switch (row[column] as DatabaseValue).storage {
             case .null: return nil
@@ -224,7 +229,13 @@ public struct BackupManifest: Sendable {
     /// - Throws: ``BackupError/badBackup(path:reason:)`` for any entry that fails validation.
     public func entries() throws -> [ManifestEntry] {
         do {
-            return try queue.read { db in try ManifestEntry.fetchAll(db, sql: "SELECT * FROM entry ORDER BY CAST(path AS BLOB)") }
+            // Named columns: a manifest whose schema was changed fails here with an SQL error.
+            return try queue.read { db in
+                try ManifestEntry.fetchAll(db, sql: """
+                    SELECT path, kind, mode, mtime, size, protectionClass, sha256, linkTarget, thisDeviceOnly, sealed
+                    FROM entry ORDER BY CAST(path AS BLOB)
+                    """)
+            }
         } catch let error as BackupError {
             throw error
         } catch {

@@ -179,8 +179,10 @@ final class KeybagDaemon: Sendable {
         }
     }
 
-    /// One error frame, then close (best effort, without waiting on the peer).
-    private func refuse(_ fd: Int32, _ why: String) {
+    /// One error frame, then close. Closing with the peer's request unread would reset the
+    /// connection and could drop the frame, so with `waitForPeer` (on a connection's own thread)
+    /// the request is drained first, for a second at most; the accept loop never waits.
+    private func refuse(_ fd: Int32, _ why: String, waitForPeer: Bool = false) {
         var w = ByteWriter()
         w.u8(KeybagWire.version); w.u8(KeybagWire.Status.error.rawValue)
         KeybagWire.error(&w, .daemon(why))
@@ -188,6 +190,18 @@ final class KeybagDaemon: Sendable {
         frame.u32(UInt32(w.bytes.count))
         frame.raw(w.bytes)
         _ = frame.bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        shutdown(fd, Int32(SHUT_WR))
+        if waitForPeer {
+            var timeout = timeval(tv_sec: 1, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            var sink = [UInt8](repeating: 0, count: 4096)
+            var total = 0
+            while total < 70_000 {
+                let n = sink.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n <= 0 { break }
+                total += n
+            }
+        }
         close(fd)
     }
 
@@ -202,7 +216,7 @@ final class KeybagDaemon: Sendable {
         guard peer.uid == getuid() else {
             let why = "refused: the peer (pid \(peer.pid)) runs as uid \(peer.uid); this keybagd serves uid \(getuid()) only"
             logger.warning("\(why)")
-            refuse(fd, why)
+            refuse(fd, why, waitForPeer: true)
             return
         }
         // No receive timeout on the daemon's side of a connection: clients may be idle.

@@ -235,6 +235,32 @@ import Testing
         #expect(spec.contains(keyHex) && spec.contains(recordHex))
     }
 
+    /// Mutated manifest databases (as a device holding the keys could make them): each is
+    /// refused or read as validated entries — never a trap.
+    @Test func mutatedManifestsAreRefusedOrValidated() throws {
+        let manifest = try BackupManifest.create(at: nil)
+        let entries = (0..<40).map { i in
+            ManifestEntry(path: "d/file-\(i)", kind: .file, mode: 0o644, mtime: Double(i), size: Int64(i),
+                          sha256: String(repeating: "ab", count: 32), sealed: true)
+        } + [ManifestEntry(path: "d", kind: .directory, mode: 0o755, mtime: 0, size: 0)]
+        try manifest.insert(entries, meta: ["id": "x"])
+        let original = try manifest.serialized()
+        var generator = SystemRandomNumberGenerator()
+        var refused = 0
+        for _ in 0..<1_000 {
+            var bytes = original
+            for _ in 0..<Int.random(in: 1...4, using: &generator) {
+                bytes[Int.random(in: 0..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+            }
+            do {
+                for entry in try BackupManifest.deserialize(bytes, path: "m").entries() { try RestoreEngine.checkName(entry.path) }
+            } catch {
+                refused += 1
+            }
+        }
+        #expect(refused > 0)
+    }
+
     /// A sealed object of the bystander device: (SHA-256, bytes).
     static func sealedObject(_ text: String) async throws -> (sha: String, bytes: [UInt8]) {
         let url = temporaryDirectory().appendingPathComponent("object")

@@ -73,3 +73,25 @@ import Testing
         #expect(throws: KeybagError.self) { try LosslessPath.withCString("a\0b") { _ in 0 } }
     }
 }
+
+/// Mutated keybags: every one is refused with `corruptKeybag` (none is accepted, none traps).
+@Suite struct KeybagFuzzTests {
+    @Test func twoThousandMutatedKeybagsAreRefused() async throws {
+        let (_, clock, root) = try await makeDevice()
+        let original = try POSIXFile.readAll(root + "/keybag")
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            var bytes = original
+            switch Int.random(in: 0..<4, using: &generator) {
+            case 0: bytes[Int.random(in: 0..<bytes.count, using: &generator)] ^= UInt8.random(in: 1...255, using: &generator)
+            case 1: bytes = Array(bytes.prefix(Int.random(in: 0..<bytes.count, using: &generator)))
+            case 2: bytes.insert(UInt8.random(in: 0...255, using: &generator), at: Int.random(in: 0...bytes.count, using: &generator))
+            default: bytes = (0..<424).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            }
+            #expect(throws: KeybagError.self) {
+                _ = try KeybagFile.decode(bytes, macKey: try DeviceSecret.load(from: root).derive(KeybagFile.macLabel))
+            }
+        }
+        _ = try await Keybag.open(root: root, clock: clock)
+    }
+}
