@@ -3,13 +3,15 @@
 // DataProtection — iOS-style Data Protection for Swift on Linux.
 //
 // Layers (each target depends only on the layers below it):
-//   1. DataProtectionKeybag — the device: device secret, keybag, lock state, class keys.
+//   1. DataProtectionKeybag — the device: device secret, keybag, lock state, class keys;
+//      keybagd is its server half (one lock state for every process of the user).
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
-//   3. DataProtectionBackup — "do not back up" marks and exclude lists for backup tools.
-//   4. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class.
-//   5. DataProtectionObjects — a CoreData-style object graph (model, store, context) on the encrypted database.
-//   6. keybagd              — the daemon that holds the keys: one lock state for every process.
-//   tools: dpctl (CLI), dp-bench (benchmarks).
+//   3. DataProtectionBackup — "do not back up" marks, exclude lists, the backup engine.      } siblings,
+//   3. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class. } both on 2
+//   4. DataProtectionObjects — a CoreData-style object graph (model, store, context) on 3 (SQLite).
+//   tools: dpctl (CLI), dp-bench (benchmarks), chat-example.
+// Every target declares exactly what it imports; MemberImportVisibility makes an undeclared
+// import fail to build.
 import CompilerPluginSupport
 import PackageDescription
 
@@ -51,7 +53,6 @@ let package = Package(
             dependencies: [
                 "DataProtectionKeybag",
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
@@ -62,19 +63,21 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .target(
             name: "DataProtectionSQLite",
             dependencies: [
                 "DataProtection",
+                "DataProtectionKeybag",
                 "CLinuxShims",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .target(
@@ -93,8 +96,8 @@ let package = Package(
             dependencies: [
                 .product(name: "SwiftSyntax", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxBuilder", package: "swift-syntax"),
                 .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
-                .product(name: "SwiftDiagnostics", package: "swift-syntax"),
             ]
         ),
         .executableTarget(
@@ -110,6 +113,7 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .executableTarget(
@@ -134,14 +138,20 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
-        .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection"]),
+        .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "DataProtectionObjectsTests", dependencies: ["DataProtectionObjects", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "DataProtectionKeybag", "dpctl", "keybagd"]),
+        .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "DataProtectionObjectsTests", dependencies: ["DataProtectionObjects", "DataProtectionSQLite", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "dpctlTests", dependencies: ["DataProtection", "DataProtectionKeybag", "dpctl", "keybagd", .product(name: "Crypto", package: "swift-crypto")]),
     ],
     swiftLanguageModes: [.v6]
 )
+
+// An import the target does not declare fails to build (SE-0444).
+for target in package.targets where target.type != .system && target.type != .binary {
+    target.swiftSettings = (target.swiftSettings ?? []) + [.enableUpcomingFeature("MemberImportVisibility")]
+}

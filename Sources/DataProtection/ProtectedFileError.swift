@@ -1,3 +1,4 @@
+import SystemPackage
 import DataProtectionKeybag
 import Foundation
 

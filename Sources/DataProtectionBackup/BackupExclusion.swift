@@ -1,3 +1,4 @@
+import SystemPackage
 import DataProtection
 import Foundation
 

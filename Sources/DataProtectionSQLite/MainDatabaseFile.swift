@@ -1,3 +1,4 @@
+import Logging
 import GRDBSQLite
 
 /// The main database file: page `n` sits at offset `(n − 1) × pageSize`, sealed.

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// Measures the page cipher alone, for `dp-bench sqlite`'s context rows.

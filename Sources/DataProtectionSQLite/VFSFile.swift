@@ -1,3 +1,4 @@
+import Synchronization
 import GRDBSQLite
 
 /// One file the cipher VFS opened: the Swift side of an `sqlite3_file`. SQLite calls a file

@@ -1,3 +1,4 @@
+import Logging
 import GRDBSQLite
 
 /// The write-ahead log, in SQLCipher's layout: a 32-byte header, then frames of a 24-byte

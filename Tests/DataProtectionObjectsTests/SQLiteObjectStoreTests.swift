@@ -1,3 +1,4 @@
+import DataProtectionSQLite
 import DataProtection
 @testable import DataProtectionObjects
 import Foundation

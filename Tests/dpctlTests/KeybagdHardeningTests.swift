@@ -1,3 +1,4 @@
+import Crypto
 import DataProtection
 @testable import DataProtectionKeybag
 import Foundation
