@@ -34,7 +34,7 @@ enum DirectoryDefault {
 
     static func set(_ cls: ProtectionClass?, _ directory: String) throws {
         if let cls {
-            try POSIXFile.setAttribute(attribute, Array(cls.cliName.utf8), path: directory)
+            try POSIXFile.setAttribute(attribute, Array(cls.shortName.utf8), path: directory)
         } else {
             try POSIXFile.removeAttribute(attribute, path: directory)
         }

@@ -41,7 +41,7 @@ public enum ProtectedFileError: Error, Sendable, Equatable, CustomStringConverti
         case .foreignKeybag(let path):
             "\(path): protected by another device's keybag; it cannot be decrypted here"
         case .notProtected(let path):
-            "\(path): not a protected file (run `dpctl protect` to convert it)"
+            "\(path): not a protected file (protect it to convert it in place)"
         case .noSuchFile(let path):
             "\(path): no such file or directory"
         case .isDirectory(let path):

@@ -77,7 +77,7 @@ public struct ProtectedFileManager: Sendable {
     }
 
     /// Writes everything readable from `source` (read to its end, in bounded memory)
-    /// atomically to `url`. `dpctl write` uses it for standard input.
+    /// atomically to `url` (standard input, a pipe, a socket).
     public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil) async throws {
         try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly) { file in
             try file.writeStream { buffer in

@@ -10,7 +10,7 @@ import Foundation
 /// print(try list.rendered(as: .restic))       // restic backup --exclude-file=…
 /// ```
 public struct ExclusionList: Sendable, Equatable {
-    /// The formats `dpctl exclusions --format` writes.
+    /// The exclude-list formats: one per backup tool that reads no extended attributes.
     public enum Format: String, Sendable, CaseIterable {
         /// Absolute paths, one per line.
         case list

@@ -155,7 +155,7 @@ package actor EmbeddedKeybag {
         protectionClass == .completeUnlessOpen ? !isErased : isAvailable(protectionClass)
     }
 
-    /// A snapshot for `dpctl status`.
+    /// A snapshot of the device's state: lock state, passcode policy, available classes.
     package var status: KeybagStatus {
         expireGraceIfDue()
         let now = clock.now()

@@ -149,7 +149,7 @@ public final class Keybag: Sendable {
         }
     }
 
-    /// A snapshot for `dpctl status`.
+    /// A snapshot of the device's state: lock state, passcode policy, available classes.
     public var status: KeybagStatus {
         get async {
             switch backend {

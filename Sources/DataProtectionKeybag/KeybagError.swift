@@ -46,9 +46,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .notInitialized(let root):
-            "no keybag in \(root): run `dpctl --root \(root) init` first"
+            "no keybag in \(root): set up a device there first"
         case .alreadyInitialized(let root):
-            "\(root) already holds a keybag; use `dpctl erase` first to start over"
+            "\(root) already holds a keybag; erase it first to start over"
         case .corruptKeybag(let why):
             "keybag rejected: \(why)"
         case .badDeviceSecret(let why):
@@ -58,9 +58,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
         case .passcodeDelayed(let seconds, let n):
             "too many wrong passcodes (\(n)): try again in \(Self.format(seconds))"
         case .noPasscodeSet:
-            "no passcode is set (protection is inactive); set one with `dpctl set-passcode`"
+            "no passcode is set (protection is inactive); set one first"
         case .passcodeAlreadySet:
-            "a passcode is already set; use `dpctl change-passcode`"
+            "a passcode is already set; change it instead"
         case .emptyPasscode:
             "the passcode must not be empty"
         case .deviceLocked(let state):

@@ -32,8 +32,9 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
     /// The letter Apple's documentation uses: "A", "B", "C" or "D".
     public var letter: String { ["A", "B", "C", "D"][Int(rawValue) - 1] }
 
-    /// The name `dpctl` uses: `complete`, `complete-unless-open`, `until-first-unlock`, `none`.
-    public var cliName: String {
+    /// The short name — `complete`, `complete-unless-open`, `until-first-unlock`, `none` — that
+    /// the directory-default attribute stores (FORMAT.md §3) and command lines accept.
+    public var shortName: String {
         switch self {
         case .complete: "complete"
         case .completeUnlessOpen: "complete-unless-open"
@@ -42,18 +43,18 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
         }
     }
 
-    /// Parses a `dpctl` name (see ``cliName``), a Foundation raw value
+    /// Parses a short name (see ``shortName``), a Foundation raw value
     /// (`NSFileProtectionComplete` …) or a class letter.
     public init?(name: String) {
         for candidate in ProtectionClass.allCases
-        where [candidate.cliName, candidate.fileProtectionType.rawValue, candidate.letter, candidate.letter.lowercased()].contains(name) {
+        where [candidate.shortName, candidate.fileProtectionType.rawValue, candidate.letter, candidate.letter.lowercased()].contains(name) {
             self = candidate
             return
         }
         return nil
     }
 
-    public var description: String { "\(letter) (\(cliName))" }
+    public var description: String { "\(letter) (\(shortName))" }
 
     /// Strength order: A is strongest, D weakest. `max(a, b)` is the stronger class.
     public static func < (lhs: ProtectionClass, rhs: ProtectionClass) -> Bool {

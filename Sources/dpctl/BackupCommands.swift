@@ -17,9 +17,7 @@ struct Exclude: AsyncParsableCommand {
     @Flag(help: "Do not write a CACHEDIR.TAG into a marked directory.") var noCachedirTag = false
 
     func run() async throws {
-        try await reportingErrors {
-            try BackupMark.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
-        }
+        try BackupMark.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
     }
 }
 
@@ -32,12 +30,10 @@ struct Include: AsyncParsableCommand {
     @Argument(help: "The file or directory.") var path: String
 
     func run() async throws {
-        try await reportingErrors {
-            let url = URL(fileURLWithPath: path)
-            try BackupMark.set(excluded: false, for: url)
-            if case .excludedByAncestor(let ancestor) = try BackupMark.exclusion(of: url) {
-                FileHandle.standardError.write(Data("dpctl: note: \(path) is still excluded by its ancestor \(ancestor.path)\n".utf8))
-            }
+        let url = URL(fileURLWithPath: path)
+        try BackupMark.set(excluded: false, for: url)
+        if case .excludedByAncestor(let ancestor) = try BackupMark.exclusion(of: url) {
+            FileHandle.standardError.write(Data("dpctl: note: \(path) is still excluded by its ancestor \(ancestor.path)\n".utf8))
         }
     }
 }
@@ -55,14 +51,12 @@ struct Exclusions: AsyncParsableCommand {
     @Option(help: "list | tar | restic | borg") var format: String = "list"
 
     func run() async throws {
-        try await reportingErrors {
-            guard let format = ExclusionList.Format(rawValue: format) else {
-                throw CLIError("unknown format \(format): use list, tar, restic or borg")
-            }
-            let list = try ExclusionList(scanning: URL(fileURLWithPath: path))
-            // Names go out as the bytes they are (a name that is not UTF-8 stays that name).
-            FileHandle.standardOutput.write(Data(LosslessPath.bytes(of: try list.rendered(as: format))))
+        guard let format = ExclusionList.Format(rawValue: format) else {
+            throw CLIError("unknown format \(format): use list, tar, restic or borg")
         }
+        let list = try ExclusionList(scanning: URL(fileURLWithPath: path))
+        // Names go out as the bytes they are (a name that is not UTF-8 stays that name).
+        FileHandle.standardOutput.write(Data(LosslessPath.bytes(of: try list.rendered(as: format))))
     }
 }
 
@@ -73,16 +67,14 @@ struct BackupPassword: AsyncParsableCommand {
         discussion: "Needs the device unlocked (--passcode-file when a passcode is set). Backups carry this keybag, so they restore on another device with the password, even when they were taken while locked.")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("The current passcode.", valueName: "file")) var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
     @Option(help: ArgumentHelp("File holding the new backup password.", valueName: "file")) var passwordFile: String
 
     func run() async throws {
-        try await reportingErrors {
-            try requireOneStandardInput(passcodeFile, passwordFile)
-            let keybag = try await device.openDevice(passcodeFile: passcodeFile)
-            try await keybag.setBackupPassword(try readPasscode(passwordFile))
-            printOut("backup keybag written: \(keybag.backupKeybagURL.path)")
-        }
+        try requireOneStandardInput(unlock.passcodeFile, passwordFile)
+        let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
+        try await keybag.setBackupPassword(try readPasscode(passwordFile))
+        printOut("backup keybag written: \(keybag.backupKeybagURL.path)")
     }
 }
 
@@ -106,28 +98,26 @@ struct Backup: AsyncParsableCommand {
     @Flag(help: "Print a JSON summary.") var json = false
 
     func run() async throws {
-        try await reportingErrors {
-            // The device is opened locked (before first unlock): a backup needs no key.
-            let keybag = try await device.openDevice(passcodeFile: nil)
-            let root = keybag.root
-            if let passwordFile {
-                let url = URL(fileURLWithPath: root).appendingPathComponent(BackupKeybag.fileName)
-                guard FileManager.default.fileExists(atPath: url.path) else {
-                    throw CLIError("no backup keybag in \(root): set one with `dpctl backup-password`")
-                }
-                _ = try BackupKeybag(contentsOf: url).unlock(password: try readPasscode(passwordFile))
+        // The device is opened locked (before first unlock): a backup needs no key.
+        let keybag = try await device.openDevice(passcodeFile: nil)
+        let root = keybag.root
+        if let passwordFile {
+            let url = URL(fileURLWithPath: root).appendingPathComponent(BackupKeybag.fileName)
+            guard FileManager.default.fileExists(atPath: url.path) else {
+                throw CLIError("no backup keybag in \(root): set one with `dpctl backup-password`")
             }
-            let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
-                                      files: ProtectedFileManager(keybag: keybag), dryRun: dryRun)
-            let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
-            let summary = try await engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update(done: $0, total: 0) })
-            bar.finish()
-            if json {
-                let data = try JSONEncoder().encode(summary)
-                printOut(String(decoding: data, as: UTF8.self))
-            } else if !dryRun {
-                printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(summary.bytesCopied) bytes), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByBlacklist) blacklisted")
-            }
+            _ = try BackupKeybag(contentsOf: url).unlock(password: try readPasscode(passwordFile))
+        }
+        let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
+                                  files: ProtectedFileManager(keybag: keybag), dryRun: dryRun)
+        let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
+        let summary = try await engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update(done: $0, total: 0) })
+        bar.finish()
+        if json {
+            let data = try JSONEncoder().encode(summary)
+            printOut(String(decoding: data, as: UTF8.self))
+        } else if !dryRun {
+            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(summary.bytesCopied) bytes), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByBlacklist) blacklisted")
         }
     }
 }
@@ -141,26 +131,24 @@ struct Restore: AsyncParsableCommand {
     @Argument(help: "The backup: REPOSITORY/backups/ID.") var backup: String
     @Argument(help: "Where to restore (must not exist, or be empty).") var destination: String
     @Option(help: ArgumentHelp("The backup password (for files from another device).", valueName: "file")) var passwordFile: String?
-    @Option(help: ArgumentHelp("This device's passcode, when restoring class A or C files.", valueName: "file")) var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Apply permission bits as backed up instead of clamping them with the umask (set-id and sticky bits are never restored).")
     var keepModes = false
     @Flag(help: "Print a JSON summary.") var json = false
 
     func run() async throws {
-        try await reportingErrors {
-            try requireOneStandardInput(passcodeFile, passwordFile)
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
-            let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
-            let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
-                .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
-                         options: RestoreOptions(keepModes: keepModes),
-                         log: { printOut($0) }, progress: { bar.update(done: $0, total: $1) })
-            bar.finish()
-            if json {
-                printOut(String(decoding: try JSONEncoder().encode(summary), as: UTF8.self))
-            } else {
-                printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device")
-            }
+        try requireOneStandardInput(unlock.passcodeFile, passwordFile)
+        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
+        let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
+            .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
+                     options: RestoreOptions(keepModes: keepModes),
+                     log: { printOut($0) }, progress: { bar.update(done: $0, total: $1) })
+        bar.finish()
+        if json {
+            printOut(String(decoding: try JSONEncoder().encode(summary), as: UTF8.self))
+        } else {
+            printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device")
         }
     }
 }
@@ -175,11 +163,9 @@ struct Verify: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The backup password (for a backup made on another device).", valueName: "file")) var passwordFile: String?
 
     func run() async throws {
-        try await reportingErrors {
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: nil))
-            let count = try await RestoreEngine(backup: URL(fileURLWithPath: backup)).verify(files: files, password: try passwordFile.map(readPasscode))
-            printOut("ok: \(count) objects verified")
-        }
+        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: nil))
+        let count = try await RestoreEngine(backup: URL(fileURLWithPath: backup)).verify(files: files, password: try passwordFile.map(readPasscode))
+        printOut("ok: \(count) objects verified")
     }
 }
 

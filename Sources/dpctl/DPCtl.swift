@@ -14,8 +14,7 @@ struct DPCtl: AsyncParsableCommand {
             --passcode-file to unlock for that run. Classes: complete (A), complete-unless-open (B), \
             until-first-unlock (C, the default), none (D).
 
-            Exit status: 0 success, 1 error, 3 protected data unavailable (locked), 4 damaged or \
-            foreign file, 5 wrong passcode or passcode delay.
+            \(ExitStatus.summary)
             """,
         subcommands: [
             Tour.self, Init.self, Status.self, Unlock.self, Lock.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
@@ -37,15 +36,26 @@ struct DPCtl: AsyncParsableCommand {
                                                                count: strlen(CommandLine.unsafeArgv[index]!)))
         }
         let arguments = hoistingGlobalOptions(raw)
+        var command: any ParsableCommand
         do {
-            var command = try parseAsRoot(arguments)
+            command = try parseAsRoot(arguments)
+        } catch {
+            // Help and usage errors: swift-argument-parser's words; a usage error exits 64 (EX_USAGE).
+            exit(withError: error)
+        }
+        do {
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
                 try command.run()
             }
-        } catch {
+        } catch let error as ExitCode {
             exit(withError: error)
+        } catch let error as CleanExit {
+            exit(withError: error)
+        } catch {
+            // The one error-reporting point of every command.
+            Foundation.exit(report(error).rawValue)
         }
     }
 

@@ -33,37 +33,35 @@ struct DaemonInstall: AsyncParsableCommand {
     var force = false
 
     func run() async throws {
-        try await reportingErrors {
-            let dpctl = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
-            let keybagd = dpctl.deletingLastPathComponent().appendingPathComponent("keybagd").path
-            guard FileManager.default.isExecutableFile(atPath: keybagd) else {
-                throw CLIError("no keybagd next to dpctl (\(keybagd)): build it with `swift build -c release --product keybagd`")
-            }
-            let environment = ProcessInfo.processInfo.environment
-            let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-                ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config").path
-            let directory = config + "/systemd/user"
-            var units = [("keybagd.service", Self.unit(keybagd: keybagd, root: try device.resolvedRoot, idleLock: idleLock,
-                                                      activated: socketActivation))]
-            if socketActivation {
-                let socketName = (KeybagSocket.path(forRoot: try device.resolvedRoot) as NSString).lastPathComponent
-                units.append(("keybagd.socket", Self.socketUnit(socketName: socketName, root: try device.resolvedRoot)))
-            }
-            for (name, unit) in units {
-                let unitPath = directory + "/" + name
-                if let existing = try? String(contentsOfFile: unitPath, encoding: .utf8), existing != unit, !force {
-                    throw CLIError("\(unitPath) exists with other content; use --force to replace it")
-                }
-            }
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            for (name, unit) in units {
-                try unit.write(toFile: directory + "/" + name, atomically: true, encoding: .utf8)
-                printOut("wrote \(directory)/\(name)")
-            }
-            let start = socketActivation ? "keybagd.socket" : "keybagd.service"
-            printOut("start it:  systemctl --user daemon-reload && systemctl --user enable --now \(start)")
-            printOut("then:      dpctl --root \(try device.resolvedRoot) unlock")
+        let dpctl = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
+        let keybagd = dpctl.deletingLastPathComponent().appendingPathComponent("keybagd").path
+        guard FileManager.default.isExecutableFile(atPath: keybagd) else {
+            throw CLIError("no keybagd next to dpctl (\(keybagd)): build it with `swift build -c release --product keybagd`")
         }
+        let environment = ProcessInfo.processInfo.environment
+        let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config").path
+        let directory = config + "/systemd/user"
+        var units = [("keybagd.service", Self.unit(keybagd: keybagd, root: try device.resolvedRoot, idleLock: idleLock,
+                                                  activated: socketActivation))]
+        if socketActivation {
+            let socketName = (KeybagSocket.path(forRoot: try device.resolvedRoot) as NSString).lastPathComponent
+            units.append(("keybagd.socket", Self.socketUnit(socketName: socketName, root: try device.resolvedRoot)))
+        }
+        for (name, unit) in units {
+            let unitPath = directory + "/" + name
+            if let existing = try? String(contentsOfFile: unitPath, encoding: .utf8), existing != unit, !force {
+                throw CLIError("\(unitPath) exists with other content; use --force to replace it")
+            }
+        }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        for (name, unit) in units {
+            try unit.write(toFile: directory + "/" + name, atomically: true, encoding: .utf8)
+            printOut("wrote \(directory)/\(name)")
+        }
+        let start = socketActivation ? "keybagd.socket" : "keybagd.service"
+        printOut("start it:  systemctl --user daemon-reload && systemctl --user enable --now \(start)")
+        printOut("then:      dpctl --root \(try device.resolvedRoot) unlock")
     }
 
     static func unit(keybagd: String, root: String, idleLock: Int, activated: Bool) -> String {

@@ -24,15 +24,13 @@ struct Init: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await reportingErrors {
-            device.bootstrapLogging()
-            let passcode = try passcodeFile.map(readPasscode)
-            let keybag = try await Keybag.create(root: try device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod,
-                                                 eraseAfterTenFailures: eraseAfterTenFailures)
-            let status = await keybag.status
-            printOut("initialized \(status.root) (keybag \(status.keybagID))")
-            printOut(status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive")
-        }
+        device.bootstrapLogging()
+        let passcode = try passcodeFile.map(readPasscode)
+        let keybag = try await Keybag.create(root: try device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod,
+                                             eraseAfterTenFailures: eraseAfterTenFailures)
+        let status = await keybag.status
+        printOut("initialized \(status.root) (keybag \(status.keybagID))")
+        printOut(status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive")
     }
 }
 
@@ -40,46 +38,43 @@ struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Show the lock state, passcode state, failed attempts and delays.")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("Unlock with this passcode file first.", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Print JSON.")
     var json = false
 
     func run() async throws {
-        try await reportingErrors {
-            let keybag = try await device.openDevice(passcodeFile: passcodeFile)
-            let s = await keybag.status
-            if json {
-                var object: [String: Any] = [
-                    "root": s.root, "keybag": s.keybagID.uuidString, "state": s.lockState.rawValue,
-                    "passcodeSet": s.passcodeSet, "protectionActive": s.protectionActive,
-                    "failedAttempts": s.failedAttempts, "delayRemainingSeconds": s.delayRemaining ?? 0,
-                    "gracePeriodSeconds": s.gracePeriod, "eraseAfterTenFailures": s.eraseAfterTenFailures,
-                    "kdf": ["algorithm": "scrypt", "logN": Int(s.kdf.logN), "r": Int(s.kdf.r), "p": Int(s.kdf.p)],
-                    "available": s.available.map(\.cliName),
-                    "protectedDataAvailable": s.available.contains(.complete),
-                ]
-                if let grace = s.graceRemaining { object["graceRemainingSeconds"] = grace }
-                object["keybagd"] = keybag.daemonSocket ?? NSNull()
-                let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
-                printOut(String(decoding: data, as: UTF8.self))
-                return
-            }
-            let rows: [[String]] = [
-                ["root:", s.root],
-                ["keybag:", s.keybagID.uuidString],
-                ["state:", s.lockState.rawValue],
-                ["passcode:", s.passcodeSet ? "set" : "not set — data protection is INACTIVE (every class is always available)"],
-                ["failed attempts:", "\(s.failedAttempts)"],
-                ["next attempt:", s.delayRemaining.map { "in \(Int($0.rounded(.up))) s" } ?? "allowed now"],
-                ["grace period:", "\(s.gracePeriod) s"],
-                ["erase after 10:", s.eraseAfterTenFailures ? "on" : "off"],
-                ["passcode KDF:", "\(s.kdf)"],
-                ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
-                ["keys held by:", keybag.daemonSocket.map { "keybagd (\($0))" } ?? "this process only (no keybagd serves this root; each dpctl run starts before first unlock)"],
+        let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
+        let s = await keybag.status
+        if json {
+            var object: [String: Any] = [
+                "root": s.root, "keybag": s.keybagID.uuidString, "state": s.lockState.rawValue,
+                "passcodeSet": s.passcodeSet, "protectionActive": s.protectionActive,
+                "failedAttempts": s.failedAttempts, "delayRemainingSeconds": s.delayRemaining ?? 0,
+                "gracePeriodSeconds": s.gracePeriod, "eraseAfterTenFailures": s.eraseAfterTenFailures,
+                "kdf": ["algorithm": "scrypt", "logN": Int(s.kdf.logN), "r": Int(s.kdf.r), "p": Int(s.kdf.p)],
+                "available": s.available.map(\.shortName),
+                "protectedDataAvailable": s.available.contains(.complete),
             ]
-            printOut(table(rows))
+            if let grace = s.graceRemaining { object["graceRemainingSeconds"] = grace }
+            object["keybagd"] = keybag.daemonSocket ?? NSNull()
+            let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+            printOut(String(decoding: data, as: UTF8.self))
+            return
         }
+        let rows: [[String]] = [
+            ["root:", s.root],
+            ["keybag:", s.keybagID.uuidString],
+            ["state:", s.lockState.rawValue],
+            ["passcode:", s.passcodeSet ? "set" : "not set — data protection is INACTIVE (every class is always available)"],
+            ["failed attempts:", "\(s.failedAttempts)"],
+            ["next attempt:", s.delayRemaining.map { "in \(Int($0.rounded(.up))) s" } ?? "allowed now"],
+            ["grace period:", "\(s.gracePeriod) s"],
+            ["erase after 10:", s.eraseAfterTenFailures ? "on" : "off"],
+            ["passcode KDF:", "\(s.kdf)"],
+            ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
+            ["keys held by:", keybag.daemonSocket.map { "keybagd (\($0))" } ?? "this process only (no keybagd serves this root; each dpctl run starts before first unlock)"],
+        ]
+        printOut(table(rows))
     }
 }
 
@@ -89,24 +84,21 @@ struct Unlock: AsyncParsableCommand {
         discussion: "The passcode is read from the terminal, or from --passcode-file FILE ('-' for stdin).")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("Read the passcode from this file instead of the terminal.", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
-        try await reportingErrors {
-            let keybag = try await device.openDaemonKeybag()
-            let passcode: String
-            if let passcodeFile {
-                passcode = try readPasscode(passcodeFile)
-            } else {
-                guard let typed = getpass("Passcode: ").map({ String(cString: $0) }), !typed.isEmpty else {
-                    throw CLIError("no passcode given")
-                }
-                passcode = typed
+        let keybag = try await device.openDaemonKeybag()
+        let passcode: String
+        if let passcodeFile = unlock.passcodeFile {
+            passcode = try readPasscode(passcodeFile)
+        } else {
+            guard let typed = getpass("Passcode: ").map({ String(cString: $0) }), !typed.isEmpty else {
+                throw CLIError("no passcode given")
             }
-            try await keybag.unlock(passcode: passcode)
-            printOut("unlocked (\(await keybag.lockState))")
+            passcode = typed
         }
+        try await keybag.unlock(passcode: passcode)
+        printOut("unlocked (\(await keybag.lockState))")
     }
 }
 
@@ -118,12 +110,10 @@ struct Lock: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
 
     func run() async throws {
-        try await reportingErrors {
-            let keybag = try await device.openDaemonKeybag()
-            await keybag.lock()
-            let grace = await keybag.gracePeriod
-            printOut("locked; class A becomes unavailable in \(grace) s")
-        }
+        let keybag = try await device.openDaemonKeybag()
+        await keybag.lock()
+        let grace = await keybag.gracePeriod
+        printOut("locked; class A becomes unavailable in \(grace) s")
     }
 }
 
@@ -131,24 +121,21 @@ struct Policy: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Change the grace period or the erase-after-10-failures policy.")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("The current passcode (needed when one is set).", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
     @Option(help: "Seconds between a lock and the discarding of class A keys.")
     var gracePeriod: Double?
     @Option(help: ArgumentHelp("Crypto-erase after 10 wrong passcodes.", valueName: "on|off"))
     var eraseAfterTenFailures: String?
 
     func run() async throws {
-        try await reportingErrors {
-            let keybag = try await device.openDevice(passcodeFile: passcodeFile)
-            if let gracePeriod { try await keybag.setGracePeriod(gracePeriod) }
-            if let eraseAfterTenFailures {
-                guard ["on", "off"].contains(eraseAfterTenFailures) else { throw CLIError("--erase-after-ten-failures takes on or off") }
-                try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures == "on")
-            }
-            let s = await keybag.status
-            printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off")")
+        let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
+        if let gracePeriod { try await keybag.setGracePeriod(gracePeriod) }
+        if let eraseAfterTenFailures {
+            guard ["on", "off"].contains(eraseAfterTenFailures) else { throw CLIError("--erase-after-ten-failures takes on or off") }
+            try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures == "on")
         }
+        let s = await keybag.status
+        printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off")")
     }
 }
 
@@ -162,11 +149,9 @@ struct SetPasscode: AsyncParsableCommand {
     var newPasscodeFile: String
 
     func run() async throws {
-        try await reportingErrors {
-            let keybag = try await device.openDevice(passcodeFile: nil)
-            try await keybag.setPasscode(try readPasscode(newPasscodeFile))
-            printOut("passcode set: class A, B and C keys are now wrapped by it")
-        }
+        let keybag = try await device.openDevice(passcodeFile: nil)
+        try await keybag.setPasscode(try readPasscode(newPasscodeFile))
+        printOut("passcode set: class A, B and C keys are now wrapped by it")
     }
 }
 
@@ -182,12 +167,10 @@ struct ChangePasscode: AsyncParsableCommand {
     var newPasscodeFile: String
 
     func run() async throws {
-        try await reportingErrors {
-            try requireOneStandardInput(passcodeFile, newPasscodeFile)
-            let keybag = try await device.openDevice(passcodeFile: nil)
-            try await keybag.changePasscode(from: try readPasscode(passcodeFile), to: try readPasscode(newPasscodeFile))
-            printOut("passcode changed")
-        }
+        try requireOneStandardInput(passcodeFile, newPasscodeFile)
+        let keybag = try await device.openDevice(passcodeFile: nil)
+        try await keybag.changePasscode(from: try readPasscode(passcodeFile), to: try readPasscode(newPasscodeFile))
+        printOut("passcode changed")
     }
 }
 
@@ -201,11 +184,9 @@ struct RemovePasscode: AsyncParsableCommand {
     var passcodeFile: String
 
     func run() async throws {
-        try await reportingErrors {
-            let keybag = try await device.openDevice(passcodeFile: nil)
-            try await keybag.removePasscode(current: try readPasscode(passcodeFile))
-            printOut("passcode removed: data protection is inactive")
-        }
+        let keybag = try await device.openDevice(passcodeFile: nil)
+        try await keybag.removePasscode(current: try readPasscode(passcodeFile))
+        printOut("passcode removed: data protection is inactive")
     }
 }
 
@@ -219,18 +200,16 @@ struct Erase: AsyncParsableCommand {
     var yes = false
 
     func run() async throws {
-        try await reportingErrors {
-            let keybag = try await device.openDevice(passcodeFile: nil)
-            if !yes {
-                // No terminal, no implied consent: `dpctl erase </dev/null` in a script erases nothing.
-                guard isatty(STDIN_FILENO) == 1 else {
-                    throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(keybag.root) from a script")
-                }
-                FileHandle.standardError.write(Data("Erase \(keybag.root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
-                guard readLine() == "ERASE" else { throw CLIError("not erased") }
+        let keybag = try await device.openDevice(passcodeFile: nil)
+        if !yes {
+            // No terminal, no implied consent: `dpctl erase </dev/null` in a script erases nothing.
+            guard isatty(STDIN_FILENO) == 1 else {
+                throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(keybag.root) from a script")
             }
-            try await keybag.erase()
-            printOut("erased \(keybag.root): keybag and device secret destroyed")
+            FileHandle.standardError.write(Data("Erase \(keybag.root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
+            guard readLine() == "ERASE" else { throw CLIError("not erased") }
         }
+        try await keybag.erase()
+        printOut("erased \(keybag.root): keybag and device secret destroyed")
     }
 }

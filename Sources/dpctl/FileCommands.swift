@@ -19,15 +19,12 @@ struct Write: AsyncParsableCommand {
     var protectionClass: ProtectionClass?
     @Flag(help: "Bind the file to this device too (like the keychain's ThisDeviceOnly): no backup restores it elsewhere.")
     var thisDeviceOnly = false
-    @Option(help: ArgumentHelp("Unlock with this passcode file first.", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
-        try await reportingErrors {
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile, standardInputCarriesData: true))
-            try await files.write(contentsOf: .standardInput, to: URL(fileURLWithPath: path), protection: protectionClass,
-                                  thisDeviceOnly: thisDeviceOnly ? true : nil)
-        }
+        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile, standardInputCarriesData: true))
+        try await files.write(contentsOf: .standardInput, to: URL(fileURLWithPath: path), protection: protectionClass,
+                              thisDeviceOnly: thisDeviceOnly ? true : nil)
     }
 }
 
@@ -38,34 +35,31 @@ struct Cat: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The file to print.") var path: String
-    @Option(help: ArgumentHelp("Unlock with this passcode file first.", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
-        try await reportingErrors {
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
-            let url = URL(fileURLWithPath: path)
-            let out = FileDescriptor.standardOutput
-            if case .plain = try files.protection(ofItemAt: url) {
-                try await writeAll(out, try await files.contents(of: url))
-                return
-            }
-            let handle = try await files.openHandle(forReadingFrom: url)
-            // Authenticate everything before printing anything, in bounded memory: a damaged file
-            // prints no byte. (Segments are then decrypted a second time while printing.)
-            let size = try await handle.size()
-            var offset: Int64 = 0
-            while offset < size {
-                offset += Int64(try await handle.read(at: offset, count: 1 << 20).count)
-            }
-            offset = 0
-            while offset < size {
-                let chunk = try await handle.read(at: offset, count: 1 << 20)
-                try await writeAll(out, chunk)
-                offset += Int64(chunk.count)
-            }
-            try await handle.close()
+        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let url = URL(fileURLWithPath: path)
+        let out = FileDescriptor.standardOutput
+        if case .plain = try files.protection(ofItemAt: url) {
+            try await writeAll(out, try await files.contents(of: url))
+            return
         }
+        let handle = try await files.openHandle(forReadingFrom: url)
+        // Authenticate everything before printing anything, in bounded memory: a damaged file
+        // prints no byte. (Segments are then decrypted a second time while printing.)
+        let size = try await handle.size()
+        var offset: Int64 = 0
+        while offset < size {
+            offset += Int64(try await handle.read(at: offset, count: 1 << 20).count)
+        }
+        offset = 0
+        while offset < size {
+            let chunk = try await handle.read(at: offset, count: 1 << 20)
+            try await writeAll(out, chunk)
+            offset += Int64(chunk.count)
+        }
+        try await handle.close()
     }
 
     private func writeAll(_ fd: FileDescriptor, _ data: Data) async throws {
@@ -83,35 +77,33 @@ struct List: AsyncParsableCommand {
     @Argument(help: "A file or directory.") var path: String = "."
 
     func run() async throws {
-        try await reportingErrors {
-            device.bootstrapLogging()
-            // Reading classes needs no key; a keybag is not even required.
-            let url = URL(fileURLWithPath: path)
-            var rows = [["CLASS", "BACKUP", "SIZE", "NAME"]]
-            func describe(_ item: URL, name: String) {
-                let probe = ProtectionProbe()
-                rows.append(probe.row(item, name: name))
-            }
-            guard let st = POSIXFile.status(url.path) else { throw ProtectedFileError.noSuchFile(path: LosslessPath.display(url.path)) }
-            if st.st_mode & S_IFMT == S_IFDIR {
-                describe(url, name: ".")
-                // Names as bytes (readdir); shown escaped (`\xE9`), like `ls -b`.
-                var names: [String] = []
-                var pending = [""]
-                while let relative = pending.popLast() {
-                    let directory = relative.isEmpty ? url.path : url.path + "/" + relative
-                    for name in try POSIXFile.directoryEntries(directory) {
-                        let child = relative.isEmpty ? name : relative + "/" + name
-                        names.append(child)
-                        if recursive, let st = POSIXFile.linkStatus(url.path + "/" + child), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
-                    }
-                }
-                for name in names.sorted() { describe(url.appendingPathComponent(name), name: name) }
-            } else {
-                describe(url, name: path)
-            }
-            printOut(table(rows, rightAligned: [2]))
+        device.bootstrapLogging()
+        // Reading classes needs no key; a keybag is not even required.
+        let url = URL(fileURLWithPath: path)
+        var rows = [["CLASS", "BACKUP", "SIZE", "NAME"]]
+        func describe(_ item: URL, name: String) {
+            let probe = ProtectionProbe()
+            rows.append(probe.row(item, name: name))
         }
+        guard let st = POSIXFile.status(url.path) else { throw ProtectedFileError.noSuchFile(path: LosslessPath.display(url.path)) }
+        if st.st_mode & S_IFMT == S_IFDIR {
+            describe(url, name: ".")
+            // Names as bytes (readdir); shown escaped (`\xE9`), like `ls -b`.
+            var names: [String] = []
+            var pending = [""]
+            while let relative = pending.popLast() {
+                let directory = relative.isEmpty ? url.path : url.path + "/" + relative
+                for name in try POSIXFile.directoryEntries(directory) {
+                    let child = relative.isEmpty ? name : relative + "/" + name
+                    names.append(child)
+                    if recursive, let st = POSIXFile.linkStatus(url.path + "/" + child), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
+                }
+            }
+            for name in names.sorted() { describe(url.appendingPathComponent(name), name: name) }
+        } else {
+            describe(url, name: path)
+        }
+        printOut(table(rows, rightAligned: [2]))
     }
 }
 
@@ -136,10 +128,10 @@ struct ProtectionProbe {
         do {
             switch try ItemInspector.protection(ofItemAt: url) {
             case .directory(let cls):
-                return ["dir default: " + (cls?.cliName ?? "inherited"), "-", name + "/"]
+                return ["dir default: " + (cls?.shortName ?? "inherited"), "-", name + "/"]
             case .protected(let cls):
                 let deviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true ? ", this device only" : ""
-                return ["\(cls.cliName) (\(cls.letter))\(deviceOnly)", "\(try ItemInspector.plaintextSize(ofItemAt: url))", name]
+                return ["\(cls.shortName) (\(cls.letter))\(deviceOnly)", "\(try ItemInspector.plaintextSize(ofItemAt: url))", name]
             case .plain:
                 let size = POSIXFile.status(url.path).map { Int($0.st_size) } ?? 0
                 return ["plain (unprotected)", "\(size)", name]
@@ -162,28 +154,25 @@ struct Protect: AsyncParsableCommand {
     @Argument(help: "A file or directory.") var path: String
     @Option(name: .customLong("class"), help: "complete | complete-unless-open | until-first-unlock | none")
     var protectionClass: ProtectionClass
-    @Option(help: ArgumentHelp("Unlock with this passcode file first.", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
-        try await reportingErrors {
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
-            let url = URL(fileURLWithPath: path)
-            guard recursive else {
-                try await files.setProtection(protectionClass, ofItemAt: url)
-                return
-            }
-            let tty = isatty(STDERR_FILENO) == 1
-            let report = try await files.reprotectItems(at: url, to: protectionClass) { progress in
-                if tty { FileHandle.standardError.write(Data("\r\(progress.completed)/\(progress.total)".utf8)) }
-            }
-            if tty { FileHandle.standardError.write(Data("\n".utf8)) }
-            printOut("\(report.filesChanged) files changed, \(report.filesUnchanged) already \(protectionClass.cliName), \(report.directories) directories")
-            for (path, reason) in report.failures.sorted(by: { $0.key < $1.key }) {
-                FileHandle.standardError.write(Data("dpctl: \(path): \(reason)\n".utf8))
-            }
-            if !report.failures.isEmpty { throw ExitCode(1) }
+        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let url = URL(fileURLWithPath: path)
+        guard recursive else {
+            try await files.setProtection(protectionClass, ofItemAt: url)
+            return
         }
+        let tty = isatty(STDERR_FILENO) == 1
+        let report = try await files.reprotectItems(at: url, to: protectionClass) { progress in
+            if tty { FileHandle.standardError.write(Data("\r\(progress.completed)/\(progress.total)".utf8)) }
+        }
+        if tty { FileHandle.standardError.write(Data("\n".utf8)) }
+        printOut("\(report.filesChanged) files changed, \(report.filesUnchanged) already \(protectionClass.shortName), \(report.directories) directories")
+        for (path, reason) in report.failures.sorted(by: { $0.key < $1.key }) {
+            FileHandle.standardError.write(Data("dpctl: \(path): \(reason)\n".utf8))
+        }
+        if !report.failures.isEmpty { throw ExitCode(1) }
     }
 }
 
@@ -197,13 +186,10 @@ struct Copy: AsyncParsableCommand {
     @Argument(help: "Destination (must not exist).") var destination: String
     @Option(name: .customLong("class"), help: "Give the copy this class instead (the only way to lower it).")
     var protectionClass: ProtectionClass?
-    @Option(help: ArgumentHelp("Unlock with this passcode file first.", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
-        try await reportingErrors {
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile))
-            try await files.copyItem(at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: destination), protection: protectionClass)
-        }
+        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        try await files.copyItem(at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: destination), protection: protectionClass)
     }
 }

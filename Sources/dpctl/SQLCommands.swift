@@ -34,8 +34,7 @@ struct SQL: AsyncParsableCommand {
     @Option(name: .customLong("class"), help: ArgumentHelp("Create a class-managed database in this class (A, B, C or D).", valueName: "class"))
     var protectionClass: ProtectionClass?
 
-    @Option(name: .long, help: ArgumentHelp("Unlock the device with the passcode in this file ('-' for stdin).", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
 
     @Option(name: .long, help: ArgumentHelp("SQLCipher: the passphrase is the content of this file.", valueName: "file"))
     var passphraseFile: String?
@@ -55,37 +54,35 @@ struct SQL: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await reportingErrors {
-            var format = try SQLCipherFormat(compatibility: cipherCompat)
-            if let pageSize { format = try format.withPageSize(pageSize) }
-            let url = URL(fileURLWithPath: database)
-            let keyFileExists = FileManager.default.fileExists(atPath: database + "-dpkey")
-            if protectionClass != nil || (keyFileExists && passphraseFile == nil && rawKeyHex == nil) {
-                let keybag = try await device.openDevice(passcodeFile: passcodeFile)
-                let db = try await ProtectedDatabase.open(at: url, keybag: keybag, protection: protectionClass, mode: .queue, format: format)
-                let sql = self.sql
-                let lines = try await db.writeWithoutTransaction { db in try Self.execute(sql, in: db) }
-                try await db.close()
-                for line in lines { printOut(line) }
-                return
-            }
-            device.bootstrapLogging()
-            let queue: DatabaseQueue
-            if let passphraseFile {
-                queue = try DatabaseQueue(path: database, key: .passphrase(Data(try readPasscode(passphraseFile).utf8)), format: format)
-            } else if let rawKeyHex {
-                queue = try DatabaseQueue(path: database, key: try SQLCipherKey(rawKeyHex: rawKeyHex), format: format)
-            } else {
-                queue = try DatabaseQueue(path: database)
-            }
-            do {
-                let sql = self.sql
-                let lines = try await queue.writeWithoutTransaction { db in try Self.execute(sql, in: db) }
-                try queue.close()
-                for line in lines { printOut(line) }
-            } catch {
-                throw DatabaseCipherError.explain(error, in: queue)
-            }
+        var format = try SQLCipherFormat(compatibility: cipherCompat)
+        if let pageSize { format = try format.withPageSize(pageSize) }
+        let url = URL(fileURLWithPath: database)
+        let keyFileExists = FileManager.default.fileExists(atPath: database + "-dpkey")
+        if protectionClass != nil || (keyFileExists && passphraseFile == nil && rawKeyHex == nil) {
+            let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
+            let db = try await ProtectedDatabase.open(at: url, keybag: keybag, protection: protectionClass, mode: .queue, format: format)
+            let sql = self.sql
+            let lines = try await db.writeWithoutTransaction { db in try Self.execute(sql, in: db) }
+            try await db.close()
+            for line in lines { printOut(line) }
+            return
+        }
+        device.bootstrapLogging()
+        let queue: DatabaseQueue
+        if let passphraseFile {
+            queue = try DatabaseQueue(path: database, key: .passphrase(Data(try readPasscode(passphraseFile).utf8)), format: format)
+        } else if let rawKeyHex {
+            queue = try DatabaseQueue(path: database, key: try SQLCipherKey(rawKeyHex: rawKeyHex), format: format)
+        } else {
+            queue = try DatabaseQueue(path: database)
+        }
+        do {
+            let sql = self.sql
+            let lines = try await queue.writeWithoutTransaction { db in try Self.execute(sql, in: db) }
+            try queue.close()
+            for line in lines { printOut(line) }
+        } catch {
+            throw DatabaseCipherError.explain(error, in: queue)
         }
     }
 
@@ -135,19 +132,16 @@ struct SQLKey: AsyncParsableCommand {
     @Argument(help: "The class-managed database.")
     var database: String
 
-    @Option(name: .long, help: ArgumentHelp("Unlock the device with the passcode in this file ('-' for stdin).", valueName: "file"))
-    var passcodeFile: String?
+    @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
-        try await reportingErrors {
-            guard FileManager.default.fileExists(atPath: database + "-dpkey") else {
-                throw CLIError("\(database) has no key file (\(database)-dpkey): it is not a class-managed database")
-            }
-            let keybag = try await device.openDevice(passcodeFile: passcodeFile)
-            let db = try await ProtectedDatabase.open(at: URL(fileURLWithPath: database), keybag: keybag, mode: .queue)
-            let hex = try await db.rawKeyHex()
-            try await db.close()
-            printOut(hex)
+        guard FileManager.default.fileExists(atPath: database + "-dpkey") else {
+            throw CLIError("\(database) has no key file (\(database)-dpkey): it is not a class-managed database")
         }
+        let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
+        let db = try await ProtectedDatabase.open(at: URL(fileURLWithPath: database), keybag: keybag, mode: .queue)
+        let hex = try await db.rawKeyHex()
+        try await db.close()
+        printOut(hex)
     }
 }

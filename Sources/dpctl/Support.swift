@@ -91,35 +91,71 @@ struct CLIError: Error, CustomStringConvertible {
 
 extension ProtectionClass: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
-    public static var allValueStrings: [String] { allCases.map(\.cliName) }
+    public static var allValueStrings: [String] { allCases.map(\.shortName) }
 }
 
-/// Runs a command body; any error becomes one line on standard error and an exit status.
-func reportingErrors(_ body: () async throws -> Void) async throws {
-    do {
-        try await body()
-    } catch let error as ExitCode {
-        throw error
-    } catch let error as CleanExit {
-        throw error
-    } catch {
-        // One line, names shown as `\xE9` where their bytes are not UTF-8.
-        var line = LosslessPath.display(String(describing: error).replacingOccurrences(of: "\n", with: " "))
-        if exitStatus(for: error) == 3 { line += " (unlock for this run with --passcode-file FILE)" }
-        FileHandle.standardError.write(Data("dpctl: \(line)\n".utf8))
-        throw ExitCode(exitStatus(for: error))
+/// The passcode option every command that may need the device unlocked takes.
+struct UnlockOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("Unlock the device first with the passcode in this file ('-': standard input).", valueName: "file"))
+    var passcodeFile: String?
+}
+
+/// dpctl's exit statuses, named once for the code and the help text.
+enum ExitStatus: Int32, CaseIterable {
+    case success = 0
+    case failure = 1
+    case unavailable = 3
+    case damaged = 4
+    case wrongPasscode = 5
+    case usage = 64
+
+    var meaning: String {
+        switch self {
+        case .success: "success"
+        case .failure: "error"
+        case .unavailable: "protected data unavailable (locked)"
+        case .damaged: "damaged, foreign or forged file or backup"
+        case .wrongPasscode: "wrong passcode or password, or passcode delay"
+        case .usage: "usage error (bad option or argument)"
+        }
+    }
+
+    /// `Exit status: 0 success, 1 error, …` for help texts.
+    static var summary: String { "Exit status: " + allCases.map { "\($0.rawValue) \($0.meaning)" }.joined(separator: ", ") + "." }
+
+    init(for error: any Error) {
+        switch error {
+        case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: self = .unavailable
+        case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag,
+             DatabaseCipherError.damaged, BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: self = .damaged
+        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, DatabaseCipherError.wrongKeyOrFormat, BackupError.wrongBackupPassword:
+            self = .wrongPasscode
+        default: self = .failure
+        }
     }
 }
 
-func exitStatus(for error: any Error) -> Int32 {
+/// The one place errors are reported: one line on standard error — the library's words, then
+/// the command that helps, where there is one — and the exit status for its kind.
+func report(_ error: any Error) -> ExitStatus {
+    let status = ExitStatus(for: error)
+    // One line, names shown as `\xE9` where their bytes are not UTF-8.
+    var line = LosslessPath.display(String(describing: error).replacingOccurrences(of: "\n", with: " "))
+    if let hint = commandHint(for: error, status: status) { line += " (\(hint))" }
+    FileHandle.standardError.write(Data("dpctl: \(line)\n".utf8))
+    return status
+}
+
+/// What to type next, for errors whose library message says what to do in library terms.
+func commandHint(for error: any Error, status: ExitStatus) -> String? {
     switch error {
-    case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: 3
-    case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag: 4
-    case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, DatabaseCipherError.wrongKeyOrFormat: 5
-    case DatabaseCipherError.damaged: 4
-    case BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: 4
-    case BackupError.wrongBackupPassword: 5
-    default: 1
+    case KeybagError.notInitialized(let root): return "run `dpctl --root \(root) init`"
+    case KeybagError.alreadyInitialized: return "`dpctl erase` starts over"
+    case KeybagError.noPasscodeSet: return "`dpctl set-passcode`"
+    case KeybagError.passcodeAlreadySet: return "`dpctl change-passcode`"
+    case ProtectedFileError.notProtected: return "`dpctl protect PATH`"
+    case BackupError.badBackup, BackupError.verificationFailed: return "`dpctl verify BACKUP` checks every object"
+    default: return status == .unavailable ? "unlock for this run with --passcode-file FILE" : nil
     }
 }
 

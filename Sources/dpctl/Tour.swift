@@ -13,13 +13,11 @@ struct Tour: AsyncParsableCommand {
     @Flag(help: "Keep the temporary data root and print its path.") var keep = false
 
     func run() async throws {
-        try await reportingErrors {
-            DeviceOptions.bootstrapLogging(verbose: false)
-            let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-tour-\(UUID().uuidString.prefix(8))")
-            defer { if !keep { try? FileManager.default.removeItem(at: base) } }
-            try await TourScript(base: base).run()
-            if keep { printOut("\nkept: \(base.path)") }
-        }
+        DeviceOptions.bootstrapLogging(verbose: false)
+        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-tour-\(UUID().uuidString.prefix(8))")
+        defer { if !keep { try? FileManager.default.removeItem(at: base) } }
+        try await TourScript(base: base).run()
+        if keep { printOut("\nkept: \(base.path)") }
     }
 }
 
@@ -52,7 +50,7 @@ struct TourScript {
         let files = ProtectedFileManager(keybag: created)
         var urls: [ProtectionClass: URL] = [:]
         for cls in ProtectionClass.allCases {
-            urls[cls] = docs.appendingPathComponent("\(cls.letter)-\(cls.cliName).txt")
+            urls[cls] = docs.appendingPathComponent("\(cls.letter)-\(cls.shortName).txt")
             try await files.write(Data("class \(cls.letter) secret".utf8), to: urls[cls]!, protection: cls)
         }
         try await matrix(root: root, docs: docs, urls: urls)

@@ -8,7 +8,7 @@ import Testing
         let source = try await TestDevice.make()
         var originals: [ProtectionClass: (URL, Data)] = [:]
         for cls in ProtectionClass.allCases {
-            let url = source.url("\(cls.cliName).bin")
+            let url = source.url("\(cls.shortName).bin")
             let data = randomData(100_000)
             try await source.files.write(data, to: url, protection: cls)
             originals[cls] = (url, data)

@@ -9,8 +9,8 @@ import Testing
         let device = try await TestDevice.make()
         var urls: [ProtectionClass: URL] = [:]
         for cls in ProtectionClass.allCases {
-            urls[cls] = device.url(cls.cliName)
-            try await device.files.write(Data(cls.cliName.utf8), to: urls[cls]!, protection: cls)
+            urls[cls] = device.url(cls.shortName)
+            try await device.files.write(Data(cls.shortName.utf8), to: urls[cls]!, protection: cls)
         }
         return (try await device.restarted(), urls)
     }

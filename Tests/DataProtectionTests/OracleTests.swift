@@ -44,7 +44,7 @@ import Testing
         let files = ProtectedFileManager(keybag: keybag)
         for cls in ProtectionClass.allCases {
             for size in [0, 5, 65_536, 150_001] {
-                let url = base.appendingPathComponent("\(cls.cliName)-\(size)")
+                let url = base.appendingPathComponent("\(cls.shortName)-\(size)")
                 let data = randomData(size)
                 try await files.write(data, to: url, protection: cls)
                 // Exercise rewrites too: random-access writes re-seal segments with fresh nonces.

@@ -83,8 +83,8 @@ import Testing
         let files = ProtectedFileManager(keybag: keybag)
         var urls: [ProtectionClass: URL] = [:]
         for cls in ProtectionClass.allCases {
-            urls[cls] = URL(fileURLWithPath: cli.file("\(cls.cliName).txt"))
-            try await files.write(Data("class \(cls.cliName)".utf8), to: urls[cls]!, protection: cls)
+            urls[cls] = URL(fileURLWithPath: cli.file("\(cls.shortName).txt"))
+            try await files.write(Data("class \(cls.shortName)".utf8), to: urls[cls]!, protection: cls)
         }
         // Another process reads what this one wrote: same keys.
         #expect(try cli.run(["cat", urls[.complete]!.path], environment: env).out == "class complete")
