@@ -16,13 +16,15 @@ public struct BackupSummary: Sendable, Equatable, Codable {
     public var filesCopied = 0
     public var bytesCopied: Int64 = 0
     public var skippedByAttribute = 0
-    public var skippedByBlacklist = 0
+    /// Items the engine's ``BackupExclusionPolicy`` excludes (iOS: `Library/Caches`, `tmp`).
+    public var skippedByPolicy = 0
     public var hasBackupKeybag = false
 }
 
 /// Backs up a directory into a ``BackupRepository``, the way iOS's MobileBackup treats an app
-/// container: items marked "do not back up" and the container blacklist (`Library/Caches`,
-/// `tmp`) are skipped and logged; protected files are copied as ciphertext — nothing is
+/// container: items excluded from backup — by their own attribute, or by the caller's
+/// ``BackupExclusionPolicy`` (an app container's `Library/Caches` and `tmp`) — are skipped and
+/// logged in MobileBackup's words; protected files are copied as ciphertext — nothing is
 /// decrypted, so it works while the device is locked. Plain files are sealed on the way in as
 /// class-B protected objects (class B wraps with the public key alone, so this too works while
 /// locked): nothing in a backup is readable without this device's keys or the backup password.
@@ -32,8 +34,6 @@ public struct BackupSummary: Sendable, Equatable, Codable {
 ///     .run { line in print(line) }        // "Not backed up (attribute): …"
 /// ```
 public struct BackupEngine: Sendable {
-    /// Paths relative to the source that are never backed up (iOS: `Library/Caches`, `tmp`).
-    public static let blacklist = ["Library/Caches", "tmp"]
 
     public var source: URL
     public var repository: BackupRepository
@@ -41,12 +41,16 @@ public struct BackupEngine: Sendable {
     public var files: ProtectedFileManager
     /// Walk and log only; write nothing.
     public var dryRun = false
+    /// What is excluded from backup besides items carrying the exclusion attribute.
+    public var policy: BackupExclusionPolicy
 
-    public init(source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false) {
+    public init(source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false,
+                policy: BackupExclusionPolicy = .appContainer) {
         self.source = source.standardizedFileURL
         self.repository = repository
         self.files = files
         self.dryRun = dryRun
+        self.policy = policy
     }
 
     /// Runs the backup. `log` receives MobileBackup-style lines; `progress` the items done.
@@ -72,7 +76,7 @@ public struct BackupEngine: Sendable {
         }
 
         var entries: [ManifestEntry] = []
-        if case .excludedByAncestor(let ancestor) = try BackupMark.exclusion(of: source) {
+        if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: source) {
             log("Not backed up (attribute): \(source.path) (marked: \(ancestor.path))")
             summary.skippedByAttribute += 1
         } else {
@@ -85,14 +89,14 @@ public struct BackupEngine: Sendable {
                     let rel = relative.isEmpty ? name : relative + "/" + name
                     let path = source.path + "/" + rel
                     let shown = LosslessPath.display(path)
-                    if Self.blacklist.contains(rel) {
-                        log("Not backed up (blacklist): \(shown)")
-                        summary.skippedByBlacklist += 1
+                    if policy.excludes(rel) {
+                        log("Not backed up (blacklist): \(shown)")   // MobileBackup's own words
+                        summary.skippedByPolicy += 1
                         continue
                     }
                     guard let st = POSIXFile.linkStatus(path) else { continue }
                     let type = st.st_mode & S_IFMT
-                    if type != S_IFLNK, (try? BackupMark.isMarked(path)) == true {
+                    if type != S_IFLNK, (try? BackupExclusionAttribute.isExcluded(path)) == true {
                         log("Not backed up (attribute): \(shown)")
                         summary.skippedByAttribute += 1
                         continue
@@ -183,7 +187,9 @@ public struct BackupEngine: Sendable {
         try POSIXFile.call("rename", inProgress.path, finished.path) { rename($0, $1) }
         try POSIXFile.syncDirectory(repository.backups.path)
 
-        // The device's own copy for the next incremental run (a failure here only costs speed).
+        // The device's own copy for the next incremental run (a failure here only costs speed),
+        // in a root entry an erase removes.
+        _ = try? files.keybag.layout.register(Self.indexDirectoryName)
         try? FileManager.default.createDirectory(at: indexURL.deletingLastPathComponent(), withIntermediateDirectories: true,
                                                  attributes: [.posixPermissions: 0o700])
         let indexTemp = indexURL.deletingLastPathComponent().appendingPathComponent(".\(UUID().uuidString).tmp")
@@ -194,11 +200,14 @@ public struct BackupEngine: Sendable {
         return summary
     }
 
+    /// The data-root entry (registered, so an erase removes it) holding the incremental indexes.
+    static let indexDirectoryName = "backup-index"
+
     /// `ROOT/backup-index/SHA256(repository path).sqlite`: the device's plain copy of the last
     /// manifest it wrote to that repository.
     var indexURL: URL {
         let name = Array(SHA256.hash(data: Data(repository.url.path.utf8))).hex
-        return URL(fileURLWithPath: files.keybag.root).appendingPathComponent("\(Keybag.backupIndexDirectoryName)/\(name).sqlite")
+        return URL(fileURLWithPath: files.keybag.layout.path(Self.indexDirectoryName)).appendingPathComponent("\(name).sqlite")
     }
 
     static func makeID() -> String {

@@ -29,21 +29,21 @@ public struct ExclusionList: Sendable, Equatable {
     /// marked directory nothing more is listed. If `root` itself is covered, it alone is listed.
     public init(scanning root: URL) throws {
         let root = root.standardizedFileURL
-        if try BackupMark.exclusion(of: root).isExcludedFromBackup {
+        if try BackupExclusionAttribute.exclusion(of: root).isExcludedFromBackup {
             excluded = [root]
             return
         }
         var found: [URL] = []
         var pending = [root]
         while let directory = pending.popLast() {
-            let names = try BackupMark.wrapFS {
+            let names = try BackupExclusionAttribute.wrapFS {
                 do { return try POSIXFile.directoryEntries(directory.path) } catch {
                     throw FileSystemError("opendir", path: directory.path, errno: .permissionDenied)
                 }
             }
             for name in names.sorted() {
                 let child = directory.appendingPathComponent(name)
-                if try BackupMark.isMarked(child.path) {
+                if try BackupExclusionAttribute.isExcluded(child.path) {
                     found.append(child)
                     continue
                 }

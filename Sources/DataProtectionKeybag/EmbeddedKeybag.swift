@@ -398,7 +398,7 @@ package actor EmbeddedKeybag {
     /// Runs `body` holding an exclusive `flock` on `ROOT/keybag.lock`, with the keybag freshly
     /// reloaded from disk: read-modify-write of the keybag is serialized across processes.
     private func withKeybagLock<T>(_ body: () throws -> T) throws -> T {
-        let lockPath = root + "/" + Self.lockFileName
+        let lockPath = layout.keybagLock
         let fd = try POSIXFile.open(lockPath, .readWrite, options: [.create], permissions: [.ownerReadWrite])
         defer { try? fd.close() }   // closing the descriptor releases the lock
         try POSIXFile.check("flock", lockPath) { flock(fd.rawValue, LOCK_EX) }
@@ -415,9 +415,8 @@ package actor EmbeddedKeybag {
         return try body()
     }
 
-    static let lockFileName = "keybag.lock"
-    /// The directory the backup layer keeps its incremental index in; erased with the device.
-    package static let backupIndexDirectoryName = "backup-index"
+    /// Where the root's files are.
+    package nonisolated var layout: DataRootLayout { DataRootLayout(root: root) }
 
     private func delayRemaining(now: Date) -> TimeInterval? {
         let delay = PasscodePolicy.delay(afterFailures: Int(file.failedAttempts))
@@ -442,10 +441,10 @@ package actor EmbeddedKeybag {
             try? fd.close()
         }
         unlink(keybagPath)
-        unlink(root + "/" + Self.lockFileName)
-        unlink(root + "/" + BackupKeybag.fileName)
-        // The backup layer's plain index of backed-up names lives in the root too.
-        try? FileManager.default.removeItem(atPath: root + "/" + Self.backupIndexDirectoryName)
+        unlink(layout.keybagLock)
+        unlink(layout.backupKeybag)
+        // What other layers keep in the root (the backup layer's index of backed-up names …).
+        layout.removeRegisteredEntries()
         try? POSIXFile.syncDirectory(root)
         cancelGrace()
         for cls in ProtectionClass.allCases { discard(cls) }
@@ -533,7 +532,7 @@ package actor EmbeddedKeybag {
 
     /// Where ``setBackupPassword(_:)`` keeps the backup keybag, so backups taken while the
     /// device is locked can carry it without any class key being unwrapped.
-    package nonisolated var backupKeybagURL: URL { URL(fileURLWithPath: root + "/" + BackupKeybag.fileName) }
+    package nonisolated var backupKeybagURL: URL { URL(fileURLWithPath: layout.backupKeybag) }
 
     /// Wraps every class key under a backup password into `ROOT/backup-keybag` (replacing any
     /// earlier one). Needs the device unlocked: the A and B keys must be in memory.

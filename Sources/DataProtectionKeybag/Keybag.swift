@@ -36,8 +36,8 @@ public final class Keybag: Sendable {
     }
     let backend: Backend
 
-    /// The directory the backup layer keeps its incremental index in; erased with the device.
-    public static let backupIndexDirectoryName = EmbeddedKeybag.backupIndexDirectoryName
+    /// Where the root's files are, and the entries other layers registered.
+    public var layout: DataRootLayout { DataRootLayout(root: root) }
     static let labelClassD = EmbeddedKeybag.labelClassD
     static let labelNoPasscode = EmbeddedKeybag.labelNoPasscode
     static let labelPasscode = EmbeddedKeybag.labelPasscode
@@ -330,7 +330,7 @@ public final class Keybag: Sendable {
     // MARK: - Backup keybag
 
     /// Where ``setBackupPassword(_:)`` keeps the backup keybag.
-    public var backupKeybagURL: URL { URL(fileURLWithPath: root + "/" + BackupKeybag.fileName) }
+    public var backupKeybagURL: URL { URL(fileURLWithPath: layout.backupKeybag) }
 
     /// Wraps every class key under a backup password into `ROOT/backup-keybag` (replacing any
     /// earlier one). Needs the device unlocked: the A and B keys must be in memory.

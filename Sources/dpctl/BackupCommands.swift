@@ -17,7 +17,7 @@ struct Exclude: AsyncParsableCommand {
     @Flag(help: "Do not write a CACHEDIR.TAG into a marked directory.") var noCachedirTag = false
 
     func run() async throws {
-        try BackupMark.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
+        try BackupExclusionAttribute.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
     }
 }
 
@@ -31,8 +31,8 @@ struct Include: AsyncParsableCommand {
 
     func run() async throws {
         let url = URL(fileURLWithPath: path)
-        try BackupMark.set(excluded: false, for: url)
-        if case .excludedByAncestor(let ancestor) = try BackupMark.exclusion(of: url) {
+        try BackupExclusionAttribute.set(excluded: false, for: url)
+        if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: url) {
             FileHandle.standardError.write(Data("dpctl: note: \(path) is still excluded by its ancestor \(ancestor.path)\n".utf8))
         }
     }
@@ -117,7 +117,7 @@ struct Backup: AsyncParsableCommand {
             let data = try JSONEncoder().encode(summary)
             printOut(String(decoding: data, as: UTF8.self))
         } else if !dryRun {
-            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(summary.bytesCopied) bytes), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByBlacklist) blacklisted")
+            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(summary.bytesCopied) bytes), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place")
         }
     }
 }

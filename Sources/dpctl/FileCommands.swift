@@ -112,9 +112,9 @@ struct ProtectionProbe {
     func row(_ url: URL, name: String) -> [String] {
         var cells = classCells(url, name: LosslessPath.display(name))
         let backup: String
-        switch try? BackupMark.exclusion(of: url) {
+        switch try? BackupExclusionAttribute.exclusion(of: url) {
         case .included?: backup = "yes"
-        case .excludedByOwnMark?: backup = "no (marked)"
+        case .excludedByOwnAttribute?: backup = "no (marked)"
         case .excludedByAncestor?: backup = "no (inherited)"
         case nil: backup = "?"
         }

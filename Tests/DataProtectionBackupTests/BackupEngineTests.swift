@@ -29,9 +29,9 @@ import Testing
         // Marked right after it is created, then a PDF saved into it and marked too.
         let offline = container.appendingPathComponent("Documents/offline")
         try fm.createDirectory(at: offline, withIntermediateDirectories: false)
-        try BackupMark.set(excluded: true, for: offline)
+        try BackupExclusionAttribute.set(excluded: true, for: offline)
         try await files.write(randomData(50_000), to: offline.appendingPathComponent("guide.pdf"), protection: .noProtection)
-        try BackupMark.set(excluded: true, for: offline.appendingPathComponent("guide.pdf"))
+        try BackupExclusionAttribute.set(excluded: true, for: offline.appendingPathComponent("guide.pdf"))
         try Data("cache".utf8).write(to: container.appendingPathComponent("Library/Caches/thumbs.db"))
         try Data("scratch".utf8).write(to: container.appendingPathComponent("tmp/upload.part"))
 

@@ -269,3 +269,19 @@ import Testing
         return (try BackupRepository(url: url.deletingLastPathComponent()).hash(of: url), bytes)
     }
 }
+
+/// The data root's layout: entries a layer registers go with an erase, in any process.
+@Suite struct DataRootLayoutTests {
+    @Test func anEraseRemovesWhatTheBackupLayerRegistered() async throws {
+        let s = try await BackupEngineTests.scenario()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let layout = DataRootLayout(root: s.sourceRoot)
+        #expect(layout.registeredEntries() == ["backup-index"])
+        #expect(FileManager.default.fileExists(atPath: layout.path("backup-index")))
+        try await s.source.keybag.erase()
+        #expect(!FileManager.default.fileExists(atPath: layout.path("backup-index")))
+        #expect(!FileManager.default.fileExists(atPath: layout.registry))
+        #expect(throws: KeybagError.self) { try layout.register("../escape") }
+        #expect(throws: KeybagError.self) { try layout.register("keybag") }
+    }
+}

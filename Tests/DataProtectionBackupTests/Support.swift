@@ -20,7 +20,7 @@ struct MarkedTree {
         for dir in ["Documents", "Documents/offline", "Documents/offline/maps", "keep", "weird [1]*?$HOME"] {
             try fm.createDirectory(at: root.appendingPathComponent(dir), withIntermediateDirectories: true)
         }
-        try BackupMark.set(excluded: true, for: root.appendingPathComponent("Documents/offline"))
+        try BackupExclusionAttribute.set(excluded: true, for: root.appendingPathComponent("Documents/offline"))
         let files = [
             "Documents/report.txt": "report",
             "Documents/offline/book.pdf": "pdf",
@@ -31,9 +31,9 @@ struct MarkedTree {
             "weird [1]*?$HOME/kept.txt": "kept",
         ]
         for (name, text) in files { try Data(text.utf8).write(to: root.appendingPathComponent(name)) }
-        try BackupMark.set(excluded: true, for: root.appendingPathComponent("Documents/offline/book.pdf"))
-        try BackupMark.set(excluded: true, for: root.appendingPathComponent("keep/secret.pdf"))
-        try BackupMark.set(excluded: true, for: root.appendingPathComponent("weird [1]*?$HOME/inside.txt"))
+        try BackupExclusionAttribute.set(excluded: true, for: root.appendingPathComponent("Documents/offline/book.pdf"))
+        try BackupExclusionAttribute.set(excluded: true, for: root.appendingPathComponent("keep/secret.pdf"))
+        try BackupExclusionAttribute.set(excluded: true, for: root.appendingPathComponent("weird [1]*?$HOME/inside.txt"))
         return MarkedTree(root: root)
     }
 

@@ -2,11 +2,11 @@ import DataProtectionBackup
 import Foundation
 import Testing
 
-@Suite struct BackupMarkTests {
+@Suite struct BackupExclusionAttributeTests {
     @Test func markIsTheFreedesktopAttributeAndCoversDescendants() throws {
         let tree = try MarkedTree.make()
         let offline = tree.root.appendingPathComponent("Documents/offline")
-        #expect(try offline.backupExclusion() == .excludedByOwnMark)
+        #expect(try offline.backupExclusion() == .excludedByOwnAttribute)
         #expect(try offline.appendingPathComponent("maps/tile.bin").backupExclusion() == .excludedByAncestor(offline))
         #expect(try tree.root.appendingPathComponent("Documents/report.txt").backupExclusion() == .included)
         // The stored value is exactly the freedesktop convention.
@@ -30,23 +30,23 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: offline.appendingPathComponent("CACHEDIR.TAG").path))
         #expect(try offline.backupExclusion() == .included)
         // Without a tag, on request.
-        try BackupMark.set(excluded: true, for: offline, cacheDirectoryTag: false)
+        try BackupExclusionAttribute.set(excluded: true, for: offline, cacheDirectoryTag: false)
         #expect(!FileManager.default.fileExists(atPath: offline.appendingPathComponent("CACHEDIR.TAG").path))
-        #expect(try offline.backupExclusion() == .excludedByOwnMark)
+        #expect(try offline.backupExclusion() == .excludedByOwnAttribute)
     }
 
     @Test func aForeignCacheDirectoryTagIsLeftAlone() throws {
         let dir = temporaryDirectory()
         let foreign = Data("Signature: 8a477f597d28d172789f06886806bc55\n# written by some cache\n".utf8)
         try foreign.write(to: dir.appendingPathComponent("CACHEDIR.TAG"))
-        try BackupMark.set(excluded: true, for: dir)
-        try BackupMark.set(excluded: false, for: dir)
+        try BackupExclusionAttribute.set(excluded: true, for: dir)
+        try BackupExclusionAttribute.set(excluded: false, for: dir)
         #expect(try Data(contentsOf: dir.appendingPathComponent("CACHEDIR.TAG")) == foreign)
     }
 
     @Test func markingAMissingPathIsAnError() throws {
         let missing = temporaryDirectory().appendingPathComponent("nope")
-        #expect(throws: BackupExclusionError.noSuchFile(path: missing.path)) { try BackupMark.set(excluded: true, for: missing) }
+        #expect(throws: BackupExclusionError.noSuchFile(path: missing.path)) { try BackupExclusionAttribute.set(excluded: true, for: missing) }
         #expect(throws: BackupExclusionError.noSuchFile(path: missing.path)) { _ = try missing.backupExclusion() }
     }
 

@@ -8,7 +8,7 @@ public enum BackupExclusion: Sendable, Equatable, CustomStringConvertible {
     /// Backed up.
     case included
     /// Excluded by its own mark.
-    case excludedByOwnMark
+    case excludedByOwnAttribute
     /// Excluded because an ancestor directory is marked.
     case excludedByAncestor(URL)
 
@@ -18,7 +18,7 @@ public enum BackupExclusion: Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .included: "included"
-        case .excludedByOwnMark: "excluded (own mark)"
+        case .excludedByOwnAttribute: "excluded (own mark)"
         case .excludedByAncestor(let url): "excluded (by \(url.path))"
         }
     }
@@ -53,7 +53,7 @@ public enum BackupExclusionError: Error, Sendable, Equatable, CustomStringConver
 ///   library wrote is removed again.
 ///
 /// A directory's mark covers everything below it; nothing below is marked one by one.
-public enum BackupMark {
+public enum BackupExclusionAttribute {
     /// The extended attribute.
     public static let attribute = "user.xdg.robots.backup"
     /// The tag file's name.
@@ -71,7 +71,7 @@ public enum BackupMark {
     /// Marks or unmarks `url`, like setting `URLResourceValues.isExcludedFromBackup`.
     ///
     /// ```swift
-    /// try BackupMark.set(excluded: true, for: offlineDirectory)   // also writes CACHEDIR.TAG
+    /// try BackupExclusionAttribute.set(excluded: true, for: offlineDirectory)   // also writes CACHEDIR.TAG
     /// ```
     /// - Throws: ``BackupExclusionError/noSuchFile(path:)`` when `url` does not exist.
     public static func set(excluded: Bool, for url: URL, cacheDirectoryTag: Bool = true) throws {
@@ -93,17 +93,17 @@ public enum BackupMark {
     public static func exclusion(of url: URL) throws -> BackupExclusion {
         let standardized = url.standardizedFileURL
         guard POSIXFile.kind(standardized.path).exists else { throw BackupExclusionError.noSuchFile(path: standardized.path) }
-        if try isMarked(standardized.path) { return .excludedByOwnMark }
+        if try isExcluded(standardized.path) { return .excludedByOwnAttribute }
         var ancestor = standardized.deletingLastPathComponent()
         while true {
-            if (try? isMarked(ancestor.path)) == true { return .excludedByAncestor(ancestor) }
+            if (try? isExcluded(ancestor.path)) == true { return .excludedByAncestor(ancestor) }
             if ancestor.path == "/" { return .included }
             ancestor = ancestor.deletingLastPathComponent()
         }
     }
 
     /// Whether `path` carries the mark itself.
-    static func isMarked(_ path: String) throws -> Bool {
+    static func isExcluded(_ path: String) throws -> Bool {
         try wrapFS { try POSIXFile.getAttribute(attribute, path: path) }.map { String(decoding: $0, as: UTF8.self) == "false" } ?? false
     }
 
@@ -137,9 +137,9 @@ extension URL {
     /// try url.setBackupResourceValues(values)
     /// ```
     public func setBackupResourceValues(_ values: URLResourceValues) throws {
-        if let excluded = values.isExcludedFromBackup { try BackupMark.set(excluded: excluded, for: self) }
+        if let excluded = values.isExcludedFromBackup { try BackupExclusionAttribute.set(excluded: excluded, for: self) }
     }
 
     /// Whether this item is excluded from backups, and by which mark.
-    public func backupExclusion() throws -> BackupExclusion { try BackupMark.exclusion(of: self) }
+    public func backupExclusion() throws -> BackupExclusion { try BackupExclusionAttribute.exclusion(of: self) }
 }
