@@ -289,10 +289,4 @@ final class SegmentedFile {
         cache = nil
         size = newSize
     }
-
-    /// Rewrites the header (after a class change: same file key, new wrapping).
-    func replaceHeader(_ newHeader: ProtectedFileHeader, keys: FileKeys) throws {
-        try POSIXFile.write(fd, newHeader.encoded(keys: keys), at: 0, path: path)
-        header = newHeader
-    }
 }

@@ -30,7 +30,8 @@ public struct BackupSummary: Sendable, Equatable, Codable {
 /// locked): nothing in a backup is readable without this device's keys or the backup password.
 ///
 /// ```swift
-/// let summary = try BackupEngine(source: container, repository: BackupRepository(url: dest), keybag: keybag)
+/// let files = ProtectedFileManager(keybag: keybag)
+/// let summary = try await BackupEngine(source: container, repository: BackupRepository(url: dest), files: files)
 ///     .run { line in print(line) }        // "Not backed up (attribute): …"
 /// ```
 public struct BackupEngine: Sendable {

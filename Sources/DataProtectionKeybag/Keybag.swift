@@ -102,11 +102,6 @@ public final class Keybag: Sendable {
         return Keybag(daemon: client, root: root, id: try KeybagWire.uuid(&hello))
     }
 
-    /// Opens the keybag in this process even when a daemon serves the root (the daemon's own use).
-    package static func openEmbedded(root: String, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
-        Keybag(embedded: try await EmbeddedKeybag.open(root: root, clock: clock))
-    }
-
     // MARK: - State
 
     /// The lock state.

@@ -125,7 +125,7 @@ public final class SQLiteObjectStore: PersistentStore {
                 return StoreMetadata(storeIdentifier: uuid, modelVersionHash: schema.model.versionHash, storeType: "SQLite")
             }
         } catch {
-            throw Self.explain(error, protectedDatabase: protectedDatabase, path: path, writing: true)
+            throw Self.explain(error, protectedDatabase: protectedDatabase, writing: true)
         }
     }
 
@@ -146,18 +146,18 @@ public final class SQLiteObjectStore: PersistentStore {
 
     // MARK: Access
 
-    private static func explain(_ error: any Error, protectedDatabase: ProtectedDatabase?, path: String, writing: Bool) -> any Error {
+    private static func explain(_ error: any Error, protectedDatabase: ProtectedDatabase?, writing: Bool) -> any Error {
         if error is ObjectGraphError { return error }
         if let protectedDatabase { return protectedDatabase.explain(error, writing: writing) }
         return error
     }
 
     func read<T>(_ body: (Database) throws -> T) throws -> T {
-        do { return try writer.read(body) } catch { throw Self.explain(error, protectedDatabase: protectedDatabase, path: path, writing: false) }
+        do { return try writer.read(body) } catch { throw Self.explain(error, protectedDatabase: protectedDatabase, writing: false) }
     }
 
     func write<T>(_ body: (Database) throws -> T) throws -> T {
-        do { return try writer.write(body) } catch { throw Self.explain(error, protectedDatabase: protectedDatabase, path: path, writing: true) }
+        do { return try writer.write(body) } catch { throw Self.explain(error, protectedDatabase: protectedDatabase, writing: true) }
     }
 
     // MARK: Values

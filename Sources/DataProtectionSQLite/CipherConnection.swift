@@ -11,6 +11,9 @@ enum CipherConnection {
         let uri: String
         let configuration: Configuration
         let context: CipherContext
+
+        /// An error of opening the database, in this library's terms.
+        func translate(_ error: any Error) -> any Error { DatabaseCipherError.translate(error, context: context) }
     }
 
     static func prepare(path: String, key: SQLCipherKey, format: SQLCipherFormat, configuration: Configuration) throws -> Prepared {
@@ -114,11 +117,7 @@ extension DatabaseQueue {
     public convenience init(path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
                             configuration: Configuration = Configuration()) throws {
         let prepared = try CipherConnection.prepare(path: path, key: key, format: format, configuration: configuration)
-        do {
-            try self.init(path: prepared.uri, configuration: prepared.configuration)
-        } catch {
-            throw DatabaseCipherError.translate(error, context: prepared.context)
-        }
+        do { try self.init(path: prepared.uri, configuration: prepared.configuration) } catch { throw prepared.translate(error) }
     }
 }
 
@@ -132,10 +131,6 @@ extension DatabasePool {
     public convenience init(path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
                             configuration: Configuration = Configuration()) throws {
         let prepared = try CipherConnection.prepare(path: path, key: key, format: format, configuration: configuration)
-        do {
-            try self.init(path: prepared.uri, configuration: prepared.configuration)
-        } catch {
-            throw DatabaseCipherError.translate(error, context: prepared.context)
-        }
+        do { try self.init(path: prepared.uri, configuration: prepared.configuration) } catch { throw prepared.translate(error) }
     }
 }

@@ -106,7 +106,7 @@ public final class ProtectedDatabase: Sendable {
             }
             return (writer, prepared.context)
         } catch {
-            throw DatabaseCipherError.translate(error, context: prepared.context)
+            throw prepared.translate(error)
         }
     }
 
@@ -189,19 +189,19 @@ public final class ProtectedDatabase: Sendable {
     /// Reads in a snapshot, like GRDB's `read`.
     public func read<T: Sendable>(_ value: @escaping @Sendable (Database) throws -> T) async throws -> T {
         let writer = try await available(writing: false)
-        do { return try await writer.read(value) } catch { throw await explain(error, writing: false) }
+        do { return try await writer.read(value) } catch { throw await explainWithLockState(error, writing: false) }
     }
 
     /// Writes in a transaction, like GRDB's `write`.
     public func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         let writer = try await available(writing: true)
-        do { return try await writer.write(updates) } catch { throw await explain(error, writing: true) }
+        do { return try await writer.write(updates) } catch { throw await explainWithLockState(error, writing: true) }
     }
 
     /// Writes outside of a transaction (for `VACUUM`, pragmas …), like GRDB's `writeWithoutTransaction`.
     public func writeWithoutTransaction<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         let writer = try await available(writing: true)
-        do { return try await writer.writeWithoutTransaction(updates) } catch { throw await explain(error, writing: true) }
+        do { return try await writer.writeWithoutTransaction(updates) } catch { throw await explainWithLockState(error, writing: true) }
     }
 
     /// Returns once the database can be used: after an unlock, its keys come back by themselves
@@ -241,13 +241,13 @@ public final class ProtectedDatabase: Sendable {
         return translated
     }
 
-    private func explain(_ error: any Error, writing: Bool) async -> any Error {
-        let translated = DatabaseCipherError.translate(error, context: context)
-        if case DatabaseCipherError.keysWithdrawn = translated {
-            return ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass,
-                                                  lockState: await keybag.lockState, writing: writing)
+    /// ``explain(_:writing:)`` with the lock state asked of the keybag.
+    private func explainWithLockState(_ error: any Error, writing: Bool) async -> any Error {
+        let explained = explain(error, writing: writing)
+        if case ProtectedFileError.unavailable(let path, let cls, _, let writing) = explained {
+            return ProtectedFileError.unavailable(path: path, protectionClass: cls, lockState: await keybag.lockState, writing: writing)
         }
-        return translated
+        return explained
     }
 
     // MARK: - Keys and class

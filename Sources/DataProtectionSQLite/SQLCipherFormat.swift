@@ -48,12 +48,6 @@ public struct SQLCipherFormat: Sendable, Hashable, CustomStringConvertible {
         return SQLCipherFormat(compatibility: compatibility, pageSize: size, kdfIterations: kdfIterations)
     }
 
-    /// The same format with another PBKDF2 round count (`PRAGMA kdf_iter`).
-    public func withKDFIterations(_ rounds: Int) throws -> SQLCipherFormat {
-        guard rounds >= 1 else { throw DatabaseCipherError.unsupportedFormat("kdf_iter \(rounds)") }
-        return SQLCipherFormat(compatibility: compatibility, pageSize: pageSize, kdfIterations: rounds)
-    }
-
     /// Bytes of the page MAC: 64 (HMAC-SHA512) or 20 (HMAC-SHA1).
     var macSize: Int { compatibility >= 4 ? 64 : 20 }
     /// Bytes SQLite leaves unused at the end of every page: IV + MAC, rounded up to 16.
