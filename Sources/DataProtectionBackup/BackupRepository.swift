@@ -26,6 +26,11 @@ public struct BackupRepository: Sendable {
     func prepare() throws {
         for dir in [url, objects, backups] {
             try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            // A repository's own directories are real ones: a planted link must not send a
+            // backup's writes (or its clean-up) elsewhere.
+            guard let st = POSIXFile.linkStatus(dir.path), st.st_mode & S_IFMT == S_IFDIR else {
+                throw BackupError.badBackup(path: dir.path, reason: "not a directory (a symbolic link?)")
+            }
         }
     }
 
@@ -43,7 +48,7 @@ public struct BackupRepository: Sendable {
     func lockForWriting() throws -> WriterLock {
         try prepare()
         let lockPath = url.appendingPathComponent("lock").path
-        let fd = try POSIXFile.open(lockPath, .readWrite, options: [.create], permissions: .ownerReadWrite)
+        let fd = try POSIXFile.open(lockPath, .readWrite, options: [.create, .noFollow], permissions: .ownerReadWrite)
         guard flock(fd.rawValue, LOCK_EX | LOCK_NB) == 0 else {
             try? fd.close()
             throw BackupError.badBackup(path: url.path, reason: "another backup into this repository is running")
@@ -59,7 +64,14 @@ public struct BackupRepository: Sendable {
         objects.appendingPathComponent(String(sha256.prefix(2))).appendingPathComponent(sha256)
     }
 
-    func hasObject(_ sha256: String) -> Bool { FileManager.default.fileExists(atPath: objectURL(sha256).path) }
+    func hasObject(_ sha256: String) -> Bool { POSIXFile.linkStatus(objectURL(sha256).path) != nil }
+
+    /// Opens an object for reading: a regular file, never a link, a FIFO or a device.
+    func openObject(_ sha256: String) throws -> FileDescriptor {
+        do { return try POSIXFile.openRegularFile(objectURL(sha256).path) } catch {
+            throw BackupError.badBackup(path: objectURL(sha256).path, reason: "the object is not a regular file")
+        }
+    }
 
     /// Finished backups, oldest first.
     public func finishedBackups() -> [URL] {
@@ -114,13 +126,16 @@ public struct BackupRepository: Sendable {
 
     /// Copies `input` to `output` (flushed), hashing on the way: the SHA-256 (hex) and the size.
     static func copyHashing(from input: FileDescriptor, _ inputPath: String,
-                            to output: FileDescriptor, _ outputPath: String) throws -> (sha256: String, size: Int64) {
+                            to output: FileDescriptor, _ outputPath: String, limit: Int64? = nil) throws -> (sha256: String, size: Int64) {
         var hasher = SHA256()
         var size: Int64 = 0
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
             let n = try POSIXFile.system("read", inputPath) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
             if n == 0 { break }
+            if let limit, size + Int64(n) > limit {
+                throw BackupError.badBackup(path: inputPath, reason: "larger than the manifest allows (\(limit) bytes)")
+            }
             try buffer.withUnsafeBytes { raw in
                 let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
                 hasher.update(bufferPointer: chunk)
@@ -137,7 +152,7 @@ public struct BackupRepository: Sendable {
 
     /// The SHA-256 of a file's bytes, in hex.
     func hash(of url: URL) throws -> String {
-        let fd = try POSIXFile.open(url.path, .readOnly)
+        let fd = try POSIXFile.openRegularFile(url.path)
         defer { try? fd.close() }
         var hasher = SHA256()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)

@@ -52,6 +52,10 @@ public struct RestoreEngine: Sendable {
 
     private func file(_ name: String) -> String { backup.appendingPathComponent(name).path }
 
+    /// The largest sealed manifest and object list a restore reads (about 10 million entries).
+    static let manifestLimit = 2 << 30
+    static let objectListLimit = 1 << 30
+
     /// Checks the backup's authentication record and returns what it covers.
     func authenticate(files: ProtectedFileManager, password: String?) async throws -> AuthenticatedBackup {
         let id = backup.lastPathComponent
@@ -62,11 +66,18 @@ public struct RestoreEngine: Sendable {
         guard POSIXFile.kind(file(BackupAuthentication.fileName)).exists else {
             throw BackupError.notAuthentic(path: backup.path, reason: "it has no authentication record (made by a version before backups were authenticated, or planted)")
         }
-        let record = try BackupAuthentication(bytes: try POSIXFile.readAll(file(BackupAuthentication.fileName)), path: backup.path)
-        guard POSIXFile.kind(file(BackupManifest.fileName)).exists else { throw BackupError.badBackup(path: backup.path, reason: "no manifest") }
-        let manifest = try POSIXFile.readAll(file(BackupManifest.fileName))
-        let objectList = try POSIXFile.readAll(file(BackupRepository.objectListName))
-        let keybagBytes = POSIXFile.kind(file(BackupKeybag.fileName)).exists ? try POSIXFile.readAll(file(BackupKeybag.fileName)) : nil
+        // Each file read once, only if it is a regular file of a plausible size: a repository's
+        // symlink to /dev/zero, a FIFO or a sparse terabyte is refused, not read.
+        func read(_ name: String, maxSize: Int) throws -> [UInt8] {
+            do { return try POSIXFile.readRegularFile(file(name), maxSize: maxSize) } catch let error as FileSystemError {
+                throw BackupError.badBackup(path: backup.path, reason: "\(name) is not a regular file of at most \(maxSize) bytes (\(error.errno))")
+            }
+        }
+        let record = try BackupAuthentication(bytes: try read(BackupAuthentication.fileName, maxSize: BackupAuthentication.length), path: backup.path)
+        guard POSIXFile.linkStatus(file(BackupManifest.fileName)) != nil else { throw BackupError.badBackup(path: backup.path, reason: "no manifest") }
+        let manifest = try read(BackupManifest.fileName, maxSize: Self.manifestLimit)
+        let objectList = try read(BackupRepository.objectListName, maxSize: Self.objectListLimit)
+        let keybagBytes = POSIXFile.linkStatus(file(BackupKeybag.fileName)) != nil ? try read(BackupKeybag.fileName, maxSize: BackupKeybag.totalSize) : nil
 
         let key: SymmetricKey
         var backupKeys: BackupClassKeys?
@@ -130,6 +141,7 @@ public struct RestoreEngine: Sendable {
         var problems: [String] = []
         for sha in authenticated.objects {
             guard repository.hasObject(sha) else { problems.append("object \(sha.prefix(12))… is missing"); continue }
+            guard (try? repository.openObject(sha).close()) != nil else { problems.append("object \(sha.prefix(12))… is not a regular file"); continue }
             if try repository.hashOfObject(sha) != sha { problems.append("object \(sha.prefix(12))… was altered") }
         }
         if !problems.isEmpty { throw BackupError.verificationFailed(problems: problems) }
@@ -174,7 +186,19 @@ public struct RestoreEngine: Sendable {
         // restore leaves no half-restored tree behind — and no plaintext.
         let parent = destination.deletingLastPathComponent()
         try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
-        let stage = parent.appendingPathComponent(".\(destination.lastPathComponent).dp-restore-\(UUID().uuidString.prefix(8))")
+        // Another user who can rename entries in the parent could swap the staging directory for
+        // a link of theirs mid-restore: refuse such a parent (a sticky one, like /tmp, is fine).
+        if let st = POSIXFile.status(parent.path), st.st_mode & 0o022 != 0, st.st_mode & S_ISVTX == 0 {
+            throw BackupError.badBackup(path: parent.path, reason: "other users can rename entries in the destination's parent (mode \(String(st.st_mode & 0o7777, radix: 8))); restore into a directory only you can write")
+        }
+        // What an interrupted restore to the same destination left (plaintext included) goes first.
+        let stalePrefix = ".\(destination.lastPathComponent).dp-restore-"
+        for name in (try? POSIXFile.directoryEntries(parent.path)) ?? [] where name.hasPrefix(stalePrefix) {
+            if let st = POSIXFile.linkStatus(parent.path + "/" + name), st.st_uid == getuid(), st.st_mode & S_IFMT == S_IFDIR {
+                try? FileManager.default.removeItem(atPath: parent.path + "/" + name)
+            }
+        }
+        let stage = parent.appendingPathComponent(stalePrefix + UUID().uuidString.prefix(8))
         try POSIXFile.call("mkdir", stage.path) { mkdir($0, 0o700) }
         do {
             let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects,
@@ -293,11 +317,14 @@ public struct RestoreEngine: Sendable {
             throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
         }
         let source = repository.objectURL(sha)
-        let input = try POSIXFile.open(source.path, .readOnly)
+        let input = try repository.openObject(sha)
         defer { try? input.close() }
         let output = try POSIXFile.open(target, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
         defer { try? output.close() }
-        let copied = try BackupRepository.copyHashing(from: input, source.path, to: output, LosslessPath.display(target))
+        // Never more than the manifest allows: a protected file is stored as it was; a sealed one
+        // adds a header and at most 28 bytes per 4 KiB (the smallest segment).
+        let limit = expectedSize ?? (160 + entry.size + 28 * (entry.size / 4096 + 1))
+        let copied = try BackupRepository.copyHashing(from: input, source.path, to: output, LosslessPath.display(target), limit: limit)
         guard copied.sha256 == sha else {
             throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) was altered (verify the backup)")
         }

@@ -19,7 +19,7 @@ public struct BackupKeybag: Sendable, Equatable {
     static let version: UInt16 = 1
     static let recordSize = 41
     static let bodySize = 48 + 4 * recordSize + 32   // 244
-    static let totalSize = bodySize + 32             // 276
+    package static let totalSize = bodySize + 32             // 276
     public static let fileName = "backup-keybag"
 
     /// The keybag whose class keys this holds (file keys name it).

@@ -91,7 +91,9 @@ package final class KeybagDaemonClient: Sendable {
     }
 
     /// A client for the daemon serving `root`, or `nil` when none listens. A daemon that
-    /// refuses this process (another user's) is an error that says why.
+    /// answers but refuses this process (another user's), or is busy, or does not answer its
+    /// hello, is an error that says why — never a silent fall-back to keys of this process,
+    /// which would report "locked" while the daemon holds the device unlocked.
     package static func connect(root: String, socketPath: String? = nil) throws -> KeybagDaemonClient? {
         let path = socketPath ?? KeybagSocket.path(forRoot: root)
         guard let fd = KeybagSocket.connect(path) else { return nil }   // no daemon, or a stale socket file
@@ -100,10 +102,10 @@ package final class KeybagDaemonClient: Sendable {
             try client.call(.hello)
             // The daemon publishes its page before it answers (a socket-activated one starts now).
             client.page.withLock { $0 = KeybagStatePage.attach(socketPath: path) }
-        } catch KeybagError.daemon(let why) where why.hasPrefix("refused") {
-            throw KeybagError.daemon(why)
+        } catch let error as KeybagError {
+            throw error
         } catch {
-            return nil
+            throw KeybagError.daemon("the daemon on \(path) did not answer (\(error))")
         }
         return client
     }
@@ -121,7 +123,12 @@ package final class KeybagDaemonClient: Sendable {
             if fd == nil { fd = KeybagSocket.connect(socketPath) }
             guard let open = fd else { throw KeybagError.daemon("not running (no answer on \(socketPath))") }
             do {
-                try KeybagWire.writeFrame(open, request.bytes)
+                do { try KeybagWire.writeFrame(open, request.bytes) } catch {
+                    // A daemon that refused the connection may have said why before closing it.
+                    guard let payload = try? KeybagWire.readFrame(open), payload.count > 2, payload[1] == KeybagWire.Status.error.rawValue else { throw error }
+                    var reader = ByteReader(Array(payload[2...]))
+                    throw try KeybagWire.error(&reader)
+                }
                 guard let payload = try KeybagWire.readFrame(open) else { throw KeybagWire.ProtocolError("the daemon closed the connection") }
                 var reader = ByteReader(payload)
                 guard try reader.u8("version") == KeybagWire.version else { throw KeybagWire.ProtocolError("protocol version") }

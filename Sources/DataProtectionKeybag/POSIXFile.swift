@@ -107,6 +107,33 @@ package enum POSIXFile {
         return LosslessPath.string(fromBytes: buffer[0..<n])
     }
 
+    /// Opens a file that must be a regular file — not a link (`O_NOFOLLOW`), a FIFO (opened
+    /// `O_NONBLOCK`, so it cannot hang), a device or a directory — for reading.
+    package static func openRegularFile(_ path: String) throws -> FileDescriptor {
+        let fd = try open(path, .readOnly, options: [.noFollow, .nonBlocking])
+        var st = stat()
+        guard fstat(fd.rawValue, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            try? fd.close()
+            throw FileSystemError("open", path: LosslessPath.display(path), errno: .invalidArgument)
+        }
+        return fd
+    }
+
+    /// Reads a whole regular file (see ``openRegularFile(_:)``) of at most `maxSize` bytes;
+    /// a larger one is refused before it is read, so a hostile file cannot exhaust memory.
+    package static func readRegularFile(_ path: String, maxSize: Int) throws -> [UInt8] {
+        let fd = try openRegularFile(path)
+        defer { try? fd.close() }
+        var st = stat()
+        guard fstat(fd.rawValue, &st) == 0, st.st_size <= maxSize else {
+            throw FileSystemError("read", path: LosslessPath.display(path), errno: .fileTooLarge)
+        }
+        // The size it has now, plus one byte to see it grow while read.
+        let bytes = try read(fd, count: Int(st.st_size) + 1, at: 0, path: path)
+        guard bytes.count <= Int(st.st_size), bytes.count <= maxSize else { throw FileSystemError("read", path: LosslessPath.display(path), errno: .fileTooLarge) }
+        return bytes
+    }
+
     /// `fsync(2)`: the data reaches the disk before this returns.
     package static func sync(_ fd: FileDescriptor, path: String) throws {
         try check("fsync", path) { fsync(fd.rawValue) }

@@ -23,8 +23,10 @@ enum HeapHygiene {
         let existing = environment["GLIBC_TUNABLES"].map { $0 + ":" } ?? ""
         setenv("GLIBC_TUNABLES", existing + tunables, 1)
         setenv(marker, "1", 1)
-        // Same pid, same descriptors: socket activation's LISTEN_PID and fd 3 stay valid.
-        execv("/proc/self/exe", CommandLine.unsafeArgv)
+        // Same pid, same descriptors: socket activation's LISTEN_PID and fd 3 stay valid. The
+        // executable's own path (not /proc/self/exe), so the process keeps its name for pgrep.
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
+        execv(executable, CommandLine.unsafeArgv)
         unsetenv(marker)
     }
 }

@@ -31,6 +31,10 @@ final class KeybagDaemon: Sendable {
     private let logger = Logger(label: "keybagd")
     private let subscribers = Mutex<Set<Int32>>([])
     private let connections = Mutex(0)
+    /// One passcode check (scrypt) on the keybag at a time: the others wait on their own threads,
+    /// so requests from everyone else never queue behind more than one of them.
+    private let passcodeChecks = DispatchSemaphore(value: 1)
+    static let passcodeOps: Set<KeybagWire.Op> = [.unlock, .setPasscode, .changePasscode, .removePasscode, .setBackupPassword]
     private let lastActivity: Mutex<Date>
     private let listener: Int32
     /// Whether the listening socket came from systemd (socket activation): then systemd owns it.
@@ -249,6 +253,9 @@ final class KeybagDaemon: Sendable {
             defer { out.bytes.wipeInPlace() }
             out.u32(0)   // the length, patched in by sendFramed
             out.u8(KeybagWire.version)
+            let checksPasscode = Self.passcodeOps.contains(op)
+            if checksPasscode { passcodeChecks.wait() }
+            defer { if checksPasscode { passcodeChecks.signal() } }
             do {
                 let body = try blocking { [self, reader] in
                     var reader = reader

@@ -157,7 +157,8 @@ import Testing
         await #expect {
             _ = try await RestoreEngine(backup: backup).restore(to: destination, files: BackupEngineTests.bystander(), password: nil)
         } throws: { error in
-            String(describing: error).contains("manifest says 3") && !String(describing: error).contains("dp-restore")
+            let text = String(describing: error)
+            return (text.contains("manifest says 3") || text.contains("manifest allows")) && !text.contains("dp-restore")
         }
         #expect(!FileManager.default.fileExists(atPath: destination.path))
     }
@@ -259,6 +260,81 @@ import Testing
             }
         }
         #expect(refused > 0)
+    }
+
+    /// A hostile repository's files: links to /dev/zero, FIFOs, sparse giants — refused without
+    /// reading them whole, hanging, or filling the disk; nothing left behind.
+    @Test func hostileRepositoryFilesAreRefusedWithoutBeingReadWhole() async throws {
+        let s = try await BackupEngineTests.scenario()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let backup = try #require(s.repository.finishedBackups().last)
+        let record = backup.appendingPathComponent(BackupAuthentication.fileName)
+        let saved = try Data(contentsOf: record)
+        func expectRefused(_ what: String) async throws {
+            let parent = temporaryDirectory()
+            await #expect(throws: BackupError.self, Comment(rawValue: what)) {
+                _ = try await RestoreEngine(backup: backup).restore(to: parent.appendingPathComponent("d"), files: s.source, password: nil)
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: parent.path).isEmpty, "\(what): something was left behind")
+        }
+        try FileManager.default.removeItem(at: record)
+        try FileManager.default.createSymbolicLink(atPath: record.path, withDestinationPath: "/dev/zero")
+        try await expectRefused("authentication -> /dev/zero")
+        try FileManager.default.removeItem(at: record)
+        #expect(mkfifo(record.path, 0o600) == 0)
+        try await expectRefused("authentication is a FIFO")
+        try FileManager.default.removeItem(at: record)
+        #expect(FileManager.default.createFile(atPath: record.path, contents: nil))
+        #expect(truncate(record.path, 1 << 40) == 0)
+        try await expectRefused("authentication is a sparse terabyte")
+        try FileManager.default.removeItem(at: record)
+        try saved.write(to: record)
+
+        // An object that grew (a sparse terabyte after its genuine bytes), and one that is a link.
+        let entries = try await RestoreEngine(backup: backup).manifest(files: s.source, password: nil).entries()
+        let object = s.repository.objectURL(try #require(entries.first { $0.kind == .file && $0.size > 0 }?.sha256))
+        let genuine = try Data(contentsOf: object)
+        #expect(truncate(object.path, 1 << 40) == 0)
+        try await expectRefused("an object grown to a terabyte")
+        try FileManager.default.removeItem(at: object)
+        try FileManager.default.createSymbolicLink(atPath: object.path, withDestinationPath: "/dev/zero")
+        try await expectRefused("an object -> /dev/zero")
+        try FileManager.default.removeItem(at: object)
+        try genuine.write(to: object)
+
+        // A destination whose parent other users can rename entries in is refused.
+        let shared = temporaryDirectory().appendingPathComponent("shared")
+        try FileManager.default.createDirectory(at: shared, withIntermediateDirectories: true)
+        chmod(shared.path, 0o777)
+        await #expect(throws: BackupError.self) {
+            _ = try await RestoreEngine(backup: backup).restore(to: shared.appendingPathComponent("d"), files: s.source, password: nil)
+        }
+        // What an interrupted restore left is removed by the next one to the same destination.
+        let parent = temporaryDirectory()
+        let stale = parent.appendingPathComponent(".d.dp-restore-deadbeef")
+        try FileManager.default.createDirectory(at: stale, withIntermediateDirectories: true)
+        try Data("plaintext".utf8).write(to: stale.appendingPathComponent("a.txt"))
+        _ = try await RestoreEngine(backup: backup).restore(to: parent.appendingPathComponent("d"), files: s.source, password: nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: parent.path) == ["d"])
+    }
+
+    /// A repository whose own directories are links does not send a backup's writes elsewhere.
+    @Test func aRepositoryWithPlantedLinksIsRefused() async throws {
+        let s = try await BackupEngineTests.scenario()
+        let elsewhere = temporaryDirectory()
+        try FileManager.default.createDirectory(at: s.repository.url, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: s.repository.url.appendingPathComponent("objects").path, withDestinationPath: elsewhere.path)
+        try Data("keep".utf8).write(to: elsewhere.appendingPathComponent(".tmp-victim"))
+        await #expect(throws: BackupError.self) {
+            _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path) == [".tmp-victim"])
+        try FileManager.default.removeItem(at: s.repository.url.appendingPathComponent("objects"))
+        try FileManager.default.createSymbolicLink(atPath: s.repository.url.appendingPathComponent("lock").path, withDestinationPath: elsewhere.appendingPathComponent("planted").path)
+        await #expect(throws: (any Error).self) {
+            _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        }
+        #expect(!FileManager.default.fileExists(atPath: elsewhere.appendingPathComponent("planted").path))
     }
 
     /// A sealed object of the bystander device: (SHA-256, bytes).

@@ -99,6 +99,11 @@ import Testing
         }
         #expect(idle.count == 32)
         #expect(busy == 168)
+        // A client finding the daemon busy is told so; it never falls back to keys of its own
+        // (which would report "locked" while the daemon holds the device unlocked).
+        #expect { _ = try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket) } throws: { error in
+            "\(error)".contains("busy")
+        }
         #expect(Self.threads(of: daemon.process.processIdentifier) <= 32 + 24, "threads: \(Self.threads(of: daemon.process.processIdentifier))")
         // Once they go, new clients are served again.
         idle.forEach { close($0) }
