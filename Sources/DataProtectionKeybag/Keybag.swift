@@ -30,11 +30,7 @@ public final class Keybag: Sendable {
     public let clock: any KeybagClock
 
     /// Where the keys are: in this process, or in the keybagd serving the root.
-    enum Backend: Sendable {
-        case embedded(EmbeddedKeybag)
-        case daemon(KeybagDaemonClient, RemoteEvents)
-    }
-    let backend: Backend
+    let backend: any KeybagBackend
 
     /// Where the root's files are, and the entries other layers registered.
     public var layout: DataRootLayout { DataRootLayout(root: root) }
@@ -44,14 +40,14 @@ public final class Keybag: Sendable {
     static let labelFailedTag = EmbeddedKeybag.labelFailedTag
 
     init(embedded: EmbeddedKeybag) {
-        self.backend = .embedded(embedded)
+        self.backend = embedded
         self.root = embedded.root
         self.id = embedded.id
         self.clock = embedded.clock
     }
 
     init(daemon: KeybagDaemonClient, root: String, id: UUID) {
-        self.backend = .daemon(daemon, RemoteEvents(client: daemon))
+        self.backend = DaemonKeybag(client: daemon)
         self.root = root
         self.id = id
         self.clock = SystemClock()
@@ -59,8 +55,7 @@ public final class Keybag: Sendable {
 
     /// The socket of the keybagd whose keys this keybag uses, or `nil` for the embedded keybag.
     public var daemonSocket: String? {
-        if case .daemon(let client, _) = backend { return client.socketPath }
-        return nil
+        (backend as? DaemonKeybag)?.client.socketPath
     }
 
     // MARK: - Creating and opening
@@ -86,9 +81,7 @@ public final class Keybag: Sendable {
     /// process (`clock` is then the daemon's business).
     public static func open(root: String, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
         if let client = try KeybagDaemonClient.connect(root: root) {
-            var hello = try client.call(.hello)
-            let id = try KeybagWire.uuid(&hello)
-            return Keybag(daemon: client, root: root, id: id)
+            return Keybag(daemon: client, root: root, id: try client.send(KeybagRequests.Hello()).id)
         }
         return Keybag(embedded: try await EmbeddedKeybag.open(root: root, clock: clock))
     }
@@ -98,8 +91,7 @@ public final class Keybag: Sendable {
         guard let client = try KeybagDaemonClient.connect(root: root, socketPath: socketPath) else {
             throw KeybagError.daemon("not running (no answer on \(socketPath))")
         }
-        var hello = try client.call(.hello)
-        return Keybag(daemon: client, root: root, id: try KeybagWire.uuid(&hello))
+        return Keybag(daemon: client, root: root, id: try client.send(KeybagRequests.Hello()).id)
     }
 
     // MARK: - State
@@ -107,13 +99,7 @@ public final class Keybag: Sendable {
     /// The lock state.
     public var lockState: LockState {
         get async {
-            switch backend {
-            case .embedded(let embedded): return await embedded.lockState
-            case .daemon(let daemon, _):
-                // A daemon that stopped answering holds no keys: as after a reboot.
-                guard var r = try? daemon.call(.lockState), let state = try? KeybagWire.lockState(&r) else { return .beforeFirstUnlock }
-                return state
-            }
+            return await backend.lockState
         }
     }
 
@@ -121,70 +107,43 @@ public final class Keybag: Sendable {
     /// Always `true` while no passcode is set.
     public var isProtectedDataAvailable: Bool {
         get async {
-            switch backend {
-            case .embedded(let embedded): return await embedded.isProtectedDataAvailable
-            case .daemon(let daemon, _): return (try? daemon.flag(.isProtectedDataAvailable)) == true
-            }
+            return await backend.isProtectedDataAvailable
         }
     }
 
     /// Whether existing files of `protectionClass` can be opened now.
     public func isAvailable(_ protectionClass: ProtectionClass) async -> Bool {
-        switch backend {
-        case .embedded(let embedded): return await embedded.isAvailable(protectionClass)
-        case .daemon(let daemon, _): return (try? daemon.flag(.isAvailable) { $0.u8(protectionClass.rawValue) }) == true
-        }
+        return await backend.isAvailable(protectionClass)
     }
 
     /// Whether new files of `protectionClass` can be created now (class B: always).
     public func canCreate(_ protectionClass: ProtectionClass) async -> Bool {
-        switch backend {
-        case .embedded(let embedded): return await embedded.canCreate(protectionClass)
-        case .daemon(let daemon, _): return (try? daemon.flag(.canCreate) { $0.u8(protectionClass.rawValue) }) == true
-        }
+        return await backend.canCreate(protectionClass)
     }
 
     /// A snapshot of the device's state: lock state, passcode policy, available classes.
     public var status: KeybagStatus {
         get async {
-            switch backend {
-            case .embedded(let embedded): return await embedded.status
-            case .daemon(let daemon, _):
-                if var r = try? daemon.call(.status), let status = try? KeybagWire.status(&r) { return status }
-                return KeybagStatus(root: root, keybagID: id, lockState: .beforeFirstUnlock, passcodeSet: true, failedAttempts: 0,
-                                    delayRemaining: nil, gracePeriod: 0, graceRemaining: nil, eraseAfterTenFailures: false,
-                                    kdf: PasscodeKDF(logN: 0), available: [])
-            }
+            return await backend.status
         }
     }
 
     /// Seconds between a lock and the discarding of class-A keys.
     public var gracePeriod: TimeInterval {
         get async {
-            switch backend {
-            case .embedded(let embedded): return await embedded.gracePeriod
-            case .daemon(let daemon, _):
-                guard var r = try? daemon.call(.gracePeriod) else { return 0 }
-                return (try? KeybagWire.double(&r, "seconds")) ?? 0
-            }
+            return await backend.gracePeriod
         }
     }
 
     /// Changes the grace period (needs the device unlocked when a passcode is set).
     public func setGracePeriod(_ seconds: TimeInterval) async throws {
         _ = try PasscodePolicy.gracePeriodMillis(seconds)   // checked here too, not only where the keys are
-        switch backend {
-        case .embedded(let embedded): try await embedded.setGracePeriod(seconds)
-        case .daemon(let daemon, _): try daemon.call(.setGracePeriod) { KeybagWire.double(&$0, seconds) }
-        }
+        try await backend.setGracePeriod(seconds)
     }
 
     /// Turns "erase after 10 failed passcodes" on or off (needs the device unlocked).
     public func setEraseAfterTenFailures(_ on: Bool) async throws {
-        switch backend {
-        case .embedded(let embedded): try await embedded.setEraseAfterTenFailures(on)
-        case .daemon(let daemon, _): try daemon.call(.setEraseAfterTenFailures) { $0.u8(on ? 1 : 0) }
-        }
+        try await backend.setEraseAfterTenFailures(on)
     }
 
     // MARK: - Lock and unlock
@@ -199,56 +158,38 @@ public final class Keybag: Sendable {
     /// - Throws: ``KeybagError/wrongPasscode(failedAttempts:)``,
     ///   ``KeybagError/passcodeDelayed(retryAfter:failedAttempts:)``, ``KeybagError/erased``.
     public func unlock(passcode: String) async throws {
-        switch backend {
-        case .embedded(let embedded): try await embedded.unlock(passcode: passcode)
-        case .daemon(let daemon, _): try daemon.call(.unlock) { KeybagWire.string(&$0, passcode) }
-        }
+        try await backend.unlock(passcode: SecretBytes(utf8: passcode))
     }
 
     /// Locks the device. Observers hear ``ProtectedDataEvent/willBecomeUnavailable`` now; class-A
     /// keys and the class-B private key are discarded when the grace period ends. Class C stays.
     /// Without a passcode, locking protects nothing and changes nothing (as on iOS).
     public func lock() async {
-        switch backend {
-        case .embedded(let embedded): await embedded.lock()
-        case .daemon(let daemon, _): _ = try? daemon.call(.lock)
-        }
+        await backend.lock()
     }
 
     // MARK: - Passcode management
 
     /// Sets a passcode on a device that has none: A, B and C keys are rewrapped under it.
     public func setPasscode(_ newPasscode: String) async throws {
-        switch backend {
-        case .embedded(let embedded): try await embedded.setPasscode(newPasscode)
-        case .daemon(let daemon, _): try daemon.call(.setPasscode) { KeybagWire.string(&$0, newPasscode) }
-        }
+        try await backend.setPasscode(SecretBytes(utf8: newPasscode))
     }
 
     /// Changes the passcode (the old one is checked like an unlock attempt); only the class keys
     /// are rewrapped, no file is touched.
     public func changePasscode(from old: String, to new: String) async throws {
-        switch backend {
-        case .embedded(let embedded): try await embedded.changePasscode(from: old, to: new)
-        case .daemon(let daemon, _): try daemon.call(.changePasscode) { KeybagWire.string(&$0, old); KeybagWire.string(&$0, new) }
-        }
+        try await backend.changePasscode(from: SecretBytes(utf8: old), to: SecretBytes(utf8: new))
     }
 
     /// Removes the passcode: protection becomes inactive.
     public func removePasscode(current: String) async throws {
-        switch backend {
-        case .embedded(let embedded): try await embedded.removePasscode(current: current)
-        case .daemon(let daemon, _): try daemon.call(.removePasscode) { KeybagWire.string(&$0, current) }
-        }
+        try await backend.removePasscode(current: SecretBytes(utf8: current))
     }
 
     /// Crypto-erases the device: the device secret and the keybag are overwritten and removed,
     /// every key in memory is dropped. Every protected file of this root becomes unrecoverable.
     public func erase() async throws {
-        switch backend {
-        case .embedded(let embedded): try await embedded.erase()
-        case .daemon(let daemon, _): try daemon.call(.erase)
-        }
+        try await backend.erase()
     }
 
     // MARK: - File keys
@@ -257,69 +198,35 @@ public final class Keybag: Sendable {
     /// The generation grows each time the class key is discarded, so a handle that cached a
     /// file key under an older generation knows it must not use it any more.
     public func generation(of protectionClass: ProtectionClass) async throws -> Int {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.generation(of: protectionClass)
-        case .daemon(let daemon, _):
-            if let generation = daemon.fastGeneration(of: protectionClass) { return generation }
-            var r = try daemon.call(.generation) { $0.u8(protectionClass.rawValue) }
-            return Int(try r.u64("generation"))
-        }
+        return try await backend.generation(of: protectionClass)
     }
 
     /// Creates a random 256-bit file key and wraps it under `protectionClass`.
     /// Class B needs only the class public key, so it works while locked.
     public func wrapNewFileKey(for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.wrapNewFileKey(for: protectionClass, thisDeviceOnly: thisDeviceOnly)
-        case .daemon(let daemon, _):
-            var r = try daemon.call(.wrapNewFileKey) { $0.u8(protectionClass.rawValue); $0.u8(thisDeviceOnly ? 1 : 0) }
-            return (try KeybagWire.key(&r), try KeybagWire.wrapped(&r))
-        }
+        return try await backend.wrapNewFileKey(for: protectionClass, thisDeviceOnly: thisDeviceOnly)
     }
 
     /// Unwraps a file key; throws ``KeybagError/classUnavailable(_:_:)`` when its class is
     /// unavailable now, ``KeybagError/foreignKeybag(expected:found:)`` or
     /// ``KeybagError/keyUnwrapFailed(_:)`` when it is not this keybag's.
     public func unwrapFileKey(_ wrapped: WrappedFileKey) async throws -> SymmetricKey {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.unwrapFileKey(wrapped)
-        case .daemon: return try await unwrapFileKeyWithGeneration(wrapped).key
-        }
+        return try await backend.unwrapFileKeyWithGeneration(wrapped).key
     }
 
     /// ``unwrapFileKey(_:)`` and the current generation of the key's class, in one call.
     package func unwrapFileKeyWithGeneration(_ wrapped: WrappedFileKey) async throws -> (key: SymmetricKey, generation: Int) {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.unwrapFileKeyWithGeneration(wrapped)
-        case .daemon(let daemon, _):
-            if let cached = daemon.cachedFileKey(wrapped) { return cached }
-            let before = daemon.pageReading()
-            var r = try daemon.call(.unwrapFileKey) { KeybagWire.wrapped(&$0, wrapped) }
-            let key = try KeybagWire.key(&r)
-            let generation = Int(try r.u64("generation"))
-            daemon.rememberFileKey(wrapped, key: key, generation: generation, observedBefore: before)
-            return (key, generation)
-        }
+        return try await backend.unwrapFileKeyWithGeneration(wrapped)
     }
 
     /// Unwraps a file key and wraps it under another class (a class change: no re-encryption).
     public func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) async throws -> WrappedFileKey {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.rewrapFileKey(wrapped, to: protectionClass)
-        case .daemon(let daemon, _):
-            var r = try daemon.call(.rewrapFileKey) { KeybagWire.wrapped(&$0, wrapped); $0.u8(protectionClass.rawValue) }
-            return try KeybagWire.wrapped(&r)
-        }
+        return try await backend.rewrapFileKey(wrapped, to: protectionClass)
     }
 
     /// Wraps an existing key under `protectionClass`.
     public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> WrappedFileKey {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
-        case .daemon(let daemon, _):
-            var r = try daemon.call(.wrap) { KeybagWire.key(&$0, key); $0.u8(protectionClass.rawValue); $0.u8(thisDeviceOnly ? 1 : 0) }
-            return try KeybagWire.wrapped(&r)
-        }
+        return try await backend.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
     }
 
     // MARK: - Backup keybag
@@ -330,34 +237,20 @@ public final class Keybag: Sendable {
     /// Wraps every class key under a backup password into `ROOT/backup-keybag` (replacing any
     /// earlier one). Needs the device unlocked: the A and B keys must be in memory.
     public func setBackupPassword(_ password: String) async throws {
-        switch backend {
-        case .embedded(let embedded): try await embedded.setBackupPassword(password)
-        case .daemon(let daemon, _): try daemon.call(.setBackupPassword) { KeybagWire.string(&$0, password) }
-        }
+        try await backend.setBackupPassword(SecretBytes(utf8: password))
     }
 
     /// The key this device authenticates its backups with (FORMAT.md §5.1), derived from the
     /// class D key: available in every lock state, never computable from a repository's contents.
     package func backupAuthenticationKey() async throws -> SymmetricKey {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.backupAuthenticationKey()
-        case .daemon(let daemon, _):
-            var r = try daemon.call(.backupAuthenticationKey)
-            return try KeybagWire.key(&r)
-        }
+        return try await backend.backupAuthenticationKey()
     }
 
     /// Takes over a file key wrapped by another device, given that device's class keys (from its
     /// backup keybag): returns it wrapped under this keybag, in the same class or `protectionClass`.
     public func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
                              as protectionClass: ProtectionClass? = nil) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
-        switch backend {
-        case .embedded(let embedded): return try await embedded.adoptFileKey(wrapped, from: backupKeys, as: protectionClass)
-        case .daemon:
-            // The other device's key is in this process already; only the wrap needs the daemon.
-            let key = try backupKeys.unwrap(wrapped)
-            return (key, try await wrap(key, for: protectionClass ?? wrapped.protectionClass))
-        }
+        return try await backend.adoptFileKey(wrapped, from: backupKeys, as: protectionClass)
     }
 
     // MARK: - Events
@@ -368,46 +261,31 @@ public final class Keybag: Sendable {
     /// for await event in await keybag.events() where event == .willBecomeUnavailable { saveDrafts() }
     /// ```
     public func events() async -> AsyncStream<ProtectedDataEvent> {
-        switch backend {
-        case .embedded(let embedded): return await embedded.events()
-        case .daemon(_, let events): return events.stream()
-        }
+        return await backend.events()
     }
 
     /// Calls `callback` on every event, like an app delegate's
     /// `applicationProtectedDataWillBecomeUnavailable(_:)`. Returns a token for ``removeObserver(_:)``.
     @discardableResult
     public func addObserver(_ callback: @escaping @Sendable (ProtectedDataEvent) -> Void) async -> UUID {
-        switch backend {
-        case .embedded(let embedded): return await embedded.addObserver(callback)
-        case .daemon(_, let events): return events.addObserver(callback)
-        }
+        return await backend.addObserver(callback)
     }
 
     /// Stops calling an observer.
     public func removeObserver(_ token: UUID) async {
-        switch backend {
-        case .embedded(let embedded): await embedded.removeObserver(token)
-        case .daemon(_, let events): events.remove(token)
-        }
+        await backend.removeObserver(token)
     }
 
     /// Calls `callback` each time a class key is discarded (the end of a grace period, an erase),
     /// before the keybag goes on. Layers that cache keys derived from a class drop them here.
     @discardableResult
     package func addDiscardObserver(_ callback: @escaping @Sendable (ProtectionClass) -> Void) async -> UUID {
-        switch backend {
-        case .embedded(let embedded): return await embedded.addDiscardObserver(callback)
-        case .daemon(_, let events): return events.addDiscardObserver(callback)
-        }
+        return await backend.addDiscardObserver(callback)
     }
 
     /// Stops calling a discard observer.
     package func removeDiscardObserver(_ token: UUID) async {
-        switch backend {
-        case .embedded(let embedded): await embedded.removeDiscardObserver(token)
-        case .daemon(_, let events): events.remove(token)
-        }
+        await backend.removeDiscardObserver(token)
     }
 }
 

@@ -147,6 +147,12 @@ package final class KeybagDaemonClient: Sendable {
         }
     }
 
+    /// Sends a typed request (``KeybagRequest``) and decodes its answer.
+    package func send<Request: KeybagRequest>(_ request: Request) throws -> Request.Response {
+        var reader = try call(Request.op) { request.encode(&$0) }
+        return try Request.decode(&reader)
+    }
+
     // MARK: - Without a round trip
 
     /// What the daemon's page says now, or `nil` (no page, or the daemon is gone).
@@ -188,12 +194,6 @@ package final class KeybagDaemonClient: Sendable {
             if cache.count >= Self.fileKeyCacheLimit { cache.removeAll() }
             cache[wrapped] = CachedFileKey(key: key, instance: before.instance, generation: before.generation(cls))
         }
-    }
-
-    /// A request whose answer is one flag byte.
-    package func flag(_ op: KeybagWire.Op, _ body: (inout ByteWriter) -> Void = { _ in }) throws -> Bool {
-        var reader = try call(op, body)
-        return try reader.u8("flag") == 1
     }
 
     /// Opens a second connection that receives events; `handler` runs on a background thread

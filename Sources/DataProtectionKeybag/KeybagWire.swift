@@ -113,6 +113,15 @@ package enum KeybagWire {
         return secret
     }
 
+    /// Writes a secret string field from ``SecretBytes`` (the writer is wiped by its owner).
+    package static func secretString(_ w: inout ByteWriter, _ secret: SecretBytes) {
+        secret.withUnsafeBytes { bytes in
+            let count = min(bytes.count, 4096)
+            w.u16(UInt16(count))
+            w.raw(bytes.prefix(count))
+        }
+    }
+
     /// Sends a frame whose first 4 bytes were left for its length (see ``ByteWriter/patchU32(_:at:)``):
     /// one buffer, no copy of the payload — responses carrying keys are wiped right after.
     package static func sendFramed(_ fd: Int32, _ writer: inout ByteWriter) throws {

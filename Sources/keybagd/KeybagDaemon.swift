@@ -298,72 +298,24 @@ final class KeybagDaemon: Sendable {
         close(fd)
     }
 
-    /// One request on the keybag actor.
+    /// One request on the keybag actor: its type (``KeybagRequests``, by opcode) reads it,
+    /// performs it on the embedded keybag and writes the answer. Only the test clock and the
+    /// subscription are the daemon's own.
     private func answer(_ op: KeybagWire.Op, _ r: inout ByteReader, _ w: inout ByteWriter) async throws {
         switch op {
-        case .hello:
-            KeybagWire.uuid(&w, keybag.id)
-            KeybagWire.string(&w, keybag.root)
-        case .status:
-            KeybagWire.status(&w, await keybag.status)
-        case .lockState:
-            KeybagWire.lockState(&w, await keybag.lockState)
-        case .isProtectedDataAvailable:
-            w.u8(await keybag.isProtectedDataAvailable ? 1 : 0)
-        case .isAvailable:
-            w.u8(await keybag.isAvailable(try KeybagWire.protectionClass(&r)) ? 1 : 0)
-        case .canCreate:
-            w.u8(await keybag.canCreate(try KeybagWire.protectionClass(&r)) ? 1 : 0)
-        case .gracePeriod:
-            KeybagWire.double(&w, await keybag.gracePeriod)
-        case .setGracePeriod:
-            try await keybag.setGracePeriod(try KeybagWire.double(&r, "seconds"))
-        case .setEraseAfterTenFailures:
-            try await keybag.setEraseAfterTenFailures(try r.u8("on") == 1)
-        case .unlock:
-            try await keybag.unlock(passcode: try KeybagWire.secretString(&r, "passcode"))
-        case .lock:
-            await keybag.lock()
-        case .setPasscode:
-            try await keybag.setPasscode(try KeybagWire.secretString(&r, "passcode"))
-        case .changePasscode:
-            let old = try KeybagWire.secretString(&r, "old"), new = try KeybagWire.secretString(&r, "new")
-            try await keybag.changePasscode(from: old, to: new)
-        case .removePasscode:
-            try await keybag.removePasscode(current: try KeybagWire.secretString(&r, "passcode"))
-        case .setBackupPassword:
-            try await keybag.setBackupPassword(try KeybagWire.secretString(&r, "password"))
-        case .erase:
-            try await keybag.erase()
-        case .generation:
-            w.u64(UInt64(try await keybag.generation(of: try KeybagWire.protectionClass(&r))))
-        case .wrapNewFileKey:
-            let cls = try KeybagWire.protectionClass(&r), only = try r.u8("this device only") == 1
-            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: only)
-            KeybagWire.key(&w, key)
-            KeybagWire.wrapped(&w, wrapped)
-        case .unwrapFileKey:
-            let (key, generation) = try await keybag.unwrapFileKeyWithGeneration(try KeybagWire.wrapped(&r))
-            KeybagWire.key(&w, key)
-            w.u64(UInt64(generation))
-        case .rewrapFileKey:
-            let wrapped = try KeybagWire.wrapped(&r), cls = try KeybagWire.protectionClass(&r)
-            KeybagWire.wrapped(&w, try await keybag.rewrapFileKey(wrapped, to: cls))
-        case .wrap:
-            let key = try r.peekingKey(), cls = try KeybagWire.protectionClass(&r), only = try r.u8("this device only") == 1
-            KeybagWire.wrapped(&w, try await keybag.wrap(key, for: cls, thisDeviceOnly: only))
-        case .backupAuthenticationKey:
-            KeybagWire.key(&w, try await keybag.backupAuthenticationKey())
         case .advanceClock:
             guard let manualClock else { throw KeybagError.daemon("advance-clock needs a daemon started with --manual-clock") }
             let seconds = try KeybagWire.double(&r, "seconds")
             guard seconds.isFinite, seconds >= 0, seconds <= 1e9 else { throw KeybagError.invalidArgument("clock advance \(seconds) s") }
             manualClock.advance(by: seconds)
             _ = await keybag.lockState   // expire the grace period now, if due
+            guard r.remaining == 0 else { throw KeybagWire.ProtocolError("trailing bytes in a request") }
         case .subscribe:
             break
+        default:
+            guard let request = KeybagRequests.byOpcode[op] else { throw KeybagWire.ProtocolError("operation \(op) is not served") }
+            try await request.answer(&r, &w, keybag: keybag)
         }
-        guard r.remaining == 0 else { throw KeybagWire.ProtocolError("trailing bytes in a request") }
     }
 
     /// Sends an event to every subscriber without ever blocking: a subscriber whose socket
