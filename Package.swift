@@ -3,6 +3,8 @@
 // DataProtection — iOS-style Data Protection for Swift on Linux.
 //
 // Layers (each target depends only on the layers below it):
+//   0. DataProtectionIPC    — framing, Unix sockets, peer credentials, descriptor passing, the
+//      bounded server loop: every process boundary (keybagd; the supervisor and broker next).
 //   1. DataProtectionKeybag — the device: device secret, keybag, lock state, class keys;
 //      keybagd is its server half (one lock state for every process of the user).
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
@@ -39,9 +41,17 @@ let package = Package(
     targets: [
         .target(name: "CLinuxShims"),
         .target(
+            name: "DataProtectionIPC",
+            dependencies: [
+                "CLinuxShims",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
             name: "DataProtectionKeybag",
             dependencies: [
                 "CLinuxShims",
+                "DataProtectionIPC",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -141,7 +151,8 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag"]),
+        .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
+        .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),

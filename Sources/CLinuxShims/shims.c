@@ -6,6 +6,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/uio.h>
 #include "CLinuxShims.h"
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
@@ -38,4 +40,37 @@ __attribute__((noinline)) void cshim_scrub_stack(void) {
     volatile unsigned char area[64 * 1024];
     explicit_bzero((void *)area, sizeof area);
     __asm__ __volatile__("" : : "r"(area) : "memory");
+}
+
+long cshim_send_descriptor(int socket, int fd, const void *data, unsigned long length) {
+    struct iovec iov = { .iov_base = (void *)data, .iov_len = length };
+    union { struct cmsghdr header; char space[CMSG_SPACE(sizeof(int))]; } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space, .msg_controllen = sizeof control.space };
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    return sendmsg(socket, &message, MSG_NOSIGNAL);
+}
+
+long cshim_receive_descriptor(int socket, void *data, unsigned long length, int *fd) {
+    *fd = -1;
+    struct iovec iov = { .iov_base = data, .iov_len = length };
+    union { struct cmsghdr header; char space[CMSG_SPACE(sizeof(int) * 4)]; } control;
+    struct msghdr message = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space, .msg_controllen = sizeof control.space };
+    long n = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
+            int count = (int)((header->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            int *fds = (int *)CMSG_DATA(header);
+            for (int i = 0; i < count; i++) {
+                if (*fd == -1) *fd = fds[i]; else close(fds[i]);   /* one descriptor a message: extra ones are closed */
+            }
+        }
+    }
+    if (message.msg_flags & MSG_CTRUNC) { if (*fd >= 0) close(*fd); *fd = -1; errno = EMSGSIZE; return -1; }
+    return n;
 }

@@ -4,7 +4,7 @@ import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
-import CLinuxShims
+import DataProtectionIPC
 
 /// Where keybagd listens for a data root, and the Unix-socket calls around it.
 package enum KeybagSocket {
@@ -24,41 +24,11 @@ package enum KeybagSocket {
         return "/tmp/dataprotection-\(getuid())"
     }
 
-    /// Connects to `path`; `nil` when nothing listens there. Sends and receives time out after
-    /// `timeout` seconds, so a hung daemon gives an error, not a hang.
-    package static func connect(_ path: String, timeout: Int = 5) -> Int32? {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        var address = sockaddr_un()
-        guard fill(&address, path) else { close(fd); return nil }
-        let ok = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard ok == 0 else { close(fd); return nil }
-        var tv = timeval(tv_sec: timeout, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        return fd
-    }
+    /// Connects to `path` (``UnixSocket/connect(_:timeout:)``); `nil` when nothing listens there.
+    package static func connect(_ path: String, timeout: Int = 5) -> Int32? { UnixSocket.connect(path, timeout: timeout) }
 
-    package static func fill(_ address: inout sockaddr_un, _ path: String) -> Bool {
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.initializeMemory(as: UInt8.self, repeating: 0)
-            raw.copyBytes(from: bytes)
-        }
-        return true
-    }
-
-    /// The peer's user id (`SO_PEERCRED`).
-    package static func peerUID(_ fd: Int32) -> (uid: uid_t, pid: pid_t)? {
-        var uid: UInt32 = 0
-        var pid: Int32 = 0
-        guard cshim_peer_credentials(fd, &pid, &uid) == 0 else { return nil }
-        return (uid_t(uid), pid_t(pid))
-    }
+    /// The peer's user and process ids (`SO_PEERCRED`).
+    package static func peerUID(_ fd: Int32) -> (uid: uid_t, pid: pid_t)? { UnixSocket.peerCredentials(fd) }
 }
 
 /// A connection to the keybagd serving a root. Calls are synchronous request/response frames

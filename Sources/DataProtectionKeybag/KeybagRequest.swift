@@ -1,3 +1,4 @@
+import DataProtectionIPC
 import Crypto
 import Foundation
 

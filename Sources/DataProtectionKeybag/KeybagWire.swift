@@ -1,4 +1,5 @@
 import Crypto
+import DataProtectionIPC
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -15,7 +16,6 @@ import Glibc
 /// is too long, too short, of another version or that does not parse closes that connection.
 package enum KeybagWire {
     package static let version: UInt8 = 1
-    package static let maxFrame = 65_536
 
     package enum Op: UInt8, Sendable {
         case hello = 1, status = 2, unlock = 3, lock = 4, isAvailable = 5, canCreate = 6, generation = 7
@@ -36,59 +36,18 @@ package enum KeybagWire {
         case discarded(ProtectionClass)
     }
 
-    package struct ProtocolError: Error, CustomStringConvertible {
-        package let description: String
-        package init(_ description: String) { self.description = description }
-    }
+    /// A protocol error closes that connection (the IPC layer's error).
+    package typealias ProtocolError = IPCError
 
-    // MARK: - Frames
+    // MARK: - Frames (the IPC layer's framing)
+
+    package static var maxFrame: Int { IPCFrame.maxLength }
 
     /// Writes one frame; `EPIPE` and friends come back as errors (SIGPIPE must be ignored).
-    package static func writeFrame(_ fd: Int32, _ payload: [UInt8]) throws {
-        guard !payload.isEmpty, payload.count <= maxFrame else { throw ProtocolError("frame of \(payload.count) bytes") }
-        var frame = ByteWriter()
-        frame.u32(UInt32(payload.count))
-        frame.raw(payload)
-        try frame.bytes.withUnsafeBytes { buffer in
-            var sent = 0
-            while sent < buffer.count {
-                let n = send(fd, buffer.baseAddress! + sent, buffer.count - sent, Int32(MSG_NOSIGNAL))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw ProtocolError("send: \(String(cString: strerror(errno)))")
-                }
-                sent += n
-            }
-        }
-    }
+    package static func writeFrame(_ fd: Int32, _ payload: [UInt8]) throws { try IPCFrame.write(fd, payload) }
 
     /// Reads one frame; `nil` at a clean end of stream.
-    package static func readFrame(_ fd: Int32) throws -> [UInt8]? {
-        guard let header = try readExactly(fd, 4, allowEOF: true) else { return nil }
-        let length = Int(header.withUnsafeBytes { $0.bigEndianUInt32() })
-        guard length >= 2, length <= maxFrame else { throw ProtocolError("frame length \(length) out of range") }
-        guard let payload = try readExactly(fd, length, allowEOF: false) else { throw ProtocolError("truncated frame") }
-        return payload
-    }
-
-    private static func readExactly(_ fd: Int32, _ count: Int, allowEOF: Bool) throws -> [UInt8]? {
-        var buffer = [UInt8](repeating: 0, count: count)
-        var got = 0
-        while got < count {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + got, count - got, 0) }
-            if n == 0 {
-                if got == 0 && allowEOF { return nil }
-                throw ProtocolError("connection closed mid-frame")
-            }
-            if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK { throw ProtocolError("no answer within the timeout") }
-                throw ProtocolError("recv: \(String(cString: strerror(errno)))")
-            }
-            got += n
-        }
-        return buffer
-    }
+    package static func readFrame(_ fd: Int32) throws -> [UInt8]? { try IPCFrame.read(fd) }
 
     // MARK: - Fields
 
@@ -122,23 +81,11 @@ package enum KeybagWire {
         }
     }
 
-    /// Sends a frame whose first 4 bytes were left for its length (see ``ByteWriter/patchU32(_:at:)``):
-    /// one buffer, no copy of the payload — responses carrying keys are wiped right after.
+    /// Sends a frame whose first 4 bytes were left for its length: one buffer, no copy of the
+    /// payload — responses carrying keys are wiped right after.
     package static func sendFramed(_ fd: Int32, _ writer: inout ByteWriter) throws {
-        let length = writer.bytes.count - 4
-        guard length > 0, length <= maxFrame else { throw ProtocolError("frame of \(length) bytes") }
-        writer.patchU32(UInt32(length), at: 0)
-        try writer.bytes.withUnsafeBytes { buffer in
-            var sent = 0
-            while sent < buffer.count {
-                let n = send(fd, buffer.baseAddress! + sent, buffer.count - sent, Int32(MSG_NOSIGNAL))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw ProtocolError("send: \(String(cString: strerror(errno)))")
-                }
-                sent += n
-            }
-        }
+        writer.patchU32(UInt32(writer.bytes.count - 4), at: 0)
+        try IPCFrame.sendAll(fd, writer.bytes)
     }
 
     package static func protectionClass(_ r: inout ByteReader) throws -> ProtectionClass {

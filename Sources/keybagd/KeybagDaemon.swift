@@ -1,3 +1,4 @@
+import DataProtectionIPC
 import CLinuxShims
 import DataProtectionKeybag
 import Foundation
@@ -30,7 +31,6 @@ final class KeybagDaemon: Sendable {
     static let sendTimeout: Int = 5
     private let logger = Logger(label: "keybagd")
     private let subscribers = Mutex<Set<Int32>>([])
-    private let connections = Mutex(0)
     /// One passcode check (scrypt) on the keybag at a time: the others wait on their own threads,
     /// so requests from everyone else never queue behind more than one of them.
     private let passcodeChecks = DispatchSemaphore(value: 1)
@@ -55,73 +55,18 @@ final class KeybagDaemon: Sendable {
         }
     }
 
-    /// The listening socket systemd passed (the `sd_listen_fds` protocol: `LISTEN_PID` is this
-    /// process, `LISTEN_FDS` is 1, the socket is fd 3), after checking it is a Unix stream
-    /// socket bound to this root's path in a 0700 directory of this user; `nil` without one.
+    /// The listening socket systemd passed (``UnixSocket/activatedSocket(expected:)``), or `nil`.
     static func activatedSocket(expected path: String) throws -> Int32? {
-        let environment = ProcessInfo.processInfo.environment
-        guard let pid = environment["LISTEN_PID"], pid == String(getpid()), let count = environment["LISTEN_FDS"] else { return nil }
-        unsetenv("LISTEN_PID")
-        unsetenv("LISTEN_FDS")
-        unsetenv("LISTEN_FDNAMES")
-        guard count == "1" else { throw DaemonError("systemd passed \(count) sockets; keybagd takes exactly one (ListenStream=\(path))") }
-        let fd: Int32 = 3
-        var address = sockaddr_un()
-        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        do { return try UnixSocket.activatedSocket(expected: path) } catch let error as IPCError {
+            throw DaemonError("\(error) (dpctl daemon install --socket-activation writes the units)")
         }
-        var type: Int32 = 0
-        var typeLength = socklen_t(MemoryLayout<Int32>.size)
-        guard named == 0, address.sun_family == sa_family_t(AF_UNIX),
-              getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typeLength) == 0, type == Int32(SOCK_STREAM.rawValue) else {
-            throw DaemonError("the socket systemd passed is not a Unix stream socket")
-        }
-        let bound = withUnsafeBytes(of: address.sun_path) { raw in
-            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-        }
-        guard bound == path else {
-            throw DaemonError("systemd passed a socket on \(bound), but this root's socket is \(path); fix ListenStream= (dpctl daemon install --socket-activation writes it)")
-        }
-        let directory = (path as NSString).deletingLastPathComponent
-        var info = stat()
-        guard lstat(directory, &info) == 0, info.st_uid == getuid(), info.st_mode & 0o077 == 0 else {
-            throw DaemonError("\(directory) must be a 0700 directory of this user (DirectoryMode=0700)")
-        }
-        chmod(path, 0o600)
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        return fd
     }
 
-    /// Creates the 0700 directory (refusing one another user owns or others can enter), removes a
-    /// stale socket (refusing to start when a live daemon answers there), binds with mode 0600.
+    /// Listens on this root's socket (``UnixSocket/listen(on:backlog:)``).
     static func listen(on path: String) throws -> Int32 {
-        let directory = (path as NSString).deletingLastPathComponent
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw DaemonError("cannot create \(directory): \(String(cString: strerror(errno)))")
+        do { return try UnixSocket.listen(on: path) } catch let error as IPCError {
+            throw DaemonError(error.description.replacingOccurrences(of: "another server", with: "another keybagd"))
         }
-        var info = stat()
-        guard lstat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { throw DaemonError("\(directory) is not a directory") }
-        guard info.st_uid == getuid() else { throw DaemonError("\(directory) belongs to uid \(info.st_uid), not to this user") }
-        guard info.st_mode & 0o077 == 0 else { throw DaemonError("\(directory) is open to other users (mode \(String(info.st_mode & 0o777, radix: 8))); it must be 0700") }
-        if let fd = KeybagSocket.connect(path, timeout: 1) {
-            close(fd)
-            throw DaemonError("another keybagd already serves this root on \(path)")
-        }
-        unlink(path)
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw DaemonError("socket: \(String(cString: strerror(errno)))") }
-        var address = sockaddr_un()
-        guard KeybagSocket.fill(&address, path) else { throw DaemonError("socket path too long: \(path)") }
-        let previous = umask(0o177)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        umask(previous)
-        guard bound == 0 else { throw DaemonError("bind \(path): \(String(cString: strerror(errno)))") }
-        chmod(path, 0o600)
-        guard Glibc.listen(fd, 64) == 0 else { throw DaemonError("listen: \(String(cString: strerror(errno)))") }
-        return fd
     }
 
     /// Accepts connections until the process ends.
@@ -144,69 +89,19 @@ final class KeybagDaemon: Sendable {
         logger.notice("serving \(keybag.root) on \(socketPath)")
         // One line on standard output once the socket accepts connections, for whoever waits on us.
         FileHandle.standardOutput.write(Data("ready \(socketPath)\n".utf8))
-        var backoff: UInt32 = 10_000   // µs, doubled up to 1 s while accept cannot get a descriptor
-        var lastComplaint: ContinuousClock.Instant?
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                let err = errno
-                if err == EINTR || err == ECONNABORTED { continue }
-                // Out of descriptors or memory: say so once a minute, wait, try again — never spin.
-                if lastComplaint.map({ ContinuousClock.now - $0 > .seconds(60) }) ?? true {
-                    logger.error("accept: \(String(cString: strerror(err))); backing off (said once a minute)")
-                    lastComplaint = .now
-                }
-                usleep(backoff)
-                backoff = min(backoff * 2, 1_000_000)
-                continue
-            }
-            backoff = 10_000
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-            var timeout = timeval(tv_sec: Self.sendTimeout, tv_usec: 0)
-            setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            let admitted = connections.withLock { count in
-                guard count < maxConnections else { return false }
-                count += 1
-                return true
-            }
-            guard admitted else {
-                refuse(client, "busy: \(maxConnections) connections are open (keybagd --max-connections); close some and retry")
-                continue
-            }
-            let thread = Thread { [self] in
-                handle(client)
-                connections.withLock { $0 -= 1 }
-            }
-            thread.name = "keybagd connection"
-            thread.stackSize = 256 * 1024
-            thread.start()
-        }
+        var busy = ByteWriter()
+        busy.u8(KeybagWire.version); busy.u8(KeybagWire.Status.error.rawValue)
+        KeybagWire.error(&busy, .daemon("busy: \(maxConnections) connections are open (keybagd --max-connections); close some and retry"))
+        let server = IPCServer(listener: listener, maxConnections: maxConnections, sendTimeout: Self.sendTimeout, busyFrame: busy.bytes, logger: logger)
+        server.serve { [self] fd in handle(fd) }
     }
 
-    /// One error frame, then close. Closing with the peer's request unread would reset the
-    /// connection and could drop the frame, so with `waitForPeer` (on a connection's own thread)
-    /// the request is drained first, for a second at most; the accept loop never waits.
+    /// One error frame, then close (see ``IPCServer/refuse(_:payload:waitForPeer:)``).
     private func refuse(_ fd: Int32, _ why: String, waitForPeer: Bool = false) {
         var w = ByteWriter()
         w.u8(KeybagWire.version); w.u8(KeybagWire.Status.error.rawValue)
         KeybagWire.error(&w, .daemon(why))
-        var frame = ByteWriter()
-        frame.u32(UInt32(w.bytes.count))
-        frame.raw(w.bytes)
-        _ = frame.bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-        shutdown(fd, Int32(SHUT_WR))
-        if waitForPeer {
-            var timeout = timeval(tv_sec: 1, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            var sink = [UInt8](repeating: 0, count: 4096)
-            var total = 0
-            while total < 70_000 {
-                let n = sink.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-                if n <= 0 { break }
-                total += n
-            }
-        }
-        close(fd)
+        IPCServer.refuse(fd, payload: w.bytes, waitForPeer: waitForPeer)
     }
 
     func stop() {

@@ -21,6 +21,15 @@ int cshim_set_nondumpable(void);
 /// (with a limit, future allocations would start failing): 0 locked, 1 skipped, -1 failed.
 int cshim_lock_memory(void);
 
+/// Sends `length` bytes of `data` (at least 1) and the descriptor `fd` over a Unix socket in
+/// one `sendmsg` with an `SCM_RIGHTS` control message (the CMSG_* macros Swift cannot import).
+/// Returns the bytes sent, or -1 with errno.
+long cshim_send_descriptor(int socket, int fd, const void *data, unsigned long length);
+
+/// Receives up to `length` bytes into `data` and at most one descriptor (`*fd`, -1 if none;
+/// `MSG_CMSG_CLOEXEC`). Returns the bytes received (0 at end of stream), or -1 with errno.
+long cshim_receive_descriptor(int socket, void *data, unsigned long length, int *fd);
+
 /// `explicit_bzero`: zeroes `length` bytes at `pointer`, never optimised away.
 void cshim_wipe(void *pointer, unsigned long length);
 
