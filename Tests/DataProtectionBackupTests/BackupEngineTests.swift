@@ -1,5 +1,6 @@
 import DataProtection
 @testable import DataProtectionBackup
+import DataProtectionTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -225,5 +226,3 @@ extension FileManager {
         return fileExists(atPath: url.path, isDirectory: &flag) && flag.boolValue
     }
 }
-
-func randomData(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255) }) }

@@ -1,4 +1,5 @@
 import DataProtectionBackup
+import DataProtectionTestSupport
 import Foundation
 import Testing
 

@@ -1,19 +1,15 @@
 import Crypto
 import DataProtection
 @testable import DataProtectionBackup
+import DataProtectionTestSupport
 import Foundation
 import Testing
 
 /// The attacks of the hardening review, kept as tests: forged repositories, crafted manifests,
 /// link chains, set-id bits, leftovers of killed runs, names that are not UTF-8.
 @Suite struct BackupHardeningTests {
-    /// `DP_PYTHON`, else the venv `scripts/test` creates, else `python3`.
-    static var python: String {
-        if let explicit = ProcessInfo.processInfo.environment["DP_PYTHON"] { return explicit }
-        let venv = packageRoot.appendingPathComponent(".venv-oracle/bin/python").path
-        return FileManager.default.isExecutableFile(atPath: venv) ? venv : "python3"
-    }
-    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static var python: String { oraclePython }
+    static var packageRoot: URL { DataProtectionTestSupport.packageRoot }
 
     /// Runs the forger (`Tests/oracle/backup_forger.py`, written from docs/FORMAT.md alone).
     static func forge(_ arguments: [String]) throws -> String {

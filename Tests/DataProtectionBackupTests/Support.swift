@@ -1,12 +1,8 @@
 import DataProtectionBackup
+import DataProtectionTestSupport
 import Foundation
 import Testing
 
-func temporaryDirectory() -> URL {
-    let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-backup-tests-" + UUID().uuidString)
-    try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
-}
 
 /// The seed's scenario: documents next to an offline directory marked right after it is
 /// created, a PDF saved into it and marked too, a marked single file, and names that need
@@ -43,27 +39,12 @@ struct MarkedTree {
     static let markedFiles = ["keep/secret.pdf", "weird [1]*?$HOME/inside.txt"]
 }
 
-/// Runs a tool; fails the test with its output when it exits non-zero.
+/// Runs a tool; fails with its output when it exits non-zero.
 @discardableResult
 func tool(_ arguments: [String], environment: [String: String] = [:]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    env.merge(environment) { $1 }
-    process.environment = env
-    let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let errReader = Thread { _ = err.fileHandleForReading.readDataToEndOfFile() }
-    errReader.start()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-        throw ToolFailure(command: arguments.joined(separator: " "), status: process.terminationStatus)
-    }
-    return String(decoding: data, as: UTF8.self)
+    let result = try ChildProcess.run(arguments[0], Array(arguments.dropFirst()), environment: environment)
+    guard result.status == 0 else { throw ToolFailure(command: arguments.joined(separator: " "), status: result.status) }
+    return result.out
 }
 
 struct ToolFailure: Error, CustomStringConvertible {

@@ -1,6 +1,7 @@
 import DataProtectionSQLite
 import DataProtection
 @testable import DataProtectionObjects
+import DataProtectionTestSupport
 import Foundation
 import GRDB
 import Testing

@@ -1,15 +1,11 @@
 import DataProtection
 import DataProtectionObjects
+import DataProtectionTestSupport
 import Foundation
 import GRDB
 import Synchronization
 import Testing
 
-func temporaryDirectory() -> URL {
-    let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-objects-tests-" + UUID().uuidString)
-    try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
-}
 
 /// The two stores the shared suite runs on.
 enum StoreKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
@@ -46,28 +42,6 @@ final class StatementCounter: Sendable {
 }
 
 /// A device with passcode "1234", weak scrypt parameters and a virtual clock.
-struct TestDevice {
-    let keybag: Keybag
-    let clock: ManualClock
-    let dir: URL
-
-    static func make(grace: TimeInterval = 10) async throws -> TestDevice {
-        let base = temporaryDirectory()
-        let clock = ManualClock()
-        let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: "1234",
-                                             kdf: .insecureFastForTesting, gracePeriod: grace, clock: clock)
-        let dir = base.appendingPathComponent("data")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return TestDevice(keybag: keybag, clock: clock, dir: dir)
-    }
-
-    func lockPastGrace() async {
-        await keybag.lock()
-        clock.advance(by: await keybag.gracePeriod + 1)
-        _ = await keybag.isProtectedDataAvailable
-    }
-}
-
 struct Fixture {
     let store: any PersistentStore
     let counter = StatementCounter()

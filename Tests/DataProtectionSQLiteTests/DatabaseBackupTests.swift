@@ -1,6 +1,7 @@
 import DataProtection
 import DataProtectionBackup
 import DataProtectionSQLite
+import DataProtectionTestSupport
 import Foundation
 import GRDB
 import Testing

@@ -1,5 +1,6 @@
 import DataProtection
 import DataProtectionSQLite
+import DataProtectionTestSupport
 import Foundation
 import GRDB
 import Testing

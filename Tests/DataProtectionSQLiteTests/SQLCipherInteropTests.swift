@@ -1,4 +1,5 @@
 import DataProtectionSQLite
+import DataProtectionTestSupport
 import Foundation
 import GRDB
 import Testing

@@ -1,14 +1,8 @@
 import DataProtection
+import DataProtectionTestSupport
 import Foundation
 import Testing
 
-let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
-func temporaryDirectory() -> URL {
-    let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-sqlite-tests-" + UUID().uuidString)
-    try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
-}
 
 struct ToolResult {
     let status: Int32
@@ -21,21 +15,8 @@ struct ToolResult {
 }
 
 func run(_ executable: String, _ arguments: [String], stdin: String? = nil) throws -> ToolResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let out = Pipe(), err = Pipe(), input = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = input
-    try process.run()
-    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try input.fileHandleForWriting.close()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    let errData = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return ToolResult(status: process.terminationStatus, out: String(decoding: outData, as: UTF8.self),
-                      err: String(decoding: errData, as: UTF8.self))
+    let result = try ChildProcess.run(executable, arguments, stdin: stdin.map { Data($0.utf8) })
+    return ToolResult(status: result.status, out: result.out, err: result.err)
 }
 
 /// Real SQLCipher 4 through Python (`Tests/oracle/sqlcipher_oracle.py`, PyPI sqlcipher3-binary).
@@ -63,37 +44,6 @@ enum SQLCipher3 {
 }
 
 /// A device with passcode "1234", weak scrypt parameters and a virtual clock.
-struct TestDevice {
-    let keybag: Keybag
-    let clock: ManualClock
-    let root: String
-    let dir: URL
-
-    static func make(grace: TimeInterval = 10) async throws -> TestDevice {
-        let base = temporaryDirectory()
-        let clock = ManualClock()
-        let root = base.appendingPathComponent("root").path
-        let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting, gracePeriod: grace, clock: clock)
-        let dir = base.appendingPathComponent("data")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return TestDevice(keybag: keybag, clock: clock, root: root, dir: dir)
-    }
-
-    /// The same device after a restart: before first unlock.
-    func restarted() async throws -> TestDevice {
-        TestDevice(keybag: try await Keybag.open(root: root, clock: clock), clock: clock, root: root, dir: dir)
-    }
-
-    /// Locks and lets the grace period pass; returns once the keybag has discarded the keys.
-    func lockPastGrace() async {
-        await keybag.lock()
-        clock.advance(by: await keybag.gracePeriod + 1)
-        _ = await keybag.isProtectedDataAvailable   // the keybag expires the grace on any query
-    }
-
-    func url(_ name: String) -> URL { dir.appendingPathComponent(name) }
-}
-
 func isUnavailable(_ error: any Error, writing: Bool? = nil) -> Bool {
     guard case ProtectedFileError.unavailable(_, _, _, let w) = error else { return false }
     return writing == nil || writing == w

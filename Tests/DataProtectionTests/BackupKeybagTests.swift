@@ -1,4 +1,5 @@
 import DataProtection
+import DataProtectionTestSupport
 import Foundation
 import Testing
 

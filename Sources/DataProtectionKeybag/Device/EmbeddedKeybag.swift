@@ -1,0 +1,272 @@
+import Crypto
+import Foundation
+import Logging
+import SystemPackage
+
+/// The device kept in this process: its keybag, its lock state and the class keys the lock
+/// state allows. ``Keybag`` fronts it — or the one a keybagd daemon keeps.
+///
+/// It starts *before first unlock* — as a device does after every boot — unless no passcode
+/// is set, in which case protection is inactive and everything is available at once. Class keys
+/// never leave the actor: file keys are wrapped and unwrapped here.
+package actor EmbeddedKeybag {
+    /// The data root this keybag belongs to.
+    package nonisolated let root: String
+    /// The keybag's identity; every file key it wraps names it.
+    package nonisolated let id: UUID
+    /// The clock grace periods and passcode delays are measured on.
+    package nonisolated let clock: any KeybagClock
+
+    let secret: DeviceSecret
+    var file: KeybagFile
+    var state: LockState = .beforeFirstUnlock
+    var classKeys: [ProtectionClass: SymmetricKey] = [:]
+    var classBPrivateKey: Curve25519.KeyAgreement.PrivateKey?
+    let classBPublicKey: Curve25519.KeyAgreement.PublicKey
+    var graceDeadline: Date?
+    var graceTimer: Task<Void, Never>?
+    var generations: [ProtectionClass: Int] = [:]
+    var streams: [UUID: AsyncStream<ProtectedDataEvent>.Continuation] = [:]
+    var observers: [UUID: @Sendable (ProtectedDataEvent) -> Void] = [:]
+    var discardObservers: [UUID: @Sendable (ProtectionClass) -> Void] = [:]
+    var isErased = false
+    let logger = Logger(label: "dataprotection.keybag")
+
+    static let labelClassD = "DataProtection v1 class D KEK"
+    static let labelNoPasscode = "DataProtection v1 class KEK without passcode"
+    static let labelPasscode = "DataProtection v1 class KEK with passcode"
+    static let labelFailedTag = "DataProtection v1 failed passcode tag"
+
+    // MARK: - Creating and opening
+
+    /// Sets up a new device in `root`: a device secret, class keys and a keybag.
+    ///
+    /// - Parameters:
+    ///   - passcode: The passcode, or `nil` for none (protection inactive, as on iOS).
+    ///   - kdf: scrypt parameters; `nil` calibrates them so one attempt costs ≥ 80 ms here.
+    ///   - gracePeriod: Seconds between a lock and the discarding of class-A keys.
+    /// - Returns: The keybag, unlocked.
+    package static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
+                              gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
+                              clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
+        if let passcode, passcode.isEmpty { throw KeybagError.emptyPasscode }
+        let graceMillis = try PasscodePolicy.gracePeriodMillis(gracePeriod)
+        let keybagPath = root + "/" + KeybagFile.fileName
+        if POSIXFile.kind(keybagPath).exists || POSIXFile.kind(root + "/" + DeviceSecret.fileName).exists {
+            throw KeybagError.alreadyInitialized(root: root)
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw KeybagError.io(path: root, reason: "cannot create the data root (\(error.localizedDescription))")
+        }
+        let kdf = try kdf ?? PasscodeKDF.calibrated()
+        let secret = try DeviceSecret.create(in: root)
+        let keys: [ProtectionClass: SymmetricKey] = [
+            .complete: SymmetricKey(size: .bits256),
+            .completeUntilFirstUserAuthentication: SymmetricKey(size: .bits256),
+            .noProtection: SymmetricKey(size: .bits256),
+        ]
+        let bPrivate = Curve25519.KeyAgreement.PrivateKey()
+        var file = KeybagFile(uuid: UUID(), passcodeSet: false, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
+                              salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
+                              gracePeriodMillis: graceMillis, records: [])
+        let dKEK = secret.derive(labelClassD)
+        var kek = secret.derive(labelNoPasscode)
+        if let passcode {
+            file.passcodeSet = true
+            kek = try passcodeKEK(secret: secret, kdf: kdf, salt: file.salt, passcode: SecretBytes(utf8: passcode))
+        }
+        file.records = try makeRecords(keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet, dKEK: dKEK)
+        do {
+            try POSIXFile.writeAtomically(keybagPath, file.encoded(macKey: secret.derive(KeybagFile.macLabel)), permissions: [.ownerReadWrite])
+        } catch {
+            DeviceSecret.destroy(in: root)
+            throw error
+        }
+        let keybag = EmbeddedKeybag(root: root, secret: secret, file: file, clock: clock)
+        await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
+        return keybag
+    }
+
+    /// Opens the device of `root` as after a reboot: *before first unlock* when a passcode is
+    /// set, unlocked (protection inactive) when none is.
+    package static func open(root: String, clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
+        let keybagPath = root + "/" + KeybagFile.fileName
+        guard POSIXFile.kind(keybagPath).exists else { throw KeybagError.notInitialized(root: root) }
+        let secret = try DeviceSecret.load(from: root)
+        let file = try KeybagFile.decode(try POSIXFile.readAll(keybagPath), macKey: secret.derive(KeybagFile.macLabel))
+        let keybag = EmbeddedKeybag(root: root, secret: secret, file: file, clock: clock)
+        try await keybag.boot()
+        return keybag
+    }
+
+    private init(root: String, secret: DeviceSecret, file: KeybagFile, clock: any KeybagClock) {
+        self.root = root
+        self.id = file.uuid
+        self.secret = secret
+        self.file = file
+        self.clock = clock
+        // A keybag that passed its MAC always holds a valid 32-byte public key.
+        self.classBPublicKey = (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: file.record(.completeUnlessOpen).publicKey))
+            ?? Curve25519.KeyAgreement.PrivateKey().publicKey
+    }
+
+    func boot() throws {
+        classKeys[.noProtection] = try Self.unwrapSymmetric(file.record(.noProtection), kek: secret.derive(Self.labelClassD))
+        Self.pinInMemory(classKeys[.noProtection]!)
+        if !file.passcodeSet {
+            let (keys, bPrivate) = try Self.unwrapPasscodeClasses(file, kek: secret.derive(Self.labelNoPasscode))
+            adoptUnlockedKeys(keys, bPrivate: bPrivate)
+        }
+    }
+
+    func adoptUnlockedKeys(_ keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey) {
+        for key in keys.values { Self.pinInMemory(key) }
+        classKeys.merge(keys) { $1 }
+        classBPrivateKey = bPrivate
+        state = .unlocked
+    }
+
+    // MARK: - State
+
+    /// The lock state.
+    package var lockState: LockState {
+        expireGraceIfDue()
+        return state
+    }
+
+    /// Whether class-A data is available now, like `UIApplication.isProtectedDataAvailable`.
+    /// Always `true` while no passcode is set.
+    package var isProtectedDataAvailable: Bool {
+        expireGraceIfDue()
+        return classKeys[.complete] != nil
+    }
+
+    /// Whether existing files of `protectionClass` can be opened now.
+    package func isAvailable(_ protectionClass: ProtectionClass) -> Bool {
+        expireGraceIfDue()
+        if protectionClass == .completeUnlessOpen { return classBPrivateKey != nil }
+        return classKeys[protectionClass] != nil
+    }
+
+    /// Whether new files of `protectionClass` can be created now (class B: always).
+    package func canCreate(_ protectionClass: ProtectionClass) -> Bool {
+        protectionClass == .completeUnlessOpen ? !isErased : isAvailable(protectionClass)
+    }
+
+    /// A snapshot of the device's state: lock state, passcode policy, available classes.
+    package var status: KeybagStatus {
+        expireGraceIfDue()
+        let now = clock.now()
+        return KeybagStatus(
+            root: root, keybagID: id, lockState: state, passcodeSet: file.passcodeSet,
+            failedAttempts: Int(file.failedAttempts), delayRemaining: delayRemaining(now: now),
+            gracePeriod: TimeInterval(file.gracePeriodMillis) / 1000,
+            graceRemaining: graceDeadline.map { max(0, $0.timeIntervalSince(now)) },
+            eraseAfterTenFailures: file.eraseAfterTenFailures, kdf: file.kdf,
+            available: ProtectionClass.allCases.filter { isAvailable($0) })
+    }
+
+    /// Seconds between a lock and the discarding of class-A keys.
+    package var gracePeriod: TimeInterval { TimeInterval(file.gracePeriodMillis) / 1000 }
+
+    /// Changes the grace period (needs the device unlocked when a passcode is set).
+    package func setGracePeriod(_ seconds: TimeInterval) throws {
+        let millis = try PasscodePolicy.gracePeriodMillis(seconds)
+        try requireUnlocked()
+        try withKeybagLock {
+            var updated = file
+            updated.gracePeriodMillis = millis
+            try persist(updated)
+        }
+    }
+
+    /// Turns "erase after 10 failed passcodes" on or off (needs the device unlocked).
+    package func setEraseAfterTenFailures(_ on: Bool) throws {
+        try requireUnlocked()
+        try withKeybagLock {
+            var updated = file
+            updated.eraseAfterTenFailures = on
+            try persist(updated)
+        }
+    }
+
+    // MARK: - Helpers
+
+    func requireNotErased() throws {
+        if isErased { throw KeybagError.erased }
+    }
+
+    func requireUnlocked() throws {
+        try requireNotErased()
+        expireGraceIfDue()
+        if file.passcodeSet, state != .unlocked { throw KeybagError.deviceLocked(state) }
+    }
+
+    func requireAvailable(_ cls: ProtectionClass) throws {
+        try requireNotErased()
+        guard isAvailable(cls) else { throw KeybagError.classUnavailable(cls, state) }
+    }
+
+    func persist(_ updated: KeybagFile) throws {
+        try POSIXFile.writeAtomically(root + "/" + KeybagFile.fileName, updated.encoded(macKey: secret.derive(KeybagFile.macLabel)),
+                                      permissions: [.ownerReadWrite])
+        file = updated
+    }
+
+    static func passcodeKEK(secret: DeviceSecret, kdf: PasscodeKDF, salt: [UInt8], passcode: SecretBytes) throws -> SymmetricKey {
+        let stretched = try kdf.derive(passcode: passcode, salt: salt)
+        return stretched.withUnsafeBytes { secret.derive(labelPasscode, salt: $0) }
+    }
+
+    static func makeRecords(keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey,
+                                    kek: SymmetricKey, passcodeSet: Bool, dKEK: SymmetricKey) throws -> [ClassKeyRecord] {
+        let wrapType: ClassKeyRecord.WrapType = passcodeSet ? .passcodeAndDeviceSecret : .deviceSecret
+        let noPublicKey = [UInt8](repeating: 0, count: 32)
+        func record(_ cls: ProtectionClass, _ key: SymmetricKey, _ kek: SymmetricKey, _ type: ClassKeyRecord.WrapType, _ pub: [UInt8]) throws -> ClassKeyRecord {
+            ClassKeyRecord(protectionClass: cls, wrapType: type, wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), publicKey: pub)
+        }
+        guard let a = keys[.complete], let c = keys[.completeUntilFirstUserAuthentication], let d = keys[.noProtection] else {
+            throw KeybagError.deviceLocked(.locked)
+        }
+        return [
+            try record(.complete, a, kek, wrapType, noPublicKey),
+            try record(.completeUnlessOpen, SymmetricKey(data: bPrivate.rawRepresentation), kek, wrapType,
+                       Array(bPrivate.publicKey.rawRepresentation)),
+            try record(.completeUntilFirstUserAuthentication, c, kek, wrapType, noPublicKey),
+            try record(.noProtection, d, dKEK, .deviceSecret, noPublicKey),
+        ]
+    }
+
+    static func unwrapSymmetric(_ record: ClassKeyRecord, kek: SymmetricKey) throws -> SymmetricKey {
+        try AES.KeyWrap.unwrap(record.wrappedKey, using: kek)
+    }
+
+    static func unwrapPasscodeClasses(_ file: KeybagFile, kek: SymmetricKey) throws
+        -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
+        let a = try unwrapSymmetric(file.record(.complete), kek: kek)
+        let c = try unwrapSymmetric(file.record(.completeUntilFirstUserAuthentication), kek: kek)
+        let bRaw = try unwrapSymmetric(file.record(.completeUnlessOpen), kek: kek)
+        let bPrivate = try bRaw.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
+        guard Array(bPrivate.publicKey.rawRepresentation) == file.record(.completeUnlessOpen).publicKey else {
+            throw KeybagError.corruptKeybag("class B key pair does not match")
+        }
+        return ([.complete: a, .completeUntilFirstUserAuthentication: c], bPrivate)
+    }
+
+    /// Locks the page(s) holding a class key in RAM (`mlock`), so it is never written to swap.
+    /// Best effort: a process over its `RLIMIT_MEMLOCK` keeps working. swift-crypto zeroes the
+    /// key's storage when the key is dropped.
+    static func pinInMemory(_ key: SymmetricKey) {
+        key.withUnsafeBytes { bytes in
+            if let base = bytes.baseAddress { _ = mlock(base, bytes.count) }
+        }
+    }
+
+    static func randomBytes(_ n: Int) -> [UInt8] {
+        SymmetricKey(size: SymmetricKeySize(bitCount: n * 8)).withUnsafeBytes { Array($0) }
+    }
+
+    static let zeros16 = [UInt8](repeating: 0, count: 16)
+}

@@ -1,0 +1,111 @@
+import DataProtection
+import Foundation
+
+// What every test target shares (the swift-argument-parser `ArgumentParserTestHelpers` idea):
+// temporary directories, random data, a virtual device, child processes, the oracle's Python.
+
+/// The package's root directory (for `Tests/oracle`, `docs/FORMAT.md`, the venv).
+public let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// A fresh directory under the system's temporary directory.
+public func temporaryDirectory() -> URL {
+    let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-tests-" + UUID().uuidString)
+    try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
+
+/// `count` random bytes.
+public func randomData(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255) }) }
+
+/// The Python that runs the oracles: `DP_PYTHON`, else the venv `scripts/test` makes, else `python3`.
+public var oraclePython: String {
+    if let explicit = ProcessInfo.processInfo.environment["DP_PYTHON"] { return explicit }
+    let venv = packageRoot.appendingPathComponent(".venv-oracle/bin/python").path
+    return FileManager.default.isExecutableFile(atPath: venv) ? venv : "python3"
+}
+
+/// A device with passcode "1234", weak scrypt parameters and a virtual clock, plus a directory
+/// for its files.
+public struct TestDevice: Sendable {
+    public let keybag: Keybag
+    public let clock: ManualClock
+    public let root: String
+    public let files: ProtectedFileManager
+    public let dir: URL
+
+    public static func make(grace: TimeInterval = 10, passcode: String? = "1234") async throws -> TestDevice {
+        let base = temporaryDirectory()
+        let clock = ManualClock()
+        let root = base.appendingPathComponent("root").path
+        let keybag = try await Keybag.create(root: root, passcode: passcode, kdf: .insecureFastForTesting, gracePeriod: grace, clock: clock)
+        let dir = base.appendingPathComponent("files")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return TestDevice(keybag: keybag, clock: clock, root: root, files: ProtectedFileManager(keybag: keybag), dir: dir)
+    }
+
+    /// The same device after a restart: before first unlock.
+    public func restarted() async throws -> TestDevice {
+        let keybag = try await Keybag.open(root: root, clock: clock)
+        return TestDevice(keybag: keybag, clock: clock, root: root, files: ProtectedFileManager(keybag: keybag), dir: dir)
+    }
+
+    /// Locks and lets the grace period pass; returns once the keybag has discarded the keys.
+    public func lockPastGrace() async {
+        await keybag.lock()
+        clock.advance(by: await keybag.gracePeriod + 1)
+        _ = await keybag.isProtectedDataAvailable   // the keybag expires the grace on any query
+    }
+
+    public func url(_ name: String) -> URL { dir.appendingPathComponent(name) }
+}
+
+/// A child process run to its end: status and both outputs.
+public struct ChildProcess: Sendable {
+    public let status: Int32
+    public let out: String
+    public let err: String
+
+    /// Runs `executable` (a path, or a name looked up on `PATH`) with `stdin` as its input.
+    public static func run(_ executable: String, _ arguments: [String], stdin: Data? = nil, environment: [String: String] = [:]) throws -> ChildProcess {
+        let process = Process()
+        if executable.hasPrefix("/") {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [executable] + arguments
+        }
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { $1 }
+        process.environment = env
+        let out = Pipe(), err = Pipe(), input = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = input
+        try process.run()
+        // Both outputs drain while the input is written: no deadlock on a full pipe.
+        let errData = PipeReader(err.fileHandleForReading)
+        if let stdin { try? input.fileHandleForWriting.write(contentsOf: stdin) }
+        try? input.fileHandleForWriting.close()
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return ChildProcess(status: process.terminationStatus, out: String(decoding: outData, as: UTF8.self),
+                            err: String(decoding: errData.result(), as: UTF8.self))
+    }
+}
+
+/// Reads a pipe to its end on a thread of its own.
+public final class PipeReader: @unchecked Sendable {
+    private var data = Data()
+    private let done = DispatchSemaphore(value: 0)
+    public init(_ handle: FileHandle) {
+        Thread { [self] in
+            data = handle.readDataToEndOfFile()
+            done.signal()
+        }.start()
+    }
+    public func result() -> Data {
+        done.wait()
+        return data
+    }
+}
