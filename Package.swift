@@ -151,13 +151,14 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        .target(name: "DataProtectionTestSupport", dependencies: ["DataProtection"], path: "Tests/DataProtectionTestSupport"),
+        .target(name: "DataProtectionTestSupport", dependencies: ["DataProtection", "DataProtectionKeybag"], path: "Tests/DataProtectionTestSupport"),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionTestSupport", "DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionObjectsTests", dependencies: ["DataProtectionTestSupport", "DataProtectionObjects", "DataProtectionSQLite", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
+        .testTarget(name: "keybagdTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", "keybagd", "dpctl", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "dpctlTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", "dpctl", "keybagd", .product(name: "Crypto", package: "swift-crypto")]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,3 +1,4 @@
+import DataProtectionTestSupport
 import Foundation
 import Testing
 

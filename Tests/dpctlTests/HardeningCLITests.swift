@@ -1,4 +1,6 @@
 import DataProtection
+import DataProtectionTestSupport
+import DataProtectionKeybag
 import Foundation
 import Testing
 
@@ -147,7 +149,7 @@ import Testing
             let result = try cli.run(["policy", "--grace-period", value, "--passcode-file", passcode])
             #expect(result.status == 1 && result.stderr.contains("grace period"), "\(value): \(result.status) \(result.stderr)")
         }
-        let daemon = try KeybagdTests.Daemon(cli: cli)
+        let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.kill() }
         let keybag = try Keybag.open(root: cli.root, daemonSocket: daemon.socket)
         try await keybag.unlock(passcode: "1234")

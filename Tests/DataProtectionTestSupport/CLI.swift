@@ -1,12 +1,19 @@
 import Foundation
-import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Runs the built `dpctl` as a child process, as a user would.
-struct CLI {
-    let root: String
-    let work: URL
+public struct CLI: Sendable {
+    public let root: String
+    public let work: URL
 
-    static var executable: URL {
+    public init(root: String, work: URL) {
+        self.root = root
+        self.work = work
+    }
+
+    public static var executable: URL {
         // The test bundle and the executables are built side by side.
         var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         while !FileManager.default.fileExists(atPath: dir.appendingPathComponent("dpctl").path), dir.path != "/" {
@@ -15,22 +22,27 @@ struct CLI {
         return dir.appendingPathComponent("dpctl")
     }
 
-    static func make() -> CLI {
+    public static func make() -> CLI {
         let work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dpctl-tests-" + UUID().uuidString)
         try! FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
         return CLI(root: work.appendingPathComponent("root").path, work: work)
     }
 
-    struct Result {
-        var status: Int32
-        var stdout: Data
-        var stderr: String
-        var out: String { String(decoding: stdout, as: UTF8.self) }
+    public struct Result: Sendable {
+        public var status: Int32
+        public var stdout: Data
+        public var stderr: String
+        public var out: String { String(decoding: stdout, as: UTF8.self) }
+        public init(status: Int32, stdout: Data, stderr: String) {
+            self.status = status
+            self.stdout = stdout
+            self.stderr = stderr
+        }
     }
 
     /// Runs `dpctl --root ROOT args…` with `input` on standard input.
     @discardableResult
-    func run(_ args: [String], input: Data = Data(), environment: [String: String] = [:], shellPrefix: String? = nil,
+    public func run(_ args: [String], input: Data = Data(), environment: [String: String] = [:], shellPrefix: String? = nil,
              asUser user: String? = nil) throws -> Result {
         let process = Process()
         if let user {
@@ -56,33 +68,18 @@ struct CLI {
         signal(SIGPIPE, SIG_IGN)
         let writer = Thread { try? stdin.fileHandleForWriting.write(contentsOf: input); try? stdin.fileHandleForWriting.close() }
         writer.start()
-        let errData = DataReader(stderr.fileHandleForReading)
+        let errData = PipeReader(stderr.fileHandleForReading)
         let outData = stdout.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return Result(status: process.terminationStatus, stdout: outData, stderr: String(decoding: errData.result(), as: UTF8.self))
     }
 
-    func file(_ name: String) -> String { work.appendingPathComponent(name).path }
+    public func file(_ name: String) -> String { work.appendingPathComponent(name).path }
 
-    func writeFile(_ name: String, _ contents: String) -> String {
+    public func writeFile(_ name: String, _ contents: String) -> String {
         let path = file(name)
         try! Data(contents.utf8).write(to: URL(fileURLWithPath: path))
         return path
     }
 }
 
-/// Reads a pipe to its end on a background thread.
-final class DataReader: @unchecked Sendable {
-    private var data = Data()
-    private let done = DispatchSemaphore(value: 0)
-    init(_ handle: FileHandle) {
-        Thread {
-            self.data = handle.readDataToEndOfFile()
-            self.done.signal()
-        }.start()
-    }
-    func result() -> Data {
-        done.wait()
-        return data
-    }
-}

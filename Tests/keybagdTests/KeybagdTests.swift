@@ -1,66 +1,14 @@
 import DataProtection
 @testable import DataProtectionKeybag
+import DataProtectionTestSupport
 import Foundation
 import Testing
 
 /// keybagd with real processes: the daemon, `dpctl` runs, and this test process as the app that
 /// holds files open. The daemon runs on a manual clock that only this test moves.
 @Suite(.serialized) struct KeybagdTests {
-    /// A running daemon for the CLI's root, with its own runtime directory.
-    final class Daemon: @unchecked Sendable {
-        let process = Process()
-        let socket: String
-        let runtime: String
-
-        private let errorOutput = Pipe()
-
-        init(cli: CLI, extraEnvironment: [String: String] = [:], captureErrors: Bool = false, arguments: [String] = []) throws {
-            runtime = cli.file("run")
-            try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            process.executableURL = CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd")
-            process.arguments = ["--root", cli.root, "--manual-clock"] + arguments
-            var env = ProcessInfo.processInfo.environment
-            env["XDG_RUNTIME_DIR"] = runtime
-            env.merge(extraEnvironment) { $1 }
-            process.environment = env
-            let out = Pipe()
-            process.standardOutput = out
-            if captureErrors { process.standardError = errorOutput } else { process.standardError = FileHandle.nullDevice }
-            try process.run()
-            // The daemon prints one line once its socket accepts connections.
-            var line = Data()
-            while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-            let text = String(decoding: line, as: UTF8.self)
-            guard text.hasPrefix("ready ") else { throw CLIError("keybagd did not start: \(text)") }
-            socket = String(text.dropFirst(6))
-        }
-
-        var environment: [String: String] { ["XDG_RUNTIME_DIR": runtime] }
-
-        /// What the daemon wrote to standard error (after it ended; with `captureErrors`).
-        func errors() -> String {
-            String(decoding: errorOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        }
-
-        /// Moves the daemon's clock (it started with --manual-clock).
-        func advance(_ seconds: TimeInterval, root: String) throws {
-            let client = try #require(try KeybagDaemonClient.connect(root: root, socketPath: socket))
-            try client.call(.advanceClock) { KeybagWire.double(&$0, seconds) }
-        }
-
-        /// SIGTERM: the daemon stops its D-Bus monitors and removes its socket.
-        func stop() {
-            guard process.isRunning else { return }
-            process.terminate()
-            process.waitUntilExit()
-        }
-
-        func kill() {
-            guard process.isRunning else { return }
-            Glibc.kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-    }
+    /// A running daemon for the CLI's root (``KeybagdProcess`` in the test support).
+    typealias Daemon = KeybagdProcess
 
     struct CLIError: Error, CustomStringConvertible { let description: String; init(_ d: String) { description = d } }
 

@@ -1,0 +1,92 @@
+import DataProtection
+import DataProtectionSQLite
+import Foundation
+import GRDB
+
+// SQLiteObjectStore: writing.
+extension SQLiteObjectStore {
+    // MARK: - Writing
+
+    public func obtainPermanentIDs(for entity: Entity, count: Int) throws -> [ObjectID] {
+        guard count > 0 else { return [] }
+        try check(entity)
+        let root = entity.root
+        let last: Int64 = try write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO Z_PRIMARYKEY (Z_NAME, Z_MAX) VALUES (?, 0)", arguments: [root])
+            return try Int64.fetchOne(db, sql: """
+                UPDATE Z_PRIMARYKEY SET Z_MAX = max(Z_MAX, (SELECT coalesce(max(Z_PK), 0) FROM \(SQLiteSchema.quote(root)))) + ?
+                WHERE Z_NAME = ? RETURNING Z_MAX
+                """, arguments: [count, root])!
+        }
+        let first = last - Int64(count) + 1
+        return (0..<Int64(count)).map { ObjectID(entity: entity, primaryKey: first + $0) }
+    }
+
+    func rowArguments(_ change: StoreObjectChange) -> [DatabaseValue] {
+        let entity = change.objectID.entity
+        let table = schema.tables[entity.root]!
+        let layout = schema.layouts[entity.name]!
+        var columns = [DatabaseValue](repeating: .null, count: table.columns.count)
+        for (i, value) in change.values.enumerated() {
+            columns[layout.attributePositions[i]] = Self.databaseValue(value, forStorage: true)
+        }
+        for (i, target) in change.toOne.enumerated() {
+            columns[layout.toOnePositions[i]] = target.map { $0.primaryKey.databaseValue } ?? .null
+            if let position = layout.toOneEntityPositions[i] { columns[position] = target.map { $0.entity.code.databaseValue } ?? .null }
+        }
+        return columns
+    }
+
+    public func execute(_ request: SaveChangesRequest) throws {
+        for change in request.inserted + request.updated + request.deleted { try check(change.objectID.entity) }
+        for change in request.relationChanges { try check(change.source.entity) }
+        try write { db in
+            var conflicts: [String] = []
+            for change in request.inserted {
+                let root = change.objectID.entity.root
+                let table = schema.tables[root]!
+                let statement = try db.cachedStatement(sql: "INSERT INTO \(SQLiteSchema.quote(root)) (Z_PK, Z_ENT, Z_OPT\(table.columns.map { ", " + SQLiteSchema.quote($0.name) }.joined())) VALUES (?, ?, ?\(String(repeating: ", ?", count: table.columns.count)))")
+                statement.setUncheckedArguments(StatementArguments([change.objectID.primaryKey.databaseValue, change.objectID.entity.code.databaseValue,
+                                                                    change.newVersion.databaseValue] + rowArguments(change)))
+                try statement.execute()
+            }
+            for change in request.updated {
+                let root = change.objectID.entity.root
+                let table = schema.tables[root]!
+                let check = change.expectedVersion == nil ? "" : " AND Z_OPT = ?"
+                let statement = try db.cachedStatement(sql: "UPDATE \(SQLiteSchema.quote(root)) SET Z_OPT = ?\(table.columns.map { ", \(SQLiteSchema.quote($0.name)) = ?" }.joined()) WHERE Z_PK = ?\(check)")
+                var arguments = [change.newVersion.databaseValue] + rowArguments(change) + [change.objectID.primaryKey.databaseValue]
+                if let expected = change.expectedVersion { arguments.append(expected.databaseValue) }
+                statement.setUncheckedArguments(StatementArguments(arguments))
+                try statement.execute()
+                if db.changesCount != 1 { conflicts.append(change.objectID.description) }
+            }
+            for change in request.deleted {
+                let entity = change.objectID.entity
+                let check = change.expectedVersion == nil ? "" : " AND Z_OPT = ?"
+                let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLiteSchema.quote(entity.root)) WHERE Z_PK = ?\(check)")
+                var arguments = [change.objectID.primaryKey.databaseValue]
+                if let expected = change.expectedVersion { arguments.append(expected.databaseValue) }
+                statement.setUncheckedArguments(StatementArguments(arguments))
+                try statement.execute()
+                if db.changesCount != 1, change.expectedVersion != nil { conflicts.append(change.objectID.description) }
+                for relationship in entity.relationships {
+                    guard let join = entity.joinTable(for: relationship) else { continue }
+                    try db.execute(sql: "DELETE FROM \(SQLiteSchema.quote(join.name)) WHERE \(join.sourceIsFirst ? "Z_1" : "Z_2") = ?",
+                                   arguments: [change.objectID.primaryKey])
+                }
+            }
+            guard conflicts.isEmpty else { throw ObjectGraphError.conflict(objects: conflicts) }
+            for change in request.relationChanges {
+                let entity = change.source.entity
+                guard let relationship = entity.relationship(named: change.relationship), let join = entity.joinTable(for: relationship) else { continue }
+                let table = SQLiteSchema.quote(join.name)
+                let (mine, theirs) = join.sourceIsFirst ? ("Z_1", "Z_2") : ("Z_2", "Z_1")
+                let remove = try db.cachedStatement(sql: "DELETE FROM \(table) WHERE \(mine) = ? AND \(theirs) = ?")
+                for target in change.removed { try remove.execute(arguments: [change.source.primaryKey, target.primaryKey]) }
+                let add = try db.cachedStatement(sql: "INSERT OR IGNORE INTO \(table) (\(mine), \(theirs)) VALUES (?, ?)")
+                for target in change.added { try add.execute(arguments: [change.source.primaryKey, target.primaryKey]) }
+            }
+        }
+    }
+}
