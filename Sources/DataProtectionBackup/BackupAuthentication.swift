@@ -86,9 +86,8 @@ struct BackupAuthentication: Equatable {
 
     /// Whether the tag is the one `key` gives for `contents` (constant time).
     func check(_ contents: Contents, key: SymmetricKey) -> Bool {
-        var statementKey = Self.tag(keybagID: keybagID, contents: contents, key: key)
-        defer { for i in statementKey.indices { statementKey[i] = 0 } }
-        guard statementKey.count == tag.count else { return false }
-        return zip(statementKey, tag).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
+        let expected = Self.tag(keybagID: keybagID, contents: contents, key: key)
+        guard expected.count == tag.count else { return false }
+        return zip(expected, tag).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }
 }

@@ -170,11 +170,10 @@ public struct RestoreEngine: Sendable {
             guard try Self.keybagID(of: repository.objectURL(sha)) != local else { continue }
             if entry.thisDeviceOnly { deviceOnlyElsewhere.insert(entry.path) } else { foreignObjects.insert(entry.path) }
         }
+        // Made on this device, yet holding files of another device's keybag (copied in, never
+        // adopted): no key here opens them.
         if !foreignObjects.isEmpty, authenticated.backupKeys == nil {
-            guard let password else { throw BackupError.passwordNeeded(files: foreignObjects.count) }
-            // Made here, with files adopted from elsewhere: this device's backup keybag opens them.
-            _ = password
-            throw BackupError.badBackup(path: backup.path, reason: "\(foreignObjects.count) file(s) were protected by another device's keybag")
+            throw BackupError.badBackup(path: backup.path, reason: "\(foreignObjects.count) file(s) were protected by another device's keybag and cannot be restored here")
         }
 
         if POSIXFile.kind(destination.path).exists {
