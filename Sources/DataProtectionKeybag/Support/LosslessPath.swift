@@ -47,6 +47,9 @@ public enum LosslessPath {
 
     /// The bytes the system must see for `string` (the inverse of ``string(fromBytes:)``).
     public static func bytes(of string: String) -> [UInt8] {
+        // The common case, without a scalar of the escape range (UTF-8 F4 8F BE/BF …): the
+        // string's own UTF-8, with no work per character.
+        if !string.utf8.contains(0xF4) { return Array(string.utf8) }
         var out: [UInt8] = []
         out.reserveCapacity(string.utf8.count)
         for scalar in string.unicodeScalars {
