@@ -55,6 +55,17 @@ extension ClassKeybagRequest {
     package init(_ r: inout ByteReader) throws { self.init(protectionClass: try KeybagWire.protectionClass(&r)) }
 }
 
+/// Requests whose body is one secret string (a passcode or a password), read into
+/// ``SecretBytes`` on the daemon's side and never into a `String`.
+package protocol SecretKeybagRequest: KeybagRequest where Response == Void {
+    var secret: SecretBytes { get }
+    init(secret: SecretBytes)
+}
+extension SecretKeybagRequest {
+    package func encode(_ w: inout ByteWriter) { KeybagWire.secretString(&w, secret) }
+    package init(_ r: inout ByteReader) throws { self.init(secret: try KeybagWire.secretString(&r, "passcode")) }
+}
+
 /// Every request the daemon answers, by opcode.
 package enum KeybagRequests {
     package static let all: [any KeybagRequest.Type] = [
@@ -154,15 +165,11 @@ package enum KeybagRequests {
         package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setEraseAfterTenFailures(on) }
     }
 
-    /// Requests that carry passcodes: read into ``SecretBytes`` on the daemon's side.
-    package struct Unlock: KeybagRequest {
-        package typealias Response = Void
+    package struct Unlock: SecretKeybagRequest {
         package static let op = KeybagWire.Op.unlock
-        package let passcode: SecretBytes
-        package init(passcode: SecretBytes) { self.passcode = passcode }
-        package func encode(_ w: inout ByteWriter) { KeybagWire.secretString(&w, passcode) }
-        package init(_ r: inout ByteReader) throws { passcode = try KeybagWire.secretString(&r, "passcode") }
-        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.unlock(passcode: passcode) }
+        package let secret: SecretBytes
+        package init(secret: SecretBytes) { self.secret = secret }
+        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.unlock(passcode: secret) }
     }
 
     package struct Lock: EmptyKeybagRequest {
@@ -172,14 +179,11 @@ package enum KeybagRequests {
         package func perform(on keybag: EmbeddedKeybag) async throws { await keybag.lock() }
     }
 
-    package struct SetPasscode: KeybagRequest {
-        package typealias Response = Void
+    package struct SetPasscode: SecretKeybagRequest {
         package static let op = KeybagWire.Op.setPasscode
-        package let passcode: SecretBytes
-        package init(passcode: SecretBytes) { self.passcode = passcode }
-        package func encode(_ w: inout ByteWriter) { KeybagWire.secretString(&w, passcode) }
-        package init(_ r: inout ByteReader) throws { passcode = try KeybagWire.secretString(&r, "passcode") }
-        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setPasscode(passcode) }
+        package let secret: SecretBytes
+        package init(secret: SecretBytes) { self.secret = secret }
+        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setPasscode(secret) }
     }
 
     package struct ChangePasscode: KeybagRequest {
@@ -195,24 +199,18 @@ package enum KeybagRequests {
         package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.changePasscode(from: old, to: new) }
     }
 
-    package struct RemovePasscode: KeybagRequest {
-        package typealias Response = Void
+    package struct RemovePasscode: SecretKeybagRequest {
         package static let op = KeybagWire.Op.removePasscode
-        package let passcode: SecretBytes
-        package init(passcode: SecretBytes) { self.passcode = passcode }
-        package func encode(_ w: inout ByteWriter) { KeybagWire.secretString(&w, passcode) }
-        package init(_ r: inout ByteReader) throws { passcode = try KeybagWire.secretString(&r, "passcode") }
-        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.removePasscode(current: passcode) }
+        package let secret: SecretBytes
+        package init(secret: SecretBytes) { self.secret = secret }
+        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.removePasscode(current: secret) }
     }
 
-    package struct SetBackupPassword: KeybagRequest {
-        package typealias Response = Void
+    package struct SetBackupPassword: SecretKeybagRequest {
         package static let op = KeybagWire.Op.setBackupPassword
-        package let password: SecretBytes
-        package init(password: SecretBytes) { self.password = password }
-        package func encode(_ w: inout ByteWriter) { KeybagWire.secretString(&w, password) }
-        package init(_ r: inout ByteReader) throws { password = try KeybagWire.secretString(&r, "password") }
-        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setBackupPassword(password) }
+        package let secret: SecretBytes
+        package init(secret: SecretBytes) { self.secret = secret }
+        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setBackupPassword(secret) }
     }
 
     package struct Erase: EmptyKeybagRequest {

@@ -98,41 +98,33 @@ public final class Keybag: Sendable {
 
     /// The lock state.
     public var lockState: LockState {
-        get async {
-            return await backend.lockState
-        }
+        get async { await backend.lockState }
     }
 
     /// Whether class-A data is available now, like `UIApplication.isProtectedDataAvailable`.
     /// Always `true` while no passcode is set.
     public var isProtectedDataAvailable: Bool {
-        get async {
-            return await backend.isProtectedDataAvailable
-        }
+        get async { await backend.isProtectedDataAvailable }
     }
 
     /// Whether existing files of `protectionClass` can be opened now.
     public func isAvailable(_ protectionClass: ProtectionClass) async -> Bool {
-        return await backend.isAvailable(protectionClass)
+        await backend.isAvailable(protectionClass)
     }
 
     /// Whether new files of `protectionClass` can be created now (class B: always).
     public func canCreate(_ protectionClass: ProtectionClass) async -> Bool {
-        return await backend.canCreate(protectionClass)
+        await backend.canCreate(protectionClass)
     }
 
     /// A snapshot of the device's state: lock state, passcode policy, available classes.
     public var status: KeybagStatus {
-        get async {
-            return await backend.status
-        }
+        get async { await backend.status }
     }
 
     /// Seconds between a lock and the discarding of class-A keys.
     public var gracePeriod: TimeInterval {
-        get async {
-            return await backend.gracePeriod
-        }
+        get async { await backend.gracePeriod }
     }
 
     /// Changes the grace period (needs the device unlocked when a passcode is set).
@@ -198,35 +190,35 @@ public final class Keybag: Sendable {
     /// The generation grows each time the class key is discarded, so a handle that cached a
     /// file key under an older generation knows it must not use it any more.
     public func generation(of protectionClass: ProtectionClass) async throws -> Int {
-        return try await backend.generation(of: protectionClass)
+        try await backend.generation(of: protectionClass)
     }
 
     /// Creates a random 256-bit file key and wraps it under `protectionClass`.
     /// Class B needs only the class public key, so it works while locked.
     public func wrapNewFileKey(for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
-        return try await backend.wrapNewFileKey(for: protectionClass, thisDeviceOnly: thisDeviceOnly)
+        try await backend.wrapNewFileKey(for: protectionClass, thisDeviceOnly: thisDeviceOnly)
     }
 
     /// Unwraps a file key; throws ``KeybagError/classUnavailable(_:_:)`` when its class is
     /// unavailable now, ``KeybagError/foreignKeybag(expected:found:)`` or
     /// ``KeybagError/keyUnwrapFailed(_:)`` when it is not this keybag's.
     public func unwrapFileKey(_ wrapped: WrappedFileKey) async throws -> SymmetricKey {
-        return try await backend.unwrapFileKeyWithGeneration(wrapped).key
+        try await backend.unwrapFileKeyWithGeneration(wrapped).key
     }
 
     /// ``unwrapFileKey(_:)`` and the current generation of the key's class, in one call.
     package func unwrapFileKeyWithGeneration(_ wrapped: WrappedFileKey) async throws -> (key: SymmetricKey, generation: Int) {
-        return try await backend.unwrapFileKeyWithGeneration(wrapped)
+        try await backend.unwrapFileKeyWithGeneration(wrapped)
     }
 
     /// Unwraps a file key and wraps it under another class (a class change: no re-encryption).
     public func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) async throws -> WrappedFileKey {
-        return try await backend.rewrapFileKey(wrapped, to: protectionClass)
+        try await backend.rewrapFileKey(wrapped, to: protectionClass)
     }
 
     /// Wraps an existing key under `protectionClass`.
     public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> WrappedFileKey {
-        return try await backend.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
+        try await backend.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
     }
 
     // MARK: - Backup keybag
@@ -243,14 +235,14 @@ public final class Keybag: Sendable {
     /// The key this device authenticates its backups with (FORMAT.md §5.1), derived from the
     /// class D key: available in every lock state, never computable from a repository's contents.
     package func backupAuthenticationKey() async throws -> SymmetricKey {
-        return try await backend.backupAuthenticationKey()
+        try await backend.backupAuthenticationKey()
     }
 
     /// Takes over a file key wrapped by another device, given that device's class keys (from its
     /// backup keybag): returns it wrapped under this keybag, in the same class or `protectionClass`.
     public func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
                              as protectionClass: ProtectionClass? = nil) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
-        return try await backend.adoptFileKey(wrapped, from: backupKeys, as: protectionClass)
+        try await backend.adoptFileKey(wrapped, from: backupKeys, as: protectionClass)
     }
 
     // MARK: - Events
@@ -261,14 +253,14 @@ public final class Keybag: Sendable {
     /// for await event in await keybag.events() where event == .willBecomeUnavailable { saveDrafts() }
     /// ```
     public func events() async -> AsyncStream<ProtectedDataEvent> {
-        return await backend.events()
+        await backend.events()
     }
 
     /// Calls `callback` on every event, like an app delegate's
     /// `applicationProtectedDataWillBecomeUnavailable(_:)`. Returns a token for ``removeObserver(_:)``.
     @discardableResult
     public func addObserver(_ callback: @escaping @Sendable (ProtectedDataEvent) -> Void) async -> UUID {
-        return await backend.addObserver(callback)
+        await backend.addObserver(callback)
     }
 
     /// Stops calling an observer.
@@ -280,7 +272,7 @@ public final class Keybag: Sendable {
     /// before the keybag goes on. Layers that cache keys derived from a class drop them here.
     @discardableResult
     package func addDiscardObserver(_ callback: @escaping @Sendable (ProtectionClass) -> Void) async -> UUID {
-        return await backend.addDiscardObserver(callback)
+        await backend.addDiscardObserver(callback)
     }
 
     /// Stops calling a discard observer.

@@ -77,13 +77,13 @@ package final class DaemonKeybag: KeybagBackend {
     package func setGracePeriod(_ seconds: TimeInterval) async throws { try client.send(KeybagRequests.SetGracePeriod(seconds: seconds)) }
     package func setEraseAfterTenFailures(_ on: Bool) async throws { try client.send(KeybagRequests.SetEraseAfterTenFailures(on: on)) }
 
-    package func unlock(passcode: SecretBytes) async throws { try client.send(KeybagRequests.Unlock(passcode: passcode)) }
+    package func unlock(passcode: SecretBytes) async throws { try client.send(KeybagRequests.Unlock(secret: passcode)) }
     package func lock() async { _ = try? client.send(KeybagRequests.Lock()) }
-    package func setPasscode(_ newPasscode: SecretBytes) async throws { try client.send(KeybagRequests.SetPasscode(passcode: newPasscode)) }
+    package func setPasscode(_ newPasscode: SecretBytes) async throws { try client.send(KeybagRequests.SetPasscode(secret: newPasscode)) }
     package func changePasscode(from old: SecretBytes, to new: SecretBytes) async throws {
         try client.send(KeybagRequests.ChangePasscode(old: old, new: new))
     }
-    package func removePasscode(current: SecretBytes) async throws { try client.send(KeybagRequests.RemovePasscode(passcode: current)) }
+    package func removePasscode(current: SecretBytes) async throws { try client.send(KeybagRequests.RemovePasscode(secret: current)) }
     package func erase() async throws { try client.send(KeybagRequests.Erase()) }
 
     package func generation(of protectionClass: ProtectionClass) async throws -> Int {
@@ -107,7 +107,7 @@ package final class DaemonKeybag: KeybagBackend {
         try client.send(KeybagRequests.Wrap(key: key, protectionClass: protectionClass, thisDeviceOnly: thisDeviceOnly))
     }
 
-    package func setBackupPassword(_ password: SecretBytes) async throws { try client.send(KeybagRequests.SetBackupPassword(password: password)) }
+    package func setBackupPassword(_ password: SecretBytes) async throws { try client.send(KeybagRequests.SetBackupPassword(secret: password)) }
     package func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
                               as protectionClass: ProtectionClass?) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
         // The other device's key is in this process already; only the wrap needs the daemon.
