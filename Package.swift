@@ -11,6 +11,9 @@
 //   3. DataProtectionBackup — "do not back up" marks, exclude lists, the backup engine.      } siblings,
 //   3. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class. } both on 2
 //   4. DataProtectionObjects — a CoreData-style object graph (model, store, context) on 3 (SQLite).
+//   6. DataProtectionContainers — apps, their containers, App Groups, preferences, file
+//      coordination and the sandbox (bubblewrap + Landlock, through dp-sandbox-exec) with the
+//      supervisor that serves an app its keys.
 //   tools: dpctl (CLI), dp-bench (benchmarks), chat-example.
 // Every target declares exactly what it imports; MemberImportVisibility makes an undeclared
 // import fail to build.
@@ -25,9 +28,11 @@ let package = Package(
         .library(name: "DataProtectionBackup", targets: ["DataProtectionBackup"]),
         .library(name: "DataProtectionSQLite", targets: ["DataProtectionSQLite"]),
         .library(name: "DataProtectionObjects", targets: ["DataProtectionObjects"]),
+        .library(name: "DataProtectionContainers", targets: ["DataProtectionContainers"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
         .executable(name: "keybagd", targets: ["keybagd"]),
+        .executable(name: "dp-sandbox-exec", targets: ["dp-sandbox-exec"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
@@ -101,6 +106,20 @@ let package = Package(
                 .product(name: "OrderedCollections", package: "swift-collections"),
             ]
         ),
+        .target(
+            name: "DataProtectionContainers",
+            dependencies: [
+                "DataProtection",
+                "DataProtectionBackup",
+                "DataProtectionKeybag",
+                "DataProtectionIPC",
+                "CLinuxShims",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // The last step into a sandbox: Landlock, then exec (C: no runtime on every launch).
+        .executableTarget(name: "dp-sandbox-exec"),
         .macro(
             name: "DataProtectionObjectsMacros",
             dependencies: [

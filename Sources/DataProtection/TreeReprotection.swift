@@ -35,7 +35,12 @@ extension ProtectedFileManager {
     /// }
     /// ```
     @discardableResult
-    public func reprotectItems(at url: URL, to cls: ProtectionClass,
+    ///
+    /// With `settingDirectoryDefaults: false` only files change: directories keep the defaults
+    /// they have (an app container re-protected after its default class changed, where new files
+    /// should go on inheriting from the container's root). Files named in `skipping` are left
+    /// as they are (a container's metadata, `CACHEDIR.TAG` files that tools read as plain text).
+    public func reprotectItems(at url: URL, to cls: ProtectionClass, settingDirectoryDefaults: Bool = true, skipping: Set<String> = [],
                                progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport {
         guard POSIXFile.status(url.path) != nil else { throw ProtectedFileError.noSuchFile(path: url.path) }
         var items = [url]
@@ -43,7 +48,7 @@ extension ProtectedFileManager {
             // Names read as bytes: a file whose name is not UTF-8 is re-protected too.
             var pending = [url]
             while let directory = pending.popLast() {
-                for name in try wrapFS({ try POSIXFile.directoryEntries(directory.path) }).sorted() {
+                for name in try wrapFS({ try POSIXFile.directoryEntries(directory.path) }).sorted() where !skipping.contains(name) {
                     let child = directory.appendingPathComponent(name)
                     items.append(child)
                     if let st = POSIXFile.linkStatus(child.path), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
@@ -55,6 +60,7 @@ extension ProtectedFileManager {
             do {
                 switch try protection(ofItemAt: item) {
                 case .directory:
+                    guard settingDirectoryDefaults else { break }
                     try await setProtection(cls, ofItemAt: item)
                     report.directories += 1
                 case .protected(let current) where current == cls:

@@ -16,7 +16,7 @@ public struct BackupSummary: Sendable, Equatable, Codable {
     public var filesCopied = 0
     public var bytesCopied: Int64 = 0
     public var skippedByAttribute = 0
-    /// Items the engine's ``BackupExclusionPolicy`` excludes (iOS: `Library/Caches`, `tmp`).
+    /// Items the engine's ``BackupExclusionPolicy`` excludes (for app containers: `Library/Caches`, `tmp`).
     public var skippedByPolicy = 0
     public var hasBackupKeybag = false
 }
@@ -46,7 +46,7 @@ public struct BackupEngine: Sendable {
     public var policy: BackupExclusionPolicy
 
     public init(source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false,
-                policy: BackupExclusionPolicy = .appContainer) {
+                policy: BackupExclusionPolicy = .none) {
         self.source = source.standardizedFileURL
         self.repository = repository
         self.files = files

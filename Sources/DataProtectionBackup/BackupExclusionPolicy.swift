@@ -1,13 +1,14 @@
 import Foundation
 
 /// What a backup excludes by where it is, besides the items that carry the exclusion attribute
-/// (``URLResourceValues/isExcludedFromBackup``): for an iOS app container, `Library/Caches` and
-/// `tmp` — MobileBackup's "blacklist". The caller supplies it (a plain directory backs up
-/// everything with ``none``; the container layer knows a container's own exclusions).
+/// (``URLResourceValues/isExcludedFromBackup``) — MobileBackup's "blacklist". The engine knows
+/// no names of its own: the caller supplies the places (the container layer knows that an app
+/// container's `Library/Caches` and `tmp` are left out, and marks them too); a plain directory
+/// backs up everything not marked, with ``none``.
 ///
 /// ```swift
-/// BackupEngine(source: container, repository: repo, files: files, policy: .appContainer)
-/// BackupEngine(source: photos, repository: repo, files: files, policy: .none)
+/// BackupEngine(source: root, repository: repo, files: files, policy: manager.backupExclusionPolicy(for: root))
+/// BackupEngine(source: photos, repository: repo, files: files)          // .none
 /// ```
 public struct BackupExclusionPolicy: Sendable, Equatable {
     /// Paths relative to the backed-up directory, `/`-separated, excluded with everything below.
@@ -15,8 +16,6 @@ public struct BackupExclusionPolicy: Sendable, Equatable {
 
     public init(excludedPaths: Set<String>) { self.excludedPaths = excludedPaths }
 
-    /// An iOS app container's: `Library/Caches` and `tmp`.
-    public static let appContainer = BackupExclusionPolicy(excludedPaths: ["Library/Caches", "tmp"])
     /// Nothing excluded by place.
     public static let none = BackupExclusionPolicy(excludedPaths: [])
 

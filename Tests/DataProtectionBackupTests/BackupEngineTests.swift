@@ -8,6 +8,8 @@ import Testing
 /// The seed's scenario (an app rejected until its offline data was marked "do not back up"),
 /// backed up and restored onto a second device.
 @Suite struct BackupEngineTests {
+    /// What the container layer says an app container excludes by place (the engine knows no names).
+    static let containerPolicy = BackupExclusionPolicy(excludedPaths: ["Library/Caches", "tmp"])
     struct Scenario {
         let base: URL
         let container: URL
@@ -59,7 +61,7 @@ import Testing
         let s = try await Self.scenario()
         var log: [String] = []
         // The source device is locked (a fresh start): the backup decrypts nothing, so it works.
-        let summary = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run { log.append($0) }
+        let summary = try await BackupEngine(source: s.container, repository: s.repository, files: s.source, policy: Self.containerPolicy).run { log.append($0) }
         #expect(log.contains("Not backed up (attribute): \(s.container.path)/Documents/offline"))
         #expect(log.contains("Not backed up (blacklist): \(s.container.path)/Library/Caches"))
         #expect(log.contains("Not backed up (blacklist): \(s.container.path)/tmp"))
@@ -116,9 +118,9 @@ import Testing
 
     @Test func anUnchangedTreeCopiesNothingAndEveryBackupRestoresOnItsOwn() async throws {
         let s = try await Self.scenario()
-        let first = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let first = try await BackupEngine(source: s.container, repository: s.repository, files: s.source, policy: Self.containerPolicy).run()
         #expect(first.filesCopied == 6)
-        let second = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let second = try await BackupEngine(source: s.container, repository: s.repository, files: s.source, policy: Self.containerPolicy).run()
         #expect(second.filesCopied == 0)
         #expect(second.bytesCopied == 0)
         let backups = s.repository.finishedBackups()
@@ -133,7 +135,7 @@ import Testing
 
     @Test func verifyFindsMissingAndAlteredObjects() async throws {
         let s = try await Self.scenario()
-        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source, policy: Self.containerPolicy).run()
         let backup = try #require(s.repository.finishedBackups().last)
         #expect(try await RestoreEngine(backup: backup).verify(files: s.source, password: nil) > 0)
         let objects = s.repository.url.appendingPathComponent("objects")
@@ -156,7 +158,7 @@ import Testing
 
     @Test func anIncompleteBackupIsRefusedAndEarlierOnesStayIntact() async throws {
         let s = try await Self.scenario()
-        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source, policy: Self.containerPolicy).run()
         // What a backup killed half-way leaves: a directory still named .incomplete.
         let killed = s.repository.url.appendingPathComponent("backups/20990101T000000Z-dead.incomplete")
         try FileManager.default.createDirectory(at: killed, withIntermediateDirectories: true)

@@ -35,7 +35,11 @@ package enum KeybagSocket {
 /// (a Unix-socket round trip), serialized on one connection; a dropped connection is reopened
 /// on the next call, so a restarted daemon is picked up (before first unlock, as after a reboot).
 package final class KeybagDaemonClient: Sendable {
+    /// Where the keys are, for messages: the daemon's socket path, or the app's supervisor.
     package let socketPath: String
+    /// Opens a new connection (one per call stream, one per event subscription): a `connect` to
+    /// the daemon's socket, or a channel asked of an app's supervisor.
+    private let connector: @Sendable () -> Int32?
     private let connection = Mutex<Int32?>(nil)
     /// The daemon's state page, when it publishes one: generations and availability without a
     /// round trip.
@@ -51,8 +55,9 @@ package final class KeybagDaemonClient: Sendable {
         let generation: UInt64
     }
 
-    private init(socketPath: String, fd: Int32) {
+    private init(socketPath: String, fd: Int32, connector: @escaping @Sendable () -> Int32?) {
         self.socketPath = socketPath
+        self.connector = connector
         connection.withLock { $0 = fd }
     }
 
@@ -67,7 +72,7 @@ package final class KeybagDaemonClient: Sendable {
     package static func connect(root: String, socketPath: String? = nil) throws -> KeybagDaemonClient? {
         let path = socketPath ?? KeybagSocket.path(forRoot: root)
         guard let fd = KeybagSocket.connect(path) else { return nil }   // no daemon, or a stale socket file
-        let client = KeybagDaemonClient(socketPath: path, fd: fd)
+        let client = KeybagDaemonClient(socketPath: path, fd: fd, connector: { KeybagSocket.connect(path) })
         do {
             try client.call(.hello)
             // The daemon publishes its page before it answers (a socket-activated one starts now).
@@ -77,6 +82,16 @@ package final class KeybagDaemonClient: Sendable {
         } catch {
             throw KeybagError.daemon("the daemon on \(path) did not answer (\(error))")
         }
+        return client
+    }
+
+    /// A client whose connections come from `connector` (an app's channels to its supervisor,
+    /// which speaks this protocol for the operations an app may use). `description` names the
+    /// other end in messages. There is no state page: every answer is a round trip.
+    package static func connect(description: String, connector: @escaping @Sendable () -> Int32?) throws -> KeybagDaemonClient {
+        guard let fd = connector() else { throw KeybagError.daemon("no connection to \(description)") }
+        let client = KeybagDaemonClient(socketPath: description, fd: fd, connector: connector)
+        try client.call(.hello)
         return client
     }
 
@@ -90,7 +105,7 @@ package final class KeybagDaemonClient: Sendable {
         request.u8(op.rawValue)
         body(&request)
         return try connection.withLock { fd -> ByteReader in
-            if fd == nil { fd = KeybagSocket.connect(socketPath) }
+            if fd == nil { fd = connector() }
             guard let open = fd else { throw KeybagError.daemon("not running (no answer on \(socketPath))") }
             do {
                 do { try KeybagWire.writeFrame(open, request.bytes) } catch {
@@ -169,7 +184,7 @@ package final class KeybagDaemonClient: Sendable {
     /// Opens a second connection that receives events; `handler` runs on a background thread
     /// until the connection ends (then `ended` runs once).
     package func subscribe(_ handler: @escaping @Sendable (KeybagWire.Event) -> Void, ended: @escaping @Sendable () -> Void) throws {
-        guard let fd = KeybagSocket.connect(socketPath, timeout: 5) else { throw KeybagError.daemon("not running (\(socketPath))") }
+        guard let fd = connector() else { throw KeybagError.daemon("not running (\(socketPath))") }
         do {
             try KeybagWire.writeFrame(fd, [KeybagWire.version, KeybagWire.Op.subscribe.rawValue])
             guard let payload = try KeybagWire.readFrame(fd), payload.count >= 2, payload[1] == KeybagWire.Status.ok.rawValue else {

@@ -43,11 +43,22 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
         }
     }
 
-    /// Parses a short name (see ``shortName``), a Foundation raw value
-    /// (`NSFileProtectionComplete` …) or a class letter.
+    /// The name iOS code writes: `complete`, `completeUnlessOpen`,
+    /// `completeUntilFirstUserAuthentication`, `none` (`FileProtectionType`'s members).
+    public var iOSName: String {
+        switch self {
+        case .complete: "complete"
+        case .completeUnlessOpen: "completeUnlessOpen"
+        case .completeUntilFirstUserAuthentication: "completeUntilFirstUserAuthentication"
+        case .noProtection: "none"
+        }
+    }
+
+    /// Parses a short name (see ``shortName``), the name iOS code writes (``iOSName``), a
+    /// Foundation raw value (`NSFileProtectionComplete` …) or a class letter.
     public init?(name: String) {
         for candidate in ProtectionClass.allCases
-        where [candidate.shortName, candidate.fileProtectionType.rawValue, candidate.letter, candidate.letter.lowercased()].contains(name) {
+        where [candidate.shortName, candidate.iOSName, candidate.fileProtectionType.rawValue, candidate.letter, candidate.letter.lowercased()].contains(name) {
             self = candidate
             return
         }

@@ -1,0 +1,58 @@
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+
+/// Where apps live in a data root (FORMAT.md §1 and §9.1): one entry, `Containers`, registered
+/// with the root's layout so that an erase removes it.
+///
+/// ```text
+/// ROOT/Containers/
+///   .lock                                   installs and uninstalls, one at a time
+///   Data/Application/<UUID>/                an app's data container (NSHomeDirectory())
+///   Shared/AppGroup/<UUID>/                 an App Group's container
+/// ```
+public struct ContainerLayout: Sendable, Equatable {
+    /// The data root.
+    public let root: String
+
+    /// The name registered in the root's layout.
+    static let entryName = "Containers"
+    /// Each container's metadata file (the `.com.apple.mobile_container_manager.metadata.plist`
+    /// analogue): readable by the app, never writable by it.
+    public static let metadataFileName = ".dataprotection-container.plist"
+
+    public init(root: String) { self.root = root }
+
+    /// `ROOT/Containers`.
+    public var containers: String { root + "/" + Self.entryName }
+    /// The lock serializing installs and uninstalls.
+    var lock: String { containers + "/.lock" }
+    /// `ROOT/Containers/Data/Application`.
+    public var applications: String { containers + "/Data/Application" }
+    /// `ROOT/Containers/Shared/AppGroup`.
+    public var appGroups: String { containers + "/Shared/AppGroup" }
+
+    /// An app's data container.
+    public func applicationContainer(_ uuid: UUID) -> String { applications + "/" + uuid.uuidString }
+    /// A group's container.
+    public func groupContainer(_ uuid: UUID) -> String { appGroups + "/" + uuid.uuidString }
+
+    /// Creates `ROOT/Containers` and its directories (0700) and registers the entry.
+    func prepare() throws {
+        try DataRootLayout(root: root).register(Self.entryName)
+        for directory in [containers, containers + "/Data", applications, containers + "/Shared", appGroups] {
+            try makeDirectory(directory)
+        }
+    }
+}
+
+/// `mkdir` with mode 0700; an existing directory is fine.
+func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
+    do {
+        _ = try POSIXFile.call("mkdir", path) { mkdir($0, mode) }
+    } catch let error as FileSystemError where error.errno == .fileExists {
+        guard POSIXFile.kind(path).isDirectory else { throw ContainerError.fileSystem(error) }
+    } catch let error as FileSystemError {
+        throw ContainerError.fileSystem(error)
+    }
+}

@@ -1,0 +1,37 @@
+import DataProtection
+import DataProtectionKeybag
+import Foundation
+
+extension ContainerManager {
+    /// Files a re-protection leaves alone: the metadata, and the tags backup tools read as text.
+    static let notReprotected: Set<String> = [ContainerLayout.metadataFileName, "CACHEDIR.TAG"]
+
+    /// Changes an app's default class (its entitlement). As on iOS, new files get it and existing
+    /// files keep theirs; pass `reprotect: true` to re-protect every existing file as well
+    /// (``ReprotectionReport`` says what changed and what could not; `progress` is called per item).
+    @discardableResult
+    public func setDefaultProtection(_ cls: ProtectionClass, ofApp identifier: AppIdentifier, reprotect: Bool = false,
+                                     progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
+        let app = try app(identifier)
+        var metadata = app.metadata
+        metadata.defaultProtection = cls.iOSName
+        try await files.setProtection(cls, ofItemAt: app.url)
+        try metadata.write(container: app.url.path)
+        guard reprotect else { return nil }
+        return try await files.reprotectItems(at: app.url, to: cls, settingDirectoryDefaults: false,
+                                            skipping: Self.notReprotected, progress: progress)
+    }
+
+    /// Sets an App Group container's class (seed 001: the app's entitlement does not reach shared
+    /// containers; until this is called they are at iOS's default, class C). New files get it;
+    /// `reprotect: true` re-protects the existing ones too.
+    @discardableResult
+    public func setDefaultProtection(_ cls: ProtectionClass, ofGroup identifier: AppGroupIdentifier, reprotect: Bool = false,
+                                     progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
+        let group = try group(identifier)
+        try await files.setProtection(cls, ofItemAt: group.url)
+        guard reprotect else { return nil }
+        return try await files.reprotectItems(at: group.url, to: cls, settingDirectoryDefaults: false,
+                                            skipping: Self.notReprotected, progress: progress)
+    }
+}

@@ -1,0 +1,87 @@
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+
+/// What a container is, stored in the container as a property list
+/// (``ContainerLayout/metadataFileName``, FORMAT.md §9.1). The sandbox mounts it read-only:
+/// the app reads it and cannot change it.
+public struct ContainerMetadata: Sendable, Equatable, Codable {
+    /// The kind of container.
+    public enum Kind: String, Sendable, Codable {
+        case application
+        case appGroup
+    }
+
+    /// The format of this file; this version writes and reads 1.
+    public var schemaVersion: Int
+    public var kind: Kind
+    /// The app's or the group's identifier.
+    public var identifier: String
+    public var uuid: UUID
+    /// An app's `com.apple.developer.default-data-protection` entitlement, as installed or last
+    /// changed (an iOS class name); `nil` for groups. What files inherit is the default class set
+    /// on the container's root (FORMAT.md §3), which this sets at install.
+    public var defaultProtection: String?
+    /// An app's App Groups.
+    public var groups: [String]
+    /// Whether an app exposes `Documents` through the document browser (`UISupportsDocumentBrowser`).
+    public var documentBrowser: Bool
+    /// When the container was created.
+    public var created: Date
+
+    public static let currentSchemaVersion = 1
+
+    enum CodingKeys: String, CodingKey {
+        case schemaVersion = "SchemaVersion", kind = "Kind", identifier = "Identifier", uuid = "UUID"
+        case defaultProtection = "DefaultProtection", groups = "Groups", documentBrowser = "DocumentBrowser", created = "Created"
+    }
+
+    /// The default class, decoded.
+    public var protectionClass: ProtectionClass? { defaultProtection.flatMap(ProtectionClass.init(name:)) }
+
+    /// The entitlements this metadata stands for, with Apple's keys (`dpctl app info` shows them).
+    public var entitlements: [String: String] {
+        var result: [String: String] = [:]
+        if let cls = protectionClass { result["com.apple.developer.default-data-protection"] = cls.fileProtectionType.rawValue }
+        if kind == .application {
+            result["com.apple.security.application-groups"] = groups.joined(separator: ",")
+            result["UISupportsDocumentBrowser"] = documentBrowser ? "YES" : "NO"
+        }
+        return result
+    }
+
+    /// Reads and checks the metadata of the container at `directory`.
+    static func read(container directory: String) throws -> ContainerMetadata {
+        let path = directory + "/" + ContainerLayout.metadataFileName
+        let bytes: [UInt8]
+        do { bytes = try POSIXFile.readRegularFile(path, maxSize: 64 * 1024) } catch let error as FileSystemError {
+            throw ContainerError.damagedMetadata(path: path, reason: "cannot be read (\(error.errno))")
+        }
+        let metadata: ContainerMetadata
+        do { metadata = try PropertyListDecoder().decode(ContainerMetadata.self, from: Data(bytes)) } catch {
+            throw ContainerError.damagedMetadata(path: path, reason: "is not a valid property list of this format")
+        }
+        guard metadata.schemaVersion == currentSchemaVersion else {
+            throw ContainerError.damagedMetadata(path: path, reason: "has schema version \(metadata.schemaVersion); this version reads \(currentSchemaVersion)")
+        }
+        guard URL(fileURLWithPath: directory).lastPathComponent == metadata.uuid.uuidString else {
+            throw ContainerError.damagedMetadata(path: path, reason: "names UUID \(metadata.uuid.uuidString), not its directory's")
+        }
+        if let name = metadata.defaultProtection, ProtectionClass(name: name) == nil {
+            throw ContainerError.damagedMetadata(path: path, reason: "names an unknown class \(name)")
+        }
+        return metadata
+    }
+
+    /// Writes the metadata atomically, read-only (0444).
+    func write(container directory: String) throws {
+        let encoder = PropertyListEncoder()
+        encoder.outputFormat = .xml
+        let bytes = Array(try encoder.encode(self))
+        do {
+            try POSIXFile.writeAtomically(directory + "/" + ContainerLayout.metadataFileName, bytes, permissions: [.ownerRead, .groupRead, .otherRead])
+        } catch let error as FileSystemError {
+            throw ContainerError.fileSystem(error)
+        }
+    }
+}
