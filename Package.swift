@@ -137,6 +137,9 @@ let package = Package(
             name: "dpctl",
             dependencies: [
                 "DataProtection",
+                "DataProtectionContainers",
+                "DataProtectionKeybag",
+                "dp-sandbox-exec",
                 "DataProtectionBackup",
                 "DataProtectionSQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/uio.h>
+#include <spawn.h>
+#include <sys/syscall.h>
 #include "CLinuxShims.h"
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
@@ -73,4 +75,28 @@ long cshim_receive_descriptor(int socket, void *data, unsigned long length, int 
     }
     if (message.msg_flags & MSG_CTRUNC) { if (*fd >= 0) close(*fd); *fd = -1; errno = EMSGSIZE; return -1; }
     return n;
+}
+
+long cshim_landlock_abi(void) {
+#ifdef SYS_landlock_create_ruleset
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1U);
+#else
+    long abi = syscall(444, NULL, 0, 1U);
+#endif
+    return abi < 0 ? -errno : abi;
+}
+
+int cshim_spawn(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid) {
+    posix_spawn_file_actions_t actions;
+    int error = posix_spawn_file_actions_init(&actions);
+    if (error) return error;
+    // Sources are first moved above every target, so that no dup2 overwrites a later source.
+    int base = 1000;
+    for (int i = 0; i < count && !error; i++) error = posix_spawn_file_actions_adddup2(&actions, sources[i], base + i);
+    for (int i = 0; i < count && !error; i++) error = posix_spawn_file_actions_adddup2(&actions, base + i, i);
+    if (!error) error = posix_spawn_file_actions_addclosefrom_np(&actions, count);
+    if (error) { posix_spawn_file_actions_destroy(&actions); return error; }
+    error = posix_spawn(pid, path, &actions, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&actions);
+    return error;
 }

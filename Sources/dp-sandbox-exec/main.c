@@ -19,9 +19,10 @@
 // Every file-system right the kernel knows is handled, so anything not allowed above is
 // denied. --scope also confines abstract Unix sockets and signals to the sandbox (ABI 6).
 //
-// On any failure nothing is executed: one line goes to the status descriptor (if given) and to
-// standard error, and the exit status is 126. On success the status descriptor is closed by
-// the exec (it is close-on-exec), so the supervisor reads end-of-file.
+// The status descriptor (if given) tells the supervisor how it went: "R" once the restrictions
+// are in force, just before the exec (which closes the descriptor: it is close-on-exec); on any
+// failure, one line after it, and nothing is executed (exit status 126; the line also goes to
+// standard error). A supervisor that reads nothing at all knows bubblewrap failed before us.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -184,6 +185,7 @@ int main(int argc, char **argv) {
         if (dup2(stderr_fd, 2) < 0) fail("standard error: %s", strerror(errno));
         if (stderr_fd != 2) close(stderr_fd);
     }
+    if (status_fd >= 0) (void)!write(status_fd, "R", 1);
     execvp(argv[program], &argv[program]);
     fail("%s: %s", argv[program], strerror(errno));
 }

@@ -37,6 +37,14 @@ void cshim_wipe(void *pointer, unsigned long length);
 /// returned (BoringSSL's HMAC key block, an AES key schedule) may have left secrets.
 void cshim_scrub_stack(void);
 
+/// The kernel's Landlock ABI version (`landlock_create_ruleset(NULL, 0, VERSION)`), or -errno
+/// (-ENOSYS: no Landlock; -EOPNOTSUPP: Landlock disabled at boot).
+long cshim_landlock_abi(void);
+
+/// `posix_spawn` with the child's descriptors set up exactly: `count` descriptors (`sources[i]` becomes
+/// descriptor `i`) and every other descriptor closed. Returns 0 and the pid, or an errno.
+int cshim_spawn(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid);
+
 /// A 64-bit word another process publishes in shared memory, read with acquire ordering.
 static inline uint64_t cshim_load_acquire_u64(const uint64_t *word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
 

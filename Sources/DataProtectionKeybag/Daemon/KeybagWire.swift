@@ -206,6 +206,7 @@ package enum KeybagWire {
         case .io(let path, let reason): w.u8(17); string(&w, path); string(&w, reason)
         case .daemon(let why): w.u8(18); string(&w, why)
         case .invalidArgument(let why): w.u8(19); string(&w, why)
+        case .notPermitted(let what): w.u8(20); string(&w, what)
         }
     }
 
@@ -230,6 +231,7 @@ package enum KeybagWire {
         case 17: return .io(path: try string(&r, "path"), reason: try string(&r, "reason"))
         case 18: return .daemon(try string(&r, "why"))
         case 19: return .invalidArgument(try string(&r, "why"))
+        case 20: return .notPermitted(try string(&r, "what"))
         default: throw ProtocolError("unknown error")
         }
     }

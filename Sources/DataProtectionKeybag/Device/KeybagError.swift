@@ -42,6 +42,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     case daemon(String)
     /// A value given to the keybag is out of its range (a grace period of NaN, −1 or 10^300).
     case invalidArgument(String)
+    /// An operation this caller may not use: an app (through its supervisor) asked to unlock,
+    /// lock, erase, change the passcode or policy, or for a backup key.
+    case notPermitted(String)
 
     public var description: String {
         switch self {
@@ -83,6 +86,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "keybagd: \(why)"
         case .invalidArgument(let why):
             "invalid value: \(why)"
+        case .notPermitted(let what):
+            "not permitted: \(what)"
         }
     }
 

@@ -1,0 +1,142 @@
+import CLinuxShims
+import DataProtection
+import DataProtectionIPC
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs an app: confined in its sandbox (``SandboxProfile``), with the supervisor socket as its
+/// only way out, through which this process serves it the keys of its own files
+/// (FORMAT.md §9.3) — `dpctl app run` is this.
+///
+/// ```swift
+/// let supervisor = AppSupervisor(manager: manager)
+/// let status = try await supervisor.run(AppIdentifier("com.example.notes"), command: ["/usr/bin/notes"])
+/// ```
+///
+/// The supervisor and the app end together: the app dies with the supervisor (bubblewrap's
+/// `--die-with-parent` and its pid namespace), and the supervisor returns when the app ends.
+/// While it runs, the app cannot be uninstalled.
+public final class AppSupervisor: Sendable {
+    public let manager: ContainerManager
+    public var keybag: Keybag { manager.files.keybag }
+    private let logger = Logger(label: "app-supervisor")
+    /// Keybag channels one app may hold open at once.
+    static let maxChannels = 64
+
+    public init(manager: ContainerManager) { self.manager = manager }
+
+    /// Runs `command` (a path, or a name looked up on `PATH`) as `identifier` and returns its exit
+    /// status (128 + the signal's number when a signal ended it).
+    ///
+    /// - Parameter sandboxed: `false` runs the app unconfined (it still gets its places and the
+    ///   supervisor socket); callers must say so to the user.
+    /// - Throws: ``ContainerError/sandboxUnavailable(_:)`` when this machine lacks a part of the
+    ///   sandbox (nothing is run), ``ContainerError/launchFailed(_:)`` when the app could not
+    ///   start in it, ``ContainerError/unknownApp(_:)``.
+    public func run(_ identifier: AppIdentifier, command: [String], sandboxed: Bool = true,
+                    environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> Int32 {
+        guard let name = command.first, !name.isEmpty else { throw ContainerError.launchFailed("no command given") }
+        let app = try manager.app(identifier)
+        let groups = try app.groups.map { try manager.group($0) }
+        let requirements = sandboxed ? try SandboxRequirements.probe(environment: environment) : nil
+        let executable = try Self.resolve(name, environment: environment)
+        let running = try RunningAppLock.shared(container: app.url.path)
+        defer { running.release() }
+        restoreInboxLink(app)
+
+        var appEnvironment = Self.appEnvironment(app, passing: environment)
+        appEnvironment[SupervisorProtocol.descriptorVariable] = String(SandboxProfile.supervisorDescriptor)
+        let description = AppDescription(identifier: app.identifier.rawValue, container: app.url.path,
+                                         groups: Dictionary(uniqueKeysWithValues: groups.map { ($0.identifier.rawValue, $0.url.path) }),
+                                         sandboxed: sandboxed)
+
+        let control = try SocketPair()
+        let status = try Pipe2()
+        let bwrapErrors = try Pipe2()
+        let argv: [String]
+        let descriptors: [Int32]
+        if let requirements {
+            let profile = SandboxProfile(requirements: requirements, app: app, groups: groups, executable: executable,
+                                         arguments: Array(command.dropFirst()), environment: appEnvironment)
+            try profile.validate()
+            argv = [requirements.bubblewrap] + profile.bubblewrapArguments()
+            descriptors = [0, 1, bwrapErrors.write, control.app, status.write, 2]
+        } else {
+            argv = [executable] + command.dropFirst()
+            descriptors = [0, 1, 2, control.app]
+        }
+        let service = AppService(description: description, keybag: keybag, logger: logger)
+        try await service.start(control: control.supervisor)
+        defer { service.stop() }
+
+        let child = ChildProcess(path: argv[0], arguments: argv, environment: requirements == nil ? appEnvironment : [:], descriptors: descriptors)
+        try child.start()
+        control.closeAppEnd()
+        status.closeWriteEnd()
+        bwrapErrors.closeWriteEnd()
+        if requirements != nil {
+            let report = status.readAll()
+            if report.first != UInt8(ascii: "R") || report.count > 1 {
+                let code = await child.exitStatus()
+                let message = String(decoding: report.count > 1 ? Array(report.dropFirst(report.first == UInt8(ascii: "R") ? 1 : 0)) : bwrapErrors.readAll(), as: UTF8.self)
+                let line = message.split(separator: "\n").first.map(String.init) ?? "bubblewrap exited with status \(code)"
+                throw ContainerError.launchFailed(line)
+            }
+            bwrapErrors.forward(to: 2)
+        }
+        return await child.exitStatus()
+    }
+
+    /// The app's environment: its places (so unmodified Foundation code finds them), a plain
+    /// `PATH`, and the user's locale and terminal; nothing else of the caller's.
+    static func appEnvironment(_ app: AppContainer, passing caller: [String: String]) -> [String: String] {
+        var env: [String: String] = [
+            "HOME": app.url.path,
+            "CFFIXED_USER_HOME": app.url.path,                         // NSHomeDirectory()
+            "TMPDIR": app.temporaryDirectory.path + "/",               // NSTemporaryDirectory()
+            "XDG_CACHE_HOME": app.caches.path,                        // .cachesDirectory
+            "XDG_DATA_HOME": app.applicationSupport.path,             // .applicationSupportDirectory
+            "XDG_CONFIG_HOME": app.preferences.path,
+            "XDG_STATE_HOME": app.applicationSupport.path,
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            SupervisorProtocol.appVariable: app.identifier.rawValue,
+            SupervisorProtocol.containerVariable: app.url.path,
+        ]
+        for key in ["LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "TZ", "COLUMNS", "LINES", "NO_COLOR"] {
+            if let value = caller[key] { env[key] = value }
+        }
+        return env
+    }
+
+    /// `name` as a path: containing a `/`, made absolute; otherwise the first match on `PATH`.
+    static func resolve(_ name: String, environment: [String: String]) throws -> String {
+        var path = name
+        if !name.contains("/") {
+            guard let found = SandboxRequirements.findInPath(name, environment: environment) else {
+                throw ContainerError.launchFailed("\(name): command not found")
+            }
+            path = found
+        } else if !name.hasPrefix("/") {
+            path = FileManager.default.currentDirectoryPath + "/" + name
+        }
+        let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+        guard SandboxRequirements.isExecutable(resolved), !POSIXFile.kind(resolved).isDirectory else {
+            throw ContainerError.launchFailed("\(name): not an executable file")
+        }
+        return resolved
+    }
+
+    /// An app may have removed its `Documents/Inbox` link; it is put back at each launch (if
+    /// the app put something else there, that stays: it is the app's).
+    private func restoreInboxLink(_ app: AppContainer) {
+        if POSIXFile.linkStatus(app.inbox.path) == nil {
+            _ = try? POSIXFile.call("symlink", app.inbox.path) { symlink(AppContainer.inboxLinkTarget, $0) }
+        }
+        if POSIXFile.linkStatus(app.inboxStorage.path) == nil { try? makeDirectory(app.inboxStorage.path) }
+    }
+}

@@ -1,0 +1,257 @@
+import ArgumentParser
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+
+extension AppIdentifier: ExpressibleByArgument {
+    public init?(argument: String) { try? self.init(argument) }
+}
+
+/// Parses an app identifier, failing with the rule (not ArgumentParser's generic message).
+func appIdentifier(_ text: String) throws -> AppIdentifier { try AppIdentifier(text) }
+func groupIdentifier(_ text: String) throws -> AppGroupIdentifier { try AppGroupIdentifier(text) }
+
+struct App: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "app",
+        abstract: "Install apps, run them in their sandbox, list and remove them.",
+        discussion: """
+            An app is a reverse-DNS identifier with a data container under the data root \
+            (Containers/Data/Application/UUID: Documents, Library, tmp, as on iOS). `dpctl app run` \
+            runs a command as the app, confined: it sees its own container, its App Groups' \
+            containers and the system, nothing else of the data root or of your home.
+            """,
+        subcommands: [AppInstall.self, AppList.self, AppInfo.self, AppRun.self, AppSetProtection.self, AppUninstall.self])
+}
+
+/// Opens the device (locked, unless a passcode file is given) and the container manager.
+func containerManager(_ device: DeviceOptions, passcodeFile: String? = nil) async throws -> ContainerManager {
+    ContainerManager(files: ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: passcodeFile)))
+}
+
+struct AppInstall: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "install",
+        abstract: "Register an app and create its container.",
+        discussion: """
+            The default protection class (the com.apple.developer.default-data-protection \
+            entitlement; iOS's default is completeUntilFirstUserAuthentication) is set on the \
+            container's root, so every file the app creates inherits it. Group containers are \
+            created with their first member, at iOS's default class until `dpctl group \
+            set-protection` (or a member app) sets theirs.
+            """)
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: ArgumentHelp("The app's identifier: \(AppIdentifier.rule).", valueName: "id")) var identifier: String
+    @Option(help: ArgumentHelp("The container's default class (complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, or A-D).", valueName: "class"))
+    var defaultProtection: ProtectionClass = .default
+    @Option(name: .customLong("group"), help: ArgumentHelp("An App Group the app belongs to (repeatable): \(AppGroupIdentifier.rule).", valueName: "group-id"))
+    var groups: [String] = []
+    @Flag(help: "Expose Documents through the document browser (UISupportsDocumentBrowser).") var documentBrowser = false
+
+    func run() async throws {
+        let id = try appIdentifier(identifier)
+        let groupIDs = try groups.map(groupIdentifier)
+        let app = try await containerManager(device).install(id, defaultProtection: defaultProtection, groups: groupIDs, documentBrowser: documentBrowser)
+        printOut("installed \(app.identifier) in \(app.url.path) (default class \(app.defaultProtection))")
+    }
+}
+
+struct AppList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "List the installed apps.")
+    @OptionGroup var device: DeviceOptions
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() async throws {
+        let manager = try await containerManager(device)
+        let apps = manager.apps()
+        if json { return printJSON(apps.map { AppReport($0, manager: manager) }) }
+        guard !apps.isEmpty else { return printOut("no apps installed") }
+        printOut(table([["APP", "CLASS", "GROUPS", "CONTAINER"]] + apps.map {
+            [$0.identifier.rawValue, $0.defaultProtection.shortName, $0.groups.map(\.rawValue).joined(separator: ","), $0.url.path]
+        }))
+    }
+}
+
+struct AppInfo: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "info", abstract: "Show an app's container, class, groups and entitlements.")
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() async throws {
+        let manager = try await containerManager(device)
+        let app = try manager.app(try appIdentifier(identifier))
+        let report = AppReport(app, manager: manager)
+        if json { return printJSON(report) }
+        var lines = [
+            "app:              \(report.identifier)",
+            "container:        \(report.container)",
+            "uuid:             \(report.uuid)",
+            "default class:    \(report.defaultProtection)" + (report.defaultProtection != report.entitledProtection ? " (entitlement: \(report.entitledProtection))" : ""),
+            "document browser: \(report.documentBrowser ? "yes" : "no")",
+            "installed:        \(report.created)",
+        ]
+        for group in report.groups {
+            lines.append("group:            \(group.identifier) \(group.container ?? "(missing)") class \(group.defaultProtection ?? "-")\(group.protectionSet ? "" : " (not set: iOS's default)")")
+        }
+        for (key, value) in report.entitlements.sorted(by: { $0.key < $1.key }) { lines.append("entitlement:      \(key) = \(value)") }
+        printOut(lines.joined(separator: "\n"))
+    }
+}
+
+/// What `app info --json` and `app list --json` print.
+struct AppReport: Encodable {
+    struct Group: Encodable {
+        var identifier: String
+        var container: String?
+        var defaultProtection: String?
+        var protectionSet: Bool
+    }
+    var identifier: String
+    var uuid: String
+    var container: String
+    var defaultProtection: String
+    var entitledProtection: String
+    var documentBrowser: Bool
+    var created: String
+    var groups: [Group]
+    var entitlements: [String: String]
+
+    init(_ app: AppContainer, manager: ContainerManager) {
+        identifier = app.identifier.rawValue
+        uuid = app.uuid.uuidString
+        container = app.url.path
+        defaultProtection = app.defaultProtection.iOSName
+        entitledProtection = app.entitledProtection.iOSName
+        documentBrowser = app.supportsDocumentBrowser
+        created = ISO8601DateFormatter().string(from: app.metadata.created)
+        groups = app.groups.map { id in
+            let group = try? manager.group(id)
+            return Group(identifier: id.rawValue, container: group?.url.path, defaultProtection: group?.defaultProtection.iOSName, protectionSet: group?.isProtectionSet ?? false)
+        }
+        entitlements = app.metadata.entitlements
+    }
+}
+
+func printJSON(_ value: some Encodable) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    printOut(String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self))
+}
+
+struct AppRun: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run COMMAND as the app, in its sandbox.",
+        discussion: """
+            Inside, the app sees its container (NSHomeDirectory(); Documents, Library and tmp \
+            writable, Documents/Inbox readable and deletable only), its groups' containers, and \
+            the system read-only — nothing else of the data root or your home. Its only way out \
+            is a socket to this process, which serves it the keys of its own files (it can never \
+            unlock, lock or erase the device). The app ends when this process ends, and this \
+            process exits with the app's status. Needs bubblewrap, and Landlock ABI 3 (Linux 6.2).
+            """)
+
+    @OptionGroup var device: DeviceOptions
+    @OptionGroup var unlock: UnlockOptions
+    @Flag(help: "Run the app unconfined (it still gets its places and keys). Says so on standard error.") var noSandbox = false
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+    @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
+    var command: [String] = []
+
+    func validate() throws {
+        guard !command.isEmpty else { throw ValidationError("give the command after --: dpctl app run ID -- COMMAND [ARGS...]") }
+    }
+
+    func run() async throws {
+        let id = try appIdentifier(identifier)
+        let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
+        if noSandbox {
+            FileHandle.standardError.write(Data("dpctl: running \(id) WITHOUT its sandbox (--no-sandbox): it can reach everything you can\n".utf8))
+        }
+        let status = try await AppSupervisor(manager: manager).run(id, command: command, sandboxed: !noSandbox)
+        throw ExitCode(status)
+    }
+}
+
+struct AppSetProtection: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set-protection",
+        abstract: "Change an app's default class; existing files keep theirs unless --reprotect.",
+        discussion: """
+            As on iOS, a changed default reaches new files only. --reprotect also re-protects \
+            every existing file of the container (with progress); locked classes need \
+            --passcode-file.
+            """)
+
+    @OptionGroup var device: DeviceOptions
+    @OptionGroup var unlock: UnlockOptions
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+    @Argument(help: ArgumentHelp("The class (complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, or A-D).", valueName: "class"))
+    var protectionClass: ProtectionClass
+    @Flag(help: "Re-protect the files already in the container too.") var reprotect = false
+
+    func run() async throws {
+        let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
+        let bar = ProgressLine(enabled: isatty(STDERR_FILENO) == 1)
+        let report = try await manager.setDefaultProtection(protectionClass, ofApp: try appIdentifier(identifier), reprotect: reprotect) { p in
+            bar.update(done: p.completed, total: p.total)
+        }
+        bar.finish()
+        printOut("\(identifier): default class \(protectionClass) for new files")
+        if let report {
+            printOut("re-protected \(report.filesChanged) files (\(report.filesUnchanged) already \(protectionClass.shortName)), \(report.failures.count) failed")
+            for (path, why) in report.failures.sorted(by: { $0.key < $1.key }) { printOut("  failed: \(path): \(why)") }
+            if !report.failures.isEmpty { throw ExitCode(ExitStatus.unavailable.rawValue) }
+        }
+    }
+}
+
+struct AppUninstall: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "uninstall",
+        abstract: "Remove an app and its container (a group's container goes with its last member).")
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+
+    func run() async throws {
+        let id = try appIdentifier(identifier)
+        try await containerManager(device).uninstall(id)
+        printOut("uninstalled \(id)")
+    }
+}
+
+struct Group: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "group",
+        abstract: "App Group containers: set their class.",
+        subcommands: [GroupSetProtection.self])
+}
+
+struct GroupSetProtection: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set-protection",
+        abstract: "Set an App Group container's class (apps' defaults do not reach it).",
+        discussion: """
+            A group container starts at iOS's default class (completeUntilFirstUserAuthentication) \
+            whatever its members' entitlements say: set its class here or from a member app. New \
+            files get it; --reprotect changes the existing ones too.
+            """)
+    @OptionGroup var device: DeviceOptions
+    @OptionGroup var unlock: UnlockOptions
+    @Argument(help: ArgumentHelp("The group's identifier.", valueName: "group-id")) var identifier: String
+    @Argument(help: ArgumentHelp("The class.", valueName: "class")) var protectionClass: ProtectionClass
+    @Flag(help: "Re-protect the files already in the group container too.") var reprotect = false
+
+    func run() async throws {
+        let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
+        let report = try await manager.setDefaultProtection(protectionClass, ofGroup: try groupIdentifier(identifier), reprotect: reprotect)
+        printOut("\(identifier): default class \(protectionClass) for new files")
+        if let report {
+            printOut("re-protected \(report.filesChanged) files, \(report.failures.count) failed")
+            if !report.failures.isEmpty { throw ExitCode(ExitStatus.unavailable.rawValue) }
+        }
+    }
+}
