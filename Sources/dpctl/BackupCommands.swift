@@ -1,6 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionBackup
+import DataProtectionContainers
 import Foundation
 
 struct Exclude: AsyncParsableCommand {
@@ -80,7 +81,7 @@ struct BackupPassword: AsyncParsableCommand {
 
 struct Backup: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Back up SOURCE into the repository DEST, skipping marked items and Library/Caches, tmp.",
+        abstract: "Back up SOURCE into the repository DEST, skipping marked items (and apps' Library/Caches, tmp).",
         discussion: """
             Protected files are copied as ciphertext (nothing is decrypted: it works while locked); plain \
             files are sealed as class B objects, so nothing in a backup is readable without this device \
@@ -89,7 +90,7 @@ struct Backup: AsyncParsableCommand {
             """)
 
     @OptionGroup var device: DeviceOptions
-    @Argument(help: "The directory to back up (an app container).") var source: String
+    @Argument(help: "The directory to back up (an app's container, the data root, any directory).") var source: String
     @Argument(help: "The backup repository (created if needed).") var destination: String
     @Option(help: ArgumentHelp("Check that this backup password opens the backup keybag first.", valueName: "file"))
     var passwordFile: String?
@@ -108,8 +109,11 @@ struct Backup: AsyncParsableCommand {
             }
             _ = try BackupKeybag(contentsOf: url).unlock(password: try readPasscode(passwordFile))
         }
+        let files = ProtectedFileManager(keybag: keybag)
+        // What is left out by place is the container layer's knowledge, not the engine's.
+        let policy = ContainerManager(files: files).backupExclusionPolicy(for: URL(fileURLWithPath: source))
         let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
-                                  files: ProtectedFileManager(keybag: keybag), dryRun: dryRun)
+                                  files: files, dryRun: dryRun, policy: policy)
         let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
         let summary = try await engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update(done: $0, total: 0) })
         bar.finish()

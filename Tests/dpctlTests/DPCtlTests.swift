@@ -162,12 +162,11 @@ import Testing
 }
 
 @Suite(.serialized) struct DPCtlBackupTests {
-    /// The seed's container, written through dpctl on device 1.
+    /// The seed's container (an installed app's), written through dpctl on device 1.
     func container(_ cli: CLI, passcode: String) throws -> URL {
-        let c = cli.work.appendingPathComponent("container")
-        for dir in ["Documents", "Library/Caches", "tmp"] {
-            try FileManager.default.createDirectory(at: c.appendingPathComponent(dir), withIntermediateDirectories: true)
-        }
+        #expect(try cli.run(["app", "install", "com.example.seed"]).status == 0)
+        let info = try JSONSerialization.jsonObject(with: try cli.run(["app", "info", "com.example.seed", "--json"]).stdout) as? [String: Any]
+        let c = URL(fileURLWithPath: try #require(info?["container"] as? String))
         let offline = c.appendingPathComponent("Documents/offline")
         try FileManager.default.createDirectory(at: offline, withIntermediateDirectories: true)
         #expect(try cli.run(["exclude", offline.path]).status == 0)

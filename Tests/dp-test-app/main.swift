@@ -1,0 +1,83 @@
+// An app for the container tests: run under `dpctl app run`, it does what a test asks from
+// inside the sandbox and prints what happened (one line per attempt), as an attacker would.
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+
+func fail(_ message: String, status: Int32 = 1) -> Never {
+    FileHandle.standardError.write(Data("dp-test-app: \(message)\n".utf8))
+    exit(status)
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard let command = arguments.first else { fail("usage: dp-test-app COMMAND …") }
+
+switch command {
+case "places":
+    // What unmodified Foundation code finds, and what the app API says.
+    let fm = FileManager.default
+    var places: [String: String] = [
+        "home": NSHomeDirectory(),
+        "tmp": NSTemporaryDirectory(),
+        "documents": fm.urls(for: .documentDirectory, in: .userDomainMask).first?.path ?? "",
+        "caches": fm.urls(for: .cachesDirectory, in: .userDomainMask).first?.path ?? "",
+        "applicationSupport": fm.urls(for: .applicationSupportDirectory, in: .userDomainMask).first?.path ?? "",
+    ]
+    if let app = CurrentApp.shared {
+        places["identifier"] = app.identifier.rawValue
+        places["container"] = app.url.path
+        places["sandboxed"] = app.isSandboxed ? "yes" : "no"
+    }
+    for group in arguments.dropFirst() {
+        places["group:" + group] = fm.containerURL(forSecurityApplicationGroupIdentifier: group)?.path ?? "nil"
+    }
+    let data = try JSONSerialization.data(withJSONObject: places, options: [.sortedKeys])
+    print(String(decoding: data, as: UTF8.self))
+
+case "write":
+    guard arguments.count == 3, let app = CurrentApp.shared else { fail("usage: write PATH TEXT (as an app)") }
+    let url = URL(fileURLWithPath: arguments[1])
+    do {
+        try await app.files.write(Data(arguments[2].utf8), to: url)
+        print("wrote \(url.path) class \(try app.files.protection(ofItemAt: url).fileClass.map(\.shortName) ?? "plain")")
+    } catch { fail("\(error)", status: error is ProtectedFileError ? 3 : 1) }
+
+case "read":
+    guard arguments.count == 2, let app = CurrentApp.shared else { fail("usage: read PATH (as an app)") }
+    do {
+        print(String(decoding: try await app.files.contents(of: URL(fileURLWithPath: arguments[1])), as: UTF8.self))
+    } catch let error as ProtectedFileError {
+        if case .unavailable = error { fail("\(error)", status: 3) }
+        fail("\(error)")
+    } catch { fail("\(error)") }
+
+case "attack-keybag":
+    // Everything an app must not do to the device, through the public API and through raw frames.
+    guard let app = CurrentApp.shared else { fail("not an app") }
+    var allowed: [String] = []
+    func attempt(_ name: String, _ body: () async throws -> Void) async {
+        do {
+            try await body()
+            allowed.append(name)
+            print("\(name): ALLOWED")
+        } catch {
+            print("\(name): refused: \(error)")
+        }
+    }
+    let passcode = arguments.count > 1 ? arguments[1] : "1234"
+    await attempt("unlock") { try await app.keybag.unlock(passcode: passcode) }
+    await attempt("erase") { try await app.keybag.erase() }
+    await attempt("change-passcode") { try await app.keybag.changePasscode(from: passcode, to: "0000") }
+    await attempt("remove-passcode") { try await app.keybag.removePasscode(current: passcode) }
+    await attempt("set-grace-period") { try await app.keybag.setGracePeriod(3600) }
+    await attempt("erase-after-ten-off") { try await app.keybag.setEraseAfterTenFailures(false) }
+    await attempt("backup-password") { try await app.keybag.setBackupPassword("pw") }
+    // lock() reports nothing: its effect is checked from outside.
+    await app.keybag.lock()
+    print("lock-state-after-lock: \(await app.keybag.lockState)")
+    exit(allowed.isEmpty ? 0 : 1)
+
+default:
+    fail("unknown command \(command)")
+}
