@@ -78,6 +78,40 @@ case "attack-keybag":
     print("lock-state-after-lock: \(await app.keybag.lockState)")
     exit(allowed.isEmpty ? 0 : 1)
 
+case "defaults-hammer":
+    // Sets PREFIX.0 … PREFIX.N-1 in the suite's defaults, one set at a time, then synchronizes.
+    guard arguments.count == 4, let count = Int(arguments[3]), let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else {
+        fail("usage: defaults-hammer SUITE PREFIX COUNT (as a member app)")
+    }
+    for i in 0..<count {
+        defaults.set(i, forKey: "\(arguments[2]).\(i)")
+        if i % 100 == 99 { _ = defaults.synchronize() }
+    }
+    guard defaults.synchronize() else { fail("synchronize failed") }
+    print("set \(count)")
+
+case "defaults-count":
+    // How many keys of the suite start with PREFIX.
+    guard arguments.count == 3, let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else { fail("usage: defaults-count SUITE PREFIX") }
+    print(defaults.dictionaryRepresentation().keys.filter { $0.hasPrefix(arguments[2] + ".") }.count)
+
+case "defaults-wait":
+    // Waits (at most 30 s) until KEY holds VALUE, announced by a change notification.
+    guard arguments.count == 4, let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else { fail("usage: defaults-wait SUITE KEY VALUE") }
+    let changes = defaults.changes()
+    FileHandle.standardOutput.write(Data("waiting\n".utf8))   // unbuffered: the test reads it now
+    Task.detached { try? await Task.sleep(for: .seconds(30)); fail("no change notification within 30 s", status: 2) }
+    for await _ in changes where defaults.string(forKey: arguments[2]) == arguments[3] {
+        print("notified: \(arguments[2]) = \(arguments[3])")
+        exit(0)
+    }
+
+case "defaults-set":
+    guard arguments.count == 4, let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else { fail("usage: defaults-set SUITE KEY VALUE") }
+    defaults.set(arguments[3], forKey: arguments[2])
+    guard defaults.synchronize() else { fail("synchronize failed") }
+    print("set")
+
 default:
     fail("unknown command \(command)")
 }

@@ -1,0 +1,238 @@
+import DataProtection
+import DataProtectionKeybag
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The machinery behind ``ProtectedUserDefaults``: the values in memory, a worker thread that
+/// merges pending changes into the file key by key under `flock`, and a watcher (inotify on the
+/// directory) that has the worker read back what other processes wrote.
+final class PreferencesStore: @unchecked Sendable {
+    enum Change { case set(Any), remove }
+    /// What identifies one version of the file without reading it.
+    struct FileIdentity: Equatable { var device: UInt64, inode: UInt64, size: Int64, modified: Int, modifiedNanoseconds: Int }
+
+    let url: URL?
+    let files: ProtectedFileManager?
+    let logger = Logger(label: "preferences")
+    weak var owner: ProtectedUserDefaults?
+
+    // Everything below is guarded by `condition`.
+    private let condition = NSCondition()
+    private var stored: [String: Any] = [:]
+    private var registered: [String: Any] = [:]
+    private var pending: [String: Change] = [:]
+    private var requested = 0      // work requests (sets, syncs, file events)
+    private var completed = 0      // requests the worker has finished
+    private var lastOK = true
+    private var stopped = false
+    private var knownFile: FileIdentity?
+    private var streams: [UUID: AsyncStream<Void>.Continuation] = [:]
+    private var wake: [Int32] = [-1, -1]
+
+    init(url: URL?, files: ProtectedFileManager?) {
+        self.url = url
+        self.files = files
+    }
+
+    /// Loads the file, then starts the worker and the watcher.
+    func start() {
+        guard url != nil else { return }
+        _ = pipe(&wake)
+        for fd in wake { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let worker = Thread { [self] in work() }
+        worker.name = "preferences"
+        worker.start()
+        let watcher = Thread { [self] in watch() }
+        watcher.name = "preferences watcher"
+        watcher.start()
+        _ = synchronize()
+    }
+
+    deinit {
+        for fd in wake where fd >= 0 { close(fd) }
+    }
+
+    // MARK: - Values
+
+    func value(forKey key: String) -> Any? {
+        condition.lock(); defer { condition.unlock() }
+        return stored[key] ?? registered[key]
+    }
+
+    func snapshot() -> [String: Any] {
+        condition.lock(); defer { condition.unlock() }
+        return registered.merging(stored) { $1 }
+    }
+
+    func register(_ defaults: [String: Any]) {
+        condition.lock(); defer { condition.unlock() }
+        registered.merge(defaults) { $1 }
+    }
+
+    func set(_ value: Any?, forKey key: String) {
+        condition.lock()
+        if let value { stored[key] = value; pending[key] = .set(value) } else { stored[key] = nil; pending[key] = .remove }
+        requested += 1
+        condition.broadcast()
+        condition.unlock()
+        announce()
+    }
+
+    /// Waits until everything asked so far is written and the file read back.
+    func synchronize() -> Bool {
+        guard url != nil else { return true }
+        condition.lock(); defer { condition.unlock() }
+        requested += 1
+        let ticket = requested
+        condition.broadcast()
+        while completed < ticket && !stopped { condition.wait() }
+        return lastOK
+    }
+
+    func changes() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let token = UUID()
+        condition.lock(); streams[token] = continuation; condition.unlock()
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            self.condition.lock(); self.streams[token] = nil; self.condition.unlock()
+        }
+        return stream
+    }
+
+    private func announce() {
+        condition.lock(); let continuations = Array(streams.values); condition.unlock()
+        for continuation in continuations { continuation.yield() }
+        if let owner { NotificationCenter.default.post(name: ProtectedUserDefaults.didChangeNotification, object: owner) }
+    }
+
+    // MARK: - The worker
+
+    private func work() {
+        while true {
+            condition.lock()
+            while completed >= requested && !stopped { condition.wait() }
+            if stopped { condition.unlock(); return }
+            let ticket = requested
+            let changes = pending
+            pending = [:]
+            let known = knownFile
+            condition.unlock()
+
+            let outcome = merge(changes, knownFile: known)
+
+            condition.lock()
+            var changedElsewhere = false
+            if let values = outcome.values {
+                // What others wrote, with what this process set since (still pending) on top.
+                var view = values
+                for (key, change) in pending {
+                    switch change { case .set(let value): view[key] = value; case .remove: view[key] = nil }
+                }
+                changedElsewhere = !NSDictionary(dictionary: stored).isEqual(to: view)
+                stored = view
+                knownFile = outcome.identity
+            }
+            if !outcome.ok {
+                // Not written (a locked class, a full disk): kept for the next attempt, unless
+                // set again since.
+                for (key, change) in changes where pending[key] == nil { pending[key] = change }
+            }
+            lastOK = outcome.ok
+            completed = ticket
+            condition.broadcast()
+            condition.unlock()
+            if changedElsewhere { announce() }
+        }
+    }
+
+    /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
+    /// Returns the values now in the file (`nil` when they could not be read) and whether all
+    /// went well. An unreadable file is never overwritten.
+    private func merge(_ changes: [String: Change], knownFile: FileIdentity?) -> (values: [String: Any]?, identity: FileIdentity?, ok: Bool) {
+        guard let url, let files else { return (nil, nil, true) }
+        let lockPath = url.deletingLastPathComponent().appendingPathComponent("." + url.lastPathComponent + ".lock").path
+        let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard lock >= 0 else {
+            logger.error("\(lockPath): \(String(cString: strerror(errno)))")
+            return (nil, nil, false)
+        }
+        defer { close(lock) }
+        while flock(lock, LOCK_EX) != 0 && errno == EINTR {}
+
+        var values: [String: Any] = [:]
+        let before = identity(url.path)
+        if before != nil {
+            if changes.isEmpty, before == knownFile { return (nil, knownFile, true) }   // nothing new on either side
+            do {
+                let data = try runBlocking { try await files.contents(of: url) }
+                guard let dictionary = try PropertyListSerialization.propertyList(from: data, options: [], format: nil) as? [String: Any] else {
+                    throw ContainerError.damagedMetadata(path: url.path, reason: "is not a dictionary")
+                }
+                values = dictionary
+            } catch {
+                logger.error("\(url.path): cannot be read: \(error)")
+                return (nil, nil, false)
+            }
+        }
+        guard !changes.isEmpty else { return (values, before, true) }
+        for (key, change) in changes {
+            switch change { case .set(let value): values[key] = value; case .remove: values[key] = nil }
+        }
+        do {
+            let data = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
+            try runBlocking { try await files.write(data, to: url) }
+        } catch {
+            logger.error("\(url.path): cannot be written: \(error)")
+            return (nil, nil, false)
+        }
+        return (values, identity(url.path), true)
+    }
+
+    private func identity(_ path: String) -> FileIdentity? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        return FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size),
+                            modified: Int(st.st_mtim.tv_sec), modifiedNanoseconds: Int(st.st_mtim.tv_nsec))
+    }
+
+    // MARK: - The watcher
+
+    /// Asks the worker to read the file back whenever it is replaced, written or removed.
+    private func watch() {
+        guard let url else { return }
+        let fd = inotify_init1(Int32(IN_CLOEXEC))
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let directory = url.deletingLastPathComponent().path
+        guard inotify_add_watch(fd, directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_CREATE)) >= 0 else { return }
+        let name = url.lastPathComponent
+        var buffer = [UInt8](repeating: 0, count: 16384)
+        while true {
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
+            if poll(&fds, 2, -1) < 0 { if errno == EINTR { continue } else { return } }
+            if fds[1].revents != 0 { return }
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { if n < 0 && errno == EINTR { continue } else { return } }
+            var offset = 0, relevant = false
+            while offset + 16 <= n {
+                let length = Int(buffer[offset + 12]) | Int(buffer[offset + 13]) << 8 | Int(buffer[offset + 14]) << 16 | Int(buffer[offset + 15]) << 24
+                let nameBytes = buffer[(offset + 16)..<min(n, offset + 16 + length)].prefix { $0 != 0 }
+                if String(decoding: nameBytes, as: UTF8.self) == name { relevant = true }
+                offset += 16 + length
+            }
+            if relevant {
+                condition.lock(); requested += 1; condition.broadcast(); condition.unlock()
+            }
+        }
+    }
+
+    /// Stops the worker and the watcher (the defaults object went away).
+    func stop() {
+        condition.lock(); stopped = true; condition.broadcast(); condition.unlock()
+        if wake[1] >= 0 { var byte: UInt8 = 1; _ = write(wake[1], &byte, 1) }
+    }
+}

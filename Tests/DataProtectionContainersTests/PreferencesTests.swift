@@ -1,0 +1,93 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// Group preferences between two member apps, each in its own sandbox.
+@Suite(.serialized) struct PreferencesTests {
+    func groupWorld() throws -> AppWorld {
+        let world = try AppWorld.make()
+        try world.install("com.example.one", ["--group", "group.com.example.prefs"])
+        try world.install("com.example.two", ["--group", "group.com.example.prefs"])
+        try world.install("com.example.outsider")
+        return world
+    }
+
+    /// Each `dpctl app run` is its own boot (no keybagd): unlocked with the passcode for class C.
+    func unlock(_ world: AppWorld) -> [String] { ["--passcode-file", world.passcode] }
+
+    /// Starts `dpctl app run ID -- dp-test-app ARGS` without waiting for it.
+    func start(_ world: AppWorld, _ id: String, _ args: [String]) throws -> (Process, Pipe) {
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", id, "--passcode-file", world.passcode, "--", AppWorld.testApp] + args
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.standardError
+        try process.run()
+        return (process, out)
+    }
+
+    @Test func twoMemberAppsSettingKeysAtOnceLoseNoUpdate() throws {
+        let world = try groupWorld()
+        let one = try start(world, "com.example.one", ["defaults-hammer", "group.com.example.prefs", "one", "1000"])
+        let two = try start(world, "com.example.two", ["defaults-hammer", "group.com.example.prefs", "two", "1000"])
+        for (process, _) in [one, two] { process.waitUntilExit(); #expect(process.terminationStatus == 0) }
+        #expect(try world.testApp("com.example.one", ["defaults-count", "group.com.example.prefs", "one"], extra: unlock(world)).out == "1000\n")
+        #expect(try world.testApp("com.example.one", ["defaults-count", "group.com.example.prefs", "two"], extra: unlock(world)).out == "1000\n")
+        // Stored as a protected file of the group's class, not as a readable plist.
+        let group = try world.groupContainer(of: "com.example.one", "group.com.example.prefs")
+        let plist = URL(fileURLWithPath: group + "/Library/Preferences/group.com.example.prefs.plist")
+        #expect(try ItemInspector.protection(ofItemAt: plist) == .protected(.completeUntilFirstUserAuthentication))
+        #expect(!(try Data(contentsOf: plist)).starts(with: Data("bplist".utf8)))
+        // A non-member gets nil for the suite, as it gets nil for the container.
+        let outsider = try world.testApp("com.example.outsider", ["defaults-count", "group.com.example.prefs", "one"])
+        #expect(outsider.status != 0 && outsider.stderr.contains("usage"))
+    }
+
+    @Test func aChangeByOneMemberIsAnnouncedToTheOther() throws {
+        let world = try groupWorld()
+        let (waiter, out) = try start(world, "com.example.two", ["defaults-wait", "group.com.example.prefs", "note", "hello"])
+        var line = Data()
+        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+        #expect(String(decoding: line, as: UTF8.self) == "waiting")
+        #expect(try world.testApp("com.example.one", ["defaults-set", "group.com.example.prefs", "note", "hello"], extra: unlock(world)).out == "set\n")
+        waiter.waitUntilExit()
+        #expect(waiter.terminationStatus == 0)
+        #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "notified: note = hello\n")
+    }
+
+    @Test func theUserDefaultsShapeBehavesAsFoundations() async throws {
+        let dir = temporaryDirectory()
+        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let url = dir.appendingPathComponent("com.example.plist")
+        let defaults = ProtectedUserDefaults(url: url, files: files)
+        defaults.register(defaults: ["theme": "light", "count": 1])
+        #expect(defaults.string(forKey: "theme") == "light" && defaults.integer(forKey: "count") == 1)
+        defaults.set("dark", forKey: "theme")
+        defaults.set(42, forKey: "count")
+        defaults.set(true, forKey: "flag")
+        defaults.set(2.5, forKey: "ratio")
+        defaults.set(Data([1, 2, 3]), forKey: "blob")
+        defaults.set(["a", "b"], forKey: "list")
+        defaults.set(["k": "v"], forKey: "dict")
+        defaults.set("YES", forKey: "yes")
+        #expect(throws: ContainerError.self) { try defaults.setValue(NSObject(), forKey: "bad") }
+        #expect(defaults.synchronize())
+        // A second reader of the same file sees everything, typed.
+        let again = ProtectedUserDefaults(url: url, files: files)
+        #expect(again.string(forKey: "theme") == "dark")
+        #expect(again.integer(forKey: "count") == 42 && again.bool(forKey: "flag") && again.double(forKey: "ratio") == 2.5)
+        #expect(again.data(forKey: "blob") == Data([1, 2, 3]))
+        #expect(again.stringArray(forKey: "list") == ["a", "b"])
+        #expect(again.dictionary(forKey: "dict") as? [String: String] == ["k": "v"])
+        #expect(again.bool(forKey: "yes") && again.object(forKey: "bad") == nil)
+        again.removeObject(forKey: "theme")
+        #expect(again.synchronize())
+        #expect(ProtectedUserDefaults(url: url, files: files).object(forKey: "theme") == nil)
+        #expect(Set(again.dictionaryRepresentation().keys) == ["count", "flag", "ratio", "blob", "list", "dict", "yes"])
+    }
+}
