@@ -114,6 +114,7 @@ let package = Package(
                 "DataProtectionKeybag",
                 "DataProtectionIPC",
                 "CLinuxShims",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]

@@ -112,6 +112,49 @@ case "defaults-set":
     guard defaults.synchronize() else { fail("synchronize failed") }
     print("set")
 
+case "counter-hammer":
+    // Read-modify-write of a counter file COUNT times, coordinated or not.
+    guard arguments.count >= 3, let count = Int(arguments[2]) else { fail("usage: counter-hammer PATH COUNT [--uncoordinated]") }
+    let url = URL(fileURLWithPath: arguments[1])
+    let coordinated = !arguments.contains("--uncoordinated")
+    let coordinator = FileCoordinator()
+    func increment(_ url: URL) throws {
+        let value = Int(String(decoding: (try? Data(contentsOf: url)) ?? Data(), as: UTF8.self)) ?? 0
+        for _ in 0..<50 { sched_yield() }   // a window as wide as real work leaves between read and write
+        try Data(String(value + 1).utf8).write(to: url, options: .atomic)
+    }
+    for _ in 0..<count {
+        if coordinated {
+            try coordinator.coordinate(writingItemAt: url, options: .forMerging) { try increment($0) }
+        } else {
+            try increment(url)
+        }
+    }
+    print("done")
+
+case "present-wait":
+    // Presents PATH and waits (at most 30 s) to be told another process changed it.
+    guard arguments.count == 2 else { fail("usage: present-wait PATH") }
+    final class Presenter: FilePresenter, @unchecked Sendable {
+        let presentedItemURL: URL?
+        init(_ url: URL) { presentedItemURL = url }
+        func presentedItemDidChange() { print("changed"); exit(0) }
+        func presentedItemWasDeleted() { print("deleted"); exit(0) }
+        func presentedItemDidMove(to newURL: URL) { print("moved to \(newURL.path)"); exit(0) }
+    }
+    let presenter = Presenter(URL(fileURLWithPath: arguments[1]))
+    FileCoordinator.addFilePresenter(presenter)
+    FileHandle.standardOutput.write(Data("presenting\n".utf8))
+    try? await Task.sleep(for: .seconds(30))
+    fail("not told of a change within 30 s", status: 2)
+
+case "coordinated-write":
+    guard arguments.count == 3 else { fail("usage: coordinated-write PATH TEXT") }
+    try FileCoordinator().coordinate(writingItemAt: URL(fileURLWithPath: arguments[1]), options: .forReplacing) { url in
+        try Data(arguments[2].utf8).write(to: url, options: .atomic)
+    }
+    print("written")
+
 default:
     fail("unknown command \(command)")
 }

@@ -1,0 +1,79 @@
+import Crypto
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One item's lock and change record in a coordination directory (FORMAT.md §9.5):
+/// `<dir>/<32 hex of SHA-256(path)>.lock` (held with `flock`: shared to read, exclusive to
+/// write) and `<…>.change` (replaced atomically after each coordinated write:
+/// `kind`, `origin`, `path` and, for a move, the new path, one per line).
+///
+/// The directory is `.coordination` in the group container that holds the item, or
+/// `Library/.coordination` in an app's container (its root is read-only to the app), or — for an
+/// item in no container — `.coordination` beside it.
+struct CoordinationLock {
+    enum Change: Equatable {
+        case changed, deleted
+        case moved(to: URL)
+    }
+
+    let item: URL
+    let lockPath: String
+    private let fd: Int32
+
+    init(item: URL, exclusive: Bool, announcingOnly: Bool = false) throws {
+        self.item = item.standardizedFileURL
+        lockPath = try Self.path(for: item)
+        try makeDirectory(URL(fileURLWithPath: lockPath).deletingLastPathComponent().path)
+        fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno))) }
+        if announcingOnly { return }
+        while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
+            guard errno == EINTR else {
+                close(fd)
+                throw ContainerError.fileSystem(FileSystemError("flock", path: lockPath, errno: Errno(rawValue: errno)))
+            }
+        }
+    }
+
+    func release() { close(fd) }
+
+    /// Records a change for the item's presenters (in every process).
+    func announce(_ change: Change, origin: String) {
+        var lines = [origin, item.path]
+        switch change {
+        case .changed: lines.insert("changed", at: 0)
+        case .deleted: lines.insert("deleted", at: 0)
+        case .moved(let url): lines.insert("moved", at: 0); lines.append(url.standardizedFileURL.path)
+        }
+        let record = Self.recordPath(lockPath)
+        try? POSIXFile.writeAtomically(record, Array((lines.joined(separator: "\n") + "\n").utf8))
+        PresenterRegistry.shared.deliverLocally(record)
+    }
+
+    static func recordPath(_ lockPath: String) -> String { String(lockPath.dropLast(".lock".count)) + ".change" }
+
+    /// The lock file's path for `item`.
+    static func path(for item: URL) throws -> String {
+        let standardized = item.standardizedFileURL
+        let digest = SHA256.hash(data: Data(standardized.path.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        return coordinationDirectory(for: standardized) + "/" + digest + ".lock"
+    }
+
+    /// Where `item`'s lock lives (see the type's documentation).
+    static func coordinationDirectory(for item: URL) -> String {
+        var directory = item.deletingLastPathComponent()
+        while directory.path != "/" {
+            let metadata = directory.appendingPathComponent(ContainerLayout.metadataFileName).path
+            if let data = FileManager.default.contents(atPath: metadata),
+               let parsed = try? PropertyListDecoder().decode(ContainerMetadata.self, from: data) {
+                return parsed.kind == .appGroup ? directory.path + "/.coordination" : directory.path + "/Library/.coordination"
+            }
+            directory = directory.deletingLastPathComponent()
+        }
+        return item.deletingLastPathComponent().path + "/.coordination"
+    }
+}
