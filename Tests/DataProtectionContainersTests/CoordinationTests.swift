@@ -76,14 +76,16 @@ import Testing
             FileCoordinator().item(at: url, didMoveTo: moved)
         }
         #expect(other.lock.withLock { other.events } == ["changed", "moved:renamed.txt"])
-        try FileCoordinator().coordinate(writingItemAt: moved, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
-        let movedPresenter = Recorder(moved)
-        _ = movedPresenter
         // Readers share: a read inside another read does not wait.
         let coordinator = FileCoordinator()
         let nested = try coordinator.coordinate(readingItemAt: moved) { _ in
             try coordinator.coordinate(readingItemAt: moved) { try String(contentsOf: $0, encoding: .utf8) }
         }
         #expect(nested == "b")
+        let atNewPlace = Recorder(moved)
+        FileCoordinator.addFilePresenter(atNewPlace)
+        defer { FileCoordinator.removeFilePresenter(atNewPlace) }
+        try FileCoordinator().coordinate(writingItemAt: moved, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
+        #expect(atNewPlace.lock.withLock { atNewPlace.events } == ["deleted"])
     }
 }

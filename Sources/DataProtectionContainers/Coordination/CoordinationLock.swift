@@ -9,7 +9,7 @@ import Glibc
 /// One item's lock and change record in a coordination directory (FORMAT.md §9.5):
 /// `<dir>/<32 hex of SHA-256(path)>.lock` (held with `flock`: shared to read, exclusive to
 /// write) and `<…>.change` (replaced atomically after each coordinated write:
-/// `kind`, `origin`, `path` and, for a move, the new path, one per line).
+/// `kind`, `origin`, a UUID, `path` and, for a move, the new path, one per line).
 ///
 /// The directory is `.coordination` in the group container that holds the item, or
 /// `Library/.coordination` in an app's container (its root is read-only to the app), or — for an
@@ -43,7 +43,7 @@ struct CoordinationLock {
 
     /// Records a change for the item's presenters (in every process).
     func announce(_ change: Change, origin: String) {
-        var lines = [origin, item.path]
+        var lines = [origin, UUID().uuidString, item.path]   // the UUID: two identical changes are two records
         switch change {
         case .changed: lines.insert("changed", at: 0)
         case .deleted: lines.insert("deleted", at: 0)

@@ -81,8 +81,8 @@ final class PresenterRegistry: Sendable {
         guard let data = FileManager.default.contents(atPath: record) else { return }
         let text = String(decoding: data, as: UTF8.self)
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        guard lines.count >= 3 else { return }
-        let (kind, origin, path) = (lines[0], lines[1], lines[2])
+        guard lines.count >= 4 else { return }
+        let (kind, origin, path) = (lines[0], lines[1], lines[3])
         let targets: [any FilePresenter] = state.withLock { state in
             // The same record seen twice (delivered here, then by inotify): once is enough.
             guard state.lastRecord[record] != text else { return [] }
@@ -97,7 +97,7 @@ final class PresenterRegistry: Sendable {
             switch kind {
             case "changed": presenter.presentedItemDidChange()
             case "deleted": presenter.presentedItemWasDeleted()
-            case "moved" where lines.count >= 4: presenter.presentedItemDidMove(to: URL(fileURLWithPath: lines[3]))
+            case "moved" where lines.count >= 5: presenter.presentedItemDidMove(to: URL(fileURLWithPath: lines[4]))
             default: break
             }
         }
