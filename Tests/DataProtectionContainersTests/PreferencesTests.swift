@@ -91,3 +91,29 @@ import Testing
         #expect(Set(again.dictionaryRepresentation().keys) == ["count", "flag", "ratio", "blob", "list", "dict", "yes"])
     }
 }
+
+/// `dpctl defaults`, against what apps write from inside their sandbox.
+@Suite(.serialized) struct DefaultsCommandTests {
+    @Test func readWriteDeleteAppAndGroupDomains() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.one", ["--group", "group.com.example.prefs"])
+        let unlock = ["--passcode-file", world.passcode]
+        #expect(try world.dpctl(["defaults", "write", "com.example.one", "theme", "dark"] + unlock).status == 0)
+        #expect(try world.dpctl(["defaults", "write", "com.example.one", "count", "42", "--type", "int"] + unlock).status == 0)
+        #expect(try world.dpctl(["defaults", "write", "group.com.example.prefs", "tags", "a", "b", "--type", "array"] + unlock).status == 0)
+        #expect(try world.dpctl(["defaults", "read", "com.example.one", "count"] + unlock).out == "42\n")
+        #expect(try world.dpctl(["defaults", "read", "com.example.one"] + unlock).out == "{\n    count = 42;\n    theme = dark;\n}\n")
+        #expect(try world.dpctl(["defaults", "read", "group.com.example.prefs", "tags"] + unlock).out == "(\n    a,\n    b\n)\n")
+        // What an app sets in the group, dpctl reads; what dpctl wrote, the app sees.
+        #expect(try world.testApp("com.example.one", ["defaults-set", "group.com.example.prefs", "note", "from the app"], extra: unlock).status == 0)
+        #expect(try world.dpctl(["defaults", "read", "group.com.example.prefs", "note"] + unlock).out == "\"from the app\"\n")
+        #expect(try world.dpctl(["defaults", "delete", "com.example.one", "theme"] + unlock).status == 0)
+        let missing = try world.dpctl(["defaults", "read", "com.example.one", "theme"] + unlock)
+        #expect(missing.status == 1 && missing.stderr == "dpctl: the key theme does not exist in com.example.one\n")
+        // Locked: the class is unavailable — exit 3, nothing changed.
+        let locked = try world.dpctl(["defaults", "read", "com.example.one"])
+        #expect(locked.status == 3 && locked.stderr.split(separator: "\n").count == 1)
+        #expect(try world.dpctl(["defaults", "write", "com.example.one", "x", "nan", "--type", "float"] + unlock).status == 64)
+        #expect(try world.dpctl(["defaults", "read", "com.example.unknown"] + unlock).stderr == "dpctl: no app com.example.unknown is installed\n")
+    }
+}

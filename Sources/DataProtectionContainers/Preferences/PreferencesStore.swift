@@ -2,6 +2,7 @@ import DataProtection
 import DataProtectionKeybag
 import Foundation
 import Logging
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,6 +28,7 @@ final class PreferencesStore: @unchecked Sendable {
     private var requested = 0      // work requests (sets, syncs, file events)
     private var completed = 0      // requests the worker has finished
     private var lastOK = true
+    private var lastError: (any Error)?
     private var stopped = false
     private var knownFile: FileIdentity?
     private var streams: [UUID: AsyncStream<Void>.Continuation] = [:]
@@ -82,14 +84,17 @@ final class PreferencesStore: @unchecked Sendable {
     }
 
     /// Waits until everything asked so far is written and the file read back.
-    func synchronize() -> Bool {
-        guard url != nil else { return true }
+    func synchronize() -> Bool { (try? synchronizeOrThrow()) != nil }
+
+    /// ``synchronize()``, throwing why it failed.
+    func synchronizeOrThrow() throws {
+        guard url != nil else { return }
         condition.lock(); defer { condition.unlock() }
         requested += 1
         let ticket = requested
         condition.broadcast()
         while completed < ticket && !stopped { condition.wait() }
-        return lastOK
+        if !lastOK { throw lastError ?? ContainerError.launchFailed("preferences could not be written") }
     }
 
     func changes() -> AsyncStream<Void> {
@@ -142,6 +147,7 @@ final class PreferencesStore: @unchecked Sendable {
                 for (key, change) in changes where pending[key] == nil { pending[key] = change }
             }
             lastOK = outcome.ok
+            lastError = outcome.error
             completed = ticket
             condition.broadcast()
             condition.unlock()
@@ -152,13 +158,14 @@ final class PreferencesStore: @unchecked Sendable {
     /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
     /// Returns the values now in the file (`nil` when they could not be read) and whether all
     /// went well. An unreadable file is never overwritten.
-    private func merge(_ changes: [String: Change], knownFile: FileIdentity?) -> (values: [String: Any]?, identity: FileIdentity?, ok: Bool) {
-        guard let url, let files else { return (nil, nil, true) }
+    private func merge(_ changes: [String: Change], knownFile: FileIdentity?) -> (values: [String: Any]?, identity: FileIdentity?, ok: Bool, error: (any Error)?) {
+        guard let url, let files else { return (nil, nil, true, nil) }
         let lockPath = url.deletingLastPathComponent().appendingPathComponent("." + url.lastPathComponent + ".lock").path
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard lock >= 0 else {
-            logger.error("\(lockPath): \(String(cString: strerror(errno)))")
-            return (nil, nil, false)
+            let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
+            logger.notice("\(error)")
+            return (nil, nil, false, error)
         }
         defer { close(lock) }
         while flock(lock, LOCK_EX) != 0 && errno == EINTR {}
@@ -166,7 +173,7 @@ final class PreferencesStore: @unchecked Sendable {
         var values: [String: Any] = [:]
         let before = identity(url.path)
         if before != nil {
-            if changes.isEmpty, before == knownFile { return (nil, knownFile, true) }   // nothing new on either side
+            if changes.isEmpty, before == knownFile { return (nil, knownFile, true, nil) }   // nothing new on either side
             do {
                 let data = try runBlocking { try await files.contents(of: url) }
                 guard let dictionary = try PropertyListSerialization.propertyList(from: data, options: [], format: nil) as? [String: Any] else {
@@ -174,11 +181,11 @@ final class PreferencesStore: @unchecked Sendable {
                 }
                 values = dictionary
             } catch {
-                logger.error("\(url.path): cannot be read: \(error)")
-                return (nil, nil, false)
+                logger.notice("\(url.path): cannot be read: \(error)")
+                return (nil, nil, false, error)
             }
         }
-        guard !changes.isEmpty else { return (values, before, true) }
+        guard !changes.isEmpty else { return (values, before, true, nil) }
         for (key, change) in changes {
             switch change { case .set(let value): values[key] = value; case .remove: values[key] = nil }
         }
@@ -186,10 +193,10 @@ final class PreferencesStore: @unchecked Sendable {
             let data = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
             try runBlocking { try await files.write(data, to: url) }
         } catch {
-            logger.error("\(url.path): cannot be written: \(error)")
-            return (nil, nil, false)
+            logger.notice("\(url.path): cannot be written: \(error)")
+            return (nil, nil, false, error)
         }
-        return (values, identity(url.path), true)
+        return (values, identity(url.path), true, nil)
     }
 
     private func identity(_ path: String) -> FileIdentity? {

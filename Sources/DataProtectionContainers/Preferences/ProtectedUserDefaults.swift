@@ -153,6 +153,10 @@ public final class ProtectedUserDefaults: Sendable {
     @discardableResult
     public func synchronize() -> Bool { store.synchronize() }
 
+    /// ``synchronize()``, throwing why the file could not be read or written (tools that must
+    /// report it: `dpctl defaults`).
+    public func synchronizeOrThrow() throws { try store.synchronizeOrThrow() }
+
     /// An async sequence that yields whenever values change (here or in another process).
     public func changes() -> AsyncStream<Void> { store.changes() }
 }
