@@ -14,7 +14,7 @@
 //   6. DataProtectionContainers — apps, their containers, App Groups, preferences, file
 //      coordination and the sandbox (bubblewrap + Landlock, through dp-sandbox-exec) with the
 //      supervisor that serves an app its keys.
-//   tools: dpctl (CLI), dp-bench (benchmarks), chat-example.
+//   tools: dpctl (CLI), dp-bench (benchmarks), chat-example, notes-example.
 // Every target declares exactly what it imports; MemberImportVisibility makes an undeclared
 // import fail to build.
 import CompilerPluginSupport
@@ -133,6 +133,10 @@ let package = Package(
         .executableTarget(
             name: "chat-example",
             dependencies: ["DataProtectionObjects", "DataProtection"]
+        ),
+        .executableTarget(
+            name: "notes-example",
+            dependencies: ["DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec"]
         ),
         .executableTarget(
             name: "dpctl",

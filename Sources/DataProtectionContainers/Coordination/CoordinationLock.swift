@@ -14,7 +14,7 @@ import Glibc
 /// The directory is `.coordination` in the group container that holds the item, or
 /// `Library/.coordination` in an app's container (its root is read-only to the app), or — for an
 /// item in no container — `.coordination` beside it.
-struct CoordinationLock {
+struct CoordinationLock: Sendable {
     enum Change: Equatable {
         case changed, deleted
         case moved(to: URL)
@@ -40,6 +40,18 @@ struct CoordinationLock {
     }
 
     func release() { close(fd) }
+
+    /// Takes the lock on a thread of its own (a task waiting for another process must not hold
+    /// one of the few threads that run tasks).
+    static func acquire(item: URL, exclusive: Bool) async throws -> CoordinationLock {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(with: Result { try CoordinationLock(item: item, exclusive: exclusive) })
+            }
+            thread.name = "coordination lock"
+            thread.start()
+        }
+    }
 
     /// Records a change for the item's presenters (in every process).
     func announce(_ change: Change, origin: String) {

@@ -96,6 +96,31 @@ public final class FileCoordinator: Sendable {
         return result
     }
 
+    // MARK: - With async accessors
+
+    /// ``coordinate(readingItemAt:options:byAccessor:)`` for async work (protected files'
+    /// `contents(of:)`): the lock is waited for off the task's thread.
+    public func coordinate<T: Sendable>(readingItemAt url: URL, options: ReadingOptions = [],
+                                        byAccessor reader: (URL) async throws -> T) async throws -> T {
+        let item = options.contains(.resolvesSymbolicLink) ? url.resolvingSymlinksInPath() : url
+        let lock = try await CoordinationLock.acquire(item: item, exclusive: false)
+        defer { lock.release() }
+        return try await reader(item)
+    }
+
+    /// ``coordinate(writingItemAt:options:byAccessor:)`` for async work (protected files'
+    /// `write(_:to:)`): the lock is waited for off the task's thread.
+    public func coordinate<T: Sendable>(writingItemAt url: URL, options: WritingOptions = [],
+                                        byAccessor writer: (URL) async throws -> T) async throws -> T {
+        let lock = try await CoordinationLock.acquire(item: url, exclusive: true)
+        defer { lock.release() }
+        let result = try await writer(url)
+        let gone = !FileManager.default.fileExists(atPath: url.path)
+        if gone && options.contains(.forMoving) { return result }
+        lock.announce(gone && options.contains(.forDeleting) ? .deleted : .changed, origin: origin)
+        return result
+    }
+
     /// Tells presenters of `oldURL` that the item now lives at `newURL` (call inside a
     /// coordinated write with `.forMoving`, after moving it).
     public func item(at oldURL: URL, didMoveTo newURL: URL) {
