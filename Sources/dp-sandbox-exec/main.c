@@ -1,4 +1,4 @@
-// dp-sandbox-exec: the last step into an app's sandbox (FORMAT.md §9.2).
+// dp-sandbox-exec: the last step into an app's sandbox (FORMAT.md §10.2).
 //
 // bubblewrap has built the app's mount namespace; this program, run inside it as the app's
 // first process, restricts itself with Landlock and then executes the app. Landlock cannot be

@@ -1,3 +1,4 @@
+import DataProtectionContainers
 import DataProtection
 import DataProtectionBackup
 import DataProtectionKeybag
@@ -236,5 +237,38 @@ import Testing
         #expect(remaining.isEmpty, "still running: \(remaining)")
         #expect(try world.dpctl(["app", "uninstall", "com.example.b"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: marker))
+    }
+}
+
+/// FORMAT.md §10's test vectors, checked against what the code reads and writes.
+@Suite struct ContainerFormatVectors {
+    @Test func theMetadataExampleDecodes() throws {
+        let xml = """
+        <?xml version="1.0" encoding="UTF-8"?>
+        <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+        <plist version="1.0"><dict>
+          <key>Created</key><date>2026-11-23T10:38:58Z</date>
+          <key>DefaultProtection</key><string>completeUntilFirstUserAuthentication</string>
+          <key>DocumentBrowser</key><false/>
+          <key>Groups</key><array><string>group.com.example.notes</string></array>
+          <key>Identifier</key><string>com.example.notes</string>
+          <key>Kind</key><string>application</string>
+          <key>SchemaVersion</key><integer>1</integer>
+          <key>UUID</key><string>E9C47FEF-4E79-4B8D-ACE1-D7716ACC7244</string>
+        </dict></plist>
+        """
+        let metadata = try PropertyListDecoder().decode(ContainerMetadata.self, from: Data(xml.utf8))
+        #expect(metadata.kind == .application && metadata.identifier == "com.example.notes" && metadata.schemaVersion == 1)
+        #expect(metadata.uuid == UUID(uuidString: "E9C47FEF-4E79-4B8D-ACE1-D7716ACC7244"))
+        #expect(metadata.protectionClass == .completeUntilFirstUserAuthentication && metadata.groups == ["group.com.example.notes"])
+    }
+
+    @Test func anUnlockOnAChannelGetsTheDocumentedBytes() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.a")
+        let run = try world.testApp("com.example.a", ["raw-unlock"])
+        let message = Array("an app cannot ask for unlock (only its own files' keys and the lock state)".utf8)
+        let expected = [0x00, 0x00, 0x00, 0x4f, 0x01, 0x01, 0x14, 0x00, 0x4a] + message
+        #expect(run.out == expected.map { String(format: "%02x", $0) }.joined() + "\n", "\(run.stderr)")
     }
 }

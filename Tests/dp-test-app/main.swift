@@ -78,6 +78,11 @@ case "attack-keybag":
     print("lock-state-after-lock: \(await app.keybag.lockState)")
     exit(allowed.isEmpty ? 0 : 1)
 
+case "raw-unlock":
+    // FORMAT.md §10.3's test vector: the bytes of a channel request and of an unlock, as sent;
+    // prints the answer in hex.
+    rawUnlock()
+
 case "defaults-hammer":
     // Sets PREFIX.0 … PREFIX.N-1 in the suite's defaults, one set at a time, then synchronizes.
     guard arguments.count == 4, let count = Int(arguments[3]), let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else {
@@ -157,4 +162,38 @@ case "coordinated-write":
 
 default:
     fail("unknown command \(command)")
+}
+
+/// Sends FORMAT.md §10.3's bytes on the supervisor socket and prints the answer in hex.
+func rawUnlock() -> Never {
+    guard let text = ProcessInfo.processInfo.environment["DATAPROTECTION_SUPERVISOR_FD"], let control = Int32(text) else { fail("not an app") }
+    func sendAll(_ fd: Int32, _ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } }
+    sendAll(control, [0, 0, 0, 2, 1, 2])
+    // One byte with a descriptor (SCM_RIGHTS).
+    var byte: UInt8 = 0
+    var channel: Int32 = -1
+    let controlLength = 24   // CMSG_SPACE(sizeof(int))
+    var controlBuffer = [UInt8](repeating: 0, count: controlLength)
+    let received = withUnsafeMutablePointer(to: &byte) { bytePointer -> Int in
+        var iov = iovec(iov_base: UnsafeMutableRawPointer(bytePointer), iov_len: 1)
+        return controlBuffer.withUnsafeMutableBytes { cbuf -> Int in
+            withUnsafeMutablePointer(to: &iov) { iovPointer -> Int in
+                var message = msghdr(msg_name: nil, msg_namelen: 0, msg_iov: iovPointer, msg_iovlen: 1,
+                                     msg_control: cbuf.baseAddress, msg_controllen: controlLength, msg_flags: 0)
+                return recvmsg(control, &message, 0)
+            }
+        }
+    }
+    guard received == 1, byte == 0 else { fail("no channel") }
+    channel = controlBuffer.withUnsafeBytes { $0.load(fromByteOffset: 16, as: Int32.self) }
+    sendAll(channel, [0, 0, 0, 8, 1, 3, 0, 4, 0x31, 0x32, 0x33, 0x34])
+    var answer = [UInt8](repeating: 0, count: 4096)
+    var total = 0
+    while total < 4 || total < 4 + (Int(answer[0]) << 24 | Int(answer[1]) << 16 | Int(answer[2]) << 8 | Int(answer[3])) {
+        let n = answer.withUnsafeMutableBytes { recv(channel, $0.baseAddress! + total, $0.count - total, 0) }
+        if n <= 0 { break }
+        total += n
+    }
+    print(answer[0..<total].map { String(format: "%02x", $0) }.joined())
+    exit(0)
 }

@@ -13,7 +13,7 @@ import Foundation
 /// let defaults = ProtectedUserDefaults(suiteName: "group.com.example.notes")
 /// ```
 ///
-/// Keys come from the supervisor over the inherited socket (FORMAT.md §9.3): file keys of the
+/// Keys come from the supervisor over the inherited socket (FORMAT.md §10.3): file keys of the
 /// app's own files and the device's lock state, never unlock, lock, erase or passcode changes.
 public final class CurrentApp: Sendable {
     public let identifier: AppIdentifier

@@ -40,7 +40,7 @@ public struct AppContainer: Sendable, Equatable {
     public var inbox: URL { documents.appendingPathComponent("Inbox", isDirectory: true) }
     /// The real directory behind `Documents/Inbox`, at the container's root: not below
     /// `Documents`, whose write access would reach it (Landlock's rights add up along a path;
-    /// FORMAT.md §9.2).
+    /// FORMAT.md §10.2).
     public var inboxStorage: URL { url.appendingPathComponent(Self.inboxStorageName, isDirectory: true) }
     static let inboxStorageName = ".Inbox"
     /// What `Documents/Inbox` links to (relative: the link stays inside the container).

@@ -2,7 +2,7 @@ import DataProtectionKeybag
 import Foundation
 import SystemPackage
 
-/// Where apps live in a data root (FORMAT.md §1 and §9.1): one entry, `Containers`, registered
+/// Where apps live in a data root (FORMAT.md §1 and §10.1): one entry, `Containers`, registered
 /// with the root's layout so that an erase removes it.
 ///
 /// ```text

@@ -3,7 +3,7 @@ import Foundation
 import SystemPackage
 
 /// What a container is, stored in the container as a property list
-/// (``ContainerLayout/metadataFileName``, FORMAT.md §9.1). The sandbox mounts it read-only:
+/// (``ContainerLayout/metadataFileName``, FORMAT.md §10.1). The sandbox mounts it read-only:
 /// the app reads it and cannot change it.
 public struct ContainerMetadata: Sendable, Equatable, Codable {
     /// The kind of container.

@@ -6,7 +6,7 @@ import SystemPackage
 import Glibc
 #endif
 
-/// One item's lock and change record in a coordination directory (FORMAT.md §9.5):
+/// One item's lock and change record in a coordination directory (FORMAT.md §10.5):
 /// `<dir>/<32 hex of SHA-256(path)>.lock` (held with `flock`: shared to read, exclusive to
 /// write) and `<…>.change` (replaced atomically after each coordinated write:
 /// `kind`, `origin`, a UUID, `path` and, for a move, the new path, one per line).

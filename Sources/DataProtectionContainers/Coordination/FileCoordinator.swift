@@ -15,7 +15,7 @@ import Glibc
 /// ```
 ///
 /// Readers share, writers exclude — across processes: each item has a lock file (`flock`) in
-/// the coordination directory of the container that holds it (FORMAT.md §9.5). When a writer's
+/// the coordination directory of the container that holds it (FORMAT.md §10.5). When a writer's
 /// block returns, registered ``FilePresenter``s of the item, in any process, are told.
 public final class FileCoordinator: Sendable {
     /// `NSFileCoordinator.ReadingOptions`.

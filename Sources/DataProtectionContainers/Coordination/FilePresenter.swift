@@ -8,7 +8,7 @@ import Foundation
 /// *coordinated* changes, and not of those made by a coordinator created with them
 /// (`FileCoordinator(filePresenter: self)`). Across processes they hear after the fact: Apple's
 /// `accommodatePresentedItemDeletion(completionHandler:)` asks before; here
-/// ``presentedItemWasDeleted()`` tells after (FORMAT.md §9.5).
+/// ``presentedItemWasDeleted()`` tells after (FORMAT.md §10.5).
 public protocol FilePresenter: AnyObject, Sendable {
     /// The item presented.
     var presentedItemURL: URL? { get }

@@ -5,7 +5,7 @@ import Logging
 import Synchronization
 
 /// Preferences in `UserDefaults`' shape, stored as a property list in a protected file of the
-/// container's class (FORMAT.md §9.4): an app's own at `Library/Preferences/<ID>.plist`, a
+/// container's class (FORMAT.md §10.4): an app's own at `Library/Preferences/<ID>.plist`, a
 /// group's at the group container's `Library/Preferences/<GROUP>.plist`.
 ///
 /// ```swift

@@ -7,7 +7,7 @@ import Synchronization
 import Glibc
 #endif
 
-/// The supervisor's side of the app's socket (FORMAT.md §9.3): answers `describe`, hands out
+/// The supervisor's side of the app's socket (FORMAT.md §10.3): answers `describe`, hands out
 /// keybag channels, and on each channel serves the keybag operations an app may use
 /// (``Keybag/appOperations``) with this process's keys — its embedded keybag, or keybagd's
 /// (then the app sees the device's one lock state). Everything else is refused as

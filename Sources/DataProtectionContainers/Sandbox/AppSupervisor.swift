@@ -11,7 +11,7 @@ import Glibc
 
 /// Runs an app: confined in its sandbox (``SandboxProfile``), with the supervisor socket as its
 /// only way out, through which this process serves it the keys of its own files
-/// (FORMAT.md §9.3) — `dpctl app run` is this.
+/// (FORMAT.md §10.3) — `dpctl app run` is this.
 ///
 /// ```swift
 /// let supervisor = AppSupervisor(manager: manager)

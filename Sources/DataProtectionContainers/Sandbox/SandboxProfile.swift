@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 #endif
 
-/// The sandbox of one launch, as two argument lists (FORMAT.md §9.2): bubblewrap's, which builds
+/// The sandbox of one launch, as two argument lists (FORMAT.md §10.2): bubblewrap's, which builds
 /// a mount namespace holding only what the app may see, and `dp-sandbox-exec`'s, which then
 /// restricts the app's rights on what it sees with Landlock.
 ///

@@ -6,7 +6,7 @@ import Synchronization
 import Glibc
 #endif
 
-/// The app's one channel out of its sandbox (FORMAT.md §9.3): a connected Unix socket it
+/// The app's one channel out of its sandbox (FORMAT.md §10.3): a connected Unix socket it
 /// inherits as descriptor 3 (`DATAPROTECTION_SUPERVISOR_FD`). The supervisor at the other end
 /// knows which app this is — the app cannot say otherwise — and answers:
 ///

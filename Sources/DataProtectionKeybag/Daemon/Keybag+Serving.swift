@@ -2,7 +2,7 @@ import DataProtectionIPC
 import Foundation
 
 /// Serving keybag requests on behalf of someone else — an app's supervisor answering its app
-/// (FORMAT.md §9) — with whichever keys this process uses: its embedded keybag, or the keybagd
+/// (FORMAT.md §10.3) — with whichever keys this process uses: its embedded keybag, or the keybagd
 /// it is a client of.
 extension Keybag {
     /// The operations an app may ask for: its own files' keys and the lock state. Never unlock,
