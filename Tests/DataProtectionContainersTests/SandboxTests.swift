@@ -212,7 +212,7 @@ import Testing
         let supervisor = Process()
         supervisor.executableURL = CLI.executable
         supervisor.arguments = ["--root", world.cli.root, "app", "run", "com.example.b", "--", "/bin/sh", "-c",
-                                "echo started; while true; do echo x >> Documents/alive; read -t 1 x < /dev/zero 2>/dev/null || true; done"]
+                                "echo started; while true; do echo x >> '\(marker)'; read -t 1 x < /dev/zero 2>/dev/null || true; done"]
         let out = Pipe()
         supervisor.standardOutput = out
         try supervisor.run()
@@ -226,7 +226,7 @@ import Testing
         func appProcesses() -> [String] {
             ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).filter { pid in
                 guard Int(pid) != nil, let cmdline = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return false }
-                return String(decoding: cmdline, as: UTF8.self).contains("Documents/alive")
+                return String(decoding: cmdline, as: UTF8.self).contains(marker)   // this test's app only
             }
         }
         var remaining = appProcesses()

@@ -94,7 +94,7 @@ public final class AppSupervisor: Sendable {
 
     /// The app's environment: its places (so unmodified Foundation code finds them), a plain
     /// `PATH`, and the user's locale and terminal; nothing else of the caller's.
-    static func appEnvironment(_ app: AppContainer, passing caller: [String: String]) -> [String: String] {
+    package static func appEnvironment(_ app: AppContainer, passing caller: [String: String]) -> [String: String] {
         var env: [String: String] = [
             "HOME": app.url.path,
             "CFFIXED_USER_HOME": app.url.path,                         // NSHomeDirectory()

@@ -23,7 +23,7 @@ import Glibc
 /// pid, IPC and UTS namespaces and a new session (no terminal injection), and dies with its
 /// supervisor. Abstract Unix sockets and signals are scoped to the sandbox (Landlock ABI 6);
 /// on older kernels the app gets a network namespace of its own instead.
-struct SandboxProfile: Sendable {
+package struct SandboxProfile: Sendable {
     var requirements: SandboxRequirements
     var app: AppContainer
     var groups: [GroupContainer]
@@ -43,8 +43,19 @@ struct SandboxProfile: Sendable {
                              "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "alternatives",
                              "os-release", "mime.types", "locale.alias"]
 
-    /// bubblewrap's arguments, ending with `dp-sandbox-exec`'s and the program's.
-    func bubblewrapArguments() -> [String] {
+    package init(requirements: SandboxRequirements, app: AppContainer, groups: [GroupContainer], executable: String,
+                 arguments: [String], environment: [String: String]) {
+        self.requirements = requirements
+        self.app = app
+        self.groups = groups
+        self.executable = executable
+        self.arguments = arguments
+        self.environment = environment
+    }
+
+    /// bubblewrap's arguments, ending with `dp-sandbox-exec`'s and the program's. Without
+    /// `landlock`, the program follows bubblewrap directly (the benchmark's "bubblewrap alone").
+    package func bubblewrapArguments(landlock: Bool = true) -> [String] {
         var a = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                  "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if !requirements.scopesSockets { a.append("--unshare-net") }
@@ -73,7 +84,7 @@ struct SandboxProfile: Sendable {
         }
         a += ["--chdir", container, "--clearenv"]
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { a += ["--setenv", key, value] }
-        a += ["--", requirements.sandboxExec] + landlockArguments() + ["--", executable] + arguments
+        a += landlock ? ["--", requirements.sandboxExec] + landlockArguments() + ["--", executable] + arguments : ["--", executable] + arguments
         return a
     }
 

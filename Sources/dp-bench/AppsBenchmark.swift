@@ -1,0 +1,126 @@
+import ArgumentParser
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `dp-bench apps`: what the sandbox costs — launching, opening files inside it — and
+/// preferences beside Foundation's own `UserDefaults`.
+struct AppsBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "apps",
+        abstract: "Sandboxed launch latency beside bubblewrap alone and an unconfined start; opens inside vs outside; preferences vs UserDefaults.")
+
+    @Option(help: "Launches of /bin/true measured per way of launching.") var launches = 100
+    @Option(help: "File opens + 4 KiB reads measured inside and outside the sandbox.") var opens = 50_000
+    @Option(help: "Preferences set + synchronize rounds.") var preferences = 1_000
+
+    func run() async throws {
+        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-bench-apps-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: base) }
+        let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let manager = ContainerManager(files: files)
+        let id = try AppIdentifier("com.example.bench")
+        let app = try await manager.install(id)
+        let requirements = try SandboxRequirements.probe()
+        let supervisor = AppSupervisor(manager: manager)
+        print("dp-bench apps: \(launches) launches of /bin/true each way, \(opens) opens of a 4 KiB file, \(preferences) preference rounds; Landlock ABI \(requirements.landlockABI)")
+
+        // Launch latency, median of `launches`.
+        func median(_ body: () async throws -> Double) async throws -> Double {
+            var samples: [Double] = []
+            for _ in 0..<launches { samples.append(try await body() * 1000) }
+            return percentile(samples, 50)
+        }
+        let unconfined = try await median { guard let run = runTool("/bin/true", [], discardOutput: true) else { throw ValidationError("/bin/true failed") }; return run.seconds }
+        let profile = SandboxProfile(requirements: requirements, app: app, groups: [], executable: "/usr/bin/true", arguments: [],
+                                     environment: AppSupervisor.appEnvironment(app, passing: [:]))
+        let bwrapArguments = profile.bubblewrapArguments(landlock: false)
+        let bwrapAlone = try await median {
+            guard let run = runTool(requirements.bubblewrap, bwrapArguments, discardOutput: true) else { throw ValidationError("bubblewrap failed") }
+            return run.seconds
+        }
+        let supervised = try await median {
+            try await seconds { guard try await supervisor.run(id, command: ["/bin/true"]) == 0 else { throw ValidationError("app run failed") } }
+        }
+        let dpctl = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("dpctl").path
+        let viaCLI: Double? = FileManager.default.isExecutableFile(atPath: dpctl) ? try await median {
+            guard let run = runTool(dpctl, ["--root", keybag.root, "app", "run", id.rawValue, "--", "/bin/true"], discardOutput: true) else {
+                throw ValidationError("dpctl app run failed")
+            }
+            return run.seconds
+        } : nil
+
+        // Opens + 4 KiB reads, by this executable run as a probe, outside then inside.
+        let file = app.documents.appendingPathComponent("probe.bin")
+        try Data(repeating: 7, count: 4096).write(to: file)
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let result = app.temporaryDirectory.appendingPathComponent("probe-result")
+        func probe(_ sandboxed: Bool) async throws -> Double {
+            let command = [me, "apps-probe", file.path, String(opens), result.path]
+            if sandboxed {
+                guard try await supervisor.run(id, command: command) == 0 else { throw ValidationError("the sandboxed probe failed") }
+            } else {
+                guard runTool(me, Array(command.dropFirst()), discardOutput: true) != nil else { throw ValidationError("the probe failed") }
+            }
+            guard let text = try? String(contentsOf: result, encoding: .utf8), let ns = Double(text) else { throw ValidationError("no probe result") }
+            return ns
+        }
+        let outsideNs = try await probe(false)
+        let insideNs = try await probe(true)
+
+        // Preferences: set + synchronize, ours (a protected property list) and Foundation's.
+        let defaults = ProtectedUserDefaults(url: app.preferences.appendingPathComponent("com.example.bench.plist"), files: files)
+        let oursElapsed = try await seconds {
+            for i in 0..<preferences { defaults.set(i, forKey: "counter"); guard defaults.synchronize() else { throw ValidationError("synchronize failed") } }
+        }
+        let suite = "dp-bench-\(UUID().uuidString.prefix(8))"
+        let foundation = UserDefaults(suiteName: suite)!
+        let foundationElapsed = await seconds {
+            for i in 0..<preferences { foundation.set(i, forKey: "counter"); foundation.synchronize() }
+        }
+        foundation.removePersistentDomain(forName: suite)
+        let oursRate = Double(preferences) / oursElapsed, foundationRate = Double(preferences) / foundationElapsed
+
+        let rows = [
+            Row(metric: "launch /bin/true, sandboxed (AppSupervisor)", ours: supervised, peerName: "bubblewrap alone, same mounts", peer: bwrapAlone, unit: "ms", higherIsBetter: false),
+            Row(metric: "  the same, through `dpctl app run`", ours: viaCLI ?? .nan, peerName: "bubblewrap alone, same mounts", peer: bwrapAlone, unit: "ms", higherIsBetter: false),
+            Row(metric: "  bubblewrap alone", ours: bwrapAlone, peerName: "unconfined /bin/true", peer: unconfined, unit: "ms", higherIsBetter: false),
+            Row(metric: "open + 4 KiB read, inside the sandbox", ours: insideNs / 1000, peerName: "outside (unconfined)", peer: outsideNs / 1000, unit: "µs", higherIsBetter: false),
+            Row(metric: "preferences set + synchronize", ours: oursRate, peerName: "Foundation UserDefaults", peer: foundationRate, unit: "/s"),
+        ]
+        printTable(rows)
+        print("")
+        print("targets: launch ≤ 2× bubblewrap's (\(String(format: "%.2f", supervised / bwrapAlone))×), opens ≤ 1.3× unconfined (\(String(format: "%.2f", insideNs / outsideNs))×)")
+        print(String(format: "summary: launch_ms=%.2f dpctl_launch_ms=%.2f bwrap_ms=%.2f unconfined_ms=%.2f launch_vs_bwrap=%.2f open_inside_us=%.2f open_outside_us=%.2f open_ratio=%.2f prefs_per_s=%.0f userdefaults_per_s=%.0f",
+                     supervised, viaCLI ?? -1, bwrapAlone, unconfined, supervised / bwrapAlone, insideNs / 1000, outsideNs / 1000, insideNs / outsideNs, oursRate, foundationRate))
+    }
+}
+
+/// The probe `dp-bench apps` runs inside and outside the sandbox: COUNT opens + 4 KiB reads of
+/// FILE, nanoseconds per round written to RESULT.
+struct AppsProbe: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "apps-probe", abstract: "(used by dp-bench apps)", shouldDisplay: false)
+    @Argument var file: String
+    @Argument var count: Int
+    @Argument var result: String
+
+    func run() throws {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let clock = ContinuousClock()
+        let start = clock.now
+        for _ in 0..<count {
+            let fd = open(file, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw ValidationError("\(file): \(String(cString: strerror(errno)))") }
+            guard read(fd, &buffer, 4096) == 4096 else { throw ValidationError("short read") }
+            close(fd)
+        }
+        let elapsed = clock.now - start
+        let ns = (Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9) / Double(count)
+        try String(ns).write(toFile: result, atomically: true, encoding: .utf8)
+    }
+}
