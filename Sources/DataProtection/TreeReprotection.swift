@@ -21,6 +21,9 @@ public struct ReprotectionReport: Sendable, Equatable {
     public var directories = 0
     /// Items that could not be changed, with the reason. Nothing else was touched for them.
     public var failures: [String: String] = [:]
+    /// Symbolic links met below the top, left alone: a link is never followed (it could lead out
+    /// of the tree — an app's link to the device secret, say).
+    public var linksSkipped = 0
 }
 
 extension ProtectedFileManager {
@@ -58,6 +61,11 @@ extension ProtectedFileManager {
         var report = ReprotectionReport()
         for (index, item) in items.enumerated() {
             do {
+                if index > 0, let st = POSIXFile.linkStatus(item.path), st.st_mode & S_IFMT != S_IFREG, st.st_mode & S_IFMT != S_IFDIR {
+                    if st.st_mode & S_IFMT == S_IFLNK { report.linksSkipped += 1 }
+                    progress?(ReprotectionProgress(completed: index + 1, total: items.count, path: item.path))
+                    continue
+                }
                 switch try protection(ofItemAt: item) {
                 case .directory:
                     guard settingDirectoryDefaults else { break }

@@ -17,20 +17,11 @@ struct Defaults: AsyncParsableCommand {
         subcommands: [DefaultsRead.self, DefaultsWrite.self, DefaultsDelete.self])
 }
 
-/// The property list of DOMAIN, opened with the device's keys.
-func preferences(_ device: DeviceOptions, _ unlock: UnlockOptions, domain: String) async throws -> ProtectedUserDefaults {
-    let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
-    let url: URL
-    if domain.hasPrefix("group.") {
-        let group = try manager.group(try groupIdentifier(domain))
-        url = group.preferences.appendingPathComponent(domain + ".plist")
-    } else {
-        let app = try manager.app(try appIdentifier(domain))
-        url = app.preferences.appendingPathComponent(domain + ".plist")
-    }
-    let defaults = ProtectedUserDefaults(url: url, files: manager.files)
-    try defaults.synchronizeOrThrow()
-    return defaults
+/// Runs `body` on DOMAIN's preferences, opened with the device's keys (not while the app, or a
+/// member of the group, runs).
+func withPreferences<T>(_ device: DeviceOptions, _ unlock: UnlockOptions, domain: String,
+                        _ body: (ProtectedUserDefaults) async throws -> T) async throws -> T {
+    try await containerManager(device, passcodeFile: unlock.passcodeFile).withPreferences(of: domain, body)
 }
 
 /// A property-list value as `defaults read` shows it.
@@ -60,12 +51,13 @@ struct DefaultsRead: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The key to print (all when omitted).", valueName: "key")) var key: String?
 
     func run() async throws {
-        let defaults = try await preferences(device, unlock, domain: domain)
-        if let key {
-            guard let value = defaults.object(forKey: key) else { throw CLIError("the key \(key) does not exist in \(domain)") }
-            printOut(describePreference(value))
-        } else {
-            printOut(describePreference(defaults.dictionaryRepresentation()))
+        try await withPreferences(device, unlock, domain: domain) { defaults in
+            if let key {
+                guard let value = defaults.object(forKey: key) else { throw CLIError("the key \(key) does not exist in \(domain)") }
+                printOut(describePreference(value))
+            } else {
+                printOut(describePreference(defaults.dictionaryRepresentation()))
+            }
         }
     }
 }
@@ -129,9 +121,11 @@ struct DefaultsWrite: AsyncParsableCommand {
     func validate() throws { _ = try parsedValue() }
 
     func run() async throws {
-        let defaults = try await preferences(device, unlock, domain: domain)
-        try defaults.setValue(try parsedValue(), forKey: key)
-        try defaults.synchronizeOrThrow()
+        let value = try parsedValue()
+        try await withPreferences(device, unlock, domain: domain) { defaults in
+            try defaults.setValue(value, forKey: key)
+            try defaults.synchronizeOrThrow()
+        }
     }
 }
 
@@ -143,13 +137,14 @@ struct DefaultsDelete: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The key (all when omitted).", valueName: "key")) var key: String?
 
     func run() async throws {
-        let defaults = try await preferences(device, unlock, domain: domain)
-        if let key {
-            guard defaults.object(forKey: key) != nil else { throw CLIError("the key \(key) does not exist in \(domain)") }
-            defaults.removeObject(forKey: key)
-        } else {
-            for key in defaults.dictionaryRepresentation().keys { defaults.removeObject(forKey: key) }
+        try await withPreferences(device, unlock, domain: domain) { defaults in
+            if let key {
+                guard defaults.object(forKey: key) != nil else { throw CLIError("the key \(key) does not exist in \(domain)") }
+                defaults.removeObject(forKey: key)
+            } else {
+                for key in defaults.dictionaryRepresentation().keys { defaults.removeObject(forKey: key) }
+            }
+            try defaults.synchronizeOrThrow()
         }
-        try defaults.synchronizeOrThrow()
     }
 }

@@ -30,7 +30,7 @@ import Testing
         #expect(try app.temporaryDirectory.backupExclusion() == .excludedByOwnAttribute)
         #expect(try app.documents.backupExclusion() == .included)
         // The metadata is read-only and says what the app is.
-        let metadataPath = app.url.path + "/" + ContainerLayout.metadataFileName
+        let metadataPath = app.url.path + "/" + DataRootLayout.containerMetadataFileName
         #expect(try FileManager.default.attributesOfItem(atPath: metadataPath)[.posixPermissions] as? Int == 0o444)
         #expect(app.metadata.identifier == "com.example.notes" && app.metadata.groups == ["group.com.example.notes"])
         #expect(app.metadata.entitlements["com.apple.developer.default-data-protection"] == "NSFileProtectionComplete")
@@ -77,7 +77,7 @@ import Testing
         try await manager.uninstall(notesID)
         try await manager.uninstall(todoID)
         #expect(!FileManager.default.fileExists(atPath: groupURL.path))
-        let layout = ContainerLayout(root: keybag.root)
+        let layout = keybag.layout
         #expect(try FileManager.default.contentsOfDirectory(atPath: layout.applications).isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: layout.appGroups).isEmpty)
         await #expect(throws: ContainerError.unknownApp(notesID)) { try await manager.uninstall(notesID) }

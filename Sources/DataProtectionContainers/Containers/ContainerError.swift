@@ -18,6 +18,9 @@ public enum ContainerError: Error, Sendable, Equatable, CustomStringConvertible,
     case notAMember(AppIdentifier, AppGroupIdentifier)
     /// A container's metadata is missing, unreadable or not what this version writes.
     case damagedMetadata(path: String, reason: String)
+    /// An item an app controls is not what it must be (a link, a FIFO where a file belongs):
+    /// refused, never followed or read.
+    case refusedItem(path: String, reason: String)
     /// The sandbox cannot be built on this machine; nothing was run.
     case sandboxUnavailable(String)
     /// The sandbox was set up but the app could not be started in it.
@@ -38,6 +41,7 @@ public enum ContainerError: Error, Sendable, Equatable, CustomStringConvertible,
         case .appRunning(let id): "\(id) is running; stop it before uninstalling"
         case .notAMember(let app, let group): "\(app) is not a member of \(group)"
         case .damagedMetadata(let path, let reason): "\(path): container metadata \(reason)"
+        case .refusedItem(let path, let reason): "\(path) \(reason): refused"
         case .sandboxUnavailable(let why): "the sandbox is not available here: \(why)"
         case .launchFailed(let why): "the app could not be started: \(why)"
         case .unsupportedPreferenceValue(let key, let type): "preference \"\(key)\": a \(type) cannot be stored in a property list"

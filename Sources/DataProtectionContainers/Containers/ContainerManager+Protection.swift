@@ -4,11 +4,12 @@ import Foundation
 
 extension ContainerManager {
     /// Files a re-protection leaves alone: the metadata, and the tags backup tools read as text.
-    static let notReprotected: Set<String> = [ContainerLayout.metadataFileName, "CACHEDIR.TAG"]
+    static let notReprotected: Set<String> = [DataRootLayout.containerMetadataFileName, "CACHEDIR.TAG"]
 
     /// Changes an app's default class (its entitlement). As on iOS, new files get it and existing
     /// files keep theirs; pass `reprotect: true` to re-protect every existing file as well
     /// (``ReprotectionReport`` says what changed and what could not; `progress` is called per item).
+    /// Re-protection follows no link and refuses while the app runs (``ContainerError/appRunning(_:)``).
     @discardableResult
     public func setDefaultProtection(_ cls: ProtectionClass, ofApp identifier: AppIdentifier, reprotect: Bool = false,
                                      progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
@@ -18,8 +19,11 @@ extension ContainerManager {
         try await files.setProtection(cls, ofItemAt: app.url)
         try metadata.write(container: app.url.path)
         guard reprotect else { return nil }
-        return try await files.reprotectItems(at: app.url, to: cls, settingDirectoryDefaults: false,
-                                            skipping: Self.notReprotected, progress: progress)
+        // Not while the app runs: nothing it does can then race the walk.
+        return try await whileNotRunning([app]) {
+            try await files.reprotectItems(at: app.url, to: cls, settingDirectoryDefaults: false,
+                                           skipping: Self.notReprotected, progress: progress)
+        }
     }
 
     /// Sets an App Group container's class (seed 001: the app's entitlement does not reach shared
@@ -31,7 +35,10 @@ extension ContainerManager {
         let group = try group(identifier)
         try await files.setProtection(cls, ofItemAt: group.url)
         guard reprotect else { return nil }
-        return try await files.reprotectItems(at: group.url, to: cls, settingDirectoryDefaults: false,
-                                            skipping: Self.notReprotected, progress: progress)
+        // Not while a member runs: nothing one does can then race the walk.
+        return try await whileNotRunning(members(of: identifier)) {
+            try await files.reprotectItems(at: group.url, to: cls, settingDirectoryDefaults: false,
+                                           skipping: Self.notReprotected, progress: progress)
+        }
     }
 }

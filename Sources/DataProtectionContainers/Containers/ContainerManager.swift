@@ -23,11 +23,11 @@ import Glibc
 public struct ContainerManager: Sendable {
     /// Protected files of the device the containers belong to (directory defaults, re-protection).
     public let files: ProtectedFileManager
-    public let layout: ContainerLayout
+    public let layout: DataRootLayout
 
     public init(files: ProtectedFileManager) {
         self.files = files
-        self.layout = ContainerLayout(root: files.keybag.root)
+        self.layout = files.keybag.layout
     }
 
     // MARK: - Finding
@@ -70,6 +70,28 @@ public struct ContainerManager: Sendable {
         return try? self.group(id).url
     }
 
+    /// The preferences of an app (its identifier) or an App Group (`group.…`), for a tool outside
+    /// the sandbox: `body` runs while neither the app nor any member of the group runs, so nothing
+    /// it does can race the tool (`dpctl defaults`).
+    public func withPreferences<T>(of domain: String, _ body: (ProtectedUserDefaults) async throws -> T) async throws -> T {
+        let url: URL
+        let apps: [AppContainer]
+        if domain.hasPrefix("group.") {
+            let id = try AppGroupIdentifier(domain)
+            url = try group(id).preferences.appendingPathComponent(domain + ".plist")
+            apps = members(of: id)
+        } else {
+            let app = try app(try AppIdentifier(domain))
+            url = app.preferences.appendingPathComponent(domain + ".plist")
+            apps = [app]
+        }
+        return try await whileNotRunning(apps) {
+            let defaults = ProtectedUserDefaults(url: url, files: files)
+            try defaults.synchronizeOrThrow()
+            return try await body(defaults)
+        }
+    }
+
     /// The containers (name is a UUID, metadata readable) in `directory`.
     private func containers(in directory: String) -> [(URL, ContainerMetadata)] {
         guard let names = try? POSIXFile.directoryEntries(directory) else { return [] }
@@ -95,7 +117,7 @@ public struct ContainerManager: Sendable {
     @discardableResult
     public func install(_ identifier: AppIdentifier, defaultProtection: ProtectionClass = .default,
                         groups: [AppGroupIdentifier] = [], documentBrowser: Bool = false) async throws -> AppContainer {
-        try layout.prepare()
+        try layout.prepareContainers()
         return try await withInstallLock {
             guard (try? app(identifier)) == nil else { throw ContainerError.alreadyInstalled(identifier) }
             let uniqueGroups = Array(Set(groups)).sorted()
@@ -150,15 +172,16 @@ public struct ContainerManager: Sendable {
     /// what the app wrote into a group that others still use stays theirs.
     /// Fails with ``ContainerError/appRunning(_:)`` while a supervisor runs the app.
     public func uninstall(_ identifier: AppIdentifier) async throws {
-        try layout.prepare()
+        try layout.prepareContainers()
         try await withInstallLock {
             let app = try app(identifier)
-            guard let running = RunningAppLock.tryExclusive(container: app.url.path) else { throw ContainerError.appRunning(identifier) }
+            guard let running = try RunningAppLock.tryExclusive(layout, app.uuid) else { throw ContainerError.appRunning(identifier) }
             defer { running.release() }
             // Renamed first: from here on no lookup finds the app, even if the removal is cut short.
             let doomed = layout.applications + "/.removing-" + app.uuid.uuidString
             try fileSystem { _ = try POSIXFile.call("rename", app.url.path, doomed) { rename($0, $1) } }
             try removeTree(doomed)
+            try? FileManager.default.removeItem(atPath: RunningAppLock.path(layout, app.uuid))
             for group in app.groups where members(of: group).isEmpty {
                 guard let container = try? self.group(group) else { continue }
                 let doomedGroup = layout.appGroups + "/.removing-" + container.uuid.uuidString
@@ -173,10 +196,10 @@ public struct ContainerManager: Sendable {
     /// Runs `body` holding `ROOT/Containers/.lock`; first removes what an interrupted install or
     /// uninstall left (staging and removal directories).
     func withInstallLock<T>(_ body: () async throws -> T) async throws -> T {
-        let fd = try fileSystem { try POSIXFile.open(layout.lock, .readWrite, options: [.create], permissions: [.ownerReadWrite]) }
+        let fd = try fileSystem { try POSIXFile.open(layout.containersLock, .readWrite, options: [.create], permissions: [.ownerReadWrite]) }
         defer { try? fd.close() }
         while flock(fd.rawValue, LOCK_EX) != 0 {
-            guard errno == EINTR else { throw ContainerError.fileSystem(FileSystemError("flock", path: layout.lock, errno: Errno(rawValue: errno))) }
+            guard errno == EINTR else { throw ContainerError.fileSystem(FileSystemError("flock", path: layout.containersLock, errno: Errno(rawValue: errno))) }
         }
         for directory in [layout.applications, layout.appGroups] {
             for name in (try? POSIXFile.directoryEntries(directory)) ?? [] where name.hasPrefix(".staging-") || name.hasPrefix(".removing-") {
@@ -184,14 +207,6 @@ public struct ContainerManager: Sendable {
             }
         }
         return try await body()
-    }
-}
-
-/// Removes a tree without following links out of it (an app may have planted any).
-func removeTree(_ path: String) throws {
-    guard POSIXFile.linkStatus(path) != nil else { return }
-    do { try FileManager.default.removeItem(atPath: path) } catch {
-        throw ContainerError.fileSystem(FileSystemError("remove", path: path, errno: .ioError))
     }
 }
 

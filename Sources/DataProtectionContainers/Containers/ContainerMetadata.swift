@@ -3,7 +3,7 @@ import Foundation
 import SystemPackage
 
 /// What a container is, stored in the container as a property list
-/// (``ContainerLayout/metadataFileName``, FORMAT.md §10.1). The sandbox mounts it read-only:
+/// (``DataRootLayout/containerMetadataFileName``, FORMAT.md §10.1). The sandbox mounts it read-only:
 /// the app reads it and cannot change it.
 public struct ContainerMetadata: Sendable, Equatable, Codable {
     /// The kind of container.
@@ -52,7 +52,7 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
 
     /// Reads and checks the metadata of the container at `directory`.
     static func read(container directory: String) throws -> ContainerMetadata {
-        let path = directory + "/" + ContainerLayout.metadataFileName
+        let path = directory + "/" + DataRootLayout.containerMetadataFileName
         let bytes: [UInt8]
         do { bytes = try POSIXFile.readRegularFile(path, maxSize: 64 * 1024) } catch let error as FileSystemError {
             throw ContainerError.damagedMetadata(path: path, reason: "cannot be read (\(error.errno))")
@@ -79,7 +79,7 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
         encoder.outputFormat = .xml
         let bytes = Array(try encoder.encode(self))
         do {
-            try POSIXFile.writeAtomically(directory + "/" + ContainerLayout.metadataFileName, bytes, permissions: [.ownerRead, .groupRead, .otherRead])
+            try POSIXFile.writeAtomically(directory + "/" + DataRootLayout.containerMetadataFileName, bytes, permissions: [.ownerRead, .groupRead, .otherRead])
         } catch let error as FileSystemError {
             throw ContainerError.fileSystem(error)
         }

@@ -5,37 +5,55 @@ import SystemPackage
 import Glibc
 #endif
 
-/// "This app is running": a shared `flock` on the container's directory, held by each supervisor
-/// for as long as it runs the app; uninstall takes it exclusively and so never removes a
-/// container from under a running app. (The directory, not a file in it: the app cannot replace
-/// its own container's root, which is a mount point in its sandbox.)
+/// "This app is running": a shared `flock` on `ROOT/Containers/.running/<UUID>.lock`, held by
+/// each supervisor for as long as it runs the app. Uninstall, and tools that change an app's
+/// files from outside (re-protection, `dpctl defaults`), take it exclusively and refuse while
+/// the app runs — so nothing the app does can race them. The lock lives where no app can see it
+/// (an app that could `chmod` it could block its own uninstall forever).
 final class RunningAppLock: Sendable {
     private let fd: Int32
 
     private init(fd: Int32) { self.fd = fd }
 
+    static func path(_ layout: DataRootLayout, _ uuid: UUID) -> String { layout.containers + "/.running/" + uuid.uuidString + ".lock" }
+
     /// Holds the lock shared (a supervisor, while its app runs).
-    static func shared(container: String) throws -> RunningAppLock {
-        try take(container: container, LOCK_SH, blocking: true)!
+    static func shared(_ layout: DataRootLayout, _ uuid: UUID) throws -> RunningAppLock {
+        try take(path(layout, uuid), LOCK_SH)!
     }
 
     /// Holds the lock exclusively, or `nil` when a supervisor runs the app.
-    static func tryExclusive(container: String) -> RunningAppLock? {
-        try? take(container: container, LOCK_EX | LOCK_NB, blocking: false)
+    static func tryExclusive(_ layout: DataRootLayout, _ uuid: UUID) throws -> RunningAppLock? {
+        try take(path(layout, uuid), LOCK_EX | LOCK_NB)
     }
 
-    private static func take(container: String, _ operation: Int32, blocking: Bool) throws -> RunningAppLock? {
-        let path = container
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
+    private static func take(_ path: String, _ operation: Int32) throws -> RunningAppLock? {
+        try makeDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw ContainerError.fileSystem(FileSystemError("open", path: path, errno: Errno(rawValue: errno))) }
         while flock(fd, operation) != 0 {
             if errno == EINTR { continue }
+            let failure = errno
             close(fd)
-            if errno == EWOULDBLOCK { return nil }
-            throw ContainerError.fileSystem(FileSystemError("flock", path: path, errno: Errno(rawValue: errno)))
+            if failure == EWOULDBLOCK { return nil }
+            throw ContainerError.fileSystem(FileSystemError("flock", path: path, errno: Errno(rawValue: failure)))
         }
         return RunningAppLock(fd: fd)
     }
 
     func release() { close(fd) }
+}
+
+extension ContainerManager {
+    /// Runs `body` while none of `apps` runs (each one's lock held exclusively); otherwise
+    /// ``ContainerError/appRunning(_:)`` names the first that does.
+    func whileNotRunning<T>(_ apps: [AppContainer], _ body: () async throws -> T) async throws -> T {
+        var held: [RunningAppLock] = []
+        defer { held.forEach { $0.release() } }
+        for app in apps {
+            guard let lock = try RunningAppLock.tryExclusive(layout, app.uuid) else { throw ContainerError.appRunning(app.identifier) }
+            held.append(lock)
+        }
+        return try await body()
+    }
 }

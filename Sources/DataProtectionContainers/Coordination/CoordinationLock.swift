@@ -27,8 +27,13 @@ struct CoordinationLock: Sendable {
     init(item: URL, exclusive: Bool, announcingOnly: Bool = false) throws {
         self.item = item.standardizedFileURL
         lockPath = try Self.path(for: item)
-        try makeDirectory(URL(fileURLWithPath: lockPath).deletingLastPathComponent().path)
-        fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        let directory = URL(fileURLWithPath: lockPath).deletingLastPathComponent().path
+        try makeDirectory(directory)
+        // A member may have replaced the directory with a link: refused, never followed.
+        guard let st = POSIXFile.linkStatus(directory), st.st_mode & S_IFMT == S_IFDIR else {
+            throw ContainerError.refusedItem(path: directory, reason: "is not a directory")
+        }
+        fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard fd >= 0 else { throw ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno))) }
         if announcingOnly { return }
         while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
@@ -75,16 +80,26 @@ struct CoordinationLock: Sendable {
         return coordinationDirectory(for: standardized) + "/" + digest + ".lock"
     }
 
-    /// Where `item`'s lock lives (see the type's documentation).
+    /// Where `item`'s lock lives (see the type's documentation). The container is found from
+    /// what is known — the supervisor's description inside an app, else the path's shape
+    /// (`…/Containers/Data/Application/<UUID>/…`, `…/Containers/Shared/AppGroup/<UUID>/…`) —
+    /// never from files an app can write (a planted metadata file would misdirect other apps).
     static func coordinationDirectory(for item: URL) -> String {
-        var directory = item.deletingLastPathComponent()
-        while directory.path != "/" {
-            let metadata = directory.appendingPathComponent(ContainerLayout.metadataFileName).path
-            if let data = FileManager.default.contents(atPath: metadata),
-               let parsed = try? PropertyListDecoder().decode(ContainerMetadata.self, from: data) {
-                return parsed.kind == .appGroup ? directory.path + "/.coordination" : directory.path + "/Library/.coordination"
+        let path = item.standardizedFileURL.path
+        if let app = CurrentApp.shared {
+            if path.hasPrefix(app.url.path + "/") { return app.url.path + "/Library/.coordination" }
+            for group in app.groupContainers.values where path.hasPrefix(group.path + "/") { return group.path + "/.coordination" }
+        }
+        let parts = item.standardizedFileURL.pathComponents
+        var index = parts.count - 1
+        while index >= 4 {
+            let uuid = parts[index]
+            if UUID(uuidString: uuid)?.uuidString == uuid, parts[index - 3] == "Containers" {
+                let root = NSString.path(withComponents: Array(parts[...index]))
+                if parts[index - 2] == "Data" && parts[index - 1] == "Application" && index < parts.count - 1 { return root + "/Library/.coordination" }
+                if parts[index - 2] == "Shared" && parts[index - 1] == "AppGroup" && index < parts.count - 1 { return root + "/.coordination" }
             }
-            directory = directory.deletingLastPathComponent()
+            index -= 1
         }
         return item.deletingLastPathComponent().path + "/.coordination"
     }

@@ -160,24 +160,45 @@ final class PreferencesStore: @unchecked Sendable {
     /// went well. An unreadable file is never overwritten.
     private func merge(_ changes: [String: Change], knownFile: FileIdentity?) -> (values: [String: Any]?, identity: FileIdentity?, ok: Bool, error: (any Error)?) {
         guard let url, let files else { return (nil, nil, true, nil) }
+        // The file and its directory are the app's: never follow a link planted there (to another
+        // app's preferences, or out of the container), never read a FIFO or a device.
+        if let refusal = refusal(url) {
+            logger.notice("\(refusal)")
+            return (nil, nil, false, refusal)
+        }
         let lockPath = url.deletingLastPathComponent().appendingPathComponent("." + url.lastPathComponent + ".lock").path
-        let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard lock >= 0 else {
             let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
             logger.notice("\(error)")
             return (nil, nil, false, error)
         }
         defer { close(lock) }
+        var lockStatus = stat()
+        guard fstat(lock, &lockStatus) == 0, lockStatus.st_mode & S_IFMT == S_IFREG else {
+            return (nil, nil, false, ContainerError.refusedItem(path: lockPath, reason: "is not a regular file"))
+        }
         while flock(lock, LOCK_EX) != 0 && errno == EINTR {}
 
         var values: [String: Any] = [:]
         let before = identity(url.path)
         if before != nil {
             if changes.isEmpty, before == knownFile { return (nil, knownFile, true, nil) }   // nothing new on either side
+            // Opened without following a link, checked to be a regular file, then read through
+            // that very descriptor (/proc/self/fd/N): a link swapped in afterwards changes nothing.
+            let fd = open(url.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            var st = stat()
+            guard fd >= 0, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+                if fd >= 0 { close(fd) }
+                let error = ContainerError.refusedItem(path: url.path, reason: "is not a regular file")
+                logger.notice("\(error)")
+                return (nil, nil, false, error)
+            }
+            defer { close(fd) }
             do {
-                let data = try runBlocking { try await files.contents(of: url) }
+                let data = try runBlocking { try await files.contents(of: URL(fileURLWithPath: "/proc/self/fd/\(fd)")) }
                 guard let dictionary = try PropertyListSerialization.propertyList(from: data, options: [], format: nil) as? [String: Any] else {
-                    throw ContainerError.damagedMetadata(path: url.path, reason: "is not a dictionary")
+                    throw ContainerError.refusedItem(path: url.path, reason: "is not a property-list dictionary")
                 }
                 values = dictionary
             } catch {
@@ -197,6 +218,20 @@ final class PreferencesStore: @unchecked Sendable {
             return (nil, nil, false, error)
         }
         return (values, identity(url.path), true, nil)
+    }
+
+    /// Why `url` must not be touched: its directory is reached through a link, or it is there
+    /// and is not a regular file (a link, a FIFO, a directory).
+    private func refusal(_ url: URL) -> ContainerError? {
+        let directory = url.deletingLastPathComponent().standardizedFileURL
+        if directory.resolvingSymlinksInPath().path != directory.path {
+            return .refusedItem(path: directory.path, reason: "is reached through a symbolic link")
+        }
+        var st = stat()
+        if lstat(url.path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
+            return .refusedItem(path: url.path, reason: "is not a regular file")
+        }
+        return nil
     }
 
     private func identity(_ path: String) -> FileIdentity? {

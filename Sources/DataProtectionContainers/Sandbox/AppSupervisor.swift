@@ -45,8 +45,12 @@ public final class AppSupervisor: Sendable {
         let groups = try app.groups.map { try manager.group($0) }
         let requirements = sandboxed ? try SandboxRequirements.probe(environment: environment) : nil
         let executable = try Self.resolve(name, environment: environment)
-        let running = try RunningAppLock.shared(container: app.url.path)
+        if executable.hasPrefix(manager.layout.containers + "/") {
+            throw ContainerError.launchFailed("\(name): a program inside a container cannot be run as an app (apps could replace it)")
+        }
+        let running = try RunningAppLock.shared(manager.layout, app.uuid)
         defer { running.release() }
+        restoreModes(app, groups)
         restoreInboxLink(app)
 
         var appEnvironment = Self.appEnvironment(app, passing: environment)
@@ -129,6 +133,12 @@ public final class AppSupervisor: Sendable {
             throw ContainerError.launchFailed("\(name): not an executable file")
         }
         return resolved
+    }
+
+    /// An app may have `chmod`ed its container's root (or a group's) to lock itself or the
+    /// group's other members out; each launch gives the roots back their mode (0700).
+    private func restoreModes(_ app: AppContainer, _ groups: [GroupContainer]) {
+        for url in [app.url] + groups.map(\.url) { _ = chmod(url.path, 0o700) }
     }
 
     /// An app may have removed its `Documents/Inbox` link; it is put back at each launch (if

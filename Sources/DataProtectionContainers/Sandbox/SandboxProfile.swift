@@ -1,3 +1,4 @@
+import DataProtectionKeybag
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -40,7 +41,7 @@ package struct SandboxProfile: Sendable {
 
     /// `/etc` entries an ordinary program needs; anything else of `/etc` is not there.
     static let etcEntries = ["passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "localtime", "timezone",
-                             "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "alternatives",
+                             "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "alternatives",
                              "os-release", "mime.types", "locale.alias"]
 
     package init(requirements: SandboxRequirements, app: AppContainer, groups: [GroupContainer], executable: String,
@@ -117,7 +118,7 @@ package struct SandboxProfile: Sendable {
         return a
     }
 
-    private func metadataPath(_ container: String) -> String { container + "/" + ContainerLayout.metadataFileName }
+    private func metadataPath(_ container: String) -> String { container + "/" + DataRootLayout.containerMetadataFileName }
 
     /// Where the Swift runtime this process uses lives, when outside `/usr` (a toolchain in
     /// `/opt`): an app built with it needs it to start.

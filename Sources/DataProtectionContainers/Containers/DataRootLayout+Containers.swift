@@ -2,8 +2,8 @@ import DataProtectionKeybag
 import Foundation
 import SystemPackage
 
-/// Where apps live in a data root (FORMAT.md §1 and §10.1): one entry, `Containers`, registered
-/// with the root's layout so that an erase removes it.
+/// Where apps live in a data root (FORMAT.md §1 and §10.1) — the container layer's facet of the
+/// root's one layout type: one entry, `Containers`, registered so that an erase removes it.
 ///
 /// ```text
 /// ROOT/Containers/
@@ -11,22 +11,17 @@ import SystemPackage
 ///   Data/Application/<UUID>/                an app's data container (NSHomeDirectory())
 ///   Shared/AppGroup/<UUID>/                 an App Group's container
 /// ```
-public struct ContainerLayout: Sendable, Equatable {
-    /// The data root.
-    public let root: String
-
+extension DataRootLayout {
     /// The name registered in the root's layout.
-    static let entryName = "Containers"
+    static let containersEntry = "Containers"
     /// Each container's metadata file (the `.com.apple.mobile_container_manager.metadata.plist`
     /// analogue): readable by the app, never writable by it.
-    public static let metadataFileName = ".dataprotection-container.plist"
-
-    public init(root: String) { self.root = root }
+    public static let containerMetadataFileName = ".dataprotection-container.plist"
 
     /// `ROOT/Containers`.
-    public var containers: String { root + "/" + Self.entryName }
+    public var containers: String { path(Self.containersEntry) }
     /// The lock serializing installs and uninstalls.
-    var lock: String { containers + "/.lock" }
+    var containersLock: String { containers + "/.lock" }
     /// `ROOT/Containers/Data/Application`.
     public var applications: String { containers + "/Data/Application" }
     /// `ROOT/Containers/Shared/AppGroup`.
@@ -38,8 +33,8 @@ public struct ContainerLayout: Sendable, Equatable {
     public func groupContainer(_ uuid: UUID) -> String { appGroups + "/" + uuid.uuidString }
 
     /// Creates `ROOT/Containers` and its directories (0700) and registers the entry.
-    func prepare() throws {
-        try DataRootLayout(root: root).register(Self.entryName)
+    func prepareContainers() throws {
+        try register(Self.containersEntry)
         for directory in [containers, containers + "/Data", applications, containers + "/Shared", appGroups] {
             try makeDirectory(directory)
         }
