@@ -157,6 +157,58 @@ import Testing
         #expect(try world.testApp("com.example.vault", ["read", note]).out == "class A\n")
     }
 
+    @Test func theAppHearsTheDevicesLockThroughItsSupervisor() throws {
+        var world = try AppWorld.make()
+        let daemon = try KeybagdProcess(cli: world.cli)
+        defer { daemon.stop() }
+        world.environment = daemon.environment
+        try world.install("com.example.a")
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", "com.example.a", "--", AppWorld.testApp, "wait-lock-event"]
+        process.environment = ProcessInfo.processInfo.environment.merging(daemon.environment) { $1 }
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        var line = Data()
+        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+        #expect(String(decoding: line, as: UTF8.self) == "subscribed")
+        #expect(try world.dpctl(["lock"]).status == 0)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("willBecomeUnavailable"))
+    }
+
+    @Test func abstractSocketsOutsideTheSandboxAreOutOfReach() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.a")
+        let name = "dp-test-" + UUID().uuidString
+        let listener = Process()
+        listener.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        listener.arguments = ["-c", "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.bind('\\0\(name)')\ns.listen()\nprint('ready',flush=True)\nsys.stdin.read()"]
+        let out = Pipe(), input = Pipe()
+        listener.standardOutput = out
+        listener.standardInput = input
+        try listener.run()
+        defer { try? input.fileHandleForWriting.close(); listener.waitUntilExit() }
+        var line = Data()
+        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+        #expect(String(decoding: line, as: UTF8.self) == "ready")
+        let connect = "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0\(name)'); print('connected')\nexcept OSError as e: print('refused', e.errno)"
+        // Outside, the socket answers (the check can fail); inside, it is refused (EPERM).
+        let outside = Process()
+        outside.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        outside.arguments = ["-c", connect]
+        let outsideOut = Pipe()
+        outside.standardOutput = outsideOut
+        try outside.run()
+        outside.waitUntilExit()
+        #expect(String(decoding: outsideOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "connected\n")
+        let inside = try world.dpctl(["app", "run", "com.example.a", "--", "/usr/bin/python3", "-c", connect])
+        #expect(inside.out == "refused 1\n", "\(inside.stderr)")
+    }
+
     @Test func aMissingPartOfTheSandboxIsAOneLineRefusal() throws {
         let world = try AppWorld.make()
         try world.install("com.example.a")

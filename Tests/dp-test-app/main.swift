@@ -83,6 +83,17 @@ case "raw-unlock":
     // prints the answer in hex.
     rawUnlock()
 
+case "wait-lock-event":
+    // Subscribes to the device's protected-data events and waits (at most 30 s) for the lock.
+    guard let app = CurrentApp.shared else { fail("not an app") }
+    let events = await app.keybag.events()
+    FileHandle.standardOutput.write(Data("subscribed\n".utf8))
+    Task.detached { try? await Task.sleep(for: .seconds(30)); fail("no event within 30 s", status: 2) }
+    for await event in events {
+        print("event: \(event)")
+        if event == .willBecomeUnavailable { exit(0) }
+    }
+
 case "defaults-hammer":
     // Sets PREFIX.0 … PREFIX.N-1 in the suite's defaults, one set at a time, then synchronizes.
     guard arguments.count == 4, let count = Int(arguments[3]), let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else {

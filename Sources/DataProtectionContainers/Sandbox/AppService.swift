@@ -108,8 +108,15 @@ final class AppService: Sendable {
                 return
             }
             if op == .subscribe {
-                guard payload.count == 2, (try? IPCFrame.write(fd, [KeybagWire.version, KeybagWire.Status.ok.rawValue])) != nil else { return }
-                serveSubscriber(fd)
+                guard payload.count == 2 else { return }
+                // Registered and acknowledged under the subscribers' lock: no event can slip in
+                // before the acknowledgement, and none is missed after it.
+                let acknowledged = subscribers.withLock { set -> Bool in
+                    guard (try? IPCFrame.write(fd, [KeybagWire.version, KeybagWire.Status.ok.rawValue])) != nil else { return false }
+                    set.insert(fd)
+                    return true
+                }
+                if acknowledged { serveSubscriber(fd) }
                 return
             }
             var out = ByteWriter(capacity: 4096)
@@ -142,7 +149,6 @@ final class AppService: Sendable {
     /// An event subscriber: events are pushed by ``broadcast(_:)`` without blocking; this thread
     /// only waits for the app to close the channel.
     private func serveSubscriber(_ fd: Int32) {
-        subscribers.withLock { _ = $0.insert(fd) }
         defer { subscribers.withLock { _ = $0.remove(fd) } }
         var byte: UInt8 = 0
         while true {
