@@ -57,6 +57,23 @@ package enum IPCFrame {
         }
     }
 
+    /// Sends one frame (`payload` with its header) to every descriptor without ever blocking: a
+    /// peer whose socket buffer cannot take the whole frame (it stopped reading) is shut down and
+    /// removed — a stream cannot resume mid-frame. Returns how many were removed.
+    package static func broadcast(_ payload: [UInt8], to fds: inout Set<Int32>) -> Int {
+        let frame = header(payload.count) + payload
+        var dropped = 0
+        for fd in fds {
+            let sent = frame.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if sent != frame.count {
+                shutdown(fd, Int32(SHUT_RDWR))
+                fds.remove(fd)
+                dropped += 1
+            }
+        }
+        return dropped
+    }
+
     /// Reads one frame; `nil` at a clean end of stream.
     package static func read(_ fd: Int32) throws -> [UInt8]? {
         guard let header = try readExactly(fd, 4, allowEOF: true) else { return nil }

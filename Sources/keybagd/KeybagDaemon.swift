@@ -152,7 +152,7 @@ final class KeybagDaemon: Sendable {
             if checksPasscode { passcodeChecks.wait() }
             defer { if checksPasscode { passcodeChecks.signal() } }
             do {
-                let body = try blocking { [self, reader] in
+                let body = try runBlocking { [self, reader] in
                     var reader = reader
                     var body = ByteWriter(capacity: 1024)
                     try await answer(op, &reader, &body)
@@ -220,22 +220,8 @@ final class KeybagDaemon: Sendable {
         w.u8(KeybagWire.version)
         w.u8(KeybagWire.Status.event.rawValue)
         KeybagWire.event(&w, event)
-        var frame = ByteWriter()
-        frame.u32(UInt32(w.bytes.count))
-        frame.raw(w.bytes)
-        let bytes = frame.bytes
-        subscribers.withLock { fds in
-            for fd in fds {
-                let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-                if sent != bytes.count {
-                    // Full (or gone): drop it. A partial frame cannot be finished later, so the
-                    // stream ends here; its thread sees the shutdown and closes the descriptor.
-                    logger.notice("dropping an event subscriber that stopped reading")
-                    shutdown(fd, Int32(SHUT_RDWR))
-                    fds.remove(fd)
-                }
-            }
-        }
+        let dropped = subscribers.withLock { fds in IPCFrame.broadcast(w.bytes, to: &fds) }
+        if dropped > 0 { logger.notice("dropped \(dropped) event subscriber(s) that stopped reading") }
     }
 
     // MARK: - Idle lock
@@ -256,22 +242,4 @@ final class KeybagDaemon: Sendable {
 struct DaemonError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
-}
-
-/// The result of async work, handed from a task to the thread waiting for it.
-final class Outcome<T: Sendable>: @unchecked Sendable {
-    var result: Result<T, any Error>?
-    init() {}
-}
-
-/// Runs async work from a plain thread (a connection's) and waits for its result.
-func blocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) throws -> T {
-    let outcome = Outcome<T>()
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        do { outcome.result = .success(try await work()) } catch { outcome.result = .failure(error) }
-        done.signal()
-    }
-    done.wait()
-    return try outcome.result!.get()
 }

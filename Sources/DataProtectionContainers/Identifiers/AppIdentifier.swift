@@ -1,12 +1,31 @@
 import Foundation
 
+/// An identifier checked against its rule when made, encoded as its text.
+public protocol ValidatedIdentifier: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    var rawValue: String { get }
+    /// Checks `text` against the identifier's rule (``ContainerError/invalidIdentifier(_:rule:)``).
+    init(_ text: String) throws
+}
+
+extension ValidatedIdentifier {
+    public init(from decoder: any Decoder) throws {
+        try self.init(try decoder.singleValueContainer().decode(String.self))
+    }
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+    public var description: String { rawValue }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
 /// An app's identifier, in reverse-DNS form as iOS bundle identifiers are
 /// (`com.example.notes`).
 ///
 /// The rule: two or more parts separated by dots; each part 1–63 characters of ASCII letters,
 /// digits and hyphens; 255 bytes at most. Anything else is refused with
 /// ``ContainerError/invalidIdentifier(_:rule:)``, which states the rule.
-public struct AppIdentifier: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+public struct AppIdentifier: ValidatedIdentifier {
     public let rawValue: String
 
     /// The rule, as error messages and help state it.
@@ -19,17 +38,6 @@ public struct AppIdentifier: Sendable, Hashable, Comparable, Codable, CustomStri
         }
         rawValue = text
     }
-
-    public init(from decoder: any Decoder) throws {
-        try self.init(try decoder.singleValueContainer().decode(String.self))
-    }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-
-    public var description: String { rawValue }
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 
     /// Whether `text` follows ``rule``.
     static func isReverseDNS(_ text: String) -> Bool {
@@ -47,7 +55,7 @@ public struct AppIdentifier: Sendable, Hashable, Comparable, Codable, CustomStri
 
 /// An App Group's identifier: `group.` followed by a reverse-DNS name (`group.com.example.notes`),
 /// as the `com.apple.security.application-groups` entitlement lists them on iOS.
-public struct AppGroupIdentifier: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+public struct AppGroupIdentifier: ValidatedIdentifier {
     public let rawValue: String
 
     static let prefix = "group."
@@ -60,15 +68,4 @@ public struct AppGroupIdentifier: Sendable, Hashable, Comparable, Codable, Custo
         }
         rawValue = text
     }
-
-    public init(from decoder: any Decoder) throws {
-        try self.init(try decoder.singleValueContainer().decode(String.self))
-    }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-
-    public var description: String { rawValue }
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 }

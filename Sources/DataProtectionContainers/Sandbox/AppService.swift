@@ -163,32 +163,6 @@ final class AppService: Sendable {
         w.u8(KeybagWire.version)
         w.u8(KeybagWire.Status.event.rawValue)
         KeybagWire.event(&w, event)
-        let frame = IPCFrame.header(w.bytes.count) + w.bytes
-        subscribers.withLock { fds in
-            for fd in fds {
-                let sent = frame.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-                if sent != frame.count {
-                    shutdown(fd, Int32(SHUT_RDWR))   // it stopped reading: its stream ends here
-                    fds.remove(fd)
-                }
-            }
-        }
+        subscribers.withLock { fds in _ = IPCFrame.broadcast(w.bytes, to: &fds) }
     }
-}
-
-/// The result of async work, handed from a task to the thread waiting for it.
-private final class Outcome<T: Sendable>: @unchecked Sendable {
-    var result: Result<T, any Error>?
-}
-
-/// Runs async work from a plain thread (a channel's) and waits for its result.
-func runBlocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) throws -> T {
-    let outcome = Outcome<T>()
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        do { outcome.result = .success(try await work()) } catch { outcome.result = .failure(error) }
-        done.signal()
-    }
-    done.wait()
-    return try outcome.result!.get()
 }
