@@ -121,8 +121,10 @@ package struct SandboxProfile: Sendable {
     private func metadataPath(_ container: String) -> String { container + "/" + DataRootLayout.containerMetadataFileName }
 
     /// Where the Swift runtime this process uses lives, when outside `/usr` (a toolchain in
-    /// `/opt`): an app built with it needs it to start.
-    func runtimeDirectories() -> [String] {
+    /// `/opt`): an app built with it needs it to start. Read once per process.
+    func runtimeDirectories() -> [String] { Self.runtime }
+
+    private static let runtime: [String] = {
         guard let data = try? FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/self/maps")).readToEnd() else { return [] }   // size 0 in stat: read to the end
         let maps = String(decoding: data, as: UTF8.self)
         var found = Set<String>()
@@ -132,7 +134,7 @@ package struct SandboxProfile: Sendable {
             if !directory.hasPrefix("/usr/") { found.insert(directory) }
         }
         return found.sorted()
-    }
+    }()
 
     private func directoryExists(_ path: String) -> Bool {
         var isDirectory: ObjCBool = false
