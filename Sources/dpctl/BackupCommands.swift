@@ -6,6 +6,7 @@ import Foundation
 
 struct Exclude: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "exclude",
         abstract: "Mark a file or directory \"do not back up\" (iOS's isExcludedFromBackup).",
         discussion: """
             Sets the extended attribute user.xdg.robots.backup=false. A directory's mark covers \
@@ -24,6 +25,7 @@ struct Exclude: AsyncParsableCommand {
 
 struct Include: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "include",
         abstract: "Remove the \"do not back up\" mark (and the CACHEDIR.TAG dpctl wrote).",
         discussion: "An item below a marked directory stays excluded until that directory is included.")
 
@@ -41,6 +43,7 @@ struct Include: AsyncParsableCommand {
 
 struct Exclusions: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "exclusions",
         abstract: "Print the marked items below PATH as an exclude list for a backup tool.",
         discussion: """
             list: absolute paths.  tar: for `tar -X FILE -cf out.tar /abs/path`.  \
@@ -81,6 +84,7 @@ struct BackupPassword: AsyncParsableCommand {
 
 struct Backup: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "backup",
         abstract: "Back up SOURCE into the repository DEST, skipping marked items (and apps' Library/Caches, tmp).",
         discussion: """
             Protected files are copied as ciphertext (nothing is decrypted: it works while locked); plain \
@@ -128,6 +132,7 @@ struct Backup: AsyncParsableCommand {
 
 struct Restore: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "restore",
         abstract: "Restore one backup (DEST/backups/ID) into a new directory.",
         discussion: "Protected files from another device are rewrapped for this one with the backup password; their content is not decrypted.")
 
@@ -159,6 +164,7 @@ struct Restore: AsyncParsableCommand {
 
 struct Verify: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "verify",
         abstract: "Check that a backup is authentic and every file of it present and unaltered.",
         discussion: "Needs no passcode on the device that made the backup; on another device, the backup password.")
 

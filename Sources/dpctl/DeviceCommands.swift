@@ -4,6 +4,7 @@ import Foundation
 
 struct Init: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "init",
         abstract: "Set up a new device in the data root: device secret, class keys, keybag.",
         discussion: "scrypt parameters are calibrated so one passcode attempt costs at least 80 ms on this machine.")
 
@@ -35,7 +36,7 @@ struct Init: AsyncParsableCommand {
 }
 
 struct Status: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the lock state, passcode state, failed attempts and delays.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the lock state, passcode state, failed attempts and delays.")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -80,6 +81,7 @@ struct Status: AsyncParsableCommand {
 
 struct Unlock: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "unlock",
         abstract: "Unlock the device for every process (needs keybagd serving the root).",
         discussion: "The passcode is read from the terminal, or from --passcode-file FILE ('-' for stdin).")
 
@@ -104,6 +106,7 @@ struct Unlock: AsyncParsableCommand {
 
 struct Lock: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "lock",
         abstract: "Lock the device for every process (needs keybagd serving the root).",
         discussion: "Class A keys are discarded when the grace period ends, in the daemon and in every process.")
 
@@ -118,7 +121,7 @@ struct Lock: AsyncParsableCommand {
 }
 
 struct Policy: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Change the grace period or the erase-after-10-failures policy.")
+    static let configuration = CommandConfiguration(commandName: "policy", abstract: "Change the grace period or the erase-after-10-failures policy.")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -192,6 +195,7 @@ struct RemovePasscode: AsyncParsableCommand {
 
 struct Erase: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "erase",
         abstract: "Crypto-erase the device: destroy the keybag and device secret. Every protected file of this root becomes unrecoverable.",
         discussion: "On a terminal it asks you to type ERASE; without a terminal (a script, a pipe) it refuses unless --yes is given.")
 

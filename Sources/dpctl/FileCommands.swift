@@ -6,6 +6,7 @@ import SystemPackage
 
 struct Write: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "write",
         abstract: "Write standard input to a protected file, atomically.",
         discussion: """
             Without --class the file gets the stronger of its directory's default (inherited from the \
@@ -30,6 +31,7 @@ struct Write: AsyncParsableCommand {
 
 struct Cat: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "cat",
         abstract: "Print a file's plaintext.",
         discussion: "Fails with a one-line reason when the class is unavailable (exit 3) or the file is damaged (exit 4).")
 
@@ -146,6 +148,7 @@ struct ProtectionProbe {
 
 struct Protect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "protect",
         abstract: "Change the class of a file (rewrap its key), convert a plain file, or set a directory's default.",
         discussion: "With -R, every file below the directory gets the class and every directory gets it as default.")
 

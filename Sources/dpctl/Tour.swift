@@ -6,6 +6,7 @@ import Foundation
 
 struct Tour: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "tour",
         abstract: "A self-contained demonstration on a temporary virtual device: every class in every lock state, the grace period, class B while locked, tamper detection, passcode delays.",
         discussion: "Runs in a temporary data root (removed afterwards) on a virtual clock, so it never waits.")
 
