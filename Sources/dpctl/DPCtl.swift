@@ -53,6 +53,10 @@ struct DPCtl: AsyncParsableCommand {
             exit(withError: error)
         } catch let error as CleanExit {
             exit(withError: error)
+        } catch where exitCode(for: error) == .success {
+            // `dpctl --help` and `dpctl help …` arrive here: the parser returns its help command,
+            // whose run throws the request for help. swift-argument-parser prints it.
+            exit(withError: error)
         } catch {
             // The one error-reporting point of every command.
             Foundation.exit(report(error).rawValue)
