@@ -82,6 +82,8 @@ struct DPCtl: AsyncParsableCommand {
             }
         }
         guard !global.isEmpty, index < arguments.count else { return arguments }
+        // `dpctl --root DIR help app`: help takes no options; the root is irrelevant to it.
+        if arguments[index] == "help" { return Array(arguments[index...]) }
         // A command group (`daemon install`) takes them after its subcommand.
         let path = groups.contains(arguments[index]) && index + 1 < arguments.count ? 2 : 1
         return Array(arguments[index..<index + path]) + global + arguments[(index + path)...]
