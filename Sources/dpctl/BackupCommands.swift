@@ -107,7 +107,7 @@ struct Backup: AsyncParsableCommand {
         let keybag = try await device.openDevice(passcodeFile: nil)
         let root = keybag.root
         if let passwordFile {
-            let url = URL(fileURLWithPath: root).appendingPathComponent(BackupKeybag.fileName)
+            let url = URL(fileURLWithPath: keybag.layout.backupKeybag)
             guard FileManager.default.fileExists(atPath: url.path) else {
                 throw CLIError("no backup keybag in \(root): set one with `dpctl backup-password`")
             }

@@ -2,7 +2,7 @@ import DataProtectionKeybag
 import Foundation
 import SystemPackage
 
-/// What a container is, stored in the container as a property list
+/// What a container is, stored in the container as a binary property list
 /// (``DataRootLayout/containerMetadataFileName``, FORMAT.md §10.1). The sandbox mounts it read-only:
 /// the app reads it and cannot change it.
 public struct ContainerMetadata: Sendable, Equatable, Codable {
@@ -73,10 +73,11 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
         return metadata
     }
 
-    /// Writes the metadata atomically, read-only (0444).
+    /// Writes the metadata atomically, read-only (0444), as a binary property list (as iOS's
+    /// own; reading an XML one is as cheap to write but costs every lookup a date parser).
     func write(container directory: String) throws {
         let encoder = PropertyListEncoder()
-        encoder.outputFormat = .xml
+        encoder.outputFormat = .binary
         let bytes = Array(try encoder.encode(self))
         do {
             try POSIXFile.writeAtomically(directory + "/" + DataRootLayout.containerMetadataFileName, bytes, permissions: [.ownerRead, .groupRead, .otherRead])
