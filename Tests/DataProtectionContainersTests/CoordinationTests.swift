@@ -40,9 +40,7 @@ import Testing
         let note = try world.groupContainer(of: "com.example.one", "group.com.example.shared") + "/note.txt"
         try Data("v1".utf8).write(to: URL(fileURLWithPath: note))
         let (presenter, out) = try start(world, "com.example.two", ["present-wait", note])
-        var line = Data()
-        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-        #expect(String(decoding: line, as: UTF8.self) == "presenting")
+        #expect(try readLine(out.fileHandleForReading) == "presenting")
         #expect(try world.testApp("com.example.one", ["coordinated-write", note, "v2"]).out == "written\n")
         presenter.waitUntilExit()
         #expect(presenter.terminationStatus == 0)

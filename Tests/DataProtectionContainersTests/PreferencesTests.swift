@@ -50,9 +50,7 @@ import Testing
     @Test func aChangeByOneMemberIsAnnouncedToTheOther() throws {
         let world = try groupWorld()
         let (waiter, out) = try start(world, "com.example.two", ["defaults-wait", "group.com.example.prefs", "note", "hello"])
-        var line = Data()
-        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-        #expect(String(decoding: line, as: UTF8.self) == "waiting")
+        #expect(try readLine(out.fileHandleForReading) == "waiting")
         #expect(try world.testApp("com.example.one", ["defaults-set", "group.com.example.prefs", "note", "hello"], extra: unlock(world)).out == "set\n")
         waiter.waitUntilExit()
         #expect(waiter.terminationStatus == 0)

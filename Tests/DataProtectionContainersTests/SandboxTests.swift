@@ -171,9 +171,7 @@ import Testing
         let out = Pipe()
         process.standardOutput = out
         try process.run()
-        var line = Data()
-        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-        #expect(String(decoding: line, as: UTF8.self) == "subscribed")
+        #expect(try readLine(out.fileHandleForReading) == "subscribed")
         #expect(try world.dpctl(["lock"]).status == 0)
         process.waitUntilExit()
         #expect(process.terminationStatus == 0)
@@ -192,9 +190,7 @@ import Testing
         listener.standardInput = input
         try listener.run()
         defer { try? input.fileHandleForWriting.close(); listener.waitUntilExit() }
-        var line = Data()
-        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-        #expect(String(decoding: line, as: UTF8.self) == "ready")
+        #expect(try readLine(out.fileHandleForReading) == "ready")
         let connect = "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0\(name)'); print('connected')\nexcept OSError as e: print('refused', e.errno)"
         // Outside, the socket answers (the check can fail); inside, it is refused (EPERM).
         let outside = Process()
@@ -247,9 +243,7 @@ import Testing
         process.standardInput = input
         process.standardOutput = output
         try process.run()
-        var line = Data()
-        while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-        #expect(String(decoding: line, as: UTF8.self) == "started")
+        #expect(try readLine(output.fileHandleForReading) == "started")
         let refused = try world.dpctl(["app", "uninstall", "com.example.a"])
         #expect(refused.status == 1 && refused.stderr.contains("is running"), "\(refused.stderr)")
         #expect(FileManager.default.fileExists(atPath: a))
@@ -268,9 +262,7 @@ import Testing
         let out = Pipe()
         supervisor.standardOutput = out
         try supervisor.run()
-        line = Data()
-        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-        #expect(String(decoding: line, as: UTF8.self) == "started")
+        #expect(try readLine(out.fileHandleForReading) == "started")
         kill(supervisor.processIdentifier, SIGKILL)
         supervisor.waitUntilExit()
         // The app's processes go with it (its sandbox's init is killed, and the pid namespace with

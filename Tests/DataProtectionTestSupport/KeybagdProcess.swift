@@ -27,9 +27,7 @@ public final class KeybagdProcess: @unchecked Sendable {
         if captureErrors { process.standardError = errorOutput } else { process.standardError = FileHandle.nullDevice }
         try process.run()
         // The daemon prints one line once its socket accepts connections.
-        var line = Data()
-        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-        let text = String(decoding: line, as: UTF8.self)
+        let text = try readLine(out.fileHandleForReading)
         guard text.hasPrefix("ready ") else { throw KeybagError.daemon("keybagd did not start: \(text)") }
         socket = String(text.dropFirst(6))
     }

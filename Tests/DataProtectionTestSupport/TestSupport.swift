@@ -109,3 +109,11 @@ public final class PipeReader: @unchecked Sendable {
         return data
     }
 }
+
+/// One line from `handle` (without its newline), read a byte at a time so that nothing after it
+/// is consumed: the rest stays for the next reader. "" at end of file.
+public func readLine(_ handle: FileHandle) throws -> String {
+    var line = Data()
+    while let byte = try handle.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+    return String(decoding: line, as: UTF8.self)
+}

@@ -73,9 +73,7 @@ public final class FileCoordinator: Sendable {
         let lock = try CoordinationLock(item: url, exclusive: true)
         defer { lock.release() }
         let result = try writer(url)
-        let gone = !FileManager.default.fileExists(atPath: url.path)
-        if gone && options.contains(.forMoving) { return result }   // announced by item(at:didMoveTo:)
-        lock.announce(gone && options.contains(.forDeleting) ? .deleted : .changed, origin: origin)
+        announceWrite(to: url, options, lock)
         return result
     }
 
@@ -94,6 +92,14 @@ public final class FileCoordinator: Sendable {
         let result = try accessor(readingURL, writingURL)
         (first.1 ? firstLock : secondLock).announce(.changed, origin: origin)
         return result
+    }
+
+    /// What a finished write tells the item's presenters: deleted (`.forDeleting`, and the item
+    /// is gone), nothing for a move (``item(at:didMoveTo:)`` tells that), else changed.
+    private func announceWrite(to url: URL, _ options: WritingOptions, _ lock: CoordinationLock) {
+        let gone = !FileManager.default.fileExists(atPath: url.path)
+        if gone && options.contains(.forMoving) { return }
+        lock.announce(gone && options.contains(.forDeleting) ? .deleted : .changed, origin: origin)
     }
 
     // MARK: - With async accessors
@@ -115,9 +121,7 @@ public final class FileCoordinator: Sendable {
         let lock = try await CoordinationLock.acquire(item: url, exclusive: true)
         defer { lock.release() }
         let result = try await writer(url)
-        let gone = !FileManager.default.fileExists(atPath: url.path)
-        if gone && options.contains(.forMoving) { return result }
-        lock.announce(gone && options.contains(.forDeleting) ? .deleted : .changed, origin: origin)
+        announceWrite(to: url, options, lock)
         return result
     }
 

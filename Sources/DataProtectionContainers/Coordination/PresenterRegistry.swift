@@ -64,14 +64,9 @@ final class PresenterRegistry: Sendable {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { return }
-            var offset = 0
-            while offset + 16 <= n {
-                let watchID = Int32(buffer[offset]) | Int32(buffer[offset + 1]) << 8 | Int32(buffer[offset + 2]) << 16 | Int32(buffer[offset + 3]) << 24
-                let length = Int(buffer[offset + 12]) | Int(buffer[offset + 13]) << 8 | Int(buffer[offset + 14]) << 16 | Int(buffer[offset + 15]) << 24
-                let name = String(decoding: buffer[(offset + 16)..<min(n, offset + 16 + length)].prefix { $0 != 0 }, as: UTF8.self)
-                offset += 16 + length
-                guard name.hasSuffix(".change"), let directory = state.withLock({ $0.watched[watchID] }) else { continue }
-                deliver(directory + "/" + name)
+            for event in inotifyEvents(buffer, count: n) where event.name.hasSuffix(".change") {
+                guard let directory = state.withLock({ $0.watched[event.watch] }) else { continue }
+                deliver(directory + "/" + event.name)
             }
         }
     }

@@ -259,14 +259,7 @@ final class PreferencesStore: @unchecked Sendable {
             if fds[1].revents != 0 { return }
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n <= 0 { if n < 0 && errno == EINTR { continue } else { return } }
-            var offset = 0, relevant = false
-            while offset + 16 <= n {
-                let length = Int(buffer[offset + 12]) | Int(buffer[offset + 13]) << 8 | Int(buffer[offset + 14]) << 16 | Int(buffer[offset + 15]) << 24
-                let nameBytes = buffer[(offset + 16)..<min(n, offset + 16 + length)].prefix { $0 != 0 }
-                if String(decoding: nameBytes, as: UTF8.self) == name { relevant = true }
-                offset += 16 + length
-            }
-            if relevant {
+            if inotifyEvents(buffer, count: n).contains(where: { $0.name == name }) {
                 condition.lock(); requested += 1; condition.broadcast(); condition.unlock()
             }
         }

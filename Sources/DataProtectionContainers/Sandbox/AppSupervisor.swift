@@ -87,7 +87,9 @@ public final class AppSupervisor: Sendable {
             let report = status.readAll()
             if report.first != UInt8(ascii: "R") || report.count > 1 {
                 let code = await child.exitStatus()
-                let message = String(decoding: report.count > 1 ? Array(report.dropFirst(report.first == UInt8(ascii: "R") ? 1 : 0)) : bwrapErrors.readAll(), as: UTF8.self)
+                // dp-sandbox-exec's line (after its "R", if it got that far), else bubblewrap's.
+                let fromHelper = report.first == UInt8(ascii: "R") ? Array(report.dropFirst()) : report
+                let message = String(decoding: fromHelper.isEmpty ? bwrapErrors.readAll() : fromHelper, as: UTF8.self)
                 let line = message.split(separator: "\n").first.map(String.init) ?? "bubblewrap exited with status \(code)"
                 throw ContainerError.launchFailed(line)
             }

@@ -14,7 +14,7 @@ final class ChildProcess: Sendable {
     let arguments: [String]
     let environment: [String: String]
     let descriptors: [Int32]
-    private let state = Mutex<(pid: pid_t?, status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, nil, []))
+    private let state = Mutex<(status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, []))
 
     init(path: String, arguments: [String], environment: [String: String], descriptors: [Int32]) {
         self.path = path
@@ -35,7 +35,6 @@ final class ChildProcess: Sendable {
                 started.signal()
                 return
             }
-            state.withLock { $0.pid = pid }
             started.signal()
             var raw: Int32 = 0
             while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
@@ -76,11 +75,6 @@ final class ChildProcess: Sendable {
             }
             if let done { continuation.resume(returning: done) }
         }
-    }
-
-    /// Sends `signal` to the child (while it runs).
-    func kill(_ signal: Int32) {
-        if let pid = state.withLock({ $0.status == nil ? $0.pid : nil }) { Glibc.kill(pid, signal) }
     }
 }
 
