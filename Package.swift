@@ -14,6 +14,8 @@
 //   6. DataProtectionContainers — apps, their containers, App Groups, preferences, file
 //      coordination and the sandbox (bubblewrap + Landlock, through dp-sandbox-exec) with the
 //      supervisor that serves an app its keys.
+//   7. DataProtectionSharing — the broker between sandboxes: open-in copies into an Inbox, share
+//      reads, file-provider grants; served to each app by its supervisor.
 //   tools: dpctl (CLI), dp-bench (benchmarks), chat-example, notes-example.
 // Every target declares exactly what it imports; MemberImportVisibility makes an undeclared
 // import fail to build.
@@ -29,6 +31,7 @@ let package = Package(
         .library(name: "DataProtectionSQLite", targets: ["DataProtectionSQLite"]),
         .library(name: "DataProtectionObjects", targets: ["DataProtectionObjects"]),
         .library(name: "DataProtectionContainers", targets: ["DataProtectionContainers"]),
+        .library(name: "DataProtectionSharing", targets: ["DataProtectionSharing"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
         .executable(name: "keybagd", targets: ["keybagd"]),
@@ -66,6 +69,7 @@ let package = Package(
         .target(
             name: "DataProtection",
             dependencies: [
+                "CLinuxShims",
                 "DataProtectionKeybag",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -119,6 +123,18 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        .target(
+            name: "DataProtectionSharing",
+            dependencies: [
+                "DataProtectionContainers",
+                "DataProtection",
+                "DataProtectionKeybag",
+                "DataProtectionIPC",
+                "CLinuxShims",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         // The last step into a sandbox: Landlock, then exec (C: no runtime on every launch).
         .executableTarget(name: "dp-sandbox-exec"),
         .macro(
@@ -143,6 +159,7 @@ let package = Package(
             dependencies: [
                 "DataProtection",
                 "DataProtectionContainers",
+                "DataProtectionSharing",
                 "DataProtectionKeybag",
                 "dp-sandbox-exec",
                 "DataProtectionBackup",
@@ -182,7 +199,7 @@ let package = Package(
             ]
         ),
         .target(name: "DataProtectionTestSupport", dependencies: ["DataProtection", "DataProtectionKeybag"], path: "Tests/DataProtectionTestSupport"),
-        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtection", "DataProtectionKeybag"], path: "Tests/dp-test-app"),
+        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtection", "DataProtectionKeybag"], path: "Tests/dp-test-app"),
         .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),

@@ -1,4 +1,5 @@
 #define _GNU_SOURCE
+#include <linux/openat2.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -75,6 +76,20 @@ long cshim_receive_descriptor(int socket, void *data, unsigned long length, int 
     }
     if (message.msg_flags & MSG_CTRUNC) { if (*fd >= 0) close(*fd); *fd = -1; errno = EMSGSIZE; return -1; }
     return n;
+}
+
+int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigned long long resolve) {
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = (unsigned long long)(unsigned)flags;
+    how.mode = mode;
+    how.resolve = resolve;
+#ifdef SYS_openat2
+    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+#else
+    long fd = syscall(437, dirfd, path, &how, sizeof how);
+#endif
+    return fd < 0 ? -errno : (int)fd;
 }
 
 long cshim_landlock_abi(void) {

@@ -170,21 +170,27 @@ public struct ProtectedFileManager: Sendable {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             let fd = try POSIXFile.open(path, writable ? .readWrite : .readOnly)
             do {
-                let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-                guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
-                let header = try ProtectedFileHeader.parse(headerBytes, path: path)
-                let cls = header.protectionClass
-                let (key, classGeneration) = try await keybag.unwrapFileKeyWithGeneration(header.wrappedKey)
-                let generation = cls == .completeUnlessOpen ? nil : classGeneration
-                let engine = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
-                                                    keys: FileKeys(fileKey: key, fileID: header.fileID))
-                return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: headerBytes, header: header,
-                                           engine: engine, keyGeneration: generation, writable: writable)
+                return try await openHandle(owning: fd, url: url, writable: writable)
             } catch {
                 try? fd.close()
                 throw error
             }
         }
+    }
+
+    /// A handle on the protected file open at `fd`, which the handle then owns (closes).
+    func openHandle(owning fd: FileDescriptor, url: URL, writable: Bool) async throws -> ProtectedFileHandle {
+        let path = url.path
+        let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+        guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+        let header = try ProtectedFileHeader.parse(headerBytes, path: path)
+        let cls = header.protectionClass
+        let (key, classGeneration) = try await keybag.unwrapFileKeyWithGeneration(header.wrappedKey)
+        let generation = cls == .completeUnlessOpen ? nil : classGeneration
+        let engine = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
+                                            keys: FileKeys(fileKey: key, fileID: header.fileID))
+        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: headerBytes, header: header,
+                                   engine: engine, keyGeneration: generation, writable: writable)
     }
 
     // MARK: - Changing protection

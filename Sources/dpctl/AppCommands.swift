@@ -2,6 +2,7 @@ import ArgumentParser
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSharing
 import Foundation
 
 extension AppIdentifier: ExpressibleByArgument {
@@ -171,7 +172,8 @@ struct AppRun: AsyncParsableCommand {
         if noSandbox {
             FileHandle.standardError.write(Data("dpctl: running \(id) WITHOUT its sandbox (--no-sandbox): it can reach everything you can\n".utf8))
         }
-        let status = try await AppSupervisor(manager: manager).run(id, command: command, sandboxed: !noSandbox)
+        let supervisor = AppSupervisor(manager: manager, services: [SharingService(manager: manager)])
+        let status = try await supervisor.run(id, command: command, sandboxed: !noSandbox)
         throw ExitCode(status)
     }
 }
@@ -218,7 +220,7 @@ struct AppUninstall: AsyncParsableCommand {
 
     func run() async throws {
         let id = try appIdentifier(identifier)
-        try await containerManager(device).uninstall(id)
+        try await SharingBroker(manager: containerManager(device)).uninstall(id)
         printOut("uninstalled \(id)")
     }
 }

@@ -3,6 +3,7 @@
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSharing
 import Foundation
 
 func fail(_ message: String, status: Int32 = 1) -> Never {
@@ -170,6 +171,31 @@ case "coordinated-write":
         try Data(arguments[2].utf8).write(to: url, options: .atomic)
     }
     print("written")
+
+case "open-in":
+    // Asks the broker to open PATH in the app TARGET; exit 3 when the class is locked.
+    guard arguments.count == 3, let app = CurrentApp.shared else { fail("usage: open-in PATH TARGET (as an app)") }
+    do {
+        try await app.open(URL(fileURLWithPath: arguments[1]), in: arguments[2])
+        print("sent")
+    } catch let error as SharingError {
+        if case .protectedDataUnavailable = error { fail("\(error)", status: 3) }
+        fail("\(error)")
+    }
+
+case "wait-opened":
+    // Waits (at most 30 s) for COUNT opened URLs; prints each as "opened NAME from SENDER: CONTENT".
+    guard arguments.count == 2, let count = Int(arguments[1]), let app = CurrentApp.shared else { fail("usage: wait-opened COUNT (as an app)") }
+    FileHandle.standardOutput.write(Data("listening\n".utf8))
+    let watchdog = Task { try await Task.sleep(for: .seconds(30)); fail("fewer than \(count) opened URLs within 30 s", status: 2) }
+    var seen = 0
+    for await opened in app.openedURLs {
+        let content = (try? await app.files.contents(of: opened.url)).map { String(decoding: $0, as: UTF8.self) } ?? "<unreadable>"
+        print("opened \(opened.url.lastPathComponent) from \(opened.sender) in \(opened.url.deletingLastPathComponent().path): \(content)")
+        seen += 1
+        if seen == count { break }
+    }
+    watchdog.cancel()
 
 default:
     fail("unknown command \(command)")

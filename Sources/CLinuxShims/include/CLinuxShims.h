@@ -45,6 +45,15 @@ long cshim_landlock_abi(void);
 /// descriptor `i`) and every other descriptor closed. Returns 0 and the pid, or an errno.
 int cshim_spawn(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid);
 
+/// `openat2(2)` (no libc wrapper): opens `path` relative to `dirfd` with `flags` and `mode`,
+/// resolving it under the `RESOLVE_*` rules in `resolve`. Returns the descriptor or -errno.
+int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigned long long resolve);
+/// The `RESOLVE_*` flags.
+enum {
+    CSHIM_RESOLVE_NO_XDEV = 0x01, CSHIM_RESOLVE_NO_MAGICLINKS = 0x02, CSHIM_RESOLVE_NO_SYMLINKS = 0x04,
+    CSHIM_RESOLVE_BENEATH = 0x08, CSHIM_RESOLVE_IN_ROOT = 0x10,
+};
+
 /// A 64-bit word another process publishes in shared memory, read with acquire ordering.
 static inline uint64_t cshim_load_acquire_u64(const uint64_t *word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
 

@@ -1,6 +1,7 @@
 import DataProtection
 import DataProtectionKeybag
 import Foundation
+import SystemPackage
 
 /// The app this process runs as — its identity, its places and its keys — when a supervisor
 /// started it (`dpctl app run`, or ``AppSupervisor``). The app side of `DataProtectionContainers`.
@@ -25,6 +26,8 @@ public final class CurrentApp: Sendable {
     public let isSandboxed: Bool
     /// The device's keys, as the supervisor serves them to this app.
     public let keybag: Keybag
+    /// The socket to the supervisor (for the layers above: ``openServiceChannel(_:)``).
+    let connection: SupervisorConnection?
 
     /// The app, or `nil` when this process was not started by a supervisor.
     public static let shared: CurrentApp? = try? connect()
@@ -44,15 +47,23 @@ public final class CurrentApp: Sendable {
             if let group = try? AppGroupIdentifier(id) { groups[group] = URL(fileURLWithPath: path, isDirectory: true) }
         }
         return CurrentApp(identifier: try AppIdentifier(description.identifier), url: URL(fileURLWithPath: description.container, isDirectory: true),
-                          groupContainers: groups, isSandboxed: description.sandboxed, keybag: keybag)
+                          groupContainers: groups, isSandboxed: description.sandboxed, keybag: keybag, connection: connection)
     }
 
-    init(identifier: AppIdentifier, url: URL, groupContainers: [AppGroupIdentifier: URL], isSandboxed: Bool, keybag: Keybag) {
+    init(identifier: AppIdentifier, url: URL, groupContainers: [AppGroupIdentifier: URL], isSandboxed: Bool, keybag: Keybag,
+         connection: SupervisorConnection? = nil) {
+        self.connection = connection
         self.identifier = identifier
         self.url = url
         self.groupContainers = groupContainers
         self.isSandboxed = isSandboxed
         self.keybag = keybag
+    }
+
+    /// A new channel to the supervisor's service `identifier` (``AppSupervisorService``), or
+    /// `nil` when the supervisor has no such service or is gone.
+    package func openServiceChannel(_ identifier: UInt8) -> FileDescriptor? {
+        connection?.openServiceChannel(identifier).map(FileDescriptor.init(rawValue:))
     }
 
     /// Protected files with this app's keys.

@@ -3,6 +3,7 @@ import DataProtectionKeybag
 import Foundation
 import Logging
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,19 +12,24 @@ import Glibc
 /// keybag channels, and on each channel serves the keybag operations an app may use
 /// (``Keybag/appOperations``) with this process's keys — its embedded keybag, or keybagd's
 /// (then the app sees the device's one lock state). Everything else is refused as
-/// ``KeybagError/notPermitted(_:)``; a malformed frame closes that channel only.
+/// ``KeybagError/notPermitted(_:)``; a malformed frame closes that channel only. Service
+/// channels (op 3) go to the ``AppSupervisorService`` the app names, if the supervisor has it.
 final class AppService: Sendable {
     let description: AppDescription
+    let app: AppContainer
     let keybag: Keybag
+    let services: [any AppSupervisorService]
     let logger: Logger
     private let channels = Mutex<Set<Int32>>([])
     private let subscribers = Mutex<Set<Int32>>([])
     private let observerTokens = Mutex<[UUID]>([])
     private let control = Mutex<Int32?>(nil)
 
-    init(description: AppDescription, keybag: Keybag, logger: Logger) {
+    init(description: AppDescription, app: AppContainer, keybag: Keybag, services: [any AppSupervisorService], logger: Logger) {
         self.description = description
+        self.app = app
         self.keybag = keybag
+        self.services = services
         self.logger = logger
     }
 
@@ -52,7 +58,8 @@ final class AppService: Sendable {
     private func serveControl(_ fd: Int32) {
         defer { close(fd) }
         while let frame = try? IPCFrame.read(fd) {
-            guard frame.count == 2, frame[0] == SupervisorProtocol.version, let op = SupervisorProtocol.Op(rawValue: frame[1]) else {
+            guard frame.count >= 2, frame[0] == SupervisorProtocol.version, let op = SupervisorProtocol.Op(rawValue: frame[1]),
+                  frame.count == (op == .serviceChannel ? 3 : 2) else {
                 logger.info("closing the app's socket: malformed request")
                 return
             }
@@ -63,14 +70,24 @@ final class AppService: Sendable {
                 guard let plist = try? encoder.encode(description) else { return }
                 guard (try? IPCFrame.write(fd, [SupervisorProtocol.version, 0] + Array(plist))) != nil else { return }
             case .keybagChannel:
-                guard let channel = openChannel() else {
-                    guard sendByte(fd, SupervisorProtocol.channelRefused) else { return }
-                    continue
+                guard hand(openChannel(named: "app keybag channel", serve: serveChannel), over: fd) else { return }
+            case .serviceChannel:
+                let service = services.first { $0.serviceIdentifier == frame[2] }
+                let app = self.app
+                let channel = service.flatMap { service in
+                    openChannel(named: "app service channel") { service.serve(channel: FileDescriptor(rawValue: $0), app: app) }
                 }
-                defer { close(channel) }
-                guard (try? UnixSocket.send(descriptor: channel, over: fd, message: [SupervisorProtocol.channelGranted])) != nil else { return }
+                guard hand(channel, over: fd) else { return }
             }
         }
+    }
+
+    /// Sends the app its end of a new channel (and closes ours of it), or the refusal; `false`
+    /// when the app's socket is gone.
+    private func hand(_ channel: Int32?, over fd: Int32) -> Bool {
+        guard let channel else { return sendByte(fd, SupervisorProtocol.channelRefused) }
+        defer { close(channel) }
+        return (try? UnixSocket.send(descriptor: channel, over: fd, message: [SupervisorProtocol.channelGranted])) != nil
     }
 
     private func sendByte(_ fd: Int32, _ byte: UInt8) -> Bool {
@@ -78,9 +95,9 @@ final class AppService: Sendable {
         return Glibc.send(fd, &value, 1, Int32(MSG_NOSIGNAL)) == 1
     }
 
-    /// A new channel: our end is served on its own thread; the app's end is returned (to be sent
-    /// and closed). `nil` when the app holds ``AppSupervisor/maxChannels`` already.
-    private func openChannel() -> Int32? {
+    /// A new channel: our end is served by `serve` on its own thread; the app's end is returned
+    /// (to be sent and closed). `nil` when the app holds ``AppSupervisor/maxChannels`` already.
+    private func openChannel(named name: String, serve: @escaping @Sendable (Int32) -> Void) -> Int32? {
         var fds: [Int32] = [-1, -1]
         guard channels.withLock({ $0.count }) < AppSupervisor.maxChannels,
               socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else { return nil }
@@ -88,11 +105,11 @@ final class AppService: Sendable {
         channels.withLock { _ = $0.insert(ours) }
         UnixSocket.setTimeouts(ours, seconds: 5, sending: true, receiving: false)
         let thread = Thread { [self] in
-            serveChannel(ours)
+            serve(ours)
             channels.withLock { _ = $0.remove(ours) }
             close(ours)
         }
-        thread.name = "app keybag channel"
+        thread.name = name
         thread.start()
         return fds[1]
     }

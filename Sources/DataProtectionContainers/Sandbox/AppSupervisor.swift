@@ -23,12 +23,17 @@ import Glibc
 /// While it runs, the app cannot be uninstalled.
 public final class AppSupervisor: Sendable {
     public let manager: ContainerManager
+    /// What this supervisor serves its apps besides their keys (``AppSupervisorService``).
+    public let services: [any AppSupervisorService]
     public var keybag: Keybag { manager.files.keybag }
     private let logger = Logger(label: "app-supervisor")
     /// Keybag channels one app may hold open at once.
     static let maxChannels = 64
 
-    public init(manager: ContainerManager) { self.manager = manager }
+    public init(manager: ContainerManager, services: [any AppSupervisorService] = []) {
+        self.manager = manager
+        self.services = services
+    }
 
     /// Runs `command` (a path, or a name looked up on `PATH`) as `identifier` and returns its exit
     /// status (128 + the signal's number when a signal ended it).
@@ -74,7 +79,9 @@ public final class AppSupervisor: Sendable {
             argv = [executable] + command.dropFirst()
             descriptors = [0, 1, 2, control.app]
         }
-        let service = AppService(description: description, keybag: keybag, logger: logger)
+        defer { for service in services { service.appDidEnd(app) } }
+        for service in services { try service.appWillStart(app) }
+        let service = AppService(description: description, app: app, keybag: keybag, services: services, logger: logger)
         try await service.start(control: control.supervisor)
         defer { service.stop() }
 

@@ -13,10 +13,12 @@ import Glibc
 /// - `describe` (op 1): the app's identity and places, as a property list;
 /// - `keybag channel` (op 2): a new connected socket, passed as a descriptor, on which the
 ///   supervisor speaks keybagd's protocol (§8) for the operations an app may use
-///   (``Keybag/appOperations``; anything else is answered `notPermitted`).
+///   (``Keybag/appOperations``; anything else is answered `notPermitted`);
+/// - `service channel` (op 3, one byte naming the service): a new connected socket served by
+///   the ``AppSupervisorService`` with that identifier (sharing: 1), refused when there is none.
 enum SupervisorProtocol {
     static let version: UInt8 = 1
-    enum Op: UInt8 { case describe = 1, keybagChannel = 2 }
+    enum Op: UInt8 { case describe = 1, keybagChannel = 2, serviceChannel = 3 }
     /// The byte sent with a channel's descriptor; `refused` comes alone.
     static let channelGranted: UInt8 = 0
     static let channelRefused: UInt8 = 1
@@ -60,8 +62,18 @@ final class SupervisorConnection: Sendable {
 
     /// A new keybag channel, or `nil` (the supervisor refused or is gone).
     func openKeybagChannel() -> Int32? {
+        openChannel([SupervisorProtocol.version, SupervisorProtocol.Op.keybagChannel.rawValue])
+    }
+
+    /// A new channel to the supervisor's service `identifier`, or `nil` (no such service, too
+    /// many channels, or the supervisor is gone).
+    func openServiceChannel(_ identifier: UInt8) -> Int32? {
+        openChannel([SupervisorProtocol.version, SupervisorProtocol.Op.serviceChannel.rawValue, identifier])
+    }
+
+    private func openChannel(_ request: [UInt8]) -> Int32? {
         exchange.withLock { _ -> Int32? in
-            guard (try? IPCFrame.write(fd, [SupervisorProtocol.version, SupervisorProtocol.Op.keybagChannel.rawValue])) != nil,
+            guard (try? IPCFrame.write(fd, request)) != nil,
                   let answer = try? UnixSocket.receiveDescriptor(from: fd, capacity: 1) else { return nil }
             guard answer.message == [SupervisorProtocol.channelGranted], let channel = answer.descriptor else {
                 if let stray = answer.descriptor { close(stray) }

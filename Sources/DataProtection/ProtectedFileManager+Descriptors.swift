@@ -1,0 +1,157 @@
+import CLinuxShims
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Protected files reached through descriptors rather than paths — for a process that opened
+/// them safely itself (`openat2` beneath a directory it does not trust) or received them from
+/// another process. Nothing here resolves a path.
+extension ProtectedFileManager {
+    /// Opens the protected file open at `descriptor` for reading. The descriptor is duplicated:
+    /// the caller keeps (and closes) its own. `url` names the file in errors.
+    public func openHandle(forReadingFrom descriptor: FileDescriptor, url: URL) async throws -> ProtectedFileHandle {
+        try await openHandle(duplicating: descriptor, url: url, writable: false)
+    }
+
+    /// Opens the protected file open at `descriptor` for reading and writing; writes fail with
+    /// `EBADF` when the descriptor was opened read-only (the kernel decides, not this handle).
+    public func openHandle(forUpdating descriptor: FileDescriptor, url: URL) async throws -> ProtectedFileHandle {
+        try await openHandle(duplicating: descriptor, url: url, writable: true)
+    }
+
+    private func openHandle(duplicating descriptor: FileDescriptor, url: URL, writable: Bool) async throws -> ProtectedFileHandle {
+        try await ProtectedFileError.translating(path: url.path, writing: writable) {
+            let fd = try POSIXFile.system("dup", url.path) { try descriptor.duplicate() }
+            do {
+                return try await openHandle(owning: fd, url: url, writable: writable)
+            } catch {
+                try? fd.close()
+                throw error
+            }
+        }
+    }
+
+    /// Copies the file open at `source` into a new protected file in the directory open at
+    /// `directory`, under the first name `names(1)`, `names(2)`, … not taken there — never
+    /// replacing anything — and returns the name and class it got.
+    ///
+    /// The copy is independent of the source: a new file key and file ID, the stronger of the
+    /// source's class and `minimum` (a plain source gets `minimum`), the source's
+    /// "this device only". A protected source is decrypted segment by segment in memory, so no
+    /// plaintext reaches the disk; it needs the source's class key (``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
+    /// otherwise). The new file appears under its name only when complete and flushed.
+    public func copyFile(from source: FileDescriptor, sourceURL: URL, into directory: FileDescriptor, directoryURL: URL,
+                         protection minimum: ProtectionClass, names: (Int) -> String) async throws -> (name: String, protection: ProtectionClass) {
+        let sourcePath = sourceURL.path
+        let reader = try await ProtectedFileError.translating(path: sourcePath, writing: false) { try await copySource(source, url: sourceURL) }
+        let cls = max(reader.protection ?? minimum, minimum)
+        return try await ProtectedFileError.translating(path: directoryURL.path, writing: true) {
+            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: reader.thisDeviceOnly)
+            let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
+            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            let target = try UnnamedFile(in: directory, directoryPath: directoryURL.path)
+            defer { target.discard() }
+            let copy = try SegmentedFile.create(fd: target.fd, path: target.displayPath, header: header, keys: keys)
+            try copy.writeStream(from: reader.read)
+            try POSIXFile.sync(target.fd, path: target.displayPath)
+            let name = try target.link(names: names)
+            try? POSIXFile.sync(directory, path: directoryURL.path)
+            return (name, cls)
+        }
+    }
+
+    /// Reads the plaintext of `source` from its start, decrypting when it is protected.
+    private func copySource(_ source: FileDescriptor, url: URL) async throws -> CopySource {
+        let path = url.path
+        let st = try POSIXFile.system("fstat", path) { () throws -> stat in
+            var st = stat()
+            guard fstat(source.rawValue, &st) == 0 else { throw Errno(rawValue: errno) }
+            return st
+        }
+        guard st.st_mode & S_IFMT == S_IFREG else { throw ProtectedFileError.fileSystem(FileSystemError("copy", path: path, errno: .invalidArgument)) }
+        let prefix = try POSIXFile.read(source, count: ProtectedFileHeader.size, at: 0, path: path)
+        guard ProtectedFileHeader.looksProtected(prefix) else {
+            var offset: Int64 = 0
+            return CopySource(protection: nil, thisDeviceOnly: false) { buffer in
+                let n = try POSIXFile.system("read", path) { try source.read(fromAbsoluteOffset: offset, into: buffer, retryOnInterrupt: true) }
+                offset += Int64(n)
+                return n
+            }
+        }
+        let header = try ProtectedFileHeader.parse(prefix, path: path)
+        let key = try await keybag.unwrapFileKey(header.wrappedKey)
+        let engine = try SegmentedFile.open(fd: source, path: path, headerBytes: prefix, header: header,
+                                            keys: FileKeys(fileKey: key, fileID: header.fileID))
+        var offset: Int64 = 0
+        return CopySource(protection: header.protectionClass, thisDeviceOnly: header.wrappedKey.thisDeviceOnly) { buffer in
+            let chunk = try engine.read(at: offset, count: buffer.count)
+            chunk.copyBytes(to: buffer)
+            offset += Int64(chunk.count)
+            return chunk.count
+        }
+    }
+}
+
+/// What a copy reads: the source's class (`nil`: plain) and its plaintext, a buffer at a time.
+private struct CopySource {
+    var protection: ProtectionClass?
+    var thisDeviceOnly: Bool
+    var read: (UnsafeMutableRawBufferPointer) throws -> Int
+}
+
+/// A new file in a directory descriptor that has no name until ``link(names:)`` gives it one
+/// (`O_TMPFILE`; a hidden name where the file system lacks it). Discarded unless linked.
+private final class UnnamedFile {
+    let fd: FileDescriptor
+    let directory: FileDescriptor
+    let directoryPath: String
+    /// The hidden name, when the file system has no `O_TMPFILE`.
+    private var hiddenName: String?
+    private var closed = false
+
+    var displayPath: String { directoryPath + "/" + (hiddenName ?? "(new file)") }
+
+    init(in directory: FileDescriptor, directoryPath: String) throws {
+        self.directory = directory
+        self.directoryPath = directoryPath
+        let raw = openat(directory.rawValue, ".", cshim_o_tmpfile() | O_RDWR | O_CLOEXEC, 0o600)
+        if raw >= 0 {
+            fd = FileDescriptor(rawValue: raw)
+            return
+        }
+        let err = Errno(rawValue: errno)
+        guard [.notSupported, .isDirectory, .invalidArgument].contains(err) else { throw FileSystemError("open", path: directoryPath, errno: err) }
+        let name = ".dp-tmp-" + (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let named = openat(directory.rawValue, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard named >= 0 else { throw FileSystemError("open", path: directoryPath + "/" + name, errno: Errno(rawValue: errno)) }
+        fd = FileDescriptor(rawValue: named)
+        hiddenName = name
+    }
+
+    /// Gives the file the first free name of `names(1)`, `names(2)`, …; never replaces a file.
+    func link(names: (Int) -> String) throws -> String {
+        for attempt in 1...10_000 {
+            let name = names(attempt)
+            let result: Int32 = if let hiddenName {
+                linkat(directory.rawValue, hiddenName, directory.rawValue, name, 0)
+            } else {
+                linkat(AT_FDCWD, "/proc/self/fd/\(fd.rawValue)", directory.rawValue, name, AT_SYMLINK_FOLLOW)
+            }
+            if result == 0 { return name }
+            let err = Errno(rawValue: errno)
+            guard err == .fileExists else { throw FileSystemError("linkat", path: directoryPath + "/" + name, errno: err) }
+        }
+        throw FileSystemError("linkat", path: directoryPath, errno: .fileExists)
+    }
+
+    /// Closes the descriptor and removes the hidden name, if any (the linked name stays).
+    func discard() {
+        guard !closed else { return }
+        closed = true
+        try? fd.close()
+        if let hiddenName { _ = unlinkat(directory.rawValue, hiddenName, 0) }
+    }
+}

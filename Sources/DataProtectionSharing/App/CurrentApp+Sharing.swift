@@ -1,0 +1,86 @@
+import DataProtectionContainers
+import DataProtectionIPC
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Sharing, from inside an app: what `UIDocumentInteractionController` and
+/// `scene(_:openURLContexts:)` do on iOS, through the app's supervisor (the broker).
+///
+/// ```swift
+/// let app = CurrentApp.shared!
+/// try await app.open(app.documents.appendingPathComponent("report.pdf"), in: "com.example.viewer")
+///
+/// // in com.example.viewer:
+/// for await opened in app.openedURLs {
+///     print("asked to open \(opened.url.lastPathComponent) by \(opened.sender)")   // in Documents/Inbox
+/// }
+/// ```
+extension CurrentApp {
+    /// Asks the broker to copy `url` (a file in this app's container or one of its groups') into
+    /// `recipient`'s Inbox and tell it. The recipient gets its own copy: later writes here never
+    /// reach it.
+    ///
+    /// - Throws: ``SharingError``: `.refused` with the broker's reason (an unknown app, a
+    ///   directory, a link…), `.protectedDataUnavailable` when the file's class is locked,
+    ///   `.brokerUnavailable` when the supervisor offers no sharing.
+    public func open(_ url: URL, in recipient: String) async throws {
+        let request = SharingProtocol.request(.openIn) { w in
+            SharingProtocol.string(&w, recipient)
+            SharingProtocol.string(&w, url.path)
+        }
+        try await Task.detached { [self] in
+            guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
+            defer { try? channel.close() }
+            UnixSocket.setTimeouts(channel.rawValue, seconds: 600)
+            guard (try? IPCFrame.write(channel.rawValue, request)) != nil, let answer = try? IPCFrame.read(channel.rawValue) else {
+                throw SharingError.brokerUnavailable
+            }
+            if let error = try SharingProtocol.outcome(answer) { throw error }
+        }.value
+    }
+
+    /// The files other apps asked this app to open, as they come (queued ones first): each in
+    /// `Documents/Inbox`, the app's to read, keep (copy out) or delete. Like
+    /// `scene(_:openURLContexts:)`, but an `AsyncSequence`; iterate it from one place. Ends when
+    /// the supervisor does.
+    public var openedURLs: AsyncStream<OpenedURL> {
+        AsyncStream { continuation in
+            guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else {
+                continuation.finish()
+                return
+            }
+            let thread = Thread {
+                defer { try? channel.close(); continuation.finish() }
+                guard (try? IPCFrame.write(channel.rawValue, SharingProtocol.request(.subscribe))) != nil,
+                      let first = try? IPCFrame.read(channel.rawValue), (try? SharingProtocol.outcome(first)) == .some(nil) else { return }
+                while let frame = try? IPCFrame.read(channel.rawValue), let opened = OpenedURL(event: frame) {
+                    if case .terminated = continuation.yield(opened) { return }
+                }
+            }
+            thread.name = "opened URLs"
+            continuation.onTermination = { _ in _ = shutdown(channel.rawValue, Int32(SHUT_RDWR)) }
+            thread.start()
+        }
+    }
+}
+
+/// A file another app asked this one to open (`UIOpenURLContext`'s analogue).
+public struct OpenedURL: Sendable, Equatable {
+    /// The copy, in `Documents/Inbox`.
+    public let url: URL
+    /// The app that sent it (`UIOpenURLContext.options.sourceApplication`).
+    public let sender: String
+
+    init?(event frame: [UInt8]) {
+        var r = ByteReader(frame)
+        guard (try? r.u8("version")) == SharingProtocol.version, (try? r.u8("status")) == SharingProtocol.Status.event.rawValue,
+              (try? r.u8("kind")) == SharingProtocol.EventKind.opened.rawValue,
+              let path = try? SharingProtocol.string(&r, "path"), let sender = try? SharingProtocol.string(&r, "sender") else { return nil }
+        url = URL(fileURLWithPath: path)
+        self.sender = sender
+    }
+}

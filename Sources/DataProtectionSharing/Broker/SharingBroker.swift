@@ -1,0 +1,116 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Crosses between app sandboxes on the apps' behalf — the part transitd, sharingd and the
+/// file-provider machinery play on iOS. It runs outside every sandbox (in each app's supervisor
+/// and in `dpctl`), opens what apps can write only with `openat2` beneath their containers, and
+/// never trusts a name an app gives.
+///
+/// ```swift
+/// let broker = SharingBroker(manager: manager)
+/// let copy = try await broker.openIn("Documents/report.pdf", from: AppIdentifier("com.example.mail"),
+///                                    to: AppIdentifier("com.example.viewer"))
+/// copy.url        // …/com.example.viewer's container/Documents/Inbox/report.pdf
+/// ```
+public struct SharingBroker: Sendable {
+    public let manager: ContainerManager
+    public var files: ProtectedFileManager { manager.files }
+
+    public init(manager: ContainerManager) {
+        self.manager = manager
+    }
+
+    /// What an "open in" made.
+    public struct OpenInCopy: Sendable, Equatable {
+        public let recipient: AppIdentifier
+        /// The copy, as the recipient sees it: in its `Documents/Inbox`.
+        public let url: URL
+        /// The copy's class: the stronger of the source's and the recipient's default.
+        public let protection: ProtectionClass
+    }
+
+    // MARK: - Open in another app (crossing 1)
+
+    /// Copies the file at `path` in `sender`'s container (or one of its groups' containers;
+    /// relative paths are taken from the container's root) into `recipient`'s Inbox, and queues
+    /// the news for `recipient` (told now if it is running and listening, else at its next launch).
+    ///
+    /// The copy is the recipient's alone: a new protected file with its own key, never touched by
+    /// the sender's later writes, of the stronger of the source's class and the recipient's
+    /// default; its name is made from `displayName` (default: the source's name) by
+    /// ``InboxName``, numbered rather than replacing anything.
+    ///
+    /// - Throws: ``SharingError`` for an item outside the sender's containers, missing, or not a
+    ///   single regular file (directories, links, FIFOs, devices are refused, never followed);
+    ///   ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` when the
+    ///   source's class is locked (a class-A file while the device is locked: nothing is copied);
+    ///   ``ContainerError/unknownApp(_:)``.
+    public func openIn(_ path: String, from sender: AppIdentifier, to recipient: AppIdentifier,
+                       displayName: String? = nil) async throws -> OpenInCopy {
+        guard sender != recipient else { throw SharingError.sameApp(sender) }
+        let from = try manager.app(sender)
+        let to = try manager.app(recipient)
+        try manager.layout.prepareSharing()
+        let source = try openItem(path, in: from, flags: O_RDONLY | O_NONBLOCK)
+        defer { try? source.descriptor.close() }
+        try BeneathOpen.requireSingleRegularFile(try BeneathOpen.status(source.descriptor, path: source.path), path: source.path)
+
+        let root = try BeneathOpen.directory(to.url.path)
+        defer { try? root.close() }
+        let inbox = try BeneathOpen.open(to.inboxStorage.lastPathComponent, beneath: root, flags: O_RDONLY | O_DIRECTORY,
+                                         path: to.inboxStorage.path)
+        defer { try? inbox.close() }
+        let name = InboxName(displayName ?? (source.path as NSString).lastPathComponent)
+        let (fileName, cls) = try await files.copyFile(from: source.descriptor, sourceURL: URL(fileURLWithPath: source.path),
+                                                       into: inbox, directoryURL: to.inboxStorage,
+                                                       protection: to.defaultProtection, names: name.candidate)
+        try DeliveryQueue(layout: manager.layout, app: to.uuid)
+            .enqueue(Delivery(kind: .openIn, name: fileName, sender: sender.rawValue, date: Date()))
+        return OpenInCopy(recipient: recipient, url: to.inbox.appendingPathComponent(fileName), protection: cls)
+    }
+
+    // MARK: - Uninstalling
+
+    /// Uninstalls `identifier` (``ContainerManager/uninstall(_:)``) and forgets what the broker
+    /// kept for it: its queued deliveries.
+    public func uninstall(_ identifier: AppIdentifier) async throws {
+        let uuid = try manager.app(identifier).uuid
+        try await manager.uninstall(identifier)
+        DeliveryQueue(layout: manager.layout, app: uuid).removeAll()
+    }
+
+    // MARK: - Finding items
+
+    /// Opens `path` beneath the container of `app` (or of one of its groups) it is in.
+    func openItem(_ path: String, in app: AppContainer, flags: Int32) throws -> (descriptor: FileDescriptor, path: String) {
+        let (base, relative) = try locate(path, in: app)
+        let directory = try BeneathOpen.directory(base)
+        defer { try? directory.close() }
+        let full = relative.isEmpty ? base : base + "/" + relative
+        return (try BeneathOpen.open(relative, beneath: directory, flags: flags, path: full), full)
+    }
+
+    /// The container `path` is in and the path relative to it. Lexical only: what is found
+    /// there is checked by the `openat2` that follows.
+    func locate(_ path: String, in app: AppContainer) throws -> (base: String, relative: String) {
+        guard path.hasPrefix("/") else { return (app.url.path, Self.trimmed(path)) }
+        let bases = [app.url.path] + app.groups.compactMap { try? manager.group($0).url.path }
+        for base in bases where path == base || path.hasPrefix(base + "/") {
+            return (base, Self.trimmed(String(path.dropFirst(base.count))))
+        }
+        throw SharingError.outsideContainer(path: path, app: app.identifier)
+    }
+
+    private static func trimmed(_ relative: String) -> String {
+        var text = Substring(relative)
+        while text.hasPrefix("/") { text = text.dropFirst() }
+        while text.hasSuffix("/") { text = text.dropLast() }
+        return String(text)
+    }
+}

@@ -1,0 +1,107 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionIPC
+import DataProtectionKeybag
+import Foundation
+import Logging
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The broker, served to one app by its supervisor (``AppSupervisorService`` 1; FORMAT.md
+/// §11.4): the app's requests run as that app — the supervisor, not the app, says which it is —
+/// and its deliveries are pushed to it once it subscribes.
+///
+/// ```swift
+/// let supervisor = AppSupervisor(manager: manager, services: [SharingService(manager: manager)])
+/// ```
+public struct SharingService: AppSupervisorService {
+    public let broker: SharingBroker
+    private let logger = Logger(label: "sharing")
+
+    public init(manager: ContainerManager) {
+        broker = SharingBroker(manager: manager)
+    }
+
+    public var serviceIdentifier: UInt8 { SharingProtocol.serviceIdentifier }
+
+    public func serve(channel: FileDescriptor, app: AppContainer) {
+        let fd = channel.rawValue
+        UnixSocket.setTimeouts(fd, seconds: 10, sending: true, receiving: false)
+        while let frame = try? IPCFrame.read(fd) {
+            var r = ByteReader(frame)
+            guard (try? r.u8("version")) == SharingProtocol.version, let raw = try? r.u8("op"), let op = SharingProtocol.Op(rawValue: raw) else {
+                logger.info("closing \(app.identifier)'s sharing channel: malformed request")
+                return
+            }
+            switch op {
+            case .openIn:
+                guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
+                      r.remaining == 0 else { return }
+                let answer = outcome { () async throws -> Void in
+                    _ = try await broker.openIn(path, from: app.identifier, to: try AppIdentifier(target))
+                }
+                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+            case .subscribe:
+                guard r.remaining == 0, (try? IPCFrame.write(fd, SharingProtocol.ok)) != nil else { return }
+                deliver(to: fd, app: app)
+                return
+            }
+        }
+    }
+
+    /// Runs a request and makes its answer frame.
+    private func outcome(_ body: @escaping @Sendable () async throws -> Void) -> [UInt8] {
+        do {
+            try runBlocking(body)
+            return SharingProtocol.ok
+        } catch let error as ProtectedFileError {
+            if case .unavailable = error { return SharingProtocol.failure(.unavailable, error.description) }
+            return SharingProtocol.failure(.refused, error.description)
+        } catch {
+            return SharingProtocol.failure(.refused, String(describing: error))
+        }
+    }
+
+    // MARK: - Deliveries
+
+    /// Pushes the app's queued deliveries, then each new one as it is queued, until the app
+    /// closes the channel. A record is removed before it is sent (so two subscribers never both
+    /// deliver it) and queued again if the send fails.
+    private func deliver(to fd: Int32, app: AppContainer) {
+        let queue = DeliveryQueue(layout: broker.manager.layout, app: app.uuid)
+        do { try broker.manager.layout.prepareSharing(); try makeSharingDirectory(queue.directory) } catch {
+            logger.info("no delivery queue for \(app.identifier): \(error)")
+            return
+        }
+        let watch = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
+        guard watch >= 0 else { return }
+        defer { close(watch) }
+        guard inotify_add_watch(watch, queue.directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE)) >= 0 else { return }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            for (record, delivery) in queue.pending() {
+                guard (try? POSIXFile.call("unlink", queue.directory + "/" + record) { unlink($0) }) != nil else { continue }
+                guard (try? IPCFrame.write(fd, Self.event(delivery, app: app))) != nil else {
+                    try? queue.enqueue(delivery)
+                    return
+                }
+            }
+            var fds = [pollfd(fd: watch, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            guard poll(&fds, 2, -1) >= 0 || errno == EINTR else { return }
+            if fds[1].revents != 0 { return }                   // the app closed the channel (or wrote to it)
+            while read(watch, &buffer, buffer.count) > 0 {}     // drained: look at the directory again
+        }
+    }
+
+    static func event(_ delivery: Delivery, app: AppContainer) -> [UInt8] {
+        var w = ByteWriter()
+        w.u8(SharingProtocol.version)
+        w.u8(SharingProtocol.Status.event.rawValue)
+        w.u8(SharingProtocol.EventKind.opened.rawValue)
+        SharingProtocol.string(&w, app.inbox.appendingPathComponent(delivery.name).path)
+        SharingProtocol.string(&w, delivery.sender)
+        return w.bytes
+    }
+}

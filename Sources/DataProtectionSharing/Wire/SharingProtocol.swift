@@ -1,0 +1,72 @@
+import DataProtectionKeybag
+import Foundation
+
+/// The sharing channel between an app and its supervisor (FORMAT.md §11.4), opened as the
+/// supervisor's service 1. Every frame is an IPC frame (§8) whose payload starts with the
+/// version; the app sends requests, the supervisor answers each in order; after `subscribe`
+/// the channel carries only events.
+enum SharingProtocol {
+    static let version: UInt8 = 1
+    /// The service's identifier on the supervisor socket (§10.3, op 3).
+    static let serviceIdentifier: UInt8 = 1
+
+    enum Op: UInt8 {
+        /// Copy one of the app's files into another app's Inbox: target (string), path (string).
+        case openIn = 1
+        /// From now on, tell the app what it receives (events); answered `ok` first.
+        case subscribe = 2
+    }
+
+    enum Status: UInt8 { case ok = 0, error = 1, event = 2 }
+    /// What an error is, so the app can throw the matching ``SharingError``.
+    enum ErrorKind: UInt8 { case unavailable = 1, refused = 2 }
+    enum EventKind: UInt8 {
+        /// A file to open: its path in the app's Inbox (string), the sender (string).
+        case opened = 1
+    }
+
+    /// A string: u16 length, then UTF-8 (paths: their bytes, see `LosslessPath`).
+    static func string(_ w: inout ByteWriter, _ text: String) {
+        let bytes = Array(text.utf8.prefix(Int(UInt16.max)))
+        w.u16(UInt16(bytes.count))
+        w.raw(bytes)
+    }
+
+    static func string(_ r: inout ByteReader, _ field: String) throws -> String {
+        let count = Int(try r.u16(field))
+        return String(decoding: try r.raw(count, field), as: UTF8.self)
+    }
+
+    static func request(_ op: Op, _ body: (inout ByteWriter) -> Void = { _ in }) -> [UInt8] {
+        var w = ByteWriter()
+        w.u8(version)
+        w.u8(op.rawValue)
+        body(&w)
+        return w.bytes
+    }
+
+    static let ok: [UInt8] = [version, Status.ok.rawValue]
+
+    static func failure(_ kind: ErrorKind, _ message: String) -> [UInt8] {
+        var w = ByteWriter()
+        w.u8(version)
+        w.u8(Status.error.rawValue)
+        w.u8(kind.rawValue)
+        string(&w, message)
+        return w.bytes
+    }
+
+    /// The error a failure frame carries, or `nil` for `ok`. Anything else is a protocol error.
+    static func outcome(_ frame: [UInt8]) throws -> SharingError? {
+        var r = ByteReader(frame)
+        guard try r.u8("version") == version else { throw SharingError.refused("the supervisor speaks another sharing version") }
+        switch Status(rawValue: try r.u8("status")) {
+        case .ok: return nil
+        case .error:
+            let kind = ErrorKind(rawValue: try r.u8("kind"))
+            let message = try string(&r, "message")
+            return kind == .unavailable ? .protectedDataUnavailable(message) : .refused(message)
+        default: throw SharingError.refused("unexpected answer from the supervisor")
+        }
+    }
+}
