@@ -63,8 +63,8 @@ struct DPCtl: AsyncParsableCommand {
         }
     }
 
-    /// Commands whose work is done by a subcommand.
-    static let groups: Set<String> = ["daemon", "app", "group", "defaults"]
+    /// Commands whose work is done by a subcommand (`app`, `share`…), from the command tree.
+    static let groups = Set(configuration.subcommands.filter { !$0.configuration.subcommands.isEmpty }.compactMap { $0.configuration.commandName })
 
     static func hoistingGlobalOptions(_ arguments: [String]) -> [String] {
         var global: [String] = []

@@ -5,19 +5,9 @@ import Testing
 
 /// File coordination between two member apps of a group, each in its own sandbox.
 @Suite(.serialized) struct CoordinationTests {
-    func start(_ world: AppWorld, _ id: String, _ args: [String]) throws -> (Process, Pipe) {
-        let process = Process()
-        process.executableURL = CLI.executable
-        process.arguments = ["--root", world.cli.root, "app", "run", id, "--", AppWorld.testApp] + args
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        return (process, out)
-    }
-
     func hammer(_ world: AppWorld, _ counter: String, coordinated: Bool) throws -> Int {
         let extra = coordinated ? [] : ["--uncoordinated"]
-        let runs = try ["com.example.one", "com.example.two"].map { try start(world, $0, ["counter-hammer", counter, "1000"] + extra) }
+        let runs = try ["com.example.one", "com.example.two"].map { try world.start($0, ["counter-hammer", counter, "1000"] + extra) }
         for (process, _) in runs { process.waitUntilExit(); #expect(process.terminationStatus == 0) }
         return Int(try String(contentsOfFile: counter, encoding: .utf8)) ?? -1
     }
@@ -39,7 +29,7 @@ import Testing
         try world.install("com.example.two", ["--group", "group.com.example.shared"])
         let note = try world.groupContainer(of: "com.example.one", "group.com.example.shared") + "/note.txt"
         try Data("v1".utf8).write(to: URL(fileURLWithPath: note))
-        let (presenter, out) = try start(world, "com.example.two", ["present-wait", note])
+        let (presenter, out) = try world.start("com.example.two", ["present-wait", note])
         #expect(try readLine(out.fileHandleForReading) == "presenting")
         #expect(try world.testApp("com.example.one", ["coordinated-write", note, "v2"]).out == "written\n")
         presenter.waitUntilExit()

@@ -19,21 +19,10 @@ import Testing
     func unlock(_ world: AppWorld) -> [String] { ["--passcode-file", world.passcode] }
 
     /// Starts `dpctl app run ID -- dp-test-app ARGS` without waiting for it.
-    func start(_ world: AppWorld, _ id: String, _ args: [String]) throws -> (Process, Pipe) {
-        let process = Process()
-        process.executableURL = CLI.executable
-        process.arguments = ["--root", world.cli.root, "app", "run", id, "--passcode-file", world.passcode, "--", AppWorld.testApp] + args
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.standardError
-        try process.run()
-        return (process, out)
-    }
-
     @Test func twoMemberAppsSettingKeysAtOnceLoseNoUpdate() throws {
         let world = try groupWorld()
-        let one = try start(world, "com.example.one", ["defaults-hammer", "group.com.example.prefs", "one", "1000"])
-        let two = try start(world, "com.example.two", ["defaults-hammer", "group.com.example.prefs", "two", "1000"])
+        let one = try world.start("com.example.one", ["defaults-hammer", "group.com.example.prefs", "one", "1000"], extra: ["--passcode-file", world.passcode])
+        let two = try world.start("com.example.two", ["defaults-hammer", "group.com.example.prefs", "two", "1000"], extra: ["--passcode-file", world.passcode])
         for (process, _) in [one, two] { process.waitUntilExit(); #expect(process.terminationStatus == 0) }
         #expect(try world.testApp("com.example.one", ["defaults-count", "group.com.example.prefs", "one"], extra: unlock(world)).out == "1000\n")
         #expect(try world.testApp("com.example.one", ["defaults-count", "group.com.example.prefs", "two"], extra: unlock(world)).out == "1000\n")
@@ -49,7 +38,7 @@ import Testing
 
     @Test func aChangeByOneMemberIsAnnouncedToTheOther() throws {
         let world = try groupWorld()
-        let (waiter, out) = try start(world, "com.example.two", ["defaults-wait", "group.com.example.prefs", "note", "hello"])
+        let (waiter, out) = try world.start("com.example.two", ["defaults-wait", "group.com.example.prefs", "note", "hello"], extra: ["--passcode-file", world.passcode])
         #expect(try readLine(out.fileHandleForReading) == "waiting")
         #expect(try world.testApp("com.example.one", ["defaults-set", "group.com.example.prefs", "note", "hello"], extra: unlock(world)).out == "set\n")
         waiter.waitUntilExit()

@@ -173,10 +173,14 @@ case "coordinated-write":
     print("written")
 
 case "open-in":
-    // Asks the broker to open PATH in the app TARGET; exit 3 when the class is locked.
-    guard arguments.count == 3, let app = CurrentApp.shared else { fail("usage: open-in PATH TARGET (as an app)") }
+    // Asks the broker to open PATH in the app TARGET, showing NAME (hex of its bytes, so a test
+    // can send any); exit 3 when the class is locked.
+    guard arguments.count >= 3, let app = CurrentApp.shared else { fail("usage: open-in PATH TARGET [NAME-HEX] (as an app)") }
+    let name = arguments.count > 3 ? String(decoding: stride(from: 0, to: arguments[3].count, by: 2).map {
+        UInt8(arguments[3].dropFirst($0).prefix(2), radix: 16) ?? 0x5F
+    }, as: UTF8.self) : nil
     do {
-        try await app.open(URL(fileURLWithPath: arguments[1]), in: arguments[2])
+        try await app.open(URL(fileURLWithPath: arguments[1]), in: arguments[2], name: name)
         print("sent")
     } catch let error as SharingError {
         if case .protectedDataUnavailable = error { fail("\(error)", status: 3) }

@@ -22,15 +22,17 @@ import Glibc
 extension CurrentApp {
     /// Asks the broker to copy `url` (a file in this app's container or one of its groups') into
     /// `recipient`'s Inbox and tell it. The recipient gets its own copy: later writes here never
-    /// reach it.
+    /// reach it. `name` is the name to show (`UIDocumentInteractionController.name`; default:
+    /// the file's); the broker makes a safe Inbox name from it either way.
     ///
     /// - Throws: ``SharingError``: `.refused` with the broker's reason (an unknown app, a
     ///   directory, a link…), `.protectedDataUnavailable` when the file's class is locked,
     ///   `.brokerUnavailable` when the supervisor offers no sharing.
-    public func open(_ url: URL, in recipient: String) async throws {
+    public func open(_ url: URL, in recipient: String, name: String? = nil) async throws {
         let request = SharingProtocol.request(.openIn) { w in
             SharingProtocol.string(&w, recipient)
             SharingProtocol.string(&w, url.path)
+            SharingProtocol.string(&w, name ?? "")
         }
         try await Task.detached { [self] in
             guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }

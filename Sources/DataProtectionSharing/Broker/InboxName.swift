@@ -3,7 +3,7 @@ import Foundation
 /// The name a shared file gets in the recipient's Inbox, made by the broker from the sender's
 /// display name — never trusted as given (Dirty Stream, Zip Slip; FORMAT.md §11.2):
 ///
-/// - bytes that are not UTF-8 become `_`;
+/// - bytes that are not UTF-8 (and U+FFFD, which they become in transit) become `_`;
 /// - separators (`/`, `\`), control characters (C0, DEL, C1) and bidirectional-override
 ///   characters (which make `txt.exe` read as `exe.txt`) are removed;
 /// - every `..` is removed, then leading dots and spaces, and trailing dots and spaces;
@@ -27,12 +27,13 @@ public struct InboxName: Sendable, Equatable {
 
     /// Cleans a display name given as bytes (a file name on Linux is bytes).
     public init(bytes: [UInt8]) {
-        self.init(String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: "\u{FFFD}", with: "_"))
+        self.init(String(decoding: bytes, as: UTF8.self))
     }
 
+    /// Cleans a display name; U+FFFD (what undecodable bytes became on the way) turns into `_`.
     public init(_ displayName: String) {
         var scalars = String.UnicodeScalarView()
-        for scalar in displayName.unicodeScalars where !Self.isRemoved(scalar) { scalars.append(scalar) }
+        for scalar in displayName.unicodeScalars where !Self.isRemoved(scalar) { scalars.append(scalar == "\u{FFFD}" ? "_" : scalar) }
         var name = String(scalars)
         while name.contains("..") { name = name.replacingOccurrences(of: "..", with: "") }
         name = String(name.drop { $0 == "." || $0.isWhitespace })

@@ -38,9 +38,9 @@ public struct SharingService: AppSupervisorService {
             switch op {
             case .openIn:
                 guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
-                      r.remaining == 0 else { return }
+                      let name = try? SharingProtocol.string(&r, "name"), r.remaining == 0 else { return }
                 let answer = outcome { () async throws -> Void in
-                    _ = try await broker.openIn(path, from: app.identifier, to: try AppIdentifier(target))
+                    _ = try await broker.openIn(path, from: app.identifier, to: try AppIdentifier(target), displayName: name.isEmpty ? nil : name)
                 }
                 guard (try? IPCFrame.write(fd, answer)) != nil else { return }
             case .subscribe:

@@ -38,7 +38,7 @@ enum BeneathOpen {
         case .noSuchFileOrDirectory: SharingError.noSuchItem(path: path)
         case .tooManySymbolicLinkLevels: SharingError.refusedItem(path: path, reason: "is, or passes through, a symbolic link")
         case .improperLink: SharingError.refusedItem(path: path, reason: "leads out of its container")
-        case .notDirectory: SharingError.refusedItem(path: path, reason: "passes through something that is not a directory")
+        case .notDirectory: SharingError.refusedItem(path: path, reason: "is, or passes through, something that is not a directory (a link?)")
         default: FileSystemError("openat2", path: path, errno: errno)
         }
     }

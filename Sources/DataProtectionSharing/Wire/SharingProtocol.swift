@@ -11,7 +11,8 @@ enum SharingProtocol {
     static let serviceIdentifier: UInt8 = 1
 
     enum Op: UInt8 {
-        /// Copy one of the app's files into another app's Inbox: target (string), path (string).
+        /// Copy one of the app's files into another app's Inbox: target, path, display name
+        /// (strings; an empty name: the file's own).
         case openIn = 1
         /// From now on, tell the app what it receives (events); answered `ok` first.
         case subscribe = 2

@@ -1,14 +1,13 @@
-import DataProtectionTestSupport
 import Foundation
 
 /// A device with apps, driven through the built `dpctl` (as a user would) and the test app
 /// (`dp-test-app`, as an app would from inside its sandbox).
-struct AppWorld {
-    let cli: CLI
-    let passcode: String
-    var environment: [String: String] = [:]
+public struct AppWorld: Sendable {
+    public let cli: CLI
+    public let passcode: String
+    public var environment: [String: String] = [:]
 
-    static func make() throws -> AppWorld {
+    public static func make() throws -> AppWorld {
         let cli = CLI.make()
         let passcode = cli.writeFile("passcode", "1234")
         let world = AppWorld(cli: cli, passcode: passcode)
@@ -17,22 +16,22 @@ struct AppWorld {
         return world
     }
 
-    static var testApp: String { CLI.executable.deletingLastPathComponent().appendingPathComponent("dp-test-app").path }
+    public static var testApp: String { CLI.executable.deletingLastPathComponent().appendingPathComponent("dp-test-app").path }
 
     @discardableResult
-    func dpctl(_ args: [String], input: Data = Data(), environment extra: [String: String] = [:]) throws -> CLI.Result {
+    public func dpctl(_ args: [String], input: Data = Data(), environment extra: [String: String] = [:]) throws -> CLI.Result {
         try cli.run(args, input: input, environment: environment.merging(extra) { $1 })
     }
 
     /// Installs `id` and returns its container's path.
     @discardableResult
-    func install(_ id: String, _ options: [String] = []) throws -> String {
+    public func install(_ id: String, _ options: [String] = []) throws -> String {
         let result = try dpctl(["app", "install", id] + options)
         guard result.status == 0 else { throw TestFailure("install \(id): \(result.stderr)") }
         return try container(id)
     }
 
-    func container(_ id: String) throws -> String {
+    public func container(_ id: String) throws -> String {
         let info = try dpctl(["app", "info", id, "--json"])
         guard let object = try JSONSerialization.jsonObject(with: info.stdout) as? [String: Any], let path = object["container"] as? String else {
             throw TestFailure("info \(id): \(info.stderr)")
@@ -40,7 +39,7 @@ struct AppWorld {
         return path
     }
 
-    func groupContainer(of app: String, _ group: String) throws -> String {
+    public func groupContainer(of app: String, _ group: String) throws -> String {
         let info = try JSONSerialization.jsonObject(with: try dpctl(["app", "info", app, "--json"]).stdout) as? [String: Any]
         let groups = info?["groups"] as? [[String: Any]] ?? []
         guard let path = groups.first(where: { $0["identifier"] as? String == group })?["container"] as? String else { throw TestFailure("no \(group)") }
@@ -48,28 +47,39 @@ struct AppWorld {
     }
 
     /// `dpctl app run ID -- /bin/sh -c SCRIPT`.
-    func shell(_ id: String, _ script: String, extra: [String] = []) throws -> CLI.Result {
+    public func shell(_ id: String, _ script: String, extra: [String] = []) throws -> CLI.Result {
         try dpctl(["app", "run", id] + extra + ["--", "/bin/sh", "-c", script])
     }
 
+    /// Starts `dpctl app run ID -- dp-test-app ARGS` and returns it with its standard output.
+    public func start(_ id: String, _ args: [String], extra: [String] = []) throws -> (Process, Pipe) {
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", cli.root, "app", "run", id] + extra + ["--", Self.testApp] + args
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        return (process, out)
+    }
+
     /// `dpctl app run ID -- dp-test-app ARGS`.
-    func testApp(_ id: String, _ args: [String], extra: [String] = []) throws -> CLI.Result {
+    public func testApp(_ id: String, _ args: [String], extra: [String] = []) throws -> CLI.Result {
         try dpctl(["app", "run", id] + extra + ["--", Self.testApp] + args)
     }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Shell lines that report whether an attempt worked: `NAME ok` or `NAME denied`.
-func attempt(_ name: String, _ command: String) -> String {
+public func attempt(_ name: String, _ command: String) -> String {
     "if ( \(command) ) >/dev/null 2>&1; then echo '\(name) ok'; else echo '\(name) denied'; fi"
 }
 
 /// The attempts' outcomes, by name.
-func outcomes(_ output: String) -> [String: String] {
+public func outcomes(_ output: String) -> [String: String] {
     var result: [String: String] = [:]
     for line in output.split(separator: "\n") {
         let parts = line.split(separator: " ")
