@@ -199,7 +199,7 @@ let package = Package(
             ]
         ),
         .target(name: "DataProtectionTestSupport", dependencies: ["DataProtection", "DataProtectionKeybag"], path: "Tests/DataProtectionTestSupport"),
-        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtection", "DataProtectionKeybag"], path: "Tests/dp-test-app"),
+        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtection", "DataProtectionKeybag", .product(name: "SystemPackage", package: "swift-system")], path: "Tests/dp-test-app"),
         .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
         .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtectionKeybag", "dpctl", "dp-test-app", "dp-sandbox-exec"]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),

@@ -17,6 +17,14 @@ public enum SharingError: Error, Sendable, Equatable, CustomStringConvertible, L
     case sameApp(AppIdentifier)
     /// The item's class key is not available now (the device is locked): nothing was copied.
     case protectedDataUnavailable(String)
+    /// No grant with this identifier was made to this app (or it was revoked).
+    case noSuchGrant(UUID)
+    /// The grant has expired: it starts no new access.
+    case grantExpired(UUID)
+    /// The grant does not include this capability.
+    case notGranted(UUID, String)
+    /// Access to a granted item was not started (`startAccessingSecurityScopedResource()`).
+    case accessNotStarted(UUID)
     /// The broker refused an app's request; its reason.
     case refused(String)
     /// This app's supervisor offers no sharing (an `AppSupervisor` built without ``SharingService``),
@@ -29,6 +37,10 @@ public enum SharingError: Error, Sendable, Equatable, CustomStringConvertible, L
         case .noSuchItem(let path): "\(path): no such file"
         case .refusedItem(let path, let reason): "\(path) \(reason): refused"
         case .sameApp(let app): "\(app) cannot share with itself"
+        case .noSuchGrant(let id): "no grant \(id) (revoked, or never made to this app)"
+        case .grantExpired(let id): "grant \(id) has expired"
+        case .notGranted(let id, let what): "grant \(id) does not allow \(what)"
+        case .accessNotStarted(let id): "access to grant \(id) was not started (startAccessingSecurityScopedResource())"
         case .protectedDataUnavailable(let why): why
         case .refused(let why): why
         case .brokerUnavailable: "this app's supervisor offers no sharing (or has ended)"

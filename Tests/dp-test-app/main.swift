@@ -4,6 +4,7 @@ import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSharing
+import SystemPackage
 import Foundation
 
 func fail(_ message: String, status: Int32 = 1) -> Never {
@@ -200,6 +201,39 @@ case "wait-opened":
         if seen == count { break }
     }
     watchdog.cancel()
+
+case "granted":
+    // Lists the grants made to this app: "ID PROVIDER CAPABILITIES LOCATION".
+    guard let app = CurrentApp.shared else { fail("not an app") }
+    for item in try await app.grantedItems() { print("\(item.id) \(item.provider) \(item.capabilities) \(item.url.path)") }
+
+case "granted-read", "granted-write", "granted-raw-write", "granted-read-unstarted", "granted-hold":
+    // Uses grant ID: read it; write TEXT through the broker's descriptor; write(2) straight on
+    // a read descriptor (prints the errno); read without starting; or start, say "started",
+    // wait for a line on stdin, then try to read again.
+    guard arguments.count >= 2, let app = CurrentApp.shared, let id = UUID(uuidString: arguments[1]) else { fail("usage: \(command) GRANT-ID [TEXT]") }
+    guard let item = try await app.grantedItems().first(where: { $0.id == id }) else { fail("grant \(id) not listed", status: 4) }
+    if command != "granted-read-unstarted" {
+        guard item.startAccessingSecurityScopedResource() else { fail("could not start access", status: 5) }
+    }
+    do {
+        switch command {
+        case "granted-write":
+            try await item.write(Data(arguments[2].utf8))
+            print("written")
+        case "granted-raw-write":
+            let fd = try item.openDescriptor()
+            let n = write(fd.rawValue, "XXXX", 4)
+            print(n < 0 ? "write failed errno \(errno)" : "wrote \(n) bytes")
+        case "granted-hold":
+            FileHandle.standardOutput.write(Data("started: \(String(decoding: try await item.contents(), as: UTF8.self))\n".utf8))
+            _ = readLine()
+            print("again: \(String(decoding: try await item.contents(), as: UTF8.self))")
+        default:
+            print(String(decoding: try await item.contents(), as: UTF8.self))
+        }
+    } catch { fail("\(error)", status: 6) }
+    item.stopAccessingSecurityScopedResource()
 
 default:
     fail("unknown command \(command)")

@@ -42,7 +42,7 @@ public struct AppContainer: Sendable, Equatable {
     /// `Documents`, whose write access would reach it (Landlock's rights add up along a path;
     /// FORMAT.md §10.2).
     public var inboxStorage: URL { url.appendingPathComponent(Self.inboxStorageName, isDirectory: true) }
-    static let inboxStorageName = ".Inbox"
+    package static let inboxStorageName = ".Inbox"
     /// What `Documents/Inbox` links to (relative: the link stays inside the container).
     static let inboxLinkTarget = "../.Inbox"
 

@@ -8,6 +8,7 @@ import SystemPackage
 /// ```text
 /// ROOT/Sharing/
 ///   Deliveries/<app UUID>/<time>-<UUID>.plist   what an app is yet to be told (open-in copies)
+///   Grants/<grant UUID>.plist                   file-provider grants
 /// ```
 extension DataRootLayout {
     static let sharingEntry = "Sharing"
@@ -16,11 +17,13 @@ extension DataRootLayout {
     public var sharing: String { path(Self.sharingEntry) }
     /// The queue of what `app` is yet to be told.
     func deliveries(for app: UUID) -> String { sharing + "/Deliveries/" + app.uuidString }
+    /// The grant records.
+    var grants: String { sharing + "/Grants" }
 
     /// Creates `ROOT/Sharing` and its directories (0700) and registers the entry.
     func prepareSharing() throws {
         try register(Self.sharingEntry)
-        for directory in [sharing, sharing + "/Deliveries"] { try makeSharingDirectory(directory) }
+        for directory in [sharing, sharing + "/Deliveries", grants] { try makeSharingDirectory(directory) }
     }
 }
 

@@ -78,11 +78,12 @@ public struct SharingBroker: Sendable {
     // MARK: - Uninstalling
 
     /// Uninstalls `identifier` (``ContainerManager/uninstall(_:)``) and forgets what the broker
-    /// kept for it: its queued deliveries.
+    /// kept for it: its queued deliveries and the grants it gave and received (as Android does).
     public func uninstall(_ identifier: AppIdentifier) async throws {
-        let uuid = try manager.app(identifier).uuid
+        let app = try manager.app(identifier)
         try await manager.uninstall(identifier)
-        DeliveryQueue(layout: manager.layout, app: uuid).removeAll()
+        DeliveryQueue(layout: manager.layout, app: app.uuid).removeAll()
+        removeGrants(of: app)
     }
 
     // MARK: - Finding items

@@ -26,9 +26,15 @@ public struct SharingService: AppSupervisorService {
 
     public var serviceIdentifier: UInt8 { SharingProtocol.serviceIdentifier }
 
+    public func appDidEnd(_ app: AppContainer) {
+        broker.endTransientGrants(of: app)
+    }
+
     public func serve(channel: FileDescriptor, app: AppContainer) {
         let fd = channel.rawValue
         UnixSocket.setTimeouts(fd, seconds: 10, sending: true, receiving: false)
+        /// The grants this channel started access to.
+        var started = Set<UUID>()
         while let frame = try? IPCFrame.read(fd) {
             var r = ByteReader(frame)
             guard (try? r.u8("version")) == SharingProtocol.version, let raw = try? r.u8("op"), let op = SharingProtocol.Op(rawValue: raw) else {
@@ -47,14 +53,46 @@ public struct SharingService: AppSupervisorService {
                 guard r.remaining == 0, (try? IPCFrame.write(fd, SharingProtocol.ok)) != nil else { return }
                 deliver(to: fd, app: app)
                 return
+            case .startAccess, .stopAccess:
+                guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
+                let answer: [UInt8]
+                if op == .stopAccess {
+                    started.remove(id)
+                    answer = SharingProtocol.ok
+                } else {
+                    answer = outcome { _ = try broker.activeGrant(id, for: app) }
+                    if answer == SharingProtocol.ok { started.insert(id) }
+                }
+                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+            case .open:
+                guard let id = try? SharingProtocol.uuid(&r), let mode = try? r.u8("mode"), mode <= 1,
+                      let subpath = try? SharingProtocol.string(&r, "subpath"), r.remaining == 0 else { return }
+                var opened: FileDescriptor?
+                let answer = started.contains(id)
+                    ? outcome { opened = try broker.openGranted(id, subpath: subpath, writable: mode == 1, for: app) }
+                    : SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description)
+                defer { try? opened?.close() }
+                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+                if let opened { guard (try? UnixSocket.send(descriptor: opened.rawValue, over: fd, message: [0])) != nil else { return } }
+            case .list:
+                guard r.remaining == 0 else { return }
+                let items = broker.grants().filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }
+                    .compactMap { grant in (try? broker.manager.app(AppIdentifier(grant.provider))).map { GrantedItemRecord(grant, provider: $0) } }
+                let encoder = PropertyListEncoder()
+                encoder.outputFormat = .binary
+                guard let plist = try? encoder.encode(items), (try? IPCFrame.write(fd, SharingProtocol.ok + Array(plist))) != nil else { return }
             }
         }
     }
 
     /// Runs a request and makes its answer frame.
     private func outcome(_ body: @escaping @Sendable () async throws -> Void) -> [UInt8] {
+        outcome { try runBlocking(body) }
+    }
+
+    private func outcome(_ body: () throws -> Void) -> [UInt8] {
         do {
-            try runBlocking(body)
+            try body()
             return SharingProtocol.ok
         } catch let error as ProtectedFileError {
             if case .unavailable = error { return SharingProtocol.failure(.unavailable, error.description) }

@@ -16,6 +16,15 @@ enum SharingProtocol {
         case openIn = 1
         /// From now on, tell the app what it receives (events); answered `ok` first.
         case subscribe = 2
+        /// Start access to a grant on this channel: its 16-byte ID.
+        case startAccess = 3
+        /// Stop access to a grant on this channel: its 16-byte ID.
+        case stopAccess = 4
+        /// A descriptor of a granted item: ID, mode (u8: 0 read, 1 read-write), subpath (string).
+        /// An `ok` answer is followed by one byte `00` carrying the descriptor (`SCM_RIGHTS`).
+        case open = 5
+        /// The grants made to this app: answered `ok` followed by a binary property list.
+        case list = 6
     }
 
     enum Status: UInt8 { case ok = 0, error = 1, event = 2 }
@@ -47,6 +56,14 @@ enum SharingProtocol {
     }
 
     static let ok: [UInt8] = [version, Status.ok.rawValue]
+
+    static func uuid(_ w: inout ByteWriter, _ id: UUID) {
+        withUnsafeBytes(of: id.uuid) { w.raw(Array($0)) }
+    }
+
+    static func uuid(_ r: inout ByteReader) throws -> UUID {
+        UUID(bytes: try r.raw(16, "grant"))
+    }
 
     static func failure(_ kind: ErrorKind, _ message: String) -> [UInt8] {
         var w = ByteWriter()

@@ -1,0 +1,160 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionIPC
+import DataProtectionKeybag
+import Foundation
+import Synchronization
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An item another app granted this one (a file-provider grant, or an exposed `Documents`),
+/// used as iOS code uses a security-scoped URL:
+///
+/// ```swift
+/// for item in try await app.grantedItems() {
+///     guard item.startAccessingSecurityScopedResource() else { continue }
+///     defer { item.stopAccessingSecurityScopedResource() }
+///     let data = try await item.contents()                      // through a descriptor from the broker
+///     try await item.write(Data("edited".utf8))                 // only with .writing: else EBADF
+/// }
+/// ```
+///
+/// The item lives in another app's container, which this sandbox cannot see: every access is a
+/// descriptor the broker opens after checking the grant — read-only without `.writing`, so the
+/// kernel refuses writes. Access must be started (the broker checks the grant then, and at
+/// every open); a revoked or expired grant cannot start again. A descriptor already handed out
+/// stays valid until closed — as on Apple's systems, permissions are checked at open.
+public final class SecurityScopedURL: Sendable, Identifiable {
+    public let id: UUID
+    /// Where the item is (for display; opening it directly fails: use this object).
+    public let url: URL
+    /// The app that granted it.
+    public let provider: String
+    public let capabilities: GrantCapabilities
+    public let expires: Date?
+    public let isPersistent: Bool
+
+    private let app: CurrentApp
+    /// The channel on which access was started; `nil` when not accessing.
+    private let channel = Mutex<FileDescriptor?>(nil)
+
+    init(_ record: GrantedItemRecord, app: CurrentApp) {
+        id = record.id
+        url = URL(fileURLWithPath: record.location)
+        provider = record.provider
+        capabilities = GrantCapabilities(rawValue: record.capabilities)
+        expires = record.expires
+        isPersistent = record.persistent
+        self.app = app
+    }
+
+    deinit { stopAccessingSecurityScopedResource() }
+
+    /// Starts access; `false` when the grant was revoked, has expired, or the broker is gone.
+    /// Balance each successful call with ``stopAccessingSecurityScopedResource()``.
+    @discardableResult
+    public func startAccessingSecurityScopedResource() -> Bool {
+        channel.withLock { current in
+            if current != nil { return true }
+            guard let fd = app.openServiceChannel(SharingProtocol.serviceIdentifier) else { return false }
+            UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
+            let request = SharingProtocol.request(.startAccess) { SharingProtocol.uuid(&$0, id) }
+            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue),
+                  (try? SharingProtocol.outcome(answer)) == .some(nil) else {
+                try? fd.close()
+                return false
+            }
+            current = fd
+            return true
+        }
+    }
+
+    /// Ends access: no new descriptor is handed out until access starts again.
+    public func stopAccessingSecurityScopedResource() {
+        channel.withLock { current in
+            guard let fd = current else { return }
+            _ = try? IPCFrame.write(fd.rawValue, SharingProtocol.request(.stopAccess) { SharingProtocol.uuid(&$0, id) })
+            try? fd.close()
+            current = nil
+        }
+    }
+
+    /// A descriptor of the item (or of `subpath` below a granted directory), from the broker.
+    /// - Throws: ``SharingError/accessNotStarted(_:)``, `.notGranted`, `.grantExpired`, `.refused`…
+    public func openDescriptor(forWriting: Bool = false, subpath: String = "") throws -> FileDescriptor {
+        try channel.withLock { current in
+            guard let fd = current else { throw SharingError.accessNotStarted(id) }
+            let request = SharingProtocol.request(.open) { w in
+                SharingProtocol.uuid(&w, id)
+                w.u8(forWriting ? 1 : 0)
+                SharingProtocol.string(&w, subpath)
+            }
+            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue) else { throw SharingError.brokerUnavailable }
+            if let error = try SharingProtocol.outcome(answer) { throw error }
+            guard let passed = try? UnixSocket.receiveDescriptor(from: fd.rawValue), let descriptor = passed.descriptor else {
+                throw SharingError.brokerUnavailable
+            }
+            return FileDescriptor(rawValue: descriptor)
+        }
+    }
+
+    /// The item's content (decrypted when it is protected, with this app's keys).
+    public func contents(subpath: String = "") async throws -> Data {
+        let fd = try openDescriptor(subpath: subpath)
+        defer { try? fd.close() }
+        do {
+            let handle = try await app.files.openHandle(forReadingFrom: fd, url: url)
+            defer { Task { try? await handle.close() } }
+            return try await handle.readToEnd()
+        } catch ProtectedFileError.notProtected {
+            return try readPlain(fd)
+        }
+    }
+
+    /// Replaces the item's content in place, through a read-write descriptor (needs `.writing`;
+    /// a read-only grant fails here with `.notGranted`, and a read-only descriptor with `EBADF`).
+    public func write(_ data: Data, subpath: String = "") async throws {
+        let fd = try openDescriptor(forWriting: true, subpath: subpath)
+        defer { try? fd.close() }
+        let handle = try await app.files.openHandle(forUpdating: fd, url: url)
+        do {
+            try await handle.truncate(atOffset: 0)
+            try await handle.write(data, at: 0)
+            try await handle.synchronize()
+            try await handle.close()
+        } catch {
+            try? await handle.close()
+            throw error
+        }
+    }
+
+    private func readPlain(_ fd: FileDescriptor) throws -> Data {
+        var result = Data()
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var offset: Int64 = 0
+        while true {
+            let n = try buffer.withUnsafeMutableBytes { try fd.read(fromAbsoluteOffset: offset, into: $0) }
+            if n == 0 { return result }
+            result.append(contentsOf: buffer[..<n])
+            offset += Int64(n)
+        }
+    }
+}
+
+extension CurrentApp {
+    /// The items other apps granted this one (not expired), oldest first.
+    public func grantedItems() async throws -> [SecurityScopedURL] {
+        try await Task.detached { [self] in
+            guard let fd = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
+            defer { try? fd.close() }
+            UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
+            guard (try? IPCFrame.write(fd.rawValue, SharingProtocol.request(.list))) != nil, let answer = try? IPCFrame.read(fd.rawValue),
+                  answer.count >= 2 else { throw SharingError.brokerUnavailable }
+            if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) { throw error }
+            let records = try PropertyListDecoder().decode([GrantedItemRecord].self, from: Data(answer.dropFirst(2)))
+            return records.map { SecurityScopedURL($0, app: self) }
+        }.value
+    }
+}

@@ -1,0 +1,52 @@
+import DataProtectionContainers
+import Foundation
+
+/// What a grant lets its recipient do with the item — `NSFileProviderItemCapabilities`'
+/// words, but enforced: a grant without `.writing` hands out read-only descriptors, and the
+/// broker refuses what is not granted (FORMAT.md §11.5).
+public struct GrantCapabilities: OptionSet, Sendable, Hashable, Codable, CustomStringConvertible {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    public static let reading = GrantCapabilities(rawValue: 1 << 0)
+    public static let writing = GrantCapabilities(rawValue: 1 << 1)
+    public static let renaming = GrantCapabilities(rawValue: 1 << 2)
+    public static let deleting = GrantCapabilities(rawValue: 1 << 3)
+    public static let addingSubItems = GrantCapabilities(rawValue: 1 << 4)
+    public static let contentEnumerating = GrantCapabilities(rawValue: 1 << 5)
+
+    static let names: [(GrantCapabilities, String)] = [(.reading, "read"), (.writing, "write"), (.renaming, "rename"),
+                                                       (.deleting, "delete"), (.addingSubItems, "add"), (.contentEnumerating, "enumerate")]
+    public var description: String { Self.names.filter { contains($0.0) }.map(\.1).joined(separator: ",") }
+}
+
+/// One grant: an item of a providing app, the app it is granted to, what that app may do with
+/// it, and for how long. Kept by the broker outside every container (FORMAT.md §11.5).
+public struct Grant: Codable, Sendable, Equatable, Identifiable {
+    public var version = 1
+    public let id: UUID
+    /// The providing app and the container it had when granting (a reinstall does not inherit).
+    public let provider: String
+    public let providerContainer: UUID
+    /// The item: a path relative to the provider's container (`Documents/report.txt`).
+    public let path: String
+    /// The item's device and inode when granted: a bookmark resolving elsewhere is stale.
+    public let device: UInt64
+    public let inode: UInt64
+    public let recipient: String
+    public let recipientContainer: UUID
+    public let capabilities: GrantCapabilities
+    public let created: Date
+    /// After this, the grant starts no new access (descriptors handed out stay valid).
+    public let expires: Date?
+    /// Kept across the recipient's launches; otherwise gone when the recipient's run ends.
+    public let persistent: Bool
+
+    public func isExpired(at now: Date) -> Bool { expires.map { now >= $0 } ?? false }
+
+    enum CodingKeys: String, CodingKey {
+        case version = "Version", id = "ID", provider = "Provider", providerContainer = "ProviderContainer", path = "Path",
+             device = "Device", inode = "Inode", recipient = "Recipient", recipientContainer = "RecipientContainer",
+             capabilities = "Capabilities", created = "Created", expires = "Expires", persistent = "Persistent"
+    }
+}

@@ -1,0 +1,151 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// File-provider grants (crossing 3) and document-browser exposure (crossing 4): an item of a
+/// providing app, granted to another app with enforced capabilities, for a time.
+///
+/// ```swift
+/// let grant = try broker.grant("Documents/BBB.txt", from: AppIdentifier("com.example.files"),
+///                              to: AppIdentifier("com.example.editor"), capabilities: [.reading],
+///                              expiresAfter: 3600, by: .providingApp)
+/// try broker.revoke(grant.id)
+/// ```
+extension SharingBroker {
+    /// Who is granting: decides which items may be granted.
+    public enum Grantor: Sendable {
+        /// The user (`dpctl grant`): only what the provider exposes — its `Documents` when it was
+        /// installed with the document browser (`--document-browser`), never `Documents/Inbox`.
+        case user
+        /// The providing app itself (a file provider): any item of its container but its Inbox
+        /// and its metadata.
+        case providingApp
+    }
+
+    /// Grants `recipient` `capabilities` on the item at `path` (relative to `provider`'s
+    /// container; a directory grants what is below it too) and returns the record. `.writing`
+    /// includes `.reading` (a protected file is updated through a read-write descriptor).
+    ///
+    /// - Parameters:
+    ///   - expiresAfter: seconds on the keybag's clock; `nil`: until revoked.
+    ///   - persistent: `true` keeps the grant across the recipient's launches (until revoked or
+    ///     expired); `false` ends it when the recipient's current (or next) run ends.
+    /// - Throws: ``SharingError`` for an item that may not be granted or does not exist,
+    ///   ``ContainerError/unknownApp(_:)``.
+    public func grant(_ path: String, from provider: AppIdentifier, to recipient: AppIdentifier, capabilities: GrantCapabilities,
+                      expiresAfter: TimeInterval? = nil, persistent: Bool = false, by grantor: Grantor = .user) throws -> Grant {
+        guard provider != recipient else { throw SharingError.sameApp(provider) }
+        guard !capabilities.isEmpty else { throw SharingError.refused("a grant needs at least one capability") }
+        let from = try manager.app(provider)
+        let to = try manager.app(recipient)
+        let relative = try grantablePath(path, in: from, by: grantor)
+        try manager.layout.prepareSharing()
+        let item = try openItem(relative, in: from, flags: O_RDONLY | O_NONBLOCK)
+        defer { try? item.descriptor.close() }
+        let st = try BeneathOpen.status(item.descriptor, path: item.path)
+        if st.st_mode & S_IFMT != S_IFDIR { try BeneathOpen.requireSingleRegularFile(st, path: item.path) }
+        // Writing a protected file in place reads its header and segments: writing includes reading.
+        let capabilities = capabilities.contains(.writing) ? capabilities.union(.reading) : capabilities
+        let now = clock.now()
+        let grant = Grant(id: UUID(), provider: provider.rawValue, providerContainer: from.uuid, path: relative,
+                          device: UInt64(st.st_dev), inode: UInt64(st.st_ino), recipient: recipient.rawValue, recipientContainer: to.uuid,
+                          capabilities: capabilities, created: now, expires: expiresAfter.map { now.addingTimeInterval($0) },
+                          persistent: persistent)
+        try GrantStore(layout: manager.layout).save(grant)
+        return grant
+    }
+
+    /// Ends a grant: it starts no new access. Descriptors already handed out stay valid until the
+    /// recipient closes them (permissions are checked at open, as Apple documents).
+    public func revoke(_ id: UUID) throws {
+        guard GrantStore(layout: manager.layout).remove(id) else { throw SharingError.noSuchGrant(id) }
+    }
+
+    /// The grants given by or to `app` (all when `nil`), oldest first.
+    public func grants(involving app: AppIdentifier? = nil) -> [Grant] {
+        GrantStore(layout: manager.layout).all().filter { app == nil || $0.provider == app!.rawValue || $0.recipient == app!.rawValue }
+    }
+
+    /// The clock grants expire on: the keybag's (a test's manual clock moves both).
+    var clock: any KeybagClock { manager.files.keybag.clock }
+
+    /// `path` as a grantable path relative to the provider's container: plain components only
+    /// (no `.`, `..` or empty ones, which could walk into the Inbox), never the Inbox or the
+    /// metadata, and for the user only below an exposed `Documents`.
+    func grantablePath(_ path: String, in app: AppContainer, by grantor: Grantor) throws -> String {
+        let (base, relative) = try locate(path, in: app)
+        guard base == app.url.path else { throw SharingError.refused("\(path): only items of \(app.identifier)'s own container can be granted") }
+        let components = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard !relative.isEmpty, !components.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+            throw SharingError.refused("\(path): name the item with a plain path below the container (no ., .. or //)")
+        }
+        if components[0] == AppContainer.inboxStorageName || components.starts(with: ["Documents", "Inbox"])
+            || components[0] == DataRootLayout.containerMetadataFileName {
+            throw SharingError.refused("\(path): the Inbox and the container's metadata are never shared")
+        }
+        if grantor == .user {
+            guard app.supportsDocumentBrowser else {
+                throw SharingError.refused("\(app.identifier) does not expose its Documents (it was installed without the document browser); only the app itself can grant its items")
+            }
+            guard components[0] == "Documents" else {
+                throw SharingError.refused("\(path): only \(app.identifier)'s Documents is exposed, nothing outside it")
+            }
+        }
+        return relative
+    }
+
+    // MARK: - Access (what a recipient's supervisor does)
+
+    /// The grant `id` if it lets `app` (its container) start access now.
+    func activeGrant(_ id: UUID, for app: AppContainer) throws -> Grant {
+        guard let grant = GrantStore(layout: manager.layout).grant(id), grant.recipientContainer == app.uuid else {
+            throw SharingError.noSuchGrant(id)
+        }
+        if grant.isExpired(at: clock.now()) { throw SharingError.grantExpired(id) }
+        guard let provider = try? manager.app(AppIdentifier(grant.provider)), provider.uuid == grant.providerContainer else {
+            throw SharingError.refused("the app that granted \(id) is no longer installed")
+        }
+        return grant
+    }
+
+    /// A descriptor of the granted item (or of `subpath` below a granted directory): read-only
+    /// without `.writing` — the kernel, not the recipient, then refuses writes.
+    func openGranted(_ id: UUID, subpath: String, writable: Bool, for app: AppContainer) throws -> FileDescriptor {
+        let grant = try activeGrant(id, for: app)
+        let needed: GrantCapabilities = writable ? [.writing] : [.reading]
+        guard grant.capabilities.isSuperset(of: needed) else {
+            throw SharingError.notGranted(id, writable ? "write" : "read")
+        }
+        let below = subpath.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+            throw SharingError.refused("\(subpath): name items below the grant with a plain path")
+        }
+        let provider = try manager.app(AppIdentifier(grant.provider))
+        let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
+        let item = try openItem(relative, in: provider, flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK)
+        do {
+            try BeneathOpen.requireSingleRegularFile(try BeneathOpen.status(item.descriptor, path: item.path), path: item.path)
+            return item.descriptor
+        } catch {
+            try? item.descriptor.close()
+            throw error
+        }
+    }
+
+    /// Removes the transient grants `app` received (its run has ended).
+    func endTransientGrants(of app: AppContainer) {
+        let store = GrantStore(layout: manager.layout)
+        for grant in store.all() where !grant.persistent && grant.recipientContainer == app.uuid { store.remove(grant.id) }
+    }
+
+    /// Removes every grant `app` gave or received (it is being uninstalled).
+    func removeGrants(of app: AppContainer) {
+        let store = GrantStore(layout: manager.layout)
+        for grant in store.all() where grant.providerContainer == app.uuid || grant.recipientContainer == app.uuid { store.remove(grant.id) }
+    }
+}
