@@ -201,7 +201,7 @@ let package = Package(
         .target(name: "DataProtectionTestSupport", dependencies: ["DataProtection", "DataProtectionKeybag"], path: "Tests/DataProtectionTestSupport"),
         .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtection", "DataProtectionKeybag", .product(name: "SystemPackage", package: "swift-system")], path: "Tests/dp-test-app"),
         .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
-        .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtectionKeybag", "dpctl", "dp-test-app", "dp-sandbox-exec"]),
+        .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionIPC", "dpctl", "dp-test-app", "dp-sandbox-exec", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),

@@ -1,0 +1,150 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+@testable import DataProtectionSharing
+import DataProtectionTestSupport
+import Foundation
+import SystemPackage
+import Testing
+
+/// Crossings 3 and 4, file-provider grants and the document browser, with real processes: the
+/// capabilities hold against a recipient that tries to exceed them, and grants end when they say.
+@Suite(.serialized) struct GrantTests {
+    let provider = "com.example.files"
+    let editor = "com.example.editor"
+
+    /// A provider exposing its Documents with `BBB.txt` ("CCCC"), and an editor.
+    func world() throws -> (world: AppWorld, provider: String, editor: String) {
+        let world = try AppWorld.make()
+        let p = try world.install(provider, ["--document-browser"])
+        let e = try world.install(editor)
+        #expect(try world.dpctl(["write", p + "/Documents/BBB.txt", "--passcode-file", world.passcode], input: Data("CCCC".utf8)).status == 0)
+        return (world, p, e)
+    }
+
+    func grant(_ world: AppWorld, _ item: String = "Documents/BBB.txt", _ options: [String] = []) throws -> String {
+        let result = try world.dpctl(["grant", "--from", provider, "--to", editor, item] + options)
+        guard result.status == 0 else { throw TestFailure("grant: \(result.stderr)") }
+        return result.out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func asEditor(_ world: AppWorld, _ args: [String]) throws -> CLI.Result {
+        try world.testApp(editor, args, extra: ["--passcode-file", world.passcode])
+    }
+
+    func contents(_ world: AppWorld, _ path: String) throws -> String {
+        try world.dpctl(["cat", path, "--passcode-file", world.passcode]).out
+    }
+
+    @Test func aReadOnlyGrantHandsOutReadOnlyDescriptors() throws {
+        let (world, p, _) = try world()
+        let id = try grant(world, "Documents/BBB.txt", ["--read", "--persistent"])
+        #expect(try asEditor(world, ["granted-read", id]).out == "CCCC\n")
+        // The seed's test10 wrote through a read-only item; here the broker refuses a writable descriptor…
+        let write = try asEditor(world, ["granted-write", id, "XXXX"])
+        #expect(write.status == 6 && write.stderr.contains("does not allow write"), "\(write.stderr)")
+        // …and the read-only descriptor it does hand out refuses write(2) in the kernel.
+        #expect(try asEditor(world, ["granted-raw-write", id]).out == "write failed errno \(EBADF)\n")
+        #expect(try contents(world, p + "/Documents/BBB.txt") == "CCCC")
+        // Nothing without starting access first.
+        let unstarted = try asEditor(world, ["granted-read-unstarted", id])
+        #expect(unstarted.status == 6 && unstarted.stderr.contains("not started"), "\(unstarted.stderr)")
+        // The provider's directory is still invisible to the editor: only descriptors cross.
+        let peek = try world.shell(editor, attempt("read", "cat '\(p)/Documents/BBB.txt'"))
+        #expect(outcomes(peek.out)["read"] == "denied")
+    }
+
+    @Test func aWriteGrantWritesInPlaceAndKeepsTheClass() throws {
+        let (world, p, _) = try world()
+        let file = URL(fileURLWithPath: p + "/Documents/BBB.txt")
+        let before = Array(try Data(contentsOf: file))
+        let id = try grant(world, "Documents/BBB.txt", ["--write"])
+        #expect(try asEditor(world, ["granted-write", id, "edited by the editor"]).out == "written\n")
+        #expect(try contents(world, p + "/Documents/BBB.txt") == "edited by the editor")
+        let after = Array(try Data(contentsOf: file))
+        #expect(after[0..<88] == before[0..<88], "same header: same class, same key, edited in place")
+    }
+
+    @Test func onlyExposedItemsCanBeGranted() throws {
+        let (world, p, _) = try world()
+        try world.install("com.example.private")
+        try FileManager.default.createSymbolicLink(atPath: p + "/Documents/link", withDestinationPath: "BBB.txt")
+        #expect(link(p + "/Documents/BBB.txt", p + "/Documents/hard") == 0)
+        let refusals: [(String, [String], String)] = [
+            ("Documents/x", ["--from", "com.example.private"], "does not expose its Documents"),
+            ("Library/Preferences", [], "only com.example.files's Documents is exposed"),
+            ("Documents/Inbox", [], "never shared"),
+            (".Inbox", [], "never shared"),
+            ("Documents/../.Inbox", [], "plain path"),
+            ("Documents/link", [], "symbolic link"),
+            ("Documents/hard", [], "hard links"),
+            ("Documents/missing", [], "no such file"),
+            ("/etc/passwd", [], "not in com.example.files's container"),
+        ]
+        for (item, from, reason) in refusals {
+            let args = ["grant", "--from", from.last ?? provider, "--to", editor, item]
+            let result = try world.dpctl(args)
+            #expect(result.status == 1 && result.stderr.contains(reason) && result.stderr.split(separator: "\n").count == 1,
+                    "\(item): \(result.stderr)")
+        }
+        #expect(try world.dpctl(["grants"]).out.isEmpty)
+    }
+
+    @Test func revokingStopsNewAccessEvenDuringAnAccess() throws {
+        let (world, _, _) = try world()
+        let id = try grant(world, "Documents/BBB.txt", ["--persistent"])
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", editor, "--passcode-file", world.passcode, "--", AppWorld.testApp, "granted-hold", id]
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        (process.standardInput, process.standardOutput, process.standardError) = (input, output, errors)
+        try process.run()
+        #expect(try readLine(output.fileHandleForReading) == "started: CCCC")
+        #expect(try world.dpctl(["revoke", id]).status == 0)
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 6)
+        #expect(String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("no grant \(id)"))
+        let again = try asEditor(world, ["granted-read", id])
+        #expect(again.status == 4, "a revoked grant is no longer listed: \(again.stderr)")
+    }
+
+    @Test func persistentGrantsOutliveTheRecipientsRunTransientOnesDoNot() throws {
+        let (world, _, _) = try world()
+        let kept = try grant(world, "Documents/BBB.txt", ["--persistent"])
+        let transient = try grant(world, "Documents/BBB.txt")
+        let first = try asEditor(world, ["granted"]).out
+        #expect(first.contains(kept) && first.contains(transient))
+        let second = try asEditor(world, ["granted"]).out
+        #expect(second.contains(kept) && !second.contains(transient), "\(second)")
+        #expect(try asEditor(world, ["granted-read", kept]).out == "CCCC\n")
+    }
+
+    @Test func uninstallingAnAppRemovesTheGrantsItGaveAndReceived() throws {
+        let (world, _, _) = try world()
+        _ = try grant(world, "Documents/BBB.txt", ["--persistent"])
+        #expect(try world.dpctl(["grants", "--json"]).out.contains(editor))
+        #expect(try world.dpctl(["app", "uninstall", editor]).status == 0)
+        #expect(!(try world.dpctl(["grants", "--json"]).out.contains(editor)))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.cli.root + "/Sharing/Grants").isEmpty)
+    }
+
+    @Test func expiryIsOnTheKeybagsClock() async throws {
+        let device = try await TestDevice.make()
+        try await device.keybag.unlock(passcode: "1234")
+        let manager = ContainerManager(files: device.files)
+        let files = try await manager.install(AppIdentifier(provider), documentBrowser: true)
+        let editorApp = try await manager.install(AppIdentifier(editor))
+        try await device.files.write(Data("CCCC".utf8), to: files.documents.appendingPathComponent("BBB.txt"))
+        let broker = SharingBroker(manager: manager)
+        let grant = try broker.grant("Documents/BBB.txt", from: AppIdentifier(provider), to: AppIdentifier(editor),
+                                     capabilities: [.reading], expiresAfter: 60, persistent: true)
+        let fd = try broker.openGranted(grant.id, subpath: "", writable: false, for: editorApp)
+        try fd.close()
+        device.clock.advance(by: 61)
+        #expect(throws: SharingError.grantExpired(grant.id)) { try broker.openGranted(grant.id, subpath: "", writable: false, for: editorApp) }
+        #expect(throws: SharingError.grantExpired(grant.id)) { try broker.activeGrant(grant.id, for: editorApp) }
+        // Another app never reaches a grant made to the editor.
+        #expect(throws: SharingError.noSuchGrant(grant.id)) { try broker.activeGrant(grant.id, for: files) }
+    }
+}
