@@ -202,6 +202,38 @@ case "wait-opened":
     }
     watchdog.cancel()
 
+case "share":
+    // Shares PATH with TARGET (a snapshot, or live with a third argument "live").
+    guard arguments.count >= 3, let app = CurrentApp.shared else { fail("usage: share PATH TARGET [live] (as an app)") }
+    do {
+        try await app.share(URL(fileURLWithPath: arguments[1]), with: arguments[2], live: arguments.count > 3 && arguments[3] == "live")
+        print("shared")
+    } catch { fail("\(error)") }
+
+case "wait-shared":
+    // Waits for one shared item; reads it ("shared: …"), waits for a line on stdin, reads it again
+    // ("again: …"), tries write(2) on its descriptor, ends the share and tries once more.
+    guard let app = CurrentApp.shared else { fail("not an app") }
+    FileHandle.standardOutput.write(Data("listening\n".utf8))
+    let watchdog = Task { try await Task.sleep(for: .seconds(30)); fail("nothing shared within 30 s", status: 2) }
+    var items = app.sharedItems.makeAsyncIterator()
+    guard let item = await items.next() else { fail("the supervisor ended") }
+    watchdog.cancel()
+    guard item.startAccessingSecurityScopedResource() else { fail("could not start access", status: 5) }
+    do {
+        FileHandle.standardOutput.write(Data("shared by \(item.provider): \(String(decoding: try await item.contents(), as: UTF8.self))\n".utf8))
+        _ = readLine()
+        print("again: \(String(decoding: try await item.contents(), as: UTF8.self))")
+        let fd = try item.openDescriptor()
+        let n = write(fd.rawValue, "XXXX", 4)
+        print(n < 0 ? "write failed errno \(errno)" : "wrote \(n) bytes")
+        try? fd.close()
+        do { try await item.write(Data("overwritten".utf8)); print("write through the broker: done") } catch { print("write through the broker: \(error)") }
+        try await item.endShare()
+        do { _ = try await item.contents(); print("after end: read") } catch { print("after end: \(error)") }
+        _ = item.startAccessingSecurityScopedResource() ? print("restart: started") : print("restart: refused")
+    } catch { fail("\(error)", status: 6) }
+
 case "granted":
     // Lists the grants made to this app: "ID PROVIDER CAPABILITIES LOCATION".
     guard let app = CurrentApp.shared else { fail("not an app") }

@@ -29,11 +29,27 @@ extension CurrentApp {
     ///   directory, a link…), `.protectedDataUnavailable` when the file's class is locked,
     ///   `.brokerUnavailable` when the supervisor offers no sharing.
     public func open(_ url: URL, in recipient: String, name: String? = nil) async throws {
-        let request = SharingProtocol.request(.openIn) { w in
+        try await ask(SharingProtocol.request(.openIn) { w in
             SharingProtocol.string(&w, recipient)
             SharingProtocol.string(&w, url.path)
             SharingProtocol.string(&w, name ?? "")
-        }
+        })
+    }
+
+    /// Shares `url` (a file of this app's container) with `recipient`, as a Share extension
+    /// receives it: read-only, until the recipient ends the share or exits. By default the
+    /// recipient reads a **snapshot** taken now, so later writes here stay private; `live: true`
+    /// lets it see them (the seed's warning, made an explicit choice).
+    public func share(_ url: URL, with recipient: String, live: Bool = false) async throws {
+        try await ask(SharingProtocol.request(.share) { w in
+            SharingProtocol.string(&w, recipient)
+            SharingProtocol.string(&w, url.path)
+            w.u8(live ? 1 : 0)
+        })
+    }
+
+    /// Sends one request on a new sharing channel and throws the broker's refusal, if any.
+    private func ask(_ request: [UInt8]) async throws {
         try await Task.detached { [self] in
             guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
             defer { try? channel.close() }
@@ -50,6 +66,18 @@ extension CurrentApp {
     /// `scene(_:openURLContexts:)`, but an `AsyncSequence`; iterate it from one place. Ends when
     /// the supervisor does.
     public var openedURLs: AsyncStream<OpenedURL> {
+        subscription(SharingProtocol.openedMask) { OpenedURL(event: $0) }
+    }
+
+    /// The items other apps share with this one, as they come (queued ones first) — what a
+    /// Share extension receives. Read them while accessing; end each with
+    /// ``SecurityScopedURL/endShare()`` (or they end when this app exits).
+    public var sharedItems: AsyncStream<SecurityScopedURL> {
+        subscription(SharingProtocol.sharedMask) { [self] in SecurityScopedURL(sharedEvent: $0, app: self) }
+    }
+
+    /// Events of the kinds in `mask`, parsed by `parse`, until the supervisor ends.
+    private func subscription<Element: Sendable>(_ mask: UInt8, _ parse: @escaping @Sendable ([UInt8]) -> Element?) -> AsyncStream<Element> {
         AsyncStream { continuation in
             guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else {
                 continuation.finish()
@@ -57,13 +85,13 @@ extension CurrentApp {
             }
             let thread = Thread {
                 defer { try? channel.close(); continuation.finish() }
-                guard (try? IPCFrame.write(channel.rawValue, SharingProtocol.request(.subscribe))) != nil,
+                guard (try? IPCFrame.write(channel.rawValue, SharingProtocol.request(.subscribe) { $0.u8(mask) })) != nil,
                       let first = try? IPCFrame.read(channel.rawValue), (try? SharingProtocol.outcome(first)) == .some(nil) else { return }
-                while let frame = try? IPCFrame.read(channel.rawValue), let opened = OpenedURL(event: frame) {
-                    if case .terminated = continuation.yield(opened) { return }
+                while let frame = try? IPCFrame.read(channel.rawValue), let element = parse(frame) {
+                    if case .terminated = continuation.yield(element) { return }
                 }
             }
-            thread.name = "opened URLs"
+            thread.name = "sharing events"
             continuation.onTermination = { _ in _ = shutdown(channel.rawValue, Int32(SHUT_RDWR)) }
             thread.start()
         }

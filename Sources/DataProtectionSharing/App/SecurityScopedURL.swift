@@ -50,7 +50,35 @@ public final class SecurityScopedURL: Sendable, Identifiable {
         self.app = app
     }
 
+    /// A shared item from its event (FORMAT.md §11.4).
+    init?(sharedEvent frame: [UInt8], app: CurrentApp) {
+        var r = ByteReader(frame)
+        guard (try? r.u8("version")) == SharingProtocol.version, (try? r.u8("status")) == SharingProtocol.Status.event.rawValue,
+              (try? r.u8("kind")) == SharingProtocol.EventKind.shared.rawValue, let id = try? SharingProtocol.uuid(&r),
+              let sender = try? SharingProtocol.string(&r, "sender"), let location = try? SharingProtocol.string(&r, "location") else { return nil }
+        self.id = id
+        url = URL(fileURLWithPath: location)
+        provider = sender
+        capabilities = .reading
+        expires = nil
+        isPersistent = false
+        self.app = app
+    }
+
     deinit { stopAccessingSecurityScopedResource() }
+
+    /// Ends a share (or gives up a grant) made to this app: nothing more can be opened through it.
+    public func endShare() async throws {
+        stopAccessingSecurityScopedResource()
+        let request = SharingProtocol.request(.endShare) { SharingProtocol.uuid(&$0, id) }
+        try await Task.detached { [app] in
+            guard let fd = app.openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
+            defer { try? fd.close() }
+            UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
+            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue) else { throw SharingError.brokerUnavailable }
+            if let error = try SharingProtocol.outcome(answer) { throw error }
+        }.value
+    }
 
     /// Starts access; `false` when the grant was revoked, has expired, or the broker is gone.
     /// Balance each successful call with ``stopAccessingSecurityScopedResource()``.

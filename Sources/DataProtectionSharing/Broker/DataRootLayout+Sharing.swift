@@ -8,7 +8,8 @@ import SystemPackage
 /// ```text
 /// ROOT/Sharing/
 ///   Deliveries/<app UUID>/<time>-<UUID>.plist   what an app is yet to be told (open-in copies)
-///   Grants/<grant UUID>.plist                   file-provider grants
+///   Grants/<grant UUID>.plist                   file-provider grants and shares
+///   Snapshots/<grant UUID>                      what a snapshot share reads
 /// ```
 extension DataRootLayout {
     static let sharingEntry = "Sharing"
@@ -19,11 +20,13 @@ extension DataRootLayout {
     func deliveries(for app: UUID) -> String { sharing + "/Deliveries/" + app.uuidString }
     /// The grant records.
     var grants: String { sharing + "/Grants" }
+    /// The snapshots of shares.
+    var snapshots: String { sharing + "/Snapshots" }
 
     /// Creates `ROOT/Sharing` and its directories (0700) and registers the entry.
     func prepareSharing() throws {
         try register(Self.sharingEntry)
-        for directory in [sharing, sharing + "/Deliveries", grants] { try makeSharingDirectory(directory) }
+        for directory in [sharing, sharing + "/Deliveries", grants, snapshots] { try makeSharingDirectory(directory) }
     }
 }
 

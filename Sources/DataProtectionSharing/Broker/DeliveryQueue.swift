@@ -7,10 +7,10 @@ import SystemPackage
 /// "open in" waiting in its Inbox. Delivered in the order queued, at the app's next
 /// subscription — now if it runs, else at its next launch.
 public struct Delivery: Codable, Sendable, Equatable {
-    public enum Kind: String, Codable, Sendable { case openIn = "open-in" }
+    public enum Kind: String, Codable, Sendable { case openIn = "open-in", share }
     public var version = 1
     public var kind: Kind
-    /// The file's name in the recipient's Inbox.
+    /// The file's name in the recipient's Inbox (open-in), or the share's grant ID (share).
     public var name: String
     /// The app that sent it.
     public var sender: String

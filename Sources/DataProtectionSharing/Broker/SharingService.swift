@@ -50,9 +50,22 @@ public struct SharingService: AppSupervisorService {
                 }
                 guard (try? IPCFrame.write(fd, answer)) != nil else { return }
             case .subscribe:
-                guard r.remaining == 0, (try? IPCFrame.write(fd, SharingProtocol.ok)) != nil else { return }
-                deliver(to: fd, app: app)
+                let mask = r.remaining == 1 ? (try? r.u8("kinds")) ?? 0 : SharingProtocol.openedMask
+                guard r.remaining == 0, mask != 0, (try? IPCFrame.write(fd, SharingProtocol.ok)) != nil else { return }
+                var kinds: Set<Delivery.Kind> = []
+                if mask & SharingProtocol.openedMask != 0 { kinds.insert(.openIn) }
+                if mask & SharingProtocol.sharedMask != 0 { kinds.insert(.share) }
+                deliver(kinds, to: fd, app: app)
                 return
+            case .share:
+                guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
+                      let live = try? r.u8("live"), live <= 1, r.remaining == 0 else { return }
+                let answer = outcome { _ = try broker.share(path, from: app.identifier, with: try AppIdentifier(target), live: live == 1) }
+                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+            case .endShare:
+                guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
+                started.remove(id)
+                guard (try? IPCFrame.write(fd, outcome { try broker.endShare(id, for: app) })) != nil else { return }
             case .startAccess, .stopAccess:
                 guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
                 let answer: [UInt8]
@@ -107,7 +120,7 @@ public struct SharingService: AppSupervisorService {
     /// Pushes the app's queued deliveries, then each new one as it is queued, until the app
     /// closes the channel. A record is removed before it is sent (so two subscribers never both
     /// deliver it) and queued again if the send fails.
-    private func deliver(to fd: Int32, app: AppContainer) {
+    private func deliver(_ kinds: Set<Delivery.Kind>, to fd: Int32, app: AppContainer) {
         let queue = DeliveryQueue(layout: broker.manager.layout, app: app.uuid)
         do { try broker.manager.layout.prepareSharing(); try makeSharingDirectory(queue.directory) } catch {
             logger.info("no delivery queue for \(app.identifier): \(error)")
@@ -119,9 +132,9 @@ public struct SharingService: AppSupervisorService {
         guard inotify_add_watch(watch, queue.directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE)) >= 0 else { return }
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
-            for (record, delivery) in queue.pending() {
+            for (record, delivery) in queue.pending() where kinds.contains(delivery.kind) {
                 guard (try? POSIXFile.call("unlink", queue.directory + "/" + record) { unlink($0) }) != nil else { continue }
-                guard (try? IPCFrame.write(fd, Self.event(delivery, app: app))) != nil else {
+                guard (try? IPCFrame.write(fd, event(delivery, app: app))) != nil else {
                     try? queue.enqueue(delivery)
                     return
                 }
@@ -133,13 +146,24 @@ public struct SharingService: AppSupervisorService {
         }
     }
 
-    static func event(_ delivery: Delivery, app: AppContainer) -> [UInt8] {
+    func event(_ delivery: Delivery, app: AppContainer) -> [UInt8] {
         var w = ByteWriter()
         w.u8(SharingProtocol.version)
         w.u8(SharingProtocol.Status.event.rawValue)
-        w.u8(SharingProtocol.EventKind.opened.rawValue)
-        SharingProtocol.string(&w, app.inbox.appendingPathComponent(delivery.name).path)
-        SharingProtocol.string(&w, delivery.sender)
+        switch delivery.kind {
+        case .openIn:
+            w.u8(SharingProtocol.EventKind.opened.rawValue)
+            SharingProtocol.string(&w, app.inbox.appendingPathComponent(delivery.name).path)
+            SharingProtocol.string(&w, delivery.sender)
+        case .share:
+            let id = UUID(uuidString: delivery.name) ?? UUID(bytes: [UInt8](repeating: 0, count: 16))
+            let location = (try? broker.manager.app(AppIdentifier(delivery.sender)))
+                .flatMap { sender in GrantStore(layout: broker.manager.layout).grant(id).map { sender.url.appendingPathComponent($0.path).path } } ?? ""
+            w.u8(SharingProtocol.EventKind.shared.rawValue)
+            SharingProtocol.uuid(&w, id)
+            SharingProtocol.string(&w, delivery.sender)
+            SharingProtocol.string(&w, location)
+        }
         return w.bytes
     }
 }

@@ -41,12 +41,46 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
     public let expires: Date?
     /// Kept across the recipient's launches; otherwise gone when the recipient's run ends.
     public let persistent: Bool
+    /// For a share (crossing 2) read from a snapshot: the snapshot's name in
+    /// `ROOT/Sharing/Snapshots`, which the recipient reads instead of the item.
+    public var snapshot: String? = nil
+    /// Whether this is a share (crossing 2: read-only, ended by the recipient or its exit).
+    public var isShare: Bool = false
 
     public func isExpired(at now: Date) -> Bool { expires.map { now >= $0 } ?? false }
 
     enum CodingKeys: String, CodingKey {
         case version = "Version", id = "ID", provider = "Provider", providerContainer = "ProviderContainer", path = "Path",
              device = "Device", inode = "Inode", recipient = "Recipient", recipientContainer = "RecipientContainer",
-             capabilities = "Capabilities", created = "Created", expires = "Expires", persistent = "Persistent"
+             capabilities = "Capabilities", created = "Created", expires = "Expires", persistent = "Persistent",
+             snapshot = "Snapshot", isShare = "Share"
+    }
+
+    public init(id: UUID, provider: String, providerContainer: UUID, path: String, device: UInt64, inode: UInt64, recipient: String,
+                recipientContainer: UUID, capabilities: GrantCapabilities, created: Date, expires: Date?, persistent: Bool,
+                snapshot: String? = nil, isShare: Bool = false) {
+        (self.id, self.provider, self.providerContainer, self.path, self.device, self.inode) = (id, provider, providerContainer, path, device, inode)
+        (self.recipient, self.recipientContainer, self.capabilities, self.created, self.expires, self.persistent) =
+            (recipient, recipientContainer, capabilities, created, expires, persistent)
+        (self.snapshot, self.isShare) = (snapshot, isShare)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        version = try c.decode(Int.self, forKey: .version)
+        id = try c.decode(UUID.self, forKey: .id)
+        provider = try c.decode(String.self, forKey: .provider)
+        providerContainer = try c.decode(UUID.self, forKey: .providerContainer)
+        path = try c.decode(String.self, forKey: .path)
+        device = try c.decode(UInt64.self, forKey: .device)
+        inode = try c.decode(UInt64.self, forKey: .inode)
+        recipient = try c.decode(String.self, forKey: .recipient)
+        recipientContainer = try c.decode(UUID.self, forKey: .recipientContainer)
+        capabilities = try c.decode(GrantCapabilities.self, forKey: .capabilities)
+        created = try c.decode(Date.self, forKey: .created)
+        expires = try c.decodeIfPresent(Date.self, forKey: .expires)
+        persistent = try c.decode(Bool.self, forKey: .persistent)
+        snapshot = try c.decodeIfPresent(String.self, forKey: .snapshot)
+        isShare = try c.decodeIfPresent(Bool.self, forKey: .isShare) ?? false
     }
 }

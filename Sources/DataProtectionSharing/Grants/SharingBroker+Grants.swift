@@ -63,7 +63,8 @@ extension SharingBroker {
     /// Ends a grant: it starts no new access. Descriptors already handed out stay valid until the
     /// recipient closes them (permissions are checked at open, as Apple documents).
     public func revoke(_ id: UUID) throws {
-        guard GrantStore(layout: manager.layout).remove(id) else { throw SharingError.noSuchGrant(id) }
+        guard let grant = GrantStore(layout: manager.layout).grant(id) else { throw SharingError.noSuchGrant(id) }
+        removeGrant(grant)
     }
 
     /// The grants given by or to `app` (all when `nil`), oldest first.
@@ -125,6 +126,10 @@ extension SharingBroker {
         guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
             throw SharingError.refused("\(subpath): name items below the grant with a plain path")
         }
+        if let snapshot = grant.snapshot {
+            guard subpath.isEmpty, !writable else { throw SharingError.notGranted(id, "write") }
+            return try openSnapshot(snapshot)
+        }
         let provider = try manager.app(AppIdentifier(grant.provider))
         let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
         let item = try openItem(relative, in: provider, flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK)
@@ -140,12 +145,12 @@ extension SharingBroker {
     /// Removes the transient grants `app` received (its run has ended).
     func endTransientGrants(of app: AppContainer) {
         let store = GrantStore(layout: manager.layout)
-        for grant in store.all() where !grant.persistent && grant.recipientContainer == app.uuid { store.remove(grant.id) }
+        for grant in store.all() where !grant.persistent && grant.recipientContainer == app.uuid { removeGrant(grant) }
     }
 
     /// Removes every grant `app` gave or received (it is being uninstalled).
     func removeGrants(of app: AppContainer) {
         let store = GrantStore(layout: manager.layout)
-        for grant in store.all() where grant.providerContainer == app.uuid || grant.recipientContainer == app.uuid { store.remove(grant.id) }
+        for grant in store.all() where grant.providerContainer == app.uuid || grant.recipientContainer == app.uuid { removeGrant(grant) }
     }
 }

@@ -25,7 +25,15 @@ enum SharingProtocol {
         case open = 5
         /// The grants made to this app: answered `ok` followed by a binary property list.
         case list = 6
+        /// End a share (or any grant) made to this app: its 16-byte ID.
+        case endShare = 7
+        /// Share one of the app's files with another app: target, path (strings), live (u8 0/1).
+        case share = 8
     }
+
+    /// What a subscription asks for (the optional byte after `subscribe`; absent: open-in only).
+    static let openedMask: UInt8 = 1
+    static let sharedMask: UInt8 = 2
 
     enum Status: UInt8 { case ok = 0, error = 1, event = 2 }
     /// What an error is, so the app can throw the matching ``SharingError``.
@@ -33,6 +41,9 @@ enum SharingProtocol {
     enum EventKind: UInt8 {
         /// A file to open: its path in the app's Inbox (string), the sender (string).
         case opened = 1
+        /// An item shared with the app: the grant ID (16 bytes), the sender, the item's location
+        /// (strings).
+        case shared = 2
     }
 
     /// A string: u16 length, then UTF-8 (paths: their bytes, see `LosslessPath`).

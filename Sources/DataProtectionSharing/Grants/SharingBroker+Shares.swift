@@ -1,0 +1,94 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Shares (crossing 2, iOS's Share and Action extensions): the recipient reads the sender's item
+/// for the length of the share — read-only, through descriptors — from a **snapshot** taken when
+/// the share is made (the default: the sender's later writes stay private), or `live` when the
+/// sender says so. The share ends when the recipient ends it or its run ends.
+extension SharingBroker {
+    /// Shares the file at `path` in `sender`'s container (or a group's) with `recipient` and
+    /// queues the news for it (an `IncomingItem.shared` event). Returns the share's grant.
+    ///
+    /// A snapshot is a byte-for-byte copy of the file as it is now, kept by the broker outside
+    /// every container: a protected file stays encrypted under its own key (no key is needed, so
+    /// even a class-A file can be shared while locked; the recipient reads it once unlocked).
+    public func share(_ path: String, from sender: AppIdentifier, with recipient: AppIdentifier, live: Bool = false) throws -> Grant {
+        guard sender != recipient else { throw SharingError.sameApp(sender) }
+        let from = try manager.app(sender)
+        let to = try manager.app(recipient)
+        try manager.layout.prepareSharing()
+        let (base, relative) = try locate(path, in: from)
+        guard base == from.url.path else { throw SharingError.refused("\(path): only files of \(sender)'s own container can be shared") }
+        let item = try openItem(relative, in: from, flags: O_RDONLY | O_NONBLOCK)
+        defer { try? item.descriptor.close() }
+        let st = try BeneathOpen.status(item.descriptor, path: item.path)
+        try BeneathOpen.requireSingleRegularFile(st, path: item.path)
+        let id = UUID()
+        var snapshot: String?
+        if !live {
+            snapshot = id.uuidString
+            try copySnapshot(item.descriptor, size: Int64(st.st_size), to: manager.layout.snapshots + "/" + id.uuidString)
+        }
+        let grant = Grant(id: id, provider: sender.rawValue, providerContainer: from.uuid, path: relative, device: UInt64(st.st_dev),
+                          inode: UInt64(st.st_ino), recipient: recipient.rawValue, recipientContainer: to.uuid, capabilities: [.reading],
+                          created: clock.now(), expires: nil, persistent: false, snapshot: snapshot, isShare: true)
+        do {
+            try GrantStore(layout: manager.layout).save(grant)
+            try DeliveryQueue(layout: manager.layout, app: to.uuid)
+                .enqueue(Delivery(kind: .share, name: id.uuidString, sender: sender.rawValue, date: Date()))
+        } catch {
+            removeGrant(grant)
+            throw error
+        }
+        return grant
+    }
+
+    /// Ends a share (or any grant) made to `app`: nothing more can be opened through it.
+    func endShare(_ id: UUID, for app: AppContainer) throws {
+        guard let grant = GrantStore(layout: manager.layout).grant(id), grant.recipientContainer == app.uuid else {
+            throw SharingError.noSuchGrant(id)
+        }
+        removeGrant(grant)
+    }
+
+    /// Removes a grant and its snapshot.
+    func removeGrant(_ grant: Grant) {
+        GrantStore(layout: manager.layout).remove(grant.id)
+        if let snapshot = grant.snapshot { _ = try? POSIXFile.call("unlink", manager.layout.snapshots + "/" + snapshot) { unlink($0) } }
+    }
+
+    /// Opens a share's snapshot, read-only.
+    func openSnapshot(_ name: String) throws -> FileDescriptor {
+        let path = manager.layout.snapshots + "/" + name
+        let directory = try BeneathOpen.directory(manager.layout.snapshots)
+        defer { try? directory.close() }
+        return try BeneathOpen.open(name, beneath: directory, flags: O_RDONLY, path: path)
+    }
+
+    /// Copies `size` bytes of `source` into a new file `path` (0400), flushed.
+    private func copySnapshot(_ source: FileDescriptor, size: Int64, to path: String) throws {
+        let target = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .init(rawValue: 0o400))
+        do {
+            var offset: Int64 = 0
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            while true {
+                let n = try POSIXFile.system("read", path) { try buffer.withUnsafeMutableBytes { try source.read(fromAbsoluteOffset: offset, into: $0) } }
+                if n == 0 { break }
+                try POSIXFile.write(target, buffer[..<n], at: offset, path: path)
+                offset += Int64(n)
+            }
+            try POSIXFile.sync(target, path: path)
+            try target.close()
+        } catch {
+            try? target.close()
+            _ = try? POSIXFile.call("unlink", path) { unlink($0) }
+            throw error
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// Crossing 2, a Share extension reading the sender's item, with real processes: read-only
+/// descriptors for the length of the share, a snapshot by default, live only when asked.
+@Suite(.serialized) struct ShareTests {
+    let sender = "com.example.sender"
+    let receiver = "com.example.extension"
+
+    /// Shares `Documents/doc.txt` ("v1") — `live` or not — with a receiver that reads it, then
+    /// again after the sender wrote "v2", tries to write, ends the share and tries again.
+    func share(live: Bool) throws -> (lines: [String], original: String) {
+        let world = try AppWorld.make()
+        let a = try world.install(sender)
+        try world.install(receiver)
+        let unlock = ["--passcode-file", world.passcode]
+        let doc = a + "/Documents/doc.txt"
+        #expect(try world.dpctl(["write", doc] + unlock, input: Data("v1".utf8)).status == 0)
+
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", receiver] + unlock + ["--", AppWorld.testApp, "wait-shared"]
+        let input = Pipe(), output = Pipe()
+        (process.standardInput, process.standardOutput) = (input, output)
+        try process.run()
+        #expect(try readLine(output.fileHandleForReading) == "listening")
+        let shared = try world.testApp(sender, ["share", doc, receiver] + (live ? ["live"] : []), extra: unlock)
+        #expect(shared.out == "shared\n", "\(shared.stderr)")
+        #expect(try readLine(output.fileHandleForReading) == "shared by \(sender): v1")
+        #expect(try world.dpctl(["write", doc] + unlock, input: Data("v2".utf8)).status == 0)
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let lines = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n").map(String.init)
+        let original = try world.dpctl(["cat", doc] + unlock).out
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.cli.root + "/Sharing/Snapshots").isEmpty, "the snapshot went with the share")
+        #expect(try world.dpctl(["grants"]).out.isEmpty)
+        return (lines, original)
+    }
+
+    @Test func aSnapshotShareKeepsTheSendersLaterWritesPrivate() throws {
+        let (lines, original) = try share(live: false)
+        #expect(lines.first == "again: v1", "\(lines)")
+        try expectReadOnlyAndEnded(lines)
+        #expect(original == "v2")
+    }
+
+    @Test func aLiveShareSeesTheSendersLaterWritesButStillCannotWrite() throws {
+        let (lines, original) = try share(live: true)
+        #expect(lines.first == "again: v2", "\(lines)")
+        try expectReadOnlyAndEnded(lines)
+        #expect(original == "v2", "the receiver's write attempts changed nothing")
+    }
+
+    func expectReadOnlyAndEnded(_ lines: [String]) throws {
+        #expect(lines.count == 5, "\(lines)")
+        guard lines.count == 5 else { return }
+        #expect(lines[1] == "write failed errno \(EBADF)")
+        #expect(lines[2].hasPrefix("write through the broker:") && lines[2].contains("does not allow write"), "\(lines[2])")
+        #expect(lines[3].hasPrefix("after end:") && lines[3].contains("not started"), "\(lines[3])")
+        #expect(lines[4] == "restart: refused")
+    }
+}
