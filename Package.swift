@@ -16,7 +16,7 @@
 //      supervisor that serves an app its keys.
 //   7. DataProtectionSharing — the broker between sandboxes: open-in copies into an Inbox, share
 //      reads, file-provider grants; served to each app by its supervisor.
-//   tools: dpctl (CLI), dp-bench (benchmarks), chat-example, notes-example.
+//   tools: dpctl (CLI), dp-bench (benchmarks), chat-example, notes-example, sharing-example.
 // Every target declares exactly what it imports; MemberImportVisibility makes an undeclared
 // import fail to build.
 import CompilerPluginSupport
@@ -153,6 +153,11 @@ let package = Package(
         .executableTarget(
             name: "notes-example",
             dependencies: ["DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec"]
+        ),
+        .executableTarget(
+            name: "sharing-example",
+            dependencies: ["DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec",
+                           .product(name: "SystemPackage", package: "swift-system")]
         ),
         .executableTarget(
             name: "dpctl",

@@ -49,7 +49,7 @@ struct AppInstall: AsyncParsableCommand {
     var defaultProtection: ProtectionClass = .default
     @Option(name: .customLong("group"), help: ArgumentHelp("An App Group the app belongs to (repeatable): \(AppGroupIdentifier.rule).", valueName: "group-id"))
     var groups: [String] = []
-    @Flag(help: "Expose Documents through the document browser (UISupportsDocumentBrowser).") var documentBrowser = false
+    @Flag(help: "Expose Documents to other apps through grants (UISupportsDocumentBrowser; off by default).") var documentBrowser = false
 
     func run() async throws {
         let id = try appIdentifier(identifier)
@@ -91,7 +91,9 @@ struct AppInfo: AsyncParsableCommand {
             "container:        \(report.container)",
             "uuid:             \(report.uuid)",
             "default class:    \(report.defaultProtection)" + (report.defaultProtection != report.entitledProtection ? " (entitlement: \(report.entitledProtection))" : ""),
-            "document browser: \(report.documentBrowser ? "yes" : "no")",
+            "document browser: " + (report.documentBrowser
+                ? "yes: Documents is EXPOSED — you can grant other apps its items (dpctl grant); never Documents/Inbox"
+                : "no: Documents is not exposed to other apps"),
             "installed:        \(report.created)",
         ]
         for group in report.groups {

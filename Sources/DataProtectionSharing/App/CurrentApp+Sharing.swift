@@ -48,8 +48,26 @@ extension CurrentApp {
         })
     }
 
-    /// Sends one request on a new sharing channel and throws the broker's refusal, if any.
-    private func ask(_ request: [UInt8]) async throws {
+    /// Grants `recipient` `capabilities` on an item of this app's container — what a File
+    /// Provider extension does, but the capabilities are enforced (a read-only grant hands out
+    /// read-only descriptors). Returns the grant's ID. Not the Inbox, not the metadata.
+    public func grant(_ url: URL, to recipient: String, capabilities: GrantCapabilities, expiresAfter: TimeInterval? = nil,
+                      persistent: Bool = false) async throws -> UUID {
+        let answer = try await ask(SharingProtocol.request(.grant) { w in
+            SharingProtocol.string(&w, recipient)
+            SharingProtocol.string(&w, url.path)
+            w.u8(capabilities.rawValue)
+            w.u32(UInt32(clamping: Int(expiresAfter.map { max(1, $0.rounded(.up)) } ?? 0)))
+            w.u8(persistent ? 1 : 0)
+        })
+        guard answer.count == 18 else { throw SharingError.brokerUnavailable }
+        return UUID(bytes: Array(answer[2...]))
+    }
+
+    /// Sends one request on a new sharing channel, throws the broker's refusal if any, and
+    /// returns the answer.
+    @discardableResult
+    private func ask(_ request: [UInt8]) async throws -> [UInt8] {
         try await Task.detached { [self] in
             guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
             defer { try? channel.close() }
@@ -58,6 +76,7 @@ extension CurrentApp {
                 throw SharingError.brokerUnavailable
             }
             if let error = try SharingProtocol.outcome(answer) { throw error }
+            return answer
         }.value
     }
 

@@ -62,6 +62,19 @@ public struct SharingService: AppSupervisorService {
                       let live = try? r.u8("live"), live <= 1, r.remaining == 0 else { return }
                 let answer = outcome { _ = try broker.share(path, from: app.identifier, with: try AppIdentifier(target), live: live == 1) }
                 guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+            case .grant:
+                guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
+                      let raw = try? r.u8("capabilities"), let lifetime = try? r.u32("lifetime"), let persistent = try? r.u8("persistent"),
+                      persistent <= 1, r.remaining == 0 else { return }
+                var made: Grant?
+                let answer = outcome {
+                    made = try broker.grant(path, from: app.identifier, to: try AppIdentifier(target), capabilities: GrantCapabilities(rawValue: raw & 0x3F),
+                                            expiresAfter: lifetime == 0 ? nil : TimeInterval(lifetime), persistent: persistent == 1, by: .providingApp)
+                }
+                var reply = ByteWriter()
+                reply.raw(answer)
+                if let made { SharingProtocol.uuid(&reply, made.id) }
+                guard (try? IPCFrame.write(fd, reply.bytes)) != nil else { return }
             case .endShare:
                 guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
                 started.remove(id)

@@ -29,6 +29,10 @@ enum SharingProtocol {
         case endShare = 7
         /// Share one of the app's files with another app: target, path (strings), live (u8 0/1).
         case share = 8
+        /// Grant another app an item of this app's container (a file provider): target, path
+        /// (strings), capabilities (u8), lifetime in seconds (u32, 0: none), persistent (u8).
+        /// Answered `ok` followed by the grant's 16-byte ID.
+        case grant = 9
     }
 
     /// What a subscription asks for (the optional byte after `subscribe`; absent: open-in only).
