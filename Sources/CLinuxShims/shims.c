@@ -92,6 +92,15 @@ int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigne
     return fd < 0 ? -errno : (int)fd;
 }
 
+int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+#ifdef SYS_renameat2
+    long r = syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, 1U /* RENAME_NOREPLACE */);
+#else
+    long r = syscall(316, olddirfd, oldpath, newdirfd, newpath, 1U);
+#endif
+    return r < 0 ? -errno : 0;
+}
+
 long cshim_landlock_abi(void) {
 #ifdef SYS_landlock_create_ruleset
     long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1U);

@@ -22,6 +22,30 @@ extension ProtectedFileManager {
         try await openHandle(duplicating: descriptor, url: url, writable: true)
     }
 
+    /// Makes the empty file open (read-write) at `descriptor` a new protected file of class
+    /// `protection` and opens it for writing. The descriptor is duplicated; `url` names it in errors.
+    public func createFile(in descriptor: FileDescriptor, url: URL, protection: ProtectionClass) async throws -> ProtectedFileHandle {
+        let path = url.path
+        return try await ProtectedFileError.translating(path: path, writing: true) {
+            guard try POSIXFile.size(descriptor, path: path) == 0 else {
+                throw ProtectedFileError.fileSystem(FileSystemError("create", path: path, errno: .fileExists))
+            }
+            let fd = try POSIXFile.system("dup", path) { try descriptor.duplicate() }
+            do {
+                let (key, wrapped) = try await keybag.wrapNewFileKey(for: protection, thisDeviceOnly: false)
+                let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
+                let keys = FileKeys(fileKey: key, fileID: header.fileID)
+                let engine = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
+                let generation = protection == .completeUnlessOpen ? nil : try await keybag.generation(of: protection)
+                return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: header.encoded(keys: keys), header: header,
+                                           engine: engine, keyGeneration: generation, writable: true)
+            } catch {
+                try? fd.close()
+                throw error
+            }
+        }
+    }
+
     private func openHandle(duplicating descriptor: FileDescriptor, url: URL, writable: Bool) async throws -> ProtectedFileHandle {
         try await ProtectedFileError.translating(path: url.path, writing: writable) {
             let fd = try POSIXFile.system("dup", url.path) { try descriptor.duplicate() }

@@ -148,3 +148,56 @@ import Testing
         #expect(throws: SharingError.noSuchGrant(grant.id)) { try broker.activeGrant(grant.id, for: files) }
     }
 }
+
+/// A granted directory: every operation needs its capability, and none leaves the directory.
+@Suite(.serialized) struct GrantedDirectoryTests {
+    func run(_ capabilities: [String]) throws -> (lines: [String: String], folder: String, documents: String, world: AppWorld) {
+        let world = try AppWorld.make()
+        let p = try world.install("com.example.files", ["--document-browser"])
+        try world.install("com.example.editor")
+        let unlock = ["--passcode-file", world.passcode]
+        let folder = p + "/Documents/Folder"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        for (name, text) in [("a.txt", "A"), ("old.txt", "old"), ("keep.txt", "keep")] {
+            #expect(try world.dpctl(["write", folder + "/" + name] + unlock, input: Data(text.utf8)).status == 0)
+        }
+        #expect(try world.dpctl(["write", p + "/Documents/BBB.txt"] + unlock, input: Data("outside".utf8)).status == 0)
+        let grant = try world.dpctl(["grant", "--from", "com.example.files", "--to", "com.example.editor", "Documents/Folder"] + capabilities)
+        #expect(grant.status == 0, "\(grant.stderr)")
+        let id = grant.out.trimmingCharacters(in: .whitespacesAndNewlines)
+        let run = try world.testApp("com.example.editor", ["granted-ops", id], extra: unlock)
+        #expect(run.status == 0, "\(run.stderr)")
+        var lines: [String: String] = [:]
+        for line in run.out.split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 1)
+            lines[String(parts[0])] = String(parts[1].dropFirst())
+        }
+        return (lines, folder, p + "/Documents", world)
+    }
+
+    @Test func withoutTheCapabilitiesEveryOperationIsRefused() throws {
+        let (lines, folder, _, _) = try run(["--read"])
+        #expect(lines["read"] == "ok A")
+        for op in ["enumerate", "create", "rename", "delete"] {
+            #expect(lines[op]?.hasPrefix("refused") == true && lines[op]?.contains("does not allow") == true, "\(op): \(lines[op] ?? "-")")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).sorted() == ["a.txt", "keep.txt", "old.txt"])
+    }
+
+    @Test func withThemTheyWorkButNeverLeaveTheDirectory() throws {
+        let (lines, folder, documents, world) = try run(["--read", "--write", "--rename", "--delete", "--add", "--enumerate"])
+        #expect(lines["read"] == "ok A")
+        #expect(lines["enumerate"] == "ok a.txt,keep.txt,old.txt")
+        for op in ["create", "rename", "delete"] { #expect(lines[op] == "ok ", "\(op): \(lines[op] ?? "-")") }
+        for op in ["escape-read", "escape-create", "escape-rename", "escape-delete", "replace-by-rename"] {
+            #expect(lines[op]?.hasPrefix("refused") == true, "\(op): \(lines[op] ?? "-")")
+        }
+        #expect(lines["replace-by-rename"]?.contains("exists") == true, "\(lines["replace-by-rename"] ?? "-")")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).sorted() == ["b.txt", "keep.txt", "new.txt"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: documents).sorted() == ["BBB.txt", "Folder", "Inbox"])
+        let unlock = ["--passcode-file", world.passcode]
+        #expect(try world.dpctl(["cat", folder + "/new.txt"] + unlock).out == "added")
+        #expect(try world.dpctl(["cat", folder + "/keep.txt"] + unlock).out == "keep")
+        #expect(try world.dpctl(["cat", documents + "/BBB.txt"] + unlock).out == "outside")
+    }
+}

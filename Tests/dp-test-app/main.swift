@@ -234,6 +234,26 @@ case "wait-shared":
         _ = item.startAccessingSecurityScopedResource() ? print("restart: started") : print("restart: refused")
     } catch { fail("\(error)", status: 6) }
 
+case "granted-ops":
+    // On a granted directory: tries every operation, and the escapes, one line each.
+    guard arguments.count == 2, let app = CurrentApp.shared, let id = UUID(uuidString: arguments[1]) else { fail("usage: granted-ops GRANT-ID") }
+    guard let item = try await app.grantedItems().first(where: { $0.id == id }), item.startAccessingSecurityScopedResource() else {
+        fail("grant not usable", status: 5)
+    }
+    func line(_ name: String, _ body: () async throws -> String) async {
+        do { print("\(name): ok \(try await body())") } catch { print("\(name): refused \(error)") }
+    }
+    await line("read") { String(decoding: try await item.contents(subpath: "a.txt"), as: UTF8.self) }
+    await line("enumerate") { try item.contentsOfDirectory().map(\.name).joined(separator: ",") }
+    await line("create") { try await item.createFile("new.txt", contents: Data("added".utf8)); return "" }
+    await line("rename") { try item.rename(to: "b.txt", subpath: "a.txt"); return "" }
+    await line("delete") { try item.remove(subpath: "old.txt"); return "" }
+    await line("escape-read") { String(decoding: try await item.contents(subpath: "../BBB.txt"), as: UTF8.self) }
+    await line("escape-create") { try await item.createFile("../evil.txt", contents: Data("x".utf8)); return "" }
+    await line("escape-rename") { try item.rename(to: "../moved.txt", subpath: "a.txt"); return "" }
+    await line("escape-delete") { try item.remove(subpath: "../BBB.txt"); return "" }
+    await line("replace-by-rename") { try item.rename(to: "keep.txt", subpath: "b.txt"); return "" }
+
 case "granted":
     // Lists the grants made to this app: "ID PROVIDER CAPABILITIES LOCATION".
     guard let app = CurrentApp.shared else { fail("not an app") }

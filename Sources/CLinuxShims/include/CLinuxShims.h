@@ -48,6 +48,8 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
 /// `openat2(2)` (no libc wrapper): opens `path` relative to `dirfd` with `flags` and `mode`,
 /// resolving it under the `RESOLVE_*` rules in `resolve`. Returns the descriptor or -errno.
 int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigned long long resolve);
+/// `renameat2(2)` with `RENAME_NOREPLACE`: renames without ever replacing. Returns 0 or -errno.
+int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 /// The `RESOLVE_*` flags.
 enum {
     CSHIM_RESOLVE_NO_XDEV = 0x01, CSHIM_RESOLVE_NO_MAGICLINKS = 0x02, CSHIM_RESOLVE_NO_SYMLINKS = 0x04,

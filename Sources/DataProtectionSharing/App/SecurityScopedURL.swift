@@ -128,6 +128,64 @@ public final class SecurityScopedURL: Sendable, Identifiable {
         }
     }
 
+    /// Sends a request on the access channel; returns the `ok` answer's bytes after the status,
+    /// and the descriptor that follows it when `withDescriptor`.
+    private func request(_ op: SharingProtocol.Op, withDescriptor: Bool = false, _ body: (inout ByteWriter) -> Void) throws -> ([UInt8], FileDescriptor?) {
+        try channel.withLock { current in
+            guard let fd = current else { throw SharingError.accessNotStarted(id) }
+            let frame = SharingProtocol.request(op) { w in
+                SharingProtocol.uuid(&w, id)
+                body(&w)
+            }
+            guard (try? IPCFrame.write(fd.rawValue, frame)) != nil, let answer = try? IPCFrame.read(fd.rawValue), answer.count >= 2 else {
+                throw SharingError.brokerUnavailable
+            }
+            if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) { throw error }
+            guard withDescriptor else { return (Array(answer.dropFirst(2)), nil) }
+            guard let passed = try? UnixSocket.receiveDescriptor(from: fd.rawValue), let descriptor = passed.descriptor else {
+                throw SharingError.brokerUnavailable
+            }
+            return (Array(answer.dropFirst(2)), FileDescriptor(rawValue: descriptor))
+        }
+    }
+
+    /// The entries of a granted directory (or of `subpath` below it); needs `.contentEnumerating`.
+    public func contentsOfDirectory(subpath: String = "") throws -> [GrantedEntry] {
+        let (plist, _) = try request(.enumerate) { SharingProtocol.string(&$0, subpath) }
+        return try PropertyListDecoder().decode([GrantedEntry].self, from: Data(plist))
+    }
+
+    /// Adds a protected file with `data` at `subpath` below a granted directory (never replacing
+    /// one); needs `.addingSubItems`. The class is the provider's directory's.
+    public func createFile(_ subpath: String, contents data: Data) async throws {
+        let (answer, descriptor) = try request(.create, withDescriptor: true) { SharingProtocol.string(&$0, subpath) }
+        guard let descriptor, answer.count == 1, let cls = ProtectionClass(rawValue: answer[0]) else { throw SharingError.brokerUnavailable }
+        defer { try? descriptor.close() }
+        let handle = try await app.files.createFile(in: descriptor, url: url.appendingPathComponent(subpath), protection: cls)
+        do {
+            try await handle.write(data, at: 0)
+            try await handle.synchronize()
+            try await handle.close()
+        } catch {
+            try? await handle.close()
+            throw error
+        }
+    }
+
+    /// Renames the item (or `subpath` below a granted directory) within its directory; needs
+    /// `.renaming`. Never replaces an existing item.
+    public func rename(to newName: String, subpath: String = "") throws {
+        _ = try request(.rename) { w in
+            SharingProtocol.string(&w, subpath)
+            SharingProtocol.string(&w, newName)
+        }
+    }
+
+    /// Deletes the item (or `subpath` below a granted directory); needs `.deleting`.
+    public func remove(subpath: String = "") throws {
+        _ = try request(.delete) { SharingProtocol.string(&$0, subpath) }
+    }
+
     /// The item's content (decrypted when it is protected, with this app's keys).
     public func contents(subpath: String = "") async throws -> Data {
         let fd = try openDescriptor(subpath: subpath)

@@ -100,6 +100,29 @@ public struct SharingService: AppSupervisorService {
                 defer { try? opened?.close() }
                 guard (try? IPCFrame.write(fd, answer)) != nil else { return }
                 if let opened { guard (try? UnixSocket.send(descriptor: opened.rawValue, over: fd, message: [0])) != nil else { return } }
+            case .enumerate, .create, .rename, .delete:
+                guard let id = try? SharingProtocol.uuid(&r), let subpath = try? SharingProtocol.string(&r, "subpath") else { return }
+                let newName = op == .rename ? try? SharingProtocol.string(&r, "name") : ""
+                guard let newName, r.remaining == 0 else { return }
+                var extra: [UInt8] = []
+                var created: FileDescriptor?
+                defer { try? created?.close() }
+                let answer = !started.contains(id) ? SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description) : outcome {
+                    switch op {
+                    case .enumerate:
+                        let encoder = PropertyListEncoder()
+                        encoder.outputFormat = .binary
+                        extra = Array(try encoder.encode(try broker.enumerateGranted(id, subpath: subpath, for: app)))
+                    case .create:
+                        let (descriptor, cls) = try broker.createGranted(id, subpath: subpath, for: app)
+                        created = descriptor
+                        extra = [cls.rawValue]
+                    case .rename: try broker.renameGranted(id, subpath: subpath, to: newName, for: app)
+                    default: try broker.deleteGranted(id, subpath: subpath, for: app)
+                    }
+                }
+                guard (try? IPCFrame.write(fd, answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
+                if let created { guard (try? UnixSocket.send(descriptor: created.rawValue, over: fd, message: [0])) != nil else { return } }
             case .list:
                 guard r.remaining == 0 else { return }
                 let items = broker.grants().filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }

@@ -49,6 +49,13 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
 
     public func isExpired(at now: Date) -> Bool { expires.map { now >= $0 } ?? false }
 
+    /// The same grant for the item renamed to `path`.
+    func moved(to path: String) -> Grant {
+        Grant(id: id, provider: provider, providerContainer: providerContainer, path: path, device: device, inode: inode, recipient: recipient,
+              recipientContainer: recipientContainer, capabilities: capabilities, created: created, expires: expires, persistent: persistent,
+              snapshot: snapshot, isShare: isShare)
+    }
+
     enum CodingKeys: String, CodingKey {
         case version = "Version", id = "ID", provider = "Provider", providerContainer = "ProviderContainer", path = "Path",
              device = "Device", inode = "Inode", recipient = "Recipient", recipientContainer = "RecipientContainer",

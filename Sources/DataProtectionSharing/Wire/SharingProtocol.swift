@@ -33,6 +33,15 @@ enum SharingProtocol {
         /// (strings), capabilities (u8), lifetime in seconds (u32, 0: none), persistent (u8).
         /// Answered `ok` followed by the grant's 16-byte ID.
         case grant = 9
+        /// List a granted directory (needs enumerate): ID, subpath. `ok` + a binary property list.
+        case enumerate = 10
+        /// Add an empty file below a granted directory (needs add): ID, subpath. `ok` + the class
+        /// (u8) to protect it with, followed by one byte `00` carrying a read-write descriptor.
+        case create = 11
+        /// Rename an item (needs rename): ID, subpath, new name (strings).
+        case rename = 12
+        /// Delete an item (needs delete): ID, subpath.
+        case delete = 13
     }
 
     /// What a subscription asks for (the optional byte after `subscribe`; absent: open-in only).
