@@ -120,6 +120,28 @@ import Testing
         #expect(try asEditor(world, ["granted-read", kept]).out == "CCCC\n")
     }
 
+    @Test func aBookmarkResolvesAfterARestartAndSaysWhenTheItemMoved() throws {
+        let (world, p, e) = try world()
+        let id = try grant(world, "Documents/BBB.txt", ["--persistent"])
+        #expect(try asEditor(world, ["bookmark-save", id, e + "/Documents/bookmark"]).out == "saved\n")
+        // A later run (a restart for the app) resolves it, not stale.
+        #expect(try asEditor(world, ["bookmark-read", e + "/Documents/bookmark"]).out == "stale: no at BBB.txt: CCCC\n")
+        // The provider moves the file: the bookmark still finds it, and says it is stale.
+        try FileManager.default.createDirectory(atPath: p + "/Documents/Archive", withIntermediateDirectories: true)
+        try FileManager.default.moveItem(atPath: p + "/Documents/BBB.txt", toPath: p + "/Documents/Archive/BBB-2026.txt")
+        #expect(try asEditor(world, ["bookmark-read", e + "/Documents/bookmark"]).out == "stale: yes at BBB-2026.txt: CCCC\n")
+        #expect(try asEditor(world, ["bookmark-read", e + "/Documents/bookmark"]).out == "stale: no at BBB-2026.txt: CCCC\n")
+        // Bookmark data naming a grant this app never received resolves to nothing.
+        let forged = try String(contentsOfFile: e + "/Documents/bookmark", encoding: .isoLatin1)
+        try forged.replacingOccurrences(of: id, with: UUID().uuidString).write(toFile: e + "/Documents/forged", atomically: true, encoding: .isoLatin1)
+        let other = try asEditor(world, ["bookmark-read", e + "/Documents/forged"])
+        #expect(other.status == 6, "\(other.out) \(other.stderr)")
+        // Revoked: the bookmark no longer resolves.
+        #expect(try world.dpctl(["revoke", id]).status == 0)
+        let revoked = try asEditor(world, ["bookmark-read", e + "/Documents/bookmark"])
+        #expect(revoked.status == 6 && revoked.stderr.contains("no grant"), "\(revoked.stderr)")
+    }
+
     @Test func uninstallingAnAppRemovesTheGrantsItGaveAndReceived() throws {
         let (world, _, _) = try world()
         _ = try grant(world, "Documents/BBB.txt", ["--persistent"])

@@ -254,6 +254,23 @@ case "granted-ops":
     await line("escape-delete") { try item.remove(subpath: "../BBB.txt"); return "" }
     await line("replace-by-rename") { try item.rename(to: "keep.txt", subpath: "b.txt"); return "" }
 
+case "bookmark-save":
+    // Keeps bookmark data for grant ID in FILE.
+    guard arguments.count == 3, let app = CurrentApp.shared, let id = UUID(uuidString: arguments[1]) else { fail("usage: bookmark-save GRANT-ID FILE") }
+    guard let item = try await app.grantedItems().first(where: { $0.id == id }) else { fail("grant \(id) not listed", status: 4) }
+    try item.bookmarkData().write(to: URL(fileURLWithPath: arguments[2]))
+    print("saved")
+
+case "bookmark-read":
+    // Resolves the bookmark in FILE and reads the item: "stale: yes|no" then the content.
+    guard arguments.count == 2, let app = CurrentApp.shared else { fail("usage: bookmark-read FILE") }
+    do {
+        var stale = false
+        let item = try await app.resolveBookmark(try Data(contentsOf: URL(fileURLWithPath: arguments[1])), bookmarkDataIsStale: &stale)
+        guard item.startAccessingSecurityScopedResource() else { fail("could not start access", status: 5) }
+        print("stale: \(stale ? "yes" : "no") at \(item.url.lastPathComponent): \(String(decoding: try await item.contents(), as: UTF8.self))")
+    } catch { fail("\(error)", status: 6) }
+
 case "granted":
     // Lists the grants made to this app: "ID PROVIDER CAPABILITIES LOCATION".
     guard let app = CurrentApp.shared else { fail("not an app") }

@@ -229,7 +229,50 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     }
 }
 
+/// What a bookmark holds (FORMAT.md §11.5): the grant, by ID. Forging one gains nothing: the
+/// broker resolves only grants made to the app that asks.
+struct BookmarkRecord: Codable {
+    var version = 1
+    var grant: UUID
+    var location: String
+    enum CodingKeys: String, CodingKey { case version = "Version", grant = "Grant", location = "Location" }
+}
+
+extension SecurityScopedURL {
+    /// Bookmark data for a persistent grant, to keep (in the container) and resolve after a
+    /// restart with ``CurrentApp/resolveBookmark(_:bookmarkDataIsStale:)`` — `bookmarkData(options:)`'s analogue.
+    public func bookmarkData() throws -> Data {
+        let encoder = PropertyListEncoder()
+        encoder.outputFormat = .binary
+        return try encoder.encode(BookmarkRecord(grant: id, location: url.path))
+    }
+}
+
 extension CurrentApp {
+    /// The granted item a bookmark names, as `URL(resolvingBookmarkData:options:relativeTo:bookmarkDataIsStale:)`
+    /// does: `isStale` is set when the item moved (make and keep a new bookmark).
+    /// - Throws: ``SharingError``: the grant was revoked, expired, was never this app's, or its item is gone.
+    public func resolveBookmark(_ data: Data, bookmarkDataIsStale isStale: inout Bool) async throws -> SecurityScopedURL {
+        guard let record = try? PropertyListDecoder().decode(BookmarkRecord.self, from: data), record.version == 1 else {
+            throw SharingError.refused("this is not bookmark data")
+        }
+        let request = SharingProtocol.request(.resolve) { SharingProtocol.uuid(&$0, record.grant) }
+        let (stale, item) = try await Task.detached { [self] () throws -> (Bool, SecurityScopedURL) in
+            guard let fd = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
+            defer { try? fd.close() }
+            UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
+            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue), answer.count >= 2 else {
+                throw SharingError.brokerUnavailable
+            }
+            if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) { throw error }
+            guard answer.count > 3 else { throw SharingError.brokerUnavailable }
+            let granted = try PropertyListDecoder().decode(GrantedItemRecord.self, from: Data(answer.dropFirst(3)))
+            return (answer[2] == 1, SecurityScopedURL(granted, app: self))
+        }.value
+        isStale = stale
+        return item
+    }
+
     /// The items other apps granted this one (not expired), oldest first.
     public func grantedItems() async throws -> [SecurityScopedURL] {
         try await Task.detached { [self] in

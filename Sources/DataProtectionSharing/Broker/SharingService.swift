@@ -123,6 +123,16 @@ public struct SharingService: AppSupervisorService {
                 }
                 guard (try? IPCFrame.write(fd, answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
                 if let created { guard (try? UnixSocket.send(descriptor: created.rawValue, over: fd, message: [0])) != nil else { return } }
+            case .resolve:
+                guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
+                var extra: [UInt8] = []
+                let answer = outcome {
+                    let (grant, stale) = try broker.resolveGrant(id, for: app)
+                    let encoder = PropertyListEncoder()
+                    encoder.outputFormat = .binary
+                    extra = [stale ? 1 : 0] + Array(try encoder.encode(GrantedItemRecord(grant, provider: try broker.manager.app(AppIdentifier(grant.provider)))))
+                }
+                guard (try? IPCFrame.write(fd, answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
             case .list:
                 guard r.remaining == 0 else { return }
                 let items = broker.grants().filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }

@@ -142,6 +142,45 @@ extension SharingBroker {
         }
     }
 
+    /// The grant `id` as a bookmark resolves it for `app`: the item at the grant's path, or —
+    /// when nothing is there any more — the same file (device and inode) found elsewhere in the
+    /// provider's container, in which case the grant follows it and the bookmark is stale (the
+    /// app should make a new one). An item replaced at its path (a safe save) is the item.
+    func resolveGrant(_ id: UUID, for app: AppContainer) throws -> (Grant, stale: Bool) {
+        let grant = try activeGrant(id, for: app)
+        if grant.snapshot != nil { return (grant, false) }
+        let provider = try manager.app(AppIdentifier(grant.provider))
+        if let item = try? openItem(grant.path, in: provider, flags: O_RDONLY | O_NONBLOCK) {
+            try? item.descriptor.close()
+            return (grant, false)
+        }
+        // Found again only within the same top directory (an item granted from an exposed
+        // Documents is not followed out of it).
+        let top = grant.path.split(separator: "/").first.map(String.init) ?? ""
+        guard let moved = findItem(device: grant.device, inode: grant.inode, in: provider),
+              moved.split(separator: "/").first.map(String.init) == top else {
+            throw SharingError.refused("the item of grant \(id) (\(grant.path)) is gone from \(grant.provider)'s container")
+        }
+        let updated = grant.moved(to: moved)
+        try GrantStore(layout: manager.layout).save(updated)
+        return (updated, true)
+    }
+
+    /// The path (relative to the container) of the file or directory with this device and inode,
+    /// never looking through links or into the Inbox.
+    private func findItem(device: UInt64, inode: UInt64, in provider: AppContainer) -> String? {
+        let root = provider.url.path
+        guard let walker = FileManager.default.enumerator(atPath: root) else { return nil }
+        while let relative = walker.nextObject() as? String {
+            if relative == AppContainer.inboxStorageName || relative.hasPrefix(AppContainer.inboxStorageName + "/") { walker.skipDescendants(); continue }
+            guard let st = POSIXFile.linkStatus(root + "/" + relative) else { continue }
+            if UInt64(st.st_dev) == device, UInt64(st.st_ino) == inode, st.st_mode & S_IFMT != S_IFLNK {
+                return (try? grantablePath(relative, in: provider, by: .providingApp)) ?? nil
+            }
+        }
+        return nil
+    }
+
     /// Removes the transient grants `app` received (its run has ended).
     func endTransientGrants(of app: AppContainer) {
         let store = GrantStore(layout: manager.layout)

@@ -42,6 +42,9 @@ enum SharingProtocol {
         case rename = 12
         /// Delete an item (needs delete): ID, subpath.
         case delete = 13
+        /// Resolve a bookmark: the grant's 16-byte ID. `ok`, stale (u8 0/1), then the grant as
+        /// `list` describes one (a binary property list).
+        case resolve = 14
     }
 
     /// What a subscription asks for (the optional byte after `subscribe`; absent: open-in only).
