@@ -194,6 +194,8 @@ let package = Package(
                 "DataProtectionSQLite",
                 "DataProtectionObjects",
                 "DataProtectionContainers",
+                "DataProtectionSharing",
+                "DataProtectionIPC",
                 "dp-sandbox-exec",
                 "dpctl",
                 .product(name: "GRDB", package: "GRDB.swift"),

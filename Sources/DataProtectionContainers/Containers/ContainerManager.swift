@@ -45,6 +45,14 @@ public struct ContainerManager: Sendable {
         return app
     }
 
+    /// The app installed in the container `uuid`, or `nil` (reads that container's metadata only).
+    public func app(container uuid: UUID) -> AppContainer? {
+        let path = layout.applicationContainer(uuid)
+        guard let metadata = try? ContainerMetadata.read(container: path), metadata.kind == .application, metadata.uuid == uuid,
+              (try? AppIdentifier(metadata.identifier)) != nil else { return nil }
+        return AppContainer(metadata: metadata, url: URL(fileURLWithPath: path, isDirectory: true))
+    }
+
     /// Every group container.
     public func groups() -> [GroupContainer] {
         containers(in: layout.appGroups).compactMap { url, metadata in

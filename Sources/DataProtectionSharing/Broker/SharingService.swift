@@ -130,13 +130,13 @@ public struct SharingService: AppSupervisorService {
                     let (grant, stale) = try broker.resolveGrant(id, for: app)
                     let encoder = PropertyListEncoder()
                     encoder.outputFormat = .binary
-                    extra = [stale ? 1 : 0] + Array(try encoder.encode(GrantedItemRecord(grant, provider: try broker.manager.app(AppIdentifier(grant.provider)))))
+                    extra = [stale ? 1 : 0] + Array(try encoder.encode(GrantedItemRecord(grant, provider: try broker.provider(of: grant))))
                 }
                 guard (try? IPCFrame.write(fd, answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
             case .list:
                 guard r.remaining == 0 else { return }
                 let items = broker.grants().filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }
-                    .compactMap { grant in (try? broker.manager.app(AppIdentifier(grant.provider))).map { GrantedItemRecord(grant, provider: $0) } }
+                    .compactMap { grant in (try? broker.provider(of: grant)).map { GrantedItemRecord(grant, provider: $0) } }
                 let encoder = PropertyListEncoder()
                 encoder.outputFormat = .binary
                 guard let plist = try? encoder.encode(items), (try? IPCFrame.write(fd, SharingProtocol.ok + Array(plist))) != nil else { return }

@@ -92,7 +92,7 @@ extension SharingBroker {
         guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
             throw SharingError.refused("\(subpath): name items below the grant with a plain path")
         }
-        let provider = try manager.app(AppIdentifier(grant.provider))
+        let provider = try provider(of: grant)
         return (grant, provider, subpath.isEmpty ? grant.path : grant.path + "/" + subpath)
     }
 

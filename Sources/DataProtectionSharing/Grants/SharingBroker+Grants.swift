@@ -108,10 +108,16 @@ extension SharingBroker {
             throw SharingError.noSuchGrant(id)
         }
         if grant.isExpired(at: clock.now()) { throw SharingError.grantExpired(id) }
-        guard let provider = try? manager.app(AppIdentifier(grant.provider)), provider.uuid == grant.providerContainer else {
-            throw SharingError.refused("the app that granted \(id) is no longer installed")
-        }
+        _ = try provider(of: grant)
         return grant
+    }
+
+    /// The providing app of `grant`, still in the container it granted from.
+    func provider(of grant: Grant) throws -> AppContainer {
+        guard let provider = manager.app(container: grant.providerContainer), provider.identifier.rawValue == grant.provider else {
+            throw SharingError.refused("the app that granted \(grant.id) is no longer installed")
+        }
+        return provider
     }
 
     /// A descriptor of the granted item (or of `subpath` below a granted directory): read-only
@@ -130,7 +136,7 @@ extension SharingBroker {
             guard subpath.isEmpty, !writable else { throw SharingError.notGranted(id, "write") }
             return try openSnapshot(snapshot)
         }
-        let provider = try manager.app(AppIdentifier(grant.provider))
+        let provider = try provider(of: grant)
         let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
         let item = try openItem(relative, in: provider, flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK)
         do {
@@ -149,7 +155,7 @@ extension SharingBroker {
     func resolveGrant(_ id: UUID, for app: AppContainer) throws -> (Grant, stale: Bool) {
         let grant = try activeGrant(id, for: app)
         if grant.snapshot != nil { return (grant, false) }
-        let provider = try manager.app(AppIdentifier(grant.provider))
+        let provider = try provider(of: grant)
         if let item = try? openItem(grant.path, in: provider, flags: O_RDONLY | O_NONBLOCK) {
             try? item.descriptor.close()
             return (grant, false)
