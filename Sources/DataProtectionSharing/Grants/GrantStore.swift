@@ -20,10 +20,16 @@ struct GrantStore: Sendable {
                                       permissions: .init(rawValue: 0o600))
     }
 
+    /// Decoded grants, while their record is the same file.
+    private static let cache = RecordCache<Grant>()
+
     func grant(_ id: UUID) -> Grant? {
-        guard let bytes = try? POSIXFile.readRegularFile(directory + "/" + id.uuidString + ".plist", maxSize: 64 << 10),
-              let grant = try? PropertyListDecoder().decode(Grant.self, from: Data(bytes)), grant.version == 1, grant.id == id else { return nil }
-        return grant
+        let path = directory + "/" + id.uuidString + ".plist"
+        return Self.cache.value(at: path) {
+            guard let bytes = try? POSIXFile.readRegularFile(path, maxSize: 64 << 10),
+                  let grant = try? PropertyListDecoder().decode(Grant.self, from: Data(bytes)), grant.version == 1, grant.id == id else { return nil }
+            return grant
+        }
     }
 
     func all() -> [Grant] {

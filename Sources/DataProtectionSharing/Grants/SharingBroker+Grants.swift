@@ -72,6 +72,9 @@ extension SharingBroker {
         GrantStore(layout: manager.layout).all().filter { app == nil || $0.provider == app!.rawValue || $0.recipient == app!.rawValue }
     }
 
+    /// Providers' containers, while their metadata file is the same file.
+    private static let providers = RecordCache<AppContainer>()
+
     /// The clock grants expire on: the keybag's (a test's manual clock moves both).
     var clock: any KeybagClock { manager.files.keybag.clock }
 
@@ -114,7 +117,9 @@ extension SharingBroker {
 
     /// The providing app of `grant`, still in the container it granted from.
     func provider(of grant: Grant) throws -> AppContainer {
-        guard let provider = manager.app(container: grant.providerContainer), provider.identifier.rawValue == grant.provider else {
+        let metadata = manager.layout.applicationContainer(grant.providerContainer) + "/" + DataRootLayout.containerMetadataFileName
+        guard let provider = Self.providers.value(at: metadata, decode: { manager.app(container: grant.providerContainer) }),
+              provider.identifier.rawValue == grant.provider else {
             throw SharingError.refused("the app that granted \(grant.id) is no longer installed")
         }
         return provider
