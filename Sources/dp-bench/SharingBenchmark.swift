@@ -70,14 +70,17 @@ struct SharingBenchmark: AsyncParsableCommand {
             try IPCFrame.write(client, request)
             guard let answer = try IPCFrame.read(client), answer == [1, 0] else { throw ValidationError("the broker refused") }
         }
+        /// Start and open pipelined, as `SecurityScopedURL.startAccessingSecurityScopedResource()` does.
+        func startAndOpen() throws -> Int32? {
+            try IPCFrame.write(client, start)
+            try IPCFrame.write(client, open)
+            guard try IPCFrame.read(client) == [1, 0], try IPCFrame.read(client) == [1, 0] else { throw ValidationError("the broker refused") }
+            return try UnixSocket.receiveDescriptor(from: client).descriptor
+        }
         var latencies: [Double] = []
         for _ in 0..<accesses {
             var descriptor: Int32?
-            latencies.append(try await seconds {
-                try exchange(start)
-                try exchange(open)
-                descriptor = try UnixSocket.receiveDescriptor(from: client).descriptor
-            } * 1e6)
+            latencies.append(try await seconds { descriptor = try startAndOpen() } * 1e6)
             guard let descriptor else { throw ValidationError("no descriptor") }
             close(descriptor)
             try exchange(stop)
@@ -95,9 +98,7 @@ struct SharingBenchmark: AsyncParsableCommand {
         }
         let direct = try await best { try await seconds { try await readAll(try await files.openHandle(forReadingFrom: source)) } }
         let granted = try await best {
-            try exchange(start)
-            try exchange(open)
-            guard let fd = try UnixSocket.receiveDescriptor(from: client).descriptor else { throw ValidationError("no descriptor") }
+            guard let fd = try startAndOpen() else { throw ValidationError("no descriptor") }
             defer { close(fd) }
             return try await seconds { try await readAll(try await files.openHandle(forReadingFrom: FileDescriptor(rawValue: fd), url: source)) }
         }

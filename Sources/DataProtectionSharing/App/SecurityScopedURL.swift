@@ -39,6 +39,9 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     private let app: CurrentApp
     /// The channel on which access was started; `nil` when not accessing.
     private let channel = Mutex<FileDescriptor?>(nil)
+    /// The item's read-only descriptor, asked for together with the start (one round trip
+    /// instead of two for the common start-then-read), handed out by the first plain read.
+    private let prefetched = Mutex<FileDescriptor?>(nil)
 
     init(_ record: GrantedItemRecord, app: CurrentApp) {
         id = record.id
@@ -88,11 +91,26 @@ public final class SecurityScopedURL: Sendable, Identifiable {
             if current != nil { return true }
             guard let fd = app.openServiceChannel(SharingProtocol.serviceIdentifier) else { return false }
             UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
-            let request = SharingProtocol.request(.startAccess) { SharingProtocol.uuid(&$0, id) }
-            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue),
+            // Start, and (pipelined) open the item for reading: the broker answers both in order
+            // and checks the grant at each, so the open is refused when the start is.
+            let start = SharingProtocol.request(.startAccess) { SharingProtocol.uuid(&$0, id) }
+            let open = SharingProtocol.request(.open) { w in
+                SharingProtocol.uuid(&w, id)
+                w.u8(0)
+                SharingProtocol.string(&w, "")
+            }
+            guard (try? IPCFrame.write(fd.rawValue, start)) != nil, (try? IPCFrame.write(fd.rawValue, open)) != nil,
+                  let answer = try? IPCFrame.read(fd.rawValue), let opened = try? IPCFrame.read(fd.rawValue),
                   (try? SharingProtocol.outcome(answer)) == .some(nil) else {
                 try? fd.close()
                 return false
+            }
+            if (try? SharingProtocol.outcome(opened)) == .some(nil) {
+                guard let passed = try? UnixSocket.receiveDescriptor(from: fd.rawValue), let descriptor = passed.descriptor else {
+                    try? fd.close()
+                    return false
+                }
+                prefetched.withLock { $0 = FileDescriptor(rawValue: descriptor) }
             }
             current = fd
             return true
@@ -101,6 +119,7 @@ public final class SecurityScopedURL: Sendable, Identifiable {
 
     /// Ends access: no new descriptor is handed out until access starts again.
     public func stopAccessingSecurityScopedResource() {
+        if let unused = prefetched.withLock({ fd -> FileDescriptor? in defer { fd = nil }; return fd }) { try? unused.close() }
         channel.withLock { current in
             guard let fd = current else { return }
             _ = try? IPCFrame.write(fd.rawValue, SharingProtocol.request(.stopAccess) { SharingProtocol.uuid(&$0, id) })
@@ -112,7 +131,10 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     /// A descriptor of the item (or of `subpath` below a granted directory), from the broker.
     /// - Throws: ``SharingError/accessNotStarted(_:)``, `.notGranted`, `.grantExpired`, `.refused`…
     public func openDescriptor(forWriting: Bool = false, subpath: String = "") throws -> FileDescriptor {
-        try channel.withLock { current in
+        if !forWriting, subpath.isEmpty, let ready = prefetched.withLock({ fd -> FileDescriptor? in defer { fd = nil }; return fd }) {
+            return ready
+        }
+        return try channel.withLock { current in
             guard let fd = current else { throw SharingError.accessNotStarted(id) }
             let request = SharingProtocol.request(.open) { w in
                 SharingProtocol.uuid(&w, id)
