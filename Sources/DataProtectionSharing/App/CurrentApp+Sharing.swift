@@ -60,23 +60,23 @@ extension CurrentApp {
             w.u32(UInt32(clamping: Int(expiresAfter.map { max(1, $0.rounded(.up)) } ?? 0)))
             w.u8(persistent ? 1 : 0)
         })
-        guard answer.count == 18 else { throw SharingError.brokerUnavailable }
-        return UUID(bytes: Array(answer[2...]))
+        guard answer.count == 16 else { throw SharingError.brokerUnavailable }
+        return UUID(bytes: answer)
     }
 
     /// Sends one request on a new sharing channel, throws the broker's refusal if any, and
-    /// returns the answer.
+    /// returns what follows `ok` in the answer. Copies of large files take time: 10 minutes.
     @discardableResult
-    private func ask(_ request: [UInt8]) async throws -> [UInt8] {
+    func ask(_ request: [UInt8], timeout: Int = 600) async throws -> [UInt8] {
         try await Task.detached { [self] in
             guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
             defer { try? channel.close() }
-            UnixSocket.setTimeouts(channel.rawValue, seconds: 600)
+            UnixSocket.setTimeouts(channel.rawValue, seconds: timeout)
             guard (try? IPCFrame.write(channel.rawValue, request)) != nil, let answer = try? IPCFrame.read(channel.rawValue) else {
                 throw SharingError.brokerUnavailable
             }
             if let error = try SharingProtocol.outcome(answer) { throw error }
-            return answer
+            return Array(answer.dropFirst(2))
         }.value
     }
 

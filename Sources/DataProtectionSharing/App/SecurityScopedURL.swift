@@ -73,14 +73,7 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     /// Ends a share (or gives up a grant) made to this app: nothing more can be opened through it.
     public func endShare() async throws {
         stopAccessingSecurityScopedResource()
-        let request = SharingProtocol.request(.endShare) { SharingProtocol.uuid(&$0, id) }
-        try await Task.detached { [app] in
-            guard let fd = app.openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
-            defer { try? fd.close() }
-            UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
-            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue) else { throw SharingError.brokerUnavailable }
-            if let error = try SharingProtocol.outcome(answer) { throw error }
-        }.value
+        try await app.ask(SharingProtocol.request(.endShare) { SharingProtocol.uuid(&$0, id) }, timeout: 30)
     }
 
     /// Starts access; `false` when the grant was revoked, has expired, or the broker is gone.
@@ -134,20 +127,12 @@ public final class SecurityScopedURL: Sendable, Identifiable {
         if !forWriting, subpath.isEmpty, let ready = prefetched.withLock({ fd -> FileDescriptor? in defer { fd = nil }; return fd }) {
             return ready
         }
-        return try channel.withLock { current in
-            guard let fd = current else { throw SharingError.accessNotStarted(id) }
-            let request = SharingProtocol.request(.open) { w in
-                SharingProtocol.uuid(&w, id)
-                w.u8(forWriting ? 1 : 0)
-                SharingProtocol.string(&w, subpath)
-            }
-            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue) else { throw SharingError.brokerUnavailable }
-            if let error = try SharingProtocol.outcome(answer) { throw error }
-            guard let passed = try? UnixSocket.receiveDescriptor(from: fd.rawValue), let descriptor = passed.descriptor else {
-                throw SharingError.brokerUnavailable
-            }
-            return FileDescriptor(rawValue: descriptor)
+        let (_, descriptor) = try request(.open, withDescriptor: true) { w in
+            w.u8(forWriting ? 1 : 0)
+            SharingProtocol.string(&w, subpath)
         }
+        guard let descriptor else { throw SharingError.brokerUnavailable }
+        return descriptor
     }
 
     /// Sends a request on the access channel; returns the `ok` answer's bytes after the status,
@@ -183,8 +168,13 @@ public final class SecurityScopedURL: Sendable, Identifiable {
         let (answer, descriptor) = try request(.create, withDescriptor: true) { SharingProtocol.string(&$0, subpath) }
         guard let descriptor, answer.count == 1, let cls = ProtectionClass(rawValue: answer[0]) else { throw SharingError.brokerUnavailable }
         defer { try? descriptor.close() }
-        let handle = try await app.files.createFile(in: descriptor, url: url.appendingPathComponent(subpath), protection: cls)
+        try await Self.fill(try await app.files.createFile(in: descriptor, url: url.appendingPathComponent(subpath), protection: cls), with: data)
+    }
+
+    /// Writes `data` as the whole content through `handle`, flushes and closes it.
+    private static func fill(_ handle: ProtectedFileHandle, with data: Data) async throws {
         do {
+            try await handle.truncate(atOffset: 0)
             try await handle.write(data, at: 0)
             try await handle.synchronize()
             try await handle.close()
@@ -226,16 +216,7 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     public func write(_ data: Data, subpath: String = "") async throws {
         let fd = try openDescriptor(forWriting: true, subpath: subpath)
         defer { try? fd.close() }
-        let handle = try await app.files.openHandle(forUpdating: fd, url: url)
-        do {
-            try await handle.truncate(atOffset: 0)
-            try await handle.write(data, at: 0)
-            try await handle.synchronize()
-            try await handle.close()
-        } catch {
-            try? await handle.close()
-            throw error
-        }
+        try await Self.fill(try await app.files.openHandle(forUpdating: fd, url: url), with: data)
     }
 
     private func readPlain(_ fd: FileDescriptor) throws -> Data {
@@ -278,34 +259,17 @@ extension CurrentApp {
         guard let record = try? PropertyListDecoder().decode(BookmarkRecord.self, from: data), record.version == 1 else {
             throw SharingError.refused("this is not bookmark data")
         }
-        let request = SharingProtocol.request(.resolve) { SharingProtocol.uuid(&$0, record.grant) }
-        let (stale, item) = try await Task.detached { [self] () throws -> (Bool, SecurityScopedURL) in
-            guard let fd = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
-            defer { try? fd.close() }
-            UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
-            guard (try? IPCFrame.write(fd.rawValue, request)) != nil, let answer = try? IPCFrame.read(fd.rawValue), answer.count >= 2 else {
-                throw SharingError.brokerUnavailable
-            }
-            if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) { throw error }
-            guard answer.count > 3 else { throw SharingError.brokerUnavailable }
-            let granted = try PropertyListDecoder().decode(GrantedItemRecord.self, from: Data(answer.dropFirst(3)))
-            return (answer[2] == 1, SecurityScopedURL(granted, app: self))
-        }.value
+        let answer = try await ask(SharingProtocol.request(.resolve) { SharingProtocol.uuid(&$0, record.grant) }, timeout: 30)
+        guard answer.count > 1 else { throw SharingError.brokerUnavailable }
+        let granted = try PropertyListDecoder().decode(GrantedItemRecord.self, from: Data(answer.dropFirst()))
+        let (stale, item) = (answer[0] == 1, SecurityScopedURL(granted, app: self))
         isStale = stale
         return item
     }
 
     /// The items other apps granted this one (not expired), oldest first.
     public func grantedItems() async throws -> [SecurityScopedURL] {
-        try await Task.detached { [self] in
-            guard let fd = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
-            defer { try? fd.close() }
-            UnixSocket.setTimeouts(fd.rawValue, seconds: 30)
-            guard (try? IPCFrame.write(fd.rawValue, SharingProtocol.request(.list))) != nil, let answer = try? IPCFrame.read(fd.rawValue),
-                  answer.count >= 2 else { throw SharingError.brokerUnavailable }
-            if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) { throw error }
-            let records = try PropertyListDecoder().decode([GrantedItemRecord].self, from: Data(answer.dropFirst(2)))
-            return records.map { SecurityScopedURL($0, app: self) }
-        }.value
+        let answer = try await ask(SharingProtocol.request(.list), timeout: 30)
+        return try PropertyListDecoder().decode([GrantedItemRecord].self, from: Data(answer)).map { SecurityScopedURL($0, app: self) }
     }
 }
