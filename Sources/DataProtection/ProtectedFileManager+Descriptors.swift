@@ -76,14 +76,34 @@ extension ProtectedFileManager {
             let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: reader.thisDeviceOnly)
             let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
             let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            try Self.requireSpace(for: reader.size, in: directory, path: directoryURL.path)
             let target = try UnnamedFile(in: directory, directoryPath: directoryURL.path)
             defer { target.discard() }
             let copy = try SegmentedFile.create(fd: target.fd, path: target.displayPath, header: header, keys: keys)
             try copy.writeStream(from: reader.read)
+            // The source may not grow or shrink under the copy (an app extending its file to
+            // make the copy endless, or cutting it short): what was copied is what was there.
+            guard copy.size == reader.size, try POSIXFile.size(source, path: sourcePath) == reader.fileSize else {
+                throw ProtectedFileError.fileSystem(FileSystemError("copy", path: sourcePath, errno: .resourceBusy))
+            }
             try POSIXFile.sync(target.fd, path: target.displayPath)
             let name = try target.link(names: names)
             try? POSIXFile.sync(directory, path: directoryURL.path)
             return (name, cls)
+        }
+    }
+
+    /// Refuses a copy of `size` plaintext bytes that would leave the file system holding
+    /// `directory` with less than 64 MiB or 1 % free (a full disk stops every app and the keybag).
+    public static func requireSpace(for size: Int64, in directory: FileDescriptor, path: String) throws {
+        var fs = statvfs()
+        guard fstatvfs(directory.rawValue, &fs) == 0 else { return }
+        let blockSize = Int64(fs.f_frsize)
+        let available = Int64(fs.f_bavail) * blockSize
+        let reserve = max(64 << 20, Int64(fs.f_blocks) * blockSize / 100)
+        let needed = size + (size >> 11) + Int64(ProtectedFileHeader.size) + (1 << 20)   // + 28 bytes per 64 KiB segment, rounded up
+        guard size >= 0, needed <= available - reserve else {
+            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: path, errno: .noSpace))
         }
     }
 
@@ -96,11 +116,17 @@ extension ProtectedFileManager {
             return st
         }
         guard st.st_mode & S_IFMT == S_IFREG else { throw ProtectedFileError.fileSystem(FileSystemError("copy", path: path, errno: .invalidArgument)) }
+        let fileSize = Int64(st.st_size)
         let prefix = try POSIXFile.read(source, count: ProtectedFileHeader.size, at: 0, path: path)
         guard ProtectedFileHeader.looksProtected(prefix) else {
+            // At most the size the file had when opened.
             var offset: Int64 = 0
-            return CopySource(protection: nil, thisDeviceOnly: false) { buffer in
-                let n = try POSIXFile.system("read", path) { try source.read(fromAbsoluteOffset: offset, into: buffer, retryOnInterrupt: true) }
+            return CopySource(protection: nil, thisDeviceOnly: false, size: fileSize, fileSize: fileSize) { buffer in
+                let wanted = Int(min(Int64(buffer.count), fileSize - offset))
+                guard wanted > 0 else { return 0 }
+                let n = try POSIXFile.system("read", path) {
+                    try source.read(fromAbsoluteOffset: offset, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<wanted]), retryOnInterrupt: true)
+                }
                 offset += Int64(n)
                 return n
             }
@@ -110,7 +136,8 @@ extension ProtectedFileManager {
         let engine = try SegmentedFile.open(fd: source, path: path, headerBytes: prefix, header: header,
                                             keys: FileKeys(fileKey: key, fileID: header.fileID))
         var offset: Int64 = 0
-        return CopySource(protection: header.protectionClass, thisDeviceOnly: header.wrappedKey.thisDeviceOnly) { buffer in
+        return CopySource(protection: header.protectionClass, thisDeviceOnly: header.wrappedKey.thisDeviceOnly,
+                          size: engine.size, fileSize: fileSize) { buffer in
             let chunk = try engine.read(at: offset, count: buffer.count)
             chunk.copyBytes(to: buffer)
             offset += Int64(chunk.count)
@@ -123,6 +150,10 @@ extension ProtectedFileManager {
 private struct CopySource {
     var protection: ProtectionClass?
     var thisDeviceOnly: Bool
+    /// The plaintext length, fixed when the source was opened: the copy reads no more.
+    var size: Int64
+    /// The source file's size then (it must not change during the copy).
+    var fileSize: Int64
     var read: (UnsafeMutableRawBufferPointer) throws -> Int
 }
 

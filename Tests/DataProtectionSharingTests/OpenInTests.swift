@@ -117,6 +117,17 @@ import Testing
         #expect(try inbox(b).isEmpty)
     }
 
+    @Test func aSparseGiantIsRefusedBeforeItFillsTheDisk() throws {
+        let (world, a, b) = try world()
+        // 8 TiB that cost the sender nothing: copied, it would fill the disk every app shares.
+        let giant = a + "/Documents/giant.bin"
+        #expect(FileManager.default.createFile(atPath: giant, contents: nil))
+        #expect(truncate(giant, 8 << 40) == 0)
+        let result = try world.dpctl(["share", "open-in", "--from", sender, "--to", viewer, "Documents/giant.bin", "--passcode-file", world.passcode])
+        #expect(result.status == 1 && result.stderr.contains("no room"), "\(result.stderr)")
+        #expect(try inbox(b).isEmpty)
+    }
+
     @Test func aClassAFileCannotBeSentWhileTheDeviceIsLocked() throws {
         let (world, a, b) = try world()
         #expect(try world.dpctl(["write", a + "/Documents/a.txt", "--class", "complete", "--passcode-file", world.passcode],
@@ -169,5 +180,10 @@ import Testing
         let long = InboxName(String(repeating: "é", count: 300) + ".txt").candidate(10_000)
         #expect(long.utf8.count <= 255 && long.hasSuffix(" 10000.txt"))
         #expect(String(decoding: Array(long.utf8), as: UTF8.self) == long)
+        // Private-use code points stand for raw bytes in LosslessPath: never in a name.
+        #expect(InboxName("caf\u{10FFC3}\u{10FFA9}.txt").candidate(1) == "caf__.txt")
+        // A dot with a combining mark is still a leading dot; zero-width and BOM characters go.
+        #expect(InboxName(".\u{0301}bashrc").candidate(1) == "bashrc")
+        #expect(InboxName("a\u{200B}b\u{FEFF}c\u{061C}.txt").candidate(1) == "abc.txt")
     }
 }

@@ -3,10 +3,13 @@ import Foundation
 /// The name a shared file gets in the recipient's Inbox, made by the broker from the sender's
 /// display name — never trusted as given (Dirty Stream, Zip Slip; FORMAT.md §11.2):
 ///
-/// - bytes that are not UTF-8 (and U+FFFD, which they become in transit) become `_`;
-/// - separators (`/`, `\`), control characters (C0, DEL, C1) and bidirectional-override
-///   characters (which make `txt.exe` read as `exe.txt`) are removed;
-/// - every `..` is removed, then leading dots and spaces, and trailing dots and spaces;
+/// - bytes that are not UTF-8 (and U+FFFD, which they become in transit), private-use code points
+///   and noncharacters become `_`;
+/// - separators (`/`, `\`), control characters (C0, DEL, C1), line and paragraph separators and
+///   format characters (bidirectional overrides, which make `txt.exe` read as `exe.txt`;
+///   zero-width characters; the BOM) are removed;
+/// - every `..` is removed, then leading dots, spaces and combining marks, and trailing dots and
+///   spaces;
 /// - the result is cut to at most ``maxBytes`` bytes of UTF-8 at a character boundary, keeping
 ///   a short extension; an empty result is `Untitled`;
 /// - a name taken in the Inbox gets a number: `name 2.ext`, `name 3.ext`… (nothing is replaced).
@@ -33,10 +36,12 @@ public struct InboxName: Sendable, Equatable {
     /// Cleans a display name; U+FFFD (what undecodable bytes became on the way) turns into `_`.
     public init(_ displayName: String) {
         var scalars = String.UnicodeScalarView()
-        for scalar in displayName.unicodeScalars where !Self.isRemoved(scalar) { scalars.append(scalar == "\u{FFFD}" ? "_" : scalar) }
+        for scalar in displayName.unicodeScalars where !Self.isRemoved(scalar) { scalars.append(Self.isReplaced(scalar) ? "_" : scalar) }
         var name = String(scalars)
         while name.contains("..") { name = name.replacingOccurrences(of: "..", with: "") }
-        name = String(name.drop { $0 == "." || $0.isWhitespace })
+        // Leading dots, spaces and combining marks go by code point: "." + U+0301 is one
+        // Character, and must not keep the name hidden.
+        name = String(String.UnicodeScalarView(name.unicodeScalars.drop { $0 == "." || $0.properties.isWhitespace || Self.isMark($0) }))
         while let last = name.last, last == "." || last.isWhitespace { name.removeLast() }
         if name.isEmpty { name = Self.placeholder }
 
@@ -65,11 +70,21 @@ public struct InboxName: Sendable, Equatable {
 
     private static func isRemoved(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
-        case 0x00...0x1F, 0x7F...0x9F: true                        // control characters
-        case 0x2F, 0x5C: true                                      // "/" and "\"
-        case 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F: true // bidirectional controls
-        default: false
+        case 0x00...0x1F, 0x7F...0x9F: return true                     // control characters
+        case 0x2F, 0x5C: return true                                   // "/" and "\"
+        case 0x2028, 0x2029: return true                               // line and paragraph separators
+        default: return scalar.properties.generalCategory == .format   // bidirectional controls, zero-width, BOM…
         }
+    }
+
+    /// Private-use code points (which `LosslessPath` uses for raw bytes: the name on disk would
+    /// not be the path the recipient is given), noncharacters and U+FFFD become `_`.
+    private static func isReplaced(_ scalar: Unicode.Scalar) -> Bool {
+        scalar == "\u{FFFD}" || scalar.properties.generalCategory == .privateUse || scalar.properties.isNoncharacterCodePoint
+    }
+
+    private static func isMark(_ scalar: Unicode.Scalar) -> Bool {
+        [.nonspacingMark, .spacingMark, .enclosingMark].contains(scalar.properties.generalCategory)
     }
 
     /// The longest prefix of `text` of at most `maxBytes` UTF-8 bytes, cut between characters.

@@ -67,9 +67,16 @@ public struct SharingBroker: Sendable {
                                          path: to.inboxStorage.path)
         defer { try? inbox.close() }
         let name = InboxName(displayName ?? (source.path as NSString).lastPathComponent)
-        let (fileName, cls) = try await files.copyFile(from: source.descriptor, sourceURL: URL(fileURLWithPath: source.path),
+        let fileName: String, cls: ProtectionClass
+        do {
+            (fileName, cls) = try await files.copyFile(from: source.descriptor, sourceURL: URL(fileURLWithPath: source.path),
                                                        into: inbox, directoryURL: to.inboxStorage,
                                                        protection: to.defaultProtection, names: name.candidate)
+        } catch ProtectedFileError.fileSystem(let error) where error.errno == .resourceBusy {
+            throw SharingError.refusedItem(path: source.path, reason: "changed size while it was being copied")
+        } catch ProtectedFileError.fileSystem(let error) where error.errno == .noSpace {
+            throw SharingError.refused("\(recipient) has no room for \(name.candidate(1)) (the disk would be nearly full): nothing was copied")
+        }
         try DeliveryQueue(layout: manager.layout, app: to.uuid)
             .enqueue(Delivery(kind: .openIn, name: fileName, sender: sender.rawValue, date: Date()))
         return OpenInCopy(recipient: recipient, url: to.inbox.appendingPathComponent(fileName), protection: cls)

@@ -33,6 +33,9 @@ extension SharingBroker {
         var snapshot: String?
         if !live {
             snapshot = id.uuidString
+            let directory = try BeneathOpen.directory(manager.layout.snapshots)
+            defer { try? directory.close() }
+            try ProtectedFileManager.requireSpace(for: Int64(st.st_size), in: directory, path: manager.layout.snapshots)
             try copySnapshot(item.descriptor, size: Int64(st.st_size), to: manager.layout.snapshots + "/" + id.uuidString)
         }
         let grant = Grant(id: id, provider: sender.rawValue, providerContainer: from.uuid, path: relative, device: UInt64(st.st_dev),
@@ -75,13 +78,20 @@ extension SharingBroker {
     private func copySnapshot(_ source: FileDescriptor, size: Int64, to path: String) throws {
         let target = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .init(rawValue: 0o400))
         do {
+            // At most the size the file had when shared; it must not change meanwhile.
             var offset: Int64 = 0
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            while true {
-                let n = try POSIXFile.system("read", path) { try buffer.withUnsafeMutableBytes { try source.read(fromAbsoluteOffset: offset, into: $0) } }
+            while offset < size {
+                let wanted = Int(min(Int64(buffer.count), size - offset))
+                let n = try POSIXFile.system("read", path) {
+                    try buffer.withUnsafeMutableBytes { try source.read(fromAbsoluteOffset: offset, into: UnsafeMutableRawBufferPointer(rebasing: $0[..<wanted])) }
+                }
                 if n == 0 { break }
                 try POSIXFile.write(target, buffer[..<n], at: offset, path: path)
                 offset += Int64(n)
+            }
+            guard offset == size, try POSIXFile.size(source, path: path) == size else {
+                throw SharingError.refusedItem(path: path, reason: "changed size while it was being shared")
             }
             try POSIXFile.sync(target, path: path)
             try target.close()
