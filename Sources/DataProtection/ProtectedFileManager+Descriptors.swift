@@ -30,15 +30,10 @@ extension ProtectedFileManager {
             guard try POSIXFile.size(descriptor, path: path) == 0 else {
                 throw ProtectedFileError.fileSystem(FileSystemError("create", path: path, errno: .fileExists))
             }
+            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false)
             let fd = try POSIXFile.system("dup", path) { try descriptor.duplicate() }
             do {
-                let (key, wrapped) = try await keybag.wrapNewFileKey(for: protection, thisDeviceOnly: false)
-                let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
-                let keys = FileKeys(fileKey: key, fileID: header.fileID)
-                let engine = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
-                let generation = protection == .completeUnlessOpen ? nil : try await keybag.generation(of: protection)
-                return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: header.encoded(keys: keys), header: header,
-                                           engine: engine, keyGeneration: generation, writable: true)
+                return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
             } catch {
                 try? fd.close()
                 throw error
@@ -73,9 +68,7 @@ extension ProtectedFileManager {
         let reader = try await ProtectedFileError.translating(path: sourcePath, writing: false) { try await copySource(source, url: sourceURL) }
         let cls = max(reader.protection ?? minimum, minimum)
         return try await ProtectedFileError.translating(path: directoryURL.path, writing: true) {
-            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: reader.thisDeviceOnly)
-            let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
-            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: reader.thisDeviceOnly)
             try Self.requireSpace(for: reader.size, in: directory, path: directoryURL.path)
             let target = try UnnamedFile(in: directory, directoryPath: directoryURL.path)
             defer { target.discard() }

@@ -101,9 +101,7 @@ public struct ProtectedFileManager: Sendable {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             let cls = resolveClass(for: url, explicit: protection)
             let deviceOnly = thisDeviceOnly ?? ((try? ItemInspector.isThisDeviceOnly(url)) ?? false)
-            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: deviceOnly)
-            let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
-            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly)
             try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
                 let file = try SegmentedFile.create(fd: fd, path: temp, header: header, keys: keys)
                 try fill(file)
@@ -147,21 +145,33 @@ public struct ProtectedFileManager: Sendable {
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             let cls = protection ?? defaultProtection(forNewItemAt: url)
-            let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: thisDeviceOnly)
-            let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
-            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: thisDeviceOnly)
             let fd = try POSIXFile.open(path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
             do {
-                let engine = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
-                let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
-                return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: header.encoded(keys: keys), header: header,
-                                           engine: engine, keyGeneration: generation, writable: true)
+                return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
             } catch {
                 try? fd.close()
                 _ = try? POSIXFile.call("unlink", path) { unlink($0) }
                 throw error
             }
         }
+    }
+
+    /// A new file's header and keys: a fresh file key wrapped for `cls`, a random file ID.
+    func newFileKeys(_ cls: ProtectionClass, thisDeviceOnly: Bool) async throws -> (ProtectedFileHeader, FileKeys) {
+        let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: thisDeviceOnly)
+        let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
+        return (header, FileKeys(fileKey: key, fileID: header.fileID))
+    }
+
+    /// A writable handle on the new, empty file open at `fd` (which the handle then owns), after
+    /// writing its header and its one empty final segment.
+    func newFileHandle(owning fd: FileDescriptor, url: URL, header: ProtectedFileHeader, keys: FileKeys) async throws -> ProtectedFileHandle {
+        let cls = header.protectionClass
+        let engine = try SegmentedFile.create(fd: fd, path: url.path, header: header, keys: keys)
+        let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
+        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: header.encoded(keys: keys), header: header,
+                                   engine: engine, keyGeneration: generation, writable: true)
     }
 
     private func openHandle(_ url: URL, writable: Bool) async throws -> ProtectedFileHandle {

@@ -245,9 +245,7 @@ extension SecurityScopedURL {
     /// Bookmark data for a persistent grant, to keep (in the container) and resolve after a
     /// restart with ``CurrentApp/resolveBookmark(_:bookmarkDataIsStale:)`` — `bookmarkData(options:)`'s analogue.
     public func bookmarkData() throws -> Data {
-        let encoder = PropertyListEncoder()
-        encoder.outputFormat = .binary
-        return try encoder.encode(BookmarkRecord(grant: id, location: url.path))
+        Data(try binaryPropertyList(BookmarkRecord(grant: id, location: url.path)))
     }
 }
 

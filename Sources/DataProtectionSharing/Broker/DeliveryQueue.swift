@@ -31,9 +31,7 @@ struct DeliveryQueue: Sendable {
     /// Adds `delivery` to the queue.
     func enqueue(_ delivery: Delivery) throws {
         try makeSharingDirectory(directory)
-        let encoder = PropertyListEncoder()
-        encoder.outputFormat = .binary
-        let bytes = Array(try encoder.encode(delivery))
+        let bytes = try binaryPropertyList(delivery)
         let name = String(format: "%020llu", UInt64(delivery.date.timeIntervalSince1970 * 1_000_000_000)) + "-" + UUID().uuidString + ".plist"
         try POSIXFile.writeAtomically(directory + "/" + name, bytes, permissions: .init(rawValue: 0o600))
     }

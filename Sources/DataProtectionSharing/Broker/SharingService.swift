@@ -110,9 +110,7 @@ public struct SharingService: AppSupervisorService {
                 let answer = !started.contains(id) ? SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description) : outcome {
                     switch op {
                     case .enumerate:
-                        let encoder = PropertyListEncoder()
-                        encoder.outputFormat = .binary
-                        extra = Array(try encoder.encode(try broker.enumerateGranted(id, subpath: subpath, for: app)))
+                        extra = try binaryPropertyList(try broker.enumerateGranted(id, subpath: subpath, for: app))
                     case .create:
                         let (descriptor, cls) = try broker.createGranted(id, subpath: subpath, for: app)
                         created = descriptor
@@ -128,18 +126,14 @@ public struct SharingService: AppSupervisorService {
                 var extra: [UInt8] = []
                 let answer = outcome {
                     let (grant, stale) = try broker.resolveGrant(id, for: app)
-                    let encoder = PropertyListEncoder()
-                    encoder.outputFormat = .binary
-                    extra = [stale ? 1 : 0] + Array(try encoder.encode(GrantedItemRecord(grant, provider: try broker.provider(of: grant))))
+                    extra = [stale ? 1 : 0] + (try binaryPropertyList(GrantedItemRecord(grant, provider: try broker.provider(of: grant))))
                 }
                 guard (try? IPCFrame.write(fd, answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
             case .list:
                 guard r.remaining == 0 else { return }
                 let items = broker.grants().filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }
                     .compactMap { grant in (try? broker.provider(of: grant)).map { GrantedItemRecord(grant, provider: $0) } }
-                let encoder = PropertyListEncoder()
-                encoder.outputFormat = .binary
-                guard let plist = try? encoder.encode(items), (try? IPCFrame.write(fd, SharingProtocol.ok + Array(plist))) != nil else { return }
+                guard let plist = try? binaryPropertyList(items), (try? IPCFrame.write(fd, SharingProtocol.ok + plist)) != nil else { return }
             }
         }
     }

@@ -14,9 +14,7 @@ struct GrantStore: Sendable {
 
     func save(_ grant: Grant) throws {
         try makeSharingDirectory(directory)
-        let encoder = PropertyListEncoder()
-        encoder.outputFormat = .binary
-        try POSIXFile.writeAtomically(directory + "/" + grant.id.uuidString + ".plist", Array(try encoder.encode(grant)),
+        try POSIXFile.writeAtomically(directory + "/" + grant.id.uuidString + ".plist", try binaryPropertyList(grant),
                                       permissions: .init(rawValue: 0o600))
     }
 
