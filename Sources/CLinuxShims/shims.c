@@ -124,3 +124,13 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
     posix_spawn_file_actions_destroy(&actions);
     return error;
 }
+
+long cshim_copy_file_range(int in_fd, long long in_offset, int out_fd, long long out_offset, unsigned long length) {
+    off64_t in = in_offset, out = out_offset;
+    ssize_t n = copy_file_range(in_fd, &in, out_fd, &out, length, 0);
+    return n < 0 ? -errno : n;
+}
+
+int cshim_start_writeback(int fd, long long offset, long long length) {
+    return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE) < 0 ? -errno : 0;
+}

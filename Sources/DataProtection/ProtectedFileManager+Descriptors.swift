@@ -57,32 +57,53 @@ extension ProtectedFileManager {
     /// `directory`, under the first name `names(1)`, `names(2)`, … not taken there — never
     /// replacing anything — and returns the name and class it got.
     ///
-    /// The copy is independent of the source: a new file key and file ID, the stronger of the
-    /// source's class and `minimum` (a plain source gets `minimum`), the source's
-    /// "this device only". A protected source is decrypted segment by segment in memory, so no
-    /// plaintext reaches the disk; it needs the source's class key (``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
-    /// otherwise). The new file appears under its name only when complete and flushed.
+    /// The copy's class is the stronger of the source's and `minimum` (a plain source gets
+    /// `minimum`); it keeps the source's "this device only". No plaintext reaches the disk:
+    /// - A protected source is copied as ciphertext, inside the kernel: the copy shares the
+    ///   source's file key and file ID, as an APFS clone shares its extents' keys. When the
+    ///   source's class is at least `minimum`, its header is kept as it is and no key is needed
+    ///   (a class-A file copies while the device is locked). Otherwise the key is rewrapped to
+    ///   `minimum`, which needs the source's class key
+    ///   (``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` otherwise).
+    ///   A damaged source makes a damaged copy, which its reader detects as it would the source.
+    /// - A plain source is encrypted under a new file key.
+    ///
+    /// The copy reads at most the size the source had when opened and fails if that size
+    /// changed. The new file appears under its name only when complete and flushed.
     public func copyFile(from source: FileDescriptor, sourceURL: URL, into directory: FileDescriptor, directoryURL: URL,
                          protection minimum: ProtectionClass, names: (Int) -> String) async throws -> (name: String, protection: ProtectionClass) {
         let sourcePath = sourceURL.path
-        let reader = try await ProtectedFileError.translating(path: sourcePath, writing: false) { try await copySource(source, url: sourceURL) }
-        let cls = max(reader.protection ?? minimum, minimum)
+        let plan = try await ProtectedFileError.translating(path: sourcePath, writing: false) {
+            try await copyPlan(source, url: sourceURL, minimum: minimum)
+        }
         return try await ProtectedFileError.translating(path: directoryURL.path, writing: true) {
-            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: reader.thisDeviceOnly)
-            try Self.requireSpace(for: reader.size, in: directory, path: directoryURL.path)
+            try Self.requireSpace(for: plan.fileSize, in: directory, path: directoryURL.path)
             let target = try UnnamedFile(in: directory, directoryPath: directoryURL.path)
             defer { target.discard() }
-            let copy = try SegmentedFile.create(fd: target.fd, path: target.displayPath, header: header, keys: keys)
-            try copy.writeStream(from: reader.read)
+            let complete: Bool
+            switch plan {
+            case .ciphertext(let header, let fileSize, _):
+                // The whole file from offset 0 (block-aligned, so a file system that can share
+                // extents, btrfs or XFS, clones them), then the header decided on above over its
+                // first 160 bytes, whatever the source's header became meanwhile.
+                let copied = try POSIXFile.copyRange(from: source, to: target.fd, offset: 0, count: fileSize, path: sourcePath)
+                try POSIXFile.write(target.fd, header, at: 0, path: target.displayPath)
+                complete = copied == fileSize
+            case .encrypt(let reader, let cls):
+                let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: false)
+                let copy = try SegmentedFile.create(fd: target.fd, path: target.displayPath, header: header, keys: keys)
+                try copy.writeStream(from: reader.read)
+                complete = copy.size == reader.fileSize
+            }
             // The source may not grow or shrink under the copy (an app extending its file to
             // make the copy endless, or cutting it short): what was copied is what was there.
-            guard copy.size == reader.size, try POSIXFile.size(source, path: sourcePath) == reader.fileSize else {
+            guard complete, try POSIXFile.size(source, path: sourcePath) == plan.fileSize else {
                 throw ProtectedFileError.fileSystem(FileSystemError("copy", path: sourcePath, errno: .resourceBusy))
             }
             try POSIXFile.sync(target.fd, path: target.displayPath)
             let name = try target.link(names: names)
             try? POSIXFile.sync(directory, path: directoryURL.path)
-            return (name, cls)
+            return (name, plan.protection)
         }
     }
 
@@ -100,8 +121,9 @@ extension ProtectedFileManager {
         }
     }
 
-    /// Reads the plaintext of `source` from its start, decrypting when it is protected.
-    private func copySource(_ source: FileDescriptor, url: URL) async throws -> CopySource {
+    /// Decides how `source` is copied: its header (kept, or rewrapped to `minimum`) when it is
+    /// protected, its bytes when it is plain. Nothing is read past the header yet.
+    private func copyPlan(_ source: FileDescriptor, url: URL, minimum: ProtectionClass) async throws -> CopyPlan {
         let path = url.path
         let st = try POSIXFile.system("fstat", path) { () throws -> stat in
             var st = stat()
@@ -114,7 +136,7 @@ extension ProtectedFileManager {
         guard ProtectedFileHeader.looksProtected(prefix) else {
             // At most the size the file had when opened.
             var offset: Int64 = 0
-            return CopySource(protection: nil, thisDeviceOnly: false, size: fileSize, fileSize: fileSize) { buffer in
+            return .encrypt(PlainCopySource(fileSize: fileSize) { buffer in
                 let wanted = Int(min(Int64(buffer.count), fileSize - offset))
                 guard wanted > 0 else { return 0 }
                 let n = try POSIXFile.system("read", path) {
@@ -122,30 +144,50 @@ extension ProtectedFileManager {
                 }
                 offset += Int64(n)
                 return n
-            }
+            }, protection: minimum)
         }
-        let header = try ProtectedFileHeader.parse(prefix, path: path)
+        var header = try ProtectedFileHeader.parse(prefix, path: path)
+        guard fileSize >= Int64(ProtectedFileHeader.size + SegmentCipher.overhead) else {
+            throw ProtectedFileError.damaged(path: path, reason: "truncated: no complete segment after the header")
+        }
+        guard header.protectionClass < minimum else {
+            return .ciphertext(header: prefix, fileSize: fileSize, protection: header.protectionClass)
+        }
+        // A weaker source: its key, rewrapped to `minimum` under a header checked first.
         let key = try await keybag.unwrapFileKey(header.wrappedKey)
-        let engine = try SegmentedFile.open(fd: source, path: path, headerBytes: prefix, header: header,
-                                            keys: FileKeys(fileKey: key, fileID: header.fileID))
-        var offset: Int64 = 0
-        return CopySource(protection: header.protectionClass, thisDeviceOnly: header.wrappedKey.thisDeviceOnly,
-                          size: engine.size, fileSize: fileSize) { buffer in
-            let chunk = try engine.read(at: offset, count: buffer.count)
-            chunk.copyBytes(to: buffer)
-            offset += Int64(chunk.count)
-            return chunk.count
+        let keys = FileKeys(fileKey: key, fileID: header.fileID)
+        guard ProtectedFileHeader.verify(prefix, keys: keys) else {
+            throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
+        }
+        header.wrappedKey = try await keybag.wrap(key, for: minimum, thisDeviceOnly: header.wrappedKey.thisDeviceOnly)
+        return .ciphertext(header: header.encoded(keys: keys), fileSize: fileSize, protection: minimum)
+    }
+}
+
+/// How a copy is made (see ``ProtectedFileManager/copyFile(from:sourceURL:into:directoryURL:protection:names:)``).
+private enum CopyPlan {
+    /// A protected source: `header`, then the source's segments as they are.
+    case ciphertext(header: [UInt8], fileSize: Int64, protection: ProtectionClass)
+    /// A plain source, encrypted into a new file of class `protection`.
+    case encrypt(PlainCopySource, protection: ProtectionClass)
+
+    /// The source file's size when opened: the copy reads no more, and it must not change.
+    var fileSize: Int64 {
+        switch self {
+        case .ciphertext(_, let fileSize, _): fileSize
+        case .encrypt(let source, _): source.fileSize
+        }
+    }
+
+    var protection: ProtectionClass {
+        switch self {
+        case .ciphertext(_, _, let protection), .encrypt(_, let protection): protection
         }
     }
 }
 
-/// What a copy reads: the source's class (`nil`: plain) and its plaintext, a buffer at a time.
-private struct CopySource {
-    var protection: ProtectionClass?
-    var thisDeviceOnly: Bool
-    /// The plaintext length, fixed when the source was opened: the copy reads no more.
-    var size: Int64
-    /// The source file's size then (it must not change during the copy).
+/// A plain file's bytes, a buffer at a time.
+private struct PlainCopySource {
     var fileSize: Int64
     var read: (UnsafeMutableRawBufferPointer) throws -> Int
 }

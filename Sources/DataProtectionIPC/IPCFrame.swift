@@ -44,7 +44,13 @@ package enum IPCFrame {
     /// Sends every byte of a frame already laid out (header included).
     package static func sendAll(_ fd: Int32, _ frame: [UInt8]) throws {
         guard frame.count > 4, frame.count - 4 <= maxLength else { throw IPCError("frame of \(frame.count - 4) bytes") }
-        try frame.withUnsafeBytes { buffer in
+        try sendBytes(fd, frame)
+    }
+
+    /// Sends every byte of `bytes` — whole frames, laid out by the caller — in as few `send`s as
+    /// the socket allows.
+    package static func sendBytes(_ fd: Int32, _ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { buffer in
             var sent = 0
             while sent < buffer.count {
                 let n = Glibc.send(fd, buffer.baseAddress! + sent, buffer.count - sent, Int32(MSG_NOSIGNAL))

@@ -32,8 +32,7 @@ import Testing
         let copy = b + "/.Inbox/report.txt"
         let (original, copied) = (try bytes(source), try bytes(copy))
         #expect(copied[12] == 1, "the copy keeps class A (stronger than the viewer's C)")
-        #expect(copied[16..<32] != original[16..<32], "a new file ID")
-        #expect(copied[48..<88] != original[48..<88], "a new wrapped key")
+        #expect(copied == original, "class A is at least the viewer's default: the ciphertext is copied as it is")
         #expect(!copied.indices.dropLast(8).contains { Array(copied[$0..<($0 + 9)]) == Array("v1 secret".utf8) }, "no plaintext on disk")
         #expect(try world.dpctl(["cat", copy] + unlock).out == "v1 secret")
 
@@ -128,17 +127,38 @@ import Testing
         #expect(try inbox(b).isEmpty)
     }
 
-    @Test func aClassAFileCannotBeSentWhileTheDeviceIsLocked() throws {
+    @Test func aClassAFileIsSentWhileTheDeviceIsLockedFromItsCiphertextAlone() throws {
         let (world, a, b) = try world()
-        #expect(try world.dpctl(["write", a + "/Documents/a.txt", "--class", "complete", "--passcode-file", world.passcode],
-                                input: Data("class A".utf8)).status == 0)
-        // A new dpctl process without the passcode: the device is locked.
+        let unlock = ["--passcode-file", world.passcode]
+        #expect(try world.dpctl(["write", a + "/Documents/a.txt", "--class", "complete"] + unlock, input: Data("class A".utf8)).status == 0)
+        // A new dpctl process without the passcode: the device is locked, no class key is there.
         let result = try world.dpctl(["share", "open-in", "--from", sender, "--to", viewer, "Documents/a.txt"])
-        #expect(result.status == 3, "\(result.stderr)")
-        #expect(result.stderr.contains("locked") && result.stderr.split(separator: "\n").count <= 2, "\(result.stderr)")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(try inbox(b) == ["a.txt"])
+        #expect(try bytes(b + "/.Inbox/a.txt") == bytes(a + "/Documents/a.txt"))
+        #expect(try world.dpctl(["cat", b + "/.Inbox/a.txt"]).status == 3, "still class A: unreadable while locked")
+        #expect(try world.dpctl(["cat", b + "/.Inbox/a.txt"] + unlock).out == "class A")
+    }
+
+    @Test func aWeakerFileRaisedToTheRecipientsClassNeedsItsKeyAndFailsWhileLocked() throws {
+        let world = try AppWorld.make()
+        let a = try world.install(sender)
+        let b = try world.install(viewer, ["--default-protection", "complete"])
+        let unlock = ["--passcode-file", world.passcode]
+        #expect(try world.dpctl(["write", a + "/Documents/c.txt", "--class", "C"] + unlock, input: Data("class C".utf8)).status == 0)
+        let locked = try world.dpctl(["share", "open-in", "--from", sender, "--to", viewer, "Documents/c.txt"])
+        #expect(locked.status == 3, "\(locked.stderr)")
+        #expect(locked.stderr.contains("locked") && locked.stderr.split(separator: "\n").count <= 2, "\(locked.stderr)")
         #expect(try inbox(b).isEmpty)
         let queue = world.cli.root + "/Sharing/Deliveries/" + URL(fileURLWithPath: b).lastPathComponent
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: queue)) ?? []).isEmpty)
+
+        // Unlocked, the key is rewrapped to class A; the segments are the source's.
+        #expect(try world.dpctl(["share", "open-in", "--from", sender, "--to", viewer, "Documents/c.txt"] + unlock).status == 0)
+        let (original, copied) = (try bytes(a + "/Documents/c.txt"), try bytes(b + "/.Inbox/c.txt"))
+        #expect(copied[12] == 1 && original[12] == 3)
+        #expect(copied[160...] == original[160...] && copied[48..<88] != original[48..<88])
+        #expect(try world.dpctl(["cat", b + "/.Inbox/c.txt"] + unlock).out == "class C")
     }
 
     @Test func aLinkPlantedInPlaceOfTheRecipientsInboxNeverRedirectsTheCopy() throws {

@@ -50,6 +50,13 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
 int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigned long long resolve);
 /// `renameat2(2)` with `RENAME_NOREPLACE`: renames without ever replacing. Returns 0 or -errno.
 int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+/// `copy_file_range(2)` between two offsets (declared only under _GNU_SOURCE): the kernel copies
+/// up to `length` bytes from `in_fd` at `in_offset` to `out_fd` at `out_offset` without them passing
+/// through this process. Returns the bytes copied (0 at the end of the input), or -errno.
+long cshim_copy_file_range(int in_fd, long long in_offset, int out_fd, long long out_offset, unsigned long length);
+/// `sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE)`: starts writing that range back
+/// without waiting (a later `fsync` then waits for less). Returns 0 or -errno.
+int cshim_start_writeback(int fd, long long offset, long long length);
 /// The `RESOLVE_*` flags.
 enum {
     CSHIM_RESOLVE_NO_XDEV = 0x01, CSHIM_RESOLVE_NO_MAGICLINKS = 0x02, CSHIM_RESOLVE_NO_SYMLINKS = 0x04,

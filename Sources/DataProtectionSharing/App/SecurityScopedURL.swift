@@ -92,7 +92,8 @@ public final class SecurityScopedURL: Sendable, Identifiable {
                 w.u8(0)
                 SharingProtocol.string(&w, "")
             }
-            guard (try? IPCFrame.write(fd.rawValue, start)) != nil, (try? IPCFrame.write(fd.rawValue, open)) != nil,
+            let both = IPCFrame.header(start.count) + start + IPCFrame.header(open.count) + open   // one send, one wake-up
+            guard (try? IPCFrame.sendBytes(fd.rawValue, both)) != nil,
                   let answer = try? IPCFrame.read(fd.rawValue), let opened = try? IPCFrame.read(fd.rawValue),
                   (try? SharingProtocol.outcome(answer)) == .some(nil) else {
                 try? fd.close()

@@ -35,6 +35,8 @@ public struct SharingService: AppSupervisorService {
         UnixSocket.setTimeouts(fd, seconds: 10, sending: true, receiving: false)
         /// The grants this channel started access to.
         var started = Set<UUID>()
+        var answers = AnswerQueue(fd: fd)
+        defer { try? answers.flush() }
         while let frame = try? IPCFrame.read(fd) {
             var r = ByteReader(frame)
             guard (try? r.u8("version")) == SharingProtocol.version, let raw = try? r.u8("op"), let op = SharingProtocol.Op(rawValue: raw) else {
@@ -48,10 +50,10 @@ public struct SharingService: AppSupervisorService {
                 let answer = outcome { () async throws -> Void in
                     _ = try await broker.openIn(path, from: app.identifier, to: try AppIdentifier(target), displayName: name.isEmpty ? nil : name)
                 }
-                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+                guard (try? answers.send(answer)) != nil else { return }
             case .subscribe:
                 let mask = r.remaining == 1 ? (try? r.u8("kinds")) ?? 0 : SharingProtocol.openedMask
-                guard r.remaining == 0, mask != 0, (try? IPCFrame.write(fd, SharingProtocol.ok)) != nil else { return }
+                guard r.remaining == 0, mask != 0, (try? answers.send(SharingProtocol.ok)) != nil, (try? answers.flush()) != nil else { return }
                 var kinds: Set<Delivery.Kind> = []
                 if mask & SharingProtocol.openedMask != 0 { kinds.insert(.openIn) }
                 if mask & SharingProtocol.sharedMask != 0 { kinds.insert(.share) }
@@ -61,7 +63,7 @@ public struct SharingService: AppSupervisorService {
                 guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
                       let live = try? r.u8("live"), live <= 1, r.remaining == 0 else { return }
                 let answer = outcome { _ = try broker.share(path, from: app.identifier, with: try AppIdentifier(target), live: live == 1) }
-                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+                guard (try? answers.send(answer)) != nil else { return }
             case .grant:
                 guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
                       let raw = try? r.u8("capabilities"), let lifetime = try? r.u32("lifetime"), let persistent = try? r.u8("persistent"),
@@ -74,11 +76,11 @@ public struct SharingService: AppSupervisorService {
                 var reply = ByteWriter()
                 reply.raw(answer)
                 if let made { SharingProtocol.uuid(&reply, made.id) }
-                guard (try? IPCFrame.write(fd, reply.bytes)) != nil else { return }
+                guard (try? answers.send(reply.bytes)) != nil else { return }
             case .endShare:
                 guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
                 started.remove(id)
-                guard (try? IPCFrame.write(fd, outcome { try broker.endShare(id, for: app) })) != nil else { return }
+                guard (try? answers.send(outcome { try broker.endShare(id, for: app) })) != nil else { return }
             case .startAccess, .stopAccess:
                 guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
                 let answer: [UInt8]
@@ -89,7 +91,7 @@ public struct SharingService: AppSupervisorService {
                     answer = outcome { _ = try broker.activeGrant(id, for: app) }
                     if answer == SharingProtocol.ok { started.insert(id) }
                 }
-                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
+                guard (try? answers.send(answer)) != nil else { return }
             case .open:
                 guard let id = try? SharingProtocol.uuid(&r), let mode = try? r.u8("mode"), mode <= 1,
                       let subpath = try? SharingProtocol.string(&r, "subpath"), r.remaining == 0 else { return }
@@ -98,8 +100,8 @@ public struct SharingService: AppSupervisorService {
                     ? outcome { opened = try broker.openGranted(id, subpath: subpath, writable: mode == 1, for: app) }
                     : SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description)
                 defer { try? opened?.close() }
-                guard (try? IPCFrame.write(fd, answer)) != nil else { return }
-                if let opened { guard (try? UnixSocket.send(descriptor: opened.rawValue, over: fd, message: [0])) != nil else { return } }
+                guard (try? answers.send(answer)) != nil else { return }
+                if let opened { guard (try? answers.send(descriptor: opened.rawValue)) != nil else { return } }
             case .enumerate, .create, .rename, .delete:
                 guard let id = try? SharingProtocol.uuid(&r), let subpath = try? SharingProtocol.string(&r, "subpath") else { return }
                 let newName = op == .rename ? try? SharingProtocol.string(&r, "name") : ""
@@ -119,8 +121,8 @@ public struct SharingService: AppSupervisorService {
                     default: try broker.deleteGranted(id, subpath: subpath, for: app)
                     }
                 }
-                guard (try? IPCFrame.write(fd, answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
-                if let created { guard (try? UnixSocket.send(descriptor: created.rawValue, over: fd, message: [0])) != nil else { return } }
+                guard (try? answers.send(answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
+                if let created { guard (try? answers.send(descriptor: created.rawValue)) != nil else { return } }
             case .resolve:
                 guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
                 var extra: [UInt8] = []
@@ -128,12 +130,12 @@ public struct SharingService: AppSupervisorService {
                     let (grant, stale) = try broker.resolveGrant(id, for: app)
                     extra = [stale ? 1 : 0] + (try binaryPropertyList(GrantedItemRecord(grant, provider: try broker.provider(of: grant))))
                 }
-                guard (try? IPCFrame.write(fd, answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
+                guard (try? answers.send(answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
             case .list:
                 guard r.remaining == 0 else { return }
                 let items = broker.grants().filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }
                     .compactMap { grant in (try? broker.provider(of: grant)).map { GrantedItemRecord(grant, provider: $0) } }
-                guard let plist = try? binaryPropertyList(items), (try? IPCFrame.write(fd, SharingProtocol.ok + plist)) != nil else { return }
+                guard let plist = try? binaryPropertyList(items), (try? answers.send(SharingProtocol.ok + plist)) != nil else { return }
             }
         }
     }

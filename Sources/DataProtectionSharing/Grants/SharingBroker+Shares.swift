@@ -79,18 +79,8 @@ extension SharingBroker {
         let target = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .init(rawValue: 0o400))
         do {
             // At most the size the file had when shared; it must not change meanwhile.
-            var offset: Int64 = 0
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            while offset < size {
-                let wanted = Int(min(Int64(buffer.count), size - offset))
-                let n = try POSIXFile.system("read", path) {
-                    try buffer.withUnsafeMutableBytes { try source.read(fromAbsoluteOffset: offset, into: UnsafeMutableRawBufferPointer(rebasing: $0[..<wanted])) }
-                }
-                if n == 0 { break }
-                try POSIXFile.write(target, buffer[..<n], at: offset, path: path)
-                offset += Int64(n)
-            }
-            guard offset == size, try POSIXFile.size(source, path: path) == size else {
+            let copied = try POSIXFile.copyRange(from: source, to: target, offset: 0, count: size, path: path)
+            guard copied == size, try POSIXFile.size(source, path: path) == size else {
                 throw SharingError.refusedItem(path: path, reason: "changed size while it was being shared")
             }
             try POSIXFile.sync(target, path: path)
