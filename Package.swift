@@ -32,6 +32,7 @@ let package = Package(
         .library(name: "DataProtectionObjects", targets: ["DataProtectionObjects"]),
         .library(name: "DataProtectionContainers", targets: ["DataProtectionContainers"]),
         .library(name: "DataProtectionSharing", targets: ["DataProtectionSharing"]),
+        .library(name: "DataProtectionLifecycle", targets: ["DataProtectionLifecycle"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
         .executable(name: "keybagd", targets: ["keybagd"]),
@@ -135,6 +136,16 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        .target(
+            name: "DataProtectionLifecycle",
+            dependencies: [
+                "DataProtectionContainers",
+                "DataProtectionKeybag",
+                "DataProtectionIPC",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         // The last step into a sandbox: Landlock, then exec (C: no runtime on every launch).
         .executableTarget(name: "dp-sandbox-exec"),
         .macro(
@@ -160,8 +171,13 @@ let package = Package(
                            .product(name: "SystemPackage", package: "swift-system")]
         ),
         .executableTarget(
+            name: "queue-example",
+            dependencies: ["DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec"]
+        ),
+        .executableTarget(
             name: "dpctl",
             dependencies: [
+                "DataProtectionLifecycle",
                 "DataProtection",
                 "DataProtectionContainers",
                 "DataProtectionSharing",
@@ -206,9 +222,10 @@ let package = Package(
             ]
         ),
         .target(name: "DataProtectionTestSupport", dependencies: ["DataProtection", "DataProtectionKeybag"], path: "Tests/DataProtectionTestSupport"),
-        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtection", "DataProtectionKeybag", .product(name: "SystemPackage", package: "swift-system")], path: "Tests/dp-test-app"),
+        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtectionLifecycle", "DataProtection", "DataProtectionKeybag", .product(name: "SystemPackage", package: "swift-system")], path: "Tests/dp-test-app"),
         .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
         .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionIPC", "dpctl", "dp-test-app", "dp-sandbox-exec", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "DataProtectionLifecycleTests", dependencies: ["DataProtectionTestSupport", "DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dpctl", "dp-test-app", "dp-sandbox-exec"]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),

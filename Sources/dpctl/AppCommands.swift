@@ -2,8 +2,10 @@ import ArgumentParser
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionLifecycle
 import DataProtectionSharing
 import Foundation
+import Synchronization
 
 extension AppIdentifier: ExpressibleByArgument {
     public init?(argument: String) { try? self.init(argument) }
@@ -23,7 +25,8 @@ struct App: AsyncParsableCommand {
             runs a command as the app, confined: it sees its own container, its App Groups' \
             containers and the system, nothing else of the data root or of your home.
             """,
-        subcommands: [AppInstall.self, AppList.self, AppInfo.self, AppRun.self, AppSetProtection.self, AppUninstall.self])
+        subcommands: [AppInstall.self, AppList.self, AppInfo.self, AppRun.self, AppBackground.self, AppForeground.self, AppState.self, AppStop.self,
+                      AppSetProtection.self, AppUninstall.self])
 }
 
 /// Opens the device (locked, unless a passcode file is given) and the container manager.
@@ -155,17 +158,25 @@ struct AppRun: AsyncParsableCommand {
             is a socket to this process, which serves it the keys of its own files (it can never \
             unlock, lock or erase the device). The app ends when this process ends, and this \
             process exits with the app's status. Needs bubblewrap, and Landlock ABI 3 (Linux 6.2).
+
+            The app has iOS's lifecycle: `dpctl app background/foreground ID` and the device's \
+            lock move it; in the background with no background task it is suspended after a \
+            few seconds; SIGTERM or SIGINT (or `dpctl app stop ID`) sends willTerminate, then \
+            ends it 5 s later (a second signal ends it at once).
             """)
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Run the app unconfined (it still gets its places and keys). Says so on standard error.") var noSandbox = false
+    @Option(help: ArgumentHelp("Background time per trip to the background, for background tasks (30s as iOS today; 10m as in iOS 4).", valueName: "duration"))
+    var backgroundTime = "30s"
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
     @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
     var command: [String] = []
 
     func validate() throws {
         guard !command.isEmpty else { throw ValidationError("give the command after --: dpctl app run ID -- COMMAND [ARGS...]") }
+        _ = try parseDuration(backgroundTime)
     }
 
     func run() async throws {
@@ -174,7 +185,11 @@ struct AppRun: AsyncParsableCommand {
         if noSandbox {
             FileHandle.standardError.write(Data("dpctl: running \(id) WITHOUT its sandbox (--no-sandbox): it can reach everything you can\n".utf8))
         }
-        let supervisor = AppSupervisor(manager: manager, services: [SharingService(manager: manager)])
+        let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime)),
+                                         clock: SystemClock())
+        let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)])
+        let signals = TerminationSignals { lifecycle.terminateAll() }
+        defer { signals.cancel() }
         let status = try await supervisor.run(id, command: command, sandboxed: !noSandbox)
         throw ExitCode(status)
     }
@@ -257,5 +272,33 @@ struct GroupSetProtection: AsyncParsableCommand {
             printOut("re-protected \(report.filesChanged) files, \(report.failures.count) failed")
             if !report.failures.isEmpty { throw ExitCode(ExitStatus.unavailable.rawValue) }
         }
+    }
+}
+
+/// SIGTERM, SIGINT and SIGHUP while an app runs: the first asks the app to terminate (it hears
+/// willTerminate and has a few seconds); a second ends this process at once (and the app with it).
+final class TerminationSignals {
+    private let sources: [any DispatchSourceSignal]
+    private final class Count: Sendable {
+        private let value = Mutex(0)
+        func next() -> Int { value.withLock { $0 += 1; return $0 } }
+    }
+
+    init(_ terminate: @escaping @Sendable () -> Void) {
+        let count = Count()
+        sources = [SIGTERM, SIGINT, SIGHUP].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                let n = count.next()
+                if n == 1 { terminate() } else { Foundation.exit(128 + number) }
+            }
+            source.resume()
+            return source
+        }
+    }
+
+    func cancel() {
+        for source in sources { source.cancel() }
     }
 }

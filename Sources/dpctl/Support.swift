@@ -2,6 +2,7 @@ import ArgumentParser
 import DataProtection
 import DataProtectionBackup
 import DataProtectionSQLite
+import DataProtectionLifecycle
 import Foundation
 import Logging
 
@@ -155,6 +156,7 @@ func commandHint(for error: any Error, status: ExitStatus) -> String? {
     case KeybagError.passcodeAlreadySet: return "`dpctl change-passcode`"
     case ProtectedFileError.notProtected: return "`dpctl protect PATH`"
     case BackupError.badBackup, BackupError.verificationFailed: return "`dpctl verify BACKUP` checks every object"
+    case LifecycleError.notRunning(let app): return "start it with `dpctl app run \(app) -- COMMAND`"
     default: return status == .unavailable ? "unlock for this run with --passcode-file FILE" : nil
     }
 }

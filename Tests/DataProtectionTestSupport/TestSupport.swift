@@ -117,3 +117,46 @@ public func readLine(_ handle: FileHandle) throws -> String {
     while let byte = try handle.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
     return String(decoding: line, as: UTF8.self)
 }
+
+/// One line from the descriptor `fd`, waiting at most `timeout` seconds for each byte (a test's
+/// bound on a process that should have answered, not a wait for something to happen).
+public func readLine(_ fd: Int32, timeout: Int32 = 30) throws -> String {
+    var line: [UInt8] = []
+    while true {
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&poller, 1, timeout * 1000)
+        if ready < 0 && errno == EINTR { continue }
+        guard ready > 0 else { throw TestFailure("no line within \(timeout) s (so far: \(String(decoding: line, as: UTF8.self)))") }
+        var byte: UInt8 = 0
+        let n = read(fd, &byte, 1)
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 || byte == 0x0A { return String(decoding: line, as: UTF8.self) }
+        line.append(byte)
+    }
+}
+
+/// Whether `fd` stays silent for `milliseconds` (a bounded check that something does *not*
+/// happen — a suspended process printing — never a wait for something to happen).
+public func staysSilent(_ fd: Int32, milliseconds: Int32) -> Bool {
+    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    return poll(&poller, 1, milliseconds) == 0
+}
+
+/// A private D-Bus bus (`dbus-daemon --session`), standing in for the session or the system bus.
+public final class PrivateBus: @unchecked Sendable {
+    public let address: String
+    public let pid: pid_t
+    public init() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        process.arguments = ["--session", "--nofork", "--print-address=1"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        var line = Data()
+        while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+        address = String(decoding: line, as: UTF8.self)
+        pid = process.processIdentifier
+    }
+    deinit { kill(pid, SIGKILL) }
+}

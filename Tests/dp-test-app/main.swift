@@ -4,6 +4,7 @@ import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSharing
+import DataProtectionLifecycle
 import SystemPackage
 import Foundation
 
@@ -16,6 +17,94 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 guard let command = arguments.first else { fail("usage: dp-test-app COMMAND …") }
 
 switch command {
+case "lifecycle":
+    // A line-driven app for the lifecycle tests: it prints each event and answers commands
+    // read from standard input (one line each), as an app under test would behave.
+    guard let app = CurrentApp.shared, let lifecycle = AppLifecycle.shared else { fail("lifecycle: not run as an app") }
+    let say: @Sendable (String) -> Void = { line in FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+    final class Flags: @unchecked Sendable { var exitOnTerminate = true; var handle: ProtectedFileHandle?; var tasks: [String: BackgroundTaskIdentifier] = [:] }
+    let flags = Flags()
+    let lock = NSLock()
+    lifecycle.addObserver { event in
+        say("event \(event)")
+        if event == .willTerminate, lock.withLock({ flags.exitOnTerminate }) { exit(0) }
+    }
+    say("state \(lifecycle.applicationState)")
+    say("ready")
+    while let line = readLine() {
+        let words = line.split(separator: " ", maxSplits: 2).map(String.init)
+        guard let verb = words.first else { continue }
+        switch verb {
+        case "begin":
+            // begin NAME [end-on-expiry]: a background task; its expiration handler says so
+            // (and ends it with end-on-expiry).
+            let name = words.count > 1 ? words[1] : "task"
+            let endOnExpiry = words.count > 2 && words[2] == "end-on-expiry"
+            let id = lifecycle.beginBackgroundTask(withName: name) {
+                say("expiring \(name)")
+                if endOnExpiry, let id = lock.withLock({ flags.tasks[name] }) {
+                    lifecycle.endBackgroundTask(id)
+                    say("ended \(name)")
+                }
+            }
+            lock.withLock { flags.tasks[name] = id }
+            say("began \(name) \(id)")
+        case "end":
+            let name = words.count > 1 ? words[1] : "task"
+            if let id = lock.withLock({ flags.tasks.removeValue(forKey: name) }) { lifecycle.endBackgroundTask(id) }
+            say("ended \(name)")
+        case "remaining":
+            let left = lifecycle.backgroundTimeRemaining
+            say(left == .greatestFiniteMagnitude ? "remaining unlimited" : "remaining \(Int(left.rounded()))")
+        case "state":
+            say("state \(lifecycle.applicationState)")
+        case "ignore-terminate":
+            lock.withLock { flags.exitOnTerminate = false }
+            say("ignoring willTerminate")
+        case "counter":
+            // counter PATH: counts as fast as it can into PATH (a suspended app's count stops).
+            let path = words[1]
+            Thread {
+                var n = 0
+                while true {
+                    n += 1
+                    try? Data(String(n).utf8).write(to: URL(fileURLWithPath: path))
+                    usleep(200)
+                }
+            }.start()
+            say("counting")
+        case "open-b":
+            // open-b PATH: a class-B file created and kept open (it stays writable after a lock).
+            do {
+                let url = URL(fileURLWithPath: words[1])
+                try await app.files.write(Data(), to: url, protection: .completeUnlessOpen)
+                let handle = try await app.files.openHandle(forUpdating: url)
+                lock.withLock { flags.handle = handle }
+                say("opened class B")
+            } catch { say("error \(error)") }
+        case "append":
+            // append TEXT: to the open class-B file.
+            guard let handle = lock.withLock({ flags.handle }) else { say("error no open file"); continue }
+            do {
+                try await handle.write(Data((words.count > 1 ? words[1...].joined(separator: " ") : "") .utf8), at: try await handle.size())
+                say("appended")
+            } catch { say("error \(error)") }
+        case "create-b":
+            do {
+                try await app.files.write(Data(words.count > 2 ? words[2].utf8 : "new".utf8), to: URL(fileURLWithPath: words[1]), protection: .completeUnlessOpen)
+                say("created class B")
+            } catch { say("error \(error)") }
+        case "read":
+            do { say("read " + String(decoding: try await app.files.contents(of: URL(fileURLWithPath: words[1])), as: UTF8.self)) } catch let error as ProtectedFileError {
+                if case .unavailable = error { say("unavailable") } else { say("error \(error)") }
+            } catch { say("error \(error)") }
+        case "quit":
+            exit(0)
+        default:
+            say("error unknown command \(verb)")
+        }
+    }
+
 case "places":
     // What unmodified Foundation code finds, and what the app API says.
     let fm = FileManager.default

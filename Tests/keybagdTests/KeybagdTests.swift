@@ -148,24 +148,7 @@ import Testing
 /// The desktop's lock signals, from stand-ins on private D-Bus buses (Debian's dbus-daemon),
 /// reach keybagd and lock it; an unlock within the grace period unlocks it again.
 @Suite(.serialized) struct DesktopLockTests {
-    /// A private bus (`dbus-daemon --session`), standing in for the session or the system bus.
-    final class Bus: @unchecked Sendable {
-        let address: String
-        let pid: pid_t
-        init() throws {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-            process.arguments = ["--session", "--nofork", "--print-address=1"]
-            let out = Pipe()
-            process.standardOutput = out
-            try process.run()
-            var line = Data()
-            while let byte = try out.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
-            address = String(decoding: line, as: UTF8.self)
-            pid = process.processIdentifier
-        }
-        deinit { kill(pid, SIGKILL) }
-    }
+    typealias Bus = PrivateBus
 
     /// `Tests/oracle/desktop_lock_standin.py`: owns the screensaver's or logind's name, emits on command.
     final class StandIn: @unchecked Sendable {

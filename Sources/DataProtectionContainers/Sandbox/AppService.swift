@@ -16,7 +16,8 @@ import Glibc
 /// channels (op 3) go to the ``AppSupervisorService`` the app names, if the supervisor has it.
 final class AppService: Sendable {
     let description: AppDescription
-    let app: AppContainer
+    let run: RunningApp
+    var app: AppContainer { run.app }
     let keybag: Keybag
     let services: [any AppSupervisorService]
     let logger: Logger
@@ -25,9 +26,9 @@ final class AppService: Sendable {
     private let observerTokens = Mutex<[UUID]>([])
     private let control = Mutex<Int32?>(nil)
 
-    init(description: AppDescription, app: AppContainer, keybag: Keybag, services: [any AppSupervisorService], logger: Logger) {
+    init(description: AppDescription, run: RunningApp, keybag: Keybag, services: [any AppSupervisorService], logger: Logger) {
         self.description = description
-        self.app = app
+        self.run = run
         self.keybag = keybag
         self.services = services
         self.logger = logger
@@ -73,9 +74,9 @@ final class AppService: Sendable {
                 guard hand(openChannel(named: "app keybag channel", serve: serveChannel), over: fd) else { return }
             case .serviceChannel:
                 let service = services.first { $0.serviceIdentifier == frame[2] }
-                let app = self.app
+                let run = self.run
                 let channel = service.flatMap { service in
-                    openChannel(named: "app service channel") { service.serve(channel: FileDescriptor(rawValue: $0), app: app) }
+                    openChannel(named: "app service channel") { service.serve(channel: FileDescriptor(rawValue: $0), run: run) }
                 }
                 guard hand(channel, over: fd) else { return }
             }

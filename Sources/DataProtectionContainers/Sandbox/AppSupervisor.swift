@@ -5,6 +5,7 @@ import DataProtectionKeybag
 import Foundation
 import Logging
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,13 +39,19 @@ public final class AppSupervisor: Sendable {
     /// Runs `command` (a path, or a name looked up on `PATH`) as `identifier` and returns its exit
     /// status (128 + the signal's number when a signal ended it).
     ///
-    /// - Parameter sandboxed: `false` runs the app unconfined (it still gets its places and the
-    ///   supervisor socket); callers must say so to the user.
+    /// - Parameters:
+    ///   - sandboxed: `false` runs the app unconfined (it still gets its places and the
+    ///     supervisor socket); callers must say so to the user.
+    ///   - standardInput, standardOutput, standardError: the app's descriptors 0, 1 and 2
+    ///     (this process's own by default).
     /// - Throws: ``ContainerError/sandboxUnavailable(_:)`` when this machine lacks a part of the
     ///   sandbox (nothing is run), ``ContainerError/launchFailed(_:)`` when the app could not
     ///   start in it, ``ContainerError/unknownApp(_:)``.
     public func run(_ identifier: AppIdentifier, command: [String], sandboxed: Bool = true,
-                    environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> Int32 {
+                    environment: [String: String] = ProcessInfo.processInfo.environment,
+                    standardInput: FileDescriptor = .standardInput, standardOutput: FileDescriptor = .standardOutput,
+                    standardError: FileDescriptor = .standardError) async throws -> Int32 {
+        let (input, output, errors) = (standardInput.rawValue, standardOutput.rawValue, standardError.rawValue)
         guard let name = command.first, !name.isEmpty else { throw ContainerError.launchFailed("no command given") }
         let app = try manager.app(identifier)
         let groups = try app.groups.map { try manager.group($0) }
@@ -74,19 +81,23 @@ public final class AppSupervisor: Sendable {
                                          arguments: Array(command.dropFirst()), environment: appEnvironment)
             try profile.validate()
             argv = [requirements.bubblewrap] + profile.bubblewrapArguments()
-            descriptors = [0, 1, bwrapErrors.write, control.app, status.write, 2]
+            descriptors = [input, output, bwrapErrors.write, control.app, status.write, errors]
         } else {
             argv = [executable] + command.dropFirst()
-            descriptors = [0, 1, 2, control.app]
+            descriptors = [input, output, errors, control.app]
         }
-        defer { for service in services { service.appDidEnd(app) } }
-        for service in services { try service.appWillStart(app) }
-        let service = AppService(description: description, app: app, keybag: keybag, services: services, logger: logger)
+        let run = RunningApp(app: app, cgroup: AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))"))
+        defer {
+            run.ended()
+            for service in services { service.appDidEnd(run) }
+        }
+        for service in services { try await service.appWillStart(run) }
+        let service = AppService(description: description, run: run, keybag: keybag, services: services, logger: logger)
         try await service.start(control: control.supervisor)
         defer { service.stop() }
 
         let child = ChildProcess(path: argv[0], arguments: argv, environment: requirements == nil ? appEnvironment : [:], descriptors: descriptors)
-        try child.start()
+        let spawned = try run.spawn { try child.start() }
         control.closeAppEnd()
         status.closeWriteEnd()
         bwrapErrors.closeWriteEnd()
@@ -100,8 +111,10 @@ public final class AppSupervisor: Sendable {
                 let line = message.split(separator: "\n").first.map(String.init) ?? "bubblewrap exited with status \(code)"
                 throw ContainerError.launchFailed(line)
             }
-            bwrapErrors.forward(to: 2)
+            bwrapErrors.forward(to: errors)
         }
+        if let pid = child.pid { run.launched(pid: pid, inCgroup: spawned) }
+        for service in services { service.appDidLaunch(run) }
         return await child.exitStatus()
     }
 

@@ -15,6 +15,10 @@ final class ChildProcess: Sendable {
     let environment: [String: String]
     let descriptors: [Int32]
     private let state = Mutex<(status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, []))
+    private let started = Mutex<pid_t?>(nil)
+
+    /// The child's process id, once started.
+    var pid: pid_t? { started.withLock { $0 } }
 
     init(path: String, arguments: [String], environment: [String: String], descriptors: [Int32]) {
         self.path = path
@@ -35,6 +39,7 @@ final class ChildProcess: Sendable {
                 started.signal()
                 return
             }
+            self.started.withLock { $0 = pid }
             started.signal()
             var raw: Int32 = 0
             while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}

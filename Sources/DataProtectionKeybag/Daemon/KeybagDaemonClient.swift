@@ -11,9 +11,14 @@ package enum KeybagSocket {
     /// `$XDG_RUNTIME_DIR/dataprotection/keybagd-<16 hex of SHA-256(root)>.sock`; without
     /// `XDG_RUNTIME_DIR`, `/tmp/dataprotection-<uid>/…` (as ssh-agent falls back to /tmp).
     package static func path(forRoot root: String) -> String {
+        directory() + "/keybagd-\(rootDigest(root)).sock"
+    }
+
+    /// 16 hex digits naming a data root in socket names: the first 8 bytes of SHA-256 of its
+    /// absolute path.
+    package static func rootDigest(_ root: String) -> String {
         let absolute = URL(fileURLWithPath: root).standardizedFileURL.path
-        let digest = Array(SHA256.hash(data: Data(absolute.utf8)).prefix(8)).hex
-        return directory() + "/keybagd-\(digest).sock"
+        return Array(SHA256.hash(data: Data(absolute.utf8)).prefix(8)).hex
     }
 
     /// The socket directory (to be created 0700 by the daemon).

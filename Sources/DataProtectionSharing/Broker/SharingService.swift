@@ -26,10 +26,15 @@ public struct SharingService: AppSupervisorService {
 
     public var serviceIdentifier: UInt8 { SharingProtocol.serviceIdentifier }
 
-    public func appDidEnd(_ app: AppContainer) {
-        broker.endTransientGrants(of: app)
+    public func appDidEnd(_ run: RunningApp) {
+        broker.endTransientGrants(of: run.app)
     }
 
+    public func serve(channel: FileDescriptor, run: RunningApp) {
+        serve(channel: channel, app: run.app)
+    }
+
+    /// Serves one sharing channel of `app` (FORMAT.md §11.4) until the app closes it.
     public func serve(channel: FileDescriptor, app: AppContainer) {
         let fd = channel.rawValue
         UnixSocket.setTimeouts(fd, seconds: 10, sending: true, receiving: false)

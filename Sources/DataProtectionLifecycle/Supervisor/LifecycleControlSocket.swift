@@ -1,0 +1,126 @@
+import DataProtectionContainers
+import DataProtectionIPC
+import DataProtectionKeybag
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where a running app's supervisor listens for the user's commands (the home button, status,
+/// stop): one socket per run, in keybagd's 0700 runtime directory (FORMAT.md §12.3):
+///
+///     $XDG_RUNTIME_DIR/dataprotection/app-<root digest>-<12 hex of the container UUID>-<8 hex of the run>.sock
+///
+/// Only processes of this user are answered (`SO_PEERCRED`); one request per connection.
+enum LifecycleControlSocket {
+    static func prefix(root: String, container: UUID) -> String {
+        let uuid = container.uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(12)
+        return "app-\(KeybagSocket.rootDigest(root))-\(uuid)-"
+    }
+
+    static func path(root: String, run: RunningApp) -> String {
+        let tag = run.id.uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(8)
+        return KeybagSocket.directory() + "/" + prefix(root: root, container: run.app.uuid) + tag + ".sock"
+    }
+
+    /// The sockets of every running instance of the app with container `container`; stale ones
+    /// (nothing answers) are removed.
+    static func sockets(root: String, container: UUID) -> [String] {
+        let directory = KeybagSocket.directory()
+        let prefix = prefix(root: root, container: container)
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasPrefix(prefix) && $0.hasSuffix(".sock") }
+        return names.sorted().map { directory + "/" + $0 }
+    }
+
+    /// Sends one request to every running instance; their answers, in socket order.
+    /// - Throws: ``LifecycleError/notRunning(_:)`` when no instance answers.
+    static func send(_ request: [UInt8], root: String, app: AppContainer) throws -> [[UInt8]] {
+        var answers: [[UInt8]] = []
+        for path in sockets(root: root, container: app.uuid) {
+            guard let fd = UnixSocket.connect(path, timeout: 5) else {
+                unlink(path)   // its supervisor is gone
+                continue
+            }
+            defer { close(fd) }
+            guard (try? IPCFrame.write(fd, request)) != nil, let answer = try? IPCFrame.read(fd) else { continue }
+            answers.append(answer)
+        }
+        guard !answers.isEmpty else { throw LifecycleError.notRunning(app.identifier.rawValue) }
+        return answers
+    }
+
+    /// Listens for `controller`'s run until ``ControlServer/stop()``.
+    static func serve(_ controller: LifecycleController, root: String, logger: Logger) -> ControlServer? {
+        let path = path(root: root, run: controller.run)
+        do {
+            let listener = try UnixSocket.listen(on: path, backlog: 16)
+            let server = ControlServer(listener: listener, path: path)
+            let thread = Thread { server.acceptLoop(controller, logger: logger) }
+            thread.name = "app control"
+            thread.start()
+            return server
+        } catch {
+            logger.notice("\(controller.identifier) cannot be reached by dpctl app background/foreground: \(error)")
+            return nil
+        }
+    }
+
+    final class ControlServer: Sendable {
+        let listener: Int32
+        let path: String
+
+        init(listener: Int32, path: String) {
+            self.listener = listener
+            self.path = path
+        }
+
+        func stop() {
+            unlink(path)
+            shutdown(listener, Int32(SHUT_RDWR))
+        }
+
+        fileprivate func acceptLoop(_ controller: LifecycleController, logger: Logger) {
+            defer { close(listener) }
+            while true {
+                let client = accept(listener, nil, nil)
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    return   // shut down
+                }
+                UnixSocket.setTimeouts(client, seconds: 5)
+                guard let peer = UnixSocket.peerCredentials(client), peer.uid == getuid() else {
+                    close(client)
+                    continue
+                }
+                let thread = Thread {
+                    defer { close(client) }
+                    guard let request = try? IPCFrame.read(client) else { return }
+                    _ = try? IPCFrame.write(client, Self.answer(request, controller))
+                }
+                thread.start()
+            }
+        }
+
+        private static func answer(_ request: [UInt8], _ controller: LifecycleController) -> [UInt8] {
+            guard request.count == 2, request[0] == LifecycleProtocol.version, let op = LifecycleProtocol.ControlOp(rawValue: request[1]) else {
+                return LifecycleProtocol.failure("unknown request")
+            }
+            do {
+                switch op {
+                case .background:
+                    return LifecycleProtocol.ok + [controller.moveToBackground().rawValue]
+                case .foreground:
+                    return LifecycleProtocol.ok + [try controller.moveToForeground().rawValue]
+                case .status:
+                    return LifecycleProtocol.ok + (try AppLifecycleStatus(controller).binaryPropertyList())
+                case .terminate:
+                    controller.terminate()
+                    return LifecycleProtocol.ok
+                }
+            } catch {
+                return LifecycleProtocol.failure(String(describing: error))
+            }
+        }
+    }
+}

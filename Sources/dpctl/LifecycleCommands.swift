@@ -1,0 +1,97 @@
+import ArgumentParser
+import DataProtectionContainers
+import DataProtectionLifecycle
+import Foundation
+
+struct AppBackground: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "background",
+        abstract: "Press the home button: send a running app to the background.",
+        discussion: """
+            The app hears willResignActive and didEnterBackground. With no background task it \
+            is suspended (no CPU at all) a few seconds later; its tasks keep it running up to \
+            its budget (dpctl app run --background-time).
+            """)
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+
+    func run() async throws {
+        let id = try appIdentifier(identifier)
+        let states = try AppSwitcher(manager: try await containerManager(device)).moveToBackground(id)
+        printOut("\(id): \(states.map(\.description).joined(separator: ", "))")
+    }
+}
+
+struct AppForeground: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "foreground",
+        abstract: "Bring a running app back to the front (resuming it if suspended).",
+        discussion: "The app hears willEnterForeground and didBecomeActive. Refused while the device is locked.")
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+
+    func run() async throws {
+        let id = try appIdentifier(identifier)
+        let states = try AppSwitcher(manager: try await containerManager(device)).moveToForeground(id)
+        printOut("\(id): \(states.map(\.description).joined(separator: ", "))")
+    }
+}
+
+struct AppState: AsyncParsableCommand {
+    /// The JSON form: the status's fields under dpctl's lower-camel keys.
+    struct Report: Encodable {
+        struct Task: Encodable { var id: UInt32, name: String, started: String }
+        var identifier: String, state: String, suspension: String, stoppedByKernel: Bool, pid: Int32?
+        var tasks: [Task], backgroundTimeRemaining: Double?
+
+        init(_ status: AppLifecycleStatus) {
+            identifier = status.identifier
+            state = status.state
+            suspension = status.suspension
+            stoppedByKernel = status.stoppedByKernel
+            pid = status.pid
+            tasks = status.tasks.map { Task(id: $0.id, name: $0.name, started: ISO8601DateFormatter().string(from: $0.started)) }
+            backgroundTimeRemaining = status.backgroundTimeRemaining
+        }
+    }
+
+    static let configuration = CommandConfiguration(
+        commandName: "state",
+        abstract: "Show a running app's state, background tasks and time left.")
+
+    @OptionGroup var device: DeviceOptions
+    @Flag(help: "Print JSON.") var json = false
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+
+    func run() async throws {
+        let id = try appIdentifier(identifier)
+        let statuses = try AppSwitcher(manager: try await containerManager(device)).status(id)
+        if json { return printJSON(statuses.map(Report.init)) }
+        for status in statuses {
+            var line = "\(status.identifier): \(status.state)"
+            if let pid = status.pid { line += ", pid \(pid)" }
+            if let left = status.backgroundTimeRemaining { line += String(format: ", %.0f s of background time left", left) }
+            line += ", suspended by \(status.suspension)"
+            printOut(line)
+            for task in status.tasks { printOut("  background task \(task.id): \(task.name.isEmpty ? "(unnamed)" : task.name)") }
+        }
+    }
+}
+
+struct AppStop: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stop",
+        abstract: "Stop a running app: willTerminate, then the end a few seconds later.",
+        discussion: "The same as sending SIGTERM to its `dpctl app run`.")
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+
+    func run() async throws {
+        let id = try appIdentifier(identifier)
+        try AppSwitcher(manager: try await containerManager(device)).terminate(id)
+        printOut("\(id): stopping")
+    }
+}
