@@ -142,6 +142,7 @@ let package = Package(
                 "DataProtectionContainers",
                 "DataProtectionKeybag",
                 "DataProtectionIPC",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]

@@ -207,7 +207,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         lab.device.clock.advance(by: 594)
         #expect(try await app.ask("remaining") == "remaining 6", "the seed's 10 minutes, as a setting")
         lab.device.clock.advance(by: 1)
-        try await app.expectLines(["expiring sync", "ended sync"])
+        try await app.expectLines(["expiring sync", "ending sync"])
         await lab.service.wait(until: app.identifier, is: .suspended)
 
         // A new trip to the background starts a new budget.
@@ -217,7 +217,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         try await app.expectLines(["event willResignActive", "event didEnterBackground"])
         #expect(try await app.ask("remaining") == "remaining 600")
         #expect(try await app.ask("begin second") == "began second 2")
-        #expect(try await app.ask("end second") == "ended second")
+        #expect(try await app.ask("end second") == "ending second")
         lab.device.clock.advance(by: 5)
         await lab.service.wait(until: app.identifier, is: .suspended)
         try lab.service.moveToForeground(app.identifier)
@@ -240,7 +240,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(try await app.ask("append written after the lock") == "appended", "class B opened before the lock: still written")
         #expect(try await app.ask("read " + secret.path) == "unavailable", "class A: the typed error")
         #expect(try await app.ask("create-b " + app.container + "/Documents/new.txt") == "created class B")
-        #expect(try await app.ask("end queue") == "ended queue")
+        #expect(try await app.ask("end queue") == "ending queue")
         await lab.service.wait(until: app.identifier, is: .suspended)
         #expect(await lab.device.keybag.isProtectedDataAvailable == false, "tasks postpone nothing in the keybag")
 
@@ -271,9 +271,9 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(try await app.ask("begin first") == "began first 1")
         #expect(try await logind.line() == "inhibit sleep|com.example.inhibiting|background task 'first'|delay")
         #expect(try await app.ask("begin second") == "began second 2")
-        #expect(try await app.ask("end first") == "ended first")
+        #expect(try await app.ask("end first") == "ending first")
         #expect(staysSilent(logind.output.fileHandleForReading.fileDescriptor, milliseconds: 200), "one task still runs")
-        #expect(try await app.ask("end second") == "ended second")
+        #expect(try await app.ask("end second") == "ending second")
         #expect(try await logind.line() == "released sleep|com.example.inhibiting|background task 'first'|delay")
         #expect(try await app.quit() == 0)
     }
@@ -285,7 +285,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         lab.service.moveToBackground(app.identifier)
         try await app.expectLines(["event willResignActive", "event didEnterBackground"])
         lab.device.clock.advance(by: 10)
-        #expect(try await app.ask("end work") == "ended work")
+        #expect(try await app.ask("end work") == "ending work")
         await lab.service.wait(until: app.identifier, is: .suspended)
         try lab.service.moveToForeground(app.identifier)
         try await app.expectLines(["event willEnterForeground", "event didBecomeActive"])
@@ -295,7 +295,8 @@ func eventually(_ condition: () -> Bool) -> Bool {
     @Test func sigtermToDpctlAppRunSendsWillTerminate() throws {
         let world = try AppWorld.make()
         try world.install("com.example.term")
-        let (process, out) = try world.start("com.example.term", ["lifecycle"], extra: ["--passcode-file", world.passcode])
+        let input = Pipe()   // held open: the app waits for commands until it hears willTerminate
+        let (process, out) = try world.start("com.example.term", ["lifecycle"], extra: ["--passcode-file", world.passcode], input: input)
         #expect(try readLine(out.fileHandleForReading.fileDescriptor) == "state active")
         #expect(try readLine(out.fileHandleForReading.fileDescriptor) == "ready")
         process.terminate()
@@ -303,6 +304,41 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(heard == ["event willResignActive", "event willTerminate"])
         process.waitUntilExit()
         #expect(process.terminationStatus == 0)
+        try input.fileHandleForWriting.close()
+    }
+}
+
+/// The same with real processes all the way: keybagd holds the lock, `dpctl app run` supervises,
+/// `dpctl lock` / `unlock` move the app, on the real clock (nothing here waits for a deadline).
+@Suite(.serialized) struct LifecycleThroughKeybagdTests {
+    @Test func dpctlLockSendsTheAppToTheBackgroundAndUnlockBringsItBack() throws {
+        var world = try AppWorld.make()
+        let daemon = try KeybagdProcess(cli: world.cli)
+        defer { daemon.stop() }
+        world.environment = daemon.environment
+        try world.install("com.example.locked")
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", "com.example.locked", "--", AppWorld.testApp, "lifecycle"]
+        process.environment = ProcessInfo.processInfo.environment.merging(daemon.environment) { $1 }
+        let input = Pipe(), out = Pipe()
+        process.standardInput = input
+        process.standardOutput = out
+        try process.run()
+        let fd = out.fileHandleForReading.fileDescriptor
+        #expect(try readLine(fd) == "state active")
+        #expect(try readLine(fd) == "ready")
+        #expect(try world.dpctl(["lock"]).status == 0)
+        #expect([try readLine(fd), try readLine(fd)] == ["event willResignActive", "event didEnterBackground"])
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        #expect([try readLine(fd), try readLine(fd)] == ["event willEnterForeground", "event didBecomeActive"])
+        let stop = try world.dpctl(["app", "stop", "com.example.locked"])
+        #expect(stop.status == 0, "\(stop.stderr)")
+        #expect([try readLine(fd), try readLine(fd)] == ["event willResignActive", "event willTerminate"])
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        try input.fileHandleForWriting.close()
     }
 }
 

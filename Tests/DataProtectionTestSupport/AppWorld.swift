@@ -52,12 +52,14 @@ public struct AppWorld: Sendable {
     }
 
     /// Starts `dpctl app run ID -- dp-test-app ARGS` and returns it with its standard output.
-    public func start(_ id: String, _ args: [String], extra: [String] = []) throws -> (Process, Pipe) {
+    /// `input`, when given, is the app's standard input (else this process's).
+    public func start(_ id: String, _ args: [String], extra: [String] = [], input: Pipe? = nil) throws -> (Process, Pipe) {
         let process = Process()
         process.executableURL = CLI.executable
         process.arguments = ["--root", cli.root, "app", "run", id] + extra + ["--", Self.testApp] + args
         let out = Pipe()
         process.standardOutput = out
+        if let input { process.standardInput = input }
         try process.run()
         return (process, out)
     }

@@ -43,16 +43,16 @@ case "lifecycle":
             let id = lifecycle.beginBackgroundTask(withName: name) {
                 say("expiring \(name)")
                 if endOnExpiry, let id = lock.withLock({ flags.tasks[name] }) {
+                    say("ending \(name)")   // first: once ended, the app may be suspended at once
                     lifecycle.endBackgroundTask(id)
-                    say("ended \(name)")
                 }
             }
             lock.withLock { flags.tasks[name] = id }
             say("began \(name) \(id)")
         case "end":
             let name = words.count > 1 ? words[1] : "task"
+            say("ending \(name)")   // first: once ended, the app may be suspended at once
             if let id = lock.withLock({ flags.tasks.removeValue(forKey: name) }) { lifecycle.endBackgroundTask(id) }
-            say("ended \(name)")
         case "remaining":
             let left = lifecycle.backgroundTimeRemaining
             say(left == .greatestFiniteMagnitude ? "remaining unlimited" : "remaining \(Int(left.rounded()))")

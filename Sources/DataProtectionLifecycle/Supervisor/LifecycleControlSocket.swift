@@ -1,3 +1,4 @@
+import Crypto
 import DataProtectionContainers
 import DataProtectionIPC
 import DataProtectionKeybag
@@ -10,13 +11,15 @@ import Glibc
 /// Where a running app's supervisor listens for the user's commands (the home button, status,
 /// stop): one socket per run, in keybagd's 0700 runtime directory (FORMAT.md §12.3):
 ///
-///     $XDG_RUNTIME_DIR/dataprotection/app-<root digest>-<12 hex of the container UUID>-<8 hex of the run>.sock
+///     $XDG_RUNTIME_DIR/dataprotection/app-<12 hex naming the root and the container>-<8 hex of the run>.sock
 ///
 /// Only processes of this user are answered (`SO_PEERCRED`); one request per connection.
 enum LifecycleControlSocket {
+    /// `app-<12 hex>-`: the first 6 bytes of SHA-256 of the root's digest (§8), a `/` and the
+    /// container's UUID — short, so the path fits `sun_path` under a deep `XDG_RUNTIME_DIR`.
     static func prefix(root: String, container: UUID) -> String {
-        let uuid = container.uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(12)
-        return "app-\(KeybagSocket.rootDigest(root))-\(uuid)-"
+        let digest = SHA256.hash(data: Data((KeybagSocket.rootDigest(root) + "/" + container.uuidString).utf8))
+        return "app-" + digest.prefix(6).map { String(format: "%02x", $0) }.joined() + "-"
     }
 
     static func path(root: String, run: RunningApp) -> String {
