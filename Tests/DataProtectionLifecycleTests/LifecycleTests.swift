@@ -15,13 +15,13 @@ final class Lab: @unchecked Sendable {
     let service: LifecycleService
     let supervisor: AppSupervisor
 
-    init(settings: LifecycleSettings = LifecycleSettings(), environment: [String: String] = [:]) async throws {
+    init(settings: LifecycleSettings = LifecycleSettings(), environment: [String: String] = [:], usesCgroups: Bool = true) async throws {
         device = try await TestDevice.make()
         try await device.keybag.unlock(passcode: "1234")
         manager = ContainerManager(files: device.files)
         service = LifecycleService(manager: manager, settings: settings, clock: device.clock,
                                    environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
-        supervisor = AppSupervisor(manager: manager, services: [service])
+        supervisor = AppSupervisor(manager: manager, services: [service], usesCgroups: usesCgroups)
     }
 
     /// Installs and launches `id` as `dp-test-app lifecycle`; returns once it said "ready".
@@ -145,8 +145,9 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(gone.status == 1 && gone.stderr.contains("not running") && gone.stderr.contains("dpctl app run"), "\(gone.stderr)")
     }
 
-    @Test func aBackgroundAppWithoutATaskIsReallySuspendedAndResumedInFront() async throws {
-        let lab = try await Lab()
+    @Test(arguments: [true, false])
+    func aBackgroundAppWithoutATaskIsReallySuspendedAndResumedInFront(cgroups: Bool) async throws {
+        let lab = try await Lab(usesCgroups: cgroups)
         let app = try await lab.launch("com.example.forgetful")
         #expect(try await app.ask("counter " + app.container + "/tmp/counter") == "counting")
         #expect(eventually { app.counter() > 0 })
@@ -162,7 +163,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         await lab.service.wait(until: app.identifier, is: .suspended)
         let status = try #require(lab.status(app))
         #expect(status.stoppedByKernel, "the kernel shows it stopped (\(status.suspension))")
-        #expect(status.suspension == "cgroup freezer" || status.suspension == "SIGSTOP")
+        #expect(cgroups ? ["cgroup freezer", "SIGSTOP"].contains(status.suspension) : status.suspension == "SIGSTOP")
         let frozen = app.counter()
         app.send("state")   // a suspended app answers nothing
         #expect(staysSilent(app.output.fileHandleForReading.fileDescriptor, milliseconds: 300))
@@ -220,6 +221,22 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(try await app.ask("end second") == "ending second")
         lab.device.clock.advance(by: 5)
         await lab.service.wait(until: app.identifier, is: .suspended)
+        try lab.service.moveToForeground(app.identifier)
+        try await app.expectLines(["event willEnterForeground", "event didBecomeActive"])
+        #expect(try await app.quit() == 0)
+    }
+
+    @Test func performExpiringActivityRunsAsATaskAndIsToldWhenItsTimeIsUp() async throws {
+        let lab = try await Lab()
+        let app = try await lab.launch("com.example.activity")
+        #expect(try await app.ask("activity") == "activity running")
+        lab.service.moveToBackground(app.identifier)
+        try await app.expectLines(["event willResignActive", "event didEnterBackground"])
+        lab.device.clock.advance(by: 20)
+        #expect(lab.state(app) == .background, "the activity keeps it running")
+        lab.device.clock.advance(by: 5)
+        try await app.expectLines(["activity expired", "activity done"])
+        await lab.service.wait(until: app.identifier, is: .suspended)   // the block returned: its task ended
         try lab.service.moveToForeground(app.identifier)
         try await app.expectLines(["event willEnterForeground", "event didBecomeActive"])
         #expect(try await app.quit() == 0)

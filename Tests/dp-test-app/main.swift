@@ -53,6 +53,19 @@ case "lifecycle":
             let name = words.count > 1 ? words[1] : "task"
             say("ending \(name)")   // first: once ended, the app may be suspended at once
             if let id = lock.withLock({ flags.tasks.removeValue(forKey: name) }) { lifecycle.endBackgroundTask(id) }
+        case "activity":
+            // performExpiringActivity: the block runs until its time is nearly up, then returns.
+            let expired = DispatchSemaphore(value: 0)
+            lifecycle.performExpiringActivity(withReason: "save") { isExpired in
+                if isExpired {
+                    say("activity expired")
+                    expired.signal()
+                } else {
+                    say("activity running")
+                    expired.wait()
+                    say("activity done")
+                }
+            }
         case "remaining":
             let left = lifecycle.backgroundTimeRemaining
             say(left == .greatestFiniteMagnitude ? "remaining unlimited" : "remaining \(Int(left.rounded()))")

@@ -31,9 +31,14 @@ public final class AppSupervisor: Sendable {
     /// Keybag channels one app may hold open at once.
     static let maxChannels = 64
 
-    public init(manager: ContainerManager, services: [any AppSupervisorService] = []) {
+    /// Whether each app gets a cgroup of its own where this user may make one (so it can be
+    /// frozen whole); `false` suspends apps with `SIGSTOP` everywhere.
+    public let usesCgroups: Bool
+
+    public init(manager: ContainerManager, services: [any AppSupervisorService] = [], usesCgroups: Bool = true) {
         self.manager = manager
         self.services = services
+        self.usesCgroups = usesCgroups
     }
 
     /// Runs `command` (a path, or a name looked up on `PATH`) as `identifier` and returns its exit
@@ -86,7 +91,8 @@ public final class AppSupervisor: Sendable {
             argv = [executable] + command.dropFirst()
             descriptors = [input, output, errors, control.app]
         }
-        let run = RunningApp(app: app, cgroup: AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))"))
+        let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))") : nil
+        let run = RunningApp(app: app, cgroup: cgroup)
         defer {
             run.ended()
             for service in services { service.appDidEnd(run) }

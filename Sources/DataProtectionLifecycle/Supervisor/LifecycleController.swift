@@ -63,6 +63,9 @@ final class LifecycleController: Sendable {
 
     var identifier: String { run.app.identifier.rawValue }
 
+    /// Background tasks one run may hold at once (each costs the supervisor a record).
+    static let maxTasks = 1024
+
     var state: ApplicationState { inner.withLock { $0.state } }
 
     var tasks: [UInt32: TaskRecord] { inner.withLock { $0.tasks } }
@@ -197,6 +200,10 @@ final class LifecycleController: Sendable {
                 return .invalid
             }
             guard !inner.ended else { return .invalid }
+            guard inner.tasks.count < Self.maxTasks else {
+                logger.info("\(identifier): background task '\(name)' not started: \(Self.maxTasks) are running")
+                return .invalid
+            }
             let id = inner.nextTaskID
             inner.nextTaskID = inner.nextTaskID == UInt32.max ? 1 : inner.nextTaskID + 1
             inner.tasks[id] = TaskRecord(name: name, started: now)
