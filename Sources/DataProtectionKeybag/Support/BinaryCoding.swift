@@ -17,6 +17,13 @@ package struct ByteWriter {
     package mutating func u64(_ v: UInt64) { for s in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(s))) } }
     package mutating func raw<C: Collection<UInt8>>(_ v: C) { bytes += v }
     package mutating func zeros(_ n: Int) { bytes += [UInt8](repeating: 0, count: n) }
+    /// A service channel's string (FORMAT.md §11.4, §12.2): u16 length, then UTF-8 — paths as
+    /// their bytes (see `LosslessPath`); cut at 65,535 bytes.
+    package mutating func text(_ value: String) {
+        let utf8 = Array(value.utf8.prefix(Int(UInt16.max)))
+        u16(UInt16(utf8.count))
+        raw(utf8)
+    }
 }
 
 /// Reads big-endian fields, failing with a message (never trapping) when input runs out.
@@ -26,6 +33,12 @@ package struct ByteReader {
     package private(set) var offset = 0
     package init(_ bytes: [UInt8]) { self.bytes = bytes }
     package var remaining: Int { bytes.count - offset }
+
+    /// A string written by ``ByteWriter/text(_:)``; bytes that are not UTF-8 become U+FFFD.
+    package mutating func text(_ field: String) throws -> String {
+        let count = Int(try u16(field))
+        return String(decoding: try raw(count, field), as: UTF8.self)
+    }
 
     package mutating func raw(_ n: Int, _ field: String) throws -> [UInt8] {
         guard n >= 0, remaining >= n else { throw OutOfBounds(field: field) }

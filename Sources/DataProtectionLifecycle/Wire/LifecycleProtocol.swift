@@ -54,16 +54,8 @@ enum LifecycleProtocol {
         return w.bytes
     }
 
-    static func string(_ w: inout ByteWriter, _ text: String) {
-        let bytes = Array(text.utf8.prefix(Int(UInt16.max)))
-        w.u16(UInt16(bytes.count))
-        w.raw(bytes)
-    }
-
-    static func string(_ r: inout ByteReader, _ field: String) throws -> String {
-        let count = Int(try r.u16(field))
-        return String(decoding: try r.raw(count, field), as: UTF8.self)
-    }
+    static func string(_ w: inout ByteWriter, _ text: String) { w.text(text) }
+    static func string(_ r: inout ByteReader, _ field: String) throws -> String { try r.text(field) }
 
     static func double(_ w: inout ByteWriter, _ value: Double) { w.u64(value.bitPattern) }
     static func double(_ r: inout ByteReader, _ field: String) throws -> Double { Double(bitPattern: try r.u64(field)) }

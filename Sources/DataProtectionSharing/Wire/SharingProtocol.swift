@@ -63,16 +63,8 @@ enum SharingProtocol {
     }
 
     /// A string: u16 length, then UTF-8 (paths: their bytes, see `LosslessPath`).
-    static func string(_ w: inout ByteWriter, _ text: String) {
-        let bytes = Array(text.utf8.prefix(Int(UInt16.max)))
-        w.u16(UInt16(bytes.count))
-        w.raw(bytes)
-    }
-
-    static func string(_ r: inout ByteReader, _ field: String) throws -> String {
-        let count = Int(try r.u16(field))
-        return String(decoding: try r.raw(count, field), as: UTF8.self)
-    }
+    static func string(_ w: inout ByteWriter, _ text: String) { w.text(text) }
+    static func string(_ r: inout ByteReader, _ field: String) throws -> String { try r.text(field) }
 
     static func request(_ op: Op, _ body: (inout ByteWriter) -> Void = { _ in }) -> [UInt8] {
         var w = ByteWriter()
