@@ -18,7 +18,7 @@ func groupIdentifier(_ text: String) throws -> AppGroupIdentifier { try AppGroup
 struct App: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "app",
-        abstract: "Install apps, run them in their sandbox, list and remove them.",
+        abstract: "Install apps, run them in their sandbox, move them between front and back, list and remove them.",
         discussion: """
             An app is a reverse-DNS identifier with a data container under the data root \
             (Containers/Data/Application/UUID: Documents, Library, tmp, as on iOS). `dpctl app run` \
