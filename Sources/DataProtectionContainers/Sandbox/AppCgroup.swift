@@ -40,14 +40,15 @@ final class AppCgroup: Sendable {
     }
 
     /// Runs `spawn` with this process inside the cgroup, so the child it starts is born there;
-    /// moves back afterwards. Throws what `spawn` throws; when the move itself fails, spawns
-    /// outside and returns `false` in `inside`.
-    func spawn<T>(_ spawn: () throws -> T) rethrows -> (result: T, inside: Bool) {
+    /// moves back afterwards. Throws what `spawn` throws; returns whether the child was born
+    /// inside (`false`: the move itself failed, and it was spawned outside).
+    func spawn(_ spawn: () throws -> Void) rethrows -> Bool {
         try Self.spawning.withLock { _ in
             let me = String(getpid())
             let entered = write(me, to: path + "/cgroup.procs")
             defer { if entered { _ = write(me, to: home + "/cgroup.procs") } }
-            return (try spawn(), entered)
+            try spawn()
+            return entered
         }
     }
 

@@ -58,7 +58,7 @@ public final class RunningApp: Sendable {
             try start()
             return false
         }
-        return try cgroup.spawn(start).inside
+        return try cgroup.spawn(start)
     }
 
     func launched(pid: pid_t, inCgroup: Bool) {

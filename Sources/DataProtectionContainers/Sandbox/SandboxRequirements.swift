@@ -53,7 +53,7 @@ public struct SandboxRequirements: Sendable, Equatable {
         return SandboxRequirements(bubblewrap: bwrap, sandboxExec: exec, landlockABI: effective)
     }
 
-    static func findInPath(_ name: String, environment: [String: String]) -> String? {
+    package static func findInPath(_ name: String, environment: [String: String]) -> String? {
         for directory in (environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":") {
             let candidate = String(directory) + "/" + name
             if isExecutable(candidate) { return candidate }

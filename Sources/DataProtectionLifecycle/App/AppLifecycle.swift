@@ -32,7 +32,7 @@ public final class AppLifecycle: Sendable {
     public static let shared: AppLifecycle? = CurrentApp.shared.map(AppLifecycle.init)
 
     let app: CurrentApp
-    private let requests = Mutex<Int32?>(nil)
+    private let requests: LifecycleRequests
     private let inner = Mutex(Inner())
     /// The supervisor's clock (virtual in tests): what ``backgroundTimeRemaining`` is counted on.
     public let clock: any KeybagClock
@@ -50,6 +50,7 @@ public final class AppLifecycle: Sendable {
     /// Connects to `app`'s supervisor and starts hearing its events.
     public init(app: CurrentApp) {
         self.app = app
+        requests = LifecycleRequests(app: app)
         clock = SupervisorClock(app: app)
         connectEvents()
     }
@@ -143,30 +144,7 @@ public final class AppLifecycle: Sendable {
 
     // MARK: - The channels
 
-    /// One request on the request channel (opened on first use); its `ok` body, or `nil`.
-    func ask(_ request: [UInt8]) -> ByteReader? {
-        Self.ask(app, request, on: requests)
-    }
-
-    /// The clock's requests go on a channel of their own (the clock is made before `self`).
-    static func ask(_ app: CurrentApp, _ request: [UInt8]) -> ByteReader? {
-        ask(app, request, on: clockChannel)
-    }
-    private static let clockChannel = Mutex<Int32?>(nil)
-
-    private static func ask(_ app: CurrentApp, _ request: [UInt8], on requests: borrowing Mutex<Int32?>) -> ByteReader? {
-        requests.withLock { fd -> ByteReader? in
-            if fd == nil { fd = app.openServiceChannel(LifecycleProtocol.serviceIdentifier)?.rawValue }
-            guard let channel = fd else { return nil }
-            guard (try? IPCFrame.write(channel, request)) != nil, let answer = try? IPCFrame.read(channel),
-                  let body = try? LifecycleProtocol.body(answer) else {
-                close(channel)
-                fd = nil
-                return nil
-            }
-            return body
-        }
-    }
+    private func ask(_ request: [UInt8]) -> ByteReader? { requests.ask(request) }
 
     private func connectEvents() {
         guard let fd = app.openServiceChannel(LifecycleProtocol.serviceIdentifier)?.rawValue else { return }

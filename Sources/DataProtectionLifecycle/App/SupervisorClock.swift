@@ -12,11 +12,16 @@ import Glibc
 /// examples (so an app's "one item per second" follows the test's clock, not the wall's).
 final class SupervisorClock: KeybagClock {
     private let app: CurrentApp
+    /// The clock's own channel for `now` (sleeps take one each).
+    private let requests: LifecycleRequests
 
-    init(app: CurrentApp) { self.app = app }
+    init(app: CurrentApp) {
+        self.app = app
+        requests = LifecycleRequests(app: app)
+    }
 
     func now() -> Date {
-        guard var body = AppLifecycle.ask(app, LifecycleProtocol.request(LifecycleProtocol.Op.now.rawValue)),
+        guard var body = requests.ask(LifecycleProtocol.request(LifecycleProtocol.Op.now.rawValue)),
               let seconds = try? LifecycleProtocol.double(&body, "now") else { return Date() }
         return Date(timeIntervalSince1970: seconds)
     }

@@ -27,7 +27,8 @@ public final class LifecycleService: AppSupervisorService {
     public let manager: ContainerManager
     public let settings: LifecycleSettings
     public let clock: any KeybagClock
-    private let inhibitor: @Sendable () -> SleepInhibitor
+    /// Where `systemd-inhibit` runs (its `PATH` and `DBUS_SYSTEM_BUS_ADDRESS`).
+    private let environment: [String: String]
     private let logger = Logger(label: "lifecycle")
     private let runs = Mutex<[UUID: (controller: LifecycleController, control: LifecycleControlSocket.ControlServer?)]>([:])
     private let observing = Mutex(false)
@@ -41,8 +42,7 @@ public final class LifecycleService: AppSupervisorService {
         self.manager = manager
         self.settings = settings
         self.clock = clock ?? manager.files.keybag.clock
-        let logger = self.logger
-        inhibitor = { SleepInhibitor(environment: environment, logger: logger) }
+        self.environment = environment
     }
 
     public var serviceIdentifier: UInt8 { LifecycleProtocol.serviceIdentifier }
@@ -51,7 +51,7 @@ public final class LifecycleService: AppSupervisorService {
         let keybag = manager.files.keybag
         await observeLockOnce(keybag)
         let locked = await keybag.lockState != .unlocked
-        let controller = LifecycleController(run: run, settings: settings, clock: clock, deviceLocked: locked, inhibitor: inhibitor(), logger: logger)
+        let controller = LifecycleController(run: run, settings: settings, clock: clock, deviceLocked: locked, inhibitor: SleepInhibitor(environment: environment, logger: logger), logger: logger)
         let control = LifecycleControlSocket.serve(controller, root: manager.layout.root, logger: logger)
         runs.withLock { $0[run.id] = (controller, control) }
     }

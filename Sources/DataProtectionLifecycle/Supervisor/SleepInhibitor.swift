@@ -1,3 +1,4 @@
+import DataProtectionContainers
 import Foundation
 import Logging
 import Synchronization
@@ -44,11 +45,11 @@ final class SleepInhibitor: Sendable {
     func acquire(who: String, why: String) {
         held.withLock { holder in
             guard holder == nil else { return }
-            guard let tool = Self.find("systemd-inhibit", environment) else {
+            guard let tool = SandboxRequirements.findInPath("systemd-inhibit", environment: environment) else {
                 say("systemd-inhibit (systemd) is not installed: background tasks do not hold back sleep")
                 return
             }
-            guard let cat = Self.find("cat", environment) else { return }
+            guard let cat = SandboxRequirements.findInPath("cat", environment: environment) else { return }
             let process = Process()
             process.executableURL = URL(fileURLWithPath: tool)
             process.arguments = ["--what=sleep", "--mode=delay", "--who=\(who)", "--why=\(why)", cat]
@@ -92,13 +93,5 @@ final class SleepInhibitor: Sendable {
     private func say(_ message: String) {
         let first = Self.warned.withLock { warned -> Bool in defer { warned = true }; return !warned }
         if first { logger.notice("\(message)") }
-    }
-
-    private static func find(_ name: String, _ environment: [String: String]) -> String? {
-        let path = environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        for directory in path.split(separator: ":") where FileManager.default.isExecutableFile(atPath: "\(directory)/\(name)") {
-            return "\(directory)/\(name)"
-        }
-        return nil
     }
 }
