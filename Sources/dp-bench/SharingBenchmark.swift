@@ -78,15 +78,16 @@ struct SharingBenchmark: AsyncParsableCommand {
         let client = pair[1]
         let id = withUnsafeBytes(of: grant.id.uuid) { Array($0) }
         let start: [UInt8] = [1, 3] + id, open: [UInt8] = [1, 5] + id + [0, 0, 0], stop: [UInt8] = [1, 4] + id
+        var answers = IPCFrameReader(fd: client)
         func exchange(_ request: [UInt8]) throws {
             try IPCFrame.write(client, request)
-            guard let answer = try IPCFrame.read(client), answer == [1, 0] else { throw ValidationError("the broker refused") }
+            guard let answer = try answers.frame(), answer == [1, 0] else { throw ValidationError("the broker refused") }
         }
-        /// Start and open pipelined, as `SecurityScopedURL.startAccessingSecurityScopedResource()` does.
+        /// Start and open pipelined, read as `SecurityScopedURL.startAccessingSecurityScopedResource()` does.
         func startAndOpen() throws -> Int32? {
             try IPCFrame.sendBytes(client, IPCFrame.header(start.count) + start + IPCFrame.header(open.count) + open)
-            guard try IPCFrame.read(client) == [1, 0], try IPCFrame.read(client) == [1, 0] else { throw ValidationError("the broker refused") }
-            return try UnixSocket.receiveDescriptor(from: client).descriptor
+            guard try answers.frame() == [1, 0], try answers.frame() == [1, 0] else { throw ValidationError("the broker refused") }
+            return try answers.descriptor()
         }
         var latencies: [Double] = []
         for _ in 0..<accesses {

@@ -58,6 +58,62 @@ import Testing
         #expect(try UnixSocket.receiveDescriptor(from: b, capacity: 64).descriptor == nil)
     }
 
+    /// Answers and a descriptor sent in one message (one wake-up for the reader): the frame
+    /// reader returns both answers, then the descriptor — which a plain `recv` of the first
+    /// bytes would have dropped.
+    @Test func theFrameReaderKeepsADescriptorThatCameWithTheAnswers() throws {
+        let path = NSTemporaryDirectory() + "ipc-" + UUID().uuidString
+        try Data("granted".utf8).write(to: URL(fileURLWithPath: path))
+        defer { unlink(path) }
+        let item = open(path, O_RDONLY)
+        try #require(item >= 0)
+        let (a, b) = try Self.pair()
+        defer { close(a); close(b) }
+        let answers = IPCFrame.header(2) + [1, 0] + IPCFrame.header(3) + [1, 0, 7]
+        try UnixSocket.send(descriptor: item, over: a, message: answers + [0])
+        close(item)
+        try IPCFrame.write(a, [1, 0, 9])                        // a later answer, read on the next call
+        var reader = IPCFrameReader(fd: b)
+        #expect(try reader.frame() == [1, 0])
+        #expect(try reader.frame() == [1, 0, 7])
+        let fd = try reader.descriptor()
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 16)
+        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        #expect(Array(buffer[0..<max(n, 0)]) == Array("granted".utf8))
+        #expect(try reader.frame() == [1, 0, 9])
+        #expect(!reader.hasBufferedBytes)
+        // A frame split across writes is joined; a byte that is not a descriptor's is an error.
+        let split = IPCFrame.header(4) + [1, 2, 3, 4]
+        _ = split.withUnsafeBytes { send(a, $0.baseAddress, 3, 0) }
+        _ = split.withUnsafeBytes { send(a, $0.baseAddress! + 3, split.count - 3, 0) }
+        #expect(try reader.frame() == [1, 2, 3, 4])
+        _ = [UInt8(5)].withUnsafeBytes { send(a, $0.baseAddress, 1, 0) }
+        #expect(throws: IPCError.self) { _ = try reader.descriptor() }
+        close(a)
+        #expect(throws: IPCError.self, "the stray byte is the start of a frame the stream ends in") { _ = try reader.frame() }
+    }
+
+    /// A reader of requests closes descriptors a peer pushes at it: they never pile up.
+    @Test func aRequestReaderClosesDescriptorsAPeerSends() throws {
+        let path = NSTemporaryDirectory() + "ipc-pushed-" + UUID().uuidString
+        try Data().write(to: URL(fileURLWithPath: path))
+        defer { unlink(path) }
+        let (a, b) = try Self.pair()
+        defer { close(a); close(b) }
+        let pushed = open(path, O_RDONLY)
+        try #require(pushed >= 0)
+        try UnixSocket.send(descriptor: pushed, over: a, message: IPCFrame.header(2) + [1, 6])
+        close(pushed)
+        var reader = IPCFrameReader(fd: b, acceptsDescriptors: false)
+        #expect(try reader.frame() == [1, 6])
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+            .compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0) }
+        #expect(!open.contains(path), "the pushed descriptor was closed")
+        close(a)
+        #expect(throws: IPCError.self) { _ = try reader.descriptor() }
+    }
+
     @Test func listenRefusesADirectoryOthersCanEnter() throws {
         let directory = NSTemporaryDirectory() + "ipc-dir-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])

@@ -66,6 +66,13 @@ public enum LosslessPath {
     /// - Throws: ``KeybagError/invalidArgument(_:)`` when the path contains a NUL byte, which no
     ///   file name can hold (passing it on would silently name a shorter path).
     public static func withCString<T>(_ path: String, _ body: (UnsafePointer<CChar>) throws -> T) throws -> T {
+        // The common case — no escape-range scalar (UTF-8 F4 …) and no NUL — is the string's own
+        // NUL-terminated UTF-8, passed without a copy.
+        var path = path
+        let plain = path.withUTF8 { utf8 in
+            utf8.isEmpty || (memchr(utf8.baseAddress!, 0xF4, utf8.count) == nil && memchr(utf8.baseAddress!, 0, utf8.count) == nil)
+        }
+        if plain { return try path.withCString(body) }
         var bytes = bytes(of: path)
         guard !bytes.contains(0) else { throw KeybagError.invalidArgument("\(display(path)): a file name cannot contain a NUL byte") }
         bytes.append(0)

@@ -37,8 +37,25 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     public let isPersistent: Bool
 
     private let app: CurrentApp
-    /// The channel on which access was started; `nil` when not accessing.
-    private let channel = Mutex<FileDescriptor?>(nil)
+    /// The channel on which access was started, and its reader; `nil` when not accessing.
+    private let channel = Mutex<AccessChannel?>(nil)
+
+    /// A sharing channel and what was read from it: answers and passed descriptors can arrive
+    /// in one message, so every read goes through the one reader.
+    private struct AccessChannel {
+        let fd: FileDescriptor
+        var reader: IPCFrameReader
+
+        init(_ fd: FileDescriptor) {
+            self.fd = fd
+            reader = IPCFrameReader(fd: fd.rawValue)
+        }
+
+        mutating func close() {
+            reader.close()
+            try? fd.close()
+        }
+    }
     /// The item's read-only descriptor, asked for together with the start (one round trip
     /// instead of two for the common start-then-read), handed out by the first plain read.
     private let prefetched = Mutex<FileDescriptor?>(nil)
@@ -93,20 +110,21 @@ public final class SecurityScopedURL: Sendable, Identifiable {
                 SharingProtocol.string(&w, "")
             }
             let both = IPCFrame.header(start.count) + start + IPCFrame.header(open.count) + open   // one send, one wake-up
+            var opening = AccessChannel(fd)
             guard (try? IPCFrame.sendBytes(fd.rawValue, both)) != nil,
-                  let answer = try? IPCFrame.read(fd.rawValue), let opened = try? IPCFrame.read(fd.rawValue),
+                  let answer = try? opening.reader.frame(), let opened = try? opening.reader.frame(),
                   (try? SharingProtocol.outcome(answer)) == .some(nil) else {
-                try? fd.close()
+                opening.close()
                 return false
             }
             if (try? SharingProtocol.outcome(opened)) == .some(nil) {
-                guard let passed = try? UnixSocket.receiveDescriptor(from: fd.rawValue), let descriptor = passed.descriptor else {
-                    try? fd.close()
+                guard let descriptor = try? opening.reader.descriptor() else {
+                    opening.close()
                     return false
                 }
                 prefetched.withLock { $0 = FileDescriptor(rawValue: descriptor) }
             }
-            current = fd
+            current = opening
             return true
         }
     }
@@ -115,9 +133,9 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     public func stopAccessingSecurityScopedResource() {
         if let unused = prefetched.withLock({ fd -> FileDescriptor? in defer { fd = nil }; return fd }) { try? unused.close() }
         channel.withLock { current in
-            guard let fd = current else { return }
-            _ = try? IPCFrame.write(fd.rawValue, SharingProtocol.request(.stopAccess) { SharingProtocol.uuid(&$0, id) })
-            try? fd.close()
+            guard var open = current else { return }
+            _ = try? IPCFrame.write(open.fd.rawValue, SharingProtocol.request(.stopAccess) { SharingProtocol.uuid(&$0, id) })
+            open.close()
             current = nil
         }
     }
@@ -140,17 +158,17 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     /// and the descriptor that follows it when `withDescriptor`.
     private func request(_ op: SharingProtocol.Op, withDescriptor: Bool = false, _ body: (inout ByteWriter) -> Void) throws -> ([UInt8], FileDescriptor?) {
         try channel.withLock { current in
-            guard let fd = current else { throw SharingError.accessNotStarted(id) }
+            guard current != nil else { throw SharingError.accessNotStarted(id) }
             let frame = SharingProtocol.request(op) { w in
                 SharingProtocol.uuid(&w, id)
                 body(&w)
             }
-            guard (try? IPCFrame.write(fd.rawValue, frame)) != nil, let answer = try? IPCFrame.read(fd.rawValue), answer.count >= 2 else {
+            guard (try? IPCFrame.write(current!.fd.rawValue, frame)) != nil, let answer = try? current!.reader.frame(), answer.count >= 2 else {
                 throw SharingError.brokerUnavailable
             }
             if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) { throw error }
             guard withDescriptor else { return (Array(answer.dropFirst(2)), nil) }
-            guard let passed = try? UnixSocket.receiveDescriptor(from: fd.rawValue), let descriptor = passed.descriptor else {
+            guard let descriptor = try? current!.reader.descriptor() else {
                 throw SharingError.brokerUnavailable
             }
             return (Array(answer.dropFirst(2)), FileDescriptor(rawValue: descriptor))

@@ -38,16 +38,20 @@ public struct SharingService: AppSupervisorService {
     public func serve(channel: FileDescriptor, app: AppContainer) {
         let fd = channel.rawValue
         UnixSocket.setTimeouts(fd, seconds: 10, sending: true, receiving: false)
-        /// The grants this channel started access to.
-        var started = Set<UUID>()
+        /// The grants this channel started access to, and what it keeps open for them.
+        var session = GrantAccessSession()
         var answers = AnswerQueue(fd: fd)
-        defer { try? answers.flush() }
-        while let frame = try? IPCFrame.read(fd) {
+        var requests = IPCFrameReader(fd: fd, acceptsDescriptors: false)
+        defer { try? answers.flush(); requests.close(); session.close() }
+        while let frame = try? requests.frame() {
+            answers.requestBuffered = requests.hasBufferedBytes
             var r = ByteReader(frame)
             guard (try? r.u8("version")) == SharingProtocol.version, let raw = try? r.u8("op"), let op = SharingProtocol.Op(rawValue: raw) else {
                 logger.info("closing \(app.identifier)'s sharing channel: malformed request")
                 return
             }
+            // A start's check carries over only to the open sent with it.
+            if op != .open { session.clearPipelinedCheck() }
             switch op {
             case .openIn:
                 guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
@@ -58,7 +62,9 @@ public struct SharingService: AppSupervisorService {
                 guard (try? answers.send(answer)) != nil else { return }
             case .subscribe:
                 let mask = r.remaining == 1 ? (try? r.u8("kinds")) ?? 0 : SharingProtocol.openedMask
-                guard r.remaining == 0, mask != 0, (try? answers.send(SharingProtocol.ok)) != nil, (try? answers.flush()) != nil else { return }
+                // Nothing may follow a subscription: the channel carries events from here on.
+                guard r.remaining == 0, mask != 0, !requests.hasBufferedBytes,
+                      (try? answers.send(SharingProtocol.ok)) != nil, (try? answers.flush()) != nil else { return }
                 var kinds: Set<Delivery.Kind> = []
                 if mask & SharingProtocol.openedMask != 0 { kinds.insert(.openIn) }
                 if mask & SharingProtocol.sharedMask != 0 { kinds.insert(.share) }
@@ -84,25 +90,28 @@ public struct SharingService: AppSupervisorService {
                 guard (try? answers.send(reply.bytes)) != nil else { return }
             case .endShare:
                 guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
-                started.remove(id)
+                session.started.remove(id)
                 guard (try? answers.send(outcome { try broker.endShare(id, for: app) })) != nil else { return }
             case .startAccess, .stopAccess:
                 guard let id = try? SharingProtocol.uuid(&r), r.remaining == 0 else { return }
                 let answer: [UInt8]
                 if op == .stopAccess {
-                    started.remove(id)
+                    session.started.remove(id)
                     answer = SharingProtocol.ok
                 } else {
-                    answer = outcome { _ = try broker.activeGrant(id, for: app) }
-                    if answer == SharingProtocol.ok { started.insert(id) }
+                    answer = outcome {
+                        let (grant, provider) = try broker.activeGrantAndProvider(id, for: app)
+                        session.didStart(id, grant: grant, provider: provider, pipelined: requests.hasBufferedBytes)
+                    }
                 }
                 guard (try? answers.send(answer)) != nil else { return }
             case .open:
                 guard let id = try? SharingProtocol.uuid(&r), let mode = try? r.u8("mode"), mode <= 1,
                       let subpath = try? SharingProtocol.string(&r, "subpath"), r.remaining == 0 else { return }
                 var opened: FileDescriptor?
-                let answer = started.contains(id)
-                    ? outcome { opened = try broker.openGranted(id, subpath: subpath, writable: mode == 1, for: app) }
+                defer { session.clearPipelinedCheck() }
+                let answer = session.started.contains(id)
+                    ? outcome { opened = try broker.openGranted(id, subpath: subpath, writable: mode == 1, for: app, session: &session) }
                     : SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description)
                 defer { try? opened?.close() }
                 guard (try? answers.send(answer)) != nil else { return }
@@ -114,7 +123,7 @@ public struct SharingService: AppSupervisorService {
                 var extra: [UInt8] = []
                 var created: FileDescriptor?
                 defer { try? created?.close() }
-                let answer = !started.contains(id) ? SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description) : outcome {
+                let answer = !session.started.contains(id) ? SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description) : outcome {
                     switch op {
                     case .enumerate:
                         extra = try binaryPropertyList(try broker.enumerateGranted(id, subpath: subpath, for: app))

@@ -85,14 +85,13 @@ extension SharingBroker {
     /// is active for `app` and holds `capability`.
     private func granted(_ id: UUID, subpath: String, needing capability: GrantCapabilities,
                          for app: AppContainer) throws -> (Grant, AppContainer, String) {
-        let grant = try activeGrant(id, for: app)
+        let (grant, provider) = try activeGrantAndProvider(id, for: app)
         guard grant.snapshot == nil, !grant.isShare else { throw SharingError.notGranted(id, capability.description) }
         guard grant.capabilities.contains(capability) else { throw SharingError.notGranted(id, capability.description) }
         let below = subpath.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
             throw SharingError.refused("\(subpath): name items below the grant with a plain path")
         }
-        let provider = try provider(of: grant)
         return (grant, provider, subpath.isEmpty ? grant.path : grant.path + "/" + subpath)
     }
 

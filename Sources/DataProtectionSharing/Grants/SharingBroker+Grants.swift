@@ -107,12 +107,16 @@ extension SharingBroker {
 
     /// The grant `id` if it lets `app` (its container) start access now.
     func activeGrant(_ id: UUID, for app: AppContainer) throws -> Grant {
+        try activeGrantAndProvider(id, for: app).grant
+    }
+
+    /// The grant `id` if it lets `app` start access now, and its provider (still installed).
+    func activeGrantAndProvider(_ id: UUID, for app: AppContainer) throws -> (grant: Grant, provider: AppContainer) {
         guard let grant = GrantStore(layout: manager.layout).grant(id), grant.recipientContainer == app.uuid else {
             throw SharingError.noSuchGrant(id)
         }
         if grant.isExpired(at: clock.now()) { throw SharingError.grantExpired(id) }
-        _ = try provider(of: grant)
-        return grant
+        return (grant, try provider(of: grant))
     }
 
     /// The providing app of `grant`, still in the container it granted from.
@@ -128,7 +132,16 @@ extension SharingBroker {
     /// A descriptor of the granted item (or of `subpath` below a granted directory): read-only
     /// without `.writing` — the kernel, not the recipient, then refuses writes.
     func openGranted(_ id: UUID, subpath: String, writable: Bool, for app: AppContainer) throws -> FileDescriptor {
-        let grant = try activeGrant(id, for: app)
+        var session = GrantAccessSession()
+        defer { session.close() }
+        return try openGranted(id, subpath: subpath, writable: writable, for: app, session: &session)
+    }
+
+    /// ``openGranted(_:subpath:writable:for:)`` within a channel's session: a start sent with
+    /// this open was checked already, and the provider's container directory stays open.
+    func openGranted(_ id: UUID, subpath: String, writable: Bool, for app: AppContainer,
+                     session: inout GrantAccessSession) throws -> FileDescriptor {
+        let (grant, provider) = try session.takePipelinedCheck(for: id) ?? activeGrantAndProvider(id, for: app)
         let needed: GrantCapabilities = writable ? [.writing] : [.reading]
         guard grant.capabilities.isSuperset(of: needed) else {
             throw SharingError.notGranted(id, writable ? "write" : "read")
@@ -141,14 +154,15 @@ extension SharingBroker {
             guard subpath.isEmpty, !writable else { throw SharingError.notGranted(id, "write") }
             return try openSnapshot(snapshot)
         }
-        let provider = try provider(of: grant)
         let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
-        let item = try openItem(relative, in: provider, flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK)
+        let (base, inside) = try locate(relative, in: provider)
+        let full = base + "/" + inside
+        let item = try BeneathOpen.open(inside, beneath: try session.directory(base), flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK, path: full)
         do {
-            try BeneathOpen.requireSingleRegularFile(try BeneathOpen.status(item.descriptor, path: item.path), path: item.path)
-            return item.descriptor
+            try BeneathOpen.requireSingleRegularFile(try BeneathOpen.status(item, path: full), path: full)
+            return item
         } catch {
-            try? item.descriptor.close()
+            try? item.close()
             throw error
         }
     }
@@ -158,9 +172,8 @@ extension SharingBroker {
     /// provider's container, in which case the grant follows it and the bookmark is stale (the
     /// app should make a new one). An item replaced at its path (a safe save) is the item.
     func resolveGrant(_ id: UUID, for app: AppContainer) throws -> (Grant, stale: Bool) {
-        let grant = try activeGrant(id, for: app)
+        let (grant, provider) = try activeGrantAndProvider(id, for: app)
         if grant.snapshot != nil { return (grant, false) }
-        let provider = try provider(of: grant)
         if let item = try? openItem(grant.path, in: provider, flags: O_RDONLY | O_NONBLOCK) {
             try? item.descriptor.close()
             return (grant, false)

@@ -6,10 +6,12 @@ import Glibc
 /// The answers a channel owes its app, held back while the app has more requests waiting, so
 /// that requests the app pipelined (start access, then open) are answered in one write: the
 /// app wakes once, not once per answer. Nothing waits for the app: answers go out as soon as
-/// no request is left to read, before a descriptor, and past 64 KiB.
+/// no request is left to read, with a descriptor, and past 64 KiB.
 struct AnswerQueue {
     let fd: Int32
     private var pending: [UInt8] = []
+    /// Set by the reader of the channel: a request is already read and waiting to be served.
+    var requestBuffered = false
 
     init(fd: Int32) { self.fd = fd }
 
@@ -21,10 +23,13 @@ struct AnswerQueue {
         if pending.count >= IPCFrame.maxLength || !requestWaiting { try flush() }
     }
 
-    /// Sends what is queued, then one byte `00` carrying `descriptor` (`SCM_RIGHTS`).
+    /// Sends what is queued, then one byte `00` carrying `descriptor` (`SCM_RIGHTS`) — in one
+    /// message when the queue is small, so the app reads its answers and the descriptor at one
+    /// wake-up (it reads with ``IPCFrameReader``, which never drops a descriptor).
     mutating func send(descriptor: Int32) throws {
-        try flush()
-        try UnixSocket.send(descriptor: descriptor, over: fd, message: [0])
+        if pending.count >= 16 << 10 { try flush() }
+        defer { pending.removeAll(keepingCapacity: true) }
+        try UnixSocket.send(descriptor: descriptor, over: fd, message: pending + [0])
     }
 
     /// Sends every answer queued.
@@ -36,6 +41,7 @@ struct AnswerQueue {
 
     /// Whether the app has already sent more (a peek that never blocks).
     private var requestWaiting: Bool {
+        if requestBuffered { return true }
         var byte: UInt8 = 0
         return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
     }
