@@ -1,4 +1,5 @@
-import DataProtectionSharing
+@testable import DataProtectionSharing
+import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import Testing
@@ -205,5 +206,39 @@ import Testing
         // A dot with a combining mark is still a leading dot; zero-width and BOM characters go.
         #expect(InboxName(".\u{0301}bashrc").candidate(1) == "bashrc")
         #expect(InboxName("a\u{200B}b\u{FEFF}c\u{061C}.txt").candidate(1) == "abc.txt")
+    }
+}
+
+/// Deliveries survive a supervisor killed while sending one: its claim is put back at the next
+/// subscription, never while the claiming process lives.
+@Suite struct DeliveryQueueTests {
+    @Test func aClaimLeftByAKilledSupervisorIsDeliveredAgain() throws {
+        let root = temporaryDirectory().path
+        let queue = DeliveryQueue(layout: DataRootLayout(root: root), app: UUID())
+        try FileManager.default.createDirectory(atPath: root + "/Sharing/Deliveries", withIntermediateDirectories: true)
+        try queue.enqueue(Delivery(kind: .openIn, name: "a.txt", sender: "com.example.a", date: Date()))
+        let record = try #require(queue.pending().first).record
+
+        let claimed = try #require(queue.claim(record))
+        #expect(queue.pending().isEmpty && queue.claim(record) == nil, "claimed once, by one subscriber")
+        queue.releaseAbandonedClaims()
+        #expect(queue.pending().isEmpty, "a claim of a living process stays")
+
+        // The same claim, as if made by a process that has exited since.
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/bin/true")
+        try child.run()
+        child.waitUntilExit()
+        let abandoned = record + ".sending-\(child.processIdentifier)-12345"
+        try FileManager.default.moveItem(atPath: queue.directory + "/" + claimed, toPath: queue.directory + "/" + abandoned)
+        queue.releaseAbandonedClaims()
+        #expect(queue.pending().map { $0.delivery.name } == ["a.txt"])
+
+        // A claim whose PID lives on in another process (PID reuse) is also put back: the start time differs.
+        let again = try #require(queue.claim(record))
+        try FileManager.default.moveItem(atPath: queue.directory + "/" + again,
+                                         toPath: queue.directory + "/" + record + ".sending-\(getpid())-1")
+        queue.releaseAbandonedClaims()
+        #expect(queue.pending().count == 1)
     }
 }

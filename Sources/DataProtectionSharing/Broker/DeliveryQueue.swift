@@ -47,6 +47,48 @@ struct DeliveryQueue: Sendable {
         }
     }
 
+    /// Claims a record for delivery by renaming it to `<record>.sending-<pid>-<start time>`, so
+    /// that two subscribers never both deliver it and a supervisor killed mid-send leaves it
+    /// claimed, not gone. `nil` when another subscriber claimed it first.
+    func claim(_ record: String) -> String? {
+        let claimed = record + ".sending-" + Self.processTag
+        guard (try? POSIXFile.call("rename", directory + "/" + record, directory + "/" + claimed) { rename($0, $1) }) != nil else { return nil }
+        return claimed
+    }
+
+    /// Puts a claimed record back in the queue (its delivery failed).
+    func release(_ claimed: String) {
+        guard let range = claimed.range(of: ".sending-", options: .backwards) else { return }
+        let record = String(claimed[..<range.lowerBound])
+        _ = try? POSIXFile.call("rename", directory + "/" + claimed, directory + "/" + record) { rename($0, $1) }
+    }
+
+    /// Puts back the records claimed by processes that are gone (killed while delivering): the
+    /// app is told at least once.
+    func releaseAbandonedClaims() {
+        for name in (try? POSIXFile.directoryEntries(directory)) ?? [] {
+            guard let range = name.range(of: ".plist.sending-", options: .backwards) else { continue }
+            let tag = String(name[range.upperBound...])
+            let parts = tag.split(separator: "-")
+            guard parts.count == 2, let pid = Int32(parts[0]), tag != Self.processTag, Self.tag(of: pid) != tag else { continue }
+            release(name)
+        }
+    }
+
+    /// This process's tag: its PID and start time (field 22 of `/proc/PID/stat`), so a reused
+    /// PID is not mistaken for the process that made a claim.
+    static let processTag = tag(of: getpid()) ?? "\(getpid())-0"
+
+    private static func tag(of pid: Int32) -> String? {
+        guard let bytes = try? POSIXFile.readRegularFile("/proc/\(pid)/stat", maxSize: 4096) else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self)
+        // The command name (field 2) is in parentheses and may hold spaces: count after it.
+        guard let close = text.range(of: ")", options: .backwards) else { return nil }
+        let fields = text[close.upperBound...].split(separator: " ")
+        guard fields.count > 19 else { return nil }
+        return "\(pid)-\(fields[19])"
+    }
+
     /// Removes a delivered record.
     func remove(_ record: String) {
         _ = try? POSIXFile.call("unlink", directory + "/" + record) { unlink($0) }

@@ -174,8 +174,9 @@ public struct SharingService: AppSupervisorService {
     // MARK: - Deliveries
 
     /// Pushes the app's queued deliveries, then each new one as it is queued, until the app
-    /// closes the channel. A record is removed before it is sent (so two subscribers never both
-    /// deliver it) and queued again if the send fails.
+    /// closes the channel. A record is claimed (renamed) before it is sent, so two subscribers
+    /// never both deliver it; it is removed once sent and put back if the send fails, and a
+    /// claim whose supervisor was killed is put back at the next subscription.
     private func deliver(_ kinds: Set<Delivery.Kind>, to fd: Int32, app: AppContainer) {
         let queue = DeliveryQueue(layout: broker.manager.layout, app: app.uuid)
         do { try broker.manager.layout.prepareSharing(); try makeSharingDirectory(queue.directory) } catch {
@@ -186,14 +187,16 @@ public struct SharingService: AppSupervisorService {
         guard watch >= 0 else { return }
         defer { close(watch) }
         guard inotify_add_watch(watch, queue.directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE)) >= 0 else { return }
+        queue.releaseAbandonedClaims()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
             for (record, delivery) in queue.pending() where kinds.contains(delivery.kind) {
-                guard (try? POSIXFile.call("unlink", queue.directory + "/" + record) { unlink($0) }) != nil else { continue }
+                guard let claimed = queue.claim(record) else { continue }
                 guard (try? IPCFrame.write(fd, event(delivery, app: app))) != nil else {
-                    try? queue.enqueue(delivery)
+                    queue.release(claimed)
                     return
                 }
+                queue.remove(claimed)
             }
             var fds = [pollfd(fd: watch, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
             guard poll(&fds, 2, -1) >= 0 || errno == EINTR else { return }
