@@ -33,6 +33,7 @@ let package = Package(
         .library(name: "DataProtectionContainers", targets: ["DataProtectionContainers"]),
         .library(name: "DataProtectionSharing", targets: ["DataProtectionSharing"]),
         .library(name: "DataProtectionLifecycle", targets: ["DataProtectionLifecycle"]),
+        .library(name: "DataProtectionAudit", targets: ["DataProtectionAudit"]),
         .executable(name: "dpctl", targets: ["dpctl"]),
         .executable(name: "dp-bench", targets: ["dp-bench"]),
         .executable(name: "keybagd", targets: ["keybagd"]),
@@ -147,6 +148,19 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // On top of every layer it audits: files, backup marks, databases, containers, grants.
+        .target(
+            name: "DataProtectionAudit",
+            dependencies: [
+                "DataProtectionSharing",
+                "DataProtectionContainers",
+                "DataProtectionSQLite",
+                "DataProtectionBackup",
+                "DataProtection",
+                "DataProtectionKeybag",
+                "CLinuxShims",
+            ]
+        ),
         // The last step into a sandbox: Landlock, then exec (C: no runtime on every launch).
         .executableTarget(name: "dp-sandbox-exec"),
         .macro(
@@ -178,6 +192,7 @@ let package = Package(
         .executableTarget(
             name: "dpctl",
             dependencies: [
+                "DataProtectionAudit",
                 "DataProtectionLifecycle",
                 "DataProtection",
                 "DataProtectionContainers",
@@ -212,6 +227,7 @@ let package = Package(
                 "DataProtectionObjects",
                 "DataProtectionContainers",
                 "DataProtectionSharing",
+                "DataProtectionAudit",
                 "DataProtectionIPC",
                 "dp-sandbox-exec",
                 "dpctl",
@@ -227,6 +243,8 @@ let package = Package(
         .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
         .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionIPC", "dpctl", "dp-test-app", "dp-sandbox-exec", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(name: "DataProtectionLifecycleTests", dependencies: ["DataProtectionTestSupport", "DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dpctl", "dp-test-app", "dp-sandbox-exec"]),
+        .testTarget(name: "DataProtectionAuditTests", dependencies: ["DataProtectionTestSupport", "DataProtectionAudit", "DataProtectionSharing", "DataProtectionContainers",
+                                                               "DataProtectionSQLite", "DataProtectionBackup", "DataProtection", "DataProtectionKeybag", "dpctl"]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),

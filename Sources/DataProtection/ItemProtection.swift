@@ -24,8 +24,8 @@ public enum ItemProtection: Sendable, Equatable {
 }
 
 /// Directory defaults, kept in the extended attribute `user.dataprotection.class`.
-enum DirectoryDefault {
-    static let attribute = "user.dataprotection.class"
+package enum DirectoryDefault {
+    package static let attribute = "user.dataprotection.class"
 
     static func get(_ directory: String) throws -> ProtectionClass? {
         guard let value = try POSIXFile.getAttribute(attribute, path: directory) else { return nil }

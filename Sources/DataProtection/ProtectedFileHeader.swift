@@ -7,10 +7,10 @@ import Foundation
 /// Everything in it is readable without a key — in particular the class, as iOS shows
 /// `NSFileProtectionKey` while locked — and is authenticated by an HMAC under a key derived
 /// from the file key once the file key is unwrapped.
-struct ProtectedFileHeader: Sendable, Equatable {
+package struct ProtectedFileHeader: Sendable, Equatable {
     static let magic: [UInt8] = [0x89, 0x44, 0x50, 0x46, 0x0D, 0x0A, 0x1A, 0x0A]   // \x89 D P F \r \n \x1a \n
     static let version: UInt16 = 1
-    static let size = 160
+    package static let size = 160
     static let authenticatedSize = 128
     static let defaultSegmentSizeLog2: UInt8 = 16   // 64 KiB of plaintext per segment
     static let segmentSizeLog2Range: ClosedRange<UInt8> = 12...24
@@ -61,7 +61,7 @@ struct ProtectedFileHeader: Sendable, Equatable {
     /// - it is shorter than 8 bytes and a prefix of the magic of at least 2 bytes (a truncated
     ///   protected file).
     /// A 1-byte file cannot be told apart and is plain.
-    static func looksProtected(_ prefix: [UInt8]) -> Bool {
+    package static func looksProtected(_ prefix: [UInt8]) -> Bool {
         if prefix.count >= 4, prefix[1] == magic[1], prefix[2] == magic[2], prefix[3] == magic[3],
            prefix[0] == magic[0] || prefix[0] == magic[0] & 0x7F {
             return true

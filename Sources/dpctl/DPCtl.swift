@@ -21,6 +21,7 @@ struct DPCtl: AsyncParsableCommand {
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self,
             Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self,
             SQL.self, SQLKey.self, Daemon.self, App.self, Group.self, Defaults.self, Share.self, GrantCommand.self, Grants.self, Revoke.self,
+            Audit.self,
         ]
     )
 

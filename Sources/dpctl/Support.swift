@@ -108,6 +108,7 @@ enum ExitStatus: Int32, CaseIterable {
     case unavailable = 3
     case damaged = 4
     case wrongPasscode = 5
+    case findings = 6
     case usage = 64
 
     var meaning: String {
@@ -117,6 +118,7 @@ enum ExitStatus: Int32, CaseIterable {
         case .unavailable: "protected data unavailable (locked)"
         case .damaged: "damaged, foreign or forged file or backup"
         case .wrongPasscode: "wrong passcode or password, or passcode delay"
+        case .findings: "audit findings at or above --min-severity"
         case .usage: "usage error (bad option or argument)"
         }
     }

@@ -51,7 +51,7 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
     }
 
     /// Reads and checks the metadata of the container at `directory`.
-    static func read(container directory: String) throws -> ContainerMetadata {
+    package static func read(container directory: String) throws -> ContainerMetadata {
         let path = directory + "/" + DataRootLayout.containerMetadataFileName
         let bytes: [UInt8]
         do { bytes = try POSIXFile.readRegularFile(path, maxSize: 64 * 1024) } catch let error as FileSystemError {

@@ -9,10 +9,10 @@ import Foundation
 ///
 /// Because it is an ordinary protected file, the class rules, rewrapping (class changes never
 /// touch the database), backups and restores of files all apply to it unchanged.
-struct DatabaseKeyFile: Equatable {
+package struct DatabaseKeyFile: Equatable {
     static let magic = Array("DPSQLKEY".utf8)
     static let version: UInt16 = 1
-    static let suffix = "-dpkey"
+    package static let suffix = "-dpkey"
 
     var format: SQLCipherFormat
     var key: [UInt8]

@@ -1,0 +1,89 @@
+import DataProtectionKeybag
+import Foundation
+
+/// One mistake found: which rule, where, what exactly, and what fixes it.
+///
+/// ```swift
+/// for finding in try Auditor().audit(tree: container.url).findings where finding.severity >= .medium {
+///     print(finding.rule.id, finding.path, finding.detail, finding.fix.command)
+/// }
+/// ```
+public struct AuditFinding: Sendable, Equatable, Hashable {
+    public let rule: AuditRule
+    /// The item: an absolute path (its bytes kept as ``LosslessPath`` maps them), or for a grant
+    /// the item it names.
+    public let path: String
+    /// What was found about this item, in one sentence.
+    public let detail: String
+    public let fix: AuditFix
+
+    public var severity: AuditSeverity { rule.severity }
+
+    public init(_ rule: AuditRule, path: String, detail: String, fix: AuditFix) {
+        self.rule = rule
+        self.path = path
+        self.detail = detail
+        self.fix = fix
+    }
+}
+
+/// What fixes a finding. ``isAutomatic`` fixes are the ones ``AuditFixer`` (`dpctl audit --fix`)
+/// applies: re-protect, mark do-not-back-up, tighten modes, drop a grant of a removed app — none
+/// deletes data. The others need a person: they would delete something or change what an app
+/// can do.
+public enum AuditFix: Sendable, Equatable, Hashable {
+    /// Set the file's class: a plain file is converted in place, a protected one's key rewrapped.
+    case protect(ProtectionClass)
+    /// Mark the item do-not-back-up (the xattr, and CACHEDIR.TAG for a directory).
+    case excludeFromBackup
+    /// Set an app's container default and re-protect its files.
+    case setAppDefault(app: String, ProtectionClass)
+    /// Set a group container's default and re-protect its files.
+    case setGroupDefault(group: String, ProtectionClass)
+    /// `chmod` to this mode.
+    case setMode(UInt16)
+    /// Remove a grant record whose app is gone.
+    case removeGrant(UUID)
+
+    // Needing a person:
+    /// Import the plaintext database into an encrypted one, then remove the plaintext file.
+    case encryptDatabase
+    /// Check, then remove a stale plaintext side file.
+    case removeStaleFile
+    /// Move the value to the keychain and remove the preference key.
+    case moveToKeychain(key: String)
+    /// Reinstall the app without the document browser, if it does not need it.
+    case stopExposingDocuments(app: String)
+    /// Revoke the grant, or grant again with an expiry and without persistence.
+    case limitGrant(UUID)
+    /// Delete the Inbox file once the app has handled it.
+    case deleteInboxFile
+    /// Replace the link with the data it should hold, or remove it.
+    case removeLink
+
+    /// Whether ``AuditFixer`` applies it.
+    public var isAutomatic: Bool {
+        switch self {
+        case .protect, .excludeFromBackup, .setAppDefault, .setGroupDefault, .setMode, .removeGrant: true
+        default: false
+        }
+    }
+
+    /// The call, from an app or a tool built on the library, that fixes it.
+    public var call: String {
+        switch self {
+        case .protect(let cls): "ProtectedFileManager.setProtection(.\(cls), ofItemAt: url)"
+        case .excludeFromBackup: "url.setBackupResourceValues(isExcludedFromBackup: true)"
+        case .setAppDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(cls), ofApp: id, reprotect: true)"
+        case .setGroupDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(cls), ofGroup: id, reprotect: true)"
+        case .setMode(let mode): "chmod(path, 0o\(String(mode, radix: 8)))"
+        case .removeGrant, .limitGrant: "SharingBroker.revoke(grantID)"
+        case .encryptDatabase: "SQLCipherMaintenance.importPlaintext(from: path, toPath: encryptedPath, key: key)"
+        case .removeStaleFile: "FileManager.removeItem(at: url) once no database connection is open"
+        case .moveToKeychain(let key): "UserDefaults(suiteName: group).removeObject(forKey: \"\(key)\") after storing it in the keychain"
+        case .stopExposingDocuments: "ContainerManager.install(id, documentBrowser: false)"
+        case .deleteInboxFile: "FileManager.removeItem(at: inboxURL) once handled"
+        case .removeLink: "FileManager.removeItem(at: linkURL)"
+        }
+    }
+}

@@ -1,0 +1,50 @@
+import DataProtection
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+
+/// Finds the data-storage mistakes the seeds warn about (``AuditRule``) in a directory tree, an
+/// app's containers, or a whole device — from headers, extended attributes and metadata only.
+/// It needs no passcode, works while the device is locked, and never decrypts anything.
+///
+/// ```swift
+/// // In a debug build, at launch:
+/// let report = try Auditor().audit(tree: CurrentApp.shared.container.url)
+/// for finding in report.findings(atLeast: .medium) {
+///     print("\(finding.rule.id) \(finding.path): \(finding.detail) — \(finding.fix.call)")
+/// }
+/// ```
+///
+/// ``AuditFixer`` applies the fixes that are safe to apply.
+public struct Auditor: Sendable {
+    public var options: AuditOptions
+
+    public init(options: AuditOptions = AuditOptions()) {
+        self.options = options
+    }
+
+    /// Audits any directory tree. A directory holding container metadata is audited as that
+    /// container (its kind decides which rules apply), without needing its data root.
+    public func audit(tree url: URL) throws -> AuditReport {
+        let path = url.standardizedFileURL.path
+        guard let st = POSIXFile.status(path), st.st_mode & S_IFMT == S_IFDIR else {
+            throw AuditError.notADirectory(path)
+        }
+        var walk = TreeWalk(root: path, kind: TreeWalk.kind(of: path), options: options)
+        try walk.run()
+        return AuditReport(scope: [path], findings: walk.findings, itemsExamined: walk.examined)
+    }
+}
+
+/// Why an audit could not run.
+public enum AuditError: Error, CustomStringConvertible, Equatable {
+    case notADirectory(String)
+    case cannotOpen(String, errno: Int32)
+
+    public var description: String {
+        switch self {
+        case .notADirectory(let path): "\(LosslessPath.display(path)): not a directory (name a tree, an app or the whole device)"
+        case .cannotOpen(let path, let errno): "\(LosslessPath.display(path)): cannot be read (\(String(cString: strerror(errno))))"
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import ArgumentParser
+import DataProtection
+import DataProtectionAudit
+import DataProtectionContainers
+import DataProtectionKeybag
+import Foundation
+
+struct Audit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "audit",
+        abstract: "Find data-storage mistakes: plain or weakly protected files, plaintext databases, backed-up offline data, weak App Groups, long-lived grants, loose modes.",
+        discussion: """
+            Audits a directory tree (PATH; a container's directory is audited as that container), \
+            an app (--app: its container, its groups' containers, its grants), or the whole device \
+            (--all, the default: the data root's modes, every container, every grant). It reads \
+            headers, attributes and metadata only: no passcode, works while locked, never decrypts.
+
+            Rules: \(AuditRule.allCases.map { "\($0.id) \($0.name) (\($0.severity.rawValue))" }.joined(separator: ", ")).
+
+            --fix applies the safe fixes after listing them — re-protect (needs the keys: \
+            --passcode-file), mark do-not-back-up, tighten modes, drop grants of removed apps — \
+            and never deletes data; the rest are listed with the command that fixes them.
+
+            Exit status: 0 no finding at or above --min-severity, 6 findings at or above it \
+            (after --fix: those left), 1 the audit could not run.
+            """)
+
+    @OptionGroup var device: DeviceOptions
+    @OptionGroup var unlock: UnlockOptions
+    @Argument(help: ArgumentHelp("A directory tree to audit.", valueName: "path")) var path: String?
+    @Option(help: ArgumentHelp("Audit this app: its container, its groups' containers and its grants.", valueName: "id")) var app: String?
+    @Flag(help: "Audit the whole device (the default).") var all = false
+    @Flag(help: "Print JSON.") var json = false
+    @Flag(help: "Print a SARIF 2.1.0 log (GitHub code scanning, CI dashboards).") var sarif = false
+    @Option(help: ArgumentHelp("Report findings of this severity and above: low, medium or high.", valueName: "severity"))
+    var minSeverity: AuditSeverity = .low
+    @Flag(help: "Apply the safe fixes, after listing them; never deletes data.") var fix = false
+    @Option(help: ArgumentHelp("Files at least this large (MB) under Documents or Library must be marked do-not-back-up.", valueName: "MB"))
+    var largeFile: Double = 5
+    @Option(help: ArgumentHelp("Inbox files older than this many days are reported.", valueName: "days")) var inboxAge: Double = 7
+
+    func validate() throws {
+        if [path != nil, app != nil, all].filter({ $0 }).count > 1 { throw ValidationError("name one of PATH, --app ID or --all") }
+        if json && sarif { throw ValidationError("choose --json or --sarif") }
+        if largeFile <= 0 || inboxAge < 0 { throw ValidationError("--large-file must be positive and --inbox-age not negative") }
+    }
+
+    func run() async throws {
+        let auditor = Auditor(options: AuditOptions(largeFileThreshold: Int64(largeFile * 1_000_000), inboxMaxAge: inboxAge * 86_400))
+        let (report, base, manager) = try await audit(auditor)
+        var final = report
+        if fix {
+            let chosen = report.findings(atLeast: minSeverity).filter(\.fix.isAutomatic)
+            let pending = report.findings(atLeast: minSeverity).count - chosen.count
+            if chosen.isEmpty {
+                printError("nothing to fix automatically\(pending > 0 ? " (\(pending) finding\(pending == 1 ? "" : "s") need a person)" : "")")
+            } else {
+                printError("fixing \(chosen.count) finding\(chosen.count == 1 ? "" : "s"):")
+                for finding in chosen { printError("  \(finding.rule.id) \(command(for: finding))") }
+                let fixer = AuditFixer(files: try? await fixingFiles(manager), manager: manager)
+                for outcome in await fixer.apply(chosen) {
+                    if let error = outcome.error { printError("  not fixed: \(finding(outcome.finding)): \(error)") }
+                }
+            }
+            (final, _, _) = try await audit(auditor)
+        }
+        let shown = final.findings(atLeast: minSeverity)
+        if json {
+            printOut(String(decoding: try final.json(minimum: minSeverity, command: command(for:)), as: UTF8.self))
+        } else if sarif {
+            printOut(String(decoding: try final.sarif(base: base, minimum: minSeverity, command: command(for:)), as: UTF8.self))
+        } else {
+            printTable(shown, examined: final.itemsExamined)
+        }
+        if !shown.isEmpty { throw ExitCode(ExitStatus.findings.rawValue) }
+    }
+
+    /// The report, the directory SARIF locations are relative to, and the container manager
+    /// (`nil` for a tree outside any data root).
+    private func audit(_ auditor: Auditor) async throws -> (AuditReport, String, ContainerManager?) {
+        if let path {
+            let url = URL(fileURLWithPath: path)
+            return (try auditor.audit(tree: url), url.standardizedFileURL.path, try? await containerManager(device))
+        }
+        let manager = try await containerManager(device)
+        if let app { return (try auditor.audit(app: try appIdentifier(app), in: manager), manager.layout.root, manager) }
+        return (try auditor.auditDevice(manager), manager.layout.root, manager)
+    }
+
+    /// The device's files, unlocked with --passcode-file when given, for re-protecting.
+    private func fixingFiles(_ manager: ContainerManager?) async throws -> ProtectedFileManager {
+        if unlock.passcodeFile == nil, let manager { return manager.files }
+        return ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+    }
+
+    private func printTable(_ findings: [AuditFinding], examined: Int) {
+        guard !findings.isEmpty else {
+            printOut("no findings at or above \(minSeverity.rawValue) (\(examined) items examined)")
+            return
+        }
+        var rows = [["SEVERITY", "RULE", "PATH", "FINDING"]]
+        for f in findings { rows.append([f.severity.rawValue, f.rule.id, LosslessPath.display(f.path), f.detail]) }
+        printOut(table(rows))
+        printOut("")
+        printOut("why and how to fix:")
+        var seen = Set<AuditRule>()
+        for f in findings where seen.insert(f.rule).inserted {
+            printOut("  \(f.rule.id) \(f.rule.name): \(f.rule.why)")
+        }
+        for f in findings { printOut("  \(f.rule.id) \(LosslessPath.display(f.path)): \(f.fix.isAutomatic ? "[--fix] " : "")\(command(for: f))") }
+        let counts = AuditSeverity.allCases.reversed().map { s in "\(findings.filter { $0.severity == s }.count) \(s.rawValue)" }
+        printOut("\(findings.count) finding\(findings.count == 1 ? "" : "s") (\(counts.joined(separator: ", "))) in \(examined) items")
+    }
+
+    private func finding(_ f: AuditFinding) -> String { "\(f.rule.id) \(LosslessPath.display(f.path))" }
+
+    /// The command line that fixes a finding.
+    func command(for finding: AuditFinding) -> String {
+        let path = shellQuoted(LosslessPath.display(finding.path))
+        let root = device.root.map { " --root \(shellQuoted($0))" } ?? ""
+        switch finding.fix {
+        case .protect(let cls): return "dpctl protect\(root) \(path) --class \(cls.letter)"
+        case .excludeFromBackup: return "dpctl exclude\(root) \(path)"
+        case .setAppDefault(let app, let cls): return "dpctl app set-protection\(root) \(app) \(cls.letter) --reprotect"
+        case .setGroupDefault(let group, let cls): return "dpctl group set-protection\(root) \(group) \(cls.letter) --reprotect"
+        case .setMode(let mode): return "chmod \(String(mode, radix: 8)) \(path)"
+        case .removeGrant(let id), .limitGrant(let id): return "dpctl revoke\(root) \(id.uuidString)"
+        case .encryptDatabase: return "encrypt it with SQLCipherMaintenance.importPlaintext, then remove \(path)"
+        case .removeStaleFile: return "with no connection open, check and remove \(path)"
+        case .moveToKeychain(let key): return "move \"\(key)\" to the keychain, then remove it from the group's preferences"
+        case .stopExposingDocuments(let app): return "reinstall \(app) without --document-browser if it does not need it (back up its data first)"
+        case .deleteInboxFile: return "have the app delete \(path) once handled"
+        case .removeLink: return "replace or remove the link \(path)"
+        }
+    }
+
+    private func shellQuoted(_ text: String) -> String {
+        text.allSatisfy({ $0.isLetter || $0.isNumber || "/._-+:@%".contains($0) }) ? text : "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+}
+
+extension AuditSeverity: ExpressibleByArgument {}
+
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
