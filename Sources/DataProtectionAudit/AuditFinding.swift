@@ -5,7 +5,7 @@ import Foundation
 ///
 /// ```swift
 /// for finding in try Auditor().audit(tree: container.url).findings where finding.severity >= .medium {
-///     print(finding.rule.id, finding.path, finding.detail, finding.fix.command)
+///     print(finding.rule.id, finding.path, finding.detail, finding.fix.call)
 /// }
 /// ```
 public struct AuditFinding: Sendable, Equatable, Hashable {
@@ -61,6 +61,8 @@ public enum AuditFix: Sendable, Equatable, Hashable {
     /// Replace the link with the data it should hold, or remove it.
     case removeLink
 
+    private static func caseName(_ cls: ProtectionClass) -> String { cls == .noProtection ? "noProtection" : cls.iOSName }
+
     /// Whether ``AuditFixer`` applies it.
     public var isAutomatic: Bool {
         switch self {
@@ -72,10 +74,10 @@ public enum AuditFix: Sendable, Equatable, Hashable {
     /// The call, from an app or a tool built on the library, that fixes it.
     public var call: String {
         switch self {
-        case .protect(let cls): "ProtectedFileManager.setProtection(.\(cls), ofItemAt: url)"
+        case .protect(let cls): "ProtectedFileManager.setProtection(.\(Self.caseName(cls)), ofItemAt: url)"
         case .excludeFromBackup: "url.setBackupResourceValues(isExcludedFromBackup: true)"
-        case .setAppDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(cls), ofApp: id, reprotect: true)"
-        case .setGroupDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(cls), ofGroup: id, reprotect: true)"
+        case .setAppDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(Self.caseName(cls)), ofApp: id, reprotect: true)"
+        case .setGroupDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(Self.caseName(cls)), ofGroup: id, reprotect: true)"
         case .setMode(let mode): "chmod(path, 0o\(String(mode, radix: 8)))"
         case .removeGrant, .limitGrant: "SharingBroker.revoke(grantID)"
         case .encryptDatabase: "SQLCipherMaintenance.importPlaintext(from: path, toPath: encryptedPath, key: key)"

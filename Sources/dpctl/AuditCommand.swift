@@ -47,7 +47,12 @@ struct Audit: AsyncParsableCommand {
 
     func run() async throws {
         let auditor = Auditor(options: AuditOptions(largeFileThreshold: Int64(largeFile * 1_000_000), inboxMaxAge: inboxAge * 86_400))
-        let (report, base, manager) = try await audit(auditor)
+        // The device is opened once (unlocked for --fix when a passcode is given); a tree outside
+        // any data root is audited without one.
+        let manager: ContainerManager? = path != nil
+            ? try? await containerManager(device, passcodeFile: fix ? unlock.passcodeFile : nil)
+            : try await containerManager(device, passcodeFile: fix ? unlock.passcodeFile : nil)
+        let (report, base) = try audit(auditor, manager)
         var final = report
         if fix {
             let chosen = report.findings(atLeast: minSeverity).filter(\.fix.isAutomatic)
@@ -57,12 +62,12 @@ struct Audit: AsyncParsableCommand {
             } else {
                 printError("fixing \(chosen.count) finding\(chosen.count == 1 ? "" : "s"):")
                 for finding in chosen { printError("  \(finding.rule.id) \(command(for: finding))") }
-                let fixer = AuditFixer(files: try? await fixingFiles(manager), manager: manager)
+                let fixer = AuditFixer(manager: manager)
                 for outcome in await fixer.apply(chosen) {
                     if let error = outcome.error { printError("  not fixed: \(finding(outcome.finding)): \(error)") }
                 }
             }
-            (final, _, _) = try await audit(auditor)
+            (final, _) = try audit(auditor, manager)
         }
         let shown = final.findings(atLeast: minSeverity)
         if json {
@@ -70,36 +75,33 @@ struct Audit: AsyncParsableCommand {
         } else if sarif {
             printOut(String(decoding: try final.sarif(base: base, minimum: minSeverity, command: command(for:)), as: UTF8.self))
         } else {
-            printTable(shown, examined: final.itemsExamined)
+            printTable(shown, examined: final.itemsExamined, base: base)
         }
         if !shown.isEmpty { throw ExitCode(ExitStatus.findings.rawValue) }
     }
 
-    /// The report, the directory SARIF locations are relative to, and the container manager
-    /// (`nil` for a tree outside any data root).
-    private func audit(_ auditor: Auditor) async throws -> (AuditReport, String, ContainerManager?) {
+    /// The report and the directory SARIF locations are relative to.
+    private func audit(_ auditor: Auditor, _ manager: ContainerManager?) throws -> (AuditReport, String) {
         if let path {
             let url = URL(fileURLWithPath: path)
-            return (try auditor.audit(tree: url), url.standardizedFileURL.path, try? await containerManager(device))
+            return (try auditor.audit(tree: url), url.standardizedFileURL.path)
         }
-        let manager = try await containerManager(device)
-        if let app { return (try auditor.audit(app: try appIdentifier(app), in: manager), manager.layout.root, manager) }
-        return (try auditor.auditDevice(manager), manager.layout.root, manager)
+        guard let manager else { throw CLIError("no device") }
+        if let app { return (try auditor.audit(app: try appIdentifier(app), in: manager), manager.layout.root) }
+        return (try auditor.auditDevice(manager), manager.layout.root)
     }
 
-    /// The device's files, unlocked with --passcode-file when given, for re-protecting.
-    private func fixingFiles(_ manager: ContainerManager?) async throws -> ProtectedFileManager {
-        if unlock.passcodeFile == nil, let manager { return manager.files }
-        return ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
-    }
-
-    private func printTable(_ findings: [AuditFinding], examined: Int) {
+    private func printTable(_ findings: [AuditFinding], examined: Int, base: String) {
+        /// Paths below the audited directory are shown relative to it.
+        func shown(_ path: String) -> String {
+            LosslessPath.display(path.hasPrefix(base + "/") ? String(path.dropFirst(base.count + 1)) : path)
+        }
         guard !findings.isEmpty else {
             printOut("no findings at or above \(minSeverity.rawValue) (\(examined) items examined)")
             return
         }
         var rows = [["SEVERITY", "RULE", "PATH", "FINDING"]]
-        for f in findings { rows.append([f.severity.rawValue, f.rule.id, LosslessPath.display(f.path), f.detail]) }
+        for f in findings { rows.append([f.severity.rawValue, f.rule.id, shown(f.path), f.detail]) }
         printOut(table(rows))
         printOut("")
         printOut("why and how to fix:")
@@ -107,9 +109,9 @@ struct Audit: AsyncParsableCommand {
         for f in findings where seen.insert(f.rule).inserted {
             printOut("  \(f.rule.id) \(f.rule.name): \(f.rule.why)")
         }
-        for f in findings { printOut("  \(f.rule.id) \(LosslessPath.display(f.path)): \(f.fix.isAutomatic ? "[--fix] " : "")\(command(for: f))") }
+        for f in findings { printOut("  \(f.rule.id) \(shown(f.path)): \(f.fix.isAutomatic ? "[--fix] " : "")\(command(for: f))") }
         let counts = AuditSeverity.allCases.reversed().map { s in "\(findings.filter { $0.severity == s }.count) \(s.rawValue)" }
-        printOut("\(findings.count) finding\(findings.count == 1 ? "" : "s") (\(counts.joined(separator: ", "))) in \(examined) items")
+        printOut("\(findings.count) finding\(findings.count == 1 ? "" : "s") (\(counts.joined(separator: ", "))) in \(examined) items below \(LosslessPath.display(base))")
     }
 
     private func finding(_ f: AuditFinding) -> String { "\(f.rule.id) \(LosslessPath.display(f.path))" }
