@@ -10,7 +10,7 @@ extension Auditor {
     /// exposed, and the grants it gave or received.
     ///
     /// - Throws: ``ContainerError/unknownApp(_:)``.
-    public func audit(app identifier: AppIdentifier, in manager: ContainerManager) throws -> AuditReport {
+    public func audit(app identifier: AppIdentifier, in manager: ContainerCatalog) throws -> AuditReport {
         let app = try manager.app(identifier)
         var findings: [AuditFinding] = []
         var examined = 0
@@ -23,13 +23,15 @@ extension Auditor {
             examined += report.itemsExamined
         }
         findings += exposureFindings(app)
-        let broker = SharingBroker(manager: manager)
-        findings += grantFindings(broker.grants(involving: identifier), in: manager)
+        let grants = GrantStore(layout: manager.layout).all().filter { $0.provider == identifier.rawValue || $0.recipient == identifier.rawValue }
+        findings += grantFindings(grants, in: manager)
         return AuditReport(scope: [identifier.rawValue], findings: findings, itemsExamined: examined)
     }
 
     /// Audits the whole device: the data root's modes, every app and group container, every grant.
-    public func auditDevice(_ manager: ContainerManager) throws -> AuditReport {
+    /// It reads the data root through a ``ContainerCatalog``: no keybag is opened, so a device
+    /// whose secret cannot be loaded (rule DP603's loose modes) is still audited.
+    public func auditDevice(_ manager: ContainerCatalog) throws -> AuditReport {
         var findings = dataRootFindings(manager.layout)
         var examined = 0
         for app in manager.apps() {
@@ -42,7 +44,7 @@ extension Auditor {
             findings += report.findings + groupFindings(group, in: manager)
             examined += report.itemsExamined
         }
-        findings += grantFindings(SharingBroker(manager: manager).grants(), in: manager)
+        findings += grantFindings(GrantStore(layout: manager.layout).all(), in: manager)
         return AuditReport(scope: [manager.layout.root], findings: findings, itemsExamined: examined)
     }
 
@@ -62,7 +64,7 @@ extension Auditor {
     // MARK: - Rules over metadata
 
     /// DP401 and DP402: a group container never given a class, or weaker than a member's.
-    func groupFindings(_ group: GroupContainer, in manager: ContainerManager) -> [AuditFinding] {
+    func groupFindings(_ group: GroupContainer, in manager: ContainerCatalog) -> [AuditFinding] {
         let members = manager.members(of: group.identifier)
         let strongest = members.map(\.defaultProtection).max() ?? .default
         if group.defaultProtection < strongest, let member = members.first(where: { $0.defaultProtection == strongest }) {
@@ -87,7 +89,7 @@ extension Auditor {
     }
 
     /// DP502 and DP503: grants that never end and can change data; grants naming an app that is gone.
-    func grantFindings(_ grants: [Grant], in manager: ContainerManager) -> [AuditFinding] {
+    func grantFindings(_ grants: [Grant], in manager: ContainerCatalog) -> [AuditFinding] {
         var findings: [AuditFinding] = []
         for grant in grants {
             let provider = manager.app(container: grant.providerContainer)

@@ -47,12 +47,10 @@ struct Audit: AsyncParsableCommand {
 
     func run() async throws {
         let auditor = Auditor(options: AuditOptions(largeFileThreshold: Int64(largeFile * 1_000_000), inboxMaxAge: inboxAge * 86_400))
-        // The device is opened once (unlocked for --fix when a passcode is given); a tree outside
-        // any data root is audited without one.
-        let manager: ContainerManager? = path != nil
-            ? try? await containerManager(device, passcodeFile: fix ? unlock.passcodeFile : nil)
-            : try await containerManager(device, passcodeFile: fix ? unlock.passcodeFile : nil)
-        let (report, base) = try audit(auditor, manager)
+        // The audit reads the data root without its keybag (a device whose secret cannot be
+        // loaded is still audited); the device is opened only to fix, once, after modes.
+        let catalog = path == nil ? ContainerCatalog(layout: DataRootLayout(root: try device.resolvedRoot)) : nil
+        let (report, base) = try audit(auditor, catalog)
         var final = report
         if fix {
             let chosen = report.findings(atLeast: minSeverity).filter(\.fix.isAutomatic)
@@ -62,12 +60,18 @@ struct Audit: AsyncParsableCommand {
             } else {
                 printError("fixing \(chosen.count) finding\(chosen.count == 1 ? "" : "s"):")
                 for finding in chosen { printError("  \(finding.rule.id) \(command(for: finding))") }
-                let fixer = AuditFixer(manager: manager)
-                for outcome in await fixer.apply(chosen) {
+                // Modes first, with no device: a loose device secret keeps the device from opening.
+                var outcomes = await AuditFixer().apply(chosen.filter { if case .setMode = $0.fix { true } else { false } })
+                let rest = chosen.filter { if case .setMode = $0.fix { false } else { true } }
+                if !rest.isEmpty {
+                    let manager = try? await containerManager(device, passcodeFile: unlock.passcodeFile)
+                    outcomes += await AuditFixer(manager: manager).apply(rest)
+                }
+                for outcome in outcomes {
                     if let error = outcome.error { printError("  not fixed: \(finding(outcome.finding)): \(error)") }
                 }
             }
-            (final, _) = try audit(auditor, manager)
+            (final, _) = try audit(auditor, catalog)
         }
         let shown = final.findings(atLeast: minSeverity)
         if json {
@@ -81,14 +85,17 @@ struct Audit: AsyncParsableCommand {
     }
 
     /// The report and the directory SARIF locations are relative to.
-    private func audit(_ auditor: Auditor, _ manager: ContainerManager?) throws -> (AuditReport, String) {
+    private func audit(_ auditor: Auditor, _ catalog: ContainerCatalog?) throws -> (AuditReport, String) {
         if let path {
             let url = URL(fileURLWithPath: path)
             return (try auditor.audit(tree: url), url.standardizedFileURL.path)
         }
-        guard let manager else { throw CLIError("no device") }
-        if let app { return (try auditor.audit(app: try appIdentifier(app), in: manager), manager.layout.root) }
-        return (try auditor.auditDevice(manager), manager.layout.root)
+        guard let catalog else { throw CLIError("no device") }
+        guard FileManager.default.fileExists(atPath: catalog.layout.root) else {
+            throw CLIError("\(LosslessPath.display(catalog.layout.root)): no data root here")
+        }
+        if let app { return (try auditor.audit(app: try appIdentifier(app), in: catalog), catalog.layout.root) }
+        return (try auditor.auditDevice(catalog), catalog.layout.root)
     }
 
     private func printTable(_ findings: [AuditFinding], examined: Int, base: String) {

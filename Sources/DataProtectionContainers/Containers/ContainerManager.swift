@@ -32,44 +32,26 @@ public struct ContainerManager: Sendable {
 
     // MARK: - Finding
 
+    /// The installed apps and groups, read from their metadata (no keys needed).
+    public var catalog: ContainerCatalog { ContainerCatalog(layout: layout) }
+
     /// Every installed app, by identifier.
-    public func apps() -> [AppContainer] {
-        containers(in: layout.applications).compactMap { url, metadata in
-            metadata.kind == .application && (try? AppIdentifier(metadata.identifier)) != nil ? AppContainer(metadata: metadata, url: url) : nil
-        }.sorted { $0.identifier < $1.identifier }
-    }
+    public func apps() -> [AppContainer] { catalog.apps() }
 
     /// The installed app `identifier`.
-    public func app(_ identifier: AppIdentifier) throws -> AppContainer {
-        guard let app = apps().first(where: { $0.identifier == identifier }) else { throw ContainerError.unknownApp(identifier) }
-        return app
-    }
+    public func app(_ identifier: AppIdentifier) throws -> AppContainer { try catalog.app(identifier) }
 
     /// The app installed in the container `uuid`, or `nil` (reads that container's metadata only).
-    public func app(container uuid: UUID) -> AppContainer? {
-        let path = layout.applicationContainer(uuid)
-        guard let metadata = try? ContainerMetadata.read(container: path), metadata.kind == .application, metadata.uuid == uuid,
-              (try? AppIdentifier(metadata.identifier)) != nil else { return nil }
-        return AppContainer(metadata: metadata, url: URL(fileURLWithPath: path, isDirectory: true))
-    }
+    public func app(container uuid: UUID) -> AppContainer? { catalog.app(container: uuid) }
 
     /// Every group container.
-    public func groups() -> [GroupContainer] {
-        containers(in: layout.appGroups).compactMap { url, metadata in
-            metadata.kind == .appGroup && (try? AppGroupIdentifier(metadata.identifier)) != nil ? GroupContainer(metadata: metadata, url: url) : nil
-        }.sorted { $0.identifier < $1.identifier }
-    }
+    public func groups() -> [GroupContainer] { catalog.groups() }
 
     /// The container of `identifier`.
-    public func group(_ identifier: AppGroupIdentifier) throws -> GroupContainer {
-        guard let group = groups().first(where: { $0.identifier == identifier }) else { throw ContainerError.unknownGroup(identifier) }
-        return group
-    }
+    public func group(_ identifier: AppGroupIdentifier) throws -> GroupContainer { try catalog.group(identifier) }
 
     /// The installed apps that belong to `group`.
-    public func members(of group: AppGroupIdentifier) -> [AppContainer] {
-        apps().filter { $0.groups.contains(group) }
-    }
+    public func members(of group: AppGroupIdentifier) -> [AppContainer] { catalog.members(of: group) }
 
     /// `containerURL(forSecurityApplicationGroupIdentifier:)` for `app`: the group's container,
     /// or `nil` when the app is not a member (iOS's answer; macOS would return a URL anyway).
@@ -101,16 +83,6 @@ public struct ContainerManager: Sendable {
     }
 
     /// The containers (name is a UUID, metadata readable) in `directory`.
-    private func containers(in directory: String) -> [(URL, ContainerMetadata)] {
-        guard let names = try? POSIXFile.directoryEntries(directory) else { return [] }
-        return names.compactMap { name in
-            guard UUID(uuidString: name)?.uuidString == name else { return nil }
-            let path = directory + "/" + name
-            guard let metadata = try? ContainerMetadata.read(container: path) else { return nil }
-            return (URL(fileURLWithPath: path, isDirectory: true), metadata)
-        }
-    }
-
     // MARK: - Installing
 
     /// Registers an app and creates its container at a new random UUID, with `Documents`,

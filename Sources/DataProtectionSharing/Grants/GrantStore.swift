@@ -5,10 +5,10 @@ import SystemPackage
 /// The broker's grant records: `ROOT/Sharing/Grants/<ID>.plist`, one binary property list each,
 /// written atomically and removed on revocation (FORMAT.md §11.5). Each change is one file, so
 /// no lock is needed; readers skip what does not parse.
-struct GrantStore: Sendable {
+package struct GrantStore: Sendable {
     let directory: String
 
-    init(layout: DataRootLayout) {
+    package init(layout: DataRootLayout) {
         directory = layout.grants
     }
 
@@ -30,7 +30,7 @@ struct GrantStore: Sendable {
         }
     }
 
-    func all() -> [Grant] {
+    package func all() -> [Grant] {
         let names = (try? POSIXFile.directoryEntries(directory)) ?? []
         return names.filter { !$0.hasPrefix(".") && $0.hasSuffix(".plist") }
             .compactMap { UUID(uuidString: String($0.dropLast(6))).flatMap(grant) }
