@@ -7,6 +7,6 @@ struct DPBench: AsyncParsableCommand {
         commandName: "dp-bench",
         abstract: "Benchmarks that put our figures beside a peer's, measured in the same run.",
         discussion: "Build in release mode: swift run -c release dp-bench files|backup|sqlite|daemon|objects|apps|sharing",
-        subcommands: [FilesBenchmark.self, BackupBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self, ObjectsBenchmark.self, AppsBenchmark.self, AppsProbe.self, SharingBenchmark.self]
+        subcommands: [FilesBenchmark.self, BackupBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self, ObjectsBenchmark.self, AppsBenchmark.self, AppsProbe.self, SharingBenchmark.self, AuditBenchmark.self]
     )
 }
