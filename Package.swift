@@ -159,6 +159,7 @@ let package = Package(
                 "DataProtection",
                 "DataProtectionKeybag",
                 "CLinuxShims",
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         // The last step into a sandbox: Landlock, then exec (C: no runtime on every launch).

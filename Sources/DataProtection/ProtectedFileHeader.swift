@@ -73,7 +73,7 @@ package struct ProtectedFileHeader: Sendable, Equatable {
     }
 
     /// Parses a header without any key. Every defect is an error; nothing traps.
-    static func parse(_ bytes: [UInt8], path: String) throws -> ProtectedFileHeader {
+    package static func parse(_ bytes: [UInt8], path: String) throws -> ProtectedFileHeader {
         func damaged(_ why: String) -> ProtectedFileError { .damaged(path: path, reason: why) }
         guard bytes.count >= 12 else { throw damaged("header truncated (\(bytes.count) bytes)") }
         guard Array(bytes[0..<8]) == magic else { throw damaged("bad magic") }

@@ -16,14 +16,35 @@ public struct AuditFinding: Sendable, Equatable, Hashable {
     /// What was found about this item, in one sentence.
     public let detail: String
     public let fix: AuditFix
+    /// The item's device and inode when the audit saw it: a fix applies only to that same item.
+    public let identity: FileIdentity?
+    /// What tells apart findings of one rule on one item (a preference key, a grant ID).
+    public let discriminator: String
 
     public var severity: AuditSeverity { rule.severity }
 
-    public init(_ rule: AuditRule, path: String, detail: String, fix: AuditFix) {
+    public init(_ rule: AuditRule, path: String, detail: String, fix: AuditFix, identity: FileIdentity? = nil, discriminator: String = "") {
         self.rule = rule
         self.path = path
         self.detail = detail
         self.fix = fix
+        self.identity = identity
+        self.discriminator = discriminator
+    }
+
+    /// Rule, path bytes and discriminator: two findings with the same key are one (names that
+    /// Swift's `String` would call equal — NFC and NFD — stay two).
+    var key: [UInt8] { Array(rule.id.utf8) + [0] + LosslessPath.bytes(of: path) + [0] + Array(discriminator.utf8) }
+}
+
+/// A file's device and inode numbers.
+public struct FileIdentity: Sendable, Equatable, Hashable {
+    public let device: UInt64
+    public let inode: UInt64
+
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
     }
 }
 
@@ -60,6 +81,8 @@ public enum AuditFix: Sendable, Equatable, Hashable {
     case deleteInboxFile
     /// Replace the link with the data it should hold, or remove it.
     case removeLink
+    /// Look at the file: restore it from a backup, or remove it if it is not data.
+    case inspectDamagedFile
 
     private static func caseName(_ cls: ProtectionClass) -> String { cls == .noProtection ? "noProtection" : cls.iOSName }
 
@@ -86,6 +109,7 @@ public enum AuditFix: Sendable, Equatable, Hashable {
         case .stopExposingDocuments: "ContainerManager.install(id, documentBrowser: false)"
         case .deleteInboxFile: "FileManager.removeItem(at: inboxURL) once handled"
         case .removeLink: "FileManager.removeItem(at: linkURL)"
+        case .inspectDamagedFile: "ProtectedFileManager.contents(of: url) says what is wrong; restore the file from a backup"
         }
     }
 }

@@ -1,3 +1,4 @@
+import DataProtectionKeybag
 import Foundation
 
 /// What an audit counts as a finding where a threshold is a matter of taste.
@@ -28,8 +29,10 @@ public struct AuditReport: Sendable {
 
     public init(scope: [String], findings: [AuditFinding], itemsExamined: Int) {
         self.scope = scope
-        self.findings = Set(findings).sorted { a, b in
-            (a.severity, b.rule.rawValue, b.path) > (b.severity, a.rule.rawValue, a.path)
+        var seen = Set<[UInt8]>()
+        self.findings = findings.filter { seen.insert($0.key).inserted }.sorted { a, b in
+            if a.severity != b.severity { return a.severity > b.severity }
+            return a.key.lexicographicallyPrecedes(b.key)    // rule, then path bytes, then discriminator
         }
         self.itemsExamined = itemsExamined
     }

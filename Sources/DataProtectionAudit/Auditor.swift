@@ -40,11 +40,14 @@ public struct Auditor: Sendable {
 public enum AuditError: Error, CustomStringConvertible, Equatable {
     case notADirectory(String)
     case cannotOpen(String, errno: Int32)
+    /// The directory is a data root: it is audited as a device (``Auditor/auditDevice(_:)``).
+    case dataRoot(String)
 
     public var description: String {
         switch self {
         case .notADirectory(let path): "\(LosslessPath.display(path)): not a directory (name a tree, an app or the whole device)"
         case .cannotOpen(let path, let errno): "\(LosslessPath.display(path)): cannot be read (\(String(cString: strerror(errno))))"
+        case .dataRoot(let path): "\(LosslessPath.display(path)) is a data root: it is audited as a device, with its containers and grants, not as a tree of files"
         }
     }
 }

@@ -53,25 +53,37 @@ struct Audit: AsyncParsableCommand {
         let (report, base) = try audit(auditor, catalog)
         var final = report
         if fix {
-            let chosen = report.findings(atLeast: minSeverity).filter(\.fix.isAutomatic)
-            let pending = report.findings(atLeast: minSeverity).count - chosen.count
-            if chosen.isEmpty {
-                printError("nothing to fix automatically\(pending > 0 ? " (\(pending) finding\(pending == 1 ? "" : "s") need a person)" : "")")
-            } else {
+            // A container default set in one pass makes its weaker files findings of the next:
+            // up to three passes, until nothing automatic is left.
+            var manager: ContainerManager?
+            var opened = false
+            for pass in 1...3 {
+                let chosen = final.findings(atLeast: minSeverity).filter(\.fix.isAutomatic)
+                if chosen.isEmpty {
+                    if pass == 1 {
+                        let pending = final.findings(atLeast: minSeverity).count
+                        printError("nothing to fix automatically\(pending > 0 ? " (\(pending) finding\(pending == 1 ? "" : "s") need a person)" : "")")
+                    }
+                    break
+                }
                 printError("fixing \(chosen.count) finding\(chosen.count == 1 ? "" : "s"):")
                 for finding in chosen { printError("  \(finding.rule.id) \(command(for: finding))") }
                 // Modes first, with no device: a loose device secret keeps the device from opening.
                 var outcomes = await AuditFixer().apply(chosen.filter { if case .setMode = $0.fix { true } else { false } })
                 let rest = chosen.filter { if case .setMode = $0.fix { false } else { true } }
                 if !rest.isEmpty {
-                    let manager = try? await containerManager(device, passcodeFile: unlock.passcodeFile)
+                    if !opened {
+                        manager = try? await containerManager(device, passcodeFile: unlock.passcodeFile)
+                        opened = true
+                    }
                     outcomes += await AuditFixer(manager: manager).apply(rest)
                 }
                 for outcome in outcomes {
                     if let error = outcome.error { printError("  not fixed: \(finding(outcome.finding)): \(error)") }
                 }
+                (final, _) = try audit(auditor, catalog)
+                if outcomes.allSatisfy({ $0.error != nil }) { break }
             }
-            (final, _) = try audit(auditor, catalog)
         }
         let shown = final.findings(atLeast: minSeverity)
         if json {
@@ -140,6 +152,7 @@ struct Audit: AsyncParsableCommand {
         case .stopExposingDocuments(let app): return "reinstall \(app) without --document-browser if it does not need it (back up its data first)"
         case .deleteInboxFile: return "have the app delete \(path) once handled"
         case .removeLink: return "replace or remove the link \(path)"
+        case .inspectDamagedFile: return "dpctl cat \(path) says what is wrong; restore it from a backup"
         }
     }
 

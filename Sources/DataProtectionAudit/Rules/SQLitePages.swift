@@ -9,6 +9,17 @@ enum SQLitePages {
 
     static func isPlaintextDatabase(_ prefix: [UInt8]) -> Bool { prefix.starts(with: databaseMagic) }
 
+    /// Whether a file named like a side file starts as SQLite writes one: a WAL's or journal's
+    /// magic (a journal reset to zeros after a commit too), or a wal-index (version 3007000).
+    static func isSideFile(_ prefix: [UInt8], suffix: String) -> Bool {
+        switch suffix {
+        case "-wal": walMagic.contains { prefix.starts(with: $0) }
+        case "-journal": prefix.starts(with: journalMagic) || (prefix.count >= 28 && prefix.prefix(28).allSatisfy { $0 == 0 })
+        case "-shm": prefix.count >= 4 && (prefix.prefix(4).elementsEqual([0x18, 0xE2, 0x2D, 0x00]) || prefix.prefix(4).allSatisfy { $0 == 0 })
+        default: false
+        }
+    }
+
     /// Whether the side file (`-wal` or `-journal`, read through `read(count, offset)`) holds a
     /// plaintext page in its first frame or record. An empty or reset one holds none.
     static func sidecarHoldsPlaintext(size: Int64, read: (Int, Int64) -> [UInt8]) -> Bool {

@@ -31,15 +31,16 @@ enum SecretPatterns {
     }
 
     /// Every (key path, reason) in a preferences dictionary, nested dictionaries and arrays included.
-    static func findings(in dictionary: [String: Any], prefix: String = "") -> [(key: String, reason: String)] {
+    static func findings(in dictionary: [String: Any], prefix: String = "", depth: Int = 0) -> [(key: String, reason: String)] {
+        guard depth < 64 else { return [] }
         var found: [(String, String)] = []
         for key in dictionary.keys.sorted() {
             let path = prefix.isEmpty ? key : prefix + "." + key
             switch dictionary[key] {
-            case let nested as [String: Any]: found += findings(in: nested, prefix: path)
+            case let nested as [String: Any]: found += findings(in: nested, prefix: path, depth: depth + 1)
             case let array as [Any]:
                 for (index, element) in array.enumerated() {
-                    if let nested = element as? [String: Any] { found += findings(in: nested, prefix: "\(path)[\(index)]") }
+                    if let nested = element as? [String: Any] { found += findings(in: nested, prefix: "\(path)[\(index)]", depth: depth + 1) }
                     else if let why = reason(key: key, value: element) { found.append(("\(path)[\(index)]", why)) }
                 }
             case let value?: if let why = reason(key: key, value: value) { found.append((path, why)) }

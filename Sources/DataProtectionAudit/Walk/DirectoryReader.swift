@@ -17,6 +17,7 @@ enum DirectoryReader {
         let copy = dup(fd)
         guard copy >= 0, let stream = fdopendir(copy) else { return [] }
         defer { closedir(stream) }
+        rewinddir(stream)   // the copy shares the position of `fd`, which an earlier listing may have moved
         var names: [String] = []
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in

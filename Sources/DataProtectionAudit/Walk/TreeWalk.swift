@@ -1,9 +1,11 @@
+import CLinuxShims
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSQLite
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,6 +25,8 @@ struct TreeWalk {
     let options: AuditOptions
     private(set) var findings: [AuditFinding] = []
     private(set) var examined = 0
+    /// The audited directory, open for the walk (links are resolved beneath it).
+    private var rootFD: Int32 = -1
     /// The container's own default (rule DP202 compares key files with it); `nil` for a tree.
     private var containerClass: ProtectionClass?
     /// Regular files with more than one name: how many of their names were seen in the tree.
@@ -46,7 +50,10 @@ struct TreeWalk {
         let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw AuditError.cannotOpen(root, errno: errno) }
         defer { close(fd) }
-        guard let st = POSIXFile.status(root) else { throw AuditError.cannotOpen(root, errno: errno) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw AuditError.cannotOpen(root, errno: errno) }
+        if Self.isDataRoot(Set(DirectoryReader.names(fd))) { throw AuditError.dataRoot(root) }
+        rootFD = fd
         let inherited = Self.inheritedDefault(above: root)
         let own = DirectoryReader.attribute(fd, DirectoryDefault.attribute).flatMap { ProtectionClass(name: String(decoding: $0, as: UTF8.self)) }
         if isContainer, own == .noProtection {
@@ -73,13 +80,16 @@ struct TreeWalk {
         checkMode(st, path: path)
         let names = DirectoryReader.names(fd)
         let nameSet = Set(names)
+        // A data root inside the tree (its keybag, device secret, catalog) is no tree of files:
+        // it is audited as a device, never converted.
+        if depth > 0, Self.isDataRoot(nameSet) { return }
         // Backup marks: the xattr and CACHEDIR.TAG go together (rule DP302).
         let marked = DirectoryReader.attribute(fd, BackupExclusionAttribute.attribute).map { $0 == Array("false".utf8) } ?? false
         let tagged = nameSet.contains(BackupExclusionAttribute.cacheDirectoryTagName) && Self.isCacheDirectoryTag(fd)
         if marked && !tagged {
-            add(.backupMarkLost, path, "marked do-not-back-up, but its CACHEDIR.TAG is gone: tar --exclude-caches, borg and restic --exclude-caches back it up", .excludeFromBackup)
+            add(.backupMarkLost, path, "marked do-not-back-up, but its CACHEDIR.TAG is gone: tar --exclude-caches, borg and restic --exclude-caches back it up", .excludeFromBackup, st)
         } else if tagged && !marked {
-            add(.backupMarkLost, path, "has a CACHEDIR.TAG, but its do-not-back-up attribute is gone: backups that read the attribute include it", .excludeFromBackup)
+            add(.backupMarkLost, path, "has a CACHEDIR.TAG, but its do-not-back-up attribute is gone: backups that read the attribute include it", .excludeFromBackup, st)
         }
         let excludedHere = excluded || marked || isExcludedByContainer(relative)
         guard depth < 512 else { return }
@@ -119,74 +129,117 @@ struct TreeWalk {
         if case .app = kind, relative.hasPrefix(AppContainer.inboxStorageName + "/") {
             let modified = Date(timeIntervalSince1970: TimeInterval(st.st_mtim.tv_sec))
             if options.now.timeIntervalSince(modified) > options.inboxMaxAge {
-                add(.staleInboxFile, path, "opened in \(Int(options.now.timeIntervalSince(modified) / 86_400)) days ago and still in the Inbox", .deleteInboxFile)
+                add(.staleInboxFile, path, "opened in \(Int(options.now.timeIntervalSince(modified) / 86_400)) days ago and still in the Inbox", .deleteInboxFile, st)
             }
         }
+        if Self.isCoordinationRecord(name, relative: relative) { return }   // plain by design (FORMAT.md §10.5)
         guard st.st_size > 0, let fd = DirectoryReader.open(directory, name) else { return }
         defer { close(fd) }
+        // What was opened is what was looked at (not swapped since the fstatat).
+        var opened = stat()
+        guard fstat(fd, &opened) == 0, opened.st_mode & S_IFMT == S_IFREG, opened.st_ino == st.st_ino, opened.st_dev == st.st_dev else { return }
         let header = DirectoryReader.prefix(fd, count: ProtectedFileHeader.size)
         let fixClass = directoryClass == .noProtection ? ProtectionClass.completeUntilFirstUserAuthentication : directoryClass
 
         if ProtectedFileHeader.looksProtected(header) {
-            guard header.count > 12, let cls = ProtectionClass(rawValue: header[12]) else { return }   // damaged: not this audit's to judge
+            // A header that does not parse is no protection at all (damaged, or forged to hide plaintext).
+            guard header.count >= ProtectedFileHeader.size, (try? ProtectedFileHeader.parse(header, path: path)) != nil,
+                  let cls = ProtectionClass(rawValue: header[12]) else {
+                add(.plainFile, path, "its header looks protected but does not parse: damaged or forged", .inspectDamagedFile, st)
+                return
+            }
             if name.hasSuffix(DatabaseKeyFile.suffix), siblings.contains(String(name.dropLast(DatabaseKeyFile.suffix.count))) {
                 let reference = containerClass ?? directoryClass
                 if cls < reference {
-                    add(.weakDatabaseKey, path, "the key of \(String(name.dropLast(DatabaseKeyFile.suffix.count))) is class \(cls.letter) (\(cls.shortName)); \(containerClass == nil ? "its directory's" : "the container's") default is \(reference.letter)", .protect(reference))
+                    let database = LosslessPath.display(String(name.dropLast(DatabaseKeyFile.suffix.count)))
+                    add(.weakDatabaseKey, path, "the key of \(database) is class \(cls.letter) (\(cls.shortName)); \(containerClass == nil ? "its directory's" : "the container's") default is \(reference.letter)", .protect(reference), st)
                 }
             } else if cls == .noProtection {
-                add(.classNone, path, "class D (none)", .protect(fixClass))
+                add(.classNone, path, "class D (none)", .protect(fixClass), st)
             } else if cls < directoryClass {
-                add(.weakerThanDirectory, path, "class \(cls.letter) (\(cls.shortName)) in a directory whose default is \(directoryClass.letter) (\(directoryClass.shortName))", .protect(directoryClass))
+                add(.weakerThanDirectory, path, "class \(cls.letter) (\(cls.shortName)) in a directory whose default is \(directoryClass.letter) (\(directoryClass.shortName))", .protect(directoryClass), st)
             }
         } else {
-            checkUnprotected(fd, name, header: header, size: Int64(st.st_size), path: path, relative: relative, fixClass: fixClass, siblings: siblings)
+            checkUnprotected(fd, directory, name, status: st, header: header, path: path, relative: relative, fixClass: fixClass, siblings: siblings)
         }
         if Int64(st.st_size) >= options.largeFileThreshold, !excluded, Self.isBackedUpLocation(relative),
            DirectoryReader.attribute(fd, BackupExclusionAttribute.attribute) != Array("false".utf8) {
-            add(.largeFileBackedUp, path, "\(Self.megabytes(Int64(st.st_size))) and backed up", .excludeFromBackup)
+            add(.largeFileBackedUp, path, "\(Self.megabytes(Int64(st.st_size))) and backed up", .excludeFromBackup, st)
         }
     }
 
-    private mutating func checkUnprotected(_ fd: Int32, _ name: String, header: [UInt8], size: Int64, path: String, relative: String,
-                                           fixClass: ProtectionClass, siblings: Set<String>) {
+    private mutating func checkUnprotected(_ fd: Int32, _ directory: Int32, _ name: String, status st: stat, header: [UInt8], path: String,
+                                           relative: String, fixClass: ProtectionClass, siblings: Set<String>) {
+        let size = Int64(st.st_size)
         if name == BackupExclusionAttribute.cacheDirectoryTagName, header.starts(with: Array(BackupExclusionAttribute.cacheDirectoryTagSignature.utf8)) { return }
         if SQLitePages.isPlaintextDatabase(header) {
-            add(.plaintextDatabase, path, "an SQLite database in plaintext (\(Self.megabytes(size)))", .encryptDatabase)
+            add(.plaintextDatabase, path, "an SQLite database in plaintext (\(Self.megabytes(size)))", .encryptDatabase, st)
             return
         }
         for suffix in ["-wal", "-journal", "-shm"] where name.hasSuffix(suffix) {
             let database = String(name.dropLast(suffix.count))
-            guard siblings.contains(database) else { continue }
+            // Only what SQLite writes passes for a side file: the WAL or journal magic, a wal-index.
+            guard siblings.contains(database), SQLitePages.isSideFile(header, suffix: suffix) else { continue }
             if siblings.contains(database + DatabaseKeyFile.suffix), suffix != "-shm",
                SQLitePages.sidecarHoldsPlaintext(size: size, read: { DirectoryReader.read(fd, count: $0, at: $1) }) {
-                add(.plaintextDatabaseSidecar, path, "holds plaintext pages of the encrypted database \(database)", .removeStaleFile)
+                add(.plaintextDatabaseSidecar, path, "holds plaintext pages of the encrypted database \(LosslessPath.display(database))", .removeStaleFile, st)
             }
             return   // a side file: its database's rule speaks for it (a -shm holds page numbers, no rows)
         }
-        if siblings.contains(name + DatabaseKeyFile.suffix) { return }   // an encrypted database with its key file
+        // An encrypted database: its key file beside it is a protected file.
+        if siblings.contains(name + DatabaseKeyFile.suffix), Self.isProtectedFile(directory, name + DatabaseKeyFile.suffix) { return }
         if case .group = kind, relative.hasPrefix("Library/Preferences/"), name.hasSuffix(".plist") {
             checkPlainPreferences(fd, size: size, path: path)
         }
-        add(.plainFile, path, "not in the protected format (\(Self.megabytes(size)))", .protect(fixClass))
+        add(.plainFile, path, "not in the protected format (\(Self.megabytes(size)))", .protect(fixClass), st)
     }
 
     /// A group's preferences written in the clear: secrets in them are found (rule DP403).
     /// Protected preferences are not read — an audit never decrypts; an app checks its own
     /// with ``Auditor/secrets(inPreferences:at:)``.
     private mutating func checkPlainPreferences(_ fd: Int32, size: Int64, path: String) {
-        guard size <= 4 << 20 else { return }
+        guard size <= 1 << 20 else { return }
         let bytes = DirectoryReader.read(fd, count: Int(size), at: 0)
-        guard let plist = try? PropertyListSerialization.propertyList(from: Data(bytes), format: nil) as? [String: Any] else { return }
-        findings += Auditor.secrets(inPreferences: plist, at: path)
+        findings += Self.onLargeStack { () -> [AuditFinding] in
+            // A property list can nest as deep as its bytes allow: parsed on a thread whose stack
+            // holds any that fits in 1 MB, so a hostile one cannot crash the audit.
+            guard let plist = try? PropertyListSerialization.propertyList(from: Data(bytes), format: nil) as? [String: Any] else { return [] }
+            return Auditor.secrets(inPreferences: plist, at: path)
+        }
+    }
+
+    /// Runs `body` on a thread with a 512 MB stack (reserved, not used) and waits for it.
+    static func onLargeStack<T: Sendable>(_ body: @escaping @Sendable () -> T) -> T {
+        let result = Mutex<T?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            let value = body()
+            result.withLock { $0 = value }
+            done.signal()
+        }
+        thread.stackSize = 512 << 20
+        thread.start()
+        done.wait()
+        return result.withLock { $0! }
     }
 
     // MARK: - Links and modes
 
     private mutating func checkLink(_ directory: Int32, _ name: String, relative: String) {
         guard let target = DirectoryReader.linkTarget(directory, name) else { return }
-        let path = root + "/" + (relative.isEmpty ? name : relative + "/" + name)
-        if let outside = Self.leavesRoot(target: target, linkDirectory: relative, root: root) {
+        let linkRelative = relative.isEmpty ? name : relative + "/" + name
+        let path = root + "/" + linkRelative
+        var outside = Self.leavesRoot(target: target, linkDirectory: relative, root: root)
+        // A relative link may pass through other links (`a -> s/..` with `s -> .`): the kernel
+        // resolves it beneath the root and says whether it leaves (EXDEV).
+        if outside == nil, !target.hasPrefix("/"),
+           (try? LosslessPath.withCString(linkRelative) { cshim_openat2(rootFD, $0, Self.pathOnly | O_CLOEXEC, 0, UInt64(0x08)) }).map({ fd in
+               if fd >= 0 { close(fd) }
+               return fd == -EXDEV
+           }) == true {
+            outside = "outside it, through other links"
+        }
+        if let outside {
             add(.linkLeavesContainer, path, "a symbolic link to \(LosslessPath.display(target)), \(outside)", .removeLink)
         }
     }
@@ -195,14 +248,15 @@ struct TreeWalk {
         let mode = UInt16(st.st_mode & 0o7777)
         if mode & 0o022 != 0 {
             let who = mode & 0o002 != 0 ? "every user" : "its group"
-            add(.writableByOthers, path, "mode \(String(mode, radix: 8)): writable by \(who)", .setMode(mode & ~0o022))
+            add(.writableByOthers, path, "mode \(String(mode, radix: 8)): writable by \(who)", .setMode(mode & 0o755), st)
         }
     }
 
     // MARK: - Helpers
 
-    private mutating func add(_ rule: AuditRule, _ path: String, _ detail: String, _ fix: AuditFix) {
-        findings.append(AuditFinding(rule, path: path, detail: detail, fix: fix))
+    private mutating func add(_ rule: AuditRule, _ path: String, _ detail: String, _ fix: AuditFix, _ st: stat? = nil) {
+        let identity = st.map { FileIdentity(device: UInt64($0.st_dev), inode: UInt64($0.st_ino)) }
+        findings.append(AuditFinding(rule, path: path, detail: detail, fix: fix, identity: identity))
     }
 
     /// `nil` when the link stays below `root` by its text alone; otherwise where it goes. A link
@@ -236,6 +290,25 @@ struct TreeWalk {
         case .group: relative == "Library/Caches"
         case .tree: false
         }
+    }
+
+    /// `O_PATH` (Glibc's module does not export it): a descriptor that only names the item.
+    static let pathOnly: Int32 = 0o10000000
+
+    /// A data root: its device secret, keybag and catalog side by side (FORMAT.md §1).
+    static func isDataRoot(_ names: Set<String>) -> Bool {
+        names.contains("device.secret") && names.contains("keybag") && names.contains("layout")
+    }
+
+    /// A file coordination change record (`.coordination/<digest>.change`): plain by design.
+    static func isCoordinationRecord(_ name: String, relative: String) -> Bool {
+        name.hasSuffix(".change") && (relative.hasPrefix(".coordination/") || relative.hasPrefix("Library/.coordination/"))
+    }
+
+    private static func isProtectedFile(_ directory: Int32, _ name: String) -> Bool {
+        guard let fd = DirectoryReader.open(directory, name) else { return false }
+        defer { close(fd) }
+        return ProtectedFileHeader.looksProtected(DirectoryReader.prefix(fd, count: 16))
     }
 
     /// `Documents` and `Library` (not `Library/Caches`) are what backups take (seed 002).

@@ -47,7 +47,7 @@ final class RunningAppLock: Sendable {
 extension ContainerManager {
     /// Runs `body` while none of `apps` runs (each one's lock held exclusively); otherwise
     /// ``ContainerError/appRunning(_:)`` names the first that does.
-    func whileNotRunning<T>(_ apps: [AppContainer], _ body: () async throws -> T) async throws -> T {
+    package func whileNotRunning<T>(_ apps: [AppContainer], _ body: () async throws -> T) async throws -> T {
         var held: [RunningAppLock] = []
         defer { held.forEach { $0.release() } }
         for app in apps {
