@@ -37,14 +37,21 @@ public struct AuditFinding: Sendable, Equatable, Hashable {
     var key: [UInt8] { Array(rule.id.utf8) + [0] + LosslessPath.bytes(of: path) + [0] + Array(discriminator.utf8) }
 }
 
-/// A file's device and inode numbers.
+/// A file as the audit saw it: device, inode and status-change time. A file replaced since
+/// (even one that reuses the inode number) or changed since differs.
 public struct FileIdentity: Sendable, Equatable, Hashable {
     public let device: UInt64
     public let inode: UInt64
+    public let changeTime: Int64
 
-    public init(device: UInt64, inode: UInt64) {
+    public init(device: UInt64, inode: UInt64, changeTime: Int64) {
         self.device = device
         self.inode = inode
+        self.changeTime = changeTime
+    }
+
+    init(status st: stat) {
+        self.init(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), changeTime: Int64(st.st_ctim.tv_sec) * 1_000_000_000 + Int64(st.st_ctim.tv_nsec))
     }
 }
 

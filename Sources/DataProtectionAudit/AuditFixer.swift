@@ -154,7 +154,7 @@ public struct AuditFixer: Sendable {
         guard fd >= 0 else { throw AuditFixError.changed(path, "it is, or is reached through, a link now (\(String(cString: strerror(-fd))))") }
         var st = stat()
         guard fstat(fd, &st) == 0 else { close(fd); throw AuditFixError.changed(path, "it cannot be examined") }
-        if let identity, UInt64(st.st_dev) != identity.device || UInt64(st.st_ino) != identity.inode {
+        if let identity, FileIdentity(status: st) != identity {
             close(fd)
             throw AuditFixError.changed(path, "another item is there now")
         }
@@ -169,7 +169,7 @@ enum DataRootGuard {
         var url = URL(fileURLWithPath: path)
         while url.path != "/" {
             let candidate = url.path
-            if ["device.secret", "keybag", "layout"].allSatisfy({ POSIXFile.linkStatus(candidate + "/" + $0) != nil }) {
+            if ["device.secret", "keybag"].allSatisfy({ POSIXFile.linkStatus(candidate + "/" + $0) != nil }) {
                 if case .setMode = fix,
                    [candidate, candidate + "/Containers", candidate + "/Sharing"].contains(path)
                     || ["device.secret", "keybag", "backup-keybag", "keybag.lock", "layout"].contains(where: { candidate + "/" + $0 == path }) {

@@ -1,5 +1,6 @@
 @testable import DataProtectionAudit
 import DataProtection
+import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSQLite
 import DataProtectionTestSupport
@@ -97,5 +98,68 @@ import Testing
         let results = try #require(runs.first?["results"] as? [[String: Any]])
         let location = ((results.first?["locations"] as? [[String: Any]])?.first?["physicalLocation"] as? [String: Any])?["artifactLocation"] as? [String: Any]
         #expect(location?["uri"] as? String == "a%20b/%E9.txt")
+    }
+}
+
+/// `--fix` as an app would attack it: the item swapped for a link after the audit, a data root
+/// inside the audited tree, links that leave only through other links, a forged header.
+@Suite struct AuditAttackTests {
+    @Test func aFixNeverFollowsALinkSwappedInAfterTheAudit() async throws {
+        let device = try await TestDevice.make()
+        try await device.keybag.unlock(passcode: "1234")
+        let manager = ContainerManager(files: device.files)
+        let app = try await manager.install(AppIdentifier("com.example.swapper"))
+        let victim = device.dir.appendingPathComponent("victim.txt").path
+        try Data("someone else's".utf8).write(to: URL(fileURLWithPath: victim))
+        chmod(victim, 0o644)
+        let sub = app.documents.appendingPathComponent("sub").path
+        try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
+        try Data("plain".utf8).write(to: URL(fileURLWithPath: sub + "/victim.txt"))
+        chmod(sub + "/victim.txt", 0o666)
+        let report = try Auditor().audit(tree: app.url)
+        #expect(Set(report.findings.map(\.rule)) == [.plainFile, .writableByOthers])
+
+        // The app swaps the directory for a link to where the victim lives, then --fix runs.
+        try FileManager.default.removeItem(atPath: sub)
+        try FileManager.default.createSymbolicLink(atPath: sub, withDestinationPath: device.dir.path)
+        let outcomes = await AuditFixer(manager: manager).apply(report.findings)
+        #expect(outcomes.count == 2 && outcomes.allSatisfy { $0.error is AuditFixError }, "\(outcomes.map { String(describing: $0.error) })")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == Data("someone else's".utf8))
+        var st = stat()
+        #expect(stat(victim, &st) == 0 && st.st_mode & 0o777 == 0o644)
+
+        // The same file replaced by another one at the same name: not the item audited, not touched.
+        try FileManager.default.removeItem(atPath: sub)
+        try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
+        try Data("plain".utf8).write(to: URL(fileURLWithPath: sub + "/victim.txt"))
+        let again = try Auditor().audit(tree: app.url)
+        try FileManager.default.removeItem(atPath: sub + "/victim.txt")
+        try Data("replaced".utf8).write(to: URL(fileURLWithPath: sub + "/victim.txt"))
+        let replaced = await AuditFixer(manager: manager).apply(again.findings)
+        #expect(replaced.allSatisfy { ($0.error as? AuditFixError).map { "\($0)".contains("another item is there now") } == true })
+        #expect(ProtectedFileHeader.looksProtected(Array(try Data(contentsOf: URL(fileURLWithPath: sub + "/victim.txt")))) == false)
+    }
+
+    @Test func aDataRootInsideTheTreeIsNeverWalkedOrConverted() throws {
+        let world = try AppWorld.make()
+        let parent = URL(fileURLWithPath: world.cli.root).deletingLastPathComponent().path
+        let secret = try Data(contentsOf: URL(fileURLWithPath: world.cli.root + "/device.secret"))
+        let fixed = try world.dpctl(["audit", parent, "--fix", "--passcode-file", world.passcode])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: world.cli.root + "/device.secret")) == secret, "\(fixed.stderr)")
+        #expect(try world.dpctl(["status"]).status == 0, "the device still opens")
+        let direct = try world.dpctl(["audit", world.cli.root])
+        #expect(direct.status == 1 && direct.stderr.contains("is a data root"), "\(direct.stderr)")
+    }
+
+    @Test func linksThatLeaveThroughOtherLinksAndForgedHeadersAreFound() throws {
+        let tree = temporaryDirectory().path
+        try FileManager.default.createSymbolicLink(atPath: tree + "/s", withDestinationPath: ".")
+        try FileManager.default.createSymbolicLink(atPath: tree + "/a", withDestinationPath: "s/..")
+        var forged = [UInt8](repeating: 0, count: 400)
+        forged.replaceSubrange(0..<8, with: [0x89, 0x44, 0x50, 0x46, 0x0D, 0x0A, 0x1A, 0x0A])
+        forged.replaceSubrange(200..<220, with: Array("secret in plaintext!".utf8))
+        try Data(forged).write(to: URL(fileURLWithPath: tree + "/looks-protected"))
+        let found = try Auditor().audit(tree: URL(fileURLWithPath: tree)).findings
+        #expect(Set(found.map { "\($0.rule.id) \(URL(fileURLWithPath: $0.path).lastPathComponent)" }) == ["DP601 a", "DP101 looks-protected"], "\(found)")
     }
 }

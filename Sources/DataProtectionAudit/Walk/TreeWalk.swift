@@ -255,7 +255,7 @@ struct TreeWalk {
     // MARK: - Helpers
 
     private mutating func add(_ rule: AuditRule, _ path: String, _ detail: String, _ fix: AuditFix, _ st: stat? = nil) {
-        let identity = st.map { FileIdentity(device: UInt64($0.st_dev), inode: UInt64($0.st_ino)) }
+        let identity = st.map(FileIdentity.init(status:))
         findings.append(AuditFinding(rule, path: path, detail: detail, fix: fix, identity: identity))
     }
 
@@ -297,7 +297,7 @@ struct TreeWalk {
 
     /// A data root: its device secret, keybag and catalog side by side (FORMAT.md §1).
     static func isDataRoot(_ names: Set<String>) -> Bool {
-        names.contains("device.secret") && names.contains("keybag") && names.contains("layout")
+        names.contains("device.secret") && names.contains("keybag")
     }
 
     /// A file coordination change record (`.coordination/<digest>.change`): plain by design.
