@@ -57,7 +57,8 @@ extension Auditor {
     /// ```
     public static func secrets(inPreferences dictionary: [String: Any], at path: String) -> [AuditFinding] {
         SecretPatterns.findings(in: dictionary).map { found in
-            AuditFinding(.secretInGroupPreferences, path: path, detail: "key \"\(found.key)\": \(found.reason)", fix: .moveToKeychain(key: found.key))
+            AuditFinding(.secretInGroupPreferences, path: path, detail: "key \"\(found.key)\": \(found.reason)", fix: .moveToKeychain(key: found.key),
+                         discriminator: found.key)
         }
     }
 
@@ -93,12 +94,12 @@ extension Auditor {
         var findings: [AuditFinding] = []
         for grant in grants {
             let provider = manager.app(container: grant.providerContainer)
-            let item = (provider?.url.path).map { $0 + "/" + grant.path } ?? grant.path
+            let item = (provider?.url.path ?? manager.layout.applicationContainer(grant.providerContainer)) + "/" + grant.path
             if provider == nil || manager.app(container: grant.recipientContainer) == nil {
                 let gone = provider == nil ? grant.provider : grant.recipient
                 findings.append(AuditFinding(.grantOfUninstalledApp, path: item,
                                              detail: "grant \(grant.id.uuidString) from \(grant.provider) to \(grant.recipient): \(gone) is no longer installed",
-                                             fix: .removeGrant(grant.id)))
+                                             fix: .removeGrant(grant.id), discriminator: grant.id.uuidString))
                 continue
             }
             if grant.isExpired(at: options.now) { continue }
@@ -107,7 +108,7 @@ extension Auditor {
                 let lifetime = [grant.persistent ? "persistent" : nil, grant.expires == nil ? "without an expiry" : nil].compactMap { $0 }.joined(separator: " and ")
                 findings.append(AuditFinding(.longLivedWriteGrant, path: item,
                                              detail: "grant \(grant.id.uuidString) lets \(grant.recipient) \(changing.description) it, \(lifetime)",
-                                             fix: .limitGrant(grant.id)))
+                                             fix: .limitGrant(grant.id), discriminator: grant.id.uuidString))
             }
         }
         return findings

@@ -137,7 +137,7 @@ struct Audit: AsyncParsableCommand {
 
     /// The command line that fixes a finding.
     func command(for finding: AuditFinding) -> String {
-        let path = shellQuoted(LosslessPath.display(finding.path))
+        let path = shellQuoted(finding.path)
         let root = device.root.map { " --root \(shellQuoted($0))" } ?? ""
         switch finding.fix {
         case .protect(let cls): return "dpctl protect\(root) \(path) --class \(cls.letter)"
@@ -156,8 +156,20 @@ struct Audit: AsyncParsableCommand {
         }
     }
 
-    private func shellQuoted(_ text: String) -> String {
-        text.allSatisfy({ $0.isLetter || $0.isNumber || "/._-+:@%".contains($0) }) ? text : "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    /// A path as a shell word that names the same bytes: bare when plain, single-quoted when
+    /// printable UTF-8, else `$'…'` with `\\xHH` for every other byte.
+    private func shellQuoted(_ path: String) -> String {
+        let bytes = LosslessPath.bytes(of: path)
+        let plain = bytes.allSatisfy { b in
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || "/._-+:@%".utf8.contains(b)
+        }
+        if plain { return path }
+        if String(validating: bytes, as: UTF8.self) != nil, !bytes.contains(where: { $0 < 0x20 || $0 == 0x7F }) {
+            return "'" + path.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        }
+        return "$'" + bytes.map { b in
+            b >= 0x20 && b < 0x7F && b != 0x27 && b != 0x5C ? String(UnicodeScalar(b)) : String(format: "\\x%02X", b)
+        }.joined() + "'"
     }
 }
 

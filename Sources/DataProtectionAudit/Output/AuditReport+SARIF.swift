@@ -24,10 +24,13 @@ extension AuditReport {
         let baseDirectory = base.hasSuffix("/") ? String(base.dropLast()) : base
         let results: [[String: Any]] = findings(atLeast: minimum).map { finding in
             var location: [String: Any] = [:]
+            var relative = finding.path
             if finding.path == baseDirectory {
+                relative = "."
                 location = ["uri": "./", "uriBaseId": "AUDITROOT"]
             } else if finding.path.hasPrefix(baseDirectory + "/") {
-                location = ["uri": Self.percentEncoded(String(finding.path.dropFirst(baseDirectory.count + 1))), "uriBaseId": "AUDITROOT"]
+                relative = String(finding.path.dropFirst(baseDirectory.count + 1))
+                location = ["uri": Self.percentEncoded(relative), "uriBaseId": "AUDITROOT"]
             } else {
                 location = ["uri": "file://" + Self.percentEncoded(finding.path)]
             }
@@ -40,8 +43,10 @@ extension AuditReport {
                 "ruleIndex": rules.firstIndex(of: finding.rule)!,
                 "level": Self.level(finding.severity),
                 "message": ["text": "\(finding.rule.title): \(finding.detail). \(fixText)"],
-                "locations": [["physicalLocation": ["artifactLocation": location]]],
-                "partialFingerprints": ["dpAuditFinding/v1": finding.rule.id + ":" + LosslessPath.display(finding.path)],
+                "locations": [["physicalLocation": ["artifactLocation": location, "region": ["startLine": 1]]]],
+                // Stable across runs and places: the rule, the path below the audited directory,
+                // and what tells apart findings on one item (a preference key, a grant).
+                "partialFingerprints": ["dpAuditFinding/v1": [finding.rule.id, Self.percentEncoded(relative), finding.discriminator].joined(separator: ":")],
                 "properties": properties,
             ]
         }
