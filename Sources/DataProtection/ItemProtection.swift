@@ -41,7 +41,7 @@ package enum DirectoryDefault {
     }
 
     /// The default of the nearest ancestor of `path` that has one (unreadable ancestors are skipped).
-    static func inherited(forNewItemAt path: String) -> ProtectionClass? {
+    package static func inherited(forNewItemAt path: String) -> ProtectionClass? {
         var directory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent()
         while true {
             if let cls = try? get(directory.path) { return cls }

@@ -169,10 +169,10 @@ enum DataRootGuard {
         var url = URL(fileURLWithPath: path)
         while url.path != "/" {
             let candidate = url.path
-            if ["device.secret", "keybag"].allSatisfy({ POSIXFile.linkStatus(candidate + "/" + $0) != nil }) {
+            if TreeWalk.dataRootMarkers.allSatisfy({ POSIXFile.linkStatus(candidate + "/" + $0) != nil }) {
                 if case .setMode = fix,
                    [candidate, candidate + "/Containers", candidate + "/Sharing"].contains(path)
-                    || ["device.secret", "keybag", "backup-keybag", "keybag.lock", "layout"].contains(where: { candidate + "/" + $0 == path }) {
+                    || TreeWalk.dataRootFiles.contains(where: { candidate + "/" + $0 == path }) {
                     return
                 }
                 let inside = String(path.dropFirst(candidate.count))

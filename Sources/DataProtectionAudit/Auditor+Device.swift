@@ -126,7 +126,7 @@ extension Auditor {
             }
         }
         check(layout.root, expected: 0o700)
-        for name in ["device.secret", "keybag", "backup-keybag", "keybag.lock", "layout"] { check(layout.root + "/" + name, expected: 0o600) }
+        for name in TreeWalk.dataRootFiles { check(layout.root + "/" + name, expected: 0o600) }
         check(layout.containers, expected: 0o700)
         check(layout.sharing, expected: 0o700)
         return findings

@@ -174,7 +174,3 @@ struct Audit: AsyncParsableCommand {
 }
 
 extension AuditSeverity: ExpressibleByArgument {}
-
-func printError(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
-}

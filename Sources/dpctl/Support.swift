@@ -168,6 +168,11 @@ func printOut(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+/// One line on standard error (progress and notes that are not the command's output).
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
 /// Left-aligned text table.
 func table(_ rows: [[String]], rightAligned: Set<Int> = []) -> String {
     guard let first = rows.first else { return "" }

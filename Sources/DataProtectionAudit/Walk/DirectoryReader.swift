@@ -48,11 +48,7 @@ enum DirectoryReader {
     }
 
     /// Up to `count` bytes from the start of the file.
-    static func prefix(_ fd: Int32, count: Int) -> [UInt8] {
-        var buffer = [UInt8](repeating: 0, count: count)
-        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, 0) }
-        return n > 0 ? Array(buffer[..<n]) : []
-    }
+    static func prefix(_ fd: Int32, count: Int) -> [UInt8] { read(fd, count: count, at: 0) }
 
     /// `count` bytes at `offset`, or fewer at the end.
     static func read(_ fd: Int32, count: Int, at offset: Int64) -> [UInt8] {

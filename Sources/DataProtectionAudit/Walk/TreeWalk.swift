@@ -54,7 +54,7 @@ struct TreeWalk {
         guard fstat(fd, &st) == 0 else { throw AuditError.cannotOpen(root, errno: errno) }
         if Self.isDataRoot(Set(DirectoryReader.names(fd))) { throw AuditError.dataRoot(root) }
         rootFD = fd
-        let inherited = Self.inheritedDefault(above: root)
+        let inherited = DirectoryDefault.inherited(forNewItemAt: root) ?? .completeUntilFirstUserAuthentication
         let own = DirectoryReader.attribute(fd, DirectoryDefault.attribute).flatMap { ProtectionClass(name: String(decoding: $0, as: UTF8.self)) }
         if isContainer, own == .noProtection {
             let fix: AuditFix = switch kind {
@@ -65,7 +65,7 @@ struct TreeWalk {
             add(.containerDefaultNone, root, "its default class is None (D)", fix)
         }
         if isContainer { containerClass = own ?? inherited }
-        let excludedAbove = Self.excludedAbove(root)
+        let excludedAbove = (try? BackupExclusionAttribute.exclusion(of: URL(fileURLWithPath: root)))?.isExcludedFromBackup ?? false
         walkDirectory(fd, status: st, relative: "", defaultClass: own ?? inherited, excluded: excludedAbove, depth: 0)
         for (_, file) in linked where file.seen < file.links {
             add(.linkLeavesContainer, file.path, "a hard link: \(file.links) names, \(file.links - file.seen) of them outside \(isContainer ? "the container" : "the tree")", .removeLink)
@@ -295,10 +295,12 @@ struct TreeWalk {
     /// `O_PATH` (Glibc's module does not export it): a descriptor that only names the item.
     static let pathOnly: Int32 = 0o10000000
 
-    /// A data root: its device secret, keybag and catalog side by side (FORMAT.md §1).
-    static func isDataRoot(_ names: Set<String>) -> Bool {
-        names.contains("device.secret") && names.contains("keybag")
-    }
+    /// What marks a directory as a data root (FORMAT.md §1): its device secret and keybag.
+    static let dataRootMarkers = ["device.secret", "keybag"]
+    /// The data root's own files, which must be the user's alone (rule DP603).
+    static let dataRootFiles = ["device.secret", "keybag", "backup-keybag", "keybag.lock", "layout"]
+
+    static func isDataRoot(_ names: Set<String>) -> Bool { dataRootMarkers.allSatisfy(names.contains) }
 
     /// A file coordination change record (`.coordination/<digest>.change`): plain by design.
     static func isCoordinationRecord(_ name: String, relative: String) -> Bool {
@@ -320,28 +322,6 @@ struct TreeWalk {
         guard let fd = DirectoryReader.open(directory, BackupExclusionAttribute.cacheDirectoryTagName) else { return false }
         defer { close(fd) }
         return DirectoryReader.prefix(fd, count: 43).starts(with: Array(BackupExclusionAttribute.cacheDirectoryTagSignature.utf8))
-    }
-
-    /// The default class a new item directly in `path` would get from its ancestors (iOS's
-    /// default, C, when none has one).
-    static func inheritedDefault(above path: String) -> ProtectionClass {
-        var url = URL(fileURLWithPath: path).deletingLastPathComponent()
-        while true {
-            if let bytes = try? POSIXFile.getAttribute(DirectoryDefault.attribute, path: url.path),
-               let cls = ProtectionClass(name: String(decoding: bytes, as: UTF8.self)) { return cls }
-            if url.path == "/" { return .completeUntilFirstUserAuthentication }
-            url.deleteLastPathComponent()
-        }
-    }
-
-    /// Whether an ancestor of `path` is marked do-not-back-up.
-    static func excludedAbove(_ path: String) -> Bool {
-        var url = URL(fileURLWithPath: path).deletingLastPathComponent()
-        while url.path != "/" {
-            if (try? POSIXFile.getAttribute(BackupExclusionAttribute.attribute, path: url.path)) == Array("false".utf8) { return true }
-            url.deleteLastPathComponent()
-        }
-        return false
     }
 
     static func megabytes(_ bytes: Int64) -> String {
