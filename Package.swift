@@ -50,6 +50,9 @@ let package = Package(
     ],
     targets: [
         .target(name: "CLinuxShims"),
+        // The system's OpenSSL libcrypto, for SQLCipher's page cipher only (DataProtectionSQLite's
+        // PageCipher); everything else uses swift-crypto.
+        .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .target(
             name: "DataProtectionIPC",
             dependencies: [
@@ -93,6 +96,7 @@ let package = Package(
                 "DataProtection",
                 "DataProtectionKeybag",
                 "CLinuxShims",
+                "COpenSSLCrypto",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

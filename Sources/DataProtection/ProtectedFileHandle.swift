@@ -3,7 +3,8 @@ import Foundation
 import SystemPackage
 
 /// An open protected file, for random access: read or write at any offset, append,
-/// truncate — only the touched 64 KiB segments are decrypted and re-sealed.
+/// truncate — only the touched segments (4 KiB in files made for random access, 64 KiB in
+/// files written whole: ``ProtectedFileAccessPattern``) are decrypted and re-sealed.
 ///
 /// The handle follows its class, as an open file does on iOS:
 /// - **A** (`complete`): every call fails with ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
@@ -25,6 +26,8 @@ public actor ProtectedFileHandle {
     public nonisolated let protectionClass: ProtectionClass
     /// Whether the handle may write.
     public nonisolated let isWritable: Bool
+    /// log2 of the file's segment size (from its header).
+    nonisolated let segmentSizeLog2: UInt8
 
     private let keybag: Keybag
     private var fd: FileDescriptor?
@@ -42,6 +45,7 @@ public actor ProtectedFileHandle {
         self.headerBytes = headerBytes
         self.header = header
         self.protectionClass = header.protectionClass
+        self.segmentSizeLog2 = header.segmentSizeLog2
         self.engine = engine
         self.keyGeneration = keyGeneration
         self.isWritable = writable

@@ -12,7 +12,8 @@ package struct ProtectedFileHeader: Sendable, Equatable {
     static let version: UInt16 = 1
     package static let size = 160
     static let authenticatedSize = 128
-    static let defaultSegmentSizeLog2: UInt8 = 16   // 64 KiB of plaintext per segment
+    static let defaultSegmentSizeLog2: UInt8 = 16   // 64 KiB of plaintext per segment: files read whole
+    static let randomAccessSegmentSizeLog2: UInt8 = 12   // 4 KiB: files read and written at offsets
     static let segmentSizeLog2Range: ClosedRange<UInt8> = 12...24
 
     var segmentSizeLog2: UInt8

@@ -24,13 +24,16 @@ extension ProtectedFileManager {
 
     /// Makes the empty file open (read-write) at `descriptor` a new protected file of class
     /// `protection` and opens it for writing. The descriptor is duplicated; `url` names it in errors.
-    public func createFile(in descriptor: FileDescriptor, url: URL, protection: ProtectionClass) async throws -> ProtectedFileHandle {
+    /// Like ``createFile(at:protection:thisDeviceOnly:access:)``, 4 KiB segments unless `access`
+    /// says the file will be streamed.
+    public func createFile(in descriptor: FileDescriptor, url: URL, protection: ProtectionClass,
+                           access: ProtectedFileAccessPattern = .randomAccess) async throws -> ProtectedFileHandle {
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             guard try POSIXFile.size(descriptor, path: path) == 0 else {
                 throw ProtectedFileError.fileSystem(FileSystemError("create", path: path, errno: .fileExists))
             }
-            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false)
+            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2(for: access))
             let fd = try POSIXFile.system("dup", path) { try descriptor.duplicate() }
             do {
                 return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
@@ -90,7 +93,7 @@ extension ProtectedFileManager {
                 try POSIXFile.write(target.fd, header, at: 0, path: target.displayPath)
                 complete = copied == fileSize
             case .encrypt(let reader, let cls):
-                let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: false)
+                let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2)
                 let copy = try SegmentedFile.create(fd: target.fd, path: target.displayPath, header: header, keys: keys)
                 try copy.writeStream(from: reader.read)
                 complete = copy.size == reader.fileSize

@@ -22,8 +22,10 @@ import Glibc
 public struct ProtectedFileManager: Sendable {
     /// The device whose keybag wraps the file keys.
     public let keybag: Keybag
-    /// log2 of the segment size for new files (16: 64 KiB).
+    /// log2 of the segment size of new ``ProtectedFileAccessPattern/sequential`` files (16: 64 KiB).
     public var segmentSizeLog2: UInt8 = ProtectedFileHeader.defaultSegmentSizeLog2
+    /// log2 of the segment size of new ``ProtectedFileAccessPattern/randomAccess`` files (12: 4 KiB).
+    public var randomAccessSegmentSizeLog2: UInt8 = ProtectedFileHeader.randomAccessSegmentSizeLog2
 
     public init(keybag: Keybag) {
         self.keybag = keybag
@@ -62,10 +64,12 @@ public struct ProtectedFileManager: Sendable {
     ///
     /// `thisDeviceOnly` binds the file key to this device too (like the keychain's
     /// `…ThisDeviceOnly`): no backup can restore it elsewhere. `nil` keeps the flag of the file
-    /// being replaced (off for a new file).
-    public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil) async throws {
+    /// being replaced (off for a new file). `access` sets the file's segment size
+    /// (``ProtectedFileAccessPattern``).
+    public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil,
+                      access: ProtectedFileAccessPattern = .sequential) async throws {
         let bytes = Array(data)
-        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly) { file in
+        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access) { file in
             var offset = 0
             try file.writeStream { buffer in
                 let n = min(buffer.count, bytes.count - offset)
@@ -78,8 +82,9 @@ public struct ProtectedFileManager: Sendable {
 
     /// Writes everything readable from `source` (read to its end, in bounded memory)
     /// atomically to `url` (standard input, a pipe, a socket).
-    public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil) async throws {
-        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly) { file in
+    public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil,
+                      access: ProtectedFileAccessPattern = .sequential) async throws {
+        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access) { file in
             try file.writeStream { buffer in
                 try POSIXFile.system("read", "<input>") { try source.read(into: buffer, retryOnInterrupt: true) }
             }
@@ -95,13 +100,14 @@ public struct ProtectedFileManager: Sendable {
     }
 
     func writeAtomically(to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil, keepingMode: Bool = true,
+                         access: ProtectedFileAccessPattern = .sequential,
                          _ fill: @escaping (SegmentedFile) throws -> Void) async throws {
         let path = url.path
         try await ProtectedFileError.translating(path: path, writing: true) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             let cls = resolveClass(for: url, explicit: protection)
             let deviceOnly = thisDeviceOnly ?? ((try? ItemInspector.isThisDeviceOnly(url)) ?? false)
-            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly)
+            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly, segmentSizeLog2: segmentSizeLog2(for: access))
             try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
                 let file = try SegmentedFile.create(fd: fd, path: temp, header: header, keys: keys)
                 try fill(file)
@@ -141,11 +147,18 @@ public struct ProtectedFileManager: Sendable {
 
     /// Creates a new, empty protected file (replacing none: fails if `url` exists) and opens it
     /// for writing. Class B works while locked: the handle keeps the new key until closed.
-    public func createFile(at url: URL, protection: ProtectionClass? = nil, thisDeviceOnly: Bool = false) async throws -> ProtectedFileHandle {
+    /// A handle is for reading and writing at offsets, so the file gets 4 KiB segments unless
+    /// `access` says it will be streamed (``ProtectedFileAccessPattern``).
+    public func createFile(at url: URL, protection: ProtectionClass? = nil, thisDeviceOnly: Bool = false,
+                           access: ProtectedFileAccessPattern = .randomAccess) async throws -> ProtectedFileHandle {
+        try await createFile(at: url, protection: protection, thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: segmentSizeLog2(for: access))
+    }
+
+    func createFile(at url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool, segmentSizeLog2: UInt8) async throws -> ProtectedFileHandle {
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             let cls = protection ?? defaultProtection(forNewItemAt: url)
-            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: thisDeviceOnly)
+            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: segmentSizeLog2)
             let fd = try POSIXFile.open(path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
             do {
                 return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
@@ -157,8 +170,16 @@ public struct ProtectedFileManager: Sendable {
         }
     }
 
+    /// log2 of the segment size for a new file used as `access` says.
+    func segmentSizeLog2(for access: ProtectedFileAccessPattern) -> UInt8 {
+        access == .sequential ? segmentSizeLog2 : randomAccessSegmentSizeLog2
+    }
+
     /// A new file's header and keys: a fresh file key wrapped for `cls`, a random file ID.
-    func newFileKeys(_ cls: ProtectionClass, thisDeviceOnly: Bool) async throws -> (ProtectedFileHeader, FileKeys) {
+    func newFileKeys(_ cls: ProtectionClass, thisDeviceOnly: Bool, segmentSizeLog2: UInt8) async throws -> (ProtectedFileHeader, FileKeys) {
+        guard ProtectedFileHeader.segmentSizeLog2Range.contains(segmentSizeLog2) else {
+            throw ProtectedFileError.invalidRange(path: "", reason: "segment size 2^\(segmentSizeLog2) (2^12 to 2^24)")
+        }
         let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: thisDeviceOnly)
         let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
         return (header, FileKeys(fileKey: key, fileID: header.fileID))
@@ -344,8 +365,9 @@ public struct ProtectedFileManager: Sendable {
     private func copyStreaming(from handle: ProtectedFileHandle, size: Int64, to destination: URL, protection: ProtectionClass,
                                thisDeviceOnly: Bool) async throws {
         // Decrypt into a temporary protected file chunk by chunk; memory stays at one chunk.
+        // The copy keeps the source's segment size: it is used the way the source was.
         let created = try await createFile(at: URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path)), protection: protection,
-                                           thisDeviceOnly: thisDeviceOnly)
+                                           thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: handle.segmentSizeLog2)
         var offset: Int64 = 0
         do {
             while offset < size {

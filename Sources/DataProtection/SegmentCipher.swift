@@ -16,17 +16,24 @@ struct SegmentCipher: Sendable {
     let fileID: [UInt8]
 
     func associatedData(index: Int, final: Bool) -> [UInt8] {
-        var w = ByteWriter()
-        w.raw(fileID)
-        w.u64(UInt64(index))
-        w.u8(final ? 1 : 0)
-        return w.bytes
+        withAssociatedData(index: index, final: final) { Array($0) }
+    }
+
+    /// Runs `body` with the associated data of segment `index` in a buffer on the stack (no
+    /// allocation per segment).
+    func withAssociatedData<R>(index: Int, final: Bool, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try withUnsafeTemporaryAllocation(byteCount: 25, alignment: 8) { buffer in
+            fileID.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) }
+            withUnsafeBytes(of: UInt64(index).bigEndian) { (buffer.baseAddress! + 16).copyMemory(from: $0.baseAddress!, byteCount: 8) }
+            buffer[24] = final ? 1 : 0
+            return try body(UnsafeRawBufferPointer(buffer))
+        }
     }
 
     /// Appends the sealed segment to `output`.
     func seal(_ plaintext: UnsafeRawBufferPointer, index: Int, final: Bool, nonce: AES.GCM.Nonce = AES.GCM.Nonce(),
               into output: inout [UInt8]) throws {
-        let box = try AES.GCM.seal(plaintext, using: key, nonce: nonce, authenticating: associatedData(index: index, final: final))
+        let box = try withAssociatedData(index: index, final: final) { try AES.GCM.seal(plaintext, using: key, nonce: nonce, authenticating: $0) }
         // A 12-byte nonce always gives a combined representation.
         output.append(contentsOf: box.combined!)
     }
@@ -34,12 +41,24 @@ struct SegmentCipher: Sendable {
     /// Opens one sealed segment; `nil` when it does not authenticate as segment `index` with
     /// that `final` flag.
     func open(_ sealed: ArraySlice<UInt8>, index: Int, final: Bool) -> Data? {
-        guard sealed.count >= Self.overhead,
-              let box = try? AES.GCM.SealedBox(combined: sealed),
-              let plain = try? AES.GCM.open(box, using: key, authenticating: associatedData(index: index, final: final))
-        else { return nil }
-        return plain
+        sealed.withUnsafeBytes { open($0, index: index, final: final) }
     }
+
+    /// Opens one sealed segment from memory.
+    func open(_ sealed: UnsafeRawBufferPointer, index: Int, final: Bool) -> Data? {
+        guard sealed.count >= Self.overhead, let box = try? AES.GCM.SealedBox(combined: sealed) else { return nil }
+        return withAssociatedData(index: index, final: final) { try? AES.GCM.open(box, using: key, authenticating: $0) }
+    }
+}
+
+/// Fresh random nonces for a run of segments, drawn in one call from swift-crypto's CSPRNG
+/// (`AES.GCM.Nonce()` asks the kernel once per nonce, which costs more than sealing 4 KiB).
+struct NonceBatch {
+    private let bytes: [UInt8]
+    init(count: Int) {
+        bytes = SymmetricKey(size: SymmetricKeySize(bitCount: max(count, 1) * 96)).withUnsafeBytes { Array($0) }
+    }
+    func nonce(_ i: Int) throws -> AES.GCM.Nonce { try AES.GCM.Nonce(data: bytes[(i * 12)..<(i * 12 + 12)]) }
 }
 
 extension SegmentCipher {
@@ -52,16 +71,20 @@ extension SegmentCipher {
         let failure = Mutex<(any Error)?>(nil)
         let sealedSize = segmentSize + Self.overhead
         let input = SendableRawBuffer(plaintext), out = SendableMutableRawBuffer(output)
+        let nonces = NonceBatch(count: count)
         parallelForEach(count, threads: threads) { i in
             let start = i * segmentSize
             let length = min(segmentSize, input.buffer.count - start)
             do {
                 let chunk = length == 0 ? UnsafeRawBufferPointer(start: nil, count: 0) : UnsafeRawBufferPointer(rebasing: input.buffer[start..<(start + length)])
-                let box = try AES.GCM.seal(chunk, using: key,
-                                           nonce: AES.GCM.Nonce(),
-                                           authenticating: associatedData(index: firstIndex + i, final: lastIsFinal && i == count - 1))
-                let slot = UnsafeMutableRawBufferPointer(rebasing: out.buffer[(i * sealedSize)..<(i * sealedSize + length + Self.overhead)])
-                _ = box.combined!.copyBytes(to: slot)
+                let nonce = try nonces.nonce(i)
+                let box = try withAssociatedData(index: firstIndex + i, final: lastIsFinal && i == count - 1) {
+                    try AES.GCM.seal(chunk, using: key, nonce: nonce, authenticating: $0)
+                }
+                // withUnsafeBytes + copyMemory: Data's generic copyBytes(to:) costs more than the AES.
+                box.combined!.withUnsafeBytes { sealed in
+                    out.buffer.baseAddress!.advanced(by: i * sealedSize).copyMemory(from: sealed.baseAddress!, byteCount: min(sealed.count, length + Self.overhead))
+                }
             } catch {
                 failure.withLock { $0 = error }
             }
@@ -81,14 +104,13 @@ extension SegmentCipher {
             let start = i * sealedSize
             let end = min(start + sealedSize, input.buffer.count)
             let index = firstIndex + i
-            guard end - start >= Self.overhead,
-                  let box = try? AES.GCM.SealedBox(combined: UnsafeRawBufferPointer(rebasing: input.buffer[start..<end])),
-                  let plain = try? AES.GCM.open(box, using: key, authenticating: associatedData(index: index, final: index == finalIndex))
-            else {
+            guard let plain = open(UnsafeRawBufferPointer(rebasing: input.buffer[start..<end]), index: index, final: index == finalIndex) else {
                 failed.withLock { $0 = min($0 ?? index, index) }
                 return
             }
-            _ = plain.copyBytes(to: UnsafeMutableRawBufferPointer(rebasing: out.buffer[(i * segmentSize)...]))
+            plain.withUnsafeBytes { plain in
+                if plain.count > 0 { out.buffer.baseAddress!.advanced(by: i * segmentSize).copyMemory(from: plain.baseAddress!, byteCount: plain.count) }
+            }
         }
         return failed.withLock { $0 }
     }

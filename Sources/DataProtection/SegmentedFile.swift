@@ -19,6 +19,8 @@ final class SegmentedFile {
     /// Plaintext length.
     private(set) var size: Int64
     private var cache: (index: Int, plaintext: Data)?
+    /// Sealed bytes read from the file, reused by every read (grown to the largest one).
+    private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     /// Reused by every write, so its buffers are allocated once per open file.
     private lazy var writer = WindowWriter(fd: fd, path: path)
 
@@ -71,6 +73,25 @@ final class SegmentedFile {
         return file
     }
 
+    deinit { scratch.deallocate() }
+
+    /// Reads `count` sealed bytes at `offset` into the scratch buffer (fewer at the end of file).
+    private func readSealed(count: Int, at offset: Int64) throws -> UnsafeRawBufferPointer {
+        if scratch.count < count {
+            scratch.deallocate()
+            scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 64)
+        }
+        var done = 0
+        while done < count {
+            let n = try POSIXFile.system("read", path) {
+                try fd.read(fromAbsoluteOffset: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: scratch[done..<count]), retryOnInterrupt: true)
+            }
+            if n == 0 { break }
+            done += n
+        }
+        return UnsafeRawBufferPointer(rebasing: scratch[0..<done])
+    }
+
     private func offset(ofSegment index: Int) -> Int64 {
         Int64(ProtectedFileHeader.size) + Int64(index) * Int64(sealedSize)
     }
@@ -86,11 +107,11 @@ final class SegmentedFile {
     private func segment(_ index: Int) throws -> Data {
         if let cache, cache.index == index { return cache.plaintext }
         let length = plaintextLength(ofSegment: index, size: size)
-        let raw = try POSIXFile.read(fd, count: length + SegmentCipher.overhead, at: offset(ofSegment: index), path: path)
+        let raw = try readSealed(count: length + SegmentCipher.overhead, at: offset(ofSegment: index))
         guard raw.count == length + SegmentCipher.overhead else {
             throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(index)")
         }
-        guard let plaintext = cipher.open(raw[...], index: index, final: index == lastIndex) else {
+        guard let plaintext = cipher.open(raw, index: index, final: index == lastIndex) else {
             throw ProtectedFileError.damaged(path: path, reason: "segment \(index) failed authentication (modified, swapped or reordered)")
         }
         cache = (index, plaintext)
@@ -107,7 +128,8 @@ final class SegmentedFile {
         if last > first { return try readSegments(first...last, from: offset, to: end) }
         let plaintext = try segment(first)
         let start = plaintext.startIndex + Int(offset - Int64(first) * Int64(segmentSize))
-        return Data(plaintext[start..<(start + Int(end - offset))])
+        let length = Int(end - offset)
+        return start == plaintext.startIndex && length == plaintext.count ? plaintext : Data(plaintext[start..<(start + length)])
     }
 
     /// Reads several segments with one `pread` and opens them on every core.
@@ -115,15 +137,13 @@ final class SegmentedFile {
         let firstStart = Int64(indices.lowerBound) * Int64(segmentSize)
         let plainLength = Int(min(size, Int64(indices.upperBound + 1) * Int64(segmentSize)) - firstStart)
         let sealedLength = plainLength + indices.count * SegmentCipher.overhead
-        let raw = try POSIXFile.read(fd, count: sealedLength, at: self.offset(ofSegment: indices.lowerBound), path: path)
+        let raw = try readSealed(count: sealedLength, at: self.offset(ofSegment: indices.lowerBound))
         guard raw.count == sealedLength else {
             throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(indices.upperBound)")
         }
         var plain = Data(count: plainLength)
-        let failed = raw.withUnsafeBytes { input in
-            plain.withUnsafeMutableBytes { output in
-                cipher.openSegments(input, segmentSize: segmentSize, firstIndex: indices.lowerBound, finalIndex: lastIndex, into: output)
-            }
+        let failed = plain.withUnsafeMutableBytes { output in
+            cipher.openSegments(raw, segmentSize: segmentSize, firstIndex: indices.lowerBound, finalIndex: lastIndex, into: output)
         }
         if let failed {
             throw ProtectedFileError.damaged(path: path, reason: "segment \(failed) failed authentication (modified, swapped or reordered)")

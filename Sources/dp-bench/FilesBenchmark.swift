@@ -55,34 +55,44 @@ struct FilesBenchmark: AsyncParsableCommand {
             }
             try await handle.close()
         }
-        let readSeconds = try await medianOfThree {
-            let handle = try await files.openHandle(forReadingFrom: protected)
-            var offset: Int64 = 0
-            while true {
-                let chunk = try await handle.read(at: offset, count: 1 << 20)
-                if chunk.isEmpty { break }
-                offset += Int64(chunk.count)
-            }
-            try await handle.close()
-        }
+        let readSeconds = try await medianOfThree { try await readWhole(protected, files) }
 
-        // Random 4 KiB reads, ours and plain pread on the plaintext file.
+        // The same bytes in a file made for random access (4 KiB segments), and its sequential read.
+        let randomAccess = base.appendingPathComponent("random-access.bin")
+        do {
+            let input = try FileDescriptor.open(FilePath(plain.path), .readOnly)
+            defer { try? input.close() }
+            try await files.write(contentsOf: input, to: randomAccess, protection: .complete, access: .randomAccess)
+        }
+        let randomAccessReadSeconds = try await medianOfThree { try await readWhole(randomAccess, files) }
+
+        // Random 4 KiB reads: ours on both files and plain pread on the plaintext file, the same
+        // offsets, interleaved in rounds so that the machine's noise falls on all three alike.
         let blocks = (sizeMiB << 20) / 4096
         let offsets = (0..<randomReads).map { _ in Int64(Int.random(in: 0..<blocks) * 4096) }
-        var ourLatencies: [Double] = []
-        let handle = try await files.openHandle(forReadingFrom: protected)
-        for offset in offsets {
-            let t = try await seconds { _ = try await handle.read(at: offset, count: 4096) }
-            ourLatencies.append(t * 1e6)
-        }
-        try await handle.close()
-        var plainLatencies: [Double] = []
+        var ourLatencies: [Double] = [], largeSegmentLatencies: [Double] = [], plainLatencies: [Double] = []
+        let handle = try await files.openHandle(forReadingFrom: randomAccess)
+        let largeSegmentHandle = try await files.openHandle(forReadingFrom: protected)
         let raw = try FileDescriptor.open(FilePath(plain.path), .readOnly)
         var buffer = [UInt8](repeating: 0, count: 4096)
-        for offset in offsets {
-            let t = try await seconds { _ = try buffer.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: offset, into: $0) } }
-            plainLatencies.append(t * 1e6)
+        let round = 1000
+        for start in stride(from: 0, to: offsets.count, by: round) {
+            let slice = offsets[start..<min(start + round, offsets.count)]
+            for offset in slice {
+                let t = try await seconds { _ = try buffer.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: offset, into: $0) } }
+                plainLatencies.append(t * 1e6)
+            }
+            for offset in slice {
+                let t = try await seconds { _ = try await handle.read(at: offset, count: 4096) }
+                ourLatencies.append(t * 1e6)
+            }
+            for offset in slice.prefix(round / 10) {
+                let t = try await seconds { _ = try await largeSegmentHandle.read(at: offset, count: 4096) }
+                largeSegmentLatencies.append(t * 1e6)
+            }
         }
+        try await handle.close()
+        try await largeSegmentHandle.close()
         try raw.close()
 
         // Class changes: rewrap only, versus re-encrypting each file.
@@ -119,6 +129,10 @@ struct FilesBenchmark: AsyncParsableCommand {
         try? FileManager.default.removeItem(at: copy)
         let (sealMBs, openMBs) = try inMemoryGCM(megabytes: min(sizeMiB, 512))
 
+        // Through the CLI, as users meet it first: `dpctl write` from a pipe beside `cp` of the
+        // same bytes to the same file system, `dpctl cat` beside `cat`; alternated, median of 3.
+        let cli = try cliFigures(plain: plain, base: base, root: keybag.root)
+
         // Peers, in the same run.
         let openssl = opensslGCM16K()
         let age = ageThroughput(plain: plain, base: base)
@@ -134,8 +148,14 @@ struct FilesBenchmark: AsyncParsableCommand {
             Row(metric: "  context: plain copy to a new file, same dir", ours: mb / kernelWriteSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
             Row(metric: "  context: swift-crypto seal, 64 KiB, memory", ours: sealMBs, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
             Row(metric: "  context: swift-crypto open, 64 KiB, memory", ours: openMBs, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "random 4 KiB read p50", ours: percentile(ourLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
-            Row(metric: "random 4 KiB read p99", ours: percentile(ourLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
+            Row(metric: "  context: sequential read, random-access file", ours: mb / randomAccessReadSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(metric: "random 4 KiB read p50 (random-access file)", ours: percentile(ourLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
+            Row(metric: "random 4 KiB read p99 (random-access file)", ours: percentile(ourLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
+            Row(metric: "  context: random 4 KiB read p50, 64 KiB segments", ours: percentile(largeSegmentLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
+            Row(metric: "  context: random 4 KiB read p99, 64 KiB segments", ours: percentile(largeSegmentLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
+            Row(metric: "dpctl write F < pipe (512 MiB or --size)", ours: cli.map { mb / $0.write } ?? .nan, peerName: "cp, same bytes, same file system", peer: cli.map { mb / $0.cp }, unit: "MB/s"),
+            Row(metric: "dpctl cat F > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "our library's sequential read", peer: mb / readSeconds, unit: "MB/s"),
+            Row(metric: "dpctl cat F > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "cat, same bytes", peer: cli.map { mb / $0.plainCat }, unit: "MB/s"),
             Row(metric: "class changes (rewrap, 4 KiB files)", ours: Double(classChanges) / rewrapSeconds, peerName: "re-encrypting each file", peer: Double(reencryptCount) / reencryptSeconds, unit: "files/s"),
         ]
         print("(our sequential figures: the median of three runs each)")
@@ -153,9 +173,58 @@ struct FilesBenchmark: AsyncParsableCommand {
             "write_vs_openssl=\(writeRatio)", "overwrite_mbs=\(format(mb / overwriteSeconds))", "overwrite_vs_openssl=\(overwriteRatio)", "read_vs_openssl=\(readRatio)",
             "age_encrypt_mbs=\(age.map { format(mb / $0.encrypt) } ?? "na")", "age_decrypt_mbs=\(age.map { format(mb / $0.decrypt) } ?? "na")",
             "rand4k_p50_us=\(format(percentile(ourLatencies, 50)))", "rand4k_p99_us=\(format(percentile(ourLatencies, 99)))",
+            "pread_p50_us=\(format(percentile(plainLatencies, 50)))", "pread_p99_us=\(format(percentile(plainLatencies, 99)))",
+            "rand4k_p99_vs_pread=\(String(format: "%.2f", percentile(ourLatencies, 99) / percentile(plainLatencies, 99)))",
+            "random_access_file_read_mbs=\(format(mb / randomAccessReadSeconds))",
             "class_changes_per_s=\(format(Double(classChanges) / rewrapSeconds))",
+            "dpctl_write_s=\(cli.map { String(format: "%.3f", $0.write) } ?? "na")", "cp_s=\(cli.map { String(format: "%.3f", $0.cp) } ?? "na")",
+            "dpctl_write_vs_cp_time=\(cli.map { String(format: "%.2f", $0.write / $0.cp) } ?? "na")",
+            "dpctl_cat_mbs=\(cli.map { format(mb / $0.cat) } ?? "na")", "dpctl_cat_vs_library_read=\(cli.map { String(format: "%.2f", readSeconds / $0.cat) } ?? "na")",
             "plain_copy_mbs=\(format(mb / kernelWriteSeconds))", "swiftcrypto_seal64k_mbs=\(format(sealMBs))", "swiftcrypto_open64k_mbs=\(format(openMBs))",
         ].joined(separator: " "))
+    }
+
+    /// `dpctl write` from a pipe, `cp`, `dpctl cat` and `cat`, seconds each (median of 3,
+    /// alternated), or nil when dpctl is not beside this binary.
+    func cliFigures(plain: URL, base: URL, root: String) throws -> (write: Double, cp: Double, cat: Double, plainCat: Double)? {
+        let dpctl = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("dpctl").path
+        guard FileManager.default.isExecutableFile(atPath: dpctl) else {
+            print("note: no dpctl beside dp-bench; `swift build -c release` builds both for the CLI figures")
+            return nil
+        }
+        func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        let target = base.appendingPathComponent("cli.bin").path, copy = base.appendingPathComponent("cp.bin").path
+        var write: [Double] = [], cp: [Double] = [], cat: [Double] = [], plainCat: [Double] = []
+        for _ in 0..<3 {
+            try? FileManager.default.removeItem(atPath: copy)
+            guard let c = runTool("cp", [plain.path, copy]) else { return nil }
+            cp.append(c.seconds)
+            try? FileManager.default.removeItem(atPath: target)
+            guard let w = runTool("sh", ["-c", "cat \(quoted(plain.path)) | \(quoted(dpctl)) write --root \(quoted(root)) --class complete \(quoted(target))"]) else {
+                print("note: dpctl write failed")
+                return nil
+            }
+            write.append(w.seconds)
+            guard let r = runTool(dpctl, ["cat", "--root", root, target], discardOutput: true) else { return nil }
+            cat.append(r.seconds)
+            guard let p = runTool("cat", [plain.path], discardOutput: true) else { return nil }
+            plainCat.append(p.seconds)
+        }
+        try? FileManager.default.removeItem(atPath: copy)
+        try? FileManager.default.removeItem(atPath: target)
+        return (percentile(write, 50), percentile(cp, 50), percentile(cat, 50), percentile(plainCat, 50))
+    }
+
+    /// Reads a protected file front to back in 1 MiB reads.
+    func readWhole(_ url: URL, _ files: ProtectedFileManager) async throws {
+        let handle = try await files.openHandle(forReadingFrom: url)
+        var offset: Int64 = 0
+        while true {
+            let chunk = try await handle.read(at: offset, count: 1 << 20)
+            if chunk.isEmpty { break }
+            offset += Int64(chunk.count)
+        }
+        try await handle.close()
     }
 
     /// The median wall time of three runs of `body`.

@@ -21,7 +21,7 @@ import Testing
     @Test(arguments: [(UInt32(1), "3517b0e22bc9f2a9f0386f0fa27a5b04cf75458ba862627389f0a0567cdf1170"),
                       (2, "1461ec51054c73d815cdd81d4d3662fdc4e71e983bfe39552ae8dd6f2cad074b")])
     func sealedPage(pgno: UInt32, sha256: String) throws {
-        let cipher = PageCipher(format: .sqlcipher4, keys: try SQLCipherKey(rawKeyHex: Self.key).pageKeys(salt: Self.salt, format: .sqlcipher4))
+        let cipher = try PageCipher(format: .sqlcipher4, keys: try SQLCipherKey(rawKeyHex: Self.key).pageKeys(salt: Self.salt, format: .sqlcipher4)).makeSession()
         var plain = (0..<4096).map { UInt8(($0 * 7) & 0xFF) }
         var sealed = [UInt8](repeating: 0, count: 4096)
         try plain.withUnsafeBytes { p in

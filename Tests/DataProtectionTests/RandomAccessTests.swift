@@ -75,3 +75,58 @@ import Testing
         try await handle.close()
     }
 }
+
+/// The segment size of a new file follows its use (``ProtectedFileAccessPattern``): 4 KiB for
+/// files made for random access, 64 KiB for files written whole; both read back the same, and
+/// a copy keeps its source's.
+@Suite struct AccessPatternTests {
+    /// Bytes on disk of a file of `size` plaintext bytes in segments of `segment`.
+    static func sealedSize(_ size: Int, segment: Int) -> Int { 160 + size + 28 * max(1, (size + segment - 1) / segment) }
+
+    @Test func segmentSizeFollowsTheAccessPattern() async throws {
+        let device = try await TestDevice.make()
+        let data = randomData(100_000)
+        let whole = device.url("whole"), random = device.url("random"), created = device.url("created"), streamed = device.url("streamed")
+        try await device.files.write(data, to: whole, protection: .complete)
+        try await device.files.write(data, to: random, protection: .complete, access: .randomAccess)
+        let handle = try await device.files.createFile(at: created, protection: .complete)
+        try await handle.write(data, at: 0)
+        try await handle.close()
+        let streaming = try await device.files.createFile(at: streamed, protection: .complete, access: .sequential)
+        try await streaming.write(data, at: 0)
+        try await streaming.close()
+        func onDisk(_ url: URL) throws -> Int { try Data(contentsOf: url).count }
+        #expect(try onDisk(whole) == Self.sealedSize(data.count, segment: 65_536))
+        #expect(try onDisk(random) == Self.sealedSize(data.count, segment: 4096))
+        #expect(try onDisk(created) == Self.sealedSize(data.count, segment: 4096))
+        #expect(try onDisk(streamed) == Self.sealedSize(data.count, segment: 65_536))
+        for url in [whole, random, created, streamed] {
+            #expect(try await device.files.contents(of: url) == data)
+            let reader = try await device.files.openHandle(forReadingFrom: url)
+            #expect(try await reader.read(at: 4090, count: 10) == data[4090..<4100])
+            #expect(try await reader.read(at: 65_530, count: 20) == data[65_530..<65_550])
+            try await reader.close()
+        }
+        // A copy is used as its source was: same segment size, new key.
+        let copy = device.url("copy")
+        try await device.files.copyItem(at: random, to: copy)
+        #expect(try onDisk(copy) == Self.sealedSize(data.count, segment: 4096))
+        #expect(try await device.files.contents(of: copy) == data)
+    }
+
+    @Test func aDamaged4KiBSegmentIsCaughtAndNamed() async throws {
+        let device = try await TestDevice.make()
+        let url = device.url("random")
+        try await device.files.write(randomData(20_000), to: url, protection: .noProtection, access: .randomAccess)
+        var bytes = [UInt8](try Data(contentsOf: url))
+        bytes[160 + 2 * (4096 + 28) + 50] ^= 0x80
+        try Data(bytes).write(to: url)
+        let handle = try await device.files.openHandle(forReadingFrom: url)
+        #expect(try await handle.read(at: 0, count: 8192).count == 8192, "segments 0 and 1 are intact")
+        await #expect { _ = try await handle.read(at: 8192, count: 1) } throws: { error in
+            guard case ProtectedFileError.damaged(_, let reason) = error else { return false }
+            return reason.contains("segment 2")
+        }
+        try await handle.close()
+    }
+}

@@ -128,6 +128,25 @@ import Testing
         #expect(damaged.status == 4)
         #expect(damaged.stdout.isEmpty, "no byte of a damaged file is printed")
         #expect(damaged.stderr.contains("damaged"))
+        // Damage past the first 4 MiB of a 5 MiB file: `cat` decrypts once, so it prints the
+        // authentic 4 MiB before it meets the damage (exit 4); --verify-first prints nothing;
+        // standard output redirected to a file is cut back to what it held.
+        let big = Data((0..<(5 << 20)).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 13) })
+        #expect(try cli.run(["write", cli.file("big"), "--class", "none"], input: big).status == 0)
+        #expect(try cli.run(["cat", cli.file("big")]).stdout == big)
+        var sealed = [UInt8](try Data(contentsOf: URL(fileURLWithPath: cli.file("big"))))
+        sealed[160 + 70 * (65_536 + 28) + 100] ^= 1
+        try Data(sealed).write(to: URL(fileURLWithPath: cli.file("big")))
+        let streamed = try cli.run(["cat", cli.file("big")])
+        #expect(streamed.status == 4)
+        #expect(streamed.stdout == big.prefix(4 << 20), "only authenticated bytes, up to the damaged segment")
+        let verified = try cli.run(["cat", "--verify-first", cli.file("big")])
+        #expect(verified.status == 4)
+        #expect(verified.stdout.isEmpty)
+        let out = cli.writeFile("out.txt", "kept\n")
+        let redirected = try cli.run(["cat", cli.file("big")], shellPrefix: "exec >>'\(out)'")
+        #expect(redirected.status == 4)
+        #expect(try String(contentsOfFile: out, encoding: .utf8) == "kept\n", "the partial copy is cut off again")
         // A garbage keybag.
         try Data("garbage".utf8).write(to: URL(fileURLWithPath: cli.root + "/keybag"))
         let corrupt = try cli.run(["status"])

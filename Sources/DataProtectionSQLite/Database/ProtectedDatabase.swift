@@ -117,7 +117,7 @@ public final class ProtectedDatabase: Sendable {
         func make(_ key: [UInt8]) throws -> PageCipher {
             let keys = try SQLCipherKey.rawKey(SymmetricKey(data: key), salt: nil)
                 .pageKeys(salt: salt ?? CipherConnection.randomSalt(), format: record.format)
-            return PageCipher(format: record.format, keys: keys)
+            return try PageCipher(format: record.format, keys: keys)
         }
         let current = try make(record.key)
         guard let previous = record.previousKey, salt != nil else { return (current, record) }
@@ -133,7 +133,8 @@ public final class ProtectedDatabase: Sendable {
         let page = try handle.read(upToCount: cipher.pageSize) ?? Data()
         let out = UnsafeMutableRawBufferPointer.allocate(byteCount: cipher.pageSize, alignment: 16)
         defer { out.deallocate() }
-        return page.withUnsafeBytes { cipher.open($0, pgno: 1, into: out) }
+        let session = try cipher.makeSession()
+        return page.withUnsafeBytes { session.open($0, pgno: 1, into: out) }
     }
 
     // MARK: - Lock state

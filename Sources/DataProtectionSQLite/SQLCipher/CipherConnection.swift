@@ -21,7 +21,7 @@ enum CipherConnection {
         let absolute = absolutePath(path)
         let salt = try existingSalt(absolute) ?? randomSalt()
         let keys = try key.pageKeys(salt: salt, format: format)
-        return try prepare(path: absolute, cipher: PageCipher(format: format, keys: keys), configuration: configuration)
+        return try prepare(path: absolute, cipher: try PageCipher(format: format, keys: keys), configuration: configuration)
     }
 
     static func prepare(path absolute: String, cipher: PageCipher, configuration: Configuration) throws -> Prepared {

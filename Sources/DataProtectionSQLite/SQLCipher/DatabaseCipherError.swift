@@ -24,6 +24,9 @@ public enum DatabaseCipherError: Error, Sendable, Equatable, CustomStringConvert
     case busy(path: String, operation: String)
     /// The kernel's random generator failed.
     case randomUnavailable
+    /// The system's libcrypto could not set up or run the page cipher (out of memory, or an
+    /// OpenSSL without its default provider).
+    case cipherFailed(String)
 
     public var description: String {
         switch self {
@@ -45,6 +48,8 @@ public enum DatabaseCipherError: Error, Sendable, Equatable, CustomStringConvert
             "\(path): cannot \(operation) while another connection uses the database; close it and retry"
         case .randomUnavailable:
             "the system random generator failed"
+        case .cipherFailed(let step):
+            "the page cipher failed (OpenSSL libcrypto): \(step)"
         }
     }
 

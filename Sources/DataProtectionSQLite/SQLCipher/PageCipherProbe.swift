@@ -6,7 +6,7 @@ package enum PageCipherProbe {
     /// Microseconds per page to seal and to open (authenticate + decrypt) `iterations` pages.
     package static func microsecondsPerPage(format: SQLCipherFormat = .sqlcipher4, iterations: Int = 20_000) throws -> (seal: Double, open: Double) {
         let keys = try SQLCipherKey.rawKey(.init(size: .bits256), salt: nil).pageKeys(salt: CipherConnection.randomSalt(), format: format)
-        let cipher = PageCipher(format: format, keys: keys)
+        let cipher = try PageCipher(format: format, keys: keys).makeSession()
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: format.pageSize, alignment: 16)
         let sealed = UnsafeMutableRawBufferPointer.allocate(byteCount: format.pageSize, alignment: 16)
         let opened = UnsafeMutableRawBufferPointer.allocate(byteCount: format.pageSize, alignment: 16)

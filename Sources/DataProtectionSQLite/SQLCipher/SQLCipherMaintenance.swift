@@ -128,7 +128,7 @@ public enum SQLCipherMaintenance {
             cipher = given
         } else {
             let salt = try CipherConnection.existingSalt(side.path) ?? CipherConnection.randomSalt()
-            cipher = PageCipher(format: side.format, keys: try side.key!.pageKeys(salt: salt, format: side.format))
+            cipher = try PageCipher(format: side.format, keys: try side.key!.pageKeys(salt: salt, format: side.format))
         }
         let context = CipherContext(path: side.path, format: side.format, cipher: cipher)
         CipherContextRegistry.register(context)

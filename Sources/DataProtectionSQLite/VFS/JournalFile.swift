@@ -12,7 +12,7 @@ import GRDBSQLite
 final class JournalFile: DiskFile {
     let context: CipherContext
     private var cipherCache = CachedCipher()
-    private var cipher: PageCipher? { cipherCache.current(context) }
+    private var cipher: PageCipher.Session? { cipherCache.current(context) }
     private let pageSize: Int
     private let raw: PageBuffer
     /// The record being written or read: where its image starts and its page number.

@@ -9,7 +9,7 @@ import GRDBSQLite
 final class MainDatabaseFile: DiskFile {
     let context: CipherContext
     private var cipherCache = CachedCipher()
-    private var cipher: PageCipher? { cipherCache.current(context) }
+    private var cipher: PageCipher.Session? { cipherCache.current(context) }
     private let pageSize: Int
     private let raw: PageBuffer
     private let page: PageBuffer
@@ -53,7 +53,7 @@ final class MainDatabaseFile: DiskFile {
         return result
     }
 
-    private func readPage(_ pgno: UInt32, into out: UnsafeMutableRawBufferPointer, _ cipher: PageCipher) -> Int32 {
+    private func readPage(_ pgno: UInt32, into out: UnsafeMutableRawBufferPointer, _ cipher: PageCipher.Session) -> Int32 {
         let rc = rawRead(raw.bytes.baseAddress!, count: pageSize, at: Int64(pgno - 1) * Int64(pageSize))
         if rc == SQLITE_IOERR_SHORT_READ && raw.readOnly.isAllZero {
             out.initializeMemory(as: UInt8.self, repeating: 0)    // past the end: SQLite expects zeros

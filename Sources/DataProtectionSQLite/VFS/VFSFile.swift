@@ -84,11 +84,15 @@ class DiskFile: VFSFile {
 /// (a seal or an unseal): the hot path reads one atomic integer.
 struct CachedCipher {
     private var generation = -1
-    private var cached: PageCipher?
+    private var cached: PageCipher.Session?
 
-    mutating func current(_ context: CipherContext) -> PageCipher? {
+    /// The file's own session of the context's cipher, `nil` while the keys are withdrawn (or
+    /// when libcrypto cannot copy its contexts: the file then fails like a sealed one).
+    mutating func current(_ context: CipherContext) -> PageCipher.Session? {
         if context.generation.load(ordering: .sequentiallyConsistent) != generation {
-            (generation, cached) = context.snapshot()
+            let snapshot = context.snapshot()
+            generation = snapshot.generation
+            cached = try? snapshot.cipher?.makeSession()
         }
         return cached
     }

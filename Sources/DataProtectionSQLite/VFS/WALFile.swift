@@ -24,7 +24,7 @@ final class WALFile: DiskFile {
 
     let context: CipherContext
     private var cipherCache = CachedCipher()
-    private var cipher: PageCipher? { cipherCache.current(context) }
+    private var cipher: PageCipher.Session? { cipherCache.current(context) }
     private let pageSize: Int
     private let frameSize: Int
     private let raw: PageBuffer
@@ -207,7 +207,7 @@ final class WALFile: DiskFile {
 
     /// Reads the frame at `frameStart` into `out` (frameSize bytes) as SQLite expects it:
     /// plaintext page, checksum chained over plaintext.
-    private func readWholeFrame(_ out: UnsafeMutableRawBufferPointer, frameStart: Int64, _ cipher: PageCipher) -> Int32 {
+    private func readWholeFrame(_ out: UnsafeMutableRawBufferPointer, frameStart: Int64, _ cipher: PageCipher.Session) -> Int32 {
         let headerSize = Self.frameHeaderSize
         let rc = rawRead(raw.bytes.baseAddress!, count: frameSize, at: frameStart)
         guard rc == SQLITE_OK else { out.initializeMemory(as: UInt8.self, repeating: 0); return rc }
@@ -312,7 +312,7 @@ final class WALFile: DiskFile {
 
     /// SQLite's (plaintext) chain up to the frame before `frameStart`: from the cache when SQLite
     /// reads frames in order, else recomputed from the start of the log.
-    private func plainChain(before frameStart: Int64, cipher: PageCipher, wal: (bigEndianWords: Bool, chain: Chain)) -> Chain? {
+    private func plainChain(before frameStart: Int64, cipher: PageCipher.Session, wal: (bigEndianWords: Bool, chain: Chain)) -> Chain? {
         if frameStart == Self.headerSize { return wal.chain }
         if let cached = plainChainCache, cached.frameStart == frameStart - Int64(frameSize) { return cached.chain }
         var chain = wal.chain
