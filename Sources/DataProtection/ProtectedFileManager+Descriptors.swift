@@ -33,7 +33,7 @@ extension ProtectedFileManager {
             guard try POSIXFile.size(descriptor, path: path) == 0 else {
                 throw ProtectedFileError.fileSystem(FileSystemError("create", path: path, errno: .fileExists))
             }
-            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2(for: access))
+            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
             let fd = try POSIXFile.system("dup", path) { try descriptor.duplicate() }
             do {
                 return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
@@ -93,7 +93,7 @@ extension ProtectedFileManager {
                 try POSIXFile.write(target.fd, header, at: 0, path: target.displayPath)
                 complete = copied == fileSize
             case .encrypt(let reader, let cls):
-                let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2)
+                let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2, path: directoryURL.path)
                 let copy = try SegmentedFile.create(fd: target.fd, path: target.displayPath, header: header, keys: keys)
                 try copy.writeStream(from: reader.read)
                 complete = copy.size == reader.fileSize

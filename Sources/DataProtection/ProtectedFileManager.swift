@@ -107,7 +107,7 @@ public struct ProtectedFileManager: Sendable {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             let cls = resolveClass(for: url, explicit: protection)
             let deviceOnly = thisDeviceOnly ?? ((try? ItemInspector.isThisDeviceOnly(url)) ?? false)
-            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly, segmentSizeLog2: segmentSizeLog2(for: access))
+            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
             try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
                 let file = try SegmentedFile.create(fd: fd, path: temp, header: header, keys: keys)
                 try fill(file)
@@ -158,7 +158,7 @@ public struct ProtectedFileManager: Sendable {
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             let cls = protection ?? defaultProtection(forNewItemAt: url)
-            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: segmentSizeLog2)
+            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: segmentSizeLog2, path: path)
             let fd = try POSIXFile.open(path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
             do {
                 return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
@@ -176,9 +176,10 @@ public struct ProtectedFileManager: Sendable {
     }
 
     /// A new file's header and keys: a fresh file key wrapped for `cls`, a random file ID.
-    func newFileKeys(_ cls: ProtectionClass, thisDeviceOnly: Bool, segmentSizeLog2: UInt8) async throws -> (ProtectedFileHeader, FileKeys) {
+    /// `path` names the new file in errors.
+    func newFileKeys(_ cls: ProtectionClass, thisDeviceOnly: Bool, segmentSizeLog2: UInt8, path: String) async throws -> (ProtectedFileHeader, FileKeys) {
         guard ProtectedFileHeader.segmentSizeLog2Range.contains(segmentSizeLog2) else {
-            throw ProtectedFileError.invalidRange(path: "", reason: "segment size 2^\(segmentSizeLog2) (2^12 to 2^24)")
+            throw ProtectedFileError.invalidRange(path: path, reason: "segment size 2^\(segmentSizeLog2) (2^12 to 2^24)")
         }
         let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: thisDeviceOnly)
         let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)

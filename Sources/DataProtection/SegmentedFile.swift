@@ -81,14 +81,7 @@ final class SegmentedFile {
             scratch.deallocate()
             scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 64)
         }
-        var done = 0
-        while done < count {
-            let n = try POSIXFile.system("read", path) {
-                try fd.read(fromAbsoluteOffset: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: scratch[done..<count]), retryOnInterrupt: true)
-            }
-            if n == 0 { break }
-            done += n
-        }
+        let done = try POSIXFile.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<count]), at: offset, path: path)
         return UnsafeRawBufferPointer(rebasing: scratch[0..<done])
     }
 

@@ -217,14 +217,7 @@ struct FilesBenchmark: AsyncParsableCommand {
 
     /// Reads a protected file front to back in 1 MiB reads.
     func readWhole(_ url: URL, _ files: ProtectedFileManager) async throws {
-        let handle = try await files.openHandle(forReadingFrom: url)
-        var offset: Int64 = 0
-        while true {
-            let chunk = try await handle.read(at: offset, count: 1 << 20)
-            if chunk.isEmpty { break }
-            offset += Int64(chunk.count)
-        }
-        try await handle.close()
+        try await readAll(try await files.openHandle(forReadingFrom: url))
     }
 
     /// The median wall time of three runs of `body`.

@@ -1,3 +1,4 @@
+import DataProtection
 import Foundation
 import SystemPackage
 #if canImport(Glibc)
@@ -129,4 +130,15 @@ func fillRandom(_ buffer: inout [UInt8]) throws {
     while done < buffer.count {
         done += try buffer.withUnsafeMutableBytes { try urandom.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[done...])) }
     }
+}
+
+/// Reads a protected file handle front to back in 1 MiB reads, then closes it.
+func readAll(_ handle: ProtectedFileHandle) async throws {
+    var offset: Int64 = 0
+    while true {
+        let chunk = try await handle.read(at: offset, count: 1 << 20)
+        if chunk.isEmpty { break }
+        offset += Int64(chunk.count)
+    }
+    try await handle.close()
 }

@@ -106,15 +106,6 @@ struct SharingBenchmark: AsyncParsableCommand {
         }
 
         // 3. Reading the file through a granted descriptor vs opening it directly.
-        func readAll(_ handle: ProtectedFileHandle) async throws {
-            var offset: Int64 = 0
-            while true {
-                let chunk = try await handle.read(at: offset, count: 1 << 20)
-                if chunk.isEmpty { break }
-                offset += Int64(chunk.count)
-            }
-            try await handle.close()
-        }
         // Alternated, so drift in the machine's speed falls on both alike; the best of each.
         var directTimes: [Double] = [], grantedTimes: [Double] = []
         for _ in 0..<max(runs, 5) {

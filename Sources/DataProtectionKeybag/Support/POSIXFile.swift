@@ -176,18 +176,23 @@ package enum POSIXFile {
     /// Reads exactly `count` bytes at `offset`, fewer only at the end of the file.
     package static func read(_ fd: FileDescriptor, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: count)
+        let done = try buffer.withUnsafeMutableBytes { try read(fd, into: $0, at: offset, path: path) }
+        if done < count { buffer.removeLast(count - done) }
+        return buffer
+    }
+
+    /// Fills `buffer` from `offset` (`pread`, retried until full or end of file); returns the
+    /// bytes read, fewer than asked only at the end of the file.
+    package static func read(_ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, path: String) throws -> Int {
         var done = 0
-        while done < count {
+        while done < buffer.count {
             let n = try system("read", path) {
-                try buffer.withUnsafeMutableBytes { raw in
-                    try fd.read(fromAbsoluteOffset: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: raw[done...]), retryOnInterrupt: true)
-                }
+                try fd.read(fromAbsoluteOffset: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), retryOnInterrupt: true)
             }
             if n == 0 { break }
             done += n
         }
-        if done < count { buffer.removeLast(count - done) }
-        return buffer
+        return done
     }
 
     /// Copies up to `count` bytes from `source` to `target`, both at `offset`, inside the kernel
