@@ -53,6 +53,8 @@ let package = Package(
         // The system's OpenSSL libcrypto, for SQLCipher's page cipher only (DataProtectionSQLite's
         // PageCipher); everything else uses swift-crypto.
         .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        // The TPM Software Stack's ESAPI (Debian libtss2-dev), for a device secret sealed by the TPM.
+        .systemLibrary(name: "CTSS2", pkgConfig: "tss2-esys", providers: [.apt(["libtss2-dev"])]),
         .target(
             name: "DataProtectionIPC",
             dependencies: [
@@ -64,6 +66,7 @@ let package = Package(
             name: "DataProtectionKeybag",
             dependencies: [
                 "CLinuxShims",
+                "CTSS2",
                 "DataProtectionIPC",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -252,6 +255,7 @@ let package = Package(
                                                                "DataProtectionSQLite", "DataProtectionBackup", "DataProtection", "DataProtectionKeybag", "dpctl",
                                                                .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
+        .testTarget(name: "DataProtectionTPMTests", dependencies: ["DataProtectionTestSupport", "DataProtectionKeybag", "DataProtection", "dpctl", "keybagd"]),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionTestSupport", "DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),

@@ -147,6 +147,19 @@ package enum KeybagWire {
         double(&w, s.graceRemaining ?? -1)
         w.raw([s.kdf.logN, s.kdf.r, s.kdf.p])
         w.u8(s.available.reduce(0) { $0 | (1 << ($1.rawValue - 1)) })
+        // Since the TPM binding: where the device secret is, the TPM's lockout state, the last rollback.
+        switch s.deviceSecret {
+        case .file: w.u8(0); w.u32(0)
+        case .tpm(let pcrs): w.u8(1); w.u32(pcrs?.mask ?? 0)
+        }
+        if let l = s.tpmLockout {
+            w.u8(1); w.u8(l.inLockout ? 1 : 0)
+            w.u32(l.failedTries); w.u32(l.maxTries); w.u32(l.recoveryInterval); w.u32(l.lockoutRecovery)
+        } else {
+            w.u8(0)
+        }
+        string(&w, s.tpmProblem ?? "")
+        w.u64(UInt64(bitPattern: s.lastRollback.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0))
     }
 
     package static func status(_ r: inout ByteReader) throws -> KeybagStatus {
@@ -160,10 +173,24 @@ package enum KeybagWire {
         let graceLeft = try double(&r, "grace remaining")
         let kdf = try r.raw(3, "kdf")
         let mask = try r.u8("available")
-        return KeybagStatus(root: root, keybagID: id, lockState: state, passcodeSet: flags & 1 != 0, failedAttempts: failed,
-                            delayRemaining: delay < 0 ? nil : delay, gracePeriod: grace, graceRemaining: graceLeft < 0 ? nil : graceLeft,
-                            eraseAfterTenFailures: flags & 2 != 0, kdf: PasscodeKDF(logN: kdf[0], r: kdf[1], p: kdf[2]),
-                            available: ProtectionClass.allCases.filter { mask & (1 << ($0.rawValue - 1)) != 0 })
+        var status = KeybagStatus(root: root, keybagID: id, lockState: state, passcodeSet: flags & 1 != 0, failedAttempts: failed,
+                                  delayRemaining: delay < 0 ? nil : delay, gracePeriod: grace, graceRemaining: graceLeft < 0 ? nil : graceLeft,
+                                  eraseAfterTenFailures: flags & 2 != 0, kdf: PasscodeKDF(logN: kdf[0], r: kdf[1], p: kdf[2]),
+                                  available: ProtectionClass.allCases.filter { mask & (1 << ($0.rawValue - 1)) != 0 })
+        let storage = try r.u8("secret storage")
+        let pcrMask = try r.u32("PCR mask")
+        guard storage <= 1, pcrMask <= 0xFF_FFFF else { throw ProtocolError("bad device-secret storage") }
+        status.deviceSecret = storage == 0 ? .file : .tpm(pcrs: pcrMask == 0 ? nil : TPMPCRSelection(mask: pcrMask))
+        if try r.u8("lockout present") == 1 {
+            let inLockout = try r.u8("in lockout") == 1
+            status.tpmLockout = TPMLockoutState(inLockout: inLockout, failedTries: try r.u32("failed tries"), maxTries: try r.u32("max tries"),
+                                                recoveryInterval: try r.u32("recovery"), lockoutRecovery: try r.u32("lockout recovery"))
+        }
+        let problem = try string(&r, "TPM problem")
+        status.tpmProblem = problem.isEmpty ? nil : problem
+        let rollback = Int64(bitPattern: try r.u64("last rollback"))
+        status.lastRollback = rollback == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(rollback) / 1000)
+        return status
     }
 
     package static func event(_ w: inout ByteWriter, _ e: Event) {
@@ -207,6 +234,9 @@ package enum KeybagWire {
         case .daemon(let why): w.u8(18); string(&w, why)
         case .invalidArgument(let why): w.u8(19); string(&w, why)
         case .notPermitted(let what): w.u8(20); string(&w, what)
+        case .tpm(let why): w.u8(21); string(&w, why)
+        case .tpmLockout(let failures, let interval): w.u8(22); w.u32(UInt32(clamping: failures)); w.u32(UInt32(clamping: interval))
+        case .keybagRolledBack(let why): w.u8(23); string(&w, why)
         }
     }
 
@@ -232,6 +262,9 @@ package enum KeybagWire {
         case 18: return .daemon(try string(&r, "why"))
         case 19: return .invalidArgument(try string(&r, "why"))
         case 20: return .notPermitted(try string(&r, "what"))
+        case 21: return .tpm(try string(&r, "why"))
+        case 22: return .tpmLockout(failedTries: Int(try r.u32("failures")), recoveryInterval: Int(try r.u32("interval")))
+        case 23: return .keybagRolledBack(try string(&r, "why"))
         default: throw ProtocolError("unknown error")
         }
     }

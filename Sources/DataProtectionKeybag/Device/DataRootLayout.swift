@@ -21,6 +21,8 @@ public struct DataRootLayout: Sendable, Equatable {
 
     /// The device secret (§1).
     public var deviceSecret: String { path(DeviceSecret.fileName) }
+    /// Where the TPM keeps the device secret, in place of ``deviceSecret`` (§2c).
+    public var tpmBinding: String { path(TPMBindingRecord.fileName) }
     /// The keybag (§2).
     public var keybag: String { path(KeybagFile.fileName) }
     /// The lock file that serializes keybag updates across processes (§1).
@@ -37,7 +39,7 @@ public struct DataRootLayout: Sendable, Equatable {
     /// root that an erase removes, and returns its path. Registering twice is harmless.
     @discardableResult
     public func register(_ name: String) throws -> String {
-        let reserved = [DeviceSecret.fileName, KeybagFile.fileName, "keybag.lock", BackupKeybag.fileName, "layout"]
+        let reserved = [DeviceSecret.fileName, TPMBindingRecord.fileName, KeybagFile.fileName, "keybag.lock", BackupKeybag.fileName, "layout"]
         guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\n"), !reserved.contains(name) else {
             throw KeybagError.invalidArgument("\(name) cannot be registered in a data root")
         }

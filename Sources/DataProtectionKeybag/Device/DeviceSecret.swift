@@ -2,11 +2,12 @@ import Crypto
 import Foundation
 import SystemPackage
 
-/// The device secret: 256 random bits in `ROOT/device.secret` (mode 0600), the software
-/// stand-in for the hardware UID that iOS tangles into every class key.
+/// The device secret: 256 random bits, the software stand-in for the hardware UID that iOS
+/// tangles into every class key. It is kept either in `ROOT/device.secret` (mode 0600), or
+/// sealed by the TPM (`ROOT/device.tpm` then says where; see ``TPMBindingRecord``).
 ///
 /// It never leaves this type: callers get keys derived from it with HKDF-SHA256, one label
-/// per purpose (see `docs/FORMAT.md` § Key derivation). Without this file a copied keybag is
+/// per purpose (see `docs/FORMAT.md` § Key derivation). Without it a copied keybag is
 /// useless; destroying it (crypto-erase) makes every protected file of the root unrecoverable.
 struct DeviceSecret: Sendable {
     static let fileName = "device.secret"
@@ -16,11 +17,36 @@ struct DeviceSecret: Sendable {
 
     init(key: SymmetricKey) { self.key = key }
 
+    /// A new random secret, not yet stored anywhere.
+    static func generate() -> DeviceSecret { DeviceSecret(key: SymmetricKey(size: .bits256)) }
+
+    /// Seals this secret in a new persistent object of the TPM.
+    func seal(in tpm: TPMDevice, pcrs: TPMPCRSelection?) throws -> TPMBindingRecord {
+        var bytes = key.withUnsafeBytes { Array($0) }
+        defer { bytes.withUnsafeMutableBytes { if let base = $0.baseAddress { explicit_bzero(base, $0.count) } } }
+        return try tpm.sealDeviceSecret(bytes, pcrs: pcrs)
+    }
+
+    /// Unseals the secret the TPM keeps for `record`.
+    static func unseal(_ record: TPMBindingRecord, from tpm: TPMDevice) throws -> DeviceSecret {
+        let bytes = try tpm.unsealDeviceSecret(record)
+        guard bytes.count == byteCount else {
+            throw KeybagError.badDeviceSecret("the TPM object 0x\(String(record.deviceObject, radix: 16)) holds \(bytes.count) bytes, not \(byteCount)")
+        }
+        return bytes.withUnsafeBytes { DeviceSecret(key: SymmetricKey(data: $0)) }
+    }
+
     /// Creates a new secret file (refusing to overwrite one) with mode 0600.
     static func create(in root: String) throws -> DeviceSecret {
-        let path = root + "/" + fileName
-        let key = SymmetricKey(size: .bits256)
-        let bytes = key.withUnsafeBytes { Array($0) }
+        try generate().store(in: root)
+    }
+
+    /// Writes this secret to a new file `ROOT/device.secret` (refusing to overwrite one), mode 0600.
+    @discardableResult
+    func store(in root: String) throws -> DeviceSecret {
+        let path = root + "/" + Self.fileName
+        var bytes = key.withUnsafeBytes { Array($0) }
+        defer { bytes.withUnsafeMutableBytes { if let base = $0.baseAddress { explicit_bzero(base, $0.count) } } }
         let fd = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite])
         do {
             try POSIXFile.write(fd, bytes, at: 0, path: path)
@@ -31,7 +57,7 @@ struct DeviceSecret: Sendable {
             unlink(path)
             throw error
         }
-        return DeviceSecret(key: key)
+        return self
     }
 
     /// Loads the secret, refusing a file of the wrong size or one readable by others.

@@ -45,6 +45,7 @@ extension EmbeddedKeybag {
         guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil, classKeys[.completeUntilFirstUserAuthentication] != nil else {
             throw KeybagError.deviceLocked(state)
         }
+        var replacedObject: UInt32 = 0
         try withKeybagLock {
             var updated = file
             updated.salt = Self.randomBytes(16)
@@ -52,11 +53,32 @@ extension EmbeddedKeybag {
             updated.failedAttempts = 0
             updated.lastFailureMillis = 0
             updated.lastFailedTag = Self.zeros16
-            let kek = try newPasscode.map { try Self.passcodeKEK(secret: secret, kdf: file.kdf, salt: updated.salt, passcode: $0) }
-                ?? secret.derive(Self.labelNoPasscode)
+            var kek = secret.derive(Self.labelNoPasscode)
+            var newObject: UInt32 = 0
+            if let newPasscode {
+                (kek, newObject) = try Self.newPasscodeKEK(secret: secret, binding: binding, device: tpmDevice, kdf: file.kdf,
+                                                           salt: updated.salt, passcode: newPasscode)
+            }
+            if var fields = updated.tpm {
+                replacedObject = fields.passcodeObject
+                fields.passcodeObject = newObject
+                fields.counterBase = fields.counterSeen   // failures start again from 0
+                updated.tpm = fields
+            }
             updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek,
                                                    passcodeSet: updated.passcodeSet, dKEK: secret.derive(Self.labelClassD))
-            try persist(updated)
+            do {
+                try persist(updated)
+            } catch {
+                if newObject != 0 { try? tpmDevice.remove(objects: [newObject], counter: nil) }
+                throw error
+            }
+        }
+        if replacedObject != 0 {
+            // The old passcode's object goes, so the old passcode opens nothing even with an old keybag.
+            do { try tpmDevice.remove(objects: [replacedObject], counter: nil) } catch {
+                logger.warning("the old passcode's TPM object 0x\(String(replacedObject, radix: 16)) could not be removed: \(error)")
+            }
         }
         state = .unlocked
     }
@@ -69,27 +91,34 @@ extension EmbeddedKeybag {
         try requireNotErased()
         let outcome: Result<([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey), KeybagError> = try withKeybagLock {
             let now = clock.now()
+            // With a TPM: a keybag copied back is caught here, and its count restored.
+            let counter = try reconcileAttemptCounter(now: now)
             if let remaining = delayRemaining(now: now) {
                 return .failure(.passcodeDelayed(retryAfter: remaining, failedAttempts: Int(file.failedAttempts)))
             }
+            try requireTPMNotLockedOut()
             let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
             let tag = stretched.withUnsafeBytes { Array(HMAC<SHA256>.authenticationCode(for: $0, using: secret.derive(Self.labelFailedTag)).prefix(16)) }
             if file.failedAttempts > 0, tag == file.lastFailedTag {
                 // The same wrong passcode again: rejected, but not counted (as on iOS).
                 return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
             }
-            // Count the attempt on disk *before* checking it.
+            // Count the attempt on disk (and in the TPM's counter) *before* checking it.
             var counted = file
             counted.failedAttempts = counted.failedAttempts == .max ? .max : counted.failedAttempts + 1   // saturate
-            counted.lastFailureMillis = Int64((now.timeIntervalSince1970 * 1000).rounded())
-            try persist(counted)
+            counted.lastFailureMillis = Self.millis(now)
+            if let counter {
+                try countAttemptInTPM(&counted, counter: counter)
+            } else {
+                try persist(counted)
+            }
 
-            let kek = stretched.withUnsafeBytes { secret.derive(Self.labelPasscode, salt: $0) }
-            if let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek) {
+            if let kek = try attemptKEK(stretched: stretched), let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek) {
                 var reset = file
                 reset.failedAttempts = 0
                 reset.lastFailureMillis = 0
                 reset.lastFailedTag = Self.zeros16
+                if let seen = reset.tpm?.counterSeen { reset.tpm?.counterBase = seen }
                 try persist(reset)
                 return .success(unwrapped)
             }
@@ -125,7 +154,16 @@ extension EmbeddedKeybag {
             for cls in ProtectionClass.allCases { discard(cls) }
             throw KeybagError.erased
         }
-        file = current
+        if current.generation < file.generation {
+            // An older keybag was put back while this process held a newer one: keep the newer
+            // (its failed-attempt count), write it back, and say so.
+            var restored = file
+            restored.lastRollbackMillis = Self.millis(clock.now())
+            logger.error("keybag rollback detected: generation \(current.generation) replaced \(file.generation); the newer keybag was restored")
+            try persist(restored)
+        } else {
+            file = current
+        }
         return try body()
     }
 

@@ -16,8 +16,12 @@ package actor EmbeddedKeybag {
     package nonisolated let id: UUID
     /// The clock grace periods and passcode delays are measured on.
     package nonisolated let clock: any KeybagClock
+    /// The TCTI of the TPM that seals the device secret, when one does.
+    package nonisolated let tpmTCTI: String
 
-    let secret: DeviceSecret
+    var secret: DeviceSecret
+    /// Where the TPM keeps the device secret, or `nil` while it is a file.
+    var binding: TPMBindingRecord?
     var file: KeybagFile
     var state: LockState = .beforeFirstUnlock
     var classKeys: [ProtectionClass: SymmetricKey] = [:]
@@ -48,11 +52,12 @@ package actor EmbeddedKeybag {
     /// - Returns: The keybag, unlocked.
     package static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
                               gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
-                              clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
+                              tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
         if let passcode, passcode.isEmpty { throw KeybagError.emptyPasscode }
         let graceMillis = try PasscodePolicy.gracePeriodMillis(gracePeriod)
-        let keybagPath = root + "/" + KeybagFile.fileName
-        if POSIXFile.kind(keybagPath).exists || POSIXFile.kind(root + "/" + DeviceSecret.fileName).exists {
+        let layout = DataRootLayout(root: root)
+        let keybagPath = layout.keybag
+        if POSIXFile.kind(keybagPath).exists || POSIXFile.kind(layout.deviceSecret).exists || POSIXFile.kind(layout.tpmBinding).exists {
             throw KeybagError.alreadyInitialized(root: root)
         }
         do {
@@ -61,6 +66,10 @@ package actor EmbeddedKeybag {
             throw KeybagError.io(path: root, reason: "cannot create the data root (\(error.localizedDescription))")
         }
         let kdf = try kdf ?? PasscodeKDF.calibrated()
+        if let tpm {
+            return try await createSealedByTPM(root: root, passcode: passcode, kdf: kdf, graceMillis: graceMillis,
+                                               eraseAfterTenFailures: eraseAfterTenFailures, tpm: tpm, clock: clock)
+        }
         let secret = try DeviceSecret.create(in: root)
         let keys: [ProtectionClass: SymmetricKey] = [
             .complete: SymmetricKey(size: .bits256),
@@ -84,35 +93,40 @@ package actor EmbeddedKeybag {
             DeviceSecret.destroy(in: root)
             throw error
         }
-        let keybag = EmbeddedKeybag(root: root, secret: secret, file: file, clock: clock)
+        let keybag = EmbeddedKeybag(root: root, secret: secret, binding: nil, file: file, clock: clock, tpmTCTI: TPMBinding.defaultTCTI)
         await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
         return keybag
     }
 
     /// Opens the device of `root` as after a reboot: *before first unlock* when a passcode is
     /// set, unlocked (protection inactive) when none is.
-    package static func open(root: String, clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
+    ///
+    /// - Parameter tpmTCTI: How to reach the TPM when it seals the device secret.
+    package static func open(root: String, clock: any KeybagClock = SystemClock(),
+                             tpmTCTI: String = TPMBinding.defaultTCTI) async throws -> EmbeddedKeybag {
         let keybagPath = root + "/" + KeybagFile.fileName
         guard POSIXFile.kind(keybagPath).exists else { throw KeybagError.notInitialized(root: root) }
-        let secret = try DeviceSecret.load(from: root)
-        let file = try KeybagFile.decode(try POSIXFile.readAll(keybagPath), macKey: secret.derive(KeybagFile.macLabel))
-        let keybag = EmbeddedKeybag(root: root, secret: secret, file: file, clock: clock)
+        let (secret, binding, file) = try loadSecretAndKeybag(root: root, tpmTCTI: tpmTCTI)
+        let keybag = EmbeddedKeybag(root: root, secret: secret, binding: binding, file: file, clock: clock, tpmTCTI: tpmTCTI)
         try await keybag.boot()
         return keybag
     }
 
-    private init(root: String, secret: DeviceSecret, file: KeybagFile, clock: any KeybagClock) {
+    init(root: String, secret: DeviceSecret, binding: TPMBindingRecord?, file: KeybagFile, clock: any KeybagClock, tpmTCTI: String) {
         self.root = root
         self.id = file.uuid
         self.secret = secret
+        self.binding = binding
         self.file = file
         self.clock = clock
+        self.tpmTCTI = tpmTCTI
         // A keybag that passed its MAC always holds a valid 32-byte public key.
         self.classBPublicKey = (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: file.record(.completeUnlessOpen).publicKey))
             ?? Curve25519.KeyAgreement.PrivateKey().publicKey
     }
 
     func boot() throws {
+        try reconcileAttemptCounter(now: clock.now())
         classKeys[.noProtection] = try Self.unwrapSymmetric(file.record(.noProtection), kek: secret.derive(Self.labelClassD))
         Self.pinInMemory(classKeys[.noProtection]!)
         if !file.passcodeSet {
@@ -159,14 +173,24 @@ package actor EmbeddedKeybag {
     package var status: KeybagStatus {
         expireGraceIfDue()
         let now = clock.now()
+        var lockout: TPMLockoutState?
+        var problem: String?
+        if binding != nil {
+            do { lockout = try tpmDevice.lockoutState() } catch { problem = "\(error)" }
+        }
         return KeybagStatus(
             root: root, keybagID: id, lockState: state, passcodeSet: file.passcodeSet,
             failedAttempts: Int(file.failedAttempts), delayRemaining: delayRemaining(now: now),
             gracePeriod: TimeInterval(file.gracePeriodMillis) / 1000,
             graceRemaining: graceDeadline.map { max(0, $0.timeIntervalSince(now)) },
             eraseAfterTenFailures: file.eraseAfterTenFailures, kdf: file.kdf,
-            available: ProtectionClass.allCases.filter { isAvailable($0) })
+            available: ProtectionClass.allCases.filter { isAvailable($0) },
+            deviceSecret: binding.map { .tpm(pcrs: $0.pcrs) } ?? .file,
+            tpmLockout: lockout,
+            tpmProblem: problem,
+            lastRollback: file.lastRollbackMillis == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(file.lastRollbackMillis) / 1000))
     }
+
 
     /// Seconds between a lock and the discarding of class-A keys.
     package var gracePeriod: TimeInterval { TimeInterval(file.gracePeriodMillis) / 1000 }
@@ -209,7 +233,10 @@ package actor EmbeddedKeybag {
         guard isAvailable(cls) else { throw KeybagError.classUnavailable(cls, state) }
     }
 
+    /// Writes `updated` as the keybag, one generation after the newest this process has seen.
     func persist(_ updated: KeybagFile) throws {
+        var updated = updated
+        updated.generation = max(updated.generation, file.generation) + 1
         try POSIXFile.writeAtomically(root + "/" + KeybagFile.fileName, updated.encoded(macKey: secret.derive(KeybagFile.macLabel)),
                                       permissions: [.ownerReadWrite])
         file = updated

@@ -66,12 +66,14 @@ public final class Keybag: Sendable {
     ///   - passcode: The passcode, or `nil` for none (protection inactive, as on iOS).
     ///   - kdf: scrypt parameters; `nil` calibrates them so one attempt costs ≥ 80 ms here.
     ///   - gracePeriod: Seconds between a lock and the discarding of class-A keys.
+    ///   - tpm: Seal the device secret by this TPM instead of storing it in `device.secret`
+    ///     (``TPMBinding``): passcodes are then checked, and failures counted, by the TPM.
     /// - Returns: The keybag, unlocked.
     public static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
                               gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
-                              clock: any KeybagClock = SystemClock()) async throws -> Keybag {
+                              tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
         Keybag(embedded: try await EmbeddedKeybag.create(root: root, passcode: passcode, kdf: kdf, gracePeriod: gracePeriod,
-                                                         eraseAfterTenFailures: eraseAfterTenFailures, clock: clock))
+                                                         eraseAfterTenFailures: eraseAfterTenFailures, tpm: tpm, clock: clock))
     }
 
     /// Opens the device of `root` as after a reboot: *before first unlock* when a passcode is
@@ -79,11 +81,15 @@ public final class Keybag: Sendable {
     ///
     /// When a `keybagd` serves `root`, the keybag is the daemon's: its lock state, shared by every
     /// process (`clock` is then the daemon's business).
-    public static func open(root: String, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
+    ///
+    /// A device whose secret the TPM seals is reached through `tpmTCTI` (by default
+    /// `$DATAPROTECTION_TPM_TCTI`, else `device:/dev/tpmrm0`).
+    public static func open(root: String, clock: any KeybagClock = SystemClock(),
+                            tpmTCTI: String = TPMBinding.defaultTCTI) async throws -> Keybag {
         if let client = try KeybagDaemonClient.connect(root: root) {
             return Keybag(daemon: client, root: root, id: try client.send(KeybagRequests.Hello()).id)
         }
-        return Keybag(embedded: try await EmbeddedKeybag.open(root: root, clock: clock))
+        return Keybag(embedded: try await EmbeddedKeybag.open(root: root, clock: clock, tpmTCTI: tpmTCTI))
     }
 
     /// The keybag of the daemon listening on `socketPath` (tools and tests that know the socket).
@@ -182,6 +188,31 @@ public final class Keybag: Sendable {
     /// every key in memory is dropped. Every protected file of this root becomes unrecoverable.
     public func erase() async throws {
         try await backend.erase()
+    }
+
+    // MARK: - TPM
+
+    /// Seals the device secret by a TPM (`dpctl tpm enroll`): a new secret is sealed there, the
+    /// class keys are rewrapped under it (no file is rewritten) and `device.secret` is overwritten
+    /// and removed. Needs the passcode when one is set (it is checked like an unlock attempt).
+    ///
+    /// A copy of the data root taken *before* enrollment still holds the old secret and keybag,
+    /// and with them the class keys; enrollment protects what is copied afterwards.
+    public func enrollTPM(passcode: String?, _ binding: TPMBinding = TPMBinding()) async throws {
+        try await embeddedForTPMChange().enrollTPM(passcode: passcode.map(SecretBytes.init(utf8:)), binding: binding)
+    }
+
+    /// Moves the device secret from the TPM back into `device.secret` and removes the TPM's
+    /// objects (`dpctl tpm remove`). Needs the passcode when one is set.
+    public func removeTPM(passcode: String?) async throws {
+        try await embeddedForTPMChange().removeTPM(passcode: passcode.map(SecretBytes.init(utf8:)))
+    }
+
+    private func embeddedForTPMChange() throws -> EmbeddedKeybag {
+        guard let embedded = backend as? EmbeddedKeybag else {
+            throw KeybagError.notPermitted("the device secret can only be moved by the process holding the keys: keybagd serves this root; stop it first")
+        }
+        return embedded
     }
 
     // MARK: - File keys

@@ -45,6 +45,14 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     /// An operation this caller may not use: an app (through its supervisor) asked to unlock,
     /// lock, erase, change the passcode or policy, or for a backup key.
     case notPermitted(String)
+    /// The TPM that seals this device's secret failed, is unreachable, or refused (its PCRs changed …).
+    case tpm(String)
+    /// The TPM is in dictionary-attack lockout: it refuses passcode attempts until failures
+    /// expire (one every `recoveryInterval` seconds) or its owner resets the lockout.
+    case tpmLockout(failedTries: Int, recoveryInterval: Int)
+    /// The keybag file is older than one already seen (a copy put back to reset the failed-attempt
+    /// count). The newer state was kept.
+    case keybagRolledBack(String)
 
     public var description: String {
         switch self {
@@ -88,6 +96,14 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "invalid value: \(why)"
         case .notPermitted(let what):
             "not permitted: \(what)"
+        case .tpm(let why):
+            "TPM: \(why)"
+        case .tpmLockout(let failures, let interval):
+            "the TPM is in dictionary-attack lockout after \(failures) failed authorization\(failures == 1 ? "" : "s"): "
+                + "it accepts no passcode until a failure expires (one every \(Self.format(TimeInterval(interval))))"
+                + " or the TPM's owner resets the lockout with its lockout authorization"
+        case .keybagRolledBack(let why):
+            "keybag rollback detected: \(why)"
         }
     }
 

@@ -18,16 +18,36 @@ struct ClassKeyRecord: Sendable, Equatable {
     var publicKey: [UInt8]
 }
 
+/// What a keybag of a TPM-bound device records about its TPM (FORMAT.md §2, version 2).
+struct KeybagTPMFields: Sendable, Equatable {
+    /// The persistent handle of the object sealing the passcode secret (0 while no passcode is set).
+    var passcodeObject: UInt32
+    /// The NV index of the attempt counter (a TPM monotonic counter).
+    var counterIndex: UInt32
+    /// The counter's value at the last correct passcode: failed attempts = counter − base.
+    var counterBase: UInt64
+    /// The highest counter value this keybag has recorded; lower than the TPM's = a rollback.
+    var counterSeen: UInt64
+    /// SHA-256 of `ROOT/device.tpm` (``TPMBindingRecord``), so that file is authenticated too.
+    var bindingDigest: [UInt8]
+}
+
 /// The keybag file, `ROOT/keybag`: a fixed-size binary record authenticated with
 /// HMAC-SHA256 under a key derived from the device secret. Specified in `docs/FORMAT.md`
 /// § Keybag; any difference from that layout, or a MAC that does not verify, is rejected.
+///
+/// Version 2 (written since the TPM binding) appends a generation, the TPM fields and the time
+/// of the last rollback detected; version 1 files are read and rewritten as version 2.
 struct KeybagFile: Sendable, Equatable {
     static let fileName = "keybag"
     static let magic: [UInt8] = [0x89, 0x44, 0x50, 0x4B, 0x42, 0x0D, 0x0A, 0x1A]   // \x89 D P K B \r \n \x1a
-    static let version: UInt16 = 1
+    static let version: UInt16 = 2
     static let recordSize = 76
-    static let bodySize = 88 + 4 * recordSize   // 392
-    static let totalSize = bodySize + 32          // 424
+    static let bodySizeV1 = 88 + 4 * recordSize   // 392
+    static let totalSizeV1 = bodySizeV1 + 32        // 424
+    static let extensionSize = 80
+    static let bodySize = bodySizeV1 + extensionSize   // 472
+    static let totalSize = bodySize + 32               // 504
     static let macLabel = "DataProtection v1 keybag MAC"
 
     var uuid: UUID
@@ -43,6 +63,12 @@ struct KeybagFile: Sendable, Equatable {
     var gracePeriodMillis: UInt32
     /// A, B, C, D in that order.
     var records: [ClassKeyRecord]
+    /// Incremented on every write: a process that sees it go down knows the file was rolled back.
+    var generation: UInt64 = 0
+    /// Set when the device secret is sealed by a TPM.
+    var tpm: KeybagTPMFields? = nil
+    /// When a rollback of this file was last detected (milliseconds since 1970; 0 = never).
+    var lastRollbackMillis: Int64 = 0
 
     func record(_ cls: ProtectionClass) -> ClassKeyRecord { records[Int(cls.rawValue) - 1] }
 
@@ -69,6 +95,16 @@ struct KeybagFile: Sendable, Equatable {
             w.raw(record.wrappedKey)
             w.raw(record.publicKey)
         }
+        w.u64(generation)
+        w.u8(tpm == nil ? 0 : 1)
+        w.zeros(3)
+        w.u32(tpm?.passcodeObject ?? 0)
+        w.u32(tpm?.counterIndex ?? 0)
+        w.zeros(4)
+        w.u64(tpm?.counterBase ?? 0)
+        w.u64(tpm?.counterSeen ?? 0)
+        w.u64(UInt64(bitPattern: lastRollbackMillis))
+        w.raw(tpm?.bindingDigest ?? [UInt8](repeating: 0, count: 32))
         let mac = HMAC<SHA256>.authenticationCode(for: w.bytes, using: macKey)
         w.raw(Array(mac))
         return w.bytes
@@ -78,14 +114,15 @@ struct KeybagFile: Sendable, Equatable {
     static func decode(_ bytes: [UInt8], macKey: SymmetricKey) throws -> KeybagFile {
         func reject(_ why: String) -> KeybagError { .corruptKeybag(why) }
         // The MAC first (FORMAT.md §2): no field is read from unauthenticated bytes. Only the
-        // file's size is needed to find it.
-        guard bytes.count == totalSize else {
+        // file's size is needed to find it (each version has its own size).
+        guard bytes.count == totalSize || bytes.count == totalSizeV1 else {
             // Unauthenticated bytes choose only the wording of the error, never what is trusted.
-            if bytes.count >= 10, Array(bytes[0..<8]) == magic, bytes[8] != 0 || bytes[9] != UInt8(Self.version) {
-                throw reject("keybag format version \(UInt16(bytes[8]) << 8 | UInt16(bytes[9])) is not supported (this build reads version \(Self.version))")
+            if bytes.count >= 10, Array(bytes[0..<8]) == magic, bytes[8] != 0 || bytes[9] > UInt8(Self.version) || bytes[9] == 0 {
+                throw reject("keybag format version \(UInt16(bytes[8]) << 8 | UInt16(bytes[9])) is not supported (this build reads versions 1 and \(Self.version))")
             }
             throw reject("wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
         }
+        let bodySize = bytes.count - 32
         guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[bodySize...]), authenticating: bytes[0..<bodySize], using: macKey) else {
             throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
         }
@@ -94,11 +131,14 @@ struct KeybagFile: Sendable, Equatable {
         do {
             _ = try r.raw(8, "magic")
             let version = try r.u16("version")
-            guard version == Self.version else {
-                throw reject("keybag format version \(version) is not supported (this build reads version \(Self.version))")
+            guard version == 1 || version == Self.version else {
+                throw reject("keybag format version \(version) is not supported (this build reads versions 1 and \(Self.version))")
             }
+            let expectedSize = version == 1 ? totalSizeV1 : totalSize
             let length = try r.u16("length")
-            guard Int(length) == totalSize else { throw reject("length field \(length), expected \(totalSize)") }
+            guard Int(length) == expectedSize, bytes.count == expectedSize else {
+                throw reject("length field \(length) and size \(bytes.count), expected \(expectedSize) for version \(version)")
+            }
             let uuid = UUID(bytes: try r.raw(16, "uuid"))
             let flags = try r.u8("flags")
             guard flags & ~3 == 0 else { throw reject("unknown flags \(flags)") }
@@ -125,9 +165,33 @@ struct KeybagFile: Sendable, Equatable {
             guard records[3].wrapType == .deviceSecret,
                   records[0..<3].allSatisfy({ $0.wrapType == (passcodeSet ? .passcodeAndDeviceSecret : .deviceSecret) })
             else { throw reject("class records disagree with the passcode flag") }
-            return KeybagFile(uuid: uuid, passcodeSet: passcodeSet, eraseAfterTenFailures: flags & 2 != 0, kdf: kdf,
-                              salt: salt, failedAttempts: failed, lastFailureMillis: lastFailure, lastFailedTag: tag,
-                              gracePeriodMillis: grace, records: records)
+            var file = KeybagFile(uuid: uuid, passcodeSet: passcodeSet, eraseAfterTenFailures: flags & 2 != 0, kdf: kdf,
+                                  salt: salt, failedAttempts: failed, lastFailureMillis: lastFailure, lastFailedTag: tag,
+                                  gracePeriodMillis: grace, records: records)
+            guard version >= 2 else { return file }
+            file.generation = try r.u64("generation")
+            let storage = try r.u8("secret storage")
+            guard storage <= 1 else { throw reject("unknown device-secret storage \(storage)") }
+            guard try r.raw(3, "reserved") == [0, 0, 0] else { throw reject("reserved bytes not zero") }
+            let passcodeObject = try r.u32("passcode object")
+            let counterIndex = try r.u32("counter index")
+            guard try r.raw(4, "reserved") == [0, 0, 0, 0] else { throw reject("reserved bytes not zero") }
+            let base = try r.u64("counter base")
+            let seen = try r.u64("counter seen")
+            file.lastRollbackMillis = Int64(bitPattern: try r.u64("last rollback"))
+            let digest = try r.raw(32, "binding digest")
+            if storage == 1 {
+                guard passcodeSet == (passcodeObject != 0), counterIndex != 0, base <= seen else {
+                    throw reject("TPM fields disagree with the passcode flag")
+                }
+                file.tpm = KeybagTPMFields(passcodeObject: passcodeObject, counterIndex: counterIndex, counterBase: base,
+                                           counterSeen: seen, bindingDigest: digest)
+            } else {
+                guard passcodeObject == 0, counterIndex == 0, base == 0, seen == 0, digest.allSatisfy({ $0 == 0 }) else {
+                    throw reject("TPM fields set in a keybag whose device secret is a file")
+                }
+            }
+            return file
         } catch let error as ByteReader.OutOfBounds {
             throw reject("truncated at \(error.field)")
         }
