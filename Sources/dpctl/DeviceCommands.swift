@@ -17,21 +17,33 @@ struct Init: AsyncParsableCommand {
     var gracePeriod: Double = 10
     @Flag(help: "Crypto-erase the device after 10 consecutive wrong passcodes.")
     var eraseAfterTenFailures = false
+    @Flag(inversion: .prefixedNo, help: ArgumentHelp(
+        "Seal the device secret by the TPM (--no-tpm: keep it in a file, the default).",
+        discussion: "The TPM is reached through $\(TPMBinding.tctiEnvironmentVariable) (default device:/dev/tpmrm0)."))
+    var tpm = false
+    @Option(help: ArgumentHelp("With --tpm: bind to these PCRs of the SHA-256 bank (e.g. 7 or 0+7).", valueName: "list"))
+    var tpmPcrs: String?
 
     func validate() throws {
         if (passcodeFile == nil) == !noPasscode {
             throw ValidationError("give exactly one of --passcode-file F and --no-passcode")
+        }
+        if tpmPcrs != nil, !tpm { throw ValidationError("--tpm-pcrs needs --tpm") }
+        if let tpmPcrs, TPMPCRSelection(parsing: tpmPcrs) == nil {
+            throw ValidationError("--tpm-pcrs takes PCR numbers 0…23 joined by + or , (e.g. 7 or 0+7)")
         }
     }
 
     func run() async throws {
         device.bootstrapLogging()
         let passcode = try passcodeFile.map(readPasscode)
+        let binding = tpm ? TPMBinding(pcrs: tpmPcrs.flatMap(TPMPCRSelection.init(parsing:))) : nil
         let keybag = try await Keybag.create(root: try device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod,
-                                             eraseAfterTenFailures: eraseAfterTenFailures)
+                                             eraseAfterTenFailures: eraseAfterTenFailures, tpm: binding)
         let status = await keybag.status
         printOut("initialized \(status.root) (keybag \(status.keybagID))")
         printOut(status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive")
+        printOut(status.deviceSecret.consequence)
     }
 }
 
@@ -58,6 +70,17 @@ struct Status: AsyncParsableCommand {
             ]
             if let grace = s.graceRemaining { object["graceRemainingSeconds"] = grace }
             object["keybagd"] = keybag.daemonSocket ?? NSNull()
+            switch s.deviceSecret {
+            case .file: object["deviceSecret"] = ["storage": "file", "consequence": s.deviceSecret.consequence]
+            case .tpm(let pcrs):
+                object["deviceSecret"] = ["storage": "tpm", "pcrs": pcrs?.indices ?? [], "consequence": s.deviceSecret.consequence]
+            }
+            if let l = s.tpmLockout {
+                object["tpm"] = ["inLockout": l.inLockout, "failedTries": Int(l.failedTries), "maxTries": Int(l.maxTries),
+                                 "remainingTries": Int(l.remainingTries), "recoveryIntervalSeconds": Int(l.recoveryInterval)]
+            }
+            if let problem = s.tpmProblem { object["tpmProblem"] = problem }
+            if let rollback = s.lastRollback { object["lastKeybagRollback"] = ISO8601DateFormatter().string(from: rollback) }
             let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
             printOut(String(decoding: data, as: UTF8.self))
             return
@@ -74,8 +97,19 @@ struct Status: AsyncParsableCommand {
             ["passcode KDF:", "\(s.kdf)"],
             ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
             ["keys held by:", keybag.daemonSocket.map { "keybagd (\($0))" } ?? "this process only (no keybagd serves this root; each dpctl run starts before first unlock)"],
+            ["device secret:", s.deviceSecret.consequence],
         ]
-        printOut(table(rows))
+        var extra: [[String]] = []
+        if let l = s.tpmLockout {
+            extra.append(["TPM lockout:", l.inLockout
+                ? "IN LOCKOUT: no passcode is accepted until a failure expires (one every \(l.recoveryInterval) s)"
+                : "\(l.failedTries) of \(l.maxTries) failures counted, \(l.remainingTries) left (one forgotten every \(l.recoveryInterval) s)"])
+        }
+        if let problem = s.tpmProblem { extra.append(["TPM:", "unreachable: \(problem)"]) }
+        if let rollback = s.lastRollback {
+            extra.append(["rollback:", "an older keybag was put back (detected \(ISO8601DateFormatter().string(from: rollback))); the newer count was kept"])
+        }
+        printOut(table(rows + extra))
     }
 }
 

@@ -131,7 +131,8 @@ enum ExitStatus: Int32, CaseIterable {
         case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: self = .unavailable
         case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag,
              DatabaseCipherError.damaged, BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: self = .damaged
-        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, DatabaseCipherError.wrongKeyOrFormat, BackupError.wrongBackupPassword:
+        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, KeybagError.tpmLockout, DatabaseCipherError.wrongKeyOrFormat,
+             BackupError.wrongBackupPassword:
             self = .wrongPasscode
         default: self = .failure
         }
@@ -159,6 +160,9 @@ func commandHint(for error: any Error, status: ExitStatus) -> String? {
     case ProtectedFileError.notProtected: return "`dpctl protect PATH`"
     case BackupError.badBackup, BackupError.verificationFailed: return "`dpctl verify BACKUP` checks every object"
     case LifecycleError.notRunning(let app): return "start it with `dpctl app run \(app) -- COMMAND`"
+    case KeybagError.tpmLockout: return "the TPM's owner can run `tpm2_dictionarylockout --clear-lockout`"
+    case KeybagError.tpm(let why) where why.contains("no TPM answers"):
+        return "\(TPMBinding.tctiEnvironmentVariable) names the TPM, e.g. device:/dev/tpmrm0 (needs the tss group) or swtpm:path=SOCKET"
     default: return status == .unavailable ? "unlock for this run with --passcode-file FILE" : nil
     }
 }

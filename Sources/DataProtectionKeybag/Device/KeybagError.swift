@@ -50,9 +50,6 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The TPM is in dictionary-attack lockout: it refuses passcode attempts until failures
     /// expire (one every `recoveryInterval` seconds) or its owner resets the lockout.
     case tpmLockout(failedTries: Int, recoveryInterval: Int)
-    /// The keybag file is older than one already seen (a copy put back to reset the failed-attempt
-    /// count). The newer state was kept.
-    case keybagRolledBack(String)
 
     public var description: String {
         switch self {
@@ -102,8 +99,6 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "the TPM is in dictionary-attack lockout after \(failures) failed authorization\(failures == 1 ? "" : "s"): "
                 + "it accepts no passcode until a failure expires (one every \(Self.format(TimeInterval(interval))))"
                 + " or the TPM's owner resets the lockout with its lockout authorization"
-        case .keybagRolledBack(let why):
-            "keybag rollback detected: \(why)"
         }
     }
 

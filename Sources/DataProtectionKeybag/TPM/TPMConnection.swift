@@ -14,8 +14,15 @@ final class TPMConnection {
     private var tctiContext: OpaquePointer?
     private var esys: OpaquePointer?
 
+    /// The stack logs its own warnings to standard error; ours are the typed errors. `TSS2_LOG`
+    /// set by the user still wins.
+    private static let quietStack: Void = {
+        if getenv("TSS2_LOG") == nil { setenv("TSS2_LOG", "all+none", 1) }
+    }()
+
     /// Opens the TPM named by `tcti` (`Tss2_TctiLdr_Initialize`, then `Esys_Initialize`).
     init(tcti: String) throws {
+        Self.quietStack
         self.tcti = tcti
         var tctiContext: OpaquePointer?
         let rc = tcti.withCString { Tss2_TctiLdr_Initialize($0, &tctiContext) }
