@@ -6,7 +6,7 @@ struct DPBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dp-bench",
         abstract: "Benchmarks that put our figures beside a peer's, measured in the same run.",
-        discussion: "Build in release mode: swift run -c release dp-bench files|backup|sqlite|daemon|objects|apps|sharing",
-        subcommands: [FilesBenchmark.self, BackupBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self, ObjectsBenchmark.self, AppsBenchmark.self, AppsProbe.self, SharingBenchmark.self, AuditBenchmark.self]
+        discussion: "Build in release mode: swift run -c release dp-bench files|backup|sqlite|daemon|objects|apps|sharing|audit|tpm",
+        subcommands: [FilesBenchmark.self, BackupBenchmark.self, TPMBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self, ObjectsBenchmark.self, AppsBenchmark.self, AppsProbe.self, SharingBenchmark.self, AuditBenchmark.self]
     )
 }

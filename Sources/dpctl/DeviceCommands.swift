@@ -76,7 +76,8 @@ struct Status: AsyncParsableCommand {
                 object["deviceSecret"] = ["storage": "tpm", "pcrs": pcrs?.indices ?? [], "consequence": s.deviceSecret.consequence]
             }
             if let l = s.tpmLockout {
-                object["tpm"] = ["inLockout": l.inLockout, "failedTries": Int(l.failedTries), "maxTries": Int(l.maxTries),
+                object["tpm"] = ["inLockout": l.inLockout, "lockoutAuthorizationSet": l.lockoutAuthorizationSet,
+                                 "failedTries": Int(l.failedTries), "maxTries": Int(l.maxTries),
                                  "remainingTries": Int(l.remainingTries), "recoveryIntervalSeconds": Int(l.recoveryInterval)]
             }
             if let problem = s.tpmProblem { object["tpmProblem"] = problem }
@@ -104,6 +105,9 @@ struct Status: AsyncParsableCommand {
             extra.append(["TPM lockout:", l.inLockout
                 ? "IN LOCKOUT: no passcode is accepted until a failure expires (one every \(l.recoveryInterval) s)"
                 : "\(l.failedTries) of \(l.maxTries) failures counted, \(l.remainingTries) left (one forgotten every \(l.recoveryInterval) s)"])
+            if !l.lockoutAuthorizationSet {
+                extra.append(["", "the TPM's lockout authorization is not set: anyone who can reach the TPM can reset or turn off this limit (tpm2_changeauth -c lockout sets one)"])
+            }
         }
         if let problem = s.tpmProblem { extra.append(["TPM:", "unreachable: \(problem)"]) }
         if let rollback = s.lastRollback {
@@ -227,6 +231,16 @@ struct RemovePasscode: AsyncParsableCommand {
     }
 }
 
+extension KeybagError {
+    /// Errors after which the device cannot be opened but can still be erased.
+    var preventsOpeningButNotErasing: Bool {
+        switch self {
+        case .tpm, .corruptKeybag, .badDeviceSecret: true
+        default: false
+        }
+    }
+}
+
 struct Erase: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "erase",
@@ -238,16 +252,30 @@ struct Erase: AsyncParsableCommand {
     var yes = false
 
     func run() async throws {
-        let keybag = try await device.openDevice(passcodeFile: nil)
-        if !yes {
-            // No terminal, no implied consent: `dpctl erase </dev/null` in a script erases nothing.
-            guard isatty(STDIN_FILENO) == 1 else {
-                throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(keybag.root) from a script")
-            }
-            FileHandle.standardError.write(Data("Erase \(keybag.root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
-            guard readLine() == "ERASE" else { throw CLIError("not erased") }
+        let keybag: Keybag
+        do {
+            keybag = try await device.openDevice(passcodeFile: nil)
+        } catch let error as KeybagError where error.preventsOpeningButNotErasing {
+            // A device that no longer opens (its TPM refuses, its keybag is damaged) can still be erased.
+            let root = try device.resolvedRoot
+            printError("dpctl: \(root) cannot be opened (\(error)); erasing what is there")
+            try confirm(root)
+            try Keybag.eraseUnopened(root: root)
+            printOut("erased \(root): keybag, device secret and TPM objects destroyed")
+            return
         }
+        try confirm(keybag.root)
         try await keybag.erase()
         printOut("erased \(keybag.root): keybag and device secret destroyed")
+    }
+
+    private func confirm(_ root: String) throws {
+        guard !yes else { return }
+        // No terminal, no implied consent: `dpctl erase </dev/null` in a script erases nothing.
+        guard isatty(STDIN_FILENO) == 1 else {
+            throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(root) from a script")
+        }
+        FileHandle.standardError.write(Data("Erase \(root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
+        guard readLine() == "ERASE" else { throw CLIError("not erased") }
     }
 }

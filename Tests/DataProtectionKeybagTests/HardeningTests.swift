@@ -86,7 +86,7 @@ import Testing
             case 0: bytes[Int.random(in: 0..<bytes.count, using: &generator)] ^= UInt8.random(in: 1...255, using: &generator)
             case 1: bytes = Array(bytes.prefix(Int.random(in: 0..<bytes.count, using: &generator)))
             case 2: bytes.insert(UInt8.random(in: 0...255, using: &generator), at: Int.random(in: 0...bytes.count, using: &generator))
-            default: bytes = (0..<424).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            default: bytes = (0..<[424, 504].randomElement(using: &generator)!).map { _ in UInt8.random(in: 0...255, using: &generator) }
             }
             #expect(throws: KeybagError.self) {
                 _ = try KeybagFile.decode(bytes, macKey: try DeviceSecret.load(from: root).derive(KeybagFile.macLabel))

@@ -21,7 +21,7 @@ import Testing
     @Test func everySingleFlippedBitIsRejected() async throws {
         let (_, clock, root) = try await makeDevice()
         let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: root + "/keybag")))
-        #expect(original.count == 424)
+        #expect(original.count == 504)   // format version 2
         for index in stride(from: 0, to: original.count, by: 7) {
             try corrupt(root) { $0 = original; $0[index] ^= 0x01 }
             await expectCorrupt(root, clock)
@@ -33,11 +33,13 @@ import Testing
     @Test func truncatedExtendedAndGarbageKeybagsAreRejected() async throws {
         let (_, clock, root) = try await makeDevice()
         let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: root + "/keybag")))
-        for cut in [0, 5, 12, 100, 423] {
+        for cut in [0, 5, 12, 100, 423, 424, 503] {
             try corrupt(root) { $0 = Array(original.prefix(cut)) }
             await expectCorrupt(root, clock)
         }
         try corrupt(root) { $0 = original + [0] }
+        await expectCorrupt(root, clock)
+        try corrupt(root) { $0 = (0..<504).map { _ in UInt8.random(in: 0...255) } }
         await expectCorrupt(root, clock)
         try corrupt(root) { $0 = (0..<424).map { _ in UInt8.random(in: 0...255) } }
         await expectCorrupt(root, clock)

@@ -65,6 +65,21 @@ import Testing
         #expect(try cli.run(["cat", file, "--passcode-file", passcode]).out == "kept")   // no TPM needed any more
     }
 
+    @Test func eraseWorksWhenThePCRsNoLongerMatch() throws {
+        let tpm = try SoftwareTPM()
+        let cli = CLI.make()
+        let env = tpm.environment
+        #expect(try cli.run(["init", "--tpm", "--tpm-pcrs", "16", "--passcode-file", cli.writeFile("p", "1234")], environment: env).status == 0)
+        try tpm.tool("tpm2_pcrextend", ["16:sha256=" + String(repeating: "ef", count: 32)])
+        let status = try cli.run(["status"], environment: env)
+        #expect(status.status == 1 && status.stderr.contains("PCRs"))
+        let erase = try cli.run(["erase", "--yes"], environment: env)
+        #expect(erase.status == 0, "\(erase.stderr)")
+        #expect(erase.out.contains("TPM objects destroyed"))
+        #expect(try tpm.persistentHandles().isEmpty)
+        #expect(try cli.run(["status"], environment: env).status == 1)   // not initialized any more
+    }
+
     @Test func withoutATPMInitSaysWhereItLooked() throws {
         let cli = CLI.make()
         let result = try cli.run(["init", "--tpm", "--passcode-file", cli.writeFile("p", "1234")],

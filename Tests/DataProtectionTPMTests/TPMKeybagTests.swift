@@ -25,7 +25,7 @@ import Testing
         let (key, wrapped) = try await keybag.wrapNewFileKey(for: .complete)
         #expect(await keybag.status.deviceSecret == .tpm(pcrs: nil))
         #expect(try tpm.persistentHandles().count == 2)   // device secret, passcode secret
-        #expect(try tpm.nvIndices().count == 1)           // the attempt counter
+        #expect(try tpm.nvIndices().count == 2)           // the attempt counter and its base
 
         let restarted = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
         #expect(await restarted.lockState == .beforeFirstUnlock)
@@ -79,6 +79,10 @@ import Testing
         let (_, clock, root) = try await makeDevice(tpm)
         let saved = try Data(contentsOf: URL(fileURLWithPath: root + "/keybag"))
         let keybag = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
+        // Correct unlocks after the copy was taken are not counted as failures when it comes back.
+        _ = try? await keybag.unlock(passcode: "b1")
+        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "1234")
         for guess in ["a1", "a2", "a3", "a4", "a5"] {
             _ = try? await keybag.unlock(passcode: guess)
         }
@@ -112,6 +116,24 @@ import Testing
         try tpm.clearLockout()
         try await keybag.unlock(passcode: "1234")
         #expect(await keybag.lockState == .unlocked)
+    }
+
+    @Test func eraseAfterTenWorksOnTopOfTheTPM() async throws {
+        let tpm = try SoftwareTPM()
+        try tpm.setDictionaryAttackParameters(maxTries: 32)
+        let (_, clock, root) = try await makeDevice(tpm, eraseAfterTen: true)
+        let keybag = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
+        for n in 1...9 {
+            _ = try? await keybag.unlock(passcode: "wrong\(n)")
+            clock.advance(by: 3600)
+        }
+        // The same wrong passcode again is not counted, and so never erases.
+        _ = try? await keybag.unlock(passcode: "wrong9")
+        #expect(await keybag.status.failedAttempts == 9)
+        await #expect(throws: KeybagError.erased) { try await keybag.unlock(passcode: "wrong10") }
+        #expect(try tpm.persistentHandles().isEmpty)
+        #expect(try tpm.nvIndices().isEmpty)
+        #expect(try tpm.property("TPM2_PT_LOCKOUT_COUNTER") == 10)
     }
 
     @Test func eraseDestroysTheTPMObjectsSoACopyOpensNothing() async throws {
@@ -186,6 +208,17 @@ import Testing
         try tpm.tool("tpm2_pcrreset", ["16"])
         let keybag = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
         try await keybag.unlock(passcode: "1234")
+    }
+
+    @Test func aDeviceThatNoLongerOpensCanStillBeErased() async throws {
+        let tpm = try SoftwareTPM()
+        let (_, clock, root) = try await makeDevice(tpm, pcrs: TPMPCRSelection(mask: 1 << 16))
+        try tpm.tool("tpm2_pcrextend", ["16:sha256=" + String(repeating: "cd", count: 32)])
+        await #expect(throws: KeybagError.self) { try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti) }
+        try Keybag.eraseUnopened(root: root, tpmTCTI: tpm.tcti)
+        #expect(try tpm.persistentHandles().isEmpty)
+        #expect(try tpm.nvIndices().isEmpty)
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).isEmpty)
     }
 
     @Test func withoutATPMCreationFailsCleanlyAndFileDevicesSaySo() async throws {

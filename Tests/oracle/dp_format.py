@@ -47,14 +47,18 @@ def scrypt(passcode, salt, log_n, r, p):
 # ---- keybag -------------------------------------------------------------------------------
 
 def parse_keybag(data, secret):
-    if len(data) != 424 or data[:8] != KEYBAG_MAGIC:
+    # Version 1: 424 bytes; version 2: 504 (the same 392 bytes, an 80-byte extension, the MAC).
+    if len(data) not in (424, 504) or data[:8] != KEYBAG_MAGIC:
         raise FormatError("not a keybag")
     version, length = struct.unpack(">HH", data[8:12])
-    if version != 1 or length != 424:
+    if (version, length) not in ((1, 424), (2, 504)) or length != len(data):
         raise FormatError("bad version/length")
+    body = len(data) - 32
     mac_key = hkdf(secret, b"", b"DataProtection v1 keybag MAC")
-    if hmac_sha256(mac_key, data[:392]) != data[392:]:
+    if hmac_sha256(mac_key, data[:body]) != data[body:]:
         raise FormatError("keybag MAC")
+    if version == 2 and data[400] != 0:
+        raise FormatError("device secret sealed by a TPM: this reader takes a device.secret file")
     flags, kdf_id, log_n, r, p = data[28], data[29], data[30], data[31], data[32]
     kb = {
         "uuid": str(uuid.UUID(bytes=data[12:28])).upper(),

@@ -153,7 +153,7 @@ package enum KeybagWire {
         case .tpm(let pcrs): w.u8(1); w.u32(pcrs?.mask ?? 0)
         }
         if let l = s.tpmLockout {
-            w.u8(1); w.u8(l.inLockout ? 1 : 0)
+            w.u8(1); w.u8((l.inLockout ? 1 : 0) | (l.lockoutAuthorizationSet ? 2 : 0))
             w.u32(l.failedTries); w.u32(l.maxTries); w.u32(l.recoveryInterval); w.u32(l.lockoutRecovery)
         } else {
             w.u8(0)
@@ -182,8 +182,8 @@ package enum KeybagWire {
         guard storage <= 1, pcrMask <= 0xFF_FFFF else { throw ProtocolError("bad device-secret storage") }
         status.deviceSecret = storage == 0 ? .file : .tpm(pcrs: pcrMask == 0 ? nil : TPMPCRSelection(mask: pcrMask))
         if try r.u8("lockout present") == 1 {
-            let inLockout = try r.u8("in lockout") == 1
-            status.tpmLockout = TPMLockoutState(inLockout: inLockout, failedTries: try r.u32("failed tries"), maxTries: try r.u32("max tries"),
+            let flags = try r.u8("lockout flags")
+            status.tpmLockout = TPMLockoutState(inLockout: flags & 1 != 0, lockoutAuthorizationSet: flags & 2 != 0, failedTries: try r.u32("failed tries"), maxTries: try r.u32("max tries"),
                                                 recoveryInterval: try r.u32("recovery"), lockoutRecovery: try r.u32("lockout recovery"))
         }
         let problem = try string(&r, "TPM problem")

@@ -64,6 +64,10 @@ extension EmbeddedKeybag {
                 fields.passcodeObject = newObject
                 fields.counterBase = fields.counterSeen   // failures start again from 0
                 updated.tpm = fields
+                do { try forgiveAttemptsInTPM(upTo: fields.counterSeen) } catch {
+                    if newObject != 0 { try? tpmDevice.remove(objects: [newObject], counter: nil) }
+                    throw error
+                }
             }
             updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek,
                                                    passcodeSet: updated.passcodeSet, dKEK: secret.derive(Self.labelClassD))
@@ -89,6 +93,7 @@ extension EmbeddedKeybag {
     /// processes are serialized and all count against one counter.
     func verifyPasscode(_ passcode: SecretBytes) throws -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
         try requireNotErased()
+        var repeated = false
         let outcome: Result<([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey), KeybagError> = try withKeybagLock {
             let now = clock.now()
             // With a TPM: a keybag copied back is caught here, and its count restored.
@@ -100,7 +105,9 @@ extension EmbeddedKeybag {
             let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
             let tag = stretched.withUnsafeBytes { Array(HMAC<SHA256>.authenticationCode(for: $0, using: secret.derive(Self.labelFailedTag)).prefix(16)) }
             if file.failedAttempts > 0, tag == file.lastFailedTag {
-                // The same wrong passcode again: rejected, but not counted (as on iOS).
+                // The same wrong passcode again: rejected, but not counted (as on iOS), and so
+                // never the attempt that erases.
+                repeated = true
                 return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
             }
             // Count the attempt on disk (and in the TPM's counter) *before* checking it.
@@ -118,7 +125,10 @@ extension EmbeddedKeybag {
                 reset.failedAttempts = 0
                 reset.lastFailureMillis = 0
                 reset.lastFailedTag = Self.zeros16
-                if let seen = reset.tpm?.counterSeen { reset.tpm?.counterBase = seen }
+                if let seen = reset.tpm?.counterSeen {
+                    try forgiveAttemptsInTPM(upTo: seen)
+                    reset.tpm?.counterBase = seen
+                }
                 try persist(reset)
                 return .success(unwrapped)
             }
@@ -130,7 +140,7 @@ extension EmbeddedKeybag {
         }
         if case .failure(.wrongPasscode(let failures)) = outcome {
             logger.notice("wrong passcode (\(failures) consecutive failures)")
-            if file.eraseAfterTenFailures, failures >= PasscodePolicy.eraseThreshold {
+            if file.eraseAfterTenFailures, failures >= PasscodePolicy.eraseThreshold, !repeated {
                 try erase()
                 throw KeybagError.erased
             }

@@ -51,11 +51,16 @@ extension EmbeddedKeybag {
                                salt: [UInt8], passcode: SecretBytes) throws -> (kek: SymmetricKey, passcodeObject: UInt32) {
         let stretched = try kdf.derive(passcode: passcode, salt: salt)
         guard let binding else { return (passcodeKEK(secret: secret, stretched: stretched, passcodeSecret: nil), 0) }
-        let passcodeSecret = SecretBytes(copying: randomBytes(32))
+        let passcodeSecret = SecretBytes(count: 32)
+        passcodeSecret.withUnsafeMutableBytes { out in SymmetricKey(size: .bits256).withUnsafeBytes { out.copyMemory(from: $0) } }
         defer { passcodeSecret.wipe() }
+        var auth = tpmPasscodeAuth(secret: secret, stretched: stretched)
+        defer { wipe(&auth) }
         let object = try tpmCall("sealing the passcode secret", device) {
             try passcodeSecret.withUnsafeBytes {
-                try device.sealPasscodeSecret(Array($0), authValue: tpmPasscodeAuth(secret: secret, stretched: stretched), pcrs: binding.pcrs)
+                var bytes = Array($0)
+                defer { wipe(&bytes) }
+                return try device.sealPasscodeSecret(bytes, authValue: auth, pcrs: binding.pcrs)
             }
         }
         return (passcodeKEK(secret: secret, stretched: stretched, passcodeSecret: passcodeSecret), object)
@@ -67,7 +72,8 @@ extension EmbeddedKeybag {
             return Self.passcodeKEK(secret: secret, stretched: stretched, passcodeSecret: nil)
         }
         let device = tpmDevice
-        let auth = Self.tpmPasscodeAuth(secret: secret, stretched: stretched)
+        var auth = Self.tpmPasscodeAuth(secret: secret, stretched: stretched)
+        defer { Self.wipe(&auth) }
         guard let passcodeSecret = try Self.tpmCall("checking the passcode", device, {
             try device.unsealPasscodeSecret(at: fields.passcodeObject, authValue: auth, pcrs: binding?.pcrs)
         }) else { return nil }
@@ -87,10 +93,14 @@ extension EmbeddedKeybag {
         let auth = Self.tpmCounterAuth(secret: secret)
         let counter = try Self.tpmCall("reading the attempt counter", device) { try device.readCounter(at: fields.counterIndex, authValue: auth) }
         guard fields.counterSeen < counter else { return counter }
-        let failures = UInt32(clamping: counter - fields.counterBase)
+        // The TPM's own record of the last correct passcode: the count does not include the
+        // correct unlocks made since the keybag put back was current.
+        let base = try Self.tpmCall("reading the attempt base", device) { try device.readBase(at: fields.baseIndex, authValue: auth) }
+        let failures = UInt32(clamping: counter - min(max(base, fields.counterBase), counter))
         var repaired = file
         repaired.tpm?.counterSeen = counter
-        repaired.failedAttempts = max(file.failedAttempts, failures)
+        repaired.tpm?.counterBase = min(max(base, fields.counterBase), counter)
+        repaired.failedAttempts = failures
         if repaired.failedAttempts > 0 { repaired.lastFailureMillis = Self.millis(now) }
         repaired.lastRollbackMillis = Self.millis(now)
         logger.error("keybag rollback detected: it records attempt counter \(fields.counterSeen), the TPM's is \(counter); \(repaired.failedAttempts) failed attempts restored")
@@ -108,6 +118,15 @@ extension EmbeddedKeybag {
         let device = tpmDevice
         let auth = Self.tpmCounterAuth(secret: secret)
         try Self.tpmCall("counting the attempt", device) { try device.incrementCounter(at: fields.counterIndex, authValue: auth) }
+    }
+
+    /// Records in the TPM that the failures up to `counter` are forgiven (a correct passcode, or a
+    /// new one): a keybag put back later cannot count them again.
+    func forgiveAttemptsInTPM(upTo counter: UInt64) throws {
+        guard let fields = file.tpm else { return }
+        let device = tpmDevice
+        let auth = Self.tpmCounterAuth(secret: secret)
+        try Self.tpmCall("recording the attempt base", device) { try device.writeBase(counter, at: fields.baseIndex, authValue: auth) }
     }
 
     /// The TPM's lockout state, thrown as ``KeybagError/tpmLockout(failedTries:recoveryInterval:)`` when it is locked out.
@@ -129,6 +148,7 @@ extension EmbeddedKeybag {
         let secret = DeviceSecret.generate()
         var created: [UInt32] = []
         var counterIndex: UInt32?
+        var baseIndex: UInt32?
         do {
             let record = try tpmCall("sealing the device secret", device) { try secret.seal(in: device, pcrs: tpm.pcrs) }
             created.append(record.deviceObject)
@@ -136,6 +156,8 @@ extension EmbeddedKeybag {
             let index = try tpmCall("creating the attempt counter", device) { try device.defineCounter(authValue: counterAuth) }
             counterIndex = index
             let counter = try tpmCall("reading the attempt counter", device) { try device.readCounter(at: index, authValue: counterAuth) }
+            let base = try tpmCall("creating the attempt base", device) { try device.defineBase(authValue: counterAuth, value: counter) }
+            baseIndex = base
             let keys: [ProtectionClass: SymmetricKey] = [
                 .complete: SymmetricKey(size: .bits256),
                 .completeUntilFirstUserAuthentication: SymmetricKey(size: .bits256),
@@ -145,8 +167,8 @@ extension EmbeddedKeybag {
             var file = KeybagFile(uuid: UUID(), passcodeSet: passcode != nil, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
                                   salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
                                   gracePeriodMillis: graceMillis, records: [], generation: 1,
-                                  tpm: KeybagTPMFields(passcodeObject: 0, counterIndex: index, counterBase: counter, counterSeen: counter,
-                                                       bindingDigest: record.digest))
+                                  tpm: KeybagTPMFields(passcodeObject: 0, counterIndex: index, baseIndex: base, counterBase: counter,
+                                                       counterSeen: counter, bindingDigest: record.digest))
             var kek = secret.derive(labelNoPasscode)
             if let passcode {
                 let made = try newPasscodeKEK(secret: secret, binding: record, device: device, kdf: kdf, salt: file.salt,
@@ -168,7 +190,7 @@ extension EmbeddedKeybag {
             await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
             return keybag
         } catch {
-            try? device.remove(objects: created, counter: counterIndex)
+            try? device.remove(objects: created, counter: counterIndex, base: baseIndex)
             throw error
         }
     }
@@ -179,6 +201,11 @@ extension EmbeddedKeybag {
     /// interrupted: whichever secret authenticates the keybag wins, and the other is cleared away.
     static func loadSecretAndKeybag(root: String, tpmTCTI: String) throws -> (DeviceSecret, TPMBindingRecord?, KeybagFile) {
         let layout = DataRootLayout(root: root)
+        // Under the keybag lock: an enrollment, a removal or a recovery in another process is
+        // either finished or not begun.
+        let lock = try POSIXFile.open(layout.keybagLock, .readWrite, options: [.create], permissions: [.ownerReadWrite])
+        defer { try? lock.close() }
+        try POSIXFile.check("flock", layout.keybagLock) { flock(lock.rawValue, LOCK_EX) }
         let bytes = try POSIXFile.readAll(layout.keybag)
         let hasFile = POSIXFile.kind(layout.deviceSecret).exists
         guard POSIXFile.kind(layout.tpmBinding).exists else {
@@ -201,7 +228,10 @@ extension EmbeddedKeybag {
             let secret = try DeviceSecret.load(from: root)
             let file = try KeybagFile.decode(bytes, macKey: secret.derive(KeybagFile.macLabel))
             if file.tpm == nil {
-                try? device.remove(objects: [record.deviceObject], counter: nil)
+                // Only a handle of this library's range: the record was never authenticated.
+                if TPMDevice.persistentRange.contains(record.deviceObject) {
+                    try? device.remove(objects: [record.deviceObject], counter: nil)
+                }
                 unlink(layout.tpmBinding)
             }
             return (secret, nil, file)
@@ -221,21 +251,27 @@ extension EmbeddedKeybag {
         let newSecret = DeviceSecret.generate()
         var created: [UInt32] = []
         var counterIndex: UInt32?
+        var baseIndex: UInt32?
         do {
             try withKeybagLock {
+                guard passcode != nil || !file.passcodeSet else {
+                    throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
+                }
                 let record = try Self.tpmCall("sealing the device secret", device) { try newSecret.seal(in: device, pcrs: requested.pcrs) }
                 created.append(record.deviceObject)
                 let counterAuth = Self.tpmCounterAuth(secret: newSecret)
                 let index = try Self.tpmCall("creating the attempt counter", device) { try device.defineCounter(authValue: counterAuth) }
                 counterIndex = index
                 let counter = try Self.tpmCall("reading the attempt counter", device) { try device.readCounter(at: index, authValue: counterAuth) }
+                let base = try Self.tpmCall("creating the attempt base", device) { try device.defineBase(authValue: counterAuth, value: counter) }
+                baseIndex = base
                 var updated = file
                 updated.salt = Self.randomBytes(16)
                 updated.failedAttempts = 0
                 updated.lastFailureMillis = 0
                 updated.lastFailedTag = Self.zeros16
-                updated.tpm = KeybagTPMFields(passcodeObject: 0, counterIndex: index, counterBase: counter, counterSeen: counter,
-                                              bindingDigest: record.digest)
+                updated.tpm = KeybagTPMFields(passcodeObject: 0, counterIndex: index, baseIndex: base, counterBase: counter,
+                                              counterSeen: counter, bindingDigest: record.digest)
                 var kek = newSecret.derive(Self.labelNoPasscode)
                 if let passcode, file.passcodeSet {
                     let made = try Self.newPasscodeKEK(secret: newSecret, binding: record, device: device, kdf: file.kdf,
@@ -263,7 +299,7 @@ extension EmbeddedKeybag {
                 try? POSIXFile.syncDirectory(root)
             }
         } catch {
-            if binding == nil { try? device.remove(objects: created, counter: counterIndex) }
+            if binding == nil { try? device.remove(objects: created, counter: counterIndex, base: baseIndex) }
             throw error
         }
         logger.notice("device secret sealed by the TPM")
@@ -274,11 +310,17 @@ extension EmbeddedKeybag {
     /// passcode when one is set.
     package func removeTPM(passcode: SecretBytes?) throws {
         try requireNotErased()
-        guard let record = binding, let fields = file.tpm else {
+        guard let record = binding, file.tpm != nil else {
             throw KeybagError.invalidArgument("the device secret is not sealed by a TPM")
         }
         try unlockForRewrap(passcode: passcode)
         try withKeybagLock {
+            // The fields and the passcode state as they are now, under the lock.
+            guard let fields = file.tpm else { throw KeybagError.invalidArgument("the device secret is not sealed by a TPM") }
+            let passcode = file.passcodeSet ? passcode : nil
+            guard passcode != nil || !file.passcodeSet else {
+                throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
+            }
             let newSecret = DeviceSecret.generate()
             var updated = file
             updated.salt = Self.randomBytes(16)
@@ -307,7 +349,7 @@ extension EmbeddedKeybag {
             try? POSIXFile.syncDirectory(root)
             let device = tpmDevice
             try Self.tpmCall("removing the TPM objects", device) {
-                try device.remove(objects: [record.deviceObject, fields.passcodeObject], counter: fields.counterIndex)
+                try device.remove(objects: [record.deviceObject, fields.passcodeObject], counter: fields.counterIndex, base: fields.baseIndex)
             }
         }
         logger.notice("device secret moved from the TPM to \(layout.deviceSecret)")
@@ -329,7 +371,7 @@ extension EmbeddedKeybag {
         let fields = file.tpm
         let device = tpmDevice
         try Self.tpmCall("removing the TPM objects", device) {
-            try device.remove(objects: [record.deviceObject, fields?.passcodeObject ?? 0], counter: fields?.counterIndex)
+            try device.remove(objects: [record.deviceObject, fields?.passcodeObject ?? 0], counter: fields?.counterIndex, base: fields?.baseIndex)
         }
     }
 
@@ -356,6 +398,11 @@ extension EmbeddedKeybag {
                 throw KeybagError.tpm("\(what): \(error)")
             }
         }
+    }
+
+    /// Zeroes a secret held in an array.
+    static func wipe(_ bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBytes { if let base = $0.baseAddress { explicit_bzero(base, $0.count) } }
     }
 
     static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }

@@ -126,7 +126,9 @@ package actor EmbeddedKeybag {
     }
 
     func boot() throws {
-        try reconcileAttemptCounter(now: clock.now())
+        if binding != nil {
+            try withKeybagLock { try reconcileAttemptCounter(now: clock.now()) }
+        }
         classKeys[.noProtection] = try Self.unwrapSymmetric(file.record(.noProtection), kek: secret.derive(Self.labelClassD))
         Self.pinInMemory(classKeys[.noProtection]!)
         if !file.passcodeSet {

@@ -190,6 +190,13 @@ public final class Keybag: Sendable {
         try await backend.erase()
     }
 
+    /// Crypto-erases a device that cannot be opened — its TPM refuses (the PCRs it is bound to
+    /// changed) or its keybag is damaged: the TPM objects it names are removed and its files
+    /// destroyed. Every protected file of the root becomes unrecoverable.
+    public static func eraseUnopened(root: String, tpmTCTI: String = TPMBinding.defaultTCTI) throws {
+        try EmbeddedKeybag.eraseUnopened(root: root, tpmTCTI: tpmTCTI)
+    }
+
     // MARK: - TPM
 
     /// Seals the device secret by a TPM (`dpctl tpm enroll`): a new secret is sealed there, the

@@ -24,6 +24,9 @@ struct KeybagTPMFields: Sendable, Equatable {
     var passcodeObject: UInt32
     /// The NV index of the attempt counter (a TPM monotonic counter).
     var counterIndex: UInt32
+    /// The NV index (ordinary, 8 bytes) holding the counter's value at the last correct passcode:
+    /// the TPM's own copy of ``counterBase``, which no keybag put back can change.
+    var baseIndex: UInt32
     /// The counter's value at the last correct passcode: failed attempts = counter − base.
     var counterBase: UInt64
     /// The highest counter value this keybag has recorded; lower than the TPM's = a rollback.
@@ -100,7 +103,7 @@ struct KeybagFile: Sendable, Equatable {
         w.zeros(3)
         w.u32(tpm?.passcodeObject ?? 0)
         w.u32(tpm?.counterIndex ?? 0)
-        w.zeros(4)
+        w.u32(tpm?.baseIndex ?? 0)
         w.u64(tpm?.counterBase ?? 0)
         w.u64(tpm?.counterSeen ?? 0)
         w.u64(UInt64(bitPattern: lastRollbackMillis))
@@ -175,19 +178,19 @@ struct KeybagFile: Sendable, Equatable {
             guard try r.raw(3, "reserved") == [0, 0, 0] else { throw reject("reserved bytes not zero") }
             let passcodeObject = try r.u32("passcode object")
             let counterIndex = try r.u32("counter index")
-            guard try r.raw(4, "reserved") == [0, 0, 0, 0] else { throw reject("reserved bytes not zero") }
+            let baseIndex = try r.u32("base index")
             let base = try r.u64("counter base")
             let seen = try r.u64("counter seen")
             file.lastRollbackMillis = Int64(bitPattern: try r.u64("last rollback"))
             let digest = try r.raw(32, "binding digest")
             if storage == 1 {
-                guard passcodeSet == (passcodeObject != 0), counterIndex != 0, base <= seen else {
+                guard passcodeSet == (passcodeObject != 0), counterIndex != 0, baseIndex != 0, base <= seen else {
                     throw reject("TPM fields disagree with the passcode flag")
                 }
-                file.tpm = KeybagTPMFields(passcodeObject: passcodeObject, counterIndex: counterIndex, counterBase: base,
+                file.tpm = KeybagTPMFields(passcodeObject: passcodeObject, counterIndex: counterIndex, baseIndex: baseIndex, counterBase: base,
                                            counterSeen: seen, bindingDigest: digest)
             } else {
-                guard passcodeObject == 0, counterIndex == 0, base == 0, seen == 0, digest.allSatisfy({ $0 == 0 }) else {
+                guard passcodeObject == 0, counterIndex == 0, baseIndex == 0, base == 0, seen == 0, digest.allSatisfy({ $0 == 0 }) else {
                     throw reject("TPM fields set in a keybag whose device secret is a file")
                 }
             }

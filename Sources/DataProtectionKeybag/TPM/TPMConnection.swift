@@ -225,6 +225,45 @@ final class TPMConnection {
 
     /// `Esys_NV_Read` of the counter's 8 big-endian bytes.
     func readCounter(at index: UInt32, authValue: [UInt8]) throws -> UInt64 {
+        try readNumber(at: index, authValue: authValue)
+    }
+
+    /// `Esys_NV_DefineSpace` of an ordinary 8-byte index holding a number, written and read with
+    /// `authValue`, then written with `value`.
+    func defineNumber(at index: UInt32, authValue: [UInt8], value: UInt64) throws {
+        var auth = TPM2B_AUTH()
+        Self.fill(&auth, authValue)
+        var info = TPM2B_NV_PUBLIC()
+        info.nvPublic.nvIndex = index
+        info.nvPublic.nameAlg = TPM2_ALG_SHA256
+        info.nvPublic.attributes = (TPMA_NV(TPM2_NT_ORDINARY) << TPMA_NV(TPMA_NV_TPM2_NT_SHIFT))
+            | TPMA_NV_AUTHWRITE | TPMA_NV_AUTHREAD | TPMA_NV_NO_DA
+        info.nvPublic.dataSize = 8
+        var nv = ESYS_TR(ESYS_TR_NONE)
+        try check("Esys_NV_DefineSpace") {
+            Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                &auth, &info, &nv)
+        }
+        close(nv)
+        try writeNumber(value, at: index, authValue: authValue)
+    }
+
+    /// `Esys_NV_Write` of 8 big-endian bytes.
+    func writeNumber(_ value: UInt64, at index: UInt32, authValue: [UInt8]) throws {
+        let nv = try resource(index)
+        defer { close(nv) }
+        try setAuth(nv, authValue)
+        let session = try startSession(type: TPM2_SE(TPM2_SE_HMAC), salt: nil, attributes: 0)
+        defer { flush(session) }
+        var data = TPM2B_MAX_NV_BUFFER()
+        Self.fill(&data, (0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * UInt64($0))) })
+        try check("Esys_NV_Write") {
+            Esys_NV_Write(esys, nv, nv, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &data, 0)
+        }
+    }
+
+    /// `Esys_NV_Read` of 8 big-endian bytes.
+    func readNumber(at index: UInt32, authValue: [UInt8]) throws -> UInt64 {
         let nv = try resource(index)
         defer { close(nv) }
         try setAuth(nv, authValue)
@@ -277,6 +316,7 @@ final class TPMConnection {
         let values = try properties(lockoutCounter, count: 4)
         return TPMLockoutState(
             inLockout: permanent & TPMA_PERMANENT_INLOCKOUT != 0,
+            lockoutAuthorizationSet: permanent & TPMA_PERMANENT_LOCKOUTAUTHSET != 0,
             failedTries: values[lockoutCounter] ?? 0,
             maxTries: values[lockoutCounter + 1] ?? 0,
             recoveryInterval: values[lockoutCounter + 2] ?? 0,
@@ -364,8 +404,11 @@ final class TPMConnection {
         _ = Esys_FlushContext(esys, handle)
     }
 
-    /// `Esys_TR_Close`: forgets a resource without touching the TPM.
+    /// `Esys_TR_Close`: forgets a resource without touching the TPM — after overwriting the
+    /// authorization value ESAPI keeps for it (it frees that memory without zeroing it).
     private func close(_ handle: ESYS_TR) {
+        var empty = TPM2B_AUTH()
+        _ = Esys_TR_SetAuth(esys, handle, &empty)
         var handle = handle
         _ = Esys_TR_Close(esys, &handle)
     }
@@ -407,6 +450,10 @@ final class TPMConnection {
 public struct TPMLockoutState: Sendable, Equatable {
     /// The TPM refuses every object subject to dictionary-attack protection until a failure expires.
     public var inLockout: Bool
+    /// Whether the TPM's lockout hierarchy has an authorization value. Without one, anyone who can
+    /// reach the TPM can reset its failure count (`TPM2_DictionaryAttackLockReset`) or turn the
+    /// lockout off, and so guess passcodes online without a limit.
+    public var lockoutAuthorizationSet: Bool
     /// Failures counted now (`failedTries`).
     public var failedTries: UInt32
     /// Failures that put the TPM in lockout (`maxTries`).

@@ -100,6 +100,22 @@ struct TPMDevice: Sendable {
         return index
     }
 
+    /// Defines the index that records the counter's value at the last correct passcode.
+    func defineBase(authValue: [UInt8], value: UInt64) throws -> UInt32 {
+        let tpm = try connect()
+        let index = try freeHandle(tpm, in: Self.counterRange)
+        try tpm.defineNumber(at: index, authValue: authValue, value: value)
+        return index
+    }
+
+    func readBase(at index: UInt32, authValue: [UInt8]) throws -> UInt64 {
+        try connect().readNumber(at: index, authValue: authValue)
+    }
+
+    func writeBase(_ value: UInt64, at index: UInt32, authValue: [UInt8]) throws {
+        try connect().writeNumber(value, at: index, authValue: authValue)
+    }
+
     func readCounter(at index: UInt32, authValue: [UInt8]) throws -> UInt64 {
         try connect().readCounter(at: index, authValue: authValue)
     }
@@ -114,14 +130,14 @@ struct TPMDevice: Sendable {
 
     /// Evicts the persistent objects and undefines the counter (each one missing already is fine).
     /// Every step is tried; the first failure is thrown after the rest.
-    func remove(objects: [UInt32], counter: UInt32?) throws {
+    func remove(objects: [UInt32], counter: UInt32?, base: UInt32? = nil) throws {
         let tpm = try connect()
         var firstError: Error?
         for handle in objects where handle != 0 {
             do { try tpm.evict(persistent: handle) } catch { firstError = firstError ?? error }
         }
-        if let counter, counter != 0 {
-            do { try tpm.undefine(index: counter) } catch { firstError = firstError ?? error }
+        for index in [counter, base].compactMap({ $0 }) where index != 0 {
+            do { try tpm.undefine(index: index) } catch { firstError = firstError ?? error }
         }
         if let firstError { throw firstError }
     }

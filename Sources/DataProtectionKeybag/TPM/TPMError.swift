@@ -63,7 +63,8 @@ package struct TPMError: Error, Sendable, Equatable, CustomStringConvertible {
         switch code & 0xFFF {
         case 0x921: return .lockout                  // TPM_RC_LOCKOUT
         case 0x14B: return .noSpace                  // TPM_RC_NV_SPACE
-        case 0x90B: return .noSpace                  // TPM_RC_OBJECT_MEMORY
+        case 0x902: return .noSpace                  // TPM_RC_OBJECT_MEMORY
+        case 0x14C: return .noSpace                  // TPM_RC_NV_DEFINED (a handle taken meanwhile)
         case 0x18B, 0x28B: return .missing
         default: return .other
         }
