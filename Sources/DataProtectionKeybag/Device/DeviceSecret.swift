@@ -47,16 +47,7 @@ struct DeviceSecret: Sendable {
         let path = root + "/" + Self.fileName
         var bytes = key.withUnsafeBytes { Array($0) }
         defer { bytes.withUnsafeMutableBytes { if let base = $0.baseAddress { explicit_bzero(base, $0.count) } } }
-        let fd = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite])
-        do {
-            try POSIXFile.write(fd, bytes, at: 0, path: path)
-            try POSIXFile.sync(fd, path: path)
-            try fd.close()
-        } catch {
-            try? fd.close()
-            unlink(path)
-            throw error
-        }
+        try POSIXFile.writeNew(path, bytes)
         return self
     }
 

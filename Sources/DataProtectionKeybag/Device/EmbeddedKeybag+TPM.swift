@@ -146,18 +146,9 @@ extension EmbeddedKeybag {
         let layout = DataRootLayout(root: root)
         let device = TPMDevice(tcti: tpm.tcti)
         let secret = DeviceSecret.generate()
-        var created: [UInt32] = []
-        var counterIndex: UInt32?
-        var baseIndex: UInt32?
+        var created = TPMCreations()
         do {
-            let record = try tpmCall("sealing the device secret", device) { try secret.seal(in: device, pcrs: tpm.pcrs) }
-            created.append(record.deviceObject)
-            let counterAuth = tpmCounterAuth(secret: secret)
-            let index = try tpmCall("creating the attempt counter", device) { try device.defineCounter(authValue: counterAuth) }
-            counterIndex = index
-            let counter = try tpmCall("reading the attempt counter", device) { try device.readCounter(at: index, authValue: counterAuth) }
-            let base = try tpmCall("creating the attempt base", device) { try device.defineBase(authValue: counterAuth, value: counter) }
-            baseIndex = base
+            let (record, fields) = try sealNewDevice(secret, device: device, pcrs: tpm.pcrs, created: &created)
             let keys: [ProtectionClass: SymmetricKey] = [
                 .complete: SymmetricKey(size: .bits256),
                 .completeUntilFirstUserAuthentication: SymmetricKey(size: .bits256),
@@ -166,20 +157,18 @@ extension EmbeddedKeybag {
             let bPrivate = Curve25519.KeyAgreement.PrivateKey()
             var file = KeybagFile(uuid: UUID(), passcodeSet: passcode != nil, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
                                   salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
-                                  gracePeriodMillis: graceMillis, records: [], generation: 1,
-                                  tpm: KeybagTPMFields(passcodeObject: 0, counterIndex: index, baseIndex: base, counterBase: counter,
-                                                       counterSeen: counter, bindingDigest: record.digest))
+                                  gracePeriodMillis: graceMillis, records: [], generation: 1, tpm: fields)
             var kek = secret.derive(labelNoPasscode)
             if let passcode {
                 let made = try newPasscodeKEK(secret: secret, binding: record, device: device, kdf: kdf, salt: file.salt,
                                               passcode: SecretBytes(utf8: passcode))
-                created.append(made.passcodeObject)
+                created.objects.append(made.passcodeObject)
                 file.tpm?.passcodeObject = made.passcodeObject
                 kek = made.kek
             }
             file.records = try makeRecords(keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet,
                                            dKEK: secret.derive(labelClassD))
-            try writeNewFile(layout.tpmBinding, record.encoded)
+            try POSIXFile.writeNew(layout.tpmBinding, record.encoded)
             do {
                 try POSIXFile.writeAtomically(layout.keybag, file.encoded(macKey: secret.derive(KeybagFile.macLabel)), permissions: [.ownerReadWrite])
             } catch {
@@ -190,9 +179,36 @@ extension EmbeddedKeybag {
             await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
             return keybag
         } catch {
-            try? device.remove(objects: created, counter: counterIndex, base: baseIndex)
+            created.remove(from: device)
             throw error
         }
+    }
+
+    /// What an enrollment has created in the TPM so far, removed again if it fails.
+    struct TPMCreations {
+        var objects: [UInt32] = []
+        var counter: UInt32?
+        var base: UInt32?
+
+        func remove(from device: TPMDevice) {
+            try? device.remove(objects: objects, counter: counter, base: base)
+        }
+    }
+
+    /// Seals `secret` in the TPM and creates the attempt counter and its base record: the
+    /// binding record and the keybag's TPM fields (no passcode object yet).
+    static func sealNewDevice(_ secret: DeviceSecret, device: TPMDevice, pcrs: TPMPCRSelection?,
+                              created: inout TPMCreations) throws -> (TPMBindingRecord, KeybagTPMFields) {
+        let record = try tpmCall("sealing the device secret", device) { try secret.seal(in: device, pcrs: pcrs) }
+        created.objects.append(record.deviceObject)
+        let auth = tpmCounterAuth(secret: secret)
+        let index = try tpmCall("creating the attempt counter", device) { try device.defineCounter(authValue: auth) }
+        created.counter = index
+        let counter = try tpmCall("reading the attempt counter", device) { try device.readCounter(at: index, authValue: auth) }
+        let base = try tpmCall("creating the attempt base", device) { try device.defineBase(authValue: auth, value: counter) }
+        created.base = base
+        return (record, KeybagTPMFields(passcodeObject: 0, counterIndex: index, baseIndex: base, counterBase: counter,
+                                        counterSeen: counter, bindingDigest: record.digest))
     }
 
     /// The device secret (from its file or from the TPM) and the keybag it authenticates.
@@ -249,34 +265,24 @@ extension EmbeddedKeybag {
         try unlockForRewrap(passcode: passcode)
         let device = TPMDevice(tcti: requested.tcti)
         let newSecret = DeviceSecret.generate()
-        var created: [UInt32] = []
-        var counterIndex: UInt32?
-        var baseIndex: UInt32?
+        var created = TPMCreations()
         do {
             try withKeybagLock {
                 guard passcode != nil || !file.passcodeSet else {
                     throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
                 }
-                let record = try Self.tpmCall("sealing the device secret", device) { try newSecret.seal(in: device, pcrs: requested.pcrs) }
-                created.append(record.deviceObject)
-                let counterAuth = Self.tpmCounterAuth(secret: newSecret)
-                let index = try Self.tpmCall("creating the attempt counter", device) { try device.defineCounter(authValue: counterAuth) }
-                counterIndex = index
-                let counter = try Self.tpmCall("reading the attempt counter", device) { try device.readCounter(at: index, authValue: counterAuth) }
-                let base = try Self.tpmCall("creating the attempt base", device) { try device.defineBase(authValue: counterAuth, value: counter) }
-                baseIndex = base
+                let (record, fields) = try Self.sealNewDevice(newSecret, device: device, pcrs: requested.pcrs, created: &created)
                 var updated = file
                 updated.salt = Self.randomBytes(16)
                 updated.failedAttempts = 0
                 updated.lastFailureMillis = 0
                 updated.lastFailedTag = Self.zeros16
-                updated.tpm = KeybagTPMFields(passcodeObject: 0, counterIndex: index, baseIndex: base, counterBase: counter,
-                                              counterSeen: counter, bindingDigest: record.digest)
+                updated.tpm = fields
                 var kek = newSecret.derive(Self.labelNoPasscode)
                 if let passcode, file.passcodeSet {
                     let made = try Self.newPasscodeKEK(secret: newSecret, binding: record, device: device, kdf: file.kdf,
                                                        salt: updated.salt, passcode: passcode)
-                    created.append(made.passcodeObject)
+                    created.objects.append(made.passcodeObject)
                     updated.tpm?.passcodeObject = made.passcodeObject
                     kek = made.kek
                 }
@@ -284,7 +290,7 @@ extension EmbeddedKeybag {
                 updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek, passcodeSet: updated.passcodeSet,
                                                        dKEK: newSecret.derive(Self.labelClassD))
                 // Commit: the binding, then the keybag under the new secret, then the old file goes.
-                try Self.writeNewFile(layout.tpmBinding, record.encoded)
+                try POSIXFile.writeNew(layout.tpmBinding, record.encoded)
                 let oldSecret = secret
                 secret = newSecret
                 do {
@@ -299,7 +305,7 @@ extension EmbeddedKeybag {
                 try? POSIXFile.syncDirectory(root)
             }
         } catch {
-            if binding == nil { try? device.remove(objects: created, counter: counterIndex, base: baseIndex) }
+            if binding == nil { created.remove(from: device) }
             throw error
         }
         logger.notice("device secret sealed by the TPM")
@@ -406,18 +412,4 @@ extension EmbeddedKeybag {
     }
 
     static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
-
-    /// Creates `path` with `bytes` (refusing to overwrite), mode 0600, flushed.
-    static func writeNewFile(_ path: String, _ bytes: [UInt8]) throws {
-        let fd = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite])
-        do {
-            try POSIXFile.write(fd, bytes, at: 0, path: path)
-            try POSIXFile.sync(fd, path: path)
-            try fd.close()
-        } catch {
-            try? fd.close()
-            unlink(path)
-            throw error
-        }
-    }
 }

@@ -293,6 +293,20 @@ package enum POSIXFile {
         try? syncDirectory(directory)
     }
 
+    /// Creates `path` with `bytes` (refusing to replace anything), flushed; removed again on failure.
+    package static func writeNew(_ path: String, _ bytes: [UInt8], permissions: FilePermissions = [.ownerReadWrite]) throws {
+        let fd = try open(path, .writeOnly, options: [.create, .exclusiveCreate], permissions: permissions)
+        do {
+            try write(fd, bytes, at: 0, path: path)
+            try sync(fd, path: path)
+            try fd.close()
+        } catch {
+            try? fd.close()
+            unlink(path)
+            throw error
+        }
+    }
+
     /// Writes `bytes` to `path` atomically (see ``replaceAtomically(_:permissions:_:)``).
     package static func writeAtomically(_ path: String, _ bytes: [UInt8], permissions: FilePermissions? = nil) throws {
         try replaceAtomically(path, permissions: permissions) { fd, temp in

@@ -190,24 +190,11 @@ final class TPMConnection {
 
     // MARK: - Monotonic counter
 
-    /// `Esys_NV_DefineSpace` of an 8-byte counter index (`TPM_NT_COUNTER`: it can only go up,
-    /// and a new index starts at the highest value any counter of this TPM ever had), writable and
-    /// readable with `authValue`, then one `Esys_NV_Increment` so it can be read.
+    /// An 8-byte counter index (`TPM_NT_COUNTER`: it can only go up, and a new index starts at
+    /// the highest value any counter of this TPM ever had), writable and readable with
+    /// `authValue`, incremented once so it can be read.
     func defineCounter(at index: UInt32, authValue: [UInt8]) throws {
-        var auth = TPM2B_AUTH()
-        Self.fill(&auth, authValue)
-        var info = TPM2B_NV_PUBLIC()
-        info.nvPublic.nvIndex = index
-        info.nvPublic.nameAlg = TPM2_ALG_SHA256
-        info.nvPublic.attributes = (TPMA_NV(TPM2_NT_COUNTER) << TPMA_NV(TPMA_NV_TPM2_NT_SHIFT))
-            | TPMA_NV_AUTHWRITE | TPMA_NV_AUTHREAD | TPMA_NV_NO_DA
-        info.nvPublic.dataSize = 8
-        var nv = ESYS_TR(ESYS_TR_NONE)
-        try check("Esys_NV_DefineSpace") {
-            Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                &auth, &info, &nv)
-        }
-        close(nv)
+        try defineIndex(at: index, type: TPM2_NT(TPM2_NT_COUNTER), authValue: authValue)
         try incrementCounter(at: index, authValue: authValue)
     }
 
@@ -228,24 +215,33 @@ final class TPMConnection {
         try readNumber(at: index, authValue: authValue)
     }
 
-    /// `Esys_NV_DefineSpace` of an ordinary 8-byte index holding a number, written and read with
-    /// `authValue`, then written with `value`.
+    /// An ordinary 8-byte index holding a number, written and read with `authValue`, then
+    /// written with `value`.
     func defineNumber(at index: UInt32, authValue: [UInt8], value: UInt64) throws {
+        try defineIndex(at: index, type: TPM2_NT(TPM2_NT_ORDINARY), authValue: authValue)
+        try writeNumber(value, at: index, authValue: authValue)
+    }
+
+    /// `Esys_NV_DefineSpace` of an 8-byte index of `type` (`AUTHWRITE`, `AUTHREAD`, `NO_DA`) under
+    /// the owner hierarchy, through a salted session that encrypts the new index's `authValue`.
+    private func defineIndex(at index: UInt32, type: TPM2_NT, authValue: [UInt8]) throws {
         var auth = TPM2B_AUTH()
         Self.fill(&auth, authValue)
+        defer { Self.scrub(&auth) }
         var info = TPM2B_NV_PUBLIC()
         info.nvPublic.nvIndex = index
         info.nvPublic.nameAlg = TPM2_ALG_SHA256
-        info.nvPublic.attributes = (TPMA_NV(TPM2_NT_ORDINARY) << TPMA_NV(TPMA_NV_TPM2_NT_SHIFT))
-            | TPMA_NV_AUTHWRITE | TPMA_NV_AUTHREAD | TPMA_NV_NO_DA
+        info.nvPublic.attributes = (TPMA_NV(type) << TPMA_NV(TPMA_NV_TPM2_NT_SHIFT)) | TPMA_NV_AUTHWRITE | TPMA_NV_AUTHREAD | TPMA_NV_NO_DA
         info.nvPublic.dataSize = 8
+        let primary = try createStoragePrimary()
+        defer { flush(primary) }
+        let session = try startSession(type: TPM2_SE(TPM2_SE_HMAC), salt: primary, attributes: TPMA_SESSION_DECRYPT)
+        defer { flush(session) }
         var nv = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_NV_DefineSpace") {
-            Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                &auth, &info, &nv)
+            Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &auth, &info, &nv)
         }
         close(nv)
-        try writeNumber(value, at: index, authValue: authValue)
     }
 
     /// `Esys_NV_Write` of 8 big-endian bytes.
