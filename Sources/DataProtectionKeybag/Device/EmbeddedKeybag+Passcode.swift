@@ -47,12 +47,8 @@ extension EmbeddedKeybag {
         }
         var replacedObject: UInt32 = 0
         try withKeybagLock {
-            var updated = file
-            updated.salt = Self.randomBytes(16)
+            var updated = file.withNewSalt(Self.randomBytes(16))
             updated.passcodeSet = newPasscode != nil
-            updated.failedAttempts = 0
-            updated.lastFailureMillis = 0
-            updated.lastFailedTag = Self.zeros16
             var kek = secret.derive(Self.labelNoPasscode)
             var newObject: UInt32 = 0
             if let newPasscode {

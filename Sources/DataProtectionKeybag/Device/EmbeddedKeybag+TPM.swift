@@ -272,11 +272,7 @@ extension EmbeddedKeybag {
                     throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
                 }
                 let (record, fields) = try Self.sealNewDevice(newSecret, device: device, pcrs: requested.pcrs, created: &created)
-                var updated = file
-                updated.salt = Self.randomBytes(16)
-                updated.failedAttempts = 0
-                updated.lastFailureMillis = 0
-                updated.lastFailedTag = Self.zeros16
+                var updated = file.withNewSalt(Self.randomBytes(16))
                 updated.tpm = fields
                 var kek = newSecret.derive(Self.labelNoPasscode)
                 if let passcode, file.passcodeSet {
@@ -328,11 +324,7 @@ extension EmbeddedKeybag {
                 throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
             }
             let newSecret = DeviceSecret.generate()
-            var updated = file
-            updated.salt = Self.randomBytes(16)
-            updated.failedAttempts = 0
-            updated.lastFailureMillis = 0
-            updated.lastFailedTag = Self.zeros16
+            var updated = file.withNewSalt(Self.randomBytes(16))
             updated.tpm = nil
             let kek = try passcode.map {
                 try Self.newPasscodeKEK(secret: newSecret, binding: nil, device: tpmDevice, kdf: file.kdf, salt: updated.salt, passcode: $0).kek

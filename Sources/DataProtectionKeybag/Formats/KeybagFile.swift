@@ -75,6 +75,17 @@ struct KeybagFile: Sendable, Equatable {
 
     func record(_ cls: ProtectionClass) -> ClassKeyRecord { records[Int(cls.rawValue) - 1] }
 
+    /// This keybag with a new scrypt salt and no failed attempts: what a new passcode, or a new
+    /// device secret, starts from.
+    func withNewSalt(_ salt: [UInt8]) -> KeybagFile {
+        var updated = self
+        updated.salt = salt
+        updated.failedAttempts = 0
+        updated.lastFailureMillis = 0
+        updated.lastFailedTag = [UInt8](repeating: 0, count: 16)
+        return updated
+    }
+
     func encoded(macKey: SymmetricKey) -> [UInt8] {
         var w = ByteWriter()
         w.raw(Self.magic)
