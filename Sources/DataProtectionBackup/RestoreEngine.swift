@@ -89,7 +89,7 @@ public struct RestoreEngine: Sendable {
             }
             guard let password else { throw BackupError.passwordNeeded(files: 1) }
             let keys: BackupClassKeys
-            do { keys = try BackupKeybag(bytes: keybagBytes).unlock(password: password) } catch KeybagError.wrongPasscode {
+            do { keys = try BackupKeybag(bytes: keybagBytes).unlock(password: password) } catch KeybagError.wrongBackupPassword {
                 throw BackupError.wrongBackupPassword
             }
             guard keys.sourceKeybagID == record.keybagID else {

@@ -112,6 +112,8 @@ struct Backup: AsyncParsableCommand {
                 throw CLIError("no backup keybag in \(root): set one with `dpctl backup-password`")
             }
             _ = try BackupKeybag(contentsOf: url).unlock(password: try readPasscode(passwordFile))
+        } else if !FileManager.default.fileExists(atPath: keybag.layout.backupKeybag), !dryRun {
+            printError("dpctl: warning: no backup password is set: this backup restores only on this device (`dpctl backup-password` sets one)")
         }
         let files = ProtectedFileManager(keybag: keybag)
         // What is left out by place is the container layer's knowledge, not the engine's.
@@ -119,7 +121,9 @@ struct Backup: AsyncParsableCommand {
         let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
                                   files: files, dryRun: dryRun, policy: policy)
         let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
-        let summary = try await engine.run(log: { line in if log || dryRun { printOut(line) } }, progress: { bar.update(done: $0, total: 0) })
+        // With --json on standard output, the log goes to standard error: the output stays one JSON document.
+        let summary = try await engine.run(log: { line in if log || dryRun { json ? printError(line) : printOut(line) } },
+                                           progress: { bar.update(done: $0, total: 0) })
         bar.finish()
         if json {
             let data = try JSONEncoder().encode(summary)

@@ -16,6 +16,7 @@ struct DPCtl: AsyncParsableCommand {
 
             \(ExitStatus.summary)
             """,
+        version: DataProtectionVersion.string,
         subcommands: [
             Tour.self, Init.self, Status.self, Unlock.self, Lock.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self, TPM.self,

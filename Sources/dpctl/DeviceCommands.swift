@@ -13,9 +13,10 @@ struct Init: AsyncParsableCommand {
     var passcodeFile: String?
     @Flag(help: "No passcode: data protection stays inactive (everything is always available).")
     var noPasscode = false
-    @Option(help: "Seconds between a lock and the discarding of class A keys.")
-    var gracePeriod: Double = 10
-    @Flag(help: "Crypto-erase the device after 10 consecutive wrong passcodes.")
+    @Option(parsing: .unconditional, help: ArgumentHelp(
+        "Seconds between a lock and the discarding of class A keys (0 to \(Int(PasscodePolicy.maximumGracePeriod))).", valueName: "seconds"))
+    var gracePeriod: Seconds = Seconds(10)
+    @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes (default: off).")
     var eraseAfterTenFailures = false
     @Flag(inversion: .prefixedNo, help: ArgumentHelp(
         "Seal the device secret by the TPM (--no-tpm: keep it in a file, the default).",
@@ -38,7 +39,7 @@ struct Init: AsyncParsableCommand {
         device.bootstrapLogging()
         let passcode = try passcodeFile.map(readPasscode)
         let binding = tpm ? TPMBinding(pcrs: tpmPcrs.flatMap(TPMPCRSelection.init(parsing:))) : nil
-        let keybag = try await Keybag.create(root: try device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod,
+        let keybag = try await Keybag.create(root: try device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod.value,
                                              eraseAfterTenFailures: eraseAfterTenFailures, tpm: binding)
         let status = await keybag.status
         printOut("initialized \(status.root) (keybag \(status.keybagID))")
@@ -54,10 +55,19 @@ struct Status: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Print JSON.")
     var json = false
+    @Flag(help: ArgumentHelp(
+        "Print only the lock state; exit 0 when protected data is available, 3 when it is not (as `systemctl is-active`).",
+        discussion: "Protected data is available when class A is: unlocked, within the grace period after a lock, or no passcode set."))
+    var check = false
 
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
         let s = await keybag.status
+        if check {
+            printOut(s.lockState.rawValue)
+            if !s.available.contains(.complete) { throw ExitCode(ExitStatus.unavailable.rawValue) }
+            return
+        }
         if json {
             var object: [String: Any] = [
                 "root": s.root, "keybag": s.keybagID.uuidString, "state": s.lockState.rawValue,
@@ -93,7 +103,7 @@ struct Status: AsyncParsableCommand {
             ["passcode:", s.passcodeSet ? "set" : "not set — data protection is INACTIVE (every class is always available)"],
             ["failed attempts:", "\(s.failedAttempts)"],
             ["next attempt:", s.delayRemaining.map { "in \(Int($0.rounded(.up))) s" } ?? "allowed now"],
-            ["grace period:", "\(s.gracePeriod) s"],
+            ["grace period:", "\(s.gracePeriod) s" + (s.graceRemaining.map { "; class A discarded in \(Int($0.rounded(.up))) s" } ?? "")],
             ["erase after 10:", s.eraseAfterTenFailures ? "on" : "off"],
             ["passcode KDF:", "\(s.kdf)"],
             ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
@@ -138,7 +148,7 @@ struct Unlock: AsyncParsableCommand {
             passcode = typed
         }
         try await keybag.unlock(passcode: passcode)
-        printOut("unlocked (\(await keybag.lockState))")
+        printOut("unlocked: every class is available to every process of this root")
     }
 }
 
@@ -163,18 +173,16 @@ struct Policy: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
-    @Option(help: "Seconds between a lock and the discarding of class A keys.")
-    var gracePeriod: Double?
-    @Option(help: ArgumentHelp("Crypto-erase after 10 wrong passcodes.", valueName: "on|off"))
-    var eraseAfterTenFailures: String?
+    @Option(parsing: .unconditional, help: ArgumentHelp(
+        "Seconds between a lock and the discarding of class A keys (0 to \(Int(PasscodePolicy.maximumGracePeriod))).", valueName: "seconds"))
+    var gracePeriod: Seconds?
+    @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes, or not (as on init).")
+    var eraseAfterTenFailures: Bool?
 
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
-        if let gracePeriod { try await keybag.setGracePeriod(gracePeriod) }
-        if let eraseAfterTenFailures {
-            guard ["on", "off"].contains(eraseAfterTenFailures) else { throw CLIError("--erase-after-ten-failures takes on or off") }
-            try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures == "on")
-        }
+        if let gracePeriod { try await keybag.setGracePeriod(gracePeriod.value) }
+        if let eraseAfterTenFailures { try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures) }
         let s = await keybag.status
         printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off")")
     }

@@ -49,6 +49,7 @@ struct Cat: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The file to print.") var path: String
     @Flag(help: "Authenticate the whole file before printing anything (decrypts it twice).") var verifyFirst = false
+    @Flag(help: "Refuse a file that is not protected instead of printing it with a warning.") var strict = false
     @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
@@ -56,6 +57,9 @@ struct Cat: AsyncParsableCommand {
         let url = URL(fileURLWithPath: path)
         let out = FileDescriptor.standardOutput
         if case .plain = try files.protection(ofItemAt: url) {
+            // Nothing vouches for these bytes: say so, or refuse.
+            if strict { throw CLIError("\(LosslessPath.display(path)) is not a protected file (refused: --strict)") }
+            printError("dpctl: warning: \(LosslessPath.display(path)) is not a protected file: printed as it is, unauthenticated")
             try writeAll(out, try await files.contents(of: url))
             return
         }
@@ -123,16 +127,33 @@ struct List: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Flag(name: .customShort("R"), help: "List subdirectories recursively.") var recursive = false
-    @Argument(help: "A file or directory.") var path: String = "."
+    @Flag(help: "Print JSON: an array of {name, class, backup, size} (size null for directories).") var json = false
+    @Argument(help: "Files or directories (default: the current directory).") var paths: [String] = ["."]
 
     func run() async throws {
         device.bootstrapLogging()
         // Reading classes needs no key; a keybag is not even required.
-        let url = URL(fileURLWithPath: path)
         var rows = [["CLASS", "BACKUP", "SIZE", "NAME"]]
+        for path in paths {
+            // With several paths, names are shown under the path given, as `ls a b` does.
+            try list(path, prefix: paths.count > 1 ? path : nil, into: &rows)
+        }
+        if json {
+            let objects: [[String: Any]] = rows.dropFirst().map { cells in
+                ["class": cells[0], "backup": cells[1], "size": Int(cells[2]).map { $0 as Any } ?? NSNull(), "name": cells[3]]
+            }
+            let data = try JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+            printOut(String(decoding: data, as: UTF8.self))
+            return
+        }
+        printOut(table(rows, rightAligned: [2]))
+    }
+
+    private func list(_ path: String, prefix: String?, into rows: inout [[String]]) throws {
+        let url = URL(fileURLWithPath: path)
         func describe(_ item: URL, name: String) {
-            let probe = ProtectionProbe()
-            rows.append(probe.row(item, name: name))
+            let shown = prefix.map { name == "." ? $0 : ($0.hasSuffix("/") ? $0 : $0 + "/") + name } ?? name
+            rows.append(ProtectionProbe().row(item, name: shown))
         }
         guard let st = POSIXFile.status(url.path) else { throw ProtectedFileError.noSuchFile(path: LosslessPath.display(url.path)) }
         if st.st_mode & S_IFMT == S_IFDIR {
@@ -150,9 +171,8 @@ struct List: AsyncParsableCommand {
             }
             for name in names.sorted() { describe(url.appendingPathComponent(name), name: name) }
         } else {
-            describe(url, name: path)
+            describe(url, name: prefix == nil ? path : ".")
         }
-        printOut(table(rows, rightAligned: [2]))
     }
 }
 

@@ -5,6 +5,7 @@ import DataProtectionSQLite
 import DataProtectionLifecycle
 import Foundation
 import Logging
+import Synchronization
 
 /// Options every command that touches a device accepts.
 struct DeviceOptions: ParsableArguments {
@@ -49,8 +50,21 @@ struct DeviceOptions: ParsableArguments {
             throw CLIError("--passcode-file - cannot be used here: standard input carries this command's data; put the passcode in a file (nothing was attempted)")
         }
         let keybag = try await Keybag.open(root: try resolvedRoot)
-        if let passcodeFile { try await keybag.unlock(passcode: try readPasscode(passcodeFile)) }
+        if keybag.daemonSocket != nil { servedByKeybagd.store(true, ordering: .relaxed) }
+        if let passcodeFile {
+            try await keybag.unlock(passcode: try readPasscode(passcodeFile))
+        } else if let fromEnvironment = Self.passcodeFileFromEnvironment, await keybag.lockState != .unlocked {
+            // As restic's RESTIC_PASSWORD_FILE: used when no --passcode-file is given and the device is not unlocked already.
+            guard fromEnvironment != "-" else { throw CLIError("\(Self.passcodeFileVariable) must name a file, not standard input") }
+            try await keybag.unlock(passcode: try readPasscode(fromEnvironment))
+        }
         return keybag
+    }
+
+    /// The environment variable naming a passcode file for every command that takes --passcode-file.
+    static let passcodeFileVariable = "DP_PASSCODE_FILE"
+    static var passcodeFileFromEnvironment: String? {
+        ProcessInfo.processInfo.environment[passcodeFileVariable].flatMap { $0.isEmpty ? nil : $0 }
     }
 }
 
@@ -92,12 +106,35 @@ struct CLIError: Error, CustomStringConvertible {
 
 extension ProtectionClass: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
-    public static var allValueStrings: [String] { allCases.map(\.shortName) }
+    /// Every spelling accepted: the short names, iOS's names, the letters.
+    public static var allValueStrings: [String] {
+        var seen = Set<String>()
+        return (allCases.map(\.shortName) + allCases.map(\.iOSName) + allCases.map(\.letter)).filter { seen.insert($0).inserted }
+    }
+}
+
+/// A number of seconds given on the command line: finite, from 0 to `PasscodePolicy`'s maximum.
+/// Parsed with `.unconditional` so `-5` reaches this check instead of reading as an option.
+struct Seconds: ExpressibleByArgument, CustomStringConvertible {
+    var value: Double
+
+    init(_ value: Double) { self.value = value }
+
+    init?(argument: String) {
+        guard let value = Double(argument), value.isFinite, value >= 0, value <= PasscodePolicy.maximumGracePeriod else { return nil }
+        self.value = value
+    }
+
+    var description: String { value == value.rounded() ? String(Int(value)) : String(value) }
+    static var defaultCompletionKind: CompletionKind { .default }
 }
 
 /// The passcode option every command that may need the device unlocked takes.
 struct UnlockOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("Unlock the device first with the passcode in this file ('-': standard input).", valueName: "file"))
+    @Option(name: .long, help: ArgumentHelp(
+        "Unlock the device first with the passcode in this file ('-': standard input; default: $DP_PASSCODE_FILE).",
+        discussion: "Without keybagd this unlocks for this run only; when keybagd serves the root it unlocks the device for every process.",
+        valueName: "file"))
     var passcodeFile: String?
 }
 
@@ -131,7 +168,8 @@ enum ExitStatus: Int32, CaseIterable {
         case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: self = .unavailable
         case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag,
              DatabaseCipherError.damaged, BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: self = .damaged
-        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, KeybagError.tpmLockout, DatabaseCipherError.wrongKeyOrFormat,
+        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, KeybagError.tpmLockout, KeybagError.wrongBackupPassword,
+             DatabaseCipherError.wrongKeyOrFormat,
              BackupError.wrongBackupPassword:
             self = .wrongPasscode
         default: self = .failure
@@ -163,9 +201,16 @@ func commandHint(for error: any Error, status: ExitStatus) -> String? {
     case KeybagError.tpmLockout: return "the TPM's owner can run `tpm2_dictionarylockout --clear-lockout`"
     case KeybagError.tpm(let why) where why.contains("no TPM answers"):
         return "\(TPMBinding.tctiEnvironmentVariable) names the TPM, e.g. device:/dev/tpmrm0 (needs the tss group) or swtpm:path=SOCKET"
-    default: return status == .unavailable ? "unlock for this run with --passcode-file FILE" : nil
+    default:
+        guard status == .unavailable else { return nil }
+        return servedByKeybagd.load(ordering: .relaxed)
+            ? "keybagd serves this root: `dpctl unlock` unlocks it for every process"
+            : "unlock for this run with --passcode-file FILE"
     }
 }
+
+/// Whether the device this run opened is served by keybagd (hints then point to `dpctl unlock`).
+let servedByKeybagd = Atomic<Bool>(false)
 
 /// Writes to standard output without buffering surprises.
 func printOut(_ text: String) {

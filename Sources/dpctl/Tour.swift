@@ -246,7 +246,7 @@ struct TourScript {
         try await keybag.unlock(passcode: passcode)
         rows.append(["11", "right passcode: unlocked, counter reset to \(await keybag.status.failedAttempts)", "—"])
         printOut(table(rows))
-        printOut("\nWith `dpctl policy --erase-after-ten-failures on`, attempt 10 would have crypto-erased the device.")
+        printOut("\nWith `dpctl policy --erase-after-ten-failures`, attempt 10 would have crypto-erased the device.")
 
         let before = try Data(contentsOf: urls[.complete]!)
         try await keybag.changePasscode(from: passcode, to: "new-passcode")

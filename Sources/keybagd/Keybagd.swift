@@ -24,7 +24,8 @@ struct Keybagd: AsyncParsableCommand {
         The socket is $XDG_RUNTIME_DIR/dataprotection/keybagd-<root hash>.sock (mode 0600 in a 0700
         directory); connections from other users are refused. Key pages are locked in memory and
         the process cannot be dumped or traced by other processes of the user.
-        """)
+        """,
+        version: DataProtectionVersion.string)
 
     @Option(name: .long, help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
     var root: String?

@@ -26,7 +26,7 @@ import Testing
         }
 
         let target = try await TestDevice.make()
-        #expect(throws: KeybagError.wrongPasscode(failedAttempts: 0)) { _ = try backup.unlock(password: "wrong") }
+        #expect(throws: KeybagError.wrongBackupPassword) { _ = try backup.unlock(password: "wrong") }
         let keys = try backup.unlock(password: "backup pw")
         for (cls, (url, data)) in originals {
             let copy = target.url(url.lastPathComponent)
@@ -46,7 +46,7 @@ import Testing
         var bytes = try BackupKeybag(contentsOf: device.keybag.backupKeybagURL).encoded
         bytes[100] ^= 1
         let tampered = try BackupKeybag(bytes: bytes)
-        #expect(throws: KeybagError.wrongPasscode(failedAttempts: 0)) { _ = try tampered.unlock(password: "pw") }
+        #expect(throws: KeybagError.wrongBackupPassword) { _ = try tampered.unlock(password: "pw") }
         #expect(throws: (any Error).self) { _ = try BackupKeybag(bytes: Array(bytes.prefix(200))) }
     }
 

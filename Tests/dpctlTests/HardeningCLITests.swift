@@ -147,7 +147,8 @@ import Testing
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         for value in ["nan", "1e300", "inf", "86401"] {
             let result = try cli.run(["policy", "--grace-period", value, "--passcode-file", passcode])
-            #expect(result.status == 1 && result.stderr.contains("grace period"), "\(value): \(result.status) \(result.stderr)")
+            // Refused as a usage error before the device is touched (the library refuses them too, below).
+            #expect(result.status == 64 && result.stderr.contains("--grace-period"), "\(value): \(result.status) \(result.stderr)")
         }
         let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.kill() }

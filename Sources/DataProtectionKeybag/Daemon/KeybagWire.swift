@@ -236,6 +236,7 @@ package enum KeybagWire {
         case .notPermitted(let what): w.u8(20); string(&w, what)
         case .tpm(let why): w.u8(21); string(&w, why)
         case .tpmLockout(let failures, let interval): w.u8(22); w.u32(UInt32(clamping: failures)); w.u32(UInt32(clamping: interval))
+        case .wrongBackupPassword: w.u8(23)
         }
     }
 
@@ -263,6 +264,7 @@ package enum KeybagWire {
         case 20: return .notPermitted(try string(&r, "what"))
         case 21: return .tpm(try string(&r, "why"))
         case 22: return .tpmLockout(failedTries: Int(try r.u32("failures")), recoveryInterval: Int(try r.u32("interval")))
+        case 23: return .wrongBackupPassword
         default: throw ProtocolError("unknown error")
         }
     }

@@ -50,6 +50,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The TPM is in dictionary-attack lockout: it refuses passcode attempts until failures
     /// expire (one every `recoveryInterval` seconds) or its owner resets the lockout.
     case tpmLockout(failedTries: Int, recoveryInterval: Int)
+    /// The backup password does not open the backup keybag (or the backup keybag was modified).
+    case wrongBackupPassword
 
     public var description: String {
         switch self {
@@ -62,7 +64,7 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
         case .badDeviceSecret(let why):
             "device secret unusable: \(why)"
         case .wrongPasscode(let n):
-            "wrong passcode (\(n) consecutive failure\(n == 1 ? "" : "s"))"
+            "wrong passcode (\(n) consecutive failure\(n == 1 ? "" : "s"))" + Self.consequence(ofFailures: n)
         case .passcodeDelayed(let seconds, let n):
             "too many wrong passcodes (\(n)): try again in \(Self.format(seconds))"
         case .noPasscodeSet:
@@ -93,6 +95,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "invalid value: \(why)"
         case .notPermitted(let what):
             "not permitted: \(what)"
+        case .wrongBackupPassword:
+            "wrong backup password (or the backup keybag was modified)"
         case .tpm(let why):
             "TPM: \(why)"
         case .tpmLockout(let failures, let interval):
@@ -100,6 +104,13 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "it accepts no passcode until a failure expires (one every \(Self.format(TimeInterval(interval))))"
                 + " or the TPM's owner resets the lockout with its lockout authorization"
         }
+    }
+
+    /// What the failure just counted brings: the delay that now starts.
+    static func consequence(ofFailures n: Int) -> String {
+        let delay = PasscodePolicy.delay(afterFailures: n)
+        guard delay > 0 else { return "" }
+        return ": a delay now starts, the next attempt is possible in \(format(delay))"
     }
 
     static func format(_ seconds: TimeInterval) -> String {

@@ -105,7 +105,7 @@ public struct BackupKeybag: Sendable, Equatable {
     public func unlock(password: String) throws -> BackupClassKeys {
         let (kek, macKey) = try Self.keys(password: password, salt: salt, kdf: kdf)
         guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[Self.bodySize...]), authenticating: bytes[0..<Self.bodySize], using: macKey) else {
-            throw KeybagError.wrongPasscode(failedAttempts: 0)
+            throw KeybagError.wrongBackupPassword
         }
         var keys: [ProtectionClass: SymmetricKey] = [:]
         for (cls, wrapped) in wrappedKeys { keys[cls] = try AES.KeyWrap.unwrap(wrapped, using: kek) }

@@ -231,11 +231,15 @@ package enum POSIXFile {
         try system("lseek", path) { try fd.seek(offset: 0, from: .end) }
     }
 
-    /// A name for a temporary sibling of `path`, hidden and unique: `.NAME.dp-tmp-RANDOM`.
+    /// A name for a temporary sibling of `path`, hidden and unique: `.NAME.dp-tmp-RANDOM`, or
+    /// `.dp-tmp-RANDOM` when NAME is too long for that to fit in NAME_MAX (255 bytes).
     package static func temporarySibling(of path: String) -> String {
         let url = URL(fileURLWithPath: path)
-        let random = UInt64.random(in: 0...UInt64.max)
-        return url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).dp-tmp-\(String(random, radix: 16))").path
+        let random = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let name = url.lastPathComponent
+        let withName = ".\(name).dp-tmp-\(random)"
+        let fits = LosslessPath.bytes(of: withName).count <= Int(NAME_MAX)
+        return url.deletingLastPathComponent().appendingPathComponent(fits ? withName : ".dp-tmp-\(random)").path
     }
 
     /// Replaces `path` atomically: a crash leaves either the old content or the new, never a mix.

@@ -1,0 +1,180 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// What a new user tripped over (issue 18): the conventions of the tools Linux users know.
+@Suite struct ConventionsTests {
+    @Test func versionsAreReported() throws {
+        let cli = CLI.make()
+        let dpctl = try cli.run(["--version"])
+        #expect(dpctl.status == 0 && dpctl.out.range(of: #"^\d+\.\d+\.\d+\n$"#, options: .regularExpression) != nil, "\(dpctl.out)")
+        let keybagd = try ChildProcess.run(CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd").path, ["--version"])
+        #expect(keybagd.status == 0 && keybagd.out == dpctl.out)
+    }
+
+    @Test func completionScriptsAreGenerated() throws {
+        let cli = CLI.make()
+        for shell in ["bash", "zsh", "fish"] {
+            let result = try cli.run(["--generate-completion-script", shell])
+            #expect(result.status == 0 && result.out.contains("dpctl") && result.out.contains("status"), "\(shell): \(result.stderr)")
+        }
+    }
+
+    @Test func statusCheckExitsLikeSystemctlIsActive() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let locked = try cli.run(["status", "--check"])
+        #expect(locked.status == 3 && locked.out == "before-first-unlock\n")
+        let unlocked = try cli.run(["status", "--check", "--passcode-file", passcode])
+        #expect(unlocked.status == 0 && unlocked.out == "unlocked\n")
+    }
+
+    @Test func classNamesAreAcceptedAndListedAsIOSWritesThem() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let help = try cli.run(["write", "--help"]).out
+        for name in ["complete", "completeUnlessOpen", "completeUntilFirstUserAuthentication", "none", "until-first-unlock", "A", "D"] {
+            #expect(help.contains(name), "\(name) is not listed")
+        }
+        for (n, name) in ["completeUntilFirstUserAuthentication", "B", "complete-unless-open", "none"].enumerated() {
+            let result = try cli.run(["write", cli.file("f\(n)"), "--class", name, "--passcode-file", passcode], input: Data("x".utf8))
+            #expect(result.status == 0, "\(name): \(result.stderr)")
+        }
+    }
+
+    @Test func aGracePeriodThatIsNotANumberOfSecondsIsAUsageError() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        for value in ["nan", "-5", "1e12", "inf", "ten"] {
+            let result = try cli.run(["policy", "--grace-period", value, "--passcode-file", passcode])
+            #expect(result.status == 64, "\(value): \(result.stderr)")
+            #expect(result.stderr.contains("--grace-period") && !result.stderr.contains("Missing value"), "\(value): \(result.stderr)")
+        }
+        let ok = try cli.run(["policy", "--grace-period", "30", "--passcode-file", passcode])
+        #expect(ok.status == 0 && ok.out.contains("grace period 30.0 s"))
+        #expect(try cli.run(["init", "--passcode-file", passcode, "--grace-period", "-1", "--root", cli.file("other")]).status == 64)
+    }
+
+    @Test func eraseAfterTenIsSpelledTheSameOnInitAndPolicy() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode, "--erase-after-ten-failures"]).status == 0)
+        #expect(try cli.run(["status"]).out.contains("erase after 10:   on"))
+        #expect(try cli.run(["policy", "--no-erase-after-ten-failures", "--passcode-file", passcode]).out.contains("erase after 10 failures off"))
+        #expect(try cli.run(["policy", "--erase-after-ten-failures", "--passcode-file", passcode]).out.contains("erase after 10 failures on"))
+        #expect(try cli.run(["policy", "--erase-after-ten-failures", "on", "--passcode-file", passcode]).status == 64)
+    }
+
+    @Test func aPasscodeFileFromTheEnvironment() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let env = ["DP_PASSCODE_FILE": passcode]
+        #expect(try cli.run(["write", cli.file("a"), "--class", "complete"], input: Data("secret".utf8), environment: env).status == 0)
+        #expect(try cli.run(["cat", cli.file("a")], environment: env).out == "secret")
+        #expect(try cli.run(["cat", cli.file("a")]).status == 3)
+        #expect(try cli.run(["status", "--check"], environment: env).status == 0)
+    }
+
+    @Test func theFifthWrongPasscodeSaysThatADelayStarts() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--passcode-file", cli.writeFile("p", "1234")]).status == 0)
+        for n in 1...5 {
+            let result = try cli.run(["status", "--passcode-file", cli.writeFile("g\(n)", "000\(n)")])
+            #expect(result.status == 5)
+            #expect(result.stderr.contains("a delay now starts") == (n == 5), "\(n): \(result.stderr)")
+        }
+        #expect(try cli.run(["status", "--passcode-file", cli.writeFile("g6", "0006")]).stderr.contains("try again in 1 min"))
+    }
+
+    @Test func statusShowsTheGraceCountdownUnderKeybagd() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let daemon = try KeybagdProcess(cli: cli)
+        defer { daemon.stop() }
+        let unlock = try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment)
+        #expect(unlock.out == "unlocked: every class is available to every process of this root\n", "\(unlock.stderr)")
+        #expect(try cli.run(["write", cli.file("a"), "--class", "complete"], input: Data("x".utf8), environment: daemon.environment).status == 0)
+        #expect(try cli.run(["lock"], environment: daemon.environment).status == 0)
+        try daemon.advance(11, root: cli.root)
+        let refused = try cli.run(["cat", cli.file("a")], environment: daemon.environment)
+        #expect(refused.status == 3 && refused.stderr.contains("`dpctl unlock` unlocks it for every process"), "\(refused.stderr)")
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        #expect(try cli.run(["lock"], environment: daemon.environment).status == 0)
+        let status = try cli.run(["status"], environment: daemon.environment)
+        #expect(status.out.contains("class A discarded in 10 s"), "\(status.out)")
+        try daemon.advance(4, root: cli.root)
+        #expect(try cli.run(["status"], environment: daemon.environment).out.contains("class A discarded in 6 s"))
+    }
+
+    @Test func aWrongBackupPasswordIsCalledThat() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        #expect(try cli.run(["backup-password", "--passcode-file", passcode, "--password-file", cli.writeFile("b", "backup pw")]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        let result = try cli.run(["backup", source, cli.file("repo"), "--password-file", cli.writeFile("w", "wrong")])
+        #expect(result.status == 5)
+        #expect(result.stderr == "dpctl: wrong backup password (or the backup keybag was modified)\n")
+    }
+
+    @Test func backupWarnsWithoutABackupPasswordAndKeepsJSONClean() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: source + "/a.txt"))
+        let result = try cli.run(["backup", source, cli.file("repo"), "--json", "--log"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr.contains("restores only on this device"))
+        #expect((try? JSONSerialization.jsonObject(with: result.stdout)) != nil, "\(result.out)")
+    }
+
+    @Test func lsTakesSeveralPathsAndPrintsJSON() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        #expect(try cli.run(["write", cli.file("a"), "--class", "complete", "--passcode-file", passcode], input: Data("12345".utf8)).status == 0)
+        let plain = cli.writeFile("b", "xy")
+        let result = try cli.run(["ls", "--json", cli.file("a"), plain])
+        #expect(result.status == 0, "\(result.stderr)")
+        let items = try #require(try JSONSerialization.jsonObject(with: result.stdout) as? [[String: Any]])
+        #expect(items.map { $0["name"] as? String } == [cli.file("a"), plain])
+        #expect(items.map { $0["class"] as? String } == ["complete (A)", "plain (unprotected)"])
+        #expect(items.map { $0["size"] as? Int } == [5, 2])
+        #expect(!result.out.contains("\\/"))   // slashes unescaped
+        let text = try cli.run(["ls", cli.file("a"), plain]).out
+        #expect(text.contains(cli.file("a")) && text.contains(plain))
+    }
+
+    @Test func catSaysWhenAFileIsNotProtected() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        let plain = cli.writeFile("plain.txt", "anyone wrote this")
+        let shown = try cli.run(["cat", plain])
+        #expect(shown.status == 0 && shown.out == "anyone wrote this")
+        #expect(shown.stderr.contains("is not a protected file"))
+        let strict = try cli.run(["cat", "--strict", plain])
+        #expect(strict.status == 1 && strict.out.isEmpty && strict.stderr.contains("--strict"))
+    }
+
+    @Test func namesUpToNameMaxAreWrittenAtomically() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        for length in [235, 236, 250, 255] {
+            let path = cli.file(String(repeating: "n", count: length))
+            let write = try cli.run(["write", path], input: Data("long \(length)".utf8))
+            #expect(write.status == 0, "\(length): \(write.stderr)")
+            #expect(try cli.run(["cat", path]).out == "long \(length)")
+            let again = try cli.run(["write", path], input: Data("replaced".utf8))   // replacing goes through a temporary name too
+            #expect(again.status == 0, "\(length): \(again.stderr)")
+            #expect(try cli.run(["cat", path]).out == "replaced")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: cli.work.path).allSatisfy { !$0.contains("dp-tmp") })
+    }
+}
