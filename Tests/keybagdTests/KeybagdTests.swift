@@ -332,19 +332,41 @@ import Testing
 }
 
 @Suite struct DaemonInstallTests {
-    @Test func installWritesAUserUnitForThisRoot() throws {
+    @Test func installWritesATemplateAndAnInstanceForThisRoot() throws {
         let cli = CLI.make()
         let config = cli.file("config")
-        let result = try cli.run(["daemon", "install", "--idle-lock", "600"], environment: ["XDG_CONFIG_HOME": config])
+        let env = ["XDG_CONFIG_HOME": config]
+        let result = try cli.run(["daemon", "install", "--idle-lock", "600"], environment: env)
         #expect(result.status == 0, "\(result.stderr)")
-        let unit = try String(contentsOfFile: config + "/systemd/user/keybagd.service", encoding: .utf8)
+        let units = config + "/systemd/user/"
+        let template = try String(contentsOfFile: units + "keybagd@.service", encoding: .utf8)
         let keybagd = CLI.executable.deletingLastPathComponent().appendingPathComponent("keybagd").path
-        #expect(unit.contains("ExecStart=\(keybagd) --root \(cli.root) --idle-lock 600"))
-        #expect(result.out.contains("systemctl --user enable --now keybagd.service"))
-        // Another root's unit is not replaced silently.
-        let other = try cli.run(["--root", cli.file("other"), "daemon", "install"], environment: ["XDG_CONFIG_HOME": config])
-        #expect(other.status == 1)
-        #expect(other.stderr.contains("--force"))
+        #expect(template.contains("ExecStart=\(keybagd) --root \"%f\" --idle-lock ${KEYBAGD_IDLE_LOCK}"))
+        // The instance is the root as systemd escapes it: systemd's own tool agrees.
+        let escaped = try ChildProcess.run("systemd-escape", ["--path", cli.root]).out.trimmingCharacters(in: .newlines)
+        let dropIn = try String(contentsOfFile: units + "keybagd@\(escaped).service.d/dpctl.conf", encoding: .utf8)
+        #expect(dropIn.contains("Environment=KEYBAGD_IDLE_LOCK=600"))
+        #expect(result.out.contains("systemctl --user enable --now 'keybagd@\(escaped).service'"))
+        // A second root installs beside the first.
+        let other = cli.file("other root")
+        let second = try cli.run(["--root", other, "daemon", "install"], environment: env)
+        #expect(second.status == 0, "\(second.stderr)")
+        let otherEscaped = try ChildProcess.run("systemd-escape", ["--path", other]).out.trimmingCharacters(in: .newlines)
+        #expect(FileManager.default.fileExists(atPath: units + "keybagd@\(otherEscaped).service.d/dpctl.conf"))
+        // The units are valid for systemd itself (its verifier fails on a bad setting).
+        let runtime = cli.file("run")
+        try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let verify = try ChildProcess.run("systemd-analyze", ["verify", "--user", units + "keybagd@\(escaped).service"],
+                                          environment: env.merging(["XDG_RUNTIME_DIR": runtime]) { $1 })
+        #expect(verify.status == 0, "\(verify.err)")
+
+        // Uninstalling one root keeps the template for the other; the last takes it.
+        #expect(try cli.run(["daemon", "uninstall"], environment: env).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: units + "keybagd@\(escaped).service.d"))
+        #expect(FileManager.default.fileExists(atPath: units + "keybagd@.service"))
+        #expect(try cli.run(["--root", other, "daemon", "uninstall"], environment: env).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: units + "keybagd@.service"))
+        #expect(try cli.run(["daemon", "uninstall"], environment: env).status == 1)
     }
 
     @Test func socketActivationAddsASocketUnitOnThisRootsPath() throws {
@@ -352,12 +374,11 @@ import Testing
         let config = cli.file("config")
         let result = try cli.run(["daemon", "install", "--socket-activation"], environment: ["XDG_CONFIG_HOME": config])
         #expect(result.status == 0, "\(result.stderr)")
-        let socketUnit = try String(contentsOfFile: config + "/systemd/user/keybagd.socket", encoding: .utf8)
+        let escaped = try ChildProcess.run("systemd-escape", ["--path", cli.root]).out.trimmingCharacters(in: .newlines)
+        let socketUnit = try String(contentsOfFile: config + "/systemd/user/keybagd@\(escaped).socket", encoding: .utf8)
         let socketName = (KeybagSocket.path(forRoot: cli.root) as NSString).lastPathComponent
         #expect(socketUnit.contains("ListenStream=%t/dataprotection/\(socketName)"))
         #expect(socketUnit.contains("SocketMode=0600") && socketUnit.contains("DirectoryMode=0700"))
-        let service = try String(contentsOfFile: config + "/systemd/user/keybagd.service", encoding: .utf8)
-        #expect(!service.contains("WantedBy"))   // started by the socket
-        #expect(result.out.contains("systemctl --user enable --now keybagd.socket"))
+        #expect(result.out.contains("systemctl --user enable --now 'keybagd@\(escaped).socket'"))
     }
 }
