@@ -18,6 +18,8 @@ public struct BackupSummary: Sendable, Equatable, Codable {
     public var skippedByAttribute = 0
     /// Items the engine's ``BackupExclusionPolicy`` excludes (for app containers: `Library/Caches`, `tmp`).
     public var skippedByPolicy = 0
+    /// The repository itself, when it lies inside the backed-up directory (0 or 1).
+    public var skippedRepository = 0
     public var hasBackupKeybag = false
 }
 
@@ -77,6 +79,8 @@ public struct BackupEngine: Sendable {
         }
 
         var entries: [ManifestEntry] = []
+        // A repository inside the source is never backed up into itself (found by identity, not by name).
+        let repositoryIdentity = POSIXFile.status(repository.url.path).map { ($0.st_dev, $0.st_ino) }
         if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: source) {
             log("Not backed up (attribute): \(source.path) (marked: \(ancestor.path))")
             summary.skippedByAttribute += 1
@@ -105,6 +109,10 @@ public struct BackupEngine: Sendable {
                     let mtime = Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9
                     var entry = ManifestEntry(path: rel, kind: .file, mode: Int(st.st_mode & 0o7777), mtime: mtime, size: Int64(st.st_size))
                     switch type {
+                    case S_IFDIR where repositoryIdentity.map { $0 == (st.st_dev, st.st_ino) } == true:
+                        log("Not backed up (the backup repository): \(shown)")
+                        summary.skippedRepository += 1
+                        continue
                     case S_IFDIR:
                         entry.kind = .directory
                         entry.size = 0

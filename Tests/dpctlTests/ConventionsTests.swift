@@ -152,6 +152,25 @@ import Testing
         #expect(text.contains(cli.file("a")) && text.contains(plain))
     }
 
+    @Test func aRepositoryInsideItsSourceIsNotBackedUpIntoItself() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try Data("kept".utf8).write(to: URL(fileURLWithPath: source + "/a.txt"))
+        let repository = source + "/repo"
+        for _ in 0..<2 {   // the second run would find the first one's objects
+            let result = try cli.run(["backup", source, repository, "--log"])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.out.contains("Not backed up (the backup repository): \(repository)"), "\(result.out)")
+        }
+        let backups = try FileManager.default.contentsOfDirectory(atPath: repository + "/backups").filter { !$0.hasPrefix(".") }.sorted()
+        let destination = cli.file("restored")
+        let restore = try cli.run(["restore", repository + "/backups/" + backups.last!, destination])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: destination) == ["a.txt"])
+    }
+
     @Test func catSaysWhenAFileIsNotProtected() throws {
         let cli = CLI.make()
         #expect(try cli.run(["init", "--no-passcode"]).status == 0)
