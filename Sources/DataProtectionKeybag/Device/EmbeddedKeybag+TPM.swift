@@ -282,19 +282,9 @@ extension EmbeddedKeybag {
                     updated.tpm?.passcodeObject = made.passcodeObject
                     kek = made.kek
                 }
-                guard let bPrivate = classBPrivateKey else { throw KeybagError.deviceLocked(state) }
-                updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek, passcodeSet: updated.passcodeSet,
-                                                       dKEK: newSecret.derive(Self.labelClassD))
                 // Commit: the binding, then the keybag under the new secret, then the old file goes.
-                try POSIXFile.writeNew(layout.tpmBinding, record.encoded)
-                let oldSecret = secret
-                secret = newSecret
-                do {
-                    try persist(updated)
-                } catch {
-                    secret = oldSecret
-                    unlink(layout.tpmBinding)
-                    throw error
+                try commitNewSecret(newSecret, updated, kek: kek, recordedIn: layout.tpmBinding) {
+                    try POSIXFile.writeNew(layout.tpmBinding, record.encoded)
                 }
                 binding = record
                 DeviceSecret.destroy(in: root)
@@ -329,18 +319,8 @@ extension EmbeddedKeybag {
             let kek = try passcode.map {
                 try Self.newPasscodeKEK(secret: newSecret, binding: nil, device: tpmDevice, kdf: file.kdf, salt: updated.salt, passcode: $0).kek
             } ?? newSecret.derive(Self.labelNoPasscode)
-            guard let bPrivate = classBPrivateKey else { throw KeybagError.deviceLocked(state) }
-            updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek, passcodeSet: updated.passcodeSet,
-                                                   dKEK: newSecret.derive(Self.labelClassD))
-            try newSecret.store(in: root)
-            let oldSecret = secret
-            secret = newSecret
-            do {
-                try persist(updated)
-            } catch {
-                secret = oldSecret
-                unlink(layout.deviceSecret)
-                throw error
+            try commitNewSecret(newSecret, updated, kek: kek, recordedIn: layout.deviceSecret) {
+                try newSecret.store(in: root)
             }
             binding = nil
             unlink(layout.tpmBinding)
@@ -351,6 +331,28 @@ extension EmbeddedKeybag {
             }
         }
         logger.notice("device secret moved from the TPM to \(layout.deviceSecret)")
+    }
+
+    /// Makes `newSecret` the device secret: every class key is rewrapped under it (A, B and C
+    /// under `kek`) into `updated`, `record` writes the file that finds the new secret
+    /// (`recordPath`), and the keybag is written under it. On failure the old secret stays in
+    /// force and `recordPath` is removed.
+    private func commitNewSecret(_ newSecret: DeviceSecret, _ updated: KeybagFile, kek: SymmetricKey, recordedIn recordPath: String,
+                                 record: () throws -> Void) throws {
+        guard let bPrivate = classBPrivateKey else { throw KeybagError.deviceLocked(state) }
+        var updated = updated
+        updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek, passcodeSet: updated.passcodeSet,
+                                               dKEK: newSecret.derive(Self.labelClassD))
+        try record()
+        let oldSecret = secret
+        secret = newSecret
+        do {
+            try persist(updated)
+        } catch {
+            secret = oldSecret
+            unlink(recordPath)
+            throw error
+        }
     }
 
     /// Checks the passcode (when one is set) and makes sure every class key is in memory.
