@@ -223,7 +223,10 @@ public struct BackupEngine: Sendable {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+        formatter.dateFormat = idDateFormat
         return formatter.string(from: Date()) + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
     }
+
+    /// How a backup ID starts: the UTC time it was made, to the second.
+    static let idDateFormat = "yyyyMMdd'T'HHmmss'Z'"
 }

@@ -75,8 +75,23 @@ public struct BackupRepository: Sendable {
 
     /// Finished backups, oldest first.
     public func finishedBackups() -> [URL] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: backups.path)) ?? []
-        return names.filter { !$0.hasSuffix(Self.incompleteSuffix) && !$0.hasPrefix(".") }.sorted().map { backups.appendingPathComponent($0) }
+        backupNamesOldestFirst().filter { !$0.hasSuffix(Self.incompleteSuffix) }.map { backups.appendingPathComponent($0) }
+    }
+
+    /// Every backup directory's name, finished or not, oldest first: by the time its ID starts
+    /// with, then — for two made in the same second, whose random suffixes say nothing of their
+    /// order — by when it was last written (its authentication record is written last).
+    func backupNamesOldestFirst() -> [String] {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: backups.path)) ?? []).filter { !$0.hasPrefix(".") }
+        func key(_ name: String) -> (Date, Double, String) {
+            let id = name.hasSuffix(Self.incompleteSuffix) ? String(name.dropLast(Self.incompleteSuffix.count)) : name
+            let directory = backups.appendingPathComponent(name)
+            let written = [BackupAuthentication.fileName, Self.objectListName, ""].lazy
+                .compactMap { POSIXFile.linkStatus(directory.appendingPathComponent($0).path) }
+                .first.map { Double($0.st_mtim.tv_sec) + Double($0.st_mtim.tv_nsec) / 1e9 } ?? 0
+            return (Self.creationDate(ofID: id) ?? .distantPast, written, name)
+        }
+        return names.map { ($0, key($0)) }.sorted { $0.1 < $1.1 }.map(\.0)
     }
 
     /// Copies `source` into the object store while hashing it; returns its SHA-256 and size.

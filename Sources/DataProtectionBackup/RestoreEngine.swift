@@ -136,16 +136,51 @@ public struct RestoreEngine: Sendable {
     /// Checks that the backup is authentic and that every object it uses is present and
     /// unaltered. Needs this device (any lock state), or the backup password for a backup
     /// made on another device. Returns the number of objects checked.
+    /// - Throws: ``BackupError/verificationFailed(problems:)`` naming each damaged object and,
+    ///   where the manifest can be opened, the files that use it.
     public func verify(files: ProtectedFileManager, password: String?) async throws -> Int {
+        let verification = try await verification(files: files, password: password)
+        if !verification.problems.isEmpty { throw BackupError.verificationFailed(problems: verification.problems.map(\.description)) }
+        return verification.objectsChecked
+    }
+
+    /// Checks the backup as ``verify(files:password:)`` does, and reports every damaged object
+    /// instead of throwing for it.
+    ///
+    /// The files that use a damaged object are named from the sealed manifest, which opens with
+    /// the class B key: after the device's first unlock (or with the backup password). Before
+    /// it, the objects are reported without their files (``BackupVerification/filesNamed`` is false).
+    /// - Throws: what authentication throws: ``BackupError/notAuthentic(path:reason:)``,
+    ///   ``BackupError/badBackup(path:reason:)``, ``BackupError/wrongBackupPassword`` …
+    public func verification(files: ProtectedFileManager, password: String?) async throws -> BackupVerification {
         let authenticated = try await authenticate(files: files, password: password)
-        var problems: [String] = []
+        var problems: [BackupVerification.Problem] = []
         for sha in authenticated.objects {
-            guard repository.hasObject(sha) else { problems.append("object \(sha.prefix(12))… is missing"); continue }
-            guard (try? repository.openObject(sha).close()) != nil else { problems.append("object \(sha.prefix(12))… is not a regular file"); continue }
-            if try repository.hashOfObject(sha) != sha { problems.append("object \(sha.prefix(12))… was altered") }
+            let issue: BackupVerification.Issue
+            if !repository.hasObject(sha) {
+                issue = .missing
+            } else if (try? repository.openObject(sha).close()) == nil {
+                issue = .notARegularFile
+            } else if try repository.hashOfObject(sha) != sha {
+                issue = .altered
+            } else {
+                continue
+            }
+            problems.append(.init(object: sha, issue: issue, files: []))
         }
-        if !problems.isEmpty { throw BackupError.verificationFailed(problems: problems) }
-        return authenticated.objects.count
+        var filesNamed = true
+        if !problems.isEmpty {
+            do {
+                var users: [String: [String]] = [:]
+                for entry in try await manifest(of: authenticated, files: files).entries() {
+                    if let sha = entry.sha256 { users[sha, default: []].append(entry.path) }
+                }
+                for i in problems.indices { problems[i].files = users[problems[i].object] ?? [] }
+            } catch ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked {
+                filesNamed = false
+            }
+        }
+        return BackupVerification(backup: authenticated.id, objectsChecked: authenticated.objects.count, filesNamed: filesNamed, problems: problems)
     }
 
     /// Restores into `destination` (which must not exist or be empty).

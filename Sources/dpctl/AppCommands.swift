@@ -141,12 +141,6 @@ struct AppReport: Encodable {
     }
 }
 
-func printJSON(_ value: some Encodable) {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    printOut(String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self))
-}
-
 struct AppRun: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",

@@ -126,8 +126,7 @@ struct Backup: AsyncParsableCommand {
                                            progress: { bar.update(done: $0, total: 0) })
         bar.finish()
         if json {
-            let data = try JSONEncoder().encode(summary)
-            printOut(String(decoding: data, as: UTF8.self))
+            printJSON(summary)
         } else if !dryRun {
             printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(summary.bytesCopied) bytes), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place")
         }
@@ -137,11 +136,15 @@ struct Backup: AsyncParsableCommand {
 struct Restore: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "restore",
-        abstract: "Restore one backup (DEST/backups/ID) into a new directory.",
-        discussion: "Protected files from another device are rewrapped for this one with the backup password; their content is not decrypted.")
+        abstract: "Restore one backup into a new directory.",
+        discussion: """
+            BACKUP is REPOSITORY/backups/ID, or the repository itself for its latest finished \
+            backup (`dpctl backups REPOSITORY` lists them). Protected files from another device \
+            are rewrapped for this one with the backup password; their content is not decrypted.
+            """)
 
     @OptionGroup var device: DeviceOptions
-    @Argument(help: "The backup: REPOSITORY/backups/ID.") var backup: String
+    @Argument(help: "The backup: REPOSITORY/backups/ID, or REPOSITORY for its latest.") var backup: String
     @Argument(help: "Where to restore (must not exist, or be empty).") var destination: String
     @Option(help: ArgumentHelp("The backup password (for files from another device).", valueName: "file")) var passwordFile: String?
     @OptionGroup var unlock: UnlockOptions
@@ -153,13 +156,14 @@ struct Restore: AsyncParsableCommand {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
-        let summary = try await RestoreEngine(backup: URL(fileURLWithPath: backup))
+        let backup = try resolveBackup(self.backup)
+        let summary = try await RestoreEngine(backup: backup)
             .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
                      options: RestoreOptions(keepModes: keepModes),
-                     log: { printOut($0) }, progress: { bar.update(done: $0, total: $1) })
+                     log: { json ? printError($0) : printOut($0) }, progress: { bar.update(done: $0, total: $1) })
         bar.finish()
         if json {
-            printOut(String(decoding: try JSONEncoder().encode(summary), as: UTF8.self))
+            printJSON(summary)
         } else {
             printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device")
         }
@@ -170,17 +174,81 @@ struct Verify: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
         abstract: "Check that a backup is authentic and every file of it present and unaltered.",
-        discussion: "Needs no passcode on the device that made the backup; on another device, the backup password.")
+        discussion: """
+            BACKUP is REPOSITORY/backups/ID, or the repository for its latest finished backup. \
+            Needs no passcode on the device that made the backup (on another device, the backup \
+            password); naming the files of a damaged object needs the device unlocked once since \
+            it started. Exits 4 when anything is damaged.
+            """)
 
     @OptionGroup var device: DeviceOptions
-    @Argument(help: "The backup: REPOSITORY/backups/ID.") var backup: String
+    @Argument(help: "The backup: REPOSITORY/backups/ID, or REPOSITORY for its latest.") var backup: String
     @Option(help: ArgumentHelp("The backup password (for a backup made on another device).", valueName: "file")) var passwordFile: String?
+    @OptionGroup var unlock: UnlockOptions
+    @Flag(help: "Print the result as JSON (damage still exits 4).") var json = false
 
     func run() async throws {
-        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: nil))
-        let count = try await RestoreEngine(backup: URL(fileURLWithPath: backup)).verify(files: files, password: try passwordFile.map(readPasscode))
-        printOut("ok: \(count) objects verified")
+        try requireOneStandardInput(unlock.passcodeFile, passwordFile)
+        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let backup = try resolveBackup(self.backup)
+        let result = try await RestoreEngine(backup: backup).verification(files: files, password: try passwordFile.map(readPasscode))
+        if json {
+            printJSON(result)
+        } else if result.isIntact {
+            printOut("ok: \(result.backup): \(result.objectsChecked) objects verified")
+        } else {
+            for problem in result.problems { printOut("damaged: \(LosslessPath.display(problem.description))") }
+            if !result.filesNamed { printError("dpctl: note: the files of these objects are named once the device has been unlocked") }
+        }
+        if !result.isIntact {
+            throw ExitCode(ExitStatus.damaged.rawValue)
+        }
     }
+}
+
+struct Backups: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backups",
+        abstract: "List a repository's backups, oldest first (as restic snapshots does).",
+        discussion: """
+            Read without any key: nothing listed is authenticated until `dpctl verify` checks \
+            it. ELSEWHERE says whether a backup carries a backup keybag (restores on another \
+            device with the backup password); an interrupted backup shows as incomplete.
+            """)
+
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: "The backup repository.") var repository: String
+    @Flag(help: "Print the list as JSON.") var json = false
+
+    func run() async throws {
+        let url = URL(fileURLWithPath: repository)
+        guard BackupRepository.isRepository(url) else {
+            throw CLIError("\(repository) is not a backup repository (it has no backups/ and objects/)")
+        }
+        let listings = BackupRepository(url: url).listBackups()
+        if json { return printJSON(listings) }
+        guard !listings.isEmpty else { printOut("no backups in \(repository)"); return }
+        let thisDevice = try? await device.openDevice(passcodeFile: nil).id
+        let formatter = ISO8601DateFormatter()
+        var rows = [["ID", "CREATED (UTC)", "OBJECTS", "ELSEWHERE", "DEVICE", "STATE"]]
+        for listing in listings {
+            rows.append([listing.id, listing.created.map { formatter.string(from: $0) } ?? "?", listing.objects.map(String.init) ?? "?",
+                         listing.carriesBackupKeybag ? "yes" : "no",
+                         listing.device.map { $0 == thisDevice ? "this device" : String($0.uuidString.prefix(8)).lowercased() } ?? "?",
+                         listing.isComplete ? "complete" : "incomplete"])
+        }
+        printOut(table(rows, rightAligned: [2]))
+        printOut("\(listings.filter(\.isComplete).count) complete backup(s); the latest is what restore and verify take for \(repository)")
+    }
+}
+
+/// The backup a command was given: the backup itself, or a repository's latest finished one.
+func resolveBackup(_ path: String) throws -> URL {
+    let url = URL(fileURLWithPath: path)
+    guard BackupRepository.isRepository(url) else { return url }
+    let latest = try BackupRepository(url: url).latestFinishedBackup()
+    printError("dpctl: using the latest backup, \(latest.lastPathComponent)")
+    return latest
 }
 
 /// A progress bar on a terminal (standard error), nothing elsewhere: `[#######.........] 45% 450/1000`,

@@ -7,20 +7,29 @@ import GRDB
 struct SQL: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sql",
-        abstract: "Run SQL on a database — plain, class-managed, or SQLCipher with a passphrase or key.",
+        abstract: "Run SQL on a database: plain, class-managed, or SQLCipher with a key.",
         discussion: """
-        Result rows are printed as tab-separated lines (NULL as an empty field), like
-        `sqlite3 -separator $'\\t'`. Statements run in autocommit mode; BEGIN/COMMIT work.
+        Without SQL on the command line, the SQL is read from --read FILE or from standard
+        input (dpctl sql notes.db < schema.sql). Statements run in autocommit mode;
+        BEGIN and COMMIT work. sqlite3's dot-commands (.tables, .schema) are not taken.
+
+        Output, as the sqlite3 shell's modes (one dash or two): --list (the default: fields
+        separated by a tab, with tab, newline, CR and backslash escaped as \\t \\n \\r \\\\),
+        --csv, --json, --line, --column; --header shows column names (--column always
+        does, unless --noheader). NULL prints as --nullvalue's text (empty by default; null
+        in JSON). A blob prints as its SQL literal, X'00ff'.
 
         Which database:
-          class-managed  DB has a key file (DB-dpkey) next to it, or --class creates one: its key
-                         is wrapped by the device keybag under the class (unlock with --passcode-file).
-          SQLCipher      --passphrase-file or --raw-key-hex: a database SQLCipher's tools can open.
+          class-managed  DB-dpkey beside DB, or --class creates one: its key is wrapped
+                         by the device keybag under the class (unlock first).
+          SQLCipher      --passphrase-file, --raw-key-hex or --raw-key-file: a database
+                         SQLCipher's tools open with the same key.
           plain SQLite   otherwise.
 
         Examples:
-          dpctl sql notes.db --class A --passcode-file pc "CREATE TABLE note(text); INSERT INTO note VALUES ('hi')"
-          dpctl sql legacy.db --passphrase-file pw --cipher-compat 3 "SELECT count(*) FROM t"
+          dpctl sql notes.db --class A "CREATE TABLE note(text)"
+          dpctl sql notes.db --csv --header "SELECT * FROM note" > notes.csv
+          dpctl sql legacy.db --passphrase-file pw --cipher-compat 3 < migrate.sql
         """)
 
     @OptionGroup var device: DeviceOptions
@@ -28,10 +37,25 @@ struct SQL: AsyncParsableCommand {
     @Argument(help: "The database file.")
     var database: String
 
-    @Argument(help: "The SQL to run (one or more statements).")
-    var sql: String
+    @Argument(help: "The SQL to run (one or more statements; default: --read's file, else standard input).")
+    var sql: String?
 
-    @Option(name: .customLong("class"), help: ArgumentHelp("Create a class-managed database in this class (A, B, C or D).", valueName: "class"))
+    @Option(name: .customLong("read"), help: ArgumentHelp("Run the SQL in this file, as sqlite3's .read does.", valueName: "file"))
+    var sqlFile: String?
+
+    @Flag var mode: SQLOutputMode = .list
+
+    @Flag(name: [.customLong("header"), .customLong("header", withSingleDash: true)], help: "Print the column names first.")
+    var header = false
+
+    @Flag(name: [.customLong("noheader"), .customLong("noheader", withSingleDash: true)], help: "No column names, not even with --column.")
+    var noHeader = false
+
+    @Option(name: [.customLong("nullvalue"), .customLong("nullvalue", withSingleDash: true)],
+            help: ArgumentHelp("The text NULL prints as (default: nothing).", valueName: "text"))
+    var nullValue = ""
+
+    @Option(name: .customLong("class"), help: ArgumentHelp("Create a class-managed database in this class.", valueName: "class"))
     var protectionClass: ProtectionClass?
 
     @OptionGroup var unlock: UnlockOptions
@@ -42,6 +66,9 @@ struct SQL: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("SQLCipher: a raw key, 64 hex digits (96 with the salt).", valueName: "hex"))
     var rawKeyHex: String?
 
+    @Option(name: .long, help: ArgumentHelp("SQLCipher: the raw key's hex digits are the content of this file.", valueName: "file"))
+    var rawKeyFile: String?
+
     @Option(name: .long, help: ArgumentHelp("SQLCipher format version: 3 or 4.", valueName: "n"))
     var cipherCompat: Int = 4
 
@@ -49,68 +76,123 @@ struct SQL: AsyncParsableCommand {
     var pageSize: Int?
 
     func validate() throws {
-        let modes = [protectionClass != nil, passphraseFile != nil, rawKeyHex != nil].filter { $0 }.count
-        if modes > 1 { throw ValidationError("give at most one of --class, --passphrase-file and --raw-key-hex") }
+        let modes = [protectionClass != nil, passphraseFile != nil, rawKeyHex != nil, rawKeyFile != nil].filter { $0 }.count
+        if modes > 1 { throw ValidationError("give at most one of --class, --passphrase-file, --raw-key-hex and --raw-key-file") }
+        if sql != nil, sqlFile != nil { throw ValidationError("give the SQL on the command line or with --read, not both") }
+        if header, noHeader { throw ValidationError("give --header or --noheader, not both") }
+    }
+
+    var formatter: SQLResultFormatter {
+        SQLResultFormatter(mode: mode, header: mode == .column ? !noHeader : header, nullValue: nullValue)
     }
 
     func run() async throws {
         var format = try SQLCipherFormat(compatibility: cipherCompat)
         if let pageSize { format = try format.withPageSize(pageSize) }
-        let url = URL(fileURLWithPath: database)
-        let keyFileExists = FileManager.default.fileExists(atPath: database + "-dpkey")
-        if protectionClass != nil || (keyFileExists && passphraseFile == nil && rawKeyHex == nil) {
-            let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
-            let db = try await ProtectedDatabase.open(at: url, keybag: keybag, protection: protectionClass, mode: .queue, format: format)
-            let sql = self.sql
-            let lines = try await db.writeWithoutTransaction { db in try Self.execute(sql, in: db) }
+        let kind = DatabaseFileKind(path: database)
+        let hasKey = passphraseFile != nil || rawKeyHex != nil || rawKeyFile != nil
+        try kind.check(database, creatingClass: protectionClass != nil, withKey: hasKey)
+        let sql = try readSQL()
+        let formatter = self.formatter
+        if protectionClass != nil || (kind == .classManaged && !hasKey) {
+            let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile, standardInputCarriesData: self.sql == nil && sqlFile == nil)
+            let db = try await ProtectedDatabase.open(at: URL(fileURLWithPath: database), keybag: keybag, protection: protectionClass, mode: .queue, format: format)
+            let output = try await db.writeWithoutTransaction { db in try Self.execute(sql, in: db, formatter: formatter) }
             try await db.close()
-            for line in lines { printOut(line) }
+            FileHandle.standardOutput.write(Data(output.utf8))
             return
         }
         device.bootstrapLogging()
         let queue: DatabaseQueue
         if let passphraseFile {
             queue = try DatabaseQueue(path: database, key: .passphrase(Data(try readPasscode(passphraseFile).utf8)), format: format)
-        } else if let rawKeyHex {
-            queue = try DatabaseQueue(path: database, key: try SQLCipherKey(rawKeyHex: rawKeyHex), format: format)
+        } else if let rawKey = try rawKeyHex ?? rawKeyFile.map(Self.readRawKey) {
+            queue = try DatabaseQueue(path: database, key: try SQLCipherKey(rawKeyHex: rawKey), format: format)
         } else {
             queue = try DatabaseQueue(path: database)
         }
         do {
-            let sql = self.sql
-            let lines = try await queue.writeWithoutTransaction { db in try Self.execute(sql, in: db) }
+            let output = try await queue.writeWithoutTransaction { db in try Self.execute(sql, in: db, formatter: formatter) }
             try queue.close()
-            for line in lines { printOut(line) }
+            FileHandle.standardOutput.write(Data(output.utf8))
         } catch {
             throw DatabaseCipherError.explain(error, in: queue)
         }
     }
 
-    /// Runs every statement and formats result rows as the sqlite3 shell does.
-    static func execute(_ sql: String, in db: Database) throws -> [String] {
-        var lines: [String] = []
-        let statements = try db.allStatements(sql: sql)
-        while let statement = try statements.next() {
-            for row in try Row.fetchAll(statement) {
-                lines.append(row.databaseValues.map(format).joined(separator: "\t"))
+    /// The SQL: the argument, else --read's file, else standard input; dot-commands refused.
+    func readSQL() throws -> String {
+        let text: String
+        if let sql {
+            text = sql
+        } else {
+            let secretsFromStandardInput = [unlock.passcodeFile, passphraseFile, rawKeyFile].contains("-")
+            if sqlFile == nil || sqlFile == "-", secretsFromStandardInput {
+                throw CLIError("the SQL and a secret cannot both come from standard input: put one of them in a file (nothing was run)")
             }
+            let data: Data
+            if let sqlFile, sqlFile != "-" {
+                guard let contents = FileManager.default.contents(atPath: sqlFile) else { throw CLIError("cannot read the SQL file \(sqlFile)") }
+                data = contents
+            } else {
+                if isatty(STDIN_FILENO) == 1 { printError("reading SQL from the terminal; end with Ctrl-D") }
+                data = FileHandle.standardInput.readDataToEndOfFile()
+            }
+            guard let decoded = String(data: data, encoding: .utf8) else { throw CLIError("the SQL is not UTF-8 text (nothing was run)") }
+            text = decoded
         }
-        return lines
+        let firstLine = text.drop(while: \.isWhitespace).prefix(while: { !$0.isNewline })
+        if firstLine.hasPrefix(".") {
+            throw CLIError("\(firstLine.split(separator: " ").first ?? "") is a sqlite3 shell dot-command; dpctl sql takes SQL (the tables: SELECT name FROM sqlite_master WHERE type = 'table')")
+        }
+        return text
     }
 
-    static func format(_ value: DatabaseValue) -> String {
-        switch value.storage {
-        case .null: return ""
-        case .int64(let n): return String(n)
-        case .double(let d):
-            // sqlite3's "%!.15g": 15 significant digits, always a decimal point.
-            var text = String(format: "%.15g", d)
-            if !text.contains(where: { ".ni".contains($0) }) {
-                if let e = text.firstIndex(of: "e") { text.insert(contentsOf: ".0", at: e) } else { text += ".0" }
-            }
-            return text
-        case .string(let s): return s
-        case .blob(let data): return String(decoding: data, as: UTF8.self)
+    static func readRawKey(_ path: String) throws -> String {
+        try readPasscode(path).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Runs every statement and formats the rows of each as the sqlite3 shell does.
+    static func execute(_ sql: String, in db: Database, formatter: SQLResultFormatter) throws -> String {
+        var output = ""
+        let statements = try db.allStatements(sql: sql)
+        while let statement = try statements.next() {
+            let rows = try Row.fetchAll(statement).map { Array($0.databaseValues) }
+            output += formatter.format(columns: statement.columnNames, rows: rows)
+        }
+        return output
+    }
+}
+
+/// What a database file is, from its first bytes and its neighbours, before any key is tried.
+enum DatabaseFileKind: Equatable {
+    case missing
+    case classManaged
+    case plain
+    /// Neither empty nor a plain SQLite database: encrypted (or not a database at all).
+    case other
+
+    init(path: String) {
+        if FileManager.default.fileExists(atPath: path + "-dpkey") { self = .classManaged; return }
+        guard let handle = FileHandle(forReadingAtPath: path) else { self = .missing; return }
+        defer { try? handle.close() }
+        let head = (try? handle.read(upToCount: 16)) ?? Data()
+        if head.isEmpty { self = .missing } else if head == Data("SQLite format 3\0".utf8) { self = .plain } else { self = .other }
+    }
+
+    /// Refuses, before anything is run, a key or class that cannot fit the file.
+    func check(_ path: String, creatingClass: Bool, withKey: Bool) throws {
+        switch self {
+        case .plain where creatingClass:
+            throw CLIError("\(path) is a plain SQLite database; --class creates new ones (nothing was run)")
+        case .other where creatingClass:
+            throw CLIError("\(path) is not a plain SQLite database and has no key file (\(path)-dpkey); --class creates new ones (nothing was run)")
+        case .plain where withKey:
+            throw CLIError("\(path) is a plain SQLite database: it takes no key (nothing was run)")
+        case .other where !withKey:
+            throw CLIError("\(path) is encrypted, or not a database: give --passphrase-file, --raw-key-hex or --raw-key-file for SQLCipher; a class-managed database needs its key file \(path)-dpkey beside it")
+        default:
+            return
         }
     }
 }
@@ -120,8 +202,10 @@ struct SQLKey: AsyncParsableCommand {
         commandName: "sql-key",
         abstract: "Print the raw key of a class-managed database, for SQLCipher's own tools.",
         discussion: """
-        Prints 64 hex digits. Open the database elsewhere with PRAGMA key = "x'<hex>'".
-        Refused while the database's class is unavailable (unlock with --passcode-file).
+        Prints 64 hex digits. Open the database elsewhere with PRAGMA key = "x'<hex>'" in
+        SQLCipher 4 or later (the database is in SQLCipher 4's format; Debian 12's
+        sqlcipher 3.4.1 opens only --cipher-compat 3 databases). Refused while the
+        database's class is unavailable (unlock first).
 
         Example:
           sqlcipher notes.db "PRAGMA key = \\"x'$(dpctl sql-key notes.db --passcode-file pc)'\\"; SELECT * FROM note"

@@ -217,6 +217,14 @@ func printOut(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+/// JSON for people and scripts alike: keys in a stable (sorted) order, `/` unescaped, dates in ISO 8601.
+func printJSON(_ value: some Encodable) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    encoder.dateEncodingStrategy = .iso8601
+    printOut(String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self))
+}
+
 /// One line on standard error (progress and notes that are not the command's output).
 func printError(_ text: String) {
     FileHandle.standardError.write(Data((text + "\n").utf8))

@@ -1,0 +1,87 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// `dpctl backups`, and `restore`/`verify` as restic users expect them (issue 18).
+@Suite struct BackupCLITests {
+    /// A device with a passcode and a backup password, a source tree, and a repository with two backups.
+    static func twoBackups() throws -> (cli: CLI, passcode: String, source: String, repo: String) {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        let password = cli.writeFile("bp", "backup password")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        #expect(try cli.run(["backup-password", "--passcode-file", passcode, "--password-file", password]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source + "/docs", withIntermediateDirectories: true)
+        try Data("first".utf8).write(to: URL(fileURLWithPath: source + "/docs/a.txt"))
+        let repo = cli.file("repo")
+        #expect(try cli.run(["backup", source, repo]).status == 0)
+        try Data("second".utf8).write(to: URL(fileURLWithPath: source + "/docs/b.txt"))
+        #expect(try cli.run(["backup", source, repo]).status == 0)
+        return (cli, passcode, source, repo)
+    }
+
+    @Test func backupsListsARepositoryAndRestoreTakesItsLatest() throws {
+        let (cli, passcode, _, repo) = try Self.twoBackups()
+        let listed = try cli.run(["backups", repo])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let lines = listed.out.split(separator: "\n")
+        #expect(lines.count == 4 && lines[0].hasPrefix("ID") && lines[0].contains("ELSEWHERE"), "\(listed.out)")
+        #expect(lines[1].contains("this device") && lines[1].contains("complete") && lines[1].contains("yes"), "\(listed.out)")
+        let json = try cli.run(["backups", repo, "--json"])
+        let entries = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [[String: Any]])
+        #expect(entries.count == 2 && entries.allSatisfy { $0["isComplete"] as? Bool == true && $0["carriesBackupKeybag"] as? Bool == true })
+        #expect(json.out.contains("\"path\" : \"\(repo)/backups/"), "slashes are not escaped: \(json.out)")
+        let ids = entries.compactMap { $0["id"] as? String }
+        #expect(ids.count == 2 && (entries[0]["created"] as? String)?.hasSuffix("Z") == true)
+
+        // An interrupted backup is listed as such and never taken as the latest.
+        try FileManager.default.createDirectory(atPath: repo + "/backups/99991231T235959Z-1.incomplete", withIntermediateDirectories: true)
+        #expect(try cli.run(["backups", repo]).out.contains("incomplete"))
+
+        let restored = try cli.run(["restore", repo, cli.file("out"), "--passcode-file", passcode])
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(restored.stderr.contains("using the latest backup, \(ids[1])"))
+        #expect(try String(contentsOfFile: cli.file("out") + "/docs/b.txt", encoding: .utf8) == "second")
+        let verified = try cli.run(["verify", repo])
+        #expect(verified.status == 0 && verified.out.hasPrefix("ok: \(ids[1]):"), "\(verified.out)\(verified.stderr)")
+
+        let notARepository = try cli.run(["backups", cli.file("src")])
+        #expect(notARepository.status == 1 && notARepository.stderr.contains("is not a backup repository"))
+        let empty = cli.file("empty")
+        try FileManager.default.createDirectory(atPath: empty + "/backups", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: empty + "/objects", withIntermediateDirectories: true)
+        let none = try cli.run(["restore", empty, cli.file("out2")])
+        #expect(none.status == 4 && none.stderr.contains("holds no finished backup"), "\(none.stderr)")
+    }
+
+    @Test func verifyNamesTheDamagedFilesExitsFourAndSpeaksJSON() throws {
+        let (cli, passcode, _, repo) = try Self.twoBackups()
+        // Damage every object: one byte changed in each.
+        let objects = repo + "/objects"
+        for prefix in try FileManager.default.contentsOfDirectory(atPath: objects) where !prefix.hasPrefix(".") {
+            for name in try FileManager.default.contentsOfDirectory(atPath: objects + "/" + prefix) {
+                let url = URL(fileURLWithPath: objects + "/" + prefix + "/" + name)
+                var bytes = try Data(contentsOf: url)
+                bytes[bytes.count - 1] ^= 1
+                try bytes.write(to: url)
+            }
+        }
+        // Before the first unlock the manifest cannot be opened: objects are named, files are not.
+        let locked = try cli.run(["verify", repo])
+        #expect(locked.status == 4, "\(locked.stderr)")
+        #expect(locked.out.contains("damaged: object ") && locked.out.contains("is altered"), "\(locked.out)")
+        #expect(locked.stderr.contains("named once the device has been unlocked"))
+
+        let named = try cli.run(["verify", repo, "--passcode-file", passcode])
+        #expect(named.status == 4)
+        #expect(named.out.contains("docs/a.txt: object ") && named.out.contains("docs/b.txt: object "), "\(named.out)")
+
+        let json = try cli.run(["verify", repo, "--json", "--passcode-file", passcode])
+        #expect(json.status == 4)
+        let report = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any])
+        let problems = try #require(report["problems"] as? [[String: Any]])
+        #expect(report["filesNamed"] as? Bool == true && !problems.isEmpty)
+        #expect(problems.contains { ($0["files"] as? [String])?.contains { $0.hasSuffix("docs/b.txt") } == true && $0["issue"] as? String == "altered" })
+    }
+}
