@@ -24,13 +24,20 @@ public struct ReprotectionReport: Sendable, Equatable {
     /// Symbolic links met below the top, left alone: a link is never followed (it could lead out
     /// of the tree — an app's link to the device secret, say).
     public var linksSkipped = 0
+
+    public init() {}
 }
 
 extension ProtectedFileManager {
     /// Sets `cls` on every file below `url` (and `url` itself) and makes it the default of every
     /// directory — the enumerator loop iOS developers write with `FileManager`, in one call.
-    /// Files are rewrapped (protected) or converted in place (plain). One item's failure (a
-    /// locked class, a damaged file) is recorded in the report and the walk goes on.
+    /// Files are rewrapped (protected) or converted in place (plain).
+    ///
+    /// Every class the walk needs is checked first: when one is unavailable (the device is
+    /// locked), the call throws ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
+    /// for the first file that needs it, and nothing — no file, no directory default — has
+    /// changed. After that, one item's failure (a damaged file, a lock that starts half-way) is
+    /// recorded in the report and the walk goes on.
     ///
     /// ```swift
     /// let report = try await files.reprotectItems(at: documents, to: .complete) { p in
@@ -58,6 +65,7 @@ extension ProtectedFileManager {
                 }
             }
         }
+        try await checkClassesAvailable(forReprotecting: items, to: cls)
         var report = ReprotectionReport()
         for (index, item) in items.enumerated() {
             do {
@@ -85,5 +93,33 @@ extension ProtectedFileManager {
             progress?(ReprotectionProgress(completed: index + 1, total: items.count, path: item.path))
         }
         return report
+    }
+
+    /// Checks, before anything changes, that every class needed to give `items` the class `cls`
+    /// is available now: each file's own class to unwrap its key, `cls` to wrap it (class B
+    /// wraps with its public key, so it is always available). Directories and files that
+    /// already have `cls` need nothing.
+    /// - Throws: ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` for
+    ///   the first file that needs an unavailable class.
+    public func checkClassesAvailable(forReprotecting items: [URL], to cls: ProtectionClass) async throws {
+        let canCreate = await keybag.canCreate(cls)
+        var available: [ProtectionClass: Bool] = [:]
+        for item in items {
+            let current: ProtectionClass?
+            switch try? protection(ofItemAt: item) {
+            case .protected(let existing)? where existing != cls: current = existing
+            case .plain?: current = nil
+            default: continue
+            }
+            if let current {
+                if available[current] == nil { available[current] = await keybag.isAvailable(current) }
+                if available[current] == false {
+                    throw ProtectedFileError.unavailable(path: item.path, protectionClass: current, lockState: await keybag.lockState, writing: false)
+                }
+            }
+            if !canCreate {
+                throw ProtectedFileError.unavailable(path: item.path, protectionClass: cls, lockState: await keybag.lockState, writing: true)
+            }
+        }
     }
 }

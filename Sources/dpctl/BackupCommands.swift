@@ -7,7 +7,7 @@ import Foundation
 struct Exclude: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "exclude",
-        abstract: "Mark a file or directory \"do not back up\" (iOS's isExcludedFromBackup).",
+        abstract: "Mark files or directories \"do not back up\" (iOS's isExcludedFromBackup).",
         discussion: """
             Sets the extended attribute user.xdg.robots.backup=false. A directory's mark covers \
             everything below it; a marked directory also gets a CACHEDIR.TAG, so that \
@@ -15,11 +15,19 @@ struct Exclude: AsyncParsableCommand {
             """)
 
     @OptionGroup var device: DeviceOptions
-    @Argument(help: "The file or directory (it must exist).") var path: String
+    @Argument(help: "Files or directories (they must exist).") var paths: [String]
     @Flag(help: "Do not write a CACHEDIR.TAG into a marked directory.") var noCachedirTag = false
 
+    func validate() throws {
+        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+    }
+
     func run() async throws {
-        try BackupExclusionAttribute.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
+        // All exist, or nothing is marked.
+        for path in paths where POSIXFile.linkStatus(path) == nil { throw ProtectedFileError.noSuchFile(path: path) }
+        for path in paths {
+            try BackupExclusionAttribute.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
+        }
     }
 }
 
@@ -30,13 +38,20 @@ struct Include: AsyncParsableCommand {
         discussion: "An item below a marked directory stays excluded until that directory is included.")
 
     @OptionGroup var device: DeviceOptions
-    @Argument(help: "The file or directory.") var path: String
+    @Argument(help: "Files or directories.") var paths: [String]
+
+    func validate() throws {
+        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+    }
 
     func run() async throws {
-        let url = URL(fileURLWithPath: path)
-        try BackupExclusionAttribute.set(excluded: false, for: url)
-        if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: url) {
-            FileHandle.standardError.write(Data("dpctl: note: \(path) is still excluded by its ancestor \(ancestor.path)\n".utf8))
+        for path in paths where POSIXFile.linkStatus(path) == nil { throw ProtectedFileError.noSuchFile(path: path) }
+        for path in paths {
+            let url = URL(fileURLWithPath: path)
+            try BackupExclusionAttribute.set(excluded: false, for: url)
+            if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: url) {
+                printError("dpctl: note: \(LosslessPath.display(path)) is still excluded by its ancestor \(LosslessPath.display(ancestor.path))")
+            }
         }
     }
 }
@@ -53,12 +68,23 @@ struct Exclusions: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The tree to scan.") var path: String
     @Option(help: "list | tar | restic | borg") var format: String = "list"
+    @Flag(help: "Print a JSON array of {path, reason}: marked (its own mark) or inherited (the tree given is below a marked directory).")
+    var json = false
+
+    struct Entry: Encodable { var path: String, reason: String }
 
     func run() async throws {
         guard let format = ExclusionList.Format(rawValue: format) else {
             throw CLIError("unknown format \(format): use list, tar, restic or borg")
         }
         let list = try ExclusionList(scanning: URL(fileURLWithPath: path))
+        if json {
+            return printJSON(try list.excluded.map { url in
+                let inherited: Bool
+                if case .excludedByAncestor = try BackupExclusionAttribute.exclusion(of: url) { inherited = true } else { inherited = false }
+                return Entry(path: LosslessPath.display(url.path), reason: inherited ? "inherited" : "marked")
+            })
+        }
         // Names go out as the bytes they are (a name that is not UTF-8 stays that name).
         FileHandle.standardOutput.write(Data(LosslessPath.bytes(of: try list.rendered(as: format))))
     }

@@ -1,6 +1,8 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionBackup
+import DataProtectionContainers
+import DataProtectionSQLite
 import Foundation
 import SystemPackage
 
@@ -35,30 +37,44 @@ struct Write: AsyncParsableCommand {
 struct Cat: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cat",
-        abstract: "Print a file's plaintext.",
+        abstract: "Print the plaintext of protected files.",
         discussion: """
             Fails with a one-line reason when the class is unavailable (exit 3) or the file is damaged \
             (exit 4). Every byte printed has been authenticated first, and a truncated or extended file \
             prints nothing. The file is decrypted once, as it is printed: when a segment in the middle \
             was changed, printing stops there (exit 4); standard output redirected to a file is then \
-            cut back to where it was, so no partial copy is left. --verify-first authenticates the \
+            cut back to where that file's output began, so no partial copy is left. With several \
+            files, the first that fails stops the command. --verify-first authenticates the \
             whole file before printing its first byte, at the cost of decrypting it twice (for a pipe \
             whose reader must see all or nothing).
             """)
 
     @OptionGroup var device: DeviceOptions
-    @Argument(help: "The file to print.") var path: String
-    @Flag(help: "Authenticate the whole file before printing anything (decrypts it twice).") var verifyFirst = false
+    @Argument(help: "The files to print, one after the other.") var paths: [String]
+    @Flag(help: "Authenticate each whole file before printing anything of it (decrypts it twice).") var verifyFirst = false
     @Flag(help: "Refuse a file that is not protected instead of printing it with a warning.") var strict = false
     @OptionGroup var unlock: UnlockOptions
 
+    func validate() throws {
+        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+    }
+
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        if strict {
+            // Refused before anything is printed.
+            for path in paths where try files.protection(ofItemAt: URL(fileURLWithPath: path)) == .plain {
+                throw CLIError("\(LosslessPath.display(path)) is not a protected file (refused: --strict)")
+            }
+        }
+        for path in paths { try await print(path, files: files) }
+    }
+
+    private func print(_ path: String, files: ProtectedFileManager) async throws {
         let url = URL(fileURLWithPath: path)
         let out = FileDescriptor.standardOutput
         if case .plain = try files.protection(ofItemAt: url) {
-            // Nothing vouches for these bytes: say so, or refuse.
-            if strict { throw CLIError("\(LosslessPath.display(path)) is not a protected file (refused: --strict)") }
+            // Nothing vouches for these bytes: say so.
             printError("dpctl: warning: \(LosslessPath.display(path)) is not a protected file: printed as it is, unauthenticated")
             try writeAll(out, try await files.contents(of: url))
             return
@@ -132,11 +148,17 @@ struct List: AsyncParsableCommand {
 
     func run() async throws {
         device.bootstrapLogging()
-        // Reading classes needs no key; a keybag is not even required.
+        // Reading classes needs no key; a keybag is not even required. With one, the BACKUP
+        // column also knows the places a backup leaves out (apps' Library/Caches and tmp).
+        var probe = ProtectionProbe()
+        if let root = try? device.resolvedRoot, let keybag = try? await Keybag.open(root: root) {
+            let policy = ContainerManager(files: ProtectedFileManager(keybag: keybag)).backupExclusionPolicy(for: URL(fileURLWithPath: "/"))
+            probe.excludedPlaces = policy.excludedPaths.map { "/" + $0 }
+        }
         var rows = [["CLASS", "BACKUP", "SIZE", "NAME"]]
         for path in paths {
             // With several paths, names are shown under the path given, as `ls a b` does.
-            try list(path, prefix: paths.count > 1 ? path : nil, into: &rows)
+            try list(path, prefix: paths.count > 1 ? path : nil, probe: probe, into: &rows)
         }
         if json {
             let objects: [[String: Any]] = rows.dropFirst().map { cells in
@@ -149,11 +171,11 @@ struct List: AsyncParsableCommand {
         printOut(table(rows, rightAligned: [2]))
     }
 
-    private func list(_ path: String, prefix: String?, into rows: inout [[String]]) throws {
+    private func list(_ path: String, prefix: String?, probe: ProtectionProbe, into rows: inout [[String]]) throws {
         let url = URL(fileURLWithPath: path)
         func describe(_ item: URL, name: String) {
             let shown = prefix.map { name == "." ? $0 : ($0.hasSuffix("/") ? $0 : $0 + "/") + name } ?? name
-            rows.append(ProtectionProbe().row(item, name: shown))
+            rows.append(probe.row(item, name: shown))
         }
         guard let st = POSIXFile.status(url.path) else { throw ProtectedFileError.noSuchFile(path: LosslessPath.display(url.path)) }
         if st.st_mode & S_IFMT == S_IFDIR {
@@ -178,17 +200,26 @@ struct List: AsyncParsableCommand {
 
 /// Describes items for `ls` without a keybag.
 struct ProtectionProbe {
+    /// Absolute paths a backup leaves out by place, with everything below them.
+    var excludedPlaces: [String] = []
+
     func row(_ url: URL, name: String) -> [String] {
         var cells = classCells(url, name: LosslessPath.display(name))
         let backup: String
         switch try? BackupExclusionAttribute.exclusion(of: url) {
-        case .included?: backup = "yes"
+        case .included?: backup = excludedByPlace(url) ? "no (by place)" : "yes"
         case .excludedByOwnAttribute?: backup = "no (marked)"
         case .excludedByAncestor?: backup = "no (inherited)"
         case nil: backup = "?"
         }
         cells.insert(backup, at: 1)
         return cells
+    }
+
+    private func excludedByPlace(_ url: URL) -> Bool {
+        guard !excludedPlaces.isEmpty else { return false }
+        let path = url.standardizedFileURL.resolvingSymlinksInPath().path
+        return excludedPlaces.contains { path == $0 || path.hasPrefix($0 + "/") }
     }
 
     private func classCells(_ url: URL, name: String) -> [String] {
@@ -203,6 +234,7 @@ struct ProtectionProbe {
                 return ["\(cls.shortName) (\(cls.letter))\(deviceOnly)", "\(try ItemInspector.plaintextSize(ofItemAt: url))", name]
             case .plain:
                 let size = POSIXFile.status(url.path).map { Int($0.st_size) } ?? 0
+                if let cls = databaseClass(url) { return ["\(cls.shortName) (\(cls.letter)), database", "\(size)", name] }
                 return ["plain (unprotected)", "\(size)", name]
             case .other:
                 return ["-", "-", name]
@@ -211,38 +243,69 @@ struct ProtectionProbe {
             return ["damaged", "-", "\(name)  (\(error))"]
         }
     }
+
+    /// The class of a class-managed database (or of its journal, WAL or shared-memory file):
+    /// the class of the key file beside it, whose key encrypts its pages.
+    private func databaseClass(_ url: URL) -> ProtectionClass? {
+        var database = url.path
+        for suffix in ["-wal", "-shm", "-journal"] where database.hasSuffix(suffix) {
+            database = String(database.dropLast(suffix.count))
+        }
+        guard case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: URL(fileURLWithPath: database + DatabaseKeyFile.suffix)) else { return nil }
+        return cls
+    }
 }
 
 struct Protect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "protect",
-        abstract: "Change the class of a file (rewrap its key), convert a plain file, or set a directory's default.",
-        discussion: "With -R, every file below the directory gets the class and every directory gets it as default.")
+        abstract: "Change the class of files (rewrap their keys), convert plain files, or set directories' defaults.",
+        discussion: """
+            With -R, every file below a directory gets the class and every directory gets it as \
+            default. Every class needed is checked first: while one is unavailable (locked), \
+            nothing changes and the command exits 3.
+            """)
 
     @OptionGroup var device: DeviceOptions
-    @Flag(name: .customShort("R"), help: "Re-protect the whole tree.") var recursive = false
-    @Argument(help: "A file or directory.") var path: String
+    @Flag(name: .customShort("R"), help: "Re-protect whole trees.") var recursive = false
+    @Argument(help: "Files or directories.") var paths: [String]
     @Option(name: .customLong("class"), help: "complete | complete-unless-open | until-first-unlock | none")
     var protectionClass: ProtectionClass
     @OptionGroup var unlock: UnlockOptions
 
+    func validate() throws {
+        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+    }
+
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
-        let url = URL(fileURLWithPath: path)
+        let urls = paths.map { URL(fileURLWithPath: $0) }
         guard recursive else {
-            try await files.setProtection(protectionClass, ofItemAt: url)
+            try await files.checkClassesAvailable(forReprotecting: urls, to: protectionClass)
+            for url in urls { try await files.setProtection(protectionClass, ofItemAt: url) }
             return
         }
-        let tty = isatty(STDERR_FILENO) == 1
-        let report = try await files.reprotectItems(at: url, to: protectionClass) { progress in
-            if tty { FileHandle.standardError.write(Data("\r\(progress.completed)/\(progress.total)".utf8)) }
+        for url in urls where POSIXFile.status(url.path) == nil { throw ProtectedFileError.noSuchFile(path: url.path) }
+        var total = ReprotectionReport()
+        let bar = ProgressLine(enabled: isatty(STDERR_FILENO) == 1)
+        for url in urls {
+            let report = try await files.reprotectItems(at: url, to: protectionClass) { progress in
+                bar.update(done: progress.completed, total: progress.total)
+            }
+            total.filesChanged += report.filesChanged
+            total.filesUnchanged += report.filesUnchanged
+            total.directories += report.directories
+            total.linksSkipped += report.linksSkipped
+            total.failures.merge(report.failures) { $1 }
         }
-        if tty { FileHandle.standardError.write(Data("\n".utf8)) }
-        printOut("\(report.filesChanged) files changed, \(report.filesUnchanged) already \(protectionClass.shortName), \(report.directories) directories")
-        for (path, reason) in report.failures.sorted(by: { $0.key < $1.key }) {
-            FileHandle.standardError.write(Data("dpctl: \(path): \(reason)\n".utf8))
+        bar.finish()
+        printOut("\(total.filesChanged) files changed, \(total.filesUnchanged) already \(protectionClass.shortName), \(total.directories) directories")
+        for (path, reason) in total.failures.sorted(by: { $0.key < $1.key }) {
+            // The reason names the file already, in most cases.
+            let line = reason.contains(path) ? reason : "\(path): \(reason)"
+            printError("dpctl: \(LosslessPath.display(line))")
         }
-        if !report.failures.isEmpty { throw ExitCode(1) }
+        if !total.failures.isEmpty { throw ExitCode(1) }
     }
 }
 

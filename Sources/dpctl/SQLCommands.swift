@@ -173,7 +173,7 @@ enum DatabaseFileKind: Equatable {
     case other
 
     init(path: String) {
-        if FileManager.default.fileExists(atPath: path + "-dpkey") { self = .classManaged; return }
+        if FileManager.default.fileExists(atPath: path + DatabaseKeyFile.suffix) { self = .classManaged; return }
         guard let handle = FileHandle(forReadingAtPath: path) else { self = .missing; return }
         defer { try? handle.close() }
         let head = (try? handle.read(upToCount: 16)) ?? Data()
@@ -219,7 +219,7 @@ struct SQLKey: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
 
     func run() async throws {
-        guard FileManager.default.fileExists(atPath: database + "-dpkey") else {
+        guard FileManager.default.fileExists(atPath: database + DatabaseKeyFile.suffix) else {
             throw CLIError("\(database) has no key file (\(database)-dpkey): it is not a class-managed database")
         }
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)

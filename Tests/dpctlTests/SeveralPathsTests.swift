@@ -1,0 +1,92 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// Commands that take a path take several; `protect -R` checks before it changes anything; `ls`
+/// shows what a class-managed database and a backup really do (issue 18).
+@Suite struct SeveralPathsTests {
+    @Test func catProtectExcludeAndIncludeTakeSeveralPaths() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        for (name, text) in [("a", "alpha "), ("b", "beta")] {
+            #expect(try cli.run(["write", cli.file(name), "--class", "C", "--passcode-file", passcode], input: Data(text.utf8)).status == 0)
+        }
+        #expect(try cli.run(["cat", cli.file("a"), cli.file("b"), "--passcode-file", passcode]).out == "alpha beta")
+        // --strict refuses before printing anything.
+        let plain = cli.writeFile("plain", "bare")
+        let strict = try cli.run(["cat", cli.file("a"), plain, "--strict", "--passcode-file", passcode])
+        #expect(strict.status == 1 && strict.out.isEmpty && strict.stderr.contains("not a protected file"))
+
+        #expect(try cli.run(["protect", cli.file("a"), cli.file("b"), plain, "--class", "complete", "--passcode-file", passcode]).status == 0)
+        let listed = try cli.run(["ls", "--json", cli.file("a"), cli.file("b"), plain]).stdout
+        let classes = try #require(try JSONSerialization.jsonObject(with: listed) as? [[String: Any]]).map { $0["class"] as? String }
+        #expect(classes == ["complete (A)", "complete (A)", "complete (A)"])
+
+        #expect(try cli.run(["exclude", cli.file("a"), cli.file("b")]).status == 0)
+        let json = try cli.run(["exclusions", cli.work.path, "--json"])
+        let entries = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [[String: Any]])
+        #expect(entries.map { $0["path"] as? String } == [cli.file("a"), cli.file("b")] && entries.allSatisfy { $0["reason"] as? String == "marked" })
+        #expect(!json.out.contains("\\/"))
+        // One missing path: nothing is marked or unmarked.
+        let missing = try cli.run(["include", cli.file("a"), cli.file("nope")])
+        #expect(missing.status == 1)
+        #expect(try cli.run(["exclusions", cli.work.path]).out == cli.file("a") + "\n" + cli.file("b") + "\n")
+        #expect(try cli.run(["include", cli.file("a"), cli.file("b")]).status == 0)
+        #expect(try cli.run(["exclusions", cli.work.path]).out.isEmpty)
+    }
+
+    @Test func protectRecursiveChecksFirstAndChangesNothingWhileLocked() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let tree = cli.file("tree")
+        try FileManager.default.createDirectory(atPath: tree + "/sub", withIntermediateDirectories: true)
+        #expect(try cli.run(["write", tree + "/sub/a.txt", "--class", "complete", "--passcode-file", passcode], input: Data("a".utf8)).status == 0)
+        #expect(try cli.run(["write", tree + "/d.txt", "--class", "none"], input: Data("d".utf8)).status == 0)
+        let before = try cli.run(["ls", "-R", tree]).out
+
+        // Locked (a new run, before first unlock): class A cannot be unwrapped.
+        let locked = try cli.run(["protect", "-R", tree, "--class", "until-first-unlock"])
+        #expect(locked.status == 3, "\(locked.stderr)")
+        #expect(locked.stderr.split(separator: "\n").count == 1 && locked.stderr.contains(tree + "/"), "\(locked.stderr)")
+        #expect(try cli.run(["ls", "-R", tree]).out == before, "nothing changed, no directory default either")
+
+        // Raising D to A needs class A's key to wrap: refused too, nothing changed.
+        let raising = try cli.run(["protect", tree + "/d.txt", "--class", "complete"])
+        #expect(raising.status == 3 && raising.stderr.contains("d.txt"))
+        #expect(try cli.run(["ls", "-R", tree]).out == before)
+
+        let unlocked = try cli.run(["protect", "-R", tree, "--class", "until-first-unlock", "--passcode-file", passcode])
+        #expect(unlocked.status == 0 && unlocked.out.contains("2 files changed"), "\(unlocked.stderr)")
+    }
+
+    @Test func lsShowsADatabaseByItsClassAndWhatABackupLeavesOut() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        #expect(try cli.run(["app", "install", "com.example.ls"]).status == 0)
+        let info = try JSONSerialization.jsonObject(with: try cli.run(["app", "info", "com.example.ls", "--json"]).stdout) as? [String: Any]
+        let container = try #require(info?["container"] as? String)
+        let notes = container + "/Documents/notes.db"
+        #expect(try cli.run(["sql", notes, "--class", "A", "--passcode-file", passcode, "CREATE TABLE t(x)"]).status == 0)
+        try Data("cached".utf8).write(to: URL(fileURLWithPath: container + "/Library/Caches/c.bin"))
+
+        let documents = try cli.run(["ls", "--json", container + "/Documents"]).stdout
+        let rows = try #require(try JSONSerialization.jsonObject(with: documents) as? [[String: Any]])
+        let db = try #require(rows.first { $0["name"] as? String == "notes.db" })
+        #expect(db["class"] as? String == "complete (A), database", "\(rows)")
+        #expect(rows.first { $0["name"] as? String == "notes.db-dpkey" }?["class"] as? String == "complete (A)")
+
+        let caches = try cli.run(["ls", "--json", container + "/Library/Caches", container + "/tmp", container + "/Documents"]).stdout
+        let items = try #require(try JSONSerialization.jsonObject(with: caches) as? [[String: Any]])
+        func backup(_ suffix: String) -> String? { items.first { ($0["name"] as? String)?.hasSuffix(suffix) == true }?["backup"] as? String }
+        #expect(backup("Library/Caches/")?.hasPrefix("no") == true, "\(items)")
+        #expect(backup("Caches/c.bin")?.hasPrefix("no") == true, "\(items)")
+        #expect(backup("/tmp/")?.hasPrefix("no") == true)
+        #expect(backup("Documents/") == "yes")
+        // What ls says is what backup does.
+        let log = try cli.run(["backup", container, cli.file("repo"), "--dry-run"]).out
+        #expect(log.contains("Library/Caches") && !log.contains("notes.db"))
+    }
+}
