@@ -18,7 +18,7 @@ func groupIdentifier(_ text: String) throws -> AppGroupIdentifier { try AppGroup
 struct App: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "app",
-        abstract: "Install apps, run them in their sandbox, move them between front and back, list and remove them.",
+        abstract: "Install, run, background and remove apps.",
         discussion: """
             An app is a reverse-DNS identifier with a data container under the data root \
             (Containers/Data/Application/UUID: Documents, Library, tmp, as on iOS). `dpctl app run` \
@@ -38,6 +38,7 @@ struct AppInstall: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "install",
         abstract: "Register an app and create its container.",
+        usage: "dpctl app install <id> [<options>]",
         discussion: """
             The default protection class (the com.apple.developer.default-data-protection \
             entitlement; iOS's default is completeUntilFirstUserAuthentication) is set on the \
@@ -79,7 +80,7 @@ struct AppList: AsyncParsableCommand {
 }
 
 struct AppInfo: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "info", abstract: "Show an app's container, class, groups and entitlements.")
+    static let configuration = CommandConfiguration(commandName: "info", abstract: "Show an app's container, class, groups, entitlements.")
     @OptionGroup var device: DeviceOptions
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
     @Flag(help: "Print JSON.") var json = false
@@ -145,6 +146,7 @@ struct AppRun: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
         abstract: "Run COMMAND as the app, in its sandbox.",
+        usage: "dpctl app run <id> [<options>] -- [<command> ...]",
         discussion: """
             Inside, the app sees its container (NSHomeDirectory(); Documents, Library and tmp \
             writable, Documents/Inbox readable and deletable only), its groups' containers, and \
@@ -192,7 +194,8 @@ struct AppRun: AsyncParsableCommand {
 struct AppSetProtection: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "set-protection",
-        abstract: "Change an app's default class; existing files keep theirs unless --reprotect.",
+        abstract: "Change an app's default class.",
+        usage: "dpctl app set-protection <id> <class> [<options>]",
         discussion: """
             As on iOS, a changed default reaches new files only. --reprotect also re-protects \
             every existing file of the container (with progress); locked classes need \
@@ -225,7 +228,8 @@ struct AppSetProtection: AsyncParsableCommand {
 struct AppUninstall: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "uninstall",
-        abstract: "Remove an app and its container (a group's container goes with its last member).")
+        abstract: "Remove an app and its container.",
+        discussion: "An App Group's container goes with its last member.")
     @OptionGroup var device: DeviceOptions
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
 
@@ -246,7 +250,8 @@ struct Group: AsyncParsableCommand {
 struct GroupSetProtection: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "set-protection",
-        abstract: "Set an App Group container's class (apps' defaults do not reach it).",
+        abstract: "Set an App Group container's class.",
+        usage: "dpctl group set-protection <group-id> <class> [<options>]",
         discussion: """
             A group container starts at iOS's default class (completeUntilFirstUserAuthentication) \
             whatever its members' entitlements say: set its class here or from a member app. New \

@@ -8,9 +8,11 @@ import Foundation
 struct Audit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit",
-        abstract: "Find data-storage mistakes: plain or weakly protected files, plaintext databases, backed-up offline data, weak App Groups, long-lived grants, loose modes.",
+        abstract: "Find data-storage mistakes, and fix them.",
+        usage: "dpctl audit [<path>] [<options>]",
         discussion: """
-            Audits a directory tree (PATH; a container's directory is audited as that container), \
+            Plain or weakly protected files, plaintext databases, backed-up offline data, weak \
+            App Groups, long-lived grants, loose modes. Audits a directory tree (PATH; a container's directory is audited as that container), \
             an app (--app: its container, its groups' containers, its grants), or the whole device \
             (--all, the default: the data root's modes, every container, every grant). It reads \
             headers, attributes and metadata only: no passcode, works while locked, never decrypts.

@@ -7,7 +7,7 @@ import Foundation
 struct Exclude: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "exclude",
-        abstract: "Mark files or directories \"do not back up\" (iOS's isExcludedFromBackup).",
+        abstract: "Mark files \"do not back up\" (isExcludedFromBackup).",
         discussion: """
             Sets the extended attribute user.xdg.robots.backup=false. A directory's mark covers \
             everything below it; a marked directory also gets a CACHEDIR.TAG, so that \
@@ -34,8 +34,8 @@ struct Exclude: AsyncParsableCommand {
 struct Include: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "include",
-        abstract: "Remove the \"do not back up\" mark (and the CACHEDIR.TAG dpctl wrote).",
-        discussion: "An item below a marked directory stays excluded until that directory is included.")
+        abstract: "Remove the \"do not back up\" mark.",
+        discussion: "The CACHEDIR.TAG dpctl wrote goes too. An item below a marked directory stays excluded until that directory is included.")
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "Files or directories.") var paths: [String]
@@ -59,7 +59,8 @@ struct Include: AsyncParsableCommand {
 struct Exclusions: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "exclusions",
-        abstract: "Print the marked items below PATH as an exclude list for a backup tool.",
+        abstract: "Print marked items as a backup tool's exclude list.",
+        usage: "dpctl exclusions <path> [--format <format>] [--json]",
         discussion: """
             list: absolute paths.  tar: for `tar -X FILE -cf out.tar /abs/path`.  \
             restic: for `restic backup --exclude-file FILE`.  borg: for `borg create --exclude-from FILE`.
@@ -93,8 +94,9 @@ struct Exclusions: AsyncParsableCommand {
 struct BackupPassword: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup-password",
-        abstract: "Set the backup password: the class keys are wrapped under it into the data root's backup keybag.",
-        discussion: "Needs the device unlocked (--passcode-file when a passcode is set). Backups carry this keybag, so they restore on another device with the password, even when they were taken while locked.")
+        abstract: "Set the password that restores backups elsewhere.",
+        usage: "dpctl backup-password --password-file <file> [<options>]",
+        discussion: "The class keys are wrapped under it into the data root's backup keybag. Needs the device unlocked (--passcode-file when a passcode is set). Backups carry this keybag, so they restore on another device with the password, even when they were taken while locked.")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -111,9 +113,11 @@ struct BackupPassword: AsyncParsableCommand {
 struct Backup: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "Back up SOURCE into the repository DEST, skipping marked items (and apps' Library/Caches, tmp).",
+        abstract: "Back up a directory, skipping what iOS skips.",
+        usage: "dpctl backup <source> <destination> [<options>]",
         discussion: """
-            Protected files are copied as ciphertext (nothing is decrypted: it works while locked); plain \
+            Backs up SOURCE into the repository DEST, skipping marked items and, in apps' \
+            containers, Library/Caches and tmp. Protected files are copied as ciphertext (nothing is decrypted: it works while locked); plain \
             files are sealed as class B objects, so nothing in a backup is readable without this device \
             or the backup password. Unchanged files are not copied again. The data root's backup keybag goes into the backup \
             so that it restores on another device with the backup password.
@@ -163,6 +167,7 @@ struct Restore: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "restore",
         abstract: "Restore one backup into a new directory.",
+        usage: "dpctl restore <backup> <destination> [<options>]",
         discussion: """
             BACKUP is REPOSITORY/backups/ID, or the repository itself for its latest finished \
             backup (`dpctl backups REPOSITORY` lists them). Protected files from another device \
@@ -199,7 +204,8 @@ struct Restore: AsyncParsableCommand {
 struct Verify: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
-        abstract: "Check that a backup is authentic and every file of it present and unaltered.",
+        abstract: "Check that a backup is authentic and complete.",
+        usage: "dpctl verify <backup> [--json] [<options>]",
         discussion: """
             BACKUP is REPOSITORY/backups/ID, or the repository for its latest finished backup. \
             Needs no passcode on the device that made the backup (on another device, the backup \
@@ -235,7 +241,7 @@ struct Verify: AsyncParsableCommand {
 struct Backups: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backups",
-        abstract: "List a repository's backups, oldest first (as restic snapshots does).",
+        abstract: "List a repository's backups (as restic snapshots).",
         discussion: """
             Read without any key: nothing listed is authenticated until `dpctl verify` checks \
             it. ELSEWHERE says whether a backup carries a backup keybag (restores on another \

@@ -5,7 +5,7 @@ import Foundation
 struct Daemon: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "daemon",
-        abstract: "Set up keybagd, the daemon that holds the keys for every process.",
+        abstract: "Set up keybagd: one lock state for every process.",
         subcommands: [DaemonInstall.self, DaemonUninstall.self])
 }
 
@@ -53,7 +53,8 @@ struct UserUnits {
 struct DaemonInstall: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "install",
-        abstract: "Write the systemd user units that run keybagd for this data root.",
+        abstract: "Write systemd user units running keybagd.",
+        usage: "dpctl daemon install [<options>]",
         discussion: """
         Writes the template $XDG_CONFIG_HOME/systemd/user/keybagd@.service (default ~/.config/...),
         running the keybagd next to this dpctl, and for this root a drop-in with its idle lock; the
@@ -163,8 +164,8 @@ struct DaemonInstall: AsyncParsableCommand {
 struct DaemonUninstall: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "uninstall",
-        abstract: "Remove this data root's keybagd units (the template goes with the last root).",
-        discussion: "Stops and disables them first through `systemctl --user` when a user manager answers.")
+        abstract: "Remove this data root's keybagd units.",
+        discussion: "The template unit goes with the last root. Stops and disables them first through `systemctl --user` when a user manager answers.")
 
     @OptionGroup var device: DeviceOptions
 

@@ -7,7 +7,7 @@ import Foundation
 struct Defaults: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "defaults",
-        abstract: "Read, write and delete an app's or an App Group's preferences.",
+        abstract: "Read, write, delete app or App Group preferences.",
         discussion: """
             DOMAIN is an app's identifier (its Library/Preferences/ID.plist) or an App Group's \
             (group.…: the group container's shared preferences). The property list is a \
@@ -44,7 +44,8 @@ func describePreference(_ value: Any, indent: String = "") -> String {
 }
 
 struct DefaultsRead: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "read", abstract: "Print DOMAIN's preferences, or the value of KEY.")
+    static let configuration = CommandConfiguration(commandName: "read", abstract: "Print DOMAIN's preferences, or the value of KEY.",
+        usage: "dpctl defaults read <domain> [<key>] [<options>]")
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("An app's or an App Group's identifier.", valueName: "domain")) var domain: String
@@ -69,6 +70,7 @@ struct DefaultsWrite: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "write",
         abstract: "Set KEY in DOMAIN's preferences.",
+        usage: "dpctl defaults write <domain> <key> [<value> ...] [<options>]",
         discussion: """
             VALUE is read as --type says: string (default), int, float, bool (yes/no, true/false, \
             1/0), data (hexadecimal), date (ISO 8601), array (every VALUE, as strings), dict \
@@ -130,7 +132,8 @@ struct DefaultsWrite: AsyncParsableCommand {
 }
 
 struct DefaultsDelete: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "delete", abstract: "Remove KEY (or every key) from DOMAIN's preferences.")
+    static let configuration = CommandConfiguration(commandName: "delete", abstract: "Remove KEY (or every key) from DOMAIN's preferences.",
+        usage: "dpctl defaults delete <domain> [<key>] [<options>]")
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("An app's or an App Group's identifier.", valueName: "domain")) var domain: String

@@ -5,8 +5,9 @@ import Foundation
 struct Init: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "init",
-        abstract: "Set up a new device in the data root: device secret, class keys, keybag.",
-        discussion: "scrypt parameters are calibrated so one passcode attempt costs at least 80 ms on this machine.")
+        abstract: "Set up a new device in the data root.",
+        usage: "dpctl init [<options>]",
+        discussion: "Writes the device secret, the class keys and the keybag. scrypt parameters are calibrated so one passcode attempt costs at least 80 ms on this machine.")
 
     @OptionGroup var device: DeviceOptions
     @Option(help: ArgumentHelp("File holding the passcode (\"-\" for standard input).", valueName: "file"))
@@ -49,7 +50,8 @@ struct Init: AsyncParsableCommand {
 }
 
 struct Status: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the lock state, passcode state, failed attempts and delays.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show lock state, passcode, failures and delays.",
+        usage: "dpctl status [--json] [--check] [<options>]")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -130,7 +132,7 @@ struct Status: AsyncParsableCommand {
 struct Unlock: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "unlock",
-        abstract: "Unlock the device for every process (needs keybagd serving the root).",
+        abstract: "Unlock the device for every process (via keybagd).",
         discussion: "The passcode is read from the terminal, or from --passcode-file FILE ('-' for stdin).")
 
     @OptionGroup var device: DeviceOptions
@@ -155,7 +157,7 @@ struct Unlock: AsyncParsableCommand {
 struct Lock: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "lock",
-        abstract: "Lock the device for every process (needs keybagd serving the root).",
+        abstract: "Lock the device for every process (via keybagd).",
         discussion: "Class A keys are discarded when the grace period ends, in the daemon and in every process.")
 
     @OptionGroup var device: DeviceOptions
@@ -169,7 +171,8 @@ struct Lock: AsyncParsableCommand {
 }
 
 struct Policy: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "policy", abstract: "Change the grace period or the erase-after-10-failures policy.")
+    static let configuration = CommandConfiguration(commandName: "policy", abstract: "Change the grace period or erase-after-10-failures.",
+        usage: "dpctl policy [<options>]")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -191,7 +194,7 @@ struct Policy: AsyncParsableCommand {
 struct SetPasscode: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "set-passcode",
-        abstract: "Set a passcode on a device that has none: data protection becomes active.")
+        abstract: "Set a passcode: data protection becomes active.")
 
     @OptionGroup var device: DeviceOptions
     @Option(help: ArgumentHelp("File holding the new passcode.", valueName: "file"))
@@ -207,7 +210,9 @@ struct SetPasscode: AsyncParsableCommand {
 struct ChangePasscode: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "change-passcode",
-        abstract: "Change the passcode. Only the class keys are rewrapped; no file is rewritten.")
+        abstract: "Change the passcode (no file is rewritten).",
+        usage: "dpctl change-passcode --passcode-file <file> --new-passcode-file <file>",
+        discussion: "Only the class keys are rewrapped under the new passcode.")
 
     @OptionGroup var device: DeviceOptions
     @Option(help: ArgumentHelp("File holding the current passcode.", valueName: "file"))
@@ -252,8 +257,8 @@ extension KeybagError {
 struct Erase: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "erase",
-        abstract: "Crypto-erase the device: destroy the keybag and device secret. Every protected file of this root becomes unrecoverable.",
-        discussion: "On a terminal it asks you to type ERASE; without a terminal (a script, a pipe) it refuses unless --yes is given.")
+        abstract: "Crypto-erase the device: every file unrecoverable.",
+        discussion: "Destroys the keybag and the device secret (and the TPM's objects): every protected file of this root becomes unrecoverable. On a terminal it asks you to type ERASE; without a terminal (a script, a pipe) it refuses unless --yes is given.")
 
     @OptionGroup var device: DeviceOptions
     @Flag(help: "Do not ask for confirmation.")

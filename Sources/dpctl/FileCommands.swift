@@ -10,6 +10,7 @@ struct Write: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "write",
         abstract: "Write standard input to a protected file, atomically.",
+        usage: "dpctl write <path> [--class <class>] [<options>]",
         discussion: """
             Without --class the file gets the stronger of its directory's default (inherited from the \
             nearest ancestor; until-first-unlock if none) and, when it replaces a protected file, that \
@@ -38,6 +39,7 @@ struct Cat: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cat",
         abstract: "Print the plaintext of protected files.",
+        usage: "dpctl cat <paths> ... [<options>]",
         discussion: """
             Fails with a one-line reason when the class is unavailable (exit 3) or the file is damaged \
             (exit 4). Every byte printed has been authenticated first, and a truncated or extended file \
@@ -139,7 +141,12 @@ struct RetractableOutput {
 struct List: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ls",
-        abstract: "Show the class of each file and each directory's default. Needs no passcode.")
+        abstract: "Show each file's class and each directory's default.",
+        discussion: """
+            Needs no passcode. A class-managed database shows the class of its key file; \
+            BACKUP says whether a backup takes the item: no when it is marked, below a marked \
+            directory, or in a place a backup leaves out (an app's Library/Caches and tmp).
+            """)
 
     @OptionGroup var device: DeviceOptions
     @Flag(name: .customShort("R"), help: "List subdirectories recursively.") var recursive = false
@@ -259,7 +266,8 @@ struct ProtectionProbe {
 struct Protect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "protect",
-        abstract: "Change the class of files (rewrap their keys), convert plain files, or set directories' defaults.",
+        abstract: "Change files' classes or directories' defaults.",
+        usage: "dpctl protect [-R] <paths> ... --class <class> [<options>]",
         discussion: """
             With -R, every file below a directory gets the class and every directory gets it as \
             default. Every class needed is checked first: while one is unavailable (locked), \
@@ -312,7 +320,9 @@ struct Protect: AsyncParsableCommand {
 struct Copy: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cp",
-        abstract: "Copy a file or tree. The copy gets the stronger of the source's class and the destination's default.")
+        abstract: "Copy a file or tree, keeping the stronger class.",
+        usage: "dpctl cp <source> <destination> [--class <class>] [<options>]",
+        discussion: "The copy gets the stronger of the source's class and the destination's default.")
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "Source.") var source: String

@@ -6,7 +6,7 @@ import Foundation
 struct AppBackground: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "background",
-        abstract: "Press the home button: send a running app to the background.",
+        abstract: "Send a running app to the background (home button).",
         discussion: """
             The app hears willResignActive and didEnterBackground. With no background task it \
             is suspended (no CPU at all) a few seconds later; its tasks keep it running up to \
@@ -26,7 +26,7 @@ struct AppBackground: AsyncParsableCommand {
 struct AppForeground: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "foreground",
-        abstract: "Bring a running app back to the front (resuming it if suspended).",
+        abstract: "Bring a running app back to the front.",
         discussion: "The app hears willEnterForeground and didBecomeActive. Refused while the device is locked.")
 
     @OptionGroup var device: DeviceOptions
@@ -59,7 +59,7 @@ struct AppState: AsyncParsableCommand {
 
     static let configuration = CommandConfiguration(
         commandName: "state",
-        abstract: "Show a running app's state, background tasks and time left.")
+        abstract: "Show a running app's state and background tasks.")
 
     @OptionGroup var device: DeviceOptions
     @Flag(help: "Print JSON.") var json = false
@@ -83,7 +83,7 @@ struct AppState: AsyncParsableCommand {
 struct AppStop: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stop",
-        abstract: "Stop a running app: willTerminate, then the end a few seconds later.",
+        abstract: "Stop a running app (willTerminate, then the end).",
         discussion: "The same as sending SIGTERM to its `dpctl app run`.")
 
     @OptionGroup var device: DeviceOptions

@@ -7,7 +7,7 @@ import GRDB
 struct SQL: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sql",
-        abstract: "Run SQL on a database: plain, class-managed, or SQLCipher with a key.",
+        abstract: "Run SQL (plain, class-managed or SQLCipher databases).",
         discussion: """
         Without SQL on the command line, the SQL is read from --read FILE or from standard
         input (dpctl sql notes.db < schema.sql). Statements run in autocommit mode;
@@ -200,7 +200,8 @@ enum DatabaseFileKind: Equatable {
 struct SQLKey: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sql-key",
-        abstract: "Print the raw key of a class-managed database, for SQLCipher's own tools.",
+        abstract: "Print a class-managed database's raw SQLCipher key.",
+        usage: "dpctl sql-key <database> [<options>]",
         discussion: """
         Prints 64 hex digits. Open the database elsewhere with PRAGMA key = "x'<hex>'" in
         SQLCipher 4 or later (the database is in SQLCipher 4's format; Debian 12's

@@ -15,7 +15,8 @@ struct Share: AsyncParsableCommand {
 struct ShareOpenIn: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "open-in",
-        abstract: "Copy an app's file into another app's Documents/Inbox (Open in…).",
+        abstract: "Copy a file into another app's Inbox (Open in…).",
+        usage: "dpctl share open-in --from <id> --to <id> <file> [<options>]",
         discussion: """
             The recipient gets its own copy, under a name made safe from FILE's, with a number \
             rather than replacing anything; the sender's later changes never reach it. The copy \
@@ -42,7 +43,7 @@ struct ShareOpenIn: AsyncParsableCommand {
 struct GrantCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "grant",
-        abstract: "Grant an app access to an item another app exposes (a file-provider grant).",
+        abstract: "Grant an app access to another app's item.",
         discussion: """
             ITEM is a path in the providing app's Documents (relative to its container, or \
             absolute); the provider must have been installed with --document-browser, which \
@@ -120,7 +121,8 @@ struct Grants: AsyncParsableCommand {
 struct Revoke: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "revoke",
-        abstract: "End a grant: no new access starts (descriptors already open stay valid until closed).")
+        abstract: "End a grant (open descriptors stay valid).",
+        discussion: "No new access starts; descriptors already open stay valid until they are closed.")
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: ArgumentHelp("The grant's ID.", valueName: "grant-id")) var grant: String

@@ -5,7 +5,7 @@ import Foundation
 struct TPM: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tpm",
-        abstract: "Seal the device secret by the TPM, or move it back to a file.",
+        abstract: "Move the device secret into or out of the TPM.",
         discussion: """
         With the device secret sealed by a TPM 2.0, the TPM checks every passcode and counts wrong
         ones in its dictionary-attack lockout, failed attempts are counted where no copied file
@@ -19,7 +19,8 @@ struct TPM: AsyncParsableCommand {
 struct TPMEnroll: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enroll",
-        abstract: "Move the device secret of an existing device into the TPM.",
+        abstract: "Move the device secret into the TPM.",
+        usage: "dpctl tpm enroll [--tpm-pcrs <list>] [<options>]",
         discussion: """
         A new secret is sealed by the TPM, every class key is rewrapped under it (no file is
         rewritten) and device.secret is overwritten and removed. A copy of the data root taken
@@ -49,8 +50,8 @@ struct TPMEnroll: AsyncParsableCommand {
 struct TPMRemove: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "remove",
-        abstract: "Move the device secret from the TPM back into a file, and remove the TPM's objects.",
-        discussion: "Stop keybagd for the root first.")
+        abstract: "Move the device secret back into a file.",
+        discussion: "The TPM's objects are removed. Stop keybagd for the root first.")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions

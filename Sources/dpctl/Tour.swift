@@ -7,8 +7,8 @@ import Foundation
 struct Tour: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tour",
-        abstract: "A self-contained demonstration on a temporary virtual device: every class in every lock state, the grace period, class B while locked, tamper detection, passcode delays.",
-        discussion: "Runs in a temporary data root (removed afterwards) on a virtual clock, so it never waits.")
+        abstract: "A demonstration on a temporary virtual device.",
+        discussion: "Every class in every lock state, the grace period, class B while locked, tamper detection, passcode delays. Runs in a temporary data root (removed afterwards) on a virtual clock, so it never waits.")
 
     @OptionGroup(title: "Ignored by the tour (it always uses a temporary device)") var device: DeviceOptions
     @Flag(help: "Keep the temporary data root and print its path.") var keep = false
