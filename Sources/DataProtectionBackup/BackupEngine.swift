@@ -23,6 +23,22 @@ public struct BackupSummary: Sendable, Equatable, Codable {
     public var hasBackupKeybag = false
 }
 
+/// How far a backup or a restore is: items (files; for a restore, every entry) and bytes done,
+/// out of totals known before the first byte is copied.
+public struct BackupProgress: Sendable, Equatable {
+    public var items: Int
+    public var totalItems: Int
+    public var bytes: Int64
+    public var totalBytes: Int64
+
+    public init(items: Int, totalItems: Int, bytes: Int64, totalBytes: Int64) {
+        self.items = items
+        self.totalItems = totalItems
+        self.bytes = bytes
+        self.totalBytes = totalBytes
+    }
+}
+
 /// Backs up a directory into a ``BackupRepository``, the way iOS's MobileBackup treats an app
 /// container: items excluded from backup — by their own attribute, or by the caller's
 /// ``BackupExclusionPolicy`` (an app container's `Library/Caches` and `tmp`) — are skipped and
@@ -56,8 +72,9 @@ public struct BackupEngine: Sendable {
         self.policy = policy
     }
 
-    /// Runs the backup. `log` receives MobileBackup-style lines; `progress` the items done.
-    public func run(log: (String) -> Void = { _ in }, progress: (Int) -> Void = { _ in }) async throws -> BackupSummary {
+    /// Runs the backup. `log` receives MobileBackup-style lines; `progress` the files and bytes
+    /// done so far, out of the totals the walk found before anything was copied.
+    public func run(log: (String) -> Void = { _ in }, progress: (BackupProgress) -> Void = { _ in }) async throws -> BackupSummary {
         guard POSIXFile.kind(source.path).isDirectory else { throw BackupError.noSuchSource(path: source.path) }
         var summary = BackupSummary()
         // Incremental: an unchanged file (same size and modification time as in the latest
@@ -79,6 +96,7 @@ public struct BackupEngine: Sendable {
         }
 
         var entries: [ManifestEntry] = []
+        var totalBytes: Int64 = 0
         // A repository inside the source is never backed up into itself (found by identity, not by name).
         let repositoryIdentity = POSIXFile.status(repository.url.path).map { ($0.st_dev, $0.st_ino) }
         if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: source) {
@@ -124,43 +142,55 @@ public struct BackupEngine: Sendable {
                         entry.linkTarget = try POSIXFile.linkTarget(path)
                         summary.symlinks += 1
                     case S_IFREG:
+                        // Read and copied below, once the walk knows how much there is.
                         summary.files += 1
-                        let url = URL(fileURLWithPath: path)
-                        if let old = previousByPath[rel], old.kind == .file, old.size == entry.size, old.mtime == entry.mtime,
-                           let sha = old.sha256, repository.hasObject(sha) {
-                            // Unchanged since the latest backup: nothing to read or copy.
-                            entry.sha256 = sha
-                            entry.protectionClass = old.protectionClass
-                            entry.thisDeviceOnly = old.thisDeviceOnly
-                            entry.sealed = old.sealed
-                        } else {
-                            if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
-                                entry.protectionClass = Int(cls.rawValue)
-                                entry.thisDeviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
-                            }
-                            if !dryRun {
-                                let (sha, size) = entry.protectionClass == nil
-                                    ? try await repository.storeSealed(path, files: files) : try repository.store(path)
-                                entry.sealed = entry.protectionClass == nil
-                                entry.sha256 = sha
-                                entry.size = size   // what was captured, should the file have changed since lstat
-                                summary.filesCopied += 1
-                                summary.bytesCopied += size
-                            }
-                        }
-                        if entry.protectionClass != nil { summary.protectedFiles += 1 }
-                        if entry.thisDeviceOnly {
-                            summary.thisDeviceOnlyFiles += 1
-                            log("Backed up for this device only (not restorable on another device): \(shown)")
-                        }
+                        totalBytes += entry.size
                     default:
                         log("Not backed up (unsupported file type): \(shown)")
                         continue
                     }
                     entries.append(entry)
-                    progress(entries.count)
                 }
             }
+        }
+
+        // The files, with progress out of known totals.
+        var done = BackupProgress(items: 0, totalItems: summary.files, bytes: 0, totalBytes: totalBytes)
+        for index in entries.indices where entries[index].kind == .file {
+            var entry = entries[index]
+            let path = source.path + "/" + entry.path
+            let url = URL(fileURLWithPath: path)
+            if let old = previousByPath[entry.path], old.kind == .file, old.size == entry.size, old.mtime == entry.mtime,
+               let sha = old.sha256, repository.hasObject(sha) {
+                // Unchanged since the latest backup: nothing to read or copy.
+                entry.sha256 = sha
+                entry.protectionClass = old.protectionClass
+                entry.thisDeviceOnly = old.thisDeviceOnly
+                entry.sealed = old.sealed
+            } else {
+                if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
+                    entry.protectionClass = Int(cls.rawValue)
+                    entry.thisDeviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
+                }
+                if !dryRun {
+                    let (sha, size) = entry.protectionClass == nil
+                        ? try await repository.storeSealed(path, files: files) : try repository.store(path)
+                    entry.sealed = entry.protectionClass == nil
+                    entry.sha256 = sha
+                    entry.size = size   // what was captured, should the file have changed since lstat
+                    summary.filesCopied += 1
+                    summary.bytesCopied += size
+                }
+            }
+            if entry.protectionClass != nil { summary.protectedFiles += 1 }
+            if entry.thisDeviceOnly {
+                summary.thisDeviceOnlyFiles += 1
+                log("Backed up for this device only (not restorable on another device): \(LosslessPath.display(path))")
+            }
+            done.bytes += entries[index].size
+            done.items += 1
+            entries[index] = entry
+            progress(done)
         }
         summary.backup = id
         guard !dryRun else { return summary }

@@ -188,7 +188,7 @@ public struct RestoreEngine: Sendable {
     ///   - files: this device's protected files, for rewrapping files from another device.
     ///   - password: the backup password, needed only for a backup made on another device.
     public func restore(to destination: URL, files: ProtectedFileManager, password: String?, options: RestoreOptions = RestoreOptions(),
-                        log: (String) -> Void = { _ in }, progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) async throws -> RestoreSummary {
+                        log: (String) -> Void = { _ in }, progress: (BackupProgress) -> Void = { _ in }) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
         let authenticated = try await authenticate(files: files, password: password)
         let entries = try await manifest(of: authenticated, files: files).entries()
@@ -255,9 +255,10 @@ public struct RestoreEngine: Sendable {
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
                          foreignObjects: Set<String>, deviceOnlyElsewhere: Set<String>, backupKeys: BackupClassKeys?,
                          options: RestoreOptions, reportingAs finalDestination: URL,
-                         log: (String) -> Void, progress: (Int, Int) -> Void) async throws -> RestoreSummary {
+                         log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
-        var done = 0
+        var done = BackupProgress(items: 0, totalItems: entries.count, bytes: 0,
+                                  totalBytes: entries.reduce(0) { $0 + ($1.kind == .file ? $1.size : 0) })
         func target(_ entry: ManifestEntry) -> String { destination.path + "/" + entry.path }
         // Directories and files first, links last: no link can redirect a later write.
         for entry in entries where entry.kind != .symlink {
@@ -288,18 +289,19 @@ public struct RestoreEngine: Sendable {
                     }
                 }
                 summary.files += 1
+                done.bytes += entry.size
             case .symlink:
                 break
             }
-            done += 1
-            progress(done, entries.count)
+            done.items += 1
+            progress(done)
         }
         for entry in entries where entry.kind == .symlink {
             try Self.checkParents(of: entry.path, in: destination.path)
             try POSIXFile.call("symlink", entry.linkTarget!, target(entry)) { symlink($0, $1) }
             summary.symlinks += 1
-            done += 1
-            progress(done, entries.count)
+            done.items += 1
+            progress(done)
         }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
         let mask: mode_t = options.keepModes ? 0 : Self.currentUmask()

@@ -131,6 +131,7 @@ struct Backup: AsyncParsableCommand {
     @Flag(help: "Walk and log only; write nothing.") var dryRun = false
     @Flag(help: "Print the MobileBackup-style log: Not backed up (attribute|blacklist): PATH.") var log = false
     @Flag(help: "Print a JSON summary.") var json = false
+    @OptionGroup var quiet: QuietOption
 
     func run() async throws {
         // The device is opened locked (before first unlock): a backup needs no key.
@@ -150,15 +151,15 @@ struct Backup: AsyncParsableCommand {
         let policy = ContainerManager(files: files).backupExclusionPolicy(for: URL(fileURLWithPath: source))
         let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
                                   files: files, dryRun: dryRun, policy: policy)
-        let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
+        let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1, unit: "files")
         // With --json on standard output, the log goes to standard error: the output stays one JSON document.
         let summary = try await engine.run(log: { line in if log || dryRun { json ? printError(line) : printOut(line) } },
-                                           progress: { bar.update(done: $0, total: 0) })
+                                           progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
         bar.finish()
         if json {
             printJSON(summary)
-        } else if !dryRun {
-            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(summary.bytesCopied) bytes), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place")
+        } else if !dryRun, !quiet.quiet {
+            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(humanSize(summary.bytesCopied))), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place")
         }
     }
 }
@@ -182,20 +183,21 @@ struct Restore: AsyncParsableCommand {
     @Flag(help: "Apply permission bits as backed up instead of clamping them with the umask (set-id and sticky bits are never restored).")
     var keepModes = false
     @Flag(help: "Print a JSON summary.") var json = false
+    @OptionGroup var quiet: QuietOption
 
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
-        let bar = ProgressLine(enabled: !json && isatty(STDERR_FILENO) == 1)
-        let backup = try resolveBackup(self.backup)
+        let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1)
+        let backup = try resolveBackup(self.backup, quiet: quiet.quiet)
         let summary = try await RestoreEngine(backup: backup)
             .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
                      options: RestoreOptions(keepModes: keepModes),
-                     log: { json ? printError($0) : printOut($0) }, progress: { bar.update(done: $0, total: $1) })
+                     log: { json ? printError($0) : printOut($0) }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
         bar.finish()
         if json {
             printJSON(summary)
-        } else {
+        } else if !quiet.quiet {
             printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device")
         }
     }
@@ -218,16 +220,17 @@ struct Verify: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The backup password (for a backup made on another device).", valueName: "file")) var passwordFile: String?
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Print the result as JSON (damage still exits 4).") var json = false
+    @OptionGroup var quiet: QuietOption
 
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
-        let backup = try resolveBackup(self.backup)
+        let backup = try resolveBackup(self.backup, quiet: quiet.quiet)
         let result = try await RestoreEngine(backup: backup).verification(files: files, password: try passwordFile.map(readPasscode))
         if json {
             printJSON(result)
         } else if result.isIntact {
-            printOut("ok: \(result.backup): \(result.objectsChecked) objects verified")
+            if !quiet.quiet { printOut("ok: \(result.backup): \(result.objectsChecked) objects verified") }
         } else {
             for problem in result.problems { printOut("damaged: \(LosslessPath.display(problem.description))") }
             if !result.filesNamed { printError("dpctl: note: the files of these objects are named once the device has been unlocked") }
@@ -275,31 +278,10 @@ struct Backups: AsyncParsableCommand {
 }
 
 /// The backup a command was given: the backup itself, or a repository's latest finished one.
-func resolveBackup(_ path: String) throws -> URL {
+func resolveBackup(_ path: String, quiet: Bool) throws -> URL {
     let url = URL(fileURLWithPath: path)
     guard BackupRepository.isRepository(url) else { return url }
     let latest = try BackupRepository(url: url).latestFinishedBackup()
-    printError("dpctl: using the latest backup, \(latest.lastPathComponent)")
+    if !quiet { printError("dpctl: using the latest backup, \(latest.lastPathComponent)") }
     return latest
-}
-
-/// A progress bar on a terminal (standard error), nothing elsewhere: `[#######.........] 45% 450/1000`,
-/// or a running count when the total is not known in advance.
-final class ProgressLine: @unchecked Sendable {
-    let enabled: Bool
-    private var last = ContinuousClock.now
-    init(enabled: Bool) { self.enabled = enabled }
-    func update(done: Int, total: Int) {
-        guard enabled, ContinuousClock.now - last > .milliseconds(100) else { return }
-        last = ContinuousClock.now
-        let text: String
-        if total > 0 {
-            let width = 30, filled = min(width, done * width / total)
-            text = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] \(done * 100 / total)% \(done)/\(total)"
-        } else {
-            text = "\(done) items"
-        }
-        FileHandle.standardError.write(Data("\r\(text)\u{1B}[K".utf8))
-    }
-    func finish() { if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) } }
 }

@@ -76,7 +76,7 @@ struct DPCtl: AsyncParsableCommand {
             if argument == "--root", index + 1 < arguments.count {
                 global += [argument, arguments[index + 1]]
                 index += 2
-            } else if argument.hasPrefix("--root=") || argument == "--verbose" {
+            } else if argument.hasPrefix("--root=") || argument == "--verbose" || argument == "-v" {
                 global.append(argument)
                 index += 1
             } else {

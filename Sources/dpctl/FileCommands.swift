@@ -150,7 +150,8 @@ struct List: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Flag(name: .customShort("R"), help: "List subdirectories recursively.") var recursive = false
-    @Flag(help: "Print JSON: an array of {name, class, backup, size} (size null for directories).") var json = false
+    @Flag(help: "Print JSON: an array of {name, class, backup, size} (size in bytes, null for directories).") var json = false
+    @Flag(help: "Sizes in bytes instead of 76.3 MiB.") var bytes = false
     @Argument(help: "Files or directories (default: the current directory).") var paths: [String] = ["."]
 
     func run() async throws {
@@ -174,6 +175,9 @@ struct List: AsyncParsableCommand {
             let data = try JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
             printOut(String(decoding: data, as: UTF8.self))
             return
+        }
+        if !bytes {
+            for i in rows.indices.dropFirst() { if let size = Int64(rows[i][2]) { rows[i][2] = humanSize(size) } }
         }
         printOut(table(rows, rightAligned: [2]))
     }
@@ -276,6 +280,7 @@ struct Protect: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Flag(name: .customShort("R"), help: "Re-protect whole trees.") var recursive = false
+    @OptionGroup var quiet: QuietOption
     @Argument(help: "Files or directories.") var paths: [String]
     @Option(name: .customLong("class"), help: "complete | complete-unless-open | until-first-unlock | none")
     var protectionClass: ProtectionClass
@@ -295,7 +300,7 @@ struct Protect: AsyncParsableCommand {
         }
         for url in urls where POSIXFile.status(url.path) == nil { throw ProtectedFileError.noSuchFile(path: url.path) }
         var total = ReprotectionReport()
-        let bar = ProgressLine(enabled: isatty(STDERR_FILENO) == 1)
+        let bar = ProgressLine(enabled: !quiet.quiet && isatty(STDERR_FILENO) == 1)
         for url in urls {
             let report = try await files.reprotectItems(at: url, to: protectionClass) { progress in
                 bar.update(done: progress.completed, total: progress.total)
@@ -307,7 +312,7 @@ struct Protect: AsyncParsableCommand {
             total.failures.merge(report.failures) { $1 }
         }
         bar.finish()
-        printOut("\(total.filesChanged) files changed, \(total.filesUnchanged) already \(protectionClass.shortName), \(total.directories) directories")
+        if !quiet.quiet { printOut("\(total.filesChanged) files changed, \(total.filesUnchanged) already \(protectionClass.shortName), \(total.directories) directories") }
         for (path, reason) in total.failures.sorted(by: { $0.key < $1.key }) {
             // The reason names the file already, in most cases.
             let line = reason.contains(path) ? reason : "\(path): \(reason)"

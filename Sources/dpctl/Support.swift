@@ -12,7 +12,7 @@ struct DeviceOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
     var root: String?
 
-    @Flag(name: .long, help: "Log what the keybag does (lock, unlock, discarded keys) to standard error.")
+    @Flag(name: .shortAndLong, help: "Log what the keybag does (lock, unlock, discarded keys) to standard error.")
     var verbose = false
 
     var resolvedRoot: String { get throws { try DataRoot.resolve(root) } }
@@ -127,6 +127,12 @@ struct Seconds: ExpressibleByArgument, CustomStringConvertible {
 
     var description: String { value == value.rounded() ? String(Int(value)) : String(value) }
     static var defaultCompletionKind: CompletionKind { .default }
+}
+
+/// `-q`: for scripts and cron, the commands that report progress and a summary stay silent.
+struct QuietOption: ParsableArguments {
+    @Flag(name: .shortAndLong, help: "No progress bar and no summary: only warnings, errors and the exit status.")
+    var quiet = false
 }
 
 /// The passcode option every command that may need the device unlocked takes.

@@ -46,6 +46,14 @@ import Testing
         let verified = try cli.run(["verify", repo])
         #expect(verified.status == 0 && verified.out.hasPrefix("ok: \(ids[1]):"), "\(verified.out)\(verified.stderr)")
 
+        // -q: nothing but the exit status; -v: the keybag's log on standard error.
+        let quiet = try cli.run(["backup", cli.file("src"), repo, "-q"])
+        #expect(quiet.status == 0 && quiet.out.isEmpty, "\(quiet.out)")
+        let quietVerify = try cli.run(["verify", repo, "--quiet"])
+        #expect(quietVerify.status == 0 && quietVerify.out.isEmpty && quietVerify.stderr.isEmpty, "\(quietVerify.stderr)")
+        let verbose = try cli.run(["-v", "status", "--passcode-file", passcode])
+        #expect(verbose.status == 0 && verbose.stderr.contains("unlocked"), "\(verbose.stderr)")
+
         let notARepository = try cli.run(["backups", cli.file("src")])
         #expect(notARepository.status == 1 && notARepository.stderr.contains("is not a backup repository"))
         let empty = cli.file("empty")
