@@ -212,8 +212,12 @@ struct AppSetProtection: AsyncParsableCommand {
     func run() async throws {
         let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
         let bar = ProgressLine(enabled: isatty(STDERR_FILENO) == 1)
-        let report = try await manager.setDefaultProtection(protectionClass, ofApp: try appIdentifier(identifier), reprotect: reprotect) { p in
-            bar.update(done: p.completed, total: p.total)
+        let app = try appIdentifier(identifier)
+        // Re-protection checks every class before it changes a file: asking and trying again is safe.
+        let report = try await PasscodePrompt.retrying(manager.files.keybag) {
+            try await manager.setDefaultProtection(protectionClass, ofApp: app, reprotect: reprotect) { p in
+                bar.update(done: p.completed, total: p.total)
+            }
         }
         bar.finish()
         printOut("\(identifier): default class \(protectionClass) for new files")
@@ -265,7 +269,10 @@ struct GroupSetProtection: AsyncParsableCommand {
 
     func run() async throws {
         let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
-        let report = try await manager.setDefaultProtection(protectionClass, ofGroup: try groupIdentifier(identifier), reprotect: reprotect)
+        let group = try groupIdentifier(identifier)
+        let report = try await PasscodePrompt.retrying(manager.files.keybag) {
+            try await manager.setDefaultProtection(protectionClass, ofGroup: group, reprotect: reprotect)
+        }
         printOut("\(identifier): default class \(protectionClass) for new files")
         if let report {
             printOut("re-protected \(report.filesChanged) files, \(report.failures.count) failed")

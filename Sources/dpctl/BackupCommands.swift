@@ -105,7 +105,8 @@ struct BackupPassword: AsyncParsableCommand {
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
-        try await keybag.setBackupPassword(try readPasscode(passwordFile))
+        let password = try readPasscode(passwordFile)
+        try await PasscodePrompt.retrying(keybag) { try await keybag.setBackupPassword(password) }
         printOut("backup keybag written: \(keybag.backupKeybagURL.path)")
     }
 }
@@ -190,10 +191,14 @@ struct Restore: AsyncParsableCommand {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1)
         let backup = try resolveBackup(self.backup, quiet: quiet.quiet)
-        let summary = try await RestoreEngine(backup: backup)
-            .restore(to: URL(fileURLWithPath: destination), files: files, password: try passwordFile.map(readPasscode),
-                     options: RestoreOptions(keepModes: keepModes),
-                     log: { json ? printError($0) : printOut($0) }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+        let password = try passwordFile.map(readPasscode)
+        // A restore opens the backup's manifest before it writes anything: asking and trying again is safe.
+        let summary = try await PasscodePrompt.retrying(files.keybag) {
+            try await RestoreEngine(backup: backup)
+                .restore(to: URL(fileURLWithPath: destination), files: files, password: password,
+                         options: RestoreOptions(keepModes: keepModes),
+                         log: { json ? printError($0) : printOut($0) }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+        }
         bar.finish()
         if json {
             printJSON(summary)

@@ -21,7 +21,9 @@ struct Defaults: AsyncParsableCommand {
 /// member of the group, runs).
 func withPreferences<T>(_ device: DeviceOptions, _ unlock: UnlockOptions, domain: String,
                         _ body: (ProtectedUserDefaults) async throws -> T) async throws -> T {
-    try await containerManager(device, passcodeFile: unlock.passcodeFile).withPreferences(of: domain, body)
+    let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
+    // Preferences are read whole before any change is written: asking and trying again is safe.
+    return try await PasscodePrompt.retrying(manager.files.keybag) { try await manager.withPreferences(of: domain, body) }
 }
 
 /// A property-list value as `defaults read` shows it.

@@ -184,8 +184,13 @@ struct Policy: AsyncParsableCommand {
 
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
-        if let gracePeriod { try await keybag.setGracePeriod(gracePeriod.value) }
-        if let eraseAfterTenFailures { try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures) }
+        if gracePeriod != nil || eraseAfterTenFailures != nil {
+            // A change needs the device unlocked; it is checked before anything is written.
+            try await PasscodePrompt.retrying(keybag) {
+                if let gracePeriod { try await keybag.setGracePeriod(gracePeriod.value) }
+                if let eraseAfterTenFailures { try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures) }
+            }
+        }
         let s = await keybag.status
         printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off")")
     }

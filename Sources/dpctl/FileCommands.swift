@@ -27,10 +27,14 @@ struct Write: AsyncParsableCommand {
 
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile, standardInputCarriesData: true))
+        let url = URL(fileURLWithPath: path)
+        var classes = [protectionClass ?? files.defaultProtection(forNewItemAt: url)]
+        if case .protected(let existing)? = try? files.protection(ofItemAt: url) { classes.append(existing) }
+        try await PasscodePrompt.unlockIfNeeded(files.keybag, creating: classes)
         // A pipe holds 64 KiB by default: each read then takes 64 KiB and a wake-up of the writer.
         // Ask for 1 MiB (the unprivileged limit); a refusal only costs speed.
         _ = fcntl(FileDescriptor.standardInput.rawValue, 1031 /* F_SETPIPE_SZ, not imported by Glibc */, Int32(1 << 20))
-        try await files.write(contentsOf: .standardInput, to: URL(fileURLWithPath: path), protection: protectionClass,
+        try await files.write(contentsOf: .standardInput, to: url, protection: protectionClass,
                               thisDeviceOnly: thisDeviceOnly ? true : nil)
     }
 }
@@ -69,6 +73,11 @@ struct Cat: AsyncParsableCommand {
                 throw CLIError("\(LosslessPath.display(path)) is not a protected file (refused: --strict)")
             }
         }
+        let classes = paths.compactMap { path -> ProtectionClass? in
+            if case .protected(let cls)? = try? files.protection(ofItemAt: URL(fileURLWithPath: path)) { return cls }
+            return nil
+        }
+        try await PasscodePrompt.unlockIfNeeded(files.keybag, reading: classes)
         for path in paths { try await print(path, files: files) }
     }
 
@@ -294,7 +303,7 @@ struct Protect: AsyncParsableCommand {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         let urls = paths.map { URL(fileURLWithPath: $0) }
         guard recursive else {
-            try await files.checkClassesAvailable(forReprotecting: urls, to: protectionClass)
+            try await PasscodePrompt.retrying(files.keybag) { try await files.checkClassesAvailable(forReprotecting: urls, to: protectionClass) }
             for url in urls { try await files.setProtection(protectionClass, ofItemAt: url) }
             return
         }
@@ -302,8 +311,11 @@ struct Protect: AsyncParsableCommand {
         var total = ReprotectionReport()
         let bar = ProgressLine(enabled: !quiet.quiet && isatty(STDERR_FILENO) == 1)
         for url in urls {
-            let report = try await files.reprotectItems(at: url, to: protectionClass) { progress in
-                bar.update(done: progress.completed, total: progress.total)
+            // The classes are checked before anything changes: asking and trying again is safe.
+            let report = try await PasscodePrompt.retrying(files.keybag) {
+                try await files.reprotectItems(at: url, to: protectionClass) { progress in
+                    bar.update(done: progress.completed, total: progress.total)
+                }
             }
             total.filesChanged += report.filesChanged
             total.filesUnchanged += report.filesUnchanged
@@ -338,6 +350,7 @@ struct Copy: AsyncParsableCommand {
 
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        try await PasscodePrompt.unlockIfNeeded(files.keybag, reading: PasscodePrompt.classes(below: source))
         try await files.copyItem(at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: destination), protection: protectionClass)
     }
 }

@@ -96,7 +96,9 @@ struct SQL: AsyncParsableCommand {
         let formatter = self.formatter
         if protectionClass != nil || (kind == .classManaged && !hasKey) {
             let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile, standardInputCarriesData: self.sql == nil && sqlFile == nil)
-            let db = try await ProtectedDatabase.open(at: URL(fileURLWithPath: database), keybag: keybag, protection: protectionClass, mode: .queue, format: format)
+            let db = try await PasscodePrompt.retrying(keybag) {
+                try await ProtectedDatabase.open(at: URL(fileURLWithPath: database), keybag: keybag, protection: protectionClass, mode: .queue, format: format)
+            }
             let output = try await db.writeWithoutTransaction { db in try Self.execute(sql, in: db, formatter: formatter) }
             try await db.close()
             FileHandle.standardOutput.write(Data(output.utf8))
@@ -224,7 +226,7 @@ struct SQLKey: AsyncParsableCommand {
             throw CLIError("\(database) has no key file (\(database)-dpkey): it is not a class-managed database")
         }
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
-        let db = try await ProtectedDatabase.open(at: URL(fileURLWithPath: database), keybag: keybag, mode: .queue)
+        let db = try await PasscodePrompt.retrying(keybag) { try await ProtectedDatabase.open(at: URL(fileURLWithPath: database), keybag: keybag, mode: .queue) }
         let hex = try await db.rawKeyHex()
         try await db.close()
         printOut(hex)

@@ -35,7 +35,9 @@ struct ShareOpenIn: AsyncParsableCommand {
 
     func run() async throws {
         let broker = SharingBroker(manager: try await containerManager(device, passcodeFile: unlock.passcodeFile))
-        let copy = try await broker.openIn(file, from: try appIdentifier(from), to: try appIdentifier(to))
+        let (sender, recipient) = (try appIdentifier(from), try appIdentifier(to))
+        // The sender's file is opened before anything is written into the recipient's Inbox.
+        let copy = try await PasscodePrompt.retrying(broker.manager.files.keybag) { try await broker.openIn(file, from: sender, to: recipient) }
         printOut("sent to \(copy.recipient): \(copy.url.path) (class \(copy.protection.shortName))")
     }
 }

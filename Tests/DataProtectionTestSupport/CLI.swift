@@ -57,6 +57,12 @@ public struct CLI: Sendable {
             process.executableURL = Self.executable
             process.arguments = ["--root", root] + args
         }
+        if Self.testsHaveATerminal {
+            // dpctl asks for a passcode on the controlling terminal: run it in a session of its
+            // own, without one, as in CI (a test run from a terminal must not stop at a prompt).
+            process.arguments = ["-w", process.executableURL!.path] + (process.arguments ?? [])
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
+        }
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { $1 }
         process.environment = env
@@ -72,6 +78,45 @@ public struct CLI: Sendable {
         let outData = stdout.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return Result(status: process.terminationStatus, stdout: outData, stderr: String(decoding: errData.result(), as: UTF8.self))
+    }
+
+    static let testsHaveATerminal: Bool = {
+        let fd = open("/dev/tty", O_RDWR | O_NOCTTY)
+        if fd >= 0 { close(fd) }
+        return fd >= 0
+    }()
+
+    /// Runs `dpctl --root ROOT args…` on a terminal of its own (a pseudo-terminal, made by
+    /// Python's `pty`), typing `answer` at its `Passcode:` prompt. Returns the exit status and
+    /// everything the terminal showed (standard output and error together).
+    public func runOnTerminal(_ args: [String], answer: String) throws -> (status: Int32, screen: String) {
+        let script = """
+            import os, pty, select, sys
+            answer, argv = sys.argv[1].encode(), sys.argv[2:]
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.execv(argv[0], argv)
+            screen, sent = b"", False
+            while True:
+                ready, _, _ = select.select([fd], [], [], 60)
+                if not ready:
+                    break
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+                if not sent and b"Passcode:" in screen:
+                    os.write(fd, answer + b"\\n")
+                    sent = True
+            _, status = os.waitpid(pid, 0)
+            sys.stdout.buffer.write(screen)
+            sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            """
+        let result = try ChildProcess.run("python3", ["-c", script, answer, Self.executable.path, "--root", root] + args)
+        return (result.status, result.out)
     }
 
     public func file(_ name: String) -> String { work.appendingPathComponent(name).path }

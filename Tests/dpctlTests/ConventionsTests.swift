@@ -225,4 +225,34 @@ import Testing
         #expect(seen > 50, "every command was visited")
         #expect(offenders.isEmpty, "\(offenders.joined(separator: "\n"))")
     }
+
+    /// On a terminal, a command that needs a locked class asks for the passcode (without echo),
+    /// as fscrypt and age do; without one it fails with exit 3 as before.
+    @Test func commandsAskForThePasscodeOnATerminal() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        #expect(try cli.run(["write", cli.file("a"), "--class", "complete", "--passcode-file", passcode], input: Data("secret text".utf8)).status == 0)
+        #expect(try cli.run(["cat", cli.file("a")]).status == 3, "no terminal: no question")
+
+        let cat = try cli.runOnTerminal(["cat", cli.file("a")], answer: "1234")
+        #expect(cat.status == 0 && cat.screen.contains("Passcode:") && cat.screen.contains("secret text"), "\(cat.screen)")
+        #expect(!cat.screen.contains("1234"), "the passcode is not echoed")
+
+        let wrong = try cli.runOnTerminal(["cat", cli.file("a")], answer: "9999")
+        #expect(wrong.status == 5 && wrong.screen.contains("wrong passcode") && !wrong.screen.contains("secret text"), "\(wrong.screen)")
+
+        // Class D needs nothing: no question.
+        #expect(try cli.run(["write", cli.file("d"), "--class", "none"], input: Data("open".utf8)).status == 0)
+        let plain = try cli.runOnTerminal(["cat", cli.file("d")], answer: "1234")
+        #expect(plain.status == 0 && !plain.screen.contains("Passcode:"), "\(plain.screen)")
+
+        // A check first, then the question, then the work: protect, sql.
+        let protect = try cli.runOnTerminal(["protect", cli.file("a"), "--class", "until-first-unlock"], answer: "1234")
+        #expect(protect.status == 0 && protect.screen.contains("Passcode:"), "\(protect.screen)")
+        #expect(try cli.run(["cat", cli.file("a"), "--passcode-file", passcode]).out == "secret text")
+        #expect(try cli.run(["sql", cli.file("n.db"), "--class", "A", "--passcode-file", passcode, "CREATE TABLE t(x); INSERT INTO t VALUES (42)"]).status == 0)
+        let sql = try cli.runOnTerminal(["sql", cli.file("n.db"), "SELECT x FROM t"], answer: "1234")
+        #expect(sql.status == 0 && sql.screen.contains("Passcode:") && sql.screen.contains("42"), "\(sql.screen)")
+    }
 }
