@@ -226,6 +226,27 @@ import Testing
         #expect(offenders.isEmpty, "\(offenders.joined(separator: "\n"))")
     }
 
+    /// The README's dpctl sections name every command the help lists.
+    @Test func theReadmeNamesEveryCommand() throws {
+        let readme = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../README.md").standardizedFileURL, encoding: .utf8)
+        let cli = CLI.make()
+        var pending: [[String]] = [[]]
+        var missing: [String] = []
+        while let command = pending.popLast() {
+            let help = try cli.run(command + ["--help"]).out
+            let names = help.components(separatedBy: "SUBCOMMANDS:").dropFirst().first?
+                .split(separator: "\n", omittingEmptySubsequences: false).dropFirst().prefix { !$0.isEmpty }
+                .filter { $0.hasPrefix("  ") && !$0.hasPrefix("   ") }
+                .map { String($0.dropFirst(2).prefix { $0 != " " }) }.filter { $0 != "help" } ?? []
+            for name in names where command.count < 3 { pending.append(command + [name]) }
+            if names.isEmpty, !command.isEmpty, !readme.contains(command.joined(separator: " ")) {
+                missing.append(command.joined(separator: " "))
+            }
+        }
+        #expect(missing.isEmpty, "not in the README: \(missing)")
+    }
+
     /// On a terminal, a command that needs a locked class asks for the passcode (without echo),
     /// as fscrypt and age do; without one it fails with exit 3 as before.
     @Test func commandsAskForThePasscodeOnATerminal() throws {
