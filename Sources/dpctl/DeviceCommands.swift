@@ -94,7 +94,7 @@ struct Status: AsyncParsableCommand {
             }
             if let problem = s.tpmProblem { object["tpmProblem"] = problem }
             if let rollback = s.lastRollback { object["lastKeybagRollback"] = ISO8601DateFormatter().string(from: rollback) }
-            let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+            let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
             printOut(String(decoding: data, as: UTF8.self))
             return
         }
