@@ -20,6 +20,8 @@ public struct BackupSummary: Sendable, Equatable, Codable {
     public var skippedByPolicy = 0
     /// The repository itself, when it lies inside the backed-up directory (0 or 1).
     public var skippedRepository = 0
+    /// Files removed, or replaced by something that is not a regular file, between the walk and their copy.
+    public var skippedChanged = 0
     public var hasBackupKeybag = false
 }
 
@@ -154,8 +156,10 @@ public struct BackupEngine: Sendable {
             }
         }
 
-        // The files, with progress out of known totals.
+        // The files, with progress out of known totals. A file removed or replaced by a link, a
+        // FIFO or a device since the walk is left out (its name may now lead anywhere).
         var done = BackupProgress(items: 0, totalItems: summary.files, bytes: 0, totalBytes: totalBytes)
+        var vanished = IndexSet()
         for index in entries.indices where entries[index].kind == .file {
             var entry = entries[index]
             let path = source.path + "/" + entry.path
@@ -173,8 +177,19 @@ public struct BackupEngine: Sendable {
                     entry.thisDeviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
                 }
                 if !dryRun {
-                    let (sha, size) = entry.protectionClass == nil
-                        ? try await repository.storeSealed(path, files: files) : try repository.store(path)
+                    let stored: (sha256: String, size: Int64)
+                    do {
+                        stored = entry.protectionClass == nil ? try await repository.storeSealed(path, files: files) : try repository.store(path)
+                    } catch let error as FileSystemError where error.operation == "open"
+                                && [.noSuchFileOrDirectory, .tooManySymbolicLinkLevels, .invalidArgument].contains(error.errno) {
+                        log("Not backed up (changed during the backup): \(LosslessPath.display(path))")
+                        summary.skippedChanged += 1
+                        summary.files -= 1
+                        vanished.insert(index)
+                        done.items += 1
+                        continue
+                    }
+                    let (sha, size) = stored
                     entry.sealed = entry.protectionClass == nil
                     entry.sha256 = sha
                     entry.size = size   // what was captured, should the file have changed since lstat
@@ -192,6 +207,7 @@ public struct BackupEngine: Sendable {
             entries[index] = entry
             progress(done)
         }
+        entries = entries.enumerated().filter { !vanished.contains($0.offset) }.map(\.element)
         summary.backup = id
         guard !dryRun else { return summary }
 

@@ -24,6 +24,8 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     case wrongBackupPassword
     /// A restore failed part-way; the destination was left untouched.
     case restoreFailed(String)
+    /// The repository holds no finished backup (or none that authenticates) to take as its latest.
+    case noFinishedBackup(path: String)
 
     public var description: String {
         switch self {
@@ -37,6 +39,7 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
         case .notAuthentic(let path, let reason): "\(path): not an authentic backup: \(reason)"
         case .wrongBackupPassword: "wrong backup password (or the backup keybag was modified)"
         case .restoreFailed(let why): "restore failed, nothing was restored: \(why)"
+        case .noFinishedBackup(let path): "\(path): the repository holds no finished backup that authenticates"
         }
     }
     public var errorDescription: String? { description }

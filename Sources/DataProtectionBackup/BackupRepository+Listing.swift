@@ -33,26 +33,41 @@ extension BackupRepository {
         backupNamesOldestFirst().map { name in
             let directory = backups.appendingPathComponent(name)
             let id = name.hasSuffix(Self.incompleteSuffix) ? String(name.dropLast(Self.incompleteSuffix.count)) : name
-            let objectList = try? POSIXFile.readRegularFile(directory.appendingPathComponent(Self.objectListName).path, maxSize: 1 << 30)
+            // Each line of an object list is 64 hex digits and a newline: its size says how many.
+            let objectListSize = POSIXFile.linkStatus(directory.appendingPathComponent(Self.objectListName).path)
+                .flatMap { $0.st_mode & S_IFMT == S_IFREG && $0.st_size % 65 == 0 ? Int($0.st_size / 65) : nil }
             let record = (try? POSIXFile.readRegularFile(directory.appendingPathComponent(BackupAuthentication.fileName).path,
                                                          maxSize: BackupAuthentication.length))
                 .flatMap { try? BackupAuthentication(bytes: $0, path: directory.path) }
             return BackupListing(
                 id: id, path: directory.path, created: Self.creationDate(ofID: id),
                 isComplete: !name.hasSuffix(Self.incompleteSuffix),
-                objects: objectList.map { $0.reduce(0) { $1 == 0x0A ? $0 + 1 : $0 } },
+                objects: objectListSize,
                 carriesBackupKeybag: POSIXFile.linkStatus(directory.appendingPathComponent(BackupKeybag.fileName).path) != nil,
                 device: record?.keybagID)
         }
     }
 
-    /// The newest finished backup (restic's `latest`).
-    /// - Throws: ``BackupError/badBackup(path:reason:)`` when the repository has none.
-    public func latestFinishedBackup() throws -> URL {
-        guard let latest = finishedBackups().last else {
-            throw BackupError.badBackup(path: url.path, reason: "the repository holds no finished backup")
+    /// The newest finished backup that authenticates for this device (or for the holder of
+    /// `password`): restic's `latest`. A newer entry that does not authenticate — planted by
+    /// someone without the keys, damaged — is passed over and reported to `skipped`, so it
+    /// cannot make the repository unusable.
+    /// - Throws: ``BackupError/noFinishedBackup(path:)`` when none authenticates; a wrong or
+    ///   missing backup password as ``RestoreEngine`` throws it.
+    public func latestAuthenticBackup(files: ProtectedFileManager, password: String?,
+                                      skipped: (URL, any Error) -> Void = { _, _ in }) async throws -> URL {
+        for candidate in finishedBackups().reversed() {
+            do {
+                _ = try await RestoreEngine(backup: candidate).authenticate(files: files, password: password)
+                return candidate
+            } catch let error as BackupError {
+                switch error {
+                case .notAuthentic, .badBackup, .incompleteBackup: skipped(candidate, error)
+                default: throw error
+                }
+            }
         }
-        return latest
+        throw BackupError.noFinishedBackup(path: url.path)
     }
 
     /// The time an ID (`yyyyMMddTHHmmssZ-…`) was made at.

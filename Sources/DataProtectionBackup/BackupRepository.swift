@@ -97,7 +97,8 @@ public struct BackupRepository: Sendable {
     /// Copies `source` into the object store while hashing it; returns its SHA-256 and size.
     /// Nothing is copied when an object with that hash already exists.
     func store(_ source: String) throws -> (sha256: String, size: Int64) {
-        let input = try POSIXFile.open(source, .readOnly)
+        // Never a link, a FIFO or a device, whatever the walk saw there earlier.
+        let input = try POSIXFile.openRegularFile(source)
         defer { try? input.close() }
         let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
         let output = try POSIXFile.open(temp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
@@ -124,7 +125,7 @@ public struct BackupRepository: Sendable {
     /// locked), then stores it; returns the object's SHA-256 and the plain size.
     func storeSealed(_ source: String, files: ProtectedFileManager) async throws -> (sha256: String, size: Int64) {
         let sealed = objects.appendingPathComponent(".sealed-\(UUID().uuidString)")
-        let input = try POSIXFile.open(source, .readOnly)
+        let input = try POSIXFile.openRegularFile(source)
         defer { try? input.close() }
         try await files.write(contentsOf: input, to: sealed, protection: .completeUnlessOpen, thisDeviceOnly: false)
         defer { unlink(sealed.path) }

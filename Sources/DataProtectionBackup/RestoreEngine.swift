@@ -176,7 +176,9 @@ public struct RestoreEngine: Sendable {
                     if let sha = entry.sha256 { users[sha, default: []].append(entry.path) }
                 }
                 for i in problems.indices { problems[i].files = users[problems[i].object] ?? [] }
-            } catch ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked {
+            } catch {
+                // Before the first unlock (class B unavailable), or the manifest cannot be read:
+                // the damage is still reported, by object.
                 filesNamed = false
             }
         }

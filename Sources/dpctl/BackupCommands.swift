@@ -23,7 +23,8 @@ struct Exclude: AsyncParsableCommand {
     }
 
     func run() async throws {
-        // All exist, or nothing is marked.
+        // Every path must exist before the first is marked (a later failure, such as a file
+        // system without extended attributes, stops at that path and names it).
         for path in paths where POSIXFile.linkStatus(path) == nil { throw ProtectedFileError.noSuchFile(path: path) }
         for path in paths {
             try BackupExclusionAttribute.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
@@ -152,7 +153,8 @@ struct Backup: AsyncParsableCommand {
         let policy = ContainerManager(files: files).backupExclusionPolicy(for: URL(fileURLWithPath: source))
         let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
                                   files: files, dryRun: dryRun, policy: policy)
-        let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1, unit: "files")
+        // The log's lines are the progress when they are asked for: no bar to break them.
+        let bar = ProgressLine(enabled: !json && !quiet.quiet && !log && !dryRun && isatty(STDERR_FILENO) == 1, unit: "files")
         // With --json on standard output, the log goes to standard error: the output stays one JSON document.
         let summary = try await engine.run(log: { line in if log || dryRun { json ? printError(line) : printOut(line) } },
                                            progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
@@ -190,8 +192,8 @@ struct Restore: AsyncParsableCommand {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1)
-        let backup = try resolveBackup(self.backup, quiet: quiet.quiet)
         let password = try passwordFile.map(readPasscode)
+        let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
         // A restore opens the backup's manifest before it writes anything: asking and trying again is safe.
         let summary = try await PasscodePrompt.retrying(files.keybag) {
             try await RestoreEngine(backup: backup)
@@ -230,8 +232,9 @@ struct Verify: AsyncParsableCommand {
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
-        let backup = try resolveBackup(self.backup, quiet: quiet.quiet)
-        let result = try await RestoreEngine(backup: backup).verification(files: files, password: try passwordFile.map(readPasscode))
+        let password = try passwordFile.map(readPasscode)
+        let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
+        let result = try await RestoreEngine(backup: backup).verification(files: files, password: password)
         if json {
             printJSON(result)
         } else if result.isIntact {
@@ -268,25 +271,30 @@ struct Backups: AsyncParsableCommand {
         let listings = BackupRepository(url: url).listBackups()
         if json { return printJSON(listings) }
         guard !listings.isEmpty else { printOut("no backups in \(repository)"); return }
-        let thisDevice = try? await device.openDevice(passcodeFile: nil).id
+        // Only to say "this device": opened as it is, never unlocked (no attempt is counted).
+        device.bootstrapLogging()
+        let thisDevice = try? await Keybag.open(root: try device.resolvedRoot).id
         let formatter = ISO8601DateFormatter()
         var rows = [["ID", "CREATED (UTC)", "OBJECTS", "ELSEWHERE", "DEVICE", "STATE"]]
         for listing in listings {
-            rows.append([listing.id, listing.created.map { formatter.string(from: $0) } ?? "?", listing.objects.map(String.init) ?? "?",
+            rows.append([LosslessPath.display(listing.id), listing.created.map { formatter.string(from: $0) } ?? "?", listing.objects.map(String.init) ?? "?",
                          listing.carriesBackupKeybag ? "yes" : "no",
                          listing.device.map { $0 == thisDevice ? "this device" : String($0.uuidString.prefix(8)).lowercased() } ?? "?",
                          listing.isComplete ? "complete" : "incomplete"])
         }
         printOut(table(rows, rightAligned: [2]))
-        printOut("\(listings.filter(\.isComplete).count) complete backup(s); the latest is what restore and verify take for \(repository)")
+        printOut("\(listings.filter(\.isComplete).count) complete backup(s); restore and verify take the latest that authenticates for \(LosslessPath.display(repository))")
     }
 }
 
-/// The backup a command was given: the backup itself, or a repository's latest finished one.
-func resolveBackup(_ path: String, quiet: Bool) throws -> URL {
+/// The backup a command was given: the backup itself, or a repository's latest one that
+/// authenticates (a newer one that does not is named on standard error and passed over).
+func resolveBackup(_ path: String, files: ProtectedFileManager, password: String?, quiet: Bool) async throws -> URL {
     let url = URL(fileURLWithPath: path)
     guard BackupRepository.isRepository(url) else { return url }
-    let latest = try BackupRepository(url: url).latestFinishedBackup()
-    if !quiet { printError("dpctl: using the latest backup, \(latest.lastPathComponent)") }
+    let latest = try await BackupRepository(url: url).latestAuthenticBackup(files: files, password: password) { skipped, why in
+        printError("dpctl: warning: passing over \(LosslessPath.display(skipped.lastPathComponent)): \(LosslessPath.display(String(describing: why)))")
+    }
+    if !quiet { printError("dpctl: using the latest backup, \(LosslessPath.display(latest.lastPathComponent))") }
     return latest
 }

@@ -144,8 +144,8 @@ struct Unlock: AsyncParsableCommand {
         if let passcodeFile = unlock.passcodeFile {
             passcode = try readPasscode(passcodeFile)
         } else {
-            guard let typed = getpass("Passcode: ").map({ String(cString: $0) }), !typed.isEmpty else {
-                throw CLIError("no passcode given")
+            guard let typed = PasscodePrompt.typedPasscode() else {
+                throw CLIError("no passcode given (on a terminal, or with --passcode-file FILE)")
             }
             passcode = typed
         }

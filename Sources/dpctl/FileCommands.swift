@@ -265,11 +265,18 @@ struct ProtectionProbe {
     }
 
     /// The class of a class-managed database (or of its journal, WAL or shared-memory file):
-    /// the class of the key file beside it, whose key encrypts its pages.
+    /// the class of the key file beside it, whose key encrypts its pages. Not when the
+    /// database itself is plain SQLite (a stale key file beside a plain database says nothing).
     private func databaseClass(_ url: URL) -> ProtectionClass? {
         var database = url.path
         for suffix in ["-wal", "-shm", "-journal"] where database.hasSuffix(suffix) {
             database = String(database.dropLast(suffix.count))
+        }
+        if let head = try? POSIXFile.openRegularFile(database) {
+            defer { try? head.close() }
+            var bytes = [UInt8](repeating: 0, count: 16)
+            let count = bytes.withUnsafeMutableBytes { (try? head.read(fromAbsoluteOffset: 0, into: $0)) ?? 0 }
+            if count == 16, bytes == Array("SQLite format 3\0".utf8) { return nil }
         }
         guard case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: URL(fileURLWithPath: database + DatabaseKeyFile.suffix)) else { return nil }
         return cls
@@ -303,25 +310,18 @@ struct Protect: AsyncParsableCommand {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         let urls = paths.map { URL(fileURLWithPath: $0) }
         guard recursive else {
+            // Every path exists and reads, and every class needed is available, before the first change.
+            for url in urls { _ = try files.protection(ofItemAt: url) }
             try await PasscodePrompt.retrying(files.keybag) { try await files.checkClassesAvailable(forReprotecting: urls, to: protectionClass) }
             for url in urls { try await files.setProtection(protectionClass, ofItemAt: url) }
             return
         }
-        for url in urls where POSIXFile.status(url.path) == nil { throw ProtectedFileError.noSuchFile(path: url.path) }
-        var total = ReprotectionReport()
         let bar = ProgressLine(enabled: !quiet.quiet && isatty(STDERR_FILENO) == 1)
-        for url in urls {
-            // The classes are checked before anything changes: asking and trying again is safe.
-            let report = try await PasscodePrompt.retrying(files.keybag) {
-                try await files.reprotectItems(at: url, to: protectionClass) { progress in
-                    bar.update(done: progress.completed, total: progress.total)
-                }
+        // Every tree is walked and every class checked before the first change: asking and trying again is safe.
+        let total = try await PasscodePrompt.retrying(files.keybag) {
+            try await files.reprotectItems(at: urls, to: protectionClass) { progress in
+                bar.update(done: progress.completed, total: progress.total)
             }
-            total.filesChanged += report.filesChanged
-            total.filesUnchanged += report.filesUnchanged
-            total.directories += report.directories
-            total.linksSkipped += report.linksSkipped
-            total.failures.merge(report.failures) { $1 }
         }
         bar.finish()
         if !quiet.quiet { printOut("\(total.filesChanged) files changed, \(total.filesUnchanged) already \(protectionClass.shortName), \(total.directories) directories") }

@@ -5,10 +5,11 @@ import Synchronization
 /// Asking for the passcode on the terminal, as fscrypt and age do, when a command needs a class
 /// that is unavailable and no passcode was given (`--passcode-file`, `$DP_PASSCODE_FILE`).
 ///
-/// The question goes to the controlling terminal (`/dev/tty`, through `getpass`, without echo),
-/// so it works while standard input and output carry data. Without a terminal — a script, a
-/// pipe, cron, a test — nothing is asked and the command fails as before (exit 3, with a hint).
-/// One question per run: a wrong answer is one failed attempt, as at the lock screen.
+/// The question goes to the controlling terminal (`/dev/tty`, without echo, which comes back
+/// even on Ctrl-C), so it works while standard input and output carry data. Without a
+/// terminal — a script, a pipe, cron, a test — or with `DP_TERMINAL_PROMPT=0`, nothing is
+/// asked and the command fails as before (exit 3, with a hint). One question per run: a wrong
+/// answer is one failed attempt, as at the lock screen; an empty one is none.
 enum PasscodePrompt {
     /// Whether a person can be asked: this process has a controlling terminal.
     static var terminalAvailable: Bool {
@@ -41,16 +42,60 @@ enum PasscodePrompt {
         }
     }
 
-    /// Asks and unlocks; false when nobody can be asked (no passcode set, no terminal, asked already).
+    /// Asks and unlocks; false when nobody can be asked (no passcode set, no terminal,
+    /// `DP_TERMINAL_PROMPT=0`, asked already) or nothing was typed.
     @discardableResult
     static func ask(_ keybag: Keybag) async throws -> Bool {
-        guard await keybag.lockState != .unlocked, await keybag.status.passcodeSet, terminalAvailable,
+        guard ProcessInfo.processInfo.environment[disableVariable] != "0",
+              await keybag.lockState != .unlocked, await keybag.status.passcodeSet, terminalAvailable,
               asked.withLock({ let before = $0; $0 = true; return !before }) else { return false }
-        guard let typed = getpass("Passcode: ").map({ String(cString: $0) }), !typed.isEmpty else {
-            throw CLIError("no passcode given")
-        }
-        try await keybag.unlock(passcode: typed)
+        guard var typed = readHidden(prompt: "Passcode: ") else { return false }
+        defer { typed.resetBytes(in: 0..<typed.count) }
+        guard !typed.isEmpty, let passcode = String(bytes: typed, encoding: .utf8) else { return false }
+        try await keybag.unlock(passcode: passcode)
         return true
+    }
+
+    /// `DP_TERMINAL_PROMPT=0` turns the question off (as `GIT_TERMINAL_PROMPT=0` does for git):
+    /// for a script run from a terminal that must fail rather than wait.
+    static let disableVariable = "DP_TERMINAL_PROMPT"
+
+    /// A passcode typed on the terminal (for `unlock`, `tpm enroll` and `tpm remove`, which
+    /// always need one); `nil` without a terminal or when nothing was typed.
+    static func typedPasscode() -> String? {
+        guard var typed = readHidden(prompt: "Passcode: ") else { return nil }
+        defer { typed.resetBytes(in: 0..<typed.count) }
+        return typed.isEmpty ? nil : String(bytes: typed, encoding: .utf8)
+    }
+
+    /// Reads one line from the terminal with echo off; echo comes back however the read ends,
+    /// Ctrl-C and other deadly signals included. `nil` without a terminal.
+    private static func readHidden(prompt: String) -> Data? {
+        let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var original = termios()
+        guard tcgetattr(fd, &original) == 0 else { return nil }
+        var hidden = original
+        hidden.c_lflag &= ~tcflag_t(ECHO)
+        hidden.c_lflag |= tcflag_t(ECHONL)
+        TerminalRestore.save(fd: fd, mode: original)
+        let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+        let previous = signals.map { signal($0, TerminalRestore.handler) }
+        defer {
+            var mode = original
+            _ = tcsetattr(fd, TCSAFLUSH, &mode)
+            for (sig, handler) in zip(signals, previous) { signal(sig, handler) }
+            TerminalRestore.clear()
+        }
+        guard tcsetattr(fd, TCSAFLUSH, &hidden) == 0 else { return nil }
+        _ = prompt.withCString { Glibc.write(fd, $0, strlen($0)) }
+        var line = Data()
+        var byte: UInt8 = 0
+        while Glibc.read(fd, &byte, 1) == 1, byte != 0x0A {
+            if byte != 0x0D { line.append(byte) }
+        }
+        return line
     }
 
     private static let asked = Mutex(false)
@@ -70,5 +115,26 @@ enum PasscodePrompt {
             }
         }
         return found
+    }
+}
+
+/// The terminal mode to put back when a signal ends the process during the question. Set
+/// only while the question is asked; read only by the signal handler.
+private enum TerminalRestore {
+    nonisolated(unsafe) static var fd: Int32 = -1
+    nonisolated(unsafe) static var mode = termios()
+
+    static func save(fd: Int32, mode: termios) {
+        self.mode = mode
+        self.fd = fd
+    }
+
+    static func clear() { fd = -1 }
+
+    /// Puts the mode back (tcsetattr is async-signal-safe), then dies of the signal as it would have.
+    static let handler: @convention(c) (Int32) -> Void = { sig in
+        if TerminalRestore.fd >= 0 { _ = tcsetattr(TerminalRestore.fd, TCSANOW, &TerminalRestore.mode) }
+        signal(sig, SIG_DFL)
+        raise(sig)
     }
 }

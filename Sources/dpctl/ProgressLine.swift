@@ -24,7 +24,8 @@ final class ProgressLine: Sendable {
     let enabled: Bool
     let unit: String
     private let started = ContinuousClock.now
-    private let lastDrawn = Mutex<ContinuousClock.Instant?>(nil)
+    /// When the bar was last drawn, and whether `finish()` cleared it for good.
+    private let state = Mutex<(lastDrawn: ContinuousClock.Instant?, finished: Bool)>((nil, false))
 
     init(enabled: Bool, unit: String = "items") {
         self.enabled = enabled
@@ -34,19 +35,24 @@ final class ProgressLine: Sendable {
     func update(done: Int, total: Int, bytes: Int64? = nil, totalBytes: Int64? = nil) {
         guard enabled else { return }
         let now = ContinuousClock.now
-        let due = lastDrawn.withLock { last -> Bool in
-            if let last, now - last < .milliseconds(100) { return false }
-            last = now
+        let due = state.withLock { state -> Bool in
+            if state.finished { return false }
+            if let last = state.lastDrawn, now - last < .milliseconds(100) { return false }
+            state.lastDrawn = now
             return true
         }
         guard due else { return }
         FileHandle.standardError.write(Data("\r\(Self.line(done: done, total: total, bytes: bytes, totalBytes: totalBytes, unit: unit, elapsed: now - started))\u{1B}[K".utf8))
     }
 
-    func finish() { if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) } }
+    func finish() {
+        guard enabled, state.withLock({ let was = $0.finished; $0.finished = true; return !was }) else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+    }
 
     /// The text of the bar (no terminal codes), for a given elapsed time.
     static func line(done: Int, total: Int, bytes: Int64?, totalBytes: Int64?, unit: String, elapsed: Duration) -> String {
+        let done = max(0, done), bytes = bytes.map { max(0, $0) }
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         guard total > 0 else { return "\(done) \(unit)" + (bytes.map { "  " + humanSize($0) } ?? "") }
         let fraction: Double

@@ -173,10 +173,14 @@ enum DatabaseFileKind: Equatable {
     case plain
     /// Neither empty nor a plain SQLite database: encrypted (or not a database at all).
     case other
+    case directory
+    case unreadable(errno: Int32)
 
     init(path: String) {
         if FileManager.default.fileExists(atPath: path + DatabaseKeyFile.suffix) { self = .classManaged; return }
-        guard let handle = FileHandle(forReadingAtPath: path) else { self = .missing; return }
+        guard let status = POSIXFile.status(path) else { self = .missing; return }
+        if status.st_mode & S_IFMT == S_IFDIR { self = .directory; return }
+        guard let handle = FileHandle(forReadingAtPath: path) else { self = .unreadable(errno: errno); return }
         defer { try? handle.close() }
         let head = (try? handle.read(upToCount: 16)) ?? Data()
         if head.isEmpty { self = .missing } else if head == Data("SQLite format 3\0".utf8) { self = .plain } else { self = .other }
@@ -185,6 +189,10 @@ enum DatabaseFileKind: Equatable {
     /// Refuses, before anything is run, a key or class that cannot fit the file.
     func check(_ path: String, creatingClass: Bool, withKey: Bool) throws {
         switch self {
+        case .directory:
+            throw CLIError("\(path) is a directory, not a database")
+        case .unreadable(let code):
+            throw CLIError("cannot read \(path): \(String(cString: strerror(code)))")
         case .plain where creatingClass:
             throw CLIError("\(path) is a plain SQLite database; --class creates new ones (nothing was run)")
         case .other where creatingClass:

@@ -59,22 +59,25 @@ struct SQLResultFormatter {
             }
             return "[" + objects.joined(separator: ",\n") + "]\n"
         case .line:
-            let width = columns.map(\.count).max() ?? 0
+            let names = columns.map(Self.escaped)
+            let width = names.map(\.count).max() ?? 0
             return rows.map { row in
-                zip(columns, row).map { name, value in
-                    String(repeating: " ", count: width - name.count) + name + " = " + Self.escaped(text(value)) + "\n"
+                zip(names, row).map { name, value in
+                    String(repeating: " ", count: max(0, width - name.count)) + name + " = " + Self.escaped(text(value)) + "\n"
                 }.joined()
             }.joined(separator: "\n")
         case .column:
+            // Widths of what is printed: escaped names and values.
+            let names = columns.map(Self.escaped)
             let cells = rows.map { $0.map { Self.escaped(text($0)) } }
-            let widths = columns.indices.map { i in max(columns[i].count, cells.map { $0[i].count }.max() ?? 0) }
+            let widths = names.indices.map { i in max(names[i].count, cells.map { i < $0.count ? $0[i].count : 0 }.max() ?? 0) }
             func line(_ fields: [String]) -> String {
-                let padded = zip(fields, widths).map { $0 + String(repeating: " ", count: $1 - $0.count) }
+                let padded = zip(fields, widths).map { $0 + String(repeating: " ", count: max(0, $1 - $0.count)) }
                 return padded.joined(separator: "  ").replacingOccurrences(of: " +$", with: "", options: .regularExpression) + "\n"
             }
             var out = ""
             if header {
-                out += line(columns.map(Self.escaped))
+                out += line(names)
                 out += line(widths.map { String(repeating: "-", count: $0) })
             }
             for row in cells { out += line(row) }
@@ -107,9 +110,10 @@ struct SQLResultFormatter {
         "X'" + data.map { String(format: "%02x", $0) }.joined() + "'"
     }
 
-    /// Tab, newline, carriage return and backslash escaped, so one row stays one line.
+    /// Tab, newline, carriage return and backslash escaped, so one row stays one line. Scalars
+    /// are compared, not characters: a combining mark after a tab must not hide it.
     static func escaped(_ text: String) -> String {
-        guard text.contains(where: { $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\\" || $0 == "\r\n" }) else { return text }
+        guard text.unicodeScalars.contains(where: { "\t\n\r\\".unicodeScalars.contains($0) }) else { return text }
         var out = ""
         for scalar in text.unicodeScalars {
             switch scalar {
@@ -123,11 +127,19 @@ struct SQLResultFormatter {
         return out
     }
 
+    /// A field quoted when it holds a comma, a quote, a line break (scalars compared, so a
+    /// combining mark cannot hide one) or edge spaces.
     static func csvField(_ text: String) -> String {
-        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" || $0 == "\r\n" }) || text.hasPrefix(" ") || text.hasSuffix(" ") else {
+        let special = ",\"\n\r".unicodeScalars
+        guard text.unicodeScalars.contains(where: { special.contains($0) }) || text.hasPrefix(" ") || text.hasSuffix(" ") else {
             return text
         }
-        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            if scalar == "\"" { out += "\"" }
+            out.unicodeScalars.append(scalar)
+        }
+        return out + "\""
     }
 
     static func json(_ value: DatabaseValue) -> String {

@@ -68,7 +68,7 @@ struct TPMRemove: AsyncParsableCommand {
 private func passcodeForRewrap(_ keybag: Keybag, _ file: String?) async throws -> String? {
     guard await keybag.status.passcodeSet else { return nil }
     if let file { return try readPasscode(file) }
-    guard isatty(STDIN_FILENO) == 1, let typed = getpass("Passcode: ").map({ String(cString: $0) }), !typed.isEmpty else {
+    guard let typed = PasscodePrompt.typedPasscode() else {
         throw CLIError("the passcode is needed: give --passcode-file FILE")
     }
     return typed

@@ -356,4 +356,42 @@ import Testing
         #expect(throws: KeybagError.self) { try layout.register("../escape") }
         #expect(throws: KeybagError.self) { try layout.register("keybag") }
     }
+
+    /// The copy phase opens what the walk saw as a regular file without following a link and
+    /// without blocking on a FIFO: a file swapped for a link to another app's data, or for a
+    /// FIFO, between the walk and the copy is never read through.
+    @Test func aFileSwappedForALinkOrAFIFOAfterTheWalkIsNotReadThrough() async throws {
+        let s = try await BackupEngineTests.scenario()
+        let secret = s.base.appendingPathComponent("other-app-secret")
+        try Data("not yours".utf8).write(to: secret)
+        let link = s.base.appendingPathComponent("swapped")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: secret)
+        try s.repository.prepare()
+        #expect(throws: FileSystemError.self) { _ = try s.repository.store(link.path) }
+        await #expect(throws: FileSystemError.self) { _ = try await s.repository.storeSealed(link.path, files: s.source) }
+        let fifo = s.base.appendingPathComponent("fifo").path
+        #expect(mkfifo(fifo, 0o600) == 0)
+        #expect(throws: FileSystemError.self) { _ = try s.repository.store(fifo) }
+    }
+
+    /// A planted "newest" entry (no keys needed to make one) is passed over: the repository's
+    /// latest is the newest backup that authenticates.
+    @Test func aPlantedNewestBackupIsPassedOverForTheLatestAuthenticOne() async throws {
+        let s = try await BackupEngineTests.scenario()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
+        let genuine = try #require(s.repository.finishedBackups().last)
+        let planted = s.repository.url.appendingPathComponent("backups/99991231T235959Z-0")
+        try FileManager.default.createDirectory(at: planted, withIntermediateDirectories: true)
+        for name in [BackupRepository.objectListName, BackupAuthentication.fileName, BackupManifest.fileName] {
+            try Data(repeating: 0x41, count: 60).write(to: planted.appendingPathComponent(name))
+        }
+        #expect(s.repository.finishedBackups().last?.lastPathComponent == planted.lastPathComponent)
+        var passedOver: [String] = []
+        let latest = try await s.repository.latestAuthenticBackup(files: s.source, password: nil) { url, _ in passedOver.append(url.lastPathComponent) }
+        #expect(latest == genuine && passedOver == [planted.lastPathComponent])
+        try FileManager.default.removeItem(at: genuine)
+        await #expect(throws: BackupError.noFinishedBackup(path: s.repository.url.path)) {
+            _ = try await s.repository.latestAuthenticBackup(files: s.source, password: nil)
+        }
+    }
 }

@@ -89,7 +89,7 @@ public struct CLI: Sendable {
     /// Runs `dpctl --root ROOT args…` on a terminal of its own (a pseudo-terminal, made by
     /// Python's `pty`), typing `answer` at its `Passcode:` prompt. Returns the exit status and
     /// everything the terminal showed (standard output and error together).
-    public func runOnTerminal(_ args: [String], answer: String) throws -> (status: Int32, screen: String) {
+    public func runOnTerminal(_ args: [String], answer: String, environment: [String: String] = [:]) throws -> (status: Int32, screen: String) {
         let script = """
             import os, pty, select, sys
             answer, argv = sys.argv[1].encode(), sys.argv[2:]
@@ -115,7 +115,7 @@ public struct CLI: Sendable {
             sys.stdout.buffer.write(screen)
             sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)
             """
-        let result = try ChildProcess.run("python3", ["-c", script, answer, Self.executable.path, "--root", root] + args)
+        let result = try ChildProcess.run("python3", ["-c", script, answer, Self.executable.path, "--root", root] + args, environment: environment)
         return (result.status, result.out)
     }
 

@@ -60,7 +60,7 @@ import Testing
         try FileManager.default.createDirectory(atPath: empty + "/backups", withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: empty + "/objects", withIntermediateDirectories: true)
         let none = try cli.run(["restore", empty, cli.file("out2")])
-        #expect(none.status == 4 && none.stderr.contains("holds no finished backup"), "\(none.stderr)")
+        #expect(none.status == 1 && none.stderr.contains("holds no finished backup"), "\(none.stderr)")
     }
 
     @Test func verifyNamesTheDamagedFilesExitsFourAndSpeaksJSON() throws {

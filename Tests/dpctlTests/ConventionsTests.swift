@@ -263,6 +263,13 @@ import Testing
         let wrong = try cli.runOnTerminal(["cat", cli.file("a")], answer: "9999")
         #expect(wrong.status == 5 && wrong.screen.contains("wrong passcode") && !wrong.screen.contains("secret text"), "\(wrong.screen)")
 
+        // An empty answer is no attempt; DP_TERMINAL_PROMPT=0 asks nothing (as GIT_TERMINAL_PROMPT=0).
+        let empty = try cli.runOnTerminal(["cat", cli.file("a")], answer: "")
+        #expect(empty.status == 3 && !empty.screen.contains("secret text"), "\(empty.screen)")
+        let off = try cli.runOnTerminal(["cat", cli.file("a")], answer: "1234", environment: ["DP_TERMINAL_PROMPT": "0"])
+        #expect(off.status == 3 && !off.screen.contains("Passcode:"), "\(off.screen)")
+        #expect(try cli.run(["status", "--json"]).out.contains("\"failedAttempts\" : 1"), "only the wrong answer counted")
+
         // Class D needs nothing: no question.
         #expect(try cli.run(["write", cli.file("d"), "--class", "none"], input: Data("open".utf8)).status == 0)
         let plain = try cli.runOnTerminal(["cat", cli.file("d")], answer: "1234")

@@ -92,6 +92,11 @@ import Testing
         #expect(column == "id  name\n--  -------------------\n1   tab\\there, \"quoted\"\n2\n3   two\\nlines/slash\n", "\(column)")
         #expect(try cli.run(["sql", db, "--column", "--noheader", "SELECT id FROM t WHERE id = 1"]).out == "1\n")
         #expect(try cli.run(["sql", db, "--csv", "--json", query]).status == 64)
+
+        // Escaped names are measured as printed; a combining mark cannot hide a comma or a quote.
+        #expect(try cli.run(["sql", db, "--column", "SELECT 'C:\\temp'"]).out == "'C:\\\\temp'\n----------\nC:\\\\temp\n")
+        #expect(try cli.run(["sql", db, "--line", "SELECT 1 AS [a\tb]"]).out == "a\\tb = 1\n")
+        #expect(try cli.run(["sql", db, "--csv", "SELECT 'a,' || char(769) || 'b', '\"' || char(769)"]).out == "\"a,\u{301}b\",\"\"\"\u{301}\"\r\n")
     }
 
     @Test func aKeyThatCannotFitTheFileIsRefusedBeforeAnythingRuns() throws {

@@ -57,6 +57,27 @@ import Testing
         #expect(raising.status == 3 && raising.stderr.contains("d.txt"))
         #expect(try cli.run(["ls", "-R", tree]).out == before)
 
+        // Several trees: every one is checked before the first changes.
+        let other = cli.file("other")
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+        #expect(try cli.run(["write", other + "/plain.txt", "--class", "none"], input: Data("p".utf8)).status == 0)
+        let otherBefore = try cli.run(["ls", "-R", other]).out
+        let both = try cli.run(["protect", "-R", other, tree, "--class", "until-first-unlock"])
+        let otherAfter = try cli.run(["ls", "-R", other]).out
+        #expect(both.status == 3 && otherAfter == otherBefore, "\(both.stderr)")
+        // A path that does not exist: nothing changed either.
+        #expect(try cli.run(["protect", other + "/plain.txt", cli.file("missing"), "--class", "B"]).status == 1)
+        #expect(try cli.run(["ls", "-R", other]).out == otherBefore)
+
+        // A link below the top is never followed, not even by the check: a link to a class A
+        // file does not stop a tree of class D files while locked.
+        let linked = cli.file("linked")
+        try FileManager.default.createDirectory(atPath: linked, withIntermediateDirectories: true)
+        #expect(try cli.run(["write", linked + "/d.txt", "--class", "none"], input: Data("d".utf8)).status == 0)
+        try FileManager.default.createSymbolicLink(atPath: linked + "/to-a", withDestinationPath: tree + "/sub/a.txt")
+        let throughLink = try cli.run(["protect", "-R", linked, "--class", "complete-unless-open"])
+        #expect(throughLink.status == 0 && throughLink.out.contains("1 files changed"), "\(throughLink.stderr)")
+
         let unlocked = try cli.run(["protect", "-R", tree, "--class", "until-first-unlock", "--passcode-file", passcode])
         #expect(unlocked.status == 0 && unlocked.out.contains("2 files changed"), "\(unlocked.stderr)")
     }
@@ -85,6 +106,22 @@ import Testing
         #expect(backup("Caches/c.bin")?.hasPrefix("no") == true, "\(items)")
         #expect(backup("/tmp/")?.hasPrefix("no") == true)
         #expect(backup("Documents/") == "yes")
+        // A plain database beside a stale key file is shown as what it is.
+        let stale = container + "/Documents/stale.db"
+        #expect(try cli.run(["sql", stale, "CREATE TABLE t(x)"]).status == 0)
+        try FileManager.default.copyItem(atPath: notes + "-dpkey", toPath: stale + "-dpkey")
+        let staleRow = try JSONSerialization.jsonObject(with: try cli.run(["ls", "--json", stale]).stdout) as? [[String: Any]]
+        #expect(staleRow?.first?["class"] as? String == "plain (unprotected)", "\(String(describing: staleRow))")
+
+        // While locked, re-protecting the container checks first: its default does not change.
+        func defaultClass() throws -> String? {
+            (try JSONSerialization.jsonObject(with: try cli.run(["app", "info", "com.example.ls", "--json"]).stdout) as? [String: Any])?["defaultProtection"] as? String
+        }
+        let defaultBefore = try defaultClass()
+        let reprotect = try cli.run(["app", "set-protection", "com.example.ls", "D", "--reprotect"])
+        #expect(reprotect.status == 3, "\(reprotect.stderr)")
+        #expect(try defaultClass() == defaultBefore && defaultBefore != nil)
+
         // What ls says is what backup does.
         let log = try cli.run(["backup", container, cli.file("repo"), "--dry-run"]).out
         #expect(log.contains("Library/Caches") && !log.contains("notes.db"))

@@ -14,6 +14,8 @@ extension ContainerManager {
     public func setDefaultProtection(_ cls: ProtectionClass, ofApp identifier: AppIdentifier, reprotect: Bool = false,
                                      progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
         let app = try app(identifier)
+        // Every class a re-protection needs is checked before the default changes.
+        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [app.url], to: cls, skipping: Self.notReprotected) }
         var metadata = app.metadata
         metadata.defaultProtection = cls.iOSName
         try await files.setProtection(cls, ofItemAt: app.url)
@@ -33,6 +35,7 @@ extension ContainerManager {
     public func setDefaultProtection(_ cls: ProtectionClass, ofGroup identifier: AppGroupIdentifier, reprotect: Bool = false,
                                      progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
         let group = try group(identifier)
+        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [group.url], to: cls, skipping: Self.notReprotected) }
         try await files.setProtection(cls, ofItemAt: group.url)
         guard reprotect else { return nil }
         // Not while a member runs: nothing one does can then race the walk.
