@@ -168,7 +168,10 @@ struct List: AsyncParsableCommand {
         // Reading classes needs no key; a keybag is not even required. With one, the BACKUP
         // column also knows the places a backup leaves out (apps' Library/Caches and tmp).
         var probe = ProtectionProbe()
-        if let root = try? device.resolvedRoot, let keybag = try? await Keybag.open(root: root) {
+        // Only for paths in the data root, where containers live: opening a device bound to a
+        // TPM asks the TPM, which an ls elsewhere has no reason to wait for.
+        if let root = try? device.resolvedRoot, paths.contains(where: { Self.path($0, isInside: root) }),
+           let keybag = try? await Keybag.open(root: root) {
             let policy = ContainerManager(files: ProtectedFileManager(keybag: keybag)).backupExclusionPolicy(for: URL(fileURLWithPath: "/"))
             probe.excludedPlaces = policy.excludedPaths.map { "/" + $0 }
         }
@@ -189,6 +192,13 @@ struct List: AsyncParsableCommand {
             for i in rows.indices.dropFirst() { if let size = Int64(rows[i][2]) { rows[i][2] = humanSize(size) } }
         }
         printOut(table(rows, rightAligned: [2]))
+    }
+
+    /// Whether `path` is `root` or below it (both resolved), or `root` is below `path`.
+    static func path(_ path: String, isInside root: String) -> Bool {
+        let item = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
+        let base = URL(fileURLWithPath: root).standardizedFileURL.resolvingSymlinksInPath().path
+        return item == base || item.hasPrefix(base + "/") || base.hasPrefix(item == "/" ? "/" : item + "/")
     }
 
     private func list(_ path: String, prefix: String?, probe: ProtectionProbe, into rows: inout [[String]]) throws {
