@@ -194,14 +194,18 @@ struct Restore: AsyncParsableCommand {
         let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1)
         let password = try passwordFile.map(readPasscode)
         let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
-        // A restore opens the backup's manifest before it writes anything: asking and trying again is safe.
+        // A failed restore leaves nothing behind: asking for the passcode and trying again is
+        // safe. Its log is printed once, for the attempt that restored.
+        var logged: [String] = []
         let summary = try await PasscodePrompt.retrying(files.keybag) {
-            try await RestoreEngine(backup: backup)
+            logged.removeAll()
+            return try await RestoreEngine(backup: backup)
                 .restore(to: URL(fileURLWithPath: destination), files: files, password: password,
                          options: RestoreOptions(keepModes: keepModes),
-                         log: { json ? printError($0) : printOut($0) }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+                         log: { logged.append($0) }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
         }
         bar.finish()
+        for line in logged { json ? printError(line) : printOut(line) }
         if json {
             printJSON(summary)
         } else if !quiet.quiet {
