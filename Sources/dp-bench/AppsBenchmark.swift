@@ -12,7 +12,9 @@ import Glibc
 struct AppsBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apps",
-        abstract: "Sandboxed launch latency beside bubblewrap alone and an unconfined start; opens inside vs outside; preferences vs UserDefaults.")
+        abstract: "Sandboxed launches, opens and preferences vs peers.",
+        usage: "dp-bench apps [<options>]",
+        discussion: "Sandboxed launch latency beside bubblewrap alone and an unconfined start; opens inside vs outside; preferences vs UserDefaults.")
 
     @Option(help: "Launches of /bin/true measured per way of launching.") var launches = 100
     @Option(help: "File opens + 4 KiB reads measured inside and outside the sandbox.") var opens = 50_000

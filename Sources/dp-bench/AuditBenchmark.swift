@@ -12,7 +12,8 @@ import Glibc
 struct AuditBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit",
-        abstract: "Audit of a tree of protected files (1% plain) vs find's walk of it; target: 100,000 files under 10 s.")
+        abstract: "Auditing a tree of protected files vs find's walk.",
+        discussion: "Audit of a tree of protected files (1% plain) vs find's walk of it; target: 100,000 files under 10 s.")
 
     @Option(help: "Files in the tree.") var files = 100_000
     @Option(help: "Runs of each (the best is kept).") var runs = 3

@@ -7,7 +7,8 @@ import SystemPackage
 struct BackupBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "The backup engine on a tree of many files: a first backup and an unchanged re-run, beside tar and restic on the same tree.")
+        abstract: "Backups of a tree of many files vs tar and restic.",
+        discussion: "The backup engine on a tree of many files: a first backup and an unchanged re-run, beside tar and restic on the same tree.")
 
     @Option(help: "Number of files.") var files = 10_000
     @Option(help: "Total size in MiB.") var sizeMiB = 1024

@@ -10,7 +10,8 @@ import Glibc
 struct DaemonBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "daemon",
-        abstract: "keybagd: file-key unwrap round trips (p50/p99) and protected-file opens per second, beside the embedded keybag.")
+        abstract: "keybagd round trips and opens vs the embedded keybag.",
+        discussion: "keybagd: file-key unwrap round trips (p50/p99) and protected-file opens per second, beside the embedded keybag.")
 
     @Option(help: "Unwrap round trips measured.")
     var unwraps = 20_000

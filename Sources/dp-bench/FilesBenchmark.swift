@@ -7,7 +7,9 @@ import SystemPackage
 struct FilesBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "files",
-        abstract: "Protected files: sequential write/read, random 4 KiB reads, class changes — beside openssl speed and age.")
+        abstract: "Protected files vs openssl speed, cp, cat and age.",
+        usage: "dp-bench files [<options>]",
+        discussion: "Protected files: sequential write/read, random 4 KiB reads, class changes — beside openssl speed and age.")
 
     @Option(help: "Size of the sequential file in MiB.") var sizeMiB = 1024
     @Option(help: "Random 4 KiB reads to time.") var randomReads = 20_000

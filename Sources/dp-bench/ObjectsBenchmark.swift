@@ -51,7 +51,9 @@ struct MessageRecord: Codable, FetchableRecord, MutablePersistableRecord {
 struct ObjectsBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "objects",
-        abstract: "Object graph (contexts, faults, #Predicate) beside plain GRDB records: insert, fetch as faults, fire faults, indexed predicate.")
+        abstract: "The object graph vs plain GRDB records.",
+        usage: "dp-bench objects [<options>]",
+        discussion: "Object graph (contexts, faults, #Predicate) beside plain GRDB records: insert, fetch as faults, fire faults, indexed predicate.")
 
     @Option(help: "Objects inserted in one save (1 conversation per 100 messages).")
     var objects = 100_000

@@ -16,7 +16,9 @@ import GRDBSQLite
 struct SQLiteBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sqlite",
-        abstract: "Encrypted SQLite: ours beside SQLCipher 4 on six workloads (absolute times, median of runs), plain SQLite as context.")
+        abstract: "Encrypted SQLite vs SQLCipher 4 on six workloads.",
+        usage: "dp-bench sqlite [<options>]",
+        discussion: "Encrypted SQLite: ours beside SQLCipher 4 on six workloads (absolute times, median of runs), plain SQLite as context.")
 
     @Option(help: "Rows inserted (in transactions of 10,000).")
     var rows = 1_000_000

@@ -16,7 +16,9 @@ import Glibc
 struct SharingBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sharing",
-        abstract: "Open-in copy vs cp; grant start-to-descriptor latency; reads through a granted descriptor vs direct.")
+        abstract: "Open-in copies and grants vs cp and direct reads.",
+        usage: "dp-bench sharing [<options>]",
+        discussion: "Open-in copy vs cp; grant start-to-descriptor latency; reads through a granted descriptor vs direct.")
 
     @Option(help: "Size of the shared file, in MB.") var megabytes = 100
     @Option(help: "Grant accesses measured (start, open, stop).") var accesses = 2_000

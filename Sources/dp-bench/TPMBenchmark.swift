@@ -11,7 +11,8 @@ import Glibc
 struct TPMBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tpm",
-        abstract: "Device open and unlock with the device secret sealed by a TPM, beside the file secret (on a software TPM unless --tcti).")
+        abstract: "Open and unlock with a TPM vs a file secret.",
+        discussion: "Device open and unlock with the device secret sealed by a TPM, beside the file secret (on a software TPM unless --tcti).")
 
     @Option(help: "Opens and unlocks measured on each side.")
     var rounds = 20

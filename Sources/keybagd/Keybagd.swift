@@ -12,6 +12,7 @@ struct Keybagd: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keybagd",
         abstract: "Hold a data root's class keys, so one lock state governs every process.",
+        usage: "keybagd [--root <dir>] [<options>]",
         discussion: """
         keybagd plays the part of iOS's Secure Enclave and keybagd for one user and one data root.
         It starts before first unlock (a restart is a reboot). Processes of the same user that open
