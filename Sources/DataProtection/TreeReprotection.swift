@@ -24,8 +24,6 @@ public struct ReprotectionReport: Sendable, Equatable {
     /// Symbolic links met below the top, left alone: a link is never followed (it could lead out
     /// of the tree — an app's link to the device secret, say).
     public var linksSkipped = 0
-
-    public init() {}
 }
 
 extension ProtectedFileManager {

@@ -282,12 +282,7 @@ struct ProtectionProbe {
         for suffix in ["-wal", "-shm", "-journal"] where database.hasSuffix(suffix) {
             database = String(database.dropLast(suffix.count))
         }
-        if let head = try? POSIXFile.openRegularFile(database) {
-            defer { try? head.close() }
-            var bytes = [UInt8](repeating: 0, count: 16)
-            let count = bytes.withUnsafeMutableBytes { (try? head.read(fromAbsoluteOffset: 0, into: $0)) ?? 0 }
-            if count == 16, bytes == Array("SQLite format 3\0".utf8) { return nil }
-        }
+        if DatabaseFileKind.isPlainDatabase(database) { return nil }
         guard case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: URL(fileURLWithPath: database + DatabaseKeyFile.suffix)) else { return nil }
         return cls
     }

@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionSQLite
 import Foundation
 import GRDB
+import SystemPackage
 
 struct SQL: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -182,8 +183,18 @@ enum DatabaseFileKind: Equatable {
         if status.st_mode & S_IFMT == S_IFDIR { self = .directory; return }
         guard let handle = FileHandle(forReadingAtPath: path) else { self = .unreadable(errno: errno); return }
         defer { try? handle.close() }
-        let head = (try? handle.read(upToCount: 16)) ?? Data()
-        if head.isEmpty { self = .missing } else if head == Data("SQLite format 3\0".utf8) { self = .plain } else { self = .other }
+        let head = (try? handle.read(upToCount: PageCipher.sqliteMagic.count)) ?? Data()
+        if head.isEmpty { self = .missing } else if Self.isPlainHeader(head) { self = .plain } else { self = .other }
+    }
+
+    /// Whether `head` starts as a plain SQLite database does ("SQLite format 3\0").
+    static func isPlainHeader(_ head: Data) -> Bool { head.starts(with: PageCipher.sqliteMagic) }
+
+    /// Whether the regular file at `path` is a plain SQLite database (false when it cannot be read).
+    static func isPlainDatabase(_ path: String) -> Bool {
+        guard let fd = try? POSIXFile.openRegularFile(path) else { return false }
+        defer { try? fd.close() }
+        return isPlainHeader(Data((try? POSIXFile.read(fd, count: PageCipher.sqliteMagic.count, at: 0, path: path)) ?? []))
     }
 
     /// Refuses, before anything is run, a key or class that cannot fit the file.

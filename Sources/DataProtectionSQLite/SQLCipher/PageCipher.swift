@@ -30,12 +30,12 @@ import Glibc
 /// try session.seal(plain, pgno: 2, into: sealed)
 /// let authentic = session.open(sealed, pgno: 2, into: plain)
 /// ```
-struct PageCipher: Sendable {
+package struct PageCipher: Sendable {
     let format: SQLCipherFormat
     let keys: PageKeys
     private let prepared: PreparedKeys
 
-    static let sqliteMagic: [UInt8] = Array("SQLite format 3\0".utf8)
+    package static let sqliteMagic: [UInt8] = Array("SQLite format 3\0".utf8)
 
     /// Prepares `keys` for `format`: the AES-256 key schedule in both directions and the HMAC
     /// keyed with the MAC key.
