@@ -84,8 +84,10 @@ struct DPCtl: AsyncParsableCommand {
             }
         }
         guard !global.isEmpty, index < arguments.count else { return arguments }
-        // `dpctl --root DIR help app`: help takes no options; the root is irrelevant to it.
-        if arguments[index] == "help" { return Array(arguments[index...]) }
+        // `dpctl --root DIR help app`, `dpctl --root DIR --generate-completion-script zsh`:
+        // help, the version and completion scripts take no root; left in place, the root would
+        // split `--generate-completion-script` from its shell.
+        if arguments[index] == "help" || arguments[index].hasPrefix("-") { return Array(arguments[index...]) }
         // A command group (`daemon install`) takes them after its subcommand.
         let path = groups.contains(arguments[index]) && index + 1 < arguments.count ? 2 : 1
         return Array(arguments[index..<index + path]) + global + arguments[(index + path)...]

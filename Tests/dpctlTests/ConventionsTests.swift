@@ -14,9 +14,14 @@ import Testing
 
     @Test func completionScriptsAreGenerated() throws {
         let cli = CLI.make()
+        // Each shell gets its own script, whatever $SHELL says (CI has none), with or without --root.
+        let marks = ["bash": "-F _dpctl dpctl", "zsh": "#compdef dpctl", "fish": "complete -c 'dpctl'"]
         for shell in ["bash", "zsh", "fish"] {
-            let result = try cli.run(["--generate-completion-script", shell])
-            #expect(result.status == 0 && result.out.contains("dpctl") && result.out.contains("status"), "\(shell): \(result.stderr)")
+            for environment in [["SHELL": ""], ["SHELL": "/bin/bash"], ["SHELL": "/usr/bin/fish"]] {
+                let result = try cli.run(["--generate-completion-script", shell], environment: environment)
+                #expect(result.status == 0 && result.out.contains(marks[shell]!) && result.out.contains("status"),
+                        "\(shell) with \(environment): \(result.stderr)\(result.out.prefix(80))")
+            }
         }
     }
 
