@@ -89,6 +89,48 @@ public enum BackupExclusionAttribute {
         }
     }
 
+    /// Marks or unmarks every item of `urls`, or none of them: every item must exist and its
+    /// mark must be readable before the first changes, and when one change fails (a read-only
+    /// or immutable item, a file system without user extended attributes) the items before it
+    /// are put back as they were, tags included, before the error is thrown.
+    ///
+    /// ```swift
+    /// try BackupExclusionAttribute.set(excluded: true, for: [downloads, thumbnails])
+    /// ```
+    public static func set(excluded: Bool, for urls: [URL], cacheDirectoryTag: Bool = true) throws {
+        struct Before { var url: URL, marked: Bool, tag: Bool, ownTag: Bool }
+        var before: [Before] = []
+        for url in urls {
+            let path = url.path
+            guard POSIXFile.kind(path).exists else { throw BackupExclusionError.noSuchFile(path: path) }
+            before.append(Before(url: url, marked: try isExcluded(path), tag: POSIXFile.linkStatus(tagPath(in: path)) != nil,
+                                 ownTag: hasOwnTag(in: path)))
+        }
+        for (index, item) in before.enumerated() {
+            do {
+                try set(excluded: excluded, for: item.url, cacheDirectoryTag: cacheDirectoryTag)
+            } catch {
+                // The failed item too: its attribute may have changed before its tag failed.
+                for earlier in before[...index].reversed() { try? restore(earlier.url, marked: earlier.marked, tag: earlier.tag, ownTag: earlier.ownTag) }
+                throw error
+            }
+        }
+    }
+
+    /// Puts one item's mark and tag back as they were before a failed ``set(excluded:for:cacheDirectoryTag:)-([URL])``.
+    private static func restore(_ url: URL, marked: Bool, tag: Bool, ownTag: Bool) throws {
+        let path = url.path
+        try wrapFS {
+            if marked {
+                try POSIXFile.setAttribute(attribute, Array("false".utf8), path: path)
+            } else {
+                try POSIXFile.removeAttribute(attribute, path: path)
+            }
+        }
+        guard POSIXFile.kind(path).isDirectory else { return }
+        if !tag { try removeOwnTag(in: path) } else if ownTag, POSIXFile.linkStatus(tagPath(in: path)) == nil { try writeTag(in: path) }
+    }
+
     /// Whether `url` is excluded, by its own mark or an ancestor's.
     public static func exclusion(of url: URL) throws -> BackupExclusion {
         let standardized = url.standardizedFileURL
@@ -107,17 +149,23 @@ public enum BackupExclusionAttribute {
         try wrapFS { try POSIXFile.getAttribute(attribute, path: path) }.map { String(decoding: $0, as: UTF8.self) == "false" } ?? false
     }
 
+    private static func tagPath(in directory: String) -> String { directory + "/" + cacheDirectoryTagName }
+
+    /// Whether `directory` holds a tag this library wrote.
+    private static func hasOwnTag(in directory: String) -> Bool {
+        guard let contents = try? Data(POSIXFile.readAll(tagPath(in: directory))) else { return false }
+        return contents == Data(cacheDirectoryTagContents.utf8)
+    }
+
     private static func writeTag(in directory: String) throws {
-        let tag = directory + "/" + cacheDirectoryTagName
+        let tag = tagPath(in: directory)
         if POSIXFile.linkStatus(tag) != nil { return }   // a tag (ours or someone's) is already there
         try POSIXFile.writeAtomically(tag, Array(cacheDirectoryTagContents.utf8), permissions: .init(rawValue: 0o644))
     }
 
     private static func removeOwnTag(in directory: String) throws {
-        let tag = directory + "/" + cacheDirectoryTagName
-        guard let contents = try? Data(POSIXFile.readAll(tag)),
-              contents == Data(cacheDirectoryTagContents.utf8) else { return }
-        try POSIXFile.call("unlink", tag) { unlink($0) }
+        guard hasOwnTag(in: directory) else { return }
+        try POSIXFile.call("unlink", tagPath(in: directory)) { unlink($0) }
     }
 
     static func wrapFS<T>(_ body: () throws -> T) throws -> T {

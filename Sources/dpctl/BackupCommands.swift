@@ -11,7 +11,8 @@ struct Exclude: AsyncParsableCommand {
         discussion: """
             Sets the extended attribute user.xdg.robots.backup=false. A directory's mark covers \
             everything below it; a marked directory also gets a CACHEDIR.TAG, so that \
-            `tar|restic|borg --exclude-caches` leave it out too.
+            `tar|restic|borg --exclude-caches` leave it out too. All or nothing: when one \
+            path cannot be marked, the others are left as they were.
             """)
 
     @OptionGroup var device: DeviceOptions
@@ -23,12 +24,10 @@ struct Exclude: AsyncParsableCommand {
     }
 
     func run() async throws {
-        // Every path must exist before the first is marked (a later failure, such as a file
-        // system without extended attributes, stops at that path and names it).
+        // All or nothing: a failure at one path (an immutable file, a file system without
+        // extended attributes) names it and puts the ones before it back as they were.
         for path in paths where POSIXFile.linkStatus(path) == nil { throw ProtectedFileError.noSuchFile(path: path) }
-        for path in paths {
-            try BackupExclusionAttribute.set(excluded: true, for: URL(fileURLWithPath: path), cacheDirectoryTag: !noCachedirTag)
-        }
+        try BackupExclusionAttribute.set(excluded: true, for: paths.map { URL(fileURLWithPath: $0) }, cacheDirectoryTag: !noCachedirTag)
     }
 }
 
@@ -47,10 +46,9 @@ struct Include: AsyncParsableCommand {
 
     func run() async throws {
         for path in paths where POSIXFile.linkStatus(path) == nil { throw ProtectedFileError.noSuchFile(path: path) }
+        try BackupExclusionAttribute.set(excluded: false, for: paths.map { URL(fileURLWithPath: $0) })
         for path in paths {
-            let url = URL(fileURLWithPath: path)
-            try BackupExclusionAttribute.set(excluded: false, for: url)
-            if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: url) {
+            if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: URL(fileURLWithPath: path)) {
                 printError("dpctl: note: \(LosslessPath.display(path)) is still excluded by its ancestor \(LosslessPath.display(ancestor.path))")
             }
         }

@@ -36,6 +36,31 @@ import Testing
         #expect(try cli.run(["exclusions", cli.work.path]).out.isEmpty)
     }
 
+    /// A mark that cannot be set on a later path (an immutable file: `setxattr` fails with
+    /// EPERM, even for root) puts the earlier paths back as they were, their tags included.
+    @Test func excludeAndIncludeAreAllOrNothing() throws {
+        let cli = CLI.make()
+        let marked = cli.file("marked"), fresh = cli.file("fresh"), file = cli.writeFile("file", "f"), stuck = cli.writeFile("stuck", "s")
+        for directory in [marked, fresh] { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+        #expect(try cli.run(["exclude", marked]).status == 0)
+        guard try ChildProcess.run("chattr", ["+i", stuck]).status == 0 else { return }   // a file system without immutable files
+        defer { _ = try? ChildProcess.run("chattr", ["-i", stuck]) }
+        func state() throws -> String {
+            try cli.run(["exclusions", cli.work.path]).out + ["marked", "fresh"].map {
+                "\($0): \(FileManager.default.fileExists(atPath: cli.file($0) + "/CACHEDIR.TAG"))"
+            }.joined(separator: ",")
+        }
+        let before = try state()
+        #expect(before == marked + "\n" + "marked: true,fresh: false")
+
+        let exclude = try cli.run(["exclude", fresh, file, marked, stuck])
+        #expect(exclude.status == 1 && exclude.stderr.contains("stuck") && exclude.stderr.split(separator: "\n").count == 1, "\(exclude.stderr)")
+        #expect(try state() == before)
+        let include = try cli.run(["include", marked, fresh, stuck])
+        #expect(include.status == 1 && include.stderr.contains("stuck"), "\(include.stderr)")
+        #expect(try state() == before)
+    }
+
     @Test func protectRecursiveChecksFirstAndChangesNothingWhileLocked() throws {
         let cli = CLI.make()
         let passcode = cli.writeFile("p", "1234")
