@@ -21,6 +21,12 @@ public enum ProtectedFileError: Error, Sendable, Equatable, CustomStringConverti
     case noSuchFile(path: String)
     /// A directory was found where a file was expected.
     case isDirectory(path: String)
+    /// Something other than a regular file is where a file would be replaced or converted: a
+    /// symbolic link (replacing it would leave its target as it was), a device, a FIFO or a
+    /// socket. `kind` says which ("a symbolic link to /etc/hostname", "a character device").
+    case notARegularFile(path: String, kind: String)
+    /// A directory cannot be copied into itself or below itself.
+    case copyIntoItself(path: String, destination: String)
     /// The handle was closed.
     case closed(path: String)
     /// An offset or length outside what the file allows.
@@ -46,6 +52,12 @@ public enum ProtectedFileError: Error, Sendable, Equatable, CustomStringConverti
             "\(path): no such file or directory"
         case .isDirectory(let path):
             "\(path): is a directory"
+        case .notARegularFile(let path, let kind):
+            kind.hasPrefix("a symbolic link")
+                ? "\(path): is \(kind); name the file itself (a link is never replaced)"
+                : "\(path): is \(kind), not a regular file; nothing was written"
+        case .copyIntoItself(let path, let destination):
+            "\(path): a directory cannot be copied into itself (\(destination))"
         case .closed(let path):
             "\(path): the file handle is closed"
         case .invalidRange(let path, let reason):
@@ -102,7 +114,7 @@ extension ProtectedFileError: CustomNSError {
     public var path: String? {
         switch self {
         case .unavailable(let p, _, _, _), .damaged(let p, _), .unsupportedVersion(let p, _), .foreignKeybag(let p),
-             .notProtected(let p), .noSuchFile(let p), .isDirectory(let p), .closed(let p), .invalidRange(let p, _):
+             .notProtected(let p), .noSuchFile(let p), .isDirectory(let p), .notARegularFile(let p, _), .copyIntoItself(let p, _), .closed(let p), .invalidRange(let p, _):
             p
         case .fileSystem(let e): e.path
         case .keybag: nil
@@ -111,6 +123,23 @@ extension ProtectedFileError: CustomNSError {
 }
 
 extension ProtectedFileError {
+    /// Throws ``notARegularFile(path:kind:)`` when `path` is a symbolic link, a device, a FIFO
+    /// or a socket: only a regular file (or nothing) is replaced by an atomic write.
+    static func checkReplaceable(_ path: String) throws {
+        guard let st = POSIXFile.linkStatus(path) else { return }
+        let kind: String
+        switch st.st_mode & S_IFMT {
+        case S_IFREG, S_IFDIR: return   // a directory is refused as such by the caller
+        case S_IFLNK: kind = "a symbolic link" + ((try? POSIXFile.linkTarget(path)).map { " to \($0)" } ?? "")
+        case S_IFCHR: kind = "a character device"
+        case S_IFBLK: kind = "a block device"
+        case S_IFIFO: kind = "a FIFO"
+        case S_IFSOCK: kind = "a socket"
+        default: kind = "not a file"
+        }
+        throw ProtectedFileError.notARegularFile(path: path, kind: kind)
+    }
+
     /// Runs `body`, translating keybag and file-system errors into `ProtectedFileError`s about `path`.
     static func translating<T>(path: String, writing: Bool, isolation: isolated (any Actor)? = #isolation,
                                _ body: () async throws -> T) async throws -> T {

@@ -1,3 +1,4 @@
+import CLinuxShims
 import Crypto
 import DataProtectionKeybag
 import Foundation
@@ -105,6 +106,7 @@ public struct ProtectedFileManager: Sendable {
         let path = url.path
         try await ProtectedFileError.translating(path: path, writing: true) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
+            try ProtectedFileError.checkReplaceable(path)
             let cls = resolveClass(for: url, explicit: protection)
             let deviceOnly = thisDeviceOnly ?? ((try? ItemInspector.isThisDeviceOnly(url)) ?? false)
             let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
@@ -247,6 +249,7 @@ public struct ProtectedFileManager: Sendable {
                 return (key, try await keybag.wrap(key, for: cls, thisDeviceOnly: wrapped.thisDeviceOnly))
             }
         case .other:
+            try ProtectedFileError.checkReplaceable(path)
             throw ProtectedFileError.notProtected(path: path)
         }
     }
@@ -332,16 +335,86 @@ public struct ProtectedFileManager: Sendable {
         if POSIXFile.linkStatus(destination.path) != nil {
             throw ProtectedFileError.fileSystem(FileSystemError("copy", path: LosslessPath.display(destination.path), errno: .fileExists))
         }
-        switch try self.protection(ofItemAt: source) {
-        case .directory(let defaultClass):
+        guard case .directory = try self.protection(ofItemAt: source) else {
+            return try await copyFile(at: source, to: destination, protection: protection)
+        }
+        // A tree: never into itself; built under a hidden name beside the destination and renamed
+        // into place once whole, so a failure (a locked class, a full disk, a FIFO inside) leaves
+        // nothing behind.
+        if let sourceStatus = POSIXFile.status(source.path), Self.isInside(directory: sourceStatus, path: destination.deletingLastPathComponent().path) {
+            throw ProtectedFileError.copyIntoItself(path: source.path, destination: destination.path)
+        }
+        let staging = URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path))
+        do {
+            try await copyTree(at: source, to: staging, protection: protection)
             try wrapFS {
-                try POSIXFile.call("mkdir", destination.path) { mkdir($0, 0o755) }
-                if let defaultClass { try DirectoryDefault.set(defaultClass, destination.path) }
+                var result = try LosslessPath.withCString(staging.path) { from in
+                    try LosslessPath.withCString(destination.path) { to in cshim_rename_noreplace(AT_FDCWD, from, AT_FDCWD, to) }
+                }
+                if result == -EINVAL || result == -ENOSYS {
+                    // A file system without RENAME_NOREPLACE: check, then rename.
+                    if POSIXFile.linkStatus(destination.path) != nil { result = -EEXIST } else {
+                        try POSIXFile.call("rename", staging.path, destination.path) { rename($0, $1) }
+                        result = 0
+                    }
+                }
+                if result != 0 { throw FileSystemError("rename", path: LosslessPath.display(destination.path), errno: Errno(rawValue: -result)) }
             }
-            let children = try wrapFS { try POSIXFile.directoryEntries(source.path) }
-            for name in children.sorted() {
-                try await copyItem(at: source.appendingPathComponent(name), to: destination.appendingPathComponent(name), protection: protection)
+        } catch {
+            try? POSIXFile.removeTree(staging.path)
+            throw error
+        }
+    }
+
+    /// Copies the directory `source` to `destination` (which does not exist yet). Below the top,
+    /// links are copied as links (never followed); a device, FIFO or socket stops the copy.
+    private func copyTree(at source: URL, to destination: URL, protection: ProtectionClass?) async throws {
+        guard case .directory(let defaultClass) = try self.protection(ofItemAt: source) else {
+            throw ProtectedFileError.notARegularFile(path: source.path, kind: "no longer a directory")
+        }
+        try wrapFS {
+            try POSIXFile.call("mkdir", destination.path) { mkdir($0, 0o755) }
+            if let defaultClass { try DirectoryDefault.set(defaultClass, destination.path) }
+        }
+        let children = try wrapFS { try POSIXFile.directoryEntries(source.path) }
+        for name in children.sorted() {
+            let from = source.appendingPathComponent(name), to = destination.appendingPathComponent(name)
+            guard let st = POSIXFile.linkStatus(from.path) else { continue }   // gone since the listing
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR:
+                try await copyTree(at: from, to: to, protection: protection)
+            case S_IFLNK:
+                try wrapFS {
+                    let target = try POSIXFile.linkTarget(from.path)
+                    try POSIXFile.call("symlink", target, to.path) { symlink($0, $1) }
+                }
+            case S_IFREG:
+                try await copyFile(at: from, to: to, protection: protection)
+            default:
+                try ProtectedFileError.checkReplaceable(from.path)
             }
+        }
+    }
+
+    /// Whether the directory `directory` is `path` or one of its ancestors (compared by device
+    /// and inode, so links and `..` cannot hide it).
+    private static func isInside(directory: stat, path: String) -> Bool {
+        var current = path.isEmpty ? "." : path
+        for _ in 0..<1024 {
+            guard let st = POSIXFile.status(current) else { return false }
+            if st.st_dev == directory.st_dev, st.st_ino == directory.st_ino { return true }
+            let up = current + "/.."
+            guard let above = POSIXFile.status(up), above.st_dev != st.st_dev || above.st_ino != st.st_ino else { return false }   // "/"
+            current = up
+        }
+        return false
+    }
+
+    /// Copies one file (a protected one re-encrypted under a new key, a plain one protected).
+    private func copyFile(at source: URL, to destination: URL, protection: ProtectionClass?) async throws {
+        switch try self.protection(ofItemAt: source) {
+        case .directory:
+            throw ProtectedFileError.isDirectory(path: source.path)
         case .protected(let sourceClass):
             let cls = protection ?? max(sourceClass, defaultProtection(forNewItemAt: destination))
             let handle = try await openHandle(forReadingFrom: source)
@@ -359,6 +432,7 @@ public struct ProtectedFileManager: Sendable {
             defer { try? fd.close() }
             try await write(contentsOf: fd, to: destination, protection: cls)
         case .other:
+            try ProtectedFileError.checkReplaceable(source.path)
             throw ProtectedFileError.notProtected(path: source.path)
         }
     }

@@ -121,6 +121,13 @@ extension ProtectedFileManager {
         var items: [ReprotectionItem] = []
         for url in urls {
             guard POSIXFile.status(url.path) != nil else { throw ProtectedFileError.noSuchFile(path: url.path) }
+            // A link named on top is followed to a directory or a protected file (its header is
+            // rewritten where it lies); a link to a plain file would be replaced by a protected
+            // copy, leaving the plaintext target behind, and a device or FIFO has nothing to protect.
+            switch try protection(ofItemAt: url) {
+            case .directory, .protected: break
+            case .plain, .other: try ProtectedFileError.checkReplaceable(url.path)
+            }
             items.append(ReprotectionItem(url: url, isTop: true))
             guard case .directory = try protection(ofItemAt: url) else { continue }
             // Names read as bytes: a file whose name is not UTF-8 is re-protected too.

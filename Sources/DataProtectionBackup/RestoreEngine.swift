@@ -12,6 +12,10 @@ public struct RestoreSummary: Sendable, Equatable, Codable {
     public var adoptedFiles = 0
     /// "This device only" files of another device, left out.
     public var skippedThisDeviceOnly = 0
+    /// Links that would resolve outside the restored tree (`abs -> /etc/hostname`, or a chain
+    /// of the backup's links that climbs out), left out and logged: a restore creates nothing
+    /// that leads outside its destination.
+    public var skippedOutwardLinks = 0
 }
 
 /// How a restore treats what the backup recorded.
@@ -29,8 +33,8 @@ public struct RestoreOptions: Sendable, Equatable {
 /// authentication record must verify under this device's key, or — for a backup of another
 /// device — under the key the backup password unlocks. Then every manifest field is validated,
 /// every object's SHA-256 and size are checked while it is copied, and nothing is written
-/// outside the destination: names with `..` or a NUL, absolute names, and links that resolve
-/// out of the tree (following the backup's other links) are refused; links are created last and
+/// outside the destination: names with `..` or a NUL and absolute names are refused, links that
+/// resolve out of the tree (following the backup's other links) are left out and logged; links are created last and
 /// every parent on the way is checked to be a real directory. Protected files from another
 /// device are rewrapped for this one with the backup keybag's class keys — their content is
 /// not decrypted. A failed restore leaves nothing behind.
@@ -194,7 +198,7 @@ public struct RestoreEngine: Sendable {
         let destination = destination.standardizedFileURL
         let authenticated = try await authenticate(files: files, password: password)
         let entries = try await manifest(of: authenticated, files: files).entries()
-        try Self.checkTree(entries, objects: Set(authenticated.objects))
+        let outwardLinks = try Self.checkTree(entries, objects: Set(authenticated.objects))
 
         // Before writing anything: which stored objects come from another device?
         let local = files.keybag.id
@@ -237,7 +241,7 @@ public struct RestoreEngine: Sendable {
         let stage = parent.appendingPathComponent(stalePrefix + UUID().uuidString.prefix(8))
         try POSIXFile.call("mkdir", stage.path) { mkdir($0, 0o700) }
         do {
-            let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects,
+            let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects, outwardLinks: outwardLinks,
                                              deviceOnlyElsewhere: deviceOnlyElsewhere, backupKeys: authenticated.backupKeys,
                                              options: options, reportingAs: destination, log: log, progress: progress)
             if POSIXFile.kind(destination.path).exists { try POSIXFile.call("rmdir", destination.path) { rmdir($0) } }
@@ -255,7 +259,7 @@ public struct RestoreEngine: Sendable {
     }
 
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
-                         foreignObjects: Set<String>, deviceOnlyElsewhere: Set<String>, backupKeys: BackupClassKeys?,
+                         foreignObjects: Set<String>, outwardLinks: Set<String>, deviceOnlyElsewhere: Set<String>, backupKeys: BackupClassKeys?,
                          options: RestoreOptions, reportingAs finalDestination: URL,
                          log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
@@ -299,6 +303,13 @@ public struct RestoreEngine: Sendable {
             progress(done)
         }
         for entry in entries where entry.kind == .symlink {
+            if outwardLinks.contains(entry.path) {
+                log("Not restored (a link leading outside the restored tree): \(LosslessPath.display(finalDestination.path + "/" + entry.path)) -> \(LosslessPath.display(entry.linkTarget ?? ""))")
+                summary.skippedOutwardLinks += 1
+                done.items += 1
+                progress(done)
+                continue
+            }
             try Self.checkParents(of: entry.path, in: destination.path)
             try POSIXFile.call("symlink", entry.linkTarget!, target(entry)) { symlink($0, $1) }
             summary.symlinks += 1
@@ -380,13 +391,20 @@ public struct RestoreEngine: Sendable {
     }
 
     /// The whole tree, before anything is written: plain relative names, a directory entry for
-    /// every parent, objects listed, and links that stay inside when resolved.
-    static func checkTree(_ entries: [ManifestEntry], objects: Set<String>) throws {
+    /// every parent, objects listed. Returns the links that do not stay inside when resolved
+    /// (following the backup's other links), which the restore leaves out.
+    @discardableResult
+    static func checkTree(_ entries: [ManifestEntry], objects: Set<String>) throws -> Set<String> {
         var kinds: [String: ManifestEntry.Kind] = [:]
         var links: [String: String] = [:]
         for entry in entries {
             try checkName(entry.path)
-            kinds[entry.path] = entry.kind
+            // One entry per name (the manifest's table has the name as its key; checked again
+            // here): a link and a directory of the same name would be judged by one and
+            // resolved through the other.
+            guard kinds.updateValue(entry.kind, forKey: entry.path) == nil else {
+                throw BackupError.badBackup(path: "manifest", reason: "\(LosslessPath.display(entry.path)) is listed twice")
+            }
             if entry.kind == .symlink { links[entry.path] = entry.linkTarget }
             if let sha = entry.sha256, !objects.contains(sha) {
                 throw BackupError.badBackup(path: "manifest", reason: "\(LosslessPath.display(entry.path)) uses an object its object list does not name")
@@ -398,9 +416,7 @@ public struct RestoreEngine: Sendable {
                 guard kinds[parts[0..<depth].joined(separator: "/")] == .directory else { throw BackupError.unsafePath(LosslessPath.display(entry.path)) }
             }
         }
-        for (link, target) in links where !resolvesInside(link: link, target: target, links: links) {
-            throw BackupError.unsafePath("\(LosslessPath.display(link)) -> \(LosslessPath.display(target))")
-        }
+        return Set(links.filter { !resolvesInside(link: $0.key, target: $0.value, links: links) }.keys)
     }
 
     /// A manifest name must be relative and plain: no empty, `.` or `..` component, no NUL.

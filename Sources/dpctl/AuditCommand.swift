@@ -44,7 +44,9 @@ struct Audit: AsyncParsableCommand {
     func validate() throws {
         if [path != nil, app != nil, all].filter({ $0 }).count > 1 { throw ValidationError("name one of PATH, --app ID or --all") }
         if json && sarif { throw ValidationError("choose --json or --sarif") }
-        if largeFile <= 0 || inboxAge < 0 { throw ValidationError("--large-file must be positive and --inbox-age not negative") }
+        // At most a petabyte and a century: finite numbers that fit the auditor's integers.
+        guard largeFile.isFinite, largeFile > 0, largeFile <= 1e9 else { throw ValidationError("--large-file must be a number of MB above 0, at most 1e9") }
+        guard inboxAge.isFinite, inboxAge >= 0, inboxAge <= 36_500 else { throw ValidationError("--inbox-age must be a number of days from 0 to 36500") }
     }
 
     func run() async throws {

@@ -207,7 +207,8 @@ struct Restore: AsyncParsableCommand {
         if json {
             printJSON(summary)
         } else if !quiet.quiet {
-            printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device")
+            printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device"
+                     + (summary.skippedOutwardLinks > 0 ? "; \(summary.skippedOutwardLinks) links leading outside left out" : ""))
         }
     }
 }

@@ -156,12 +156,23 @@ struct SQL: AsyncParsableCommand {
     }
 
     /// Runs every statement and formats the rows of each as the sqlite3 shell does.
+    /// A transaction the SQL opens (`BEGIN`) and does not end is rolled back, as when sqlite3
+    /// exits, and reported: nothing of it is kept.
     static func execute(_ sql: String, in db: Database, formatter: SQLResultFormatter) throws -> String {
         var output = ""
-        let statements = try db.allStatements(sql: sql)
-        while let statement = try statements.next() {
-            let rows = try Row.fetchAll(statement).map { Array($0.databaseValues) }
-            output += formatter.format(columns: statement.columnNames, rows: rows)
+        do {
+            let statements = try db.allStatements(sql: sql)
+            while let statement = try statements.next() {
+                let rows = try Row.fetchAll(statement).map { Array($0.databaseValues) }
+                output += formatter.format(columns: statement.columnNames, rows: rows)
+            }
+        } catch {
+            if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
+            throw error
+        }
+        if db.isInsideTransaction {
+            try db.execute(sql: "ROLLBACK")
+            throw CLIError("the SQL left a transaction open (BEGIN without COMMIT or ROLLBACK): it was rolled back, nothing of it was kept")
         }
         return output
     }

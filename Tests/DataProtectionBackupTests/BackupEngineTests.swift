@@ -178,14 +178,22 @@ import Testing
         }
     }
 
-    @Test func restoreRefusesLinksOutOfTheTreeAndWritesThroughLinks() async throws {
-        let outward = try await Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "../../outside")])
-        await #expect(throws: BackupError.self) {
-            _ = try await RestoreEngine(backup: outward).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
-        }
-        let absolute = try await Self.handcraftedBackup([ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "/etc")])
-        await #expect(throws: BackupError.self) {
-            _ = try await RestoreEngine(backup: absolute).restore(to: temporaryDirectory().appendingPathComponent("d"), files: Self.bystander(), password: nil)
+    /// A link leading out of the tree (`../../outside`, `/etc`) is left out and logged; the rest
+    /// of the backup is restored.
+    @Test func restoreLeavesOutLinksThatLeadOutOfTheTree() async throws {
+        for target in ["../../outside", "/etc"] {
+            let backup = try await Self.handcraftedBackup([
+                ManifestEntry(path: "link", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: target),
+                ManifestEntry(path: "inside", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "dir"),
+                ManifestEntry(path: "dir", kind: .directory, mode: 0o755, mtime: 0, size: 0),
+            ])
+            let destination = temporaryDirectory().appendingPathComponent("d")
+            var logged: [String] = []
+            let summary = try await RestoreEngine(backup: backup).restore(to: destination, files: Self.bystander(), password: nil, log: { logged.append($0) })
+            #expect(summary.skippedOutwardLinks == 1 && summary.symlinks == 1 && summary.directories == 1)
+            #expect(POSIXFile.linkStatus(destination.appendingPathComponent("link").path) == nil)
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: destination.appendingPathComponent("inside").path) == "dir")
+            #expect(logged.count == 1 && logged[0].contains("link -> \(target)"), "\(logged)")
         }
     }
 

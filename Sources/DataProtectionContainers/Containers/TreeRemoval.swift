@@ -1,52 +1,8 @@
 import DataProtectionKeybag
-import Foundation
-import SystemPackage
-#if canImport(Glibc)
-import Glibc
-#endif
 
-/// Removes a tree an app controlled: descriptor-relative (`openat` with `O_NOFOLLOW`,
-/// `unlinkat`), so no depth is too deep for a path and no link is followed out of it; a
-/// directory the app made unreadable (`chmod 0`) is given back `u+rwx` first. Throws what could
-/// not be removed.
+/// Removes a tree an app controlled (``POSIXFile/removeTree(_:)``: no link followed out of it,
+/// no depth too deep, unreadable directories given back `u+rwx` first). Throws what could not
+/// be removed.
 func removeTree(_ path: String) throws {
-    guard let st = POSIXFile.linkStatus(path) else { return }
-    guard st.st_mode & S_IFMT == S_IFDIR else {
-        guard unlink(path) == 0 || errno == ENOENT else { throw ContainerError.fileSystem(FileSystemError("unlink", path: path, errno: Errno(rawValue: errno))) }
-        return
-    }
-    _ = chmod(path, 0o700)
-    let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-    guard fd >= 0 else { throw ContainerError.fileSystem(FileSystemError("open", path: path, errno: Errno(rawValue: errno))) }
-    try removeContents(fd, shown: path)
-    guard rmdir(path) == 0 || errno == ENOENT else { throw ContainerError.fileSystem(FileSystemError("rmdir", path: path, errno: Errno(rawValue: errno))) }
-}
-
-/// Empties the directory open as `fd` (and closes it).
-private func removeContents(_ fd: Int32, shown: String) throws {
-    guard let directory = fdopendir(fd) else {
-        close(fd)
-        throw ContainerError.fileSystem(FileSystemError("fdopendir", path: shown, errno: Errno(rawValue: errno)))
-    }
-    defer { closedir(directory) }
-    var names: [[CChar]] = []
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.bindMemory(to: CChar.self).prefix { $0 != 0 }) + [0] }
-        if name == [46, 0] || name == [46, 46, 0] { continue }   // "." and ".."
-        names.append(name)
-    }
-    let parent = dirfd(directory)
-    for name in names {
-        var st = stat()
-        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-        if st.st_mode & S_IFMT == S_IFDIR {
-            _ = fchmodat(parent, name, 0o700, 0)
-            let child = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard child >= 0 else { throw ContainerError.fileSystem(FileSystemError("openat", path: shown, errno: Errno(rawValue: errno))) }
-            try removeContents(child, shown: shown)
-            guard unlinkat(parent, name, AT_REMOVEDIR) == 0 else { throw ContainerError.fileSystem(FileSystemError("rmdir", path: shown, errno: Errno(rawValue: errno))) }
-        } else {
-            guard unlinkat(parent, name, 0) == 0 else { throw ContainerError.fileSystem(FileSystemError("unlink", path: shown, errno: Errno(rawValue: errno))) }
-        }
-    }
+    do { try POSIXFile.removeTree(path) } catch let error as FileSystemError { throw ContainerError.fileSystem(error) }
 }

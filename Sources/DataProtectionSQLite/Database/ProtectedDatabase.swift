@@ -106,8 +106,15 @@ public final class ProtectedDatabase: Sendable {
             }
             return (writer, prepared.context)
         } catch {
-            throw prepared.translate(error)
+            throw ownKeyFailed(prepared.translate(error))
         }
+    }
+
+    /// The key and format come from the database's own authenticated key file, so page 1 that
+    /// does not open is damage (exit 4 in dpctl), not a wrong key the user could correct.
+    private static func ownKeyFailed(_ error: any Error) -> any Error {
+        guard case DatabaseCipherError.wrongKeyOrFormat(let path, _) = error else { return error }
+        return DatabaseCipherError.damaged(path: path, detail: "page 1 does not authenticate under the key in the database's key file")
     }
 
     /// The page cipher for a key record, and the record to keep: when a rekey was interrupted
@@ -234,7 +241,7 @@ public final class ProtectedDatabase: Sendable {
     /// do { try db.writer.read { … } } catch { throw db.explain(error, writing: false) }
     /// ```
     public func explain(_ error: any Error, writing: Bool) -> any Error {
-        let translated = DatabaseCipherError.translate(error, context: context)
+        let translated = Self.ownKeyFailed(DatabaseCipherError.translate(error, context: context))
         if case DatabaseCipherError.keysWithdrawn = translated {
             // Keys are withdrawn only when the class's key was discarded: the device is locked.
             return ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass, lockState: .locked, writing: writing)
