@@ -1,0 +1,125 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// What an attacker's review of dpctl found (session 12): each case broke something (a trap, a
+/// replaced device node, a copy that filled the disk, a restore that lost a whole backup) and
+/// now ends in one line, an exit status from the table, and nothing lost.
+@Suite struct AttackerReviewTests {
+    static func device() throws -> (CLI, String) {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        return (cli, passcode)
+    }
+
+    static func isOneLine(_ text: String) -> Bool { text.split(separator: "\n").count == 1 && !text.contains("Fatal error") }
+
+    /// `dpctl write /dev/null` as root replaced the system's /dev/null with a regular file.
+    @Test func writeNeverReplacesADeviceAFIFOOrALink() throws {
+        let (cli, passcode) = try Self.device()
+        let device = cli.file("null"), fifo = cli.file("fifo"), link = cli.file("link"), target = cli.writeFile("target", "kept")
+        #expect(mknod(device, S_IFCHR | 0o666, 0x103) == 0)   // 1:3, as /dev/null
+        #expect(mkfifo(fifo, 0o644) == 0)
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: "target")
+        for (path, kind) in [(device, "a character device"), (fifo, "a FIFO"), (link, "a symbolic link to target")] {
+            let result = try cli.run(["write", path, "--passcode-file", passcode], input: Data("x".utf8))
+            #expect(result.status == 1 && Self.isOneLine(result.stderr) && result.stderr.contains(kind), "\(result.stderr)")
+        }
+        var st = stat()
+        #expect(stat(device, &st) == 0 && st.st_mode & S_IFMT == S_IFCHR)
+        #expect(lstat(fifo, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: link) == "target")
+        #expect(try String(contentsOfFile: target, encoding: .utf8) == "kept")
+
+        // protect: a link to a plain file would be replaced by a protected copy, leaving the
+        // plaintext target behind. Refused before anything changes; the target itself works.
+        let protect = try cli.run(["protect", cli.file("other"), link, "--class", "A", "--passcode-file", passcode])
+        #expect(protect.status == 1, "\(protect.stderr)")
+        let refused = try cli.run(["protect", link, "--class", "A", "--passcode-file", passcode])
+        #expect(refused.status == 1 && refused.stderr.contains("symbolic link") && Self.isOneLine(refused.stderr), "\(refused.stderr)")
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: link) == "target")
+        #expect(try cli.run(["protect", target, "--class", "A", "--passcode-file", passcode]).status == 0)
+        // A link to a protected file: its header is rewritten where it lies, the link stays.
+        #expect(try cli.run(["protect", link, "--class", "B", "--passcode-file", passcode]).status == 0)
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: link) == "target")
+        #expect(try cli.run(["ls", target]).out.contains("complete-unless-open"))
+    }
+
+    /// `dpctl cp . inside` recursed until the disk was full; a failing copy left half a tree.
+    @Test func cpOfATreeNeverGoesIntoItselfCopiesLinksAsLinksAndIsWholeOrAbsent() throws {
+        let (cli, passcode) = try Self.device()
+        let tree = cli.file("tree")
+        try FileManager.default.createDirectory(atPath: tree + "/sub", withIntermediateDirectories: true)
+        #expect(try cli.run(["write", tree + "/a", "--class", "C", "--passcode-file", passcode], input: Data("alpha".utf8)).status == 0)
+        try FileManager.default.createSymbolicLink(atPath: tree + "/abs", withDestinationPath: "/etc/hostname")
+        try FileManager.default.createSymbolicLink(atPath: tree + "/sub/dangling", withDestinationPath: "../../nowhere")
+
+        for destination in [tree + "/inside", tree + "/sub/deeper"] {
+            let result = try cli.run(["cp", tree, destination, "--passcode-file", passcode])
+            #expect(result.status == 1 && result.stderr.contains("into itself") && Self.isOneLine(result.stderr), "\(result.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: destination))
+        }
+        let copy = cli.file("copy")
+        #expect(try cli.run(["cp", tree, copy, "--passcode-file", passcode]).status == 0)
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: copy + "/abs") == "/etc/hostname")
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: copy + "/sub/dangling") == "../../nowhere")
+        #expect(try cli.run(["cat", copy + "/a", "--passcode-file", passcode]).out == "alpha")
+
+        // A FIFO inside stops the copy: nothing at the destination, no hidden leftovers.
+        #expect(mkfifo(tree + "/sub/fifo", 0o644) == 0)
+        let stopped = try cli.run(["cp", tree, cli.file("second"), "--passcode-file", passcode])
+        #expect(stopped.status == 1 && stopped.stderr.contains("FIFO") && Self.isOneLine(stopped.stderr), "\(stopped.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: cli.work.path).filter { $0.contains("second") }.isEmpty)
+    }
+
+    /// `BEGIN` without `COMMIT` trapped in GRDB (exit 132) and left a hot journal.
+    @Test func sqlRollsBackATransactionLeftOpen() throws {
+        let (cli, passcode) = try Self.device()
+        let db = cli.file("n.db"), plain = cli.file("plain.db")
+        #expect(try cli.run(["sql", db, "--class", "A", "--passcode-file", passcode, "CREATE TABLE t(a)"]).status == 0)
+        for sql in ["BEGIN", "BEGIN; INSERT INTO t VALUES (1);", "INSERT INTO t VALUES (2); BEGIN; INSERT INTO t VALUES (3); SELECT nosuchfunction()"] {
+            let result = try cli.run(["sql", db, "--passcode-file", passcode, sql])
+            #expect(result.status == 1 && Self.isOneLine(result.stderr), "\(sql): \(result.stderr)")
+        }
+        #expect(try cli.run(["sql", db, "--passcode-file", passcode, "SELECT a FROM t"]).out == "2\n")
+        #expect(try cli.run(["sql", plain, "CREATE TABLE x(a); BEGIN; INSERT INTO x VALUES (1)"]).status == 1)
+        #expect(try cli.run(["sql", plain, "SELECT count(*) FROM x"]).out == "0\n")
+        #expect(!FileManager.default.fileExists(atPath: plain + "-journal"))
+        #expect(try cli.run(["sql", db, "--passcode-file", passcode, "BEGIN; INSERT INTO t VALUES (4); COMMIT; SELECT count(*) FROM t"]).out == "2\n")
+
+        // Page 1 of a class-managed database changed: its own key is right, so it is damage (4).
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: db))
+        bytes[100] ^= 1
+        try bytes.write(to: URL(fileURLWithPath: db))
+        let damaged = try cli.run(["sql", db, "--passcode-file", passcode, "SELECT 1"])
+        #expect(damaged.status == 4 && damaged.stderr.contains("damaged") && Self.isOneLine(damaged.stderr), "\(damaged.stderr)")
+    }
+
+    @Test(arguments: [["--large-file", "nan"], ["--large-file", "inf"], ["--large-file", "1e308"], ["--inbox-age", "nan"], ["--inbox-age", "inf"]])
+    func auditRefusesNumbersItCannotUse(option: [String]) throws {
+        let (cli, _) = try Self.device()
+        let result = try cli.run(["audit", cli.work.path] + option)
+        #expect(result.status == 64 && !result.stderr.contains("Fatal error"), "\(result.stderr)")
+    }
+
+    /// A backup of a tree with an absolute link verified but could not be restored at all.
+    @Test func aBackupWithALinkLeadingOutsideRestoresEverythingElse() throws {
+        let (cli, passcode) = try Self.device()
+        let source = cli.file("source")
+        try FileManager.default.createDirectory(atPath: source + "/d", withIntermediateDirectories: true)
+        try Data("hi".utf8).write(to: URL(fileURLWithPath: source + "/d/file"))
+        try FileManager.default.createSymbolicLink(atPath: source + "/abs", withDestinationPath: "/etc/hostname")
+        try FileManager.default.createSymbolicLink(atPath: source + "/near", withDestinationPath: "d/file")
+        let repository = cli.file("repo"), restored = cli.file("restored")
+        #expect(try cli.run(["backup", source, repository, "-q"]).status == 0)
+        let restore = try cli.run(["restore", repository, restored, "--passcode-file", passcode])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        #expect(restore.out.contains("Not restored (a link leading outside the restored tree): \(restored)/abs -> /etc/hostname"), "\(restore.out)")
+        #expect(restore.out.contains("1 links leading outside left out"))
+        #expect(try String(contentsOfFile: restored + "/d/file", encoding: .utf8) == "hi")
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: restored + "/near") == "d/file")
+        var st = stat()
+        #expect(lstat(restored + "/abs", &st) != 0)
+    }
+}
