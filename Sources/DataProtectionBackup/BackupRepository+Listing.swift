@@ -52,11 +52,13 @@ extension BackupRepository {
     /// `password`): restic's `latest`. A newer entry that does not authenticate — planted by
     /// someone without the keys, damaged — is passed over and reported to `skipped`, so it
     /// cannot make the repository unusable.
-    /// - Throws: ``BackupError/noFinishedBackup(path:)`` when none authenticates; a wrong or
-    ///   missing backup password as ``RestoreEngine`` throws it.
+    /// - Throws: ``BackupError/noFinishedBackup(path:)`` when there is no finished backup,
+    ///   ``BackupError/notAuthentic(path:reason:)`` when there are some and none authenticates;
+    ///   a wrong or missing backup password as ``RestoreEngine`` throws it.
     public func latestAuthenticBackup(files: ProtectedFileManager, password: String?,
                                       skipped: (URL, any Error) -> Void = { _, _ in }) async throws -> URL {
-        for candidate in finishedBackups().reversed() {
+        let finished = finishedBackups()
+        for candidate in finished.reversed() {
             do {
                 _ = try await RestoreEngine(backup: candidate).authenticate(files: files, password: password)
                 return candidate
@@ -67,7 +69,8 @@ extension BackupRepository {
                 }
             }
         }
-        throw BackupError.noFinishedBackup(path: url.path)
+        if finished.isEmpty { throw BackupError.noFinishedBackup(path: url.path) }
+        throw BackupError.notAuthentic(path: url.path, reason: "none of its \(finished.count) finished backup(s) authenticates")
     }
 
     /// The time an ID (`yyyyMMddTHHmmssZ-…`) was made at.

@@ -34,20 +34,20 @@ public struct ExclusionList: Sendable, Equatable {
             return
         }
         var found: [URL] = []
-        var pending = [root]
+        // A file that is not marked (nor covered): nothing to list.
+        var pending = POSIXFile.kind(root.path).isDirectory ? [root] : []
         while let directory = pending.popLast() {
-            let names = try BackupExclusionAttribute.wrapFS {
-                do { return try POSIXFile.directoryEntries(directory.path) } catch {
-                    throw FileSystemError("opendir", path: directory.path, errno: .permissionDenied)
-                }
-            }
+            let names = try BackupExclusionAttribute.wrapFS { try POSIXFile.directoryEntries(directory.path) }
             for name in names.sorted() {
                 let child = directory.appendingPathComponent(name)
+                // A link carries no mark of its own (Linux keeps no user.* attributes on links),
+                // and its target is not walked: a dangling one is no error.
+                guard let st = POSIXFile.linkStatus(child.path), st.st_mode & S_IFMT != S_IFLNK else { continue }
                 if try BackupExclusionAttribute.isExcluded(child.path) {
                     found.append(child)
                     continue
                 }
-                if let st = POSIXFile.linkStatus(child.path), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
+                if st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
             }
         }
         excluded = found.sorted { $0.path < $1.path }

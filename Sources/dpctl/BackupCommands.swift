@@ -82,7 +82,7 @@ struct Exclusions: AsyncParsableCommand {
             return printJSON(try list.excluded.map { url in
                 let inherited: Bool
                 if case .excludedByAncestor = try BackupExclusionAttribute.exclusion(of: url) { inherited = true } else { inherited = false }
-                return Entry(path: LosslessPath.display(url.path), reason: inherited ? "inherited" : "marked")
+                return Entry(path: url.path, reason: inherited ? "inherited" : "marked")
             })
         }
         // Names go out as the bytes they are (a name that is not UTF-8 stays that name).
@@ -236,8 +236,15 @@ struct Verify: AsyncParsableCommand {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         let password = try passwordFile.map(readPasscode)
-        let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
-        let result = try await RestoreEngine(backup: backup).verification(files: files, password: password)
+        let result: BackupVerification
+        do {
+            let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
+            result = try await RestoreEngine(backup: backup).verification(files: files, password: password)
+        } catch where json {
+            // A forged, incomplete or missing backup: scripts still get a JSON answer.
+            printJSON(VerificationFailure(backup: self.backup, authentic: false, error: LosslessPath.display(String(describing: error))))
+            throw error
+        }
         if json {
             printJSON(result)
         } else if result.isIntact {
@@ -250,6 +257,13 @@ struct Verify: AsyncParsableCommand {
             throw ExitCode(ExitStatus.damaged.rawValue)
         }
     }
+}
+
+/// `verify --json` when no verification could run (FORMAT §5.0).
+struct VerificationFailure: Encodable {
+    var backup: String
+    var authentic: Bool
+    var error: String
 }
 
 struct Backups: AsyncParsableCommand {
@@ -294,6 +308,7 @@ struct Backups: AsyncParsableCommand {
 /// authenticates (a newer one that does not is named on standard error and passed over).
 func resolveBackup(_ path: String, files: ProtectedFileManager, password: String?, quiet: Bool) async throws -> URL {
     let url = URL(fileURLWithPath: path)
+    guard POSIXFile.status(url.path) != nil else { throw ProtectedFileError.noSuchFile(path: url.path) }
     guard BackupRepository.isRepository(url) else { return url }
     let latest = try await BackupRepository(url: url).latestAuthenticBackup(files: files, password: password) { skipped, why in
         printError("dpctl: warning: passing over \(LosslessPath.display(skipped.lastPathComponent)): \(LosslessPath.display(String(describing: why)))")

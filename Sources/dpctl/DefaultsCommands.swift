@@ -53,6 +53,8 @@ struct DefaultsRead: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("An app's or an App Group's identifier.", valueName: "domain")) var domain: String
     @Argument(help: ArgumentHelp("The key to print (all when omitted).", valueName: "key")) var key: String?
 
+    func validate() throws { try requireText(domain, key, what: "the domain and key") }
+
     func run() async throws {
         try await withPreferences(device, unlock, domain: domain) { defaults in
             if let key {
@@ -122,7 +124,11 @@ struct DefaultsWrite: AsyncParsableCommand {
         }
     }
 
-    func validate() throws { _ = try parsedValue() }
+    func validate() throws {
+        try requireText(domain, key, what: "the domain and key")
+        try requireText(values, what: "a value")
+        _ = try parsedValue()
+    }
 
     func run() async throws {
         let value = try parsedValue()
@@ -140,6 +146,8 @@ struct DefaultsDelete: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("An app's or an App Group's identifier.", valueName: "domain")) var domain: String
     @Argument(help: ArgumentHelp("The key (all when omitted).", valueName: "key")) var key: String?
+
+    func validate() throws { try requireText(domain, key, what: "the domain and key") }
 
     func run() async throws {
         try await withPreferences(device, unlock, domain: domain) { defaults in

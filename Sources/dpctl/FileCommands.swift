@@ -181,15 +181,15 @@ struct List: AsyncParsableCommand {
             try list(path, prefix: paths.count > 1 ? path : nil, probe: probe, into: &rows)
         }
         if json {
-            let objects: [[String: Any]] = rows.dropFirst().map { cells in
-                ["class": cells[0], "backup": cells[1], "size": Int(cells[2]).map { $0 as Any } ?? NSNull(), "name": cells[3]]
-            }
-            let data = try JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
-            printOut(String(decoding: data, as: UTF8.self))
-            return
+            // The real names (FORMAT §5.0's rules); a damaged item's reason in its own key.
+            return printJSON(rows.dropFirst().map { cells in
+                ListedItem(class: cells[0], backup: cells[1], size: Int64(cells[2]), name: cells[3], error: cells.count > 4 ? cells[4] : nil)
+            })
         }
-        if !bytes {
-            for i in rows.indices.dropFirst() { if let size = Int64(rows[i][2]) { rows[i][2] = humanSize(size) } }
+        for i in rows.indices.dropFirst() {
+            if !bytes, let size = Int64(rows[i][2]) { rows[i][2] = humanSize(size) }
+            let reason = rows[i].count > 4 ? "  (\(rows[i].removeLast()))" : ""
+            rows[i][3] = LosslessPath.display(rows[i][3]) + reason
         }
         printOut(table(rows, rightAligned: [2]))
     }
@@ -228,13 +228,33 @@ struct List: AsyncParsableCommand {
     }
 }
 
-/// Describes items for `ls` without a keybag.
+/// One item of `ls --json`.
+struct ListedItem: Encodable {
+    var `class`: String
+    var backup: String
+    var size: Int64?
+    var name: String
+    var error: String?
+
+    func encode(to encoder: any Encoder) throws {
+        enum Key: String, CodingKey { case `class`, backup, size, name, error }
+        var container = encoder.container(keyedBy: Key.self)
+        try container.encode(`class`, forKey: .class)
+        try container.encode(backup, forKey: .backup)
+        try container.encode(size, forKey: .size)   // null for directories, as before
+        try container.encode(name, forKey: .name)
+        try container.encodeIfPresent(error, forKey: .error)
+    }
+}
+
+/// Describes items for `ls` without a keybag: class, backup, size and the real name (shown
+/// escaped by the table, kept as it is for JSON), then the reason when the item is damaged.
 struct ProtectionProbe {
     /// Absolute paths a backup leaves out by place, with everything below them.
     var excludedPlaces: [String] = []
 
     func row(_ url: URL, name: String) -> [String] {
-        var cells = classCells(url, name: LosslessPath.display(name))
+        var cells = classCells(url, name: name)
         let backup: String
         switch try? BackupExclusionAttribute.exclusion(of: url) {
         case .included?: backup = excludedByPlace(url) ? "no (by place)" : "yes"
@@ -253,6 +273,10 @@ struct ProtectionProbe {
     }
 
     private func classCells(_ url: URL, name: String) -> [String] {
+        // A link whose target is missing is no damage: it has nothing to protect.
+        if POSIXFile.status(url.path) == nil, let st = POSIXFile.linkStatus(url.path), st.st_mode & S_IFMT == S_IFLNK {
+            return ["dangling link", "-", name]
+        }
         // `ProtectedFileManager.protection(ofItemAt:)` needs no key; any keybag-less reading goes
         // through the same parser, so use a static helper.
         do {
@@ -270,7 +294,7 @@ struct ProtectionProbe {
                 return ["-", "-", name]
             }
         } catch {
-            return ["damaged", "-", "\(name)  (\(error))"]
+            return ["damaged", "-", name, LosslessPath.display(String(describing: error))]
         }
     }
 

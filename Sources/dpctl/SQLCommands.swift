@@ -81,6 +81,7 @@ struct SQL: AsyncParsableCommand {
         if modes > 1 { throw ValidationError("give at most one of --class, --passphrase-file, --raw-key-hex and --raw-key-file") }
         if sql != nil, sqlFile != nil { throw ValidationError("give the SQL on the command line or with --read, not both") }
         if header, noHeader { throw ValidationError("give --header or --noheader, not both") }
+        try requireText(sql, nullValue, what: "the SQL")
     }
 
     var formatter: SQLResultFormatter {

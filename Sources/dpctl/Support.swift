@@ -223,12 +223,26 @@ func printOut(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
-/// JSON for people and scripts alike: keys in a stable (sorted) order, `/` unescaped, dates in ISO 8601.
+/// JSON for people and scripts alike: keys in a stable (sorted) order, `/` unescaped, dates in
+/// ISO 8601. Names are the real names (a newline is `\n`, a backslash `\\`); a byte that is
+/// not UTF-8 is `\udcHH`, as borg writes it (Python: `os.fsencode(name)` gives the bytes).
 func printJSON(_ value: some Encodable) {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     encoder.dateEncodingStrategy = .iso8601
-    printOut(String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self))
+    printOut(LosslessPath.surrogateEscaped(String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self)))
+}
+
+/// Arguments that are text, not file names (SQL, preference keys and values), must be UTF-8:
+/// other bytes are refused as standard input's are, never stored as look-alike characters.
+func requireText(_ arguments: String?..., what: String) throws {
+    try requireText(arguments.compactMap { $0 }, what: what)
+}
+
+func requireText(_ arguments: [String], what: String) throws {
+    if arguments.contains(where: { !LosslessPath.isUTF8($0) }) {
+        throw ValidationError("\(what) must be UTF-8 text: an argument holds bytes that are not (nothing was run)")
+    }
 }
 
 /// One line on standard error (progress and notes that are not the command's output).

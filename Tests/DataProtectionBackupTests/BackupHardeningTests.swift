@@ -389,7 +389,12 @@ import Testing
         var passedOver: [String] = []
         let latest = try await s.repository.latestAuthenticBackup(files: s.source, password: nil) { url, _ in passedOver.append(url.lastPathComponent) }
         #expect(latest == genuine && passedOver == [planted.lastPathComponent])
+        // Only forged entries left: that is forgery (exit 4 in dpctl), not an empty repository.
         try FileManager.default.removeItem(at: genuine)
+        await #expect(throws: BackupError.notAuthentic(path: s.repository.url.path, reason: "none of its 1 finished backup(s) authenticates")) {
+            _ = try await s.repository.latestAuthenticBackup(files: s.source, password: nil)
+        }
+        try FileManager.default.removeItem(at: planted)
         await #expect(throws: BackupError.noFinishedBackup(path: s.repository.url.path)) {
             _ = try await s.repository.latestAuthenticBackup(files: s.source, password: nil)
         }

@@ -122,4 +122,74 @@ import Testing
         var st = stat()
         #expect(lstat(restored + "/abs", &st) != 0)
     }
+
+    /// A repository whose only backup was forged exited 1 ("no finished backup"), and
+    /// `verify --json` printed nothing at all.
+    @Test func aForgedRepositoryIsDamageAndJSONStillAnswers() throws {
+        let (cli, passcode) = try Self.device()
+        let source = cli.file("source"), repository = cli.file("repo")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try Data("hi".utf8).write(to: URL(fileURLWithPath: source + "/f"))
+        #expect(try cli.run(["backup", source, repository, "-q"]).status == 0)
+        let id = try #require(try FileManager.default.contentsOfDirectory(atPath: repository + "/backups").first)
+        let manifest = URL(fileURLWithPath: repository + "/backups/" + id + "/manifest.sealed")
+        var bytes = try Data(contentsOf: manifest)
+        bytes[20] ^= 1
+        try bytes.write(to: manifest)
+        for target in [repository, repository + "/backups/" + id] {
+            let plain = try cli.run(["verify", target])
+            #expect(plain.status == 4, "\(plain.stderr)")
+            let json = try cli.run(["verify", "--json", target])
+            let object = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any], "\(json.out)")
+            #expect(json.status == 4 && object["authentic"] as? Bool == false && object["backup"] as? String == target)
+        }
+        #expect(try cli.run(["restore", repository, cli.file("out"), "--passcode-file", passcode]).status == 4)
+        let missing = try cli.run(["verify", cli.file("nothing-here")])
+        #expect(missing.status == 1 && missing.stderr.contains("no such file"), "\(missing.stderr)")
+    }
+
+    /// `exclusions` failed on any tree holding a dangling link; JSON carried display forms
+    /// (`n\\nl`, `bad\\xFE`) that name other files.
+    @Test func namesInJSONAreTheRealNames() throws {
+        let (cli, _) = try Self.device()
+        let tree = cli.file("tree")
+        try FileManager.default.createDirectory(atPath: tree + "/n\nl", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: tree + "/b\\x", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: tree + "/dangling", withDestinationPath: "/nonexistent")
+        #expect(try cli.run(["exclude", tree + "/n\nl", tree + "/b\\x"]).status == 0)
+        let exclusions = try cli.run(["exclusions", "--json", tree])
+        let paths = try #require(try JSONSerialization.jsonObject(with: exclusions.stdout) as? [[String: Any]], "\(exclusions.stderr)").map { $0["path"] as? String }
+        #expect(paths == [tree + "/b\\x", tree + "/n\nl"])
+        // A text list cannot hold a newline in a name: said so. Without it, the dangling link is no error.
+        let inexpressible = try cli.run(["exclusions", tree])
+        #expect(inexpressible.status == 1 && inexpressible.stderr.contains("cannot be written"), "\(inexpressible.stderr)")
+        #expect(try cli.run(["include", tree + "/n\nl"]).status == 0)
+        #expect(try cli.run(["exclusions", tree]).out == tree + "/b\\x\n")
+
+        // A name that is not UTF-8 (made by bash from bytes): `\udcfe` in JSON, as borg writes it;
+        // Python's os.fsencode gives the bytes back.
+        #expect(try ChildProcess.run("bash", ["-c", "touch \"$0\"/$'bad\\xfe'", tree]).status == 0)
+        let listed = try cli.run(["ls", "--json", tree])
+        #expect(listed.out.contains(#""name" : "bad\udcfe""#), "\(listed.out)")
+        let check = try ChildProcess.run("python3", ["-c", """
+            import json, os, sys
+            names = sorted(os.fsencode(item["name"]) for item in json.loads(sys.argv[1]))
+            print(names == sorted([b"./", b"b\\\\x/", b"bad\\xfe", b"dangling", b"n\\nl/"]), names)
+            """, listed.out])
+        #expect(check.out.hasPrefix("True"), "\(check.out)\(check.err)")
+        #expect(listed.out.contains("dangling link"))
+    }
+
+    /// Text arguments (SQL, preference values) that are not UTF-8 were stored as look-alike
+    /// characters (0xFF became U+10FFFF); they are refused as standard input's are.
+    @Test func textArgumentsThatAreNotUTF8AreRefused() throws {
+        let (cli, passcode) = try Self.device()
+        #expect(try cli.run(["app", "install", "com.example.text"]).status == 0)
+        let script = "exec \"$0\" --root \"$1\" \"$2\" \"$3\" \"$4\" \"$5\" $'\\xff' --passcode-file \"$6\""
+        let write = try ChildProcess.run("bash", ["-c", script, CLI.executable.path, cli.root, "defaults", "write", "com.example.text", "k", passcode])
+        #expect(write.status == 64 && write.err.contains("UTF-8"), "\(write.err)")
+        #expect(try cli.run(["defaults", "read", "com.example.text", "--passcode-file", passcode]).out.contains("k") == false)
+        let sql = try ChildProcess.run("bash", ["-c", "exec \"$0\" --root \"$1\" sql \"$2\" \"SELECT hex('\"$'\\xff'\"')\"", CLI.executable.path, cli.root, cli.file("t.db")])
+        #expect(sql.status == 64 && sql.err.contains("UTF-8"), "\(sql.err)")
+    }
 }

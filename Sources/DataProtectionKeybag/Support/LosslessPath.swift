@@ -106,6 +106,22 @@ public enum LosslessPath {
         return out
     }
 
+    /// JSON text (as `JSONEncoder` writes it) with each byte that is not UTF-8 written as the
+    /// escape `\udcHH` — Python's `surrogateescape`, as borg's JSON does: `os.fsencode` of the
+    /// decoded string gives the name's bytes back. Every other character is left as it is.
+    public static func surrogateEscaped(_ json: String) -> String {
+        guard !isUTF8(json) else { return json }
+        var out = ""
+        for scalar in json.unicodeScalars {
+            if escapeRange.contains(scalar.value) {
+                out += "\\udc" + hex2(UInt8(scalar.value - escapeBase)).lowercased()
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
     private static func hex2(_ byte: UInt8) -> String {
         let digits = Array("0123456789ABCDEF")
         return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
