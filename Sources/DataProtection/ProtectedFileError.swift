@@ -123,6 +123,24 @@ extension ProtectedFileError: CustomNSError {
 }
 
 extension ProtectedFileError {
+    /// The same error about `path` (for a file read through a descriptor, `/proc/self/fd/N`,
+    /// whose errors should name the file the user knows).
+    public func naming(_ path: String) -> ProtectedFileError {
+        switch self {
+        case .unavailable(_, let cls, let state, let writing): .unavailable(path: path, protectionClass: cls, lockState: state, writing: writing)
+        case .damaged(_, let reason): .damaged(path: path, reason: reason)
+        case .unsupportedVersion(_, let version): .unsupportedVersion(path: path, version: version)
+        case .foreignKeybag: .foreignKeybag(path: path)
+        case .notProtected: .notProtected(path: path)
+        case .noSuchFile: .noSuchFile(path: path)
+        case .isDirectory: .isDirectory(path: path)
+        case .notARegularFile(_, let kind): .notARegularFile(path: path, kind: kind)
+        case .closed: .closed(path: path)
+        case .invalidRange(_, let reason): .invalidRange(path: path, reason: reason)
+        case .copyIntoItself, .keybag, .fileSystem: self
+        }
+    }
+
     /// Throws ``notARegularFile(path:kind:)`` when `path` is a symbolic link, a device, a FIFO
     /// or a socket: only a regular file (or nothing) is replaced by an atomic write.
     static func checkReplaceable(_ path: String) throws {

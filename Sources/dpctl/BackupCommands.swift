@@ -20,6 +20,7 @@ struct Exclude: AsyncParsableCommand {
     @Flag(help: "Do not write a CACHEDIR.TAG into a marked directory.") var noCachedirTag = false
 
     func validate() throws {
+        try requirePaths(paths)
         if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
     }
 
@@ -41,6 +42,7 @@ struct Include: AsyncParsableCommand {
     @Argument(help: "Files or directories.") var paths: [String]
 
     func validate() throws {
+        try requirePaths(paths)
         if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
     }
 
@@ -72,6 +74,11 @@ struct Exclusions: AsyncParsableCommand {
     var json = false
 
     struct Entry: Encodable { var path: String, reason: String }
+
+    func validate() throws {
+        try requirePaths(path)
+        if ExclusionList.Format(rawValue: format) == nil { throw ValidationError("unknown format \(format): use list, tar, restic or borg") }
+    }
 
     func run() async throws {
         guard let format = ExclusionList.Format(rawValue: format) else {
@@ -133,6 +140,8 @@ struct Backup: AsyncParsableCommand {
     @Flag(help: "Print a JSON summary.") var json = false
     @OptionGroup var quiet: QuietOption
 
+    func validate() throws { try requirePaths(source, destination) }
+
     func run() async throws {
         // The device is opened locked (before first unlock): a backup needs no key.
         let keybag = try await device.openDevice(passcodeFile: nil)
@@ -186,6 +195,8 @@ struct Restore: AsyncParsableCommand {
     @Flag(help: "Print a JSON summary.") var json = false
     @OptionGroup var quiet: QuietOption
 
+    func validate() throws { try requirePaths(backup, destination) }
+
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
@@ -231,6 +242,8 @@ struct Verify: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Print the result as JSON (damage still exits 4).") var json = false
     @OptionGroup var quiet: QuietOption
+
+    func validate() throws { try requirePaths(backup) }
 
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
@@ -279,6 +292,8 @@ struct Backups: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The backup repository.") var repository: String
     @Flag(help: "Print the list as JSON.") var json = false
+
+    func validate() throws { try requirePaths(repository) }
 
     func run() async throws {
         let url = URL(fileURLWithPath: repository)

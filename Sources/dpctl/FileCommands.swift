@@ -25,6 +25,11 @@ struct Write: AsyncParsableCommand {
     var thisDeviceOnly = false
     @OptionGroup var unlock: UnlockOptions
 
+    func validate() throws {
+        try requirePaths(path)
+        if path.hasSuffix("/") { throw ValidationError("\(LosslessPath.display(path)) ends with /: name a file, not a directory") }
+    }
+
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile, standardInputCarriesData: true))
         let url = URL(fileURLWithPath: path)
@@ -62,6 +67,7 @@ struct Cat: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
 
     func validate() throws {
+        try requirePaths(paths)
         if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
     }
 
@@ -162,6 +168,8 @@ struct List: AsyncParsableCommand {
     @Flag(help: "Print JSON: an array of {name, class, backup, size} (size in bytes, null for directories).") var json = false
     @Flag(help: "Sizes in bytes instead of 76.3 MiB.") var bytes = false
     @Argument(help: "Files or directories (default: the current directory).") var paths: [String] = ["."]
+
+    func validate() throws { try requirePaths(paths) }
 
     func run() async throws {
         device.bootstrapLogging()
@@ -332,6 +340,7 @@ struct Protect: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
 
     func validate() throws {
+        try requirePaths(paths)
         if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
     }
 
@@ -376,6 +385,8 @@ struct Copy: AsyncParsableCommand {
     @Option(name: .customLong("class"), help: "Give the copy this class instead (the only way to lower it).")
     var protectionClass: ProtectionClass?
     @OptionGroup var unlock: UnlockOptions
+
+    func validate() throws { try requirePaths(source, destination) }
 
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))

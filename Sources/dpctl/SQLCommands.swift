@@ -82,6 +82,15 @@ struct SQL: AsyncParsableCommand {
         if sql != nil, sqlFile != nil { throw ValidationError("give the SQL on the command line or with --read, not both") }
         if header, noHeader { throw ValidationError("give --header or --noheader, not both") }
         try requireText(sql, nullValue, what: "the SQL")
+        try requirePaths(database)
+        // Settings and keys that cannot be right are usage errors (64), found before anything runs.
+        do {
+            var format = try SQLCipherFormat(compatibility: cipherCompat)
+            if let pageSize { format = try format.withPageSize(pageSize) }
+            if let rawKeyHex { _ = try SQLCipherKey(rawKeyHex: rawKeyHex) }
+        } catch let error as DatabaseCipherError {
+            throw ValidationError(error.description)
+        }
     }
 
     var formatter: SQLResultFormatter {

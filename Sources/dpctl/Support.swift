@@ -188,10 +188,25 @@ enum ExitStatus: Int32, CaseIterable {
 func report(_ error: any Error) -> ExitStatus {
     let status = ExitStatus(for: error)
     // One line, names shown as `\xE9` where their bytes are not UTF-8.
-    var line = LosslessPath.display(String(describing: error).replacingOccurrences(of: "\n", with: " "))
+    var line = LosslessPath.display(describe(error).replacingOccurrences(of: "\n", with: " "))
     if let hint = commandHint(for: error, status: status) { line += " (\(hint))" }
     FileHandle.standardError.write(Data("dpctl: \(line)\n".utf8))
     return status
+}
+
+/// An error in words: ours describe themselves; Foundation's (`CocoaError`, `NSError`) as
+/// `PATH: reason`, from the POSIX error under them where there is one, not as a dump of their
+/// user info.
+func describe(_ error: any Error) -> String {
+    guard error is CocoaError || type(of: error) is NSError.Type else { return String(describing: error) }
+    let ns = error as NSError
+    let path = (ns.userInfo[NSFilePathErrorKey] as? String) ?? (ns.userInfo[NSURLErrorKey] as? URL)?.path
+    var reason = ns.localizedDescription
+    if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? any Error {
+        let posix = underlying as NSError
+        if posix.domain == NSPOSIXErrorDomain { reason = String(cString: strerror(Int32(posix.code))) }
+    }
+    return path.map { "\($0): \(reason)" } ?? reason
 }
 
 /// What to type next, for errors whose library message says what to do in library terms.
@@ -231,6 +246,14 @@ func printJSON(_ value: some Encodable) {
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     encoder.dateEncodingStrategy = .iso8601
     printOut(LosslessPath.surrogateEscaped(String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self)))
+}
+
+/// An empty path names no file (the kernel says ENOENT); Foundation would read it as the
+/// current directory, making `dpctl backup src ""` a repository of the working directory.
+func requirePaths(_ paths: String?...) throws { try requirePaths(paths.compactMap { $0 }) }
+
+func requirePaths(_ paths: [String]) throws {
+    if paths.contains(where: \.isEmpty) { throw ValidationError("an empty path names no file") }
 }
 
 /// Arguments that are text, not file names (SQL, preference keys and values), must be UTF-8:

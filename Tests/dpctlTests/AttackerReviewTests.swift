@@ -192,4 +192,28 @@ import Testing
         let sql = try ChildProcess.run("bash", ["-c", "exec \"$0\" --root \"$1\" sql \"$2\" \"SELECT hex('\"$'\\xff'\"')\"", CLI.executable.path, cli.root, cli.file("t.db")])
         #expect(sql.status == 64 && sql.err.contains("UTF-8"), "\(sql.err)")
     }
+
+    /// The smaller findings: usage errors exit 64, an empty path names no file, Foundation's
+    /// errors read as `PATH: reason`, a locked preferences file is named as itself.
+    @Test func smallerFindings() throws {
+        let (cli, passcode) = try Self.device()
+        let key = String(repeating: "0", count: 64)
+        for arguments in [["sql", cli.file("x.db"), "--raw-key-hex", "zz", "SELECT 1"], ["sql", cli.file("x.db"), "--cipher-compat", "5", "SELECT 1"],
+                          ["sql", cli.file("x.db"), "--page-size", "100", "--raw-key-hex", key, "SELECT 1"], ["exclusions", cli.work.path, "--format", "xyz"],
+                          ["backup", cli.work.path, ""], ["ls", ""], ["cp", "", cli.file("copy")], ["verify", ""], ["write", cli.work.path + "/dir/"]] {
+            let result = try cli.run(arguments, input: Data("x".utf8))
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: cli.work.path + "/backups"))
+
+        let file = cli.writeFile("file", "f")
+        let intoFile = try cli.run(["backup", cli.work.path + "/root", file + "/repo", "-q"])
+        #expect(intoFile.status == 1 && intoFile.stderr.hasSuffix("dpctl: \(file)/repo: Not a directory\n") && !intoFile.stderr.contains("NSCocoaErrorDomain"),
+                "\(intoFile.stderr)")
+
+        #expect(try cli.run(["app", "install", "com.example.prefs"]).status == 0)
+        #expect(try cli.run(["defaults", "write", "com.example.prefs", "k", "v", "--passcode-file", passcode]).status == 0)
+        let locked = try cli.run(["defaults", "read", "com.example.prefs"], environment: ["DP_TERMINAL_PROMPT": "0"])
+        #expect(locked.status == 3 && locked.stderr.contains("com.example.prefs.plist") && !locked.stderr.contains("/proc/self/fd"), "\(locked.stderr)")
+    }
 }

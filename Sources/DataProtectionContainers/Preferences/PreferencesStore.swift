@@ -202,6 +202,8 @@ final class PreferencesStore: @unchecked Sendable {
                 }
                 values = dictionary
             } catch {
+                // Errors name the preferences file, not the descriptor it was read through.
+                let error = (error as? ProtectedFileError)?.naming(url.path) ?? error
                 logger.notice("\(url.path): cannot be read: \(error)")
                 return (nil, nil, false, error)
             }
