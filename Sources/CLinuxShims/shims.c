@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <spawn.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include "CLinuxShims.h"
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
@@ -133,4 +134,14 @@ long cshim_copy_file_range(int in_fd, long long in_offset, int out_fd, long long
 
 int cshim_start_writeback(int fd, long long offset, long long length) {
     return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE) < 0 ? -errno : 0;
+}
+
+int cshim_birth_time(int dirfd, const char *path, long long *seconds, unsigned *nanoseconds) {
+    struct statx sx;
+    int flags = AT_SYMLINK_NOFOLLOW | (path[0] == 0 ? AT_EMPTY_PATH : 0);
+    if (statx(dirfd, path, flags, STATX_BTIME, &sx) != 0) return -errno;
+    if (!(sx.stx_mask & STATX_BTIME)) return 1;
+    *seconds = sx.stx_btime.tv_sec;
+    *nanoseconds = sx.stx_btime.tv_nsec;
+    return 0;
 }

@@ -14,7 +14,8 @@ struct Write: AsyncParsableCommand {
         discussion: """
             Without --class the file gets the stronger of its directory's default (inherited from the \
             nearest ancestor; until-first-unlock if none) and, when it replaces a protected file, that \
-            file's class. complete-unless-open files can be written while locked.
+            file's class. complete-unless-open files can be written while locked. Only a regular \
+            file is replaced: a link, a device or a FIFO at PATH is refused.
             """)
 
     @OptionGroup var device: DeviceOptions
@@ -377,7 +378,11 @@ struct Copy: AsyncParsableCommand {
         commandName: "cp",
         abstract: "Copy a file or tree, keeping the stronger class.",
         usage: "dpctl cp <source> <destination> [--class <class>] [<options>]",
-        discussion: "The copy gets the stronger of the source's class and the destination's default.")
+        discussion: """
+            The copy gets the stronger of the source's class and the destination's default. A \
+            tree is never copied into itself; its links are copied as links, and it appears \
+            whole or not at all (a FIFO or device inside stops the copy).
+            """)
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "Source.") var source: String

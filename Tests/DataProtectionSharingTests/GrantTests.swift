@@ -169,6 +169,51 @@ import Testing
         // Another app never reaches a grant made to the editor.
         #expect(throws: SharingError.noSuchGrant(grant.id)) { try broker.activeGrant(grant.id, for: files) }
     }
+
+    /// A file system reuses a freed inode number at once (ext4 does): the granted file deleted,
+    /// the next file or directory made gets its number. The grant must not move to it — found
+    /// again only when the birth time and kind are the granted item's too.
+    @Test func aGrantNeverFollowsItsInodeNumberToANewItem() async throws {
+        let device = try await TestDevice.make()
+        try await device.keybag.unlock(passcode: "1234")
+        let manager = ContainerManager(files: device.files)
+        let files = try await manager.install(AppIdentifier(provider), documentBrowser: true)
+        let editorApp = try await manager.install(AppIdentifier(editor))
+        let documents = files.documents
+        try await device.files.write(Data("public draft".utf8), to: documents.appendingPathComponent("draft.txt"))
+        let broker = SharingBroker(manager: manager)
+        let granted = try broker.grant("Documents/draft.txt", from: AppIdentifier(provider), to: AppIdentifier(editor),
+                                       capabilities: [.reading], persistent: true)
+        #expect(granted.isDirectory == false)
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("Archive"), withIntermediateDirectories: true)
+        try FileManager.default.moveItem(at: documents.appendingPathComponent("draft.txt"), to: documents.appendingPathComponent("Archive/draft.txt"))
+        guard granted.birthTime != nil else {
+            // A file system without birth times: a moved item cannot be proven the same, so it
+            // is not followed (the safe side).
+            #expect(throws: SharingError.self) { try broker.resolveGrant(granted.id, for: editorApp) }
+            return
+        }
+        // Moved: followed, and the bookmark is stale.
+        let (moved, stale) = try broker.resolveGrant(granted.id, for: editorApp)
+        #expect(stale && moved.path == "Documents/Archive/draft.txt")
+
+        // Deleted, and its number taken by a new file, then by a new directory (the record is
+        // made to say so, as ext4 would: tmpfs does not reuse numbers).
+        try FileManager.default.removeItem(at: documents.appendingPathComponent("Archive/draft.txt"))
+        try await device.files.write(Data("private diary".utf8), to: documents.appendingPathComponent("diary.txt"))
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("private"), withIntermediateDirectories: true)
+        for newcomer in ["diary.txt", "private"] {
+            let st = try #require(POSIXFile.linkStatus(documents.appendingPathComponent(newcomer).path))
+            var reused = Grant(id: moved.id, provider: moved.provider, providerContainer: moved.providerContainer, path: moved.path,
+                               device: UInt64(st.st_dev), inode: UInt64(st.st_ino), recipient: moved.recipient, recipientContainer: moved.recipientContainer,
+                               capabilities: moved.capabilities, created: moved.created, expires: nil, persistent: true)
+            (reused.birthTime, reused.isDirectory) = (granted.birthTime, false)
+            try GrantStore(layout: manager.layout).save(reused)
+            #expect(throws: SharingError.self) { try broker.resolveGrant(granted.id, for: editorApp) }
+            #expect(throws: SharingError.self) { try broker.openGranted(granted.id, subpath: "", writable: false, for: editorApp) }
+            #expect(try broker.activeGrant(granted.id, for: editorApp).path == "Documents/Archive/draft.txt")
+        }
+    }
 }
 
 /// A granted directory: every operation needs its capability, and none leaves the directory.

@@ -48,6 +48,9 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
 /// `openat2(2)` (no libc wrapper): opens `path` relative to `dirfd` with `flags` and `mode`,
 /// resolving it under the `RESOLVE_*` rules in `resolve`. Returns the descriptor or -errno.
 int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigned long long resolve);
+/// `statx(2)`'s birth time of `path` (relative to `dirfd`, a link not followed; an empty `path`:
+/// `dirfd` itself): 0 and the time, 1 when the file system keeps none, or -errno.
+int cshim_birth_time(int dirfd, const char *path, long long *seconds, unsigned *nanoseconds);
 /// `renameat2(2)` with `RENAME_NOREPLACE`: renames without ever replacing. Returns 0 or -errno.
 int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 /// `copy_file_range(2)` between two offsets (declared only under _GNU_SOURCE): the kernel copies

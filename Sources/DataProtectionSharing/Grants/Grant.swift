@@ -33,6 +33,12 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
     /// The item's device and inode when granted: a bookmark resolving elsewhere is stale.
     public let device: UInt64
     public let inode: UInt64
+    /// The item's birth time (`statx`, "seconds.nanoseconds") and kind when granted. An item
+    /// found elsewhere by its inode is the granted one only if both match: a file system reuses
+    /// a freed inode number at once, for whatever is made next. Without a birth time (a grant
+    /// recorded before these keys existed, a file system that keeps none) a moved item is not followed.
+    public var birthTime: String? = nil
+    public var isDirectory: Bool? = nil
     public let recipient: String
     public let recipientContainer: UUID
     public let capabilities: GrantCapabilities
@@ -51,16 +57,18 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
 
     /// The same grant for the item renamed to `path`.
     func moved(to path: String) -> Grant {
-        Grant(id: id, provider: provider, providerContainer: providerContainer, path: path, device: device, inode: inode, recipient: recipient,
-              recipientContainer: recipientContainer, capabilities: capabilities, created: created, expires: expires, persistent: persistent,
-              snapshot: snapshot, isShare: isShare)
+        var moved = Grant(id: id, provider: provider, providerContainer: providerContainer, path: path, device: device, inode: inode, recipient: recipient,
+                          recipientContainer: recipientContainer, capabilities: capabilities, created: created, expires: expires, persistent: persistent,
+                          snapshot: snapshot, isShare: isShare)
+        (moved.version, moved.birthTime, moved.isDirectory) = (version, birthTime, isDirectory)
+        return moved
     }
 
     enum CodingKeys: String, CodingKey {
         case version = "Version", id = "ID", provider = "Provider", providerContainer = "ProviderContainer", path = "Path",
              device = "Device", inode = "Inode", recipient = "Recipient", recipientContainer = "RecipientContainer",
              capabilities = "Capabilities", created = "Created", expires = "Expires", persistent = "Persistent",
-             snapshot = "Snapshot", isShare = "Share"
+             snapshot = "Snapshot", isShare = "Share", birthTime = "BirthTime", isDirectory = "Directory"
     }
 
     public init(id: UUID, provider: String, providerContainer: UUID, path: String, device: UInt64, inode: UInt64, recipient: String,
@@ -89,5 +97,7 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
         persistent = try c.decode(Bool.self, forKey: .persistent)
         snapshot = try c.decodeIfPresent(String.self, forKey: .snapshot)
         isShare = try c.decodeIfPresent(Bool.self, forKey: .isShare) ?? false
+        birthTime = try c.decodeIfPresent(String.self, forKey: .birthTime)
+        isDirectory = try c.decodeIfPresent(Bool.self, forKey: .isDirectory)
     }
 }

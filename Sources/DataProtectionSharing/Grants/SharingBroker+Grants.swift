@@ -52,10 +52,12 @@ extension SharingBroker {
         // Writing a protected file in place reads its header and segments: writing includes reading.
         let capabilities = capabilities.contains(.writing) ? capabilities.union(.reading) : capabilities
         let now = clock.now()
-        let grant = Grant(id: UUID(), provider: provider.rawValue, providerContainer: from.uuid, path: relative,
+        var grant = Grant(id: UUID(), provider: provider.rawValue, providerContainer: from.uuid, path: relative,
                           device: UInt64(st.st_dev), inode: UInt64(st.st_ino), recipient: recipient.rawValue, recipientContainer: to.uuid,
                           capabilities: capabilities, created: now, expires: expiresAfter.map { now.addingTimeInterval($0) },
                           persistent: persistent)
+        let identity = ItemIdentity(descriptor: item.descriptor, status: st)
+        (grant.birthTime, grant.isDirectory) = (identity.birthTime, identity.isDirectory)
         try GrantStore(layout: manager.layout).save(grant)
         return grant
     }
@@ -181,7 +183,7 @@ extension SharingBroker {
         // Found again only within the same top directory (an item granted from an exposed
         // Documents is not followed out of it).
         let top = grant.path.split(separator: "/").first.map(String.init) ?? ""
-        guard let moved = findItem(device: grant.device, inode: grant.inode, in: provider),
+        guard let moved = findItem(of: grant, in: provider),
               moved.split(separator: "/").first.map(String.init) == top else {
             throw SharingError.refused("the item of grant \(id) (\(grant.path)) is gone from \(grant.provider)'s container")
         }
@@ -190,15 +192,18 @@ extension SharingBroker {
         return (updated, true)
     }
 
-    /// The path (relative to the container) of the file or directory with this device and inode,
-    /// never looking through links or into the Inbox.
-    private func findItem(device: UInt64, inode: UInt64, in provider: AppContainer) -> String? {
+    /// The path (relative to the container) of the grant's item: the same device and inode, and
+    /// the same birth time and kind (``ItemIdentity``) — a new item that got the freed inode
+    /// number is not it. Never looking through links or into the Inbox.
+    private func findItem(of grant: Grant, in provider: AppContainer) -> String? {
+        let (device, inode) = (grant.device, grant.inode)
         let root = provider.url.path
         guard let walker = FileManager.default.enumerator(atPath: root) else { return nil }
         while let relative = walker.nextObject() as? String {
             if relative == AppContainer.inboxStorageName || relative.hasPrefix(AppContainer.inboxStorageName + "/") { walker.skipDescendants(); continue }
             guard let st = POSIXFile.linkStatus(root + "/" + relative) else { continue }
             if UInt64(st.st_dev) == device, UInt64(st.st_ino) == inode, st.st_mode & S_IFMT != S_IFLNK {
+                guard ItemIdentity(path: root + "/" + relative)?.isRecorded(by: grant) == true else { return nil }
                 return (try? grantablePath(relative, in: provider, by: .providingApp)) ?? nil
             }
         }

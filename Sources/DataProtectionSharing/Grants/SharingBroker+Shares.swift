@@ -38,9 +38,11 @@ extension SharingBroker {
             try ProtectedFileManager.requireSpace(for: Int64(st.st_size), in: directory, path: manager.layout.snapshots)
             try copySnapshot(item.descriptor, size: Int64(st.st_size), to: manager.layout.snapshots + "/" + id.uuidString)
         }
-        let grant = Grant(id: id, provider: sender.rawValue, providerContainer: from.uuid, path: relative, device: UInt64(st.st_dev),
+        var grant = Grant(id: id, provider: sender.rawValue, providerContainer: from.uuid, path: relative, device: UInt64(st.st_dev),
                           inode: UInt64(st.st_ino), recipient: recipient.rawValue, recipientContainer: to.uuid, capabilities: [.reading],
                           created: clock.now(), expires: nil, persistent: false, snapshot: snapshot, isShare: true)
+        let identity = ItemIdentity(descriptor: item.descriptor, status: st)
+        (grant.birthTime, grant.isDirectory) = (identity.birthTime, identity.isDirectory)
         do {
             try GrantStore(layout: manager.layout).save(grant)
             try DeliveryQueue(layout: manager.layout, app: to.uuid)

@@ -1,0 +1,49 @@
+import CLinuxShims
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What tells one granted item from another that later gets its inode number: its birth time
+/// (`statx`'s `stx_btime`, which a reused inode does not keep) and whether it is a directory.
+struct ItemIdentity: Equatable {
+    /// "seconds.nanoseconds", or `nil` where the file system keeps no birth time.
+    var birthTime: String?
+    var isDirectory: Bool
+
+    /// The identity of the item open as `descriptor`.
+    init(descriptor: FileDescriptor, status: stat) {
+        self.init(birthTime: Self.birthTime(descriptor.rawValue, ""), isDirectory: status.st_mode & S_IFMT == S_IFDIR)
+    }
+
+    /// The identity of the item at `path` (a link is not followed).
+    init?(path: String) {
+        guard let st = POSIXFile.linkStatus(path) else { return nil }
+        let birth = try? LosslessPath.withCString(path) { Self.birthTime(AT_FDCWD, $0) }
+        self.init(birthTime: birth ?? nil, isDirectory: st.st_mode & S_IFMT == S_IFDIR)
+    }
+
+    init(birthTime: String?, isDirectory: Bool) {
+        (self.birthTime, self.isDirectory) = (birthTime, isDirectory)
+    }
+
+    private static func birthTime(_ directory: Int32, _ path: UnsafePointer<CChar>) -> String? {
+        var seconds: Int64 = 0
+        var nanoseconds: UInt32 = 0
+        guard cshim_birth_time(directory, path, &seconds, &nanoseconds) == 0 else { return nil }
+        return "\(seconds).\(String(nanoseconds).leftPadded(to: 9))"
+    }
+
+    /// Whether the item a grant recorded is this one: the same kind and a recorded birth time
+    /// equal to this one's (no birth time on either side: not provable, so not the same).
+    func isRecorded(by grant: Grant) -> Bool {
+        guard let recorded = grant.birthTime, let birthTime, grant.isDirectory == isDirectory else { return false }
+        return recorded == birthTime
+    }
+}
+
+private extension String {
+    func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
+}
