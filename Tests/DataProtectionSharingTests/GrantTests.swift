@@ -170,6 +170,39 @@ import Testing
         #expect(throws: SharingError.noSuchGrant(grant.id)) { try broker.activeGrant(grant.id, for: files) }
     }
 
+    /// A grant of `Documents` itself: the recipient works inside it, but never renames or
+    /// deletes it, and never reaches, makes or replaces its Inbox.
+    @Test func aGrantOfDocumentsNeverReachesItsInboxOrTheDirectoryItself() async throws {
+        let device = try await TestDevice.make()
+        try await device.keybag.unlock(passcode: "1234")
+        let manager = ContainerManager(files: device.files)
+        let files = try await manager.install(AppIdentifier(provider), documentBrowser: true)
+        let editorApp = try await manager.install(AppIdentifier(editor))
+        try await device.files.write(Data("doc".utf8), to: files.documents.appendingPathComponent("doc.txt"))
+        let inbox = files.documents.appendingPathComponent("Inbox")
+        try FileManager.default.createDirectory(at: inbox, withIntermediateDirectories: true)
+        try Data("received".utf8).write(to: inbox.appendingPathComponent("x.txt"))
+        let broker = SharingBroker(manager: manager)
+        let all: GrantCapabilities = [.reading, .writing, .renaming, .deleting, .addingSubItems, .contentEnumerating]
+        let id = try broker.grant("Documents", from: AppIdentifier(provider), to: AppIdentifier(editor), capabilities: all, persistent: true).id
+
+        #expect(throws: SharingError.self) { try broker.renameGranted(id, subpath: "", to: "Stolen", for: editorApp) }
+        #expect(throws: SharingError.self) { try broker.deleteGranted(id, subpath: "", for: editorApp) }
+        #expect(throws: SharingError.self) { try broker.deleteGranted(id, subpath: "Inbox/x.txt", for: editorApp) }
+        #expect(throws: SharingError.self) { try broker.openGranted(id, subpath: "Inbox/x.txt", writable: false, for: editorApp) }
+        #expect(throws: SharingError.self) { try broker.enumerateGranted(id, subpath: "Inbox", for: editorApp) }
+        try FileManager.default.removeItem(at: inbox)
+        #expect(throws: SharingError.self) { _ = try broker.createGranted(id, subpath: "Inbox", for: editorApp) }
+        #expect(throws: SharingError.self) { try broker.renameGranted(id, subpath: "doc.txt", to: "Inbox", for: editorApp) }
+        #expect(!FileManager.default.fileExists(atPath: inbox.path))
+        try FileManager.default.createDirectory(at: inbox, withIntermediateDirectories: true)
+        #expect(try broker.enumerateGranted(id, subpath: "", for: editorApp).map(\.name) == ["doc.txt"])
+        // Inside it, the capabilities work.
+        try broker.renameGranted(id, subpath: "doc.txt", to: "renamed.txt", for: editorApp)
+        #expect(FileManager.default.fileExists(atPath: files.documents.appendingPathComponent("renamed.txt").path))
+        #expect(try broker.activeGrant(id, for: editorApp).path == "Documents")
+    }
+
     /// A file system reuses a freed inode number at once (ext4 does): the granted file deleted,
     /// the next file or directory made gets its number. The grant must not move to it — found
     /// again only when the birth time and kind are the granted item's too.

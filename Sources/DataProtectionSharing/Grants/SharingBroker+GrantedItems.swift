@@ -31,7 +31,7 @@ extension SharingBroker {
         var entries: [GrantedEntry] = []
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name == "." || name == ".." { continue }
+            if name == "." || name == ".." || Self.isNeverShared(relative + "/" + name) { continue }
             entries.append(GrantedEntry(name: name, isDirectory: entry.pointee.d_type == UInt8(DT_DIR)))
         }
         return entries.sorted { $0.name < $1.name }
@@ -54,6 +54,9 @@ extension SharingBroker {
     func renameGranted(_ id: UUID, subpath: String, to newName: String, for app: AppContainer) throws {
         try Self.requireNewName(newName)
         let (grant, provider, relative) = try granted(id, subpath: subpath, needing: .renaming, for: app)
+        if Self.isNeverShared(((relative as NSString).deletingLastPathComponent as NSString).appendingPathComponent(newName)) {
+            throw SharingError.refused("\(newName): the Inbox is never shared, not even below a granted directory")
+        }
         let parent = try openParent(relative, in: provider)
         let name = parent.name
         defer { try? parent.descriptor.close() }
@@ -92,7 +95,16 @@ extension SharingBroker {
         guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
             throw SharingError.refused("\(subpath): name items below the grant with a plain path")
         }
-        return (grant, provider, subpath.isEmpty ? grant.path : grant.path + "/" + subpath)
+        let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
+        if !subpath.isEmpty, Self.isNeverShared(relative) {
+            throw SharingError.refused("\(subpath): the Inbox is never shared, not even below a granted directory")
+        }
+        // A container's own directories (Documents, Library …) are its structure: a grant of one
+        // lets the recipient work inside it, never rename or delete it.
+        if subpath.isEmpty, !capability.isDisjoint(with: [.renaming, .deleting]), !grant.path.contains("/") {
+            throw SharingError.refused("\(grant.path) is a directory of \(grant.provider)'s container: it is never renamed or deleted through a grant")
+        }
+        return (grant, provider, relative)
     }
 
     /// The directory holding `relative` (opened beneath the container) and the item's name.

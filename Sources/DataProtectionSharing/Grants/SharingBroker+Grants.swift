@@ -83,6 +83,16 @@ extension SharingBroker {
     /// `path` as a grantable path relative to the provider's container: plain components only
     /// (no `.`, `..` or empty ones, which could walk into the Inbox), never the Inbox or the
     /// metadata, and for the user only below an exposed `Documents`.
+    /// Whether `relative` (a plain path in a container) is or lies in what is never shared: the
+    /// Inbox (`.Inbox`, `Documents/Inbox`) and the container's metadata. Checked for a grant's
+    /// path and for every subpath a recipient names below a granted directory.
+    static func isNeverShared(_ relative: String) -> Bool {
+        let components = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard let first = components.first else { return false }
+        return first == AppContainer.inboxStorageName || components.starts(with: ["Documents", "Inbox"])
+            || first == DataRootLayout.containerMetadataFileName
+    }
+
     func grantablePath(_ path: String, in app: AppContainer, by grantor: Grantor) throws -> String {
         let (base, relative) = try locate(path, in: app)
         guard base == app.url.path else { throw SharingError.refused("\(path): only items of \(app.identifier)'s own container can be granted") }
@@ -90,8 +100,7 @@ extension SharingBroker {
         guard !relative.isEmpty, !components.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
             throw SharingError.refused("\(path): name the item with a plain path below the container (no ., .. or //)")
         }
-        if components[0] == AppContainer.inboxStorageName || components.starts(with: ["Documents", "Inbox"])
-            || components[0] == DataRootLayout.containerMetadataFileName {
+        if Self.isNeverShared(relative) {
             throw SharingError.refused("\(path): the Inbox and the container's metadata are never shared")
         }
         if grantor == .user {
@@ -151,6 +160,9 @@ extension SharingBroker {
         let below = subpath.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
             throw SharingError.refused("\(subpath): name items below the grant with a plain path")
+        }
+        if !subpath.isEmpty, Self.isNeverShared(grant.path + "/" + subpath) {
+            throw SharingError.refused("\(subpath): the Inbox is never shared, not even below a granted directory")
         }
         if let snapshot = grant.snapshot {
             guard subpath.isEmpty, !writable else { throw SharingError.notGranted(id, "write") }
