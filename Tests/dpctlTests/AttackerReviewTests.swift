@@ -216,4 +216,18 @@ import Testing
         let locked = try cli.run(["defaults", "read", "com.example.prefs"], environment: ["DP_TERMINAL_PROMPT": "0"])
         #expect(locked.status == 3 && locked.stderr.contains("com.example.prefs.plist") && !locked.stderr.contains("/proc/self/fd"), "\(locked.stderr)")
     }
+
+    /// `erase` under keybagd, then `init`, made a keybag the daemon never saw: every process
+    /// went on getting the old, erased one. `init` is refused while a keybagd serves the root.
+    @Test func initIsRefusedWhileKeybagdServesTheRoot() throws {
+        let (cli, passcode) = try Self.device()
+        let daemon = try KeybagdProcess(cli: cli)
+        defer { daemon.stop() }
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        #expect(try cli.run(["erase", "--yes"], environment: daemon.environment).status == 0)
+        let again = try cli.run(["init", "--passcode-file", passcode], environment: daemon.environment)
+        #expect(again.status == 1 && again.stderr.contains("keybagd serves") && Self.isOneLine(again.stderr), "\(again.stderr)")
+        daemon.stop()
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+    }
 }

@@ -69,10 +69,16 @@ public final class Keybag: Sendable {
     ///   - tpm: Seal the device secret by this TPM instead of storing it in `device.secret`
     ///     (``TPMBinding``): passcodes are then checked, and failures counted, by the TPM.
     /// - Returns: The keybag, unlocked.
+    /// - Throws: ``KeybagError/daemon(_:)`` while a keybagd serves `root`.
     public static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
                               gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
                               tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
-        Keybag(embedded: try await EmbeddedKeybag.create(root: root, passcode: passcode, kdf: kdf, gracePeriod: gracePeriod,
+        // A daemon serving the root keeps its keybag in memory: a new one made under it would be
+        // one it never sees (every process would go on getting the old, perhaps erased, one).
+        if try KeybagDaemonClient.connect(root: root) != nil {
+            throw KeybagError.daemon("keybagd serves \(root): stop it before setting up a device there, and start it again afterwards")
+        }
+        return Keybag(embedded: try await EmbeddedKeybag.create(root: root, passcode: passcode, kdf: kdf, gracePeriod: gracePeriod,
                                                          eraseAfterTenFailures: eraseAfterTenFailures, tpm: tpm, clock: clock))
     }
 
