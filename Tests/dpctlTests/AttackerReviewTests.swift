@@ -230,4 +230,15 @@ import Testing
         daemon.stop()
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
     }
+
+    /// The TPM's device TCTI writes commands into whatever its path names: a passcode file named
+    /// in DATAPROTECTION_TPM_TCTI was overwritten. Only a character device is handed to it.
+    @Test func theTPMDevicePathMustBeACharacterDevice() throws {
+        let (cli, passcode) = try Self.device()
+        let victim = cli.writeFile("victim", "keep me")
+        let result = try cli.run(["tpm", "enroll", "--passcode-file", passcode], environment: ["DATAPROTECTION_TPM_TCTI": "device:" + victim])
+        #expect(result.status == 1 && result.stderr.contains("not a character device") && Self.isOneLine(result.stderr), "\(result.stderr)")
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "keep me")
+        #expect(try String(contentsOfFile: passcode, encoding: .utf8) == "1234")
+    }
 }

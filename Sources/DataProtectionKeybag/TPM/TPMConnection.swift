@@ -24,6 +24,15 @@ final class TPMConnection {
     init(tcti: String) throws {
         Self.quietStack
         self.tcti = tcti
+        // The device TCTI opens its path for writing and writes TPM commands into it: only a
+        // character device (a TPM) is handed to it, never a file that happens to be named.
+        if tcti.hasPrefix("device:"), case let path = String(tcti.dropFirst("device:".count)), !path.isEmpty {
+            var st = stat()
+            guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFCHR else {
+                throw TPMError(kind: .unreachable, call: "Tss2_TctiLdr_Initialize(\(tcti))", code: 0x000A_000B,   // TSS2_TCTI_RC_BAD_VALUE
+                               reason: "\(path) is not a character device, so not a TPM; nothing was written to it")
+            }
+        }
         var tctiContext: OpaquePointer?
         let rc = tcti.withCString { Tss2_TctiLdr_Initialize($0, &tctiContext) }
         guard rc == TSS2_RC_SUCCESS, tctiContext != nil else {

@@ -27,10 +27,14 @@ package struct TPMError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Its `TSS2_RC`.
     package let code: UInt32
 
-    package init(kind: Kind, call: String, code: UInt32) {
+    /// Our own words, for a failure found before the stack was called.
+    package var reason: String? = nil
+
+    package init(kind: Kind, call: String, code: UInt32, reason: String? = nil) {
         self.kind = kind
         self.call = call
         self.code = code
+        self.reason = reason
     }
 
     /// Classifies `code`, a response of `call`.
@@ -40,6 +44,7 @@ package struct TPMError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// The stack's own words for the code.
     package var detail: String {
+        if let reason { return reason }
         guard let text = Tss2_RC_Decode(code) else { return "0x" + String(code, radix: 16) }
         return String(cString: text)
     }
