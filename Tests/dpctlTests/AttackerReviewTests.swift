@@ -241,4 +241,43 @@ import Testing
         #expect(try String(contentsOfFile: victim, encoding: .utf8) == "keep me")
         #expect(try String(contentsOfFile: passcode, encoding: .utf8) == "1234")
     }
+
+    /// A supervisor killed outright (`SIGKILL`) left its app running, adopted by init (or frozen
+    /// for good), and the app could then be uninstalled under it. Its cgroup records it: the
+    /// next run of the app, or its uninstall, ends what was left.
+    @Test func whatAKilledSupervisorLeftEndsWithTheUninstall() throws {
+        let (cli, passcode) = try Self.device()
+        #expect(try cli.run(["app", "install", "com.example.orphan"]).status == 0)
+        let pidFile = cli.file("pid")
+        let supervisor = Process()
+        supervisor.executableURL = CLI.executable
+        supervisor.arguments = ["--root", cli.root, "app", "run", "com.example.orphan", "--no-sandbox", "--passcode-file", passcode,
+                                "--", "/bin/sh", "-c", "echo $$ > '\(pidFile)'; exec sleep 300"]
+        supervisor.standardOutput = FileHandle.nullDevice
+        supervisor.standardError = FileHandle.nullDevice
+        try supervisor.run()
+        var appPID: pid_t?
+        for _ in 0..<3000 where appPID == nil {   // until the app has started (at most a minute)
+            appPID = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            if appPID == nil { usleep(20_000) }
+        }
+        let pid = try #require(appPID)
+        defer { _ = Glibc.kill(pid, SIGKILL) }
+        let cgroup = (try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)) ?? ""
+        _ = Glibc.kill(supervisor.processIdentifier, SIGKILL)
+        supervisor.waitUntilExit()
+        guard cgroup.contains("dataprotection-") else { return }   // no cgroups here: nothing records the app
+        #expect(Self.isAlive(pid), "the app outlives its supervisor (what this test is about)")
+        #expect(try cli.run(["app", "uninstall", "com.example.orphan"]).status == 0)
+        var ended = false
+        for _ in 0..<500 where !ended { ended = !Self.isAlive(pid); if !ended { usleep(10_000) } }
+        #expect(ended, "the app left running was ended by the uninstall")
+    }
+
+    /// Alive and not a zombie (a killed orphan waits for init to reap it).
+    static func isAlive(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return false }
+        let state = stat.split(separator: ")").last?.split(separator: " ").first
+        return state != "Z" && state != "X"
+    }
 }

@@ -91,6 +91,8 @@ public final class AppSupervisor: Sendable {
             argv = [executable] + command.dropFirst()
             descriptors = [input, output, errors, control.app]
         }
+        // What a supervisor killed outright left of this app (processes, perhaps frozen) ends now.
+        if usesCgroups { AppCgroup.reapOrphans(ofApp: app.uuid) }
         let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))") : nil
         let run = RunningApp(app: app, cgroup: cgroup)
         defer {
