@@ -26,10 +26,33 @@ func withPreferences<T>(_ device: DeviceOptions, _ unlock: UnlockOptions, domain
     return try await PasscodePrompt.retrying(manager.files.keybag) { try await manager.withPreferences(of: domain, body) }
 }
 
+/// A string as macOS `defaults read` writes one: bare when it is a plain word, else quoted with
+/// `\"`, `\\`, `\n`, `\t`, `\r` and `\Uxxxx` escapes — one value never spans lines or
+/// imitates another key.
+func quotedPreference(_ string: String) -> String {
+    let special: Set<Unicode.Scalar> = [" ", ";", "=", "{", "}", "(", ")", "\"", ",", "\\"]
+    guard string.isEmpty || string.unicodeScalars.contains(where: { special.contains($0) || $0.value < 0x20 || $0.value == 0x7F }) else {
+        return string
+    }
+    var out = "\""
+    for scalar in string.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\t": out += "\\t"
+        case "\r": out += "\\r"
+        case _ where scalar.value < 0x20 || scalar.value == 0x7F: out += "\\U" + String(format: "%04x", scalar.value)
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out + "\""
+}
+
 /// A property-list value as `defaults read` shows it.
 func describePreference(_ value: Any, indent: String = "") -> String {
     switch value {
-    case let string as String: return string.contains(where: { " ;={}()\",".contains($0) }) || string.isEmpty ? "\"\(string)\"" : string
+    case let string as String: return quotedPreference(string)
     case let data as Data: return "{length = \(data.count), bytes = 0x\(data.map { String(format: "%02x", $0) }.joined())}"
     case let date as Date: return ISO8601DateFormatter().string(from: date)
     case let bool as Bool: return bool ? "1" : "0"

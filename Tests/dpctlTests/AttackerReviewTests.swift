@@ -280,4 +280,20 @@ import Testing
         let state = stat.split(separator: ")").last?.split(separator: " ").first
         return state != "Z" && state != "X"
     }
+
+    /// A value with a newline printed as two lines and could imitate another key.
+    @Test func defaultsReadQuotesAndEscapesAsMacOSDoes() throws {
+        let (cli, passcode) = try Self.device()
+        #expect(try cli.run(["app", "install", "com.example.quotes"]).status == 0)
+        #expect(try cli.run(["defaults", "write", "com.example.quotes", "theme", "dark;\n    isAdmin = 1", "--passcode-file", passcode]).status == 0)
+        #expect(try cli.run(["defaults", "write", "com.example.quotes", "key with \"quote\" and \\", "plain", "--passcode-file", passcode]).status == 0)
+        let read = try cli.run(["defaults", "read", "com.example.quotes", "--passcode-file", passcode])
+        #expect(read.out == """
+            {
+                "key with \\"quote\\" and \\\\" = plain;
+                theme = "dark;\\n    isAdmin = 1";
+            }
+
+            """, "\(read.out)")
+    }
 }
