@@ -67,6 +67,8 @@ struct GrantCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("End the grant after this long (30s, 10m, 2h, 7d).", valueName: "duration")) var expires: String?
     @Flag(help: "Keep the grant across the recipient's launches.") var persistent = false
 
+    func validate() throws { _ = try expires.map(parseDuration) }
+
     func run() async throws {
         var capabilities: GrantCapabilities = []
         for (flag, capability) in [(read, GrantCapabilities.reading), (write, .writing), (rename, .renaming), (delete, .deleting),

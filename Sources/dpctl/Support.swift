@@ -1,6 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionBackup
+import DataProtectionContainers
 import DataProtectionSQLite
 import DataProtectionLifecycle
 import Foundation
@@ -178,6 +179,7 @@ enum ExitStatus: Int32, CaseIterable {
              DatabaseCipherError.wrongKeyOrFormat,
              BackupError.wrongBackupPassword:
             self = .wrongPasscode
+        case ContainerError.invalidIdentifier: self = .usage   // a malformed app or group identifier argument
         default: self = .failure
         }
     }

@@ -219,7 +219,7 @@ import Testing
         let unknown = try world.dpctl(["app", "run", "com.example.nope", "--", "/bin/true"])
         #expect(unknown.status == 1 && unknown.stderr == "dpctl: no app com.example.nope is installed\n")
         let badID = try world.dpctl(["app", "install", "not_reverse_dns"])
-        #expect(badID.status == 1 && badID.stderr.contains("like com.example.notes") && badID.stderr.split(separator: "\n").count == 1)
+        #expect(badID.status == 64 && badID.stderr.contains("like com.example.notes") && badID.stderr.split(separator: "\n").count == 1)
         let noCommand = try world.dpctl(["app", "run", "com.example.a"])
         #expect(noCommand.status == 64)
         let missing = try world.dpctl(["app", "run", "com.example.a", "--", "/nonexistent/app"])

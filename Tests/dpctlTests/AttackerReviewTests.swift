@@ -200,7 +200,9 @@ import Testing
         let key = String(repeating: "0", count: 64)
         for arguments in [["sql", cli.file("x.db"), "--raw-key-hex", "zz", "SELECT 1"], ["sql", cli.file("x.db"), "--cipher-compat", "5", "SELECT 1"],
                           ["sql", cli.file("x.db"), "--page-size", "100", "--raw-key-hex", key, "SELECT 1"], ["exclusions", cli.work.path, "--format", "xyz"],
-                          ["backup", cli.work.path, ""], ["ls", ""], ["cp", "", cli.file("copy")], ["verify", ""], ["write", cli.work.path + "/dir/"]] {
+                          ["backup", cli.work.path, ""], ["ls", ""], ["cp", "", cli.file("copy")], ["verify", ""], ["write", cli.work.path + "/dir/"],
+                          ["app", "install", "a..b"], ["grants", "--app", "bad id"],
+                          ["grant", "--from", "com.example.a", "--to", "com.example.b", "Documents/x", "--expires", "0s"]] {
             let result = try cli.run(arguments, input: Data("x".utf8))
             #expect(result.status == 64, "\(arguments): \(result.stderr)")
         }
