@@ -38,7 +38,7 @@ public enum ContainerError: Error, Sendable, Equatable, CustomStringConvertible,
         case .unknownApp(let id): "no app \(id) is installed"
         case .unknownGroup(let id): "no container exists for \(id): no installed app belongs to it"
         case .alreadyInstalled(let id): "\(id) is installed already (uninstall it first; a reinstall gets a new container)"
-        case .appRunning(let id): "\(id) is running; stop it before uninstalling"
+        case .appRunning(let id): "\(id) is running: stop it first (its supervisor holds its container)"
         case .notAMember(let app, let group): "\(app) is not a member of \(group)"
         case .damagedMetadata(let path, let reason): "\(path): container metadata \(reason)"
         case .refusedItem(let path, let reason): "\(path) \(reason): refused"

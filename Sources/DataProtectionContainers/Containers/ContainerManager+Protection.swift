@@ -6,6 +6,15 @@ extension ContainerManager {
     /// Files a re-protection leaves alone: the metadata, and the tags backup tools read as text.
     static let notReprotected: Set<String> = [DataRootLayout.containerMetadataFileName, "CACHEDIR.TAG"]
 
+    /// ``notReprotected`` and the empty lock files preferences take beside their plists
+    /// (`Library/Preferences/.ID.plist.lock`): coordination, not data — converting one would
+    /// swap the inode other processes lock.
+    static func notReprotected(in container: URL) -> Set<String> {
+        let preferences = container.appendingPathComponent("Library/Preferences").path
+        let locks = ((try? POSIXFile.directoryEntries(preferences)) ?? []).filter { $0.hasPrefix(".") && $0.hasSuffix(".plist.lock") }
+        return notReprotected.union(locks)
+    }
+
     /// Changes an app's default class (its entitlement). As on iOS, new files get it and existing
     /// files keep theirs; pass `reprotect: true` to re-protect every existing file as well
     /// (``ReprotectionReport`` says what changed and what could not; `progress` is called per item).
@@ -15,7 +24,7 @@ extension ContainerManager {
                                      progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
         let app = try app(identifier)
         // Every class a re-protection needs is checked before the default changes.
-        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [app.url], to: cls, skipping: Self.notReprotected) }
+        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [app.url], to: cls, skipping: Self.notReprotected(in: app.url)) }
         var metadata = app.metadata
         metadata.defaultProtection = cls.iOSName
         try await files.setProtection(cls, ofItemAt: app.url)
@@ -24,7 +33,7 @@ extension ContainerManager {
         // Not while the app runs: nothing it does can then race the walk.
         return try await whileNotRunning([app]) {
             try await files.reprotectItems(at: app.url, to: cls, settingDirectoryDefaults: false,
-                                           skipping: Self.notReprotected, progress: progress)
+                                           skipping: Self.notReprotected(in: app.url), progress: progress)
         }
     }
 
@@ -35,13 +44,13 @@ extension ContainerManager {
     public func setDefaultProtection(_ cls: ProtectionClass, ofGroup identifier: AppGroupIdentifier, reprotect: Bool = false,
                                      progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
         let group = try group(identifier)
-        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [group.url], to: cls, skipping: Self.notReprotected) }
+        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [group.url], to: cls, skipping: Self.notReprotected(in: group.url)) }
         try await files.setProtection(cls, ofItemAt: group.url)
         guard reprotect else { return nil }
         // Not while a member runs: nothing one does can then race the walk.
         return try await whileNotRunning(members(of: identifier)) {
             try await files.reprotectItems(at: group.url, to: cls, settingDirectoryDefaults: false,
-                                           skipping: Self.notReprotected, progress: progress)
+                                           skipping: Self.notReprotected(in: group.url), progress: progress)
         }
     }
 }
