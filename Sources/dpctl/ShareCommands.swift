@@ -117,7 +117,7 @@ struct Grants: AsyncParsableCommand {
         if json { return printJSON(entries) }
         for e in entries {
             let lifetime = e.expired ? "expired" : e.expires.map { "until \($0)" } ?? "until revoked"
-            printOut("\(e.id)  \(e.provider):\(e.item) -> \(e.recipient)  \(e.capabilities.joined(separator: ","))  \(lifetime)\(e.persistent ? ", persistent" : "")")
+            printOut("\(e.id)  \(e.provider):\(LosslessPath.display(e.item)) -> \(e.recipient)  \(e.capabilities.joined(separator: ","))  \(lifetime)\(e.persistent ? ", persistent" : "")")
         }
     }
 }
