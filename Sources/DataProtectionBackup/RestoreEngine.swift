@@ -202,14 +202,14 @@ public struct RestoreEngine: Sendable {
 
         // Before writing anything: which stored objects come from another device?
         let local = files.keybag.id
-        var foreignObjects: Set<String> = []
-        var deviceOnlyElsewhere: Set<String> = []
+        var foreignObjects: Set<[UInt8]> = []        // names, by their bytes
+        var deviceOnlyElsewhere: Set<[UInt8]> = []
         for entry in entries where entry.kind == .file {
             guard let sha = entry.sha256, repository.hasObject(sha) else {
                 throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
             }
             guard try Self.keybagID(of: repository.objectURL(sha)) != local else { continue }
-            if entry.thisDeviceOnly { deviceOnlyElsewhere.insert(entry.path) } else { foreignObjects.insert(entry.path) }
+            if entry.thisDeviceOnly { deviceOnlyElsewhere.insert(LosslessPath.key(entry.path)) } else { foreignObjects.insert(LosslessPath.key(entry.path)) }
         }
         // Made on this device, yet holding files of another device's keybag (copied in, never
         // adopted): no key here opens them.
@@ -259,7 +259,7 @@ public struct RestoreEngine: Sendable {
     }
 
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
-                         foreignObjects: Set<String>, outwardLinks: Set<String>, deviceOnlyElsewhere: Set<String>, backupKeys: BackupClassKeys?,
+                         foreignObjects: Set<[UInt8]>, outwardLinks: Set<[UInt8]>, deviceOnlyElsewhere: Set<[UInt8]>, backupKeys: BackupClassKeys?,
                          options: RestoreOptions, reportingAs finalDestination: URL,
                          log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
@@ -274,12 +274,12 @@ public struct RestoreEngine: Sendable {
                 try POSIXFile.call("mkdir", target(entry)) { mkdir($0, 0o700) }
                 summary.directories += 1
             case .file:
-                if deviceOnlyElsewhere.contains(entry.path) {
+                if deviceOnlyElsewhere.contains(LosslessPath.key(entry.path)) {
                     log("Not restored (this device only): \(LosslessPath.display(finalDestination.path + "/" + entry.path))")
                     summary.skippedThisDeviceOnly += 1
                     continue
                 }
-                let adopt = foreignObjects.contains(entry.path) ? backupKeys : nil
+                let adopt = foreignObjects.contains(LosslessPath.key(entry.path)) ? backupKeys : nil
                 if entry.sealed {
                     // A plain file: open the sealed object and write its plaintext.
                     let sealed = destination.path + "/.dp-restore-\(UUID().uuidString)"
@@ -303,7 +303,7 @@ public struct RestoreEngine: Sendable {
             progress(done)
         }
         for entry in entries where entry.kind == .symlink {
-            if outwardLinks.contains(entry.path) {
+            if outwardLinks.contains(LosslessPath.key(entry.path)) {
                 log("Not restored (a link leading outside the restored tree): \(LosslessPath.display(finalDestination.path + "/" + entry.path)) -> \(LosslessPath.display(entry.linkTarget ?? ""))")
                 summary.skippedOutwardLinks += 1
                 done.items += 1
@@ -318,7 +318,7 @@ public struct RestoreEngine: Sendable {
         }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
         let mask: mode_t = options.keepModes ? 0 : Self.currentUmask()
-        for entry in entries.reversed() where entry.kind != .symlink && !deviceOnlyElsewhere.contains(entry.path) {
+        for entry in entries.reversed() where entry.kind != .symlink && !deviceOnlyElsewhere.contains(LosslessPath.key(entry.path)) {
             let path = target(entry)
             let mode = mode_t(entry.mode) & 0o777 & ~mask   // never set-id or sticky bits
             try POSIXFile.call("chmod", path) { chmod($0, mode) }
@@ -394,36 +394,40 @@ public struct RestoreEngine: Sendable {
     /// every parent, objects listed. Returns the links that do not stay inside when resolved
     /// (following the backup's other links), which the restore leaves out.
     @discardableResult
-    static func checkTree(_ entries: [ManifestEntry], objects: Set<String>) throws -> Set<String> {
-        var kinds: [String: ManifestEntry.Kind] = [:]
-        var links: [String: String] = [:]
+    static func checkTree(_ entries: [ManifestEntry], objects: Set<String>) throws -> Set<[UInt8]> {
+        // Names are keyed and split by their bytes, as the file system does: NFC `é` and NFD
+        // `e\u{301}` are two files, and `/\u{301}` is a separator followed by a name.
+        var kinds: [[UInt8]: ManifestEntry.Kind] = [:]
+        var links: [(path: String, target: String)] = []
         for entry in entries {
             try checkName(entry.path)
             // One entry per name (the manifest's table has the name as its key; checked again
             // here): a link and a directory of the same name would be judged by one and
             // resolved through the other.
-            guard kinds.updateValue(entry.kind, forKey: entry.path) == nil else {
+            guard kinds.updateValue(entry.kind, forKey: LosslessPath.key(entry.path)) == nil else {
                 throw BackupError.badBackup(path: "manifest", reason: "\(LosslessPath.display(entry.path)) is listed twice")
             }
-            if entry.kind == .symlink { links[entry.path] = entry.linkTarget }
+            if entry.kind == .symlink { links.append((entry.path, entry.linkTarget ?? "")) }
             if let sha = entry.sha256, !objects.contains(sha) {
                 throw BackupError.badBackup(path: "manifest", reason: "\(LosslessPath.display(entry.path)) uses an object its object list does not name")
             }
         }
         for entry in entries {
-            let parts = entry.path.split(separator: "/")
+            let parts = LosslessPath.components(of: entry.path)
             for depth in 1..<max(parts.count, 1) {
-                guard kinds[parts[0..<depth].joined(separator: "/")] == .directory else { throw BackupError.unsafePath(LosslessPath.display(entry.path)) }
+                guard kinds[LosslessPath.key(parts[0..<depth].joined(separator: "/"))] == .directory else { throw BackupError.unsafePath(LosslessPath.display(entry.path)) }
             }
         }
-        return Set(links.filter { !resolvesInside(link: $0.key, target: $0.value, links: links) }.keys)
+        var byBytes: [[UInt8]: String] = [:]
+        for link in links { byBytes[LosslessPath.key(link.path)] = link.target }
+        return Set(links.filter { !resolvesInside(link: $0.path, target: $0.target, linksByBytes: byBytes) }.map { LosslessPath.key($0.path) })
     }
 
     /// A manifest name must be relative and plain: no empty, `.` or `..` component, no NUL.
     static func checkName(_ name: String) throws {
-        let parts = name.split(separator: "/", omittingEmptySubsequences: false)
-        guard !name.isEmpty, !name.hasPrefix("/"), !LosslessPath.bytes(of: name).contains(0),
-              parts.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." }) else {
+        let parts = LosslessPath.components(of: name, omittingEmpty: false)
+        guard !name.isEmpty, !LosslessPath.isAbsolute(name), !LosslessPath.bytes(of: name).contains(0),
+              parts.allSatisfy({ !$0.isEmpty && !LosslessPath.isDotOrDotDot($0) }) else {
             throw BackupError.unsafePath(LosslessPath.display(name))
         }
     }
@@ -431,7 +435,7 @@ public struct RestoreEngine: Sendable {
     /// Every parent of `name` inside `root` must be a real directory (never a link).
     static func checkParents(of name: String, in root: String) throws {
         var current = root
-        for part in name.split(separator: "/").dropLast() {
+        for part in LosslessPath.components(of: name).dropLast() {
             current += "/" + part
             guard let st = POSIXFile.linkStatus(current), st.st_mode & S_IFMT == S_IFDIR else { throw BackupError.unsafePath(LosslessPath.display(name)) }
         }
@@ -442,24 +446,29 @@ public struct RestoreEngine: Sendable {
     /// would, with its limit of 40 hops. Counting `..` alone is not enough: with
     /// `a/b/hop -> ../..` and `evil -> a/b/hop/../../../etc`, `evil` leaves the tree.
     static func resolvesInside(link: String, target: String, links: [String: String]) -> Bool {
-        var stack = link.split(separator: "/").dropLast().map(String.init)
-        var pending = ArraySlice(target.split(separator: "/", omittingEmptySubsequences: true).map(String.init))
-        guard !target.hasPrefix("/") else { return false }
+        var byBytes: [[UInt8]: String] = [:]
+        for (path, target) in links { byBytes[LosslessPath.key(path)] = target }
+        return resolvesInside(link: link, target: target, linksByBytes: byBytes)
+    }
+
+    static func resolvesInside(link: String, target: String, linksByBytes links: [[UInt8]: String]) -> Bool {
+        var stack = LosslessPath.components(of: link).dropLast().map { $0 }
+        var pending = ArraySlice(LosslessPath.components(of: target))
+        guard !LosslessPath.isAbsolute(target) else { return false }
         var hops = 0
         while let part = pending.popFirst() {
-            switch part {
-            case ".": continue
-            case "..":
+            if Array(part.unicodeScalars) == ["."] { continue }
+            if Array(part.unicodeScalars) == [".", "."] {
                 guard !stack.isEmpty else { return false }
                 stack.removeLast()
-            default:
-                stack.append(part)
-                if let next = links[stack.joined(separator: "/")] {
-                    hops += 1
-                    guard hops <= 40, !next.hasPrefix("/") else { return false }
-                    stack.removeLast()
-                    pending = ArraySlice(next.split(separator: "/").map(String.init)) + pending
-                }
+                continue
+            }
+            stack.append(part)
+            if let next = links[LosslessPath.key(stack.joined(separator: "/"))] {
+                hops += 1
+                guard hops <= 40, !LosslessPath.isAbsolute(next) else { return false }
+                stack.removeLast()
+                pending = ArraySlice(LosslessPath.components(of: next)) + pending
             }
         }
         return true

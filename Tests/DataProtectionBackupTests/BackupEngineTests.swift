@@ -197,6 +197,32 @@ import Testing
         }
     }
 
+    /// Names are split and compared by their bytes: `/` followed by a combining mark is still a
+    /// separator (`String.split` saw `..\u{301}q` and let a link climb out), and NFC `é` and NFD
+    /// `e\u{301}` are two files (a duplicate check keyed by `String` refused the whole backup).
+    @Test func namesAreSplitAndComparedByTheirBytes() async throws {
+        var climb = ""
+        for _ in 0..<12 { climb += "../\u{301}q/" }
+        climb += String(repeating: "../", count: 13) + "etc/hostname"
+        let backup = try await Self.handcraftedBackup([
+            ManifestEntry(path: "a", kind: .directory, mode: 0o755, mtime: 0, size: 0),
+            ManifestEntry(path: "\u{301}q", kind: .directory, mode: 0o755, mtime: 0, size: 0),
+            ManifestEntry(path: "a/evil", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: climb),
+            ManifestEntry(path: "\u{E9}", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "a"),
+            ManifestEntry(path: "e\u{301}", kind: .symlink, mode: 0o777, mtime: 0, size: 0, linkTarget: "/etc"),
+        ])
+        let destination = temporaryDirectory().appendingPathComponent("d")
+        let summary = try await RestoreEngine(backup: backup).restore(to: destination, files: Self.bystander(), password: nil)
+        #expect(summary.skippedOutwardLinks == 2 && summary.symlinks == 1, "\(summary)")
+        #expect(POSIXFile.linkStatus(destination.path + "/a/evil") == nil)
+        #expect(POSIXFile.linkStatus(destination.path + "/\u{E9}") != nil && POSIXFile.linkStatus(destination.path + "/e\u{301}") == nil)
+        for name in ["../\u{301}x", "a/..\u{0}", "/\u{301}etc"] where !name.contains("\u{0}") {
+            #expect(throws: BackupError.self) { try RestoreEngine.checkName(name) }
+        }
+        #expect(throws: BackupError.self) { try RestoreEngine.checkName("a/../\u{301}b") }
+        try RestoreEngine.checkName("..\u{301}x")   // one name: dots and a mark, not `..`
+    }
+
     /// A device that restores handcrafted backups (the one that sealed their manifests).
     static let bystanderDevice = Task { () -> ProtectedFileManager in
         ProtectedFileManager(keybag: try! await Keybag.create(root: temporaryDirectory().appendingPathComponent("root").path, passcode: nil,

@@ -197,6 +197,17 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: inbox.path))
         try FileManager.default.createDirectory(at: inbox, withIntermediateDirectories: true)
         #expect(try broker.enumerateGranted(id, subpath: "", for: editorApp).map(\.name) == ["doc.txt"])
+        // `/` or `.` followed by a combining mark is still a separator or a dot to the kernel.
+        try FileManager.default.createDirectory(at: files.documents.appendingPathComponent("Sub"), withIntermediateDirectories: true)
+        let sub = try broker.grant("Documents/Sub", from: AppIdentifier(provider), to: AppIdentifier(editor), capabilities: all, persistent: true).id
+        for subpath in ["../\u{301}x", "../\u{301}x/y", "a/../\u{301}b"] {
+            #expect(throws: SharingError.self) { _ = try broker.createGranted(sub, subpath: subpath, for: editorApp) }
+            #expect(throws: SharingError.self) { try broker.openGranted(sub, subpath: subpath, writable: false, for: editorApp) }
+        }
+        for name in [".\u{301}hidden", "x/\u{301}y"] {
+            #expect(throws: SharingError.self) { try SharingBroker.requireNewName(name) }
+        }
+        #expect(!FileManager.default.fileExists(atPath: files.documents.path + "/\u{301}x"))
         // Inside it, the capabilities work.
         try broker.renameGranted(id, subpath: "doc.txt", to: "renamed.txt", for: editorApp)
         #expect(FileManager.default.fileExists(atPath: files.documents.appendingPathComponent("renamed.txt").path))

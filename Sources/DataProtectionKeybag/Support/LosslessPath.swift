@@ -81,6 +81,27 @@ public enum LosslessPath {
         }
     }
 
+    /// The components of `path` as the kernel splits it: at every `/` byte. `String.split` works
+    /// on characters, and a `/` followed by a combining mark (`"../\u{301}x"`) is one character
+    /// to it — so a name check built on it sees `..\u{301}x` where the kernel sees `..` then
+    /// `\u{301}x`. Every check of a path's components goes through this.
+    public static func components(of path: String, omittingEmpty: Bool = true) -> [String] {
+        path.unicodeScalars.split(separator: "/", omittingEmptySubsequences: omittingEmpty).map { String(String.UnicodeScalarView($0)) }
+    }
+
+    /// Whether `name` is, byte for byte, `.` or `..` (a dot with a combining mark is neither).
+    public static func isDotOrDotDot(_ name: String) -> Bool {
+        let scalars = Array(name.unicodeScalars)
+        return scalars == ["."] || scalars == [".", "."]
+    }
+
+    /// Whether the first byte of `path` is `/` (`String.hasPrefix("/")` is false for `/\u{301}…`).
+    public static func isAbsolute(_ path: String) -> Bool { path.unicodeScalars.first == "/" }
+
+    /// `name`'s bytes, to compare or key names as the file system does: two names that Unicode
+    /// calls equal (NFC `é` and NFD `e\u{301}`) are two files.
+    public static func key(_ name: String) -> [UInt8] { bytes(of: name) }
+
     /// Whether `string` maps to bytes that are valid UTF-8 (no escaped byte).
     public static func isUTF8(_ string: String) -> Bool {
         !string.unicodeScalars.contains { escapeRange.contains($0.value) }

@@ -107,18 +107,26 @@ public struct SharingBroker: Sendable {
     /// The container `path` is in and the path relative to it. Lexical only: what is found
     /// there is checked by the `openat2` that follows.
     func locate(_ path: String, in app: AppContainer) throws -> (base: String, relative: String) {
-        guard path.hasPrefix("/") else { return (app.url.path, Self.trimmed(path)) }
+        // Compared by bytes (scalars), as the kernel does: `String` equality and `hasPrefix`
+        // would match NFC with NFD, and miss a `/` followed by a combining mark.
+        let scalars = Array(path.unicodeScalars)
+        guard LosslessPath.isAbsolute(path) else { return (app.url.path, Self.trimmed(scalars[...])) }
         let bases = [app.url.path] + app.groups.compactMap { try? manager.group($0).url.path }
-        for base in bases where path == base || path.hasPrefix(base + "/") {
-            return (base, Self.trimmed(String(path.dropFirst(base.count))))
+        for base in bases {
+            let prefix = Array(base.unicodeScalars)
+            if scalars == prefix || (scalars.starts(with: prefix) && scalars.count > prefix.count && scalars[prefix.count] == "/") {
+                return (base, Self.trimmed(scalars[prefix.count...]))
+            }
         }
         throw SharingError.outsideContainer(path: path, app: app.identifier)
     }
 
-    private static func trimmed(_ relative: String) -> String {
-        var text = Substring(relative)
-        while text.hasPrefix("/") { text = text.dropFirst() }
-        while text.hasSuffix("/") { text = text.dropLast() }
-        return String(text)
+    private static func trimmed(_ relative: ArraySlice<Unicode.Scalar>) -> String {
+        var text = relative
+        while text.first == "/" { text = text.dropFirst() }
+        while text.last == "/" { text = text.dropLast() }
+        var out = String.UnicodeScalarView()
+        out.append(contentsOf: text)
+        return String(out)
     }
 }

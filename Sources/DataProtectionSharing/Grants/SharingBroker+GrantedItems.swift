@@ -91,8 +91,8 @@ extension SharingBroker {
         let (grant, provider) = try activeGrantAndProvider(id, for: app)
         guard grant.snapshot == nil, !grant.isShare else { throw SharingError.notGranted(id, capability.description) }
         guard grant.capabilities.contains(capability) else { throw SharingError.notGranted(id, capability.description) }
-        let below = subpath.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+        let below = LosslessPath.components(of: subpath, omittingEmpty: false)
+        guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || LosslessPath.isDotOrDotDot($0) }) else {
             throw SharingError.refused("\(subpath): name items below the grant with a plain path")
         }
         let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
@@ -101,7 +101,7 @@ extension SharingBroker {
         }
         // A container's own directories (Documents, Library …) are its structure: a grant of one
         // lets the recipient work inside it, never rename or delete it.
-        if subpath.isEmpty, !capability.isDisjoint(with: [.renaming, .deleting]), !grant.path.contains("/") {
+        if subpath.isEmpty, !capability.isDisjoint(with: [.renaming, .deleting]), !grant.path.unicodeScalars.contains("/") {
             throw SharingError.refused("\(grant.path) is a directory of \(grant.provider)'s container: it is never renamed or deleted through a grant")
         }
         return (grant, provider, relative)
@@ -116,7 +116,8 @@ extension SharingBroker {
 
     /// A name a recipient may give: one plain component, not hidden.
     static func requireNewName(_ name: String) throws {
-        guard !name.isEmpty, name.utf8.count <= 255, !name.hasPrefix("."), !name.contains("/"),
+        // By scalars: `hasPrefix(".")` and `contains("/")` miss a dot or slash followed by a combining mark.
+        guard !name.isEmpty, name.utf8.count <= 255, name.unicodeScalars.first != ".", !name.unicodeScalars.contains("/"),
               !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
             throw SharingError.refused("\"\(name)\" is not a name a granted item can take (one component, not hidden, no control characters)")
         }

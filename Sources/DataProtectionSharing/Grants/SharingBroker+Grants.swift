@@ -87,17 +87,18 @@ extension SharingBroker {
     /// Inbox (`.Inbox`, `Documents/Inbox`) and the container's metadata. Checked for a grant's
     /// path and for every subpath a recipient names below a granted directory.
     static func isNeverShared(_ relative: String) -> Bool {
-        let components = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard let first = components.first else { return false }
-        return first == AppContainer.inboxStorageName || components.starts(with: ["Documents", "Inbox"])
-            || first == DataRootLayout.containerMetadataFileName
+        let components = LosslessPath.components(of: relative, omittingEmpty: false)
+        guard let first = components.first.map(LosslessPath.key) else { return false }
+        let keys = components.map(LosslessPath.key)
+        return first == LosslessPath.key(AppContainer.inboxStorageName) || keys.starts(with: [LosslessPath.key("Documents"), LosslessPath.key("Inbox")])
+            || first == LosslessPath.key(DataRootLayout.containerMetadataFileName)
     }
 
     func grantablePath(_ path: String, in app: AppContainer, by grantor: Grantor) throws -> String {
         let (base, relative) = try locate(path, in: app)
         guard base == app.url.path else { throw SharingError.refused("\(path): only items of \(app.identifier)'s own container can be granted") }
-        let components = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard !relative.isEmpty, !components.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+        let components = LosslessPath.components(of: relative, omittingEmpty: false)
+        guard !relative.isEmpty, !components.contains(where: { $0.isEmpty || LosslessPath.isDotOrDotDot($0) }) else {
             throw SharingError.refused("\(path): name the item with a plain path below the container (no ., .. or //)")
         }
         if Self.isNeverShared(relative) {
@@ -157,8 +158,8 @@ extension SharingBroker {
         guard grant.capabilities.isSuperset(of: needed) else {
             throw SharingError.notGranted(id, writable ? "write" : "read")
         }
-        let below = subpath.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+        let below = LosslessPath.components(of: subpath, omittingEmpty: false)
+        guard subpath.isEmpty || !below.contains(where: { $0.isEmpty || LosslessPath.isDotOrDotDot($0) }) else {
             throw SharingError.refused("\(subpath): name items below the grant with a plain path")
         }
         if !subpath.isEmpty, Self.isNeverShared(grant.path + "/" + subpath) {
@@ -194,9 +195,9 @@ extension SharingBroker {
         }
         // Found again only within the same top directory (an item granted from an exposed
         // Documents is not followed out of it).
-        let top = grant.path.split(separator: "/").first.map(String.init) ?? ""
+        let top = LosslessPath.components(of: grant.path).first ?? ""
         guard let moved = findItem(of: grant, in: provider),
-              moved.split(separator: "/").first.map(String.init) == top else {
+              LosslessPath.key(LosslessPath.components(of: moved).first ?? "") == LosslessPath.key(top) else {
             throw SharingError.refused("the item of grant \(id) (\(grant.path)) is gone from \(grant.provider)'s container")
         }
         let updated = grant.moved(to: moved)
