@@ -30,8 +30,12 @@ func withPreferences<T>(_ device: DeviceOptions, _ unlock: UnlockOptions, domain
 /// `\"`, `\\`, `\n`, `\t`, `\r` and `\Uxxxx` escapes — one value never spans lines or
 /// imitates another key.
 func quotedPreference(_ string: String) -> String {
+    // C0, DEL and C1 (NEL breaks lines, CSI starts terminal escapes), and the line and paragraph separators.
+    func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar.value == 0x2028 || scalar.value == 0x2029
+    }
     let special: Set<Unicode.Scalar> = [" ", ";", "=", "{", "}", "(", ")", "\"", ",", "\\"]
-    guard string.isEmpty || string.unicodeScalars.contains(where: { special.contains($0) || $0.value < 0x20 || $0.value == 0x7F }) else {
+    guard string.isEmpty || string.unicodeScalars.contains(where: { special.contains($0) || isControl($0) }) else {
         return string
     }
     var out = "\""
@@ -42,7 +46,7 @@ func quotedPreference(_ string: String) -> String {
         case "\n": out += "\\n"
         case "\t": out += "\\t"
         case "\r": out += "\\r"
-        case _ where scalar.value < 0x20 || scalar.value == 0x7F: out += "\\U" + String(format: "%04x", scalar.value)
+        case _ where isControl(scalar): out += "\\U" + String(format: "%04x", scalar.value)
         default: out.unicodeScalars.append(scalar)
         }
     }

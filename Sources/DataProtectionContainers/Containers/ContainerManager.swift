@@ -157,8 +157,9 @@ public struct ContainerManager: Sendable {
             let app = try app(identifier)
             guard let running = try RunningAppLock.tryExclusive(layout, app.uuid) else { throw ContainerError.appRunning(identifier) }
             defer { running.release() }
-            // No supervisor of it runs: whatever one killed outright left behind goes with it.
-            AppCgroup.reapOrphans(ofApp: app.uuid, evenLive: true)
+            // Whatever a supervisor killed outright left behind goes with it (a cgroup whose
+            // supervisor still runs is another root's: a copied root keeps its apps' UUIDs).
+            AppCgroup.reapOrphans(ofApp: app.uuid)
             // Renamed first: from here on no lookup finds the app, even if the removal is cut short.
             let doomed = layout.applications + "/.removing-" + app.uuid.uuidString
             try fileSystem { _ = try POSIXFile.call("rename", app.url.path, doomed) { rename($0, $1) } }

@@ -79,16 +79,16 @@ final class AppCgroup: Sendable {
 
     /// The cgroups of app `uuid` that supervisors killed outright (`SIGKILL`) left behind — with
     /// their processes, which may even be frozen for good — are killed and removed. A cgroup is
-    /// left alone while the supervisor its name records (`dataprotection-UUID-PID-…`) still runs,
-    /// unless `evenLive` (the caller holds the app's running lock exclusively: no supervisor of
-    /// it can be running). Only cgroups below this process's own are seen.
-    static func reapOrphans(ofApp uuid: UUID, evenLive: Bool = false) {
+    /// left alone while the supervisor its name records (`dataprotection-UUID-PID-…`) still runs
+    /// (even under an exclusive running lock: another data root copied from this one has the
+    /// same app UUIDs). Only cgroups below this process's own are seen.
+    static func reapOrphans(ofApp uuid: UUID) {
         guard let mount = cgroup2Mount(), let own = ownCgroup() else { return }
         let home = mount + (own == "/" ? "" : own)
         let prefix = "dataprotection-\(uuid.uuidString)-"
         for name in (try? FileManager.default.contentsOfDirectory(atPath: home)) ?? [] where name.hasPrefix(prefix) {
             guard let pid = pid_t(name.dropFirst(prefix.count).split(separator: "-").first ?? "") else { continue }
-            if !evenLive, pid == getpid() || Glibc.kill(pid, 0) == 0 || errno == EPERM { continue }
+            if pid == getpid() || Glibc.kill(pid, 0) == 0 || errno == EPERM { continue }
             let orphan = AppCgroup(path: home + "/" + name, home: home)
             orphan.kill()
             // cgroup.kill is asynchronous: the directory goes once the last process has exited.

@@ -26,7 +26,9 @@ final class TPMConnection {
         self.tcti = tcti
         // The device TCTI opens its path for writing and writes TPM commands into it: only a
         // character device (a TPM) is handed to it, never a file that happens to be named.
-        if tcti.hasPrefix("device:"), case let path = String(tcti.dropFirst("device:".count)), !path.isEmpty {
+        // Every spelling of it counts: `device:`, `tcti-device:`, `libtss2-tcti-device.so.0:` …
+        let (name, configuration) = tcti.firstIndex(of: ":").map { (String(tcti[..<$0]), String(tcti[tcti.index(after: $0)...])) } ?? (tcti, "")
+        if name.lowercased().contains("device"), case let path = configuration.isEmpty ? "/dev/tpm0" : configuration {
             var st = stat()
             guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFCHR else {
                 throw TPMError(kind: .unreachable, call: "Tss2_TctiLdr_Initialize(\(tcti))", code: 0x000A_000B,   // TSS2_TCTI_RC_BAD_VALUE
