@@ -372,10 +372,12 @@ public struct ProtectedFileManager: Sendable {
         guard case .directory(let defaultClass) = try self.protection(ofItemAt: source) else {
             throw ProtectedFileError.notARegularFile(path: source.path, kind: "no longer a directory")
         }
+        let mode = (POSIXFile.status(source.path)?.st_mode ?? 0o755) & 0o777 & ~POSIXFile.currentUmask()
         try wrapFS {
-            try POSIXFile.call("mkdir", destination.path) { mkdir($0, 0o755) }
+            try POSIXFile.call("mkdir", destination.path) { mkdir($0, 0o700) }   // ours alone while it fills
             if let defaultClass { try DirectoryDefault.set(defaultClass, destination.path) }
         }
+        defer { _ = try? POSIXFile.call("chmod", destination.path) { chmod($0, mode) } }   // as cp: the source's bits, less the umask
         let children = try wrapFS { try POSIXFile.directoryEntries(source.path) }
         for name in children.sorted() {
             let from = source.appendingPathComponent(name), to = destination.appendingPathComponent(name)
@@ -434,6 +436,10 @@ public struct ProtectedFileManager: Sendable {
         case .other:
             try ProtectedFileError.checkReplaceable(source.path)
             throw ProtectedFileError.notProtected(path: source.path)
+        }
+        // As cp: the source's permission bits, less the umask (a 0600 file stays private).
+        if let st = POSIXFile.status(source.path) {
+            try wrapFS { try POSIXFile.call("chmod", destination.path) { chmod($0, st.st_mode & 0o777 & ~POSIXFile.currentUmask()) } }
         }
     }
 

@@ -317,7 +317,7 @@ public struct RestoreEngine: Sendable {
             progress(done)
         }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
-        let mask: mode_t = options.keepModes ? 0 : Self.currentUmask()
+        let mask: mode_t = options.keepModes ? 0 : POSIXFile.currentUmask()
         for entry in entries.reversed() where entry.kind != .symlink && !deviceOnlyElsewhere.contains(LosslessPath.key(entry.path)) {
             let path = target(entry)
             let mode = mode_t(entry.mode) & 0o777 & ~mask   // never set-id or sticky bits
@@ -330,11 +330,6 @@ public struct RestoreEngine: Sendable {
         return summary
     }
 
-    static func currentUmask() -> mode_t {
-        let mask = umask(0o077)
-        umask(mask)
-        return mask
-    }
 
     /// Decrypts a sealed object into a new plain file, in bounded memory; its size must be the
     /// one the manifest recorded.

@@ -103,7 +103,7 @@ import Testing
         chmod(shared.path, 0o1777)
         _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source).run()
         let backup = try #require(s.repository.finishedBackups().last)
-        let mask = RestoreEngine.currentUmask()
+        let mask = POSIXFile.currentUmask()
         for keep in [false, true] {
             let destination = temporaryDirectory().appendingPathComponent("restored")
             _ = try await RestoreEngine(backup: backup).restore(to: destination, files: s.source, password: nil, options: RestoreOptions(keepModes: keep))

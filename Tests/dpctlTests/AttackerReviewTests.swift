@@ -60,8 +60,13 @@ import Testing
             #expect(result.status == 1 && result.stderr.contains("into itself") && Self.isOneLine(result.stderr), "\(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: destination))
         }
+        // Private stays private: the source's permission bits, less the umask, as cp does.
+        #expect(chmod(tree + "/sub", 0o700) == 0 && chmod(tree + "/a", 0o600) == 0)
         let copy = cli.file("copy")
         #expect(try cli.run(["cp", tree, copy, "--passcode-file", passcode]).status == 0)
+        var st = stat()
+        #expect(stat(copy + "/sub", &st) == 0 && st.st_mode & 0o777 == 0o700)
+        #expect(stat(copy + "/a", &st) == 0 && st.st_mode & 0o777 == 0o600)
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: copy + "/abs") == "/etc/hostname")
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: copy + "/sub/dangling") == "../../nowhere")
         #expect(try cli.run(["cat", copy + "/a", "--passcode-file", passcode]).out == "alpha")

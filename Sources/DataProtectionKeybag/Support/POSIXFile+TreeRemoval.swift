@@ -5,6 +5,13 @@ import Glibc
 #endif
 
 extension POSIXFile {
+    /// This process's umask (set to 077 for the instant it takes to read it).
+    package static func currentUmask() -> mode_t {
+        let mask = umask(0o077)
+        umask(mask)
+        return mask
+    }
+
     /// Removes the tree at `path` (a file, a link or a directory): descriptor-relative (`openat`
     /// with `O_NOFOLLOW`, `unlinkat`), so no depth is too deep for a path and no link is followed
     /// out of it; a directory made unreadable (`chmod 0`) is given back `u+rwx` first. Nothing
