@@ -26,6 +26,8 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     case restoreFailed(String)
     /// The repository holds no finished backup (or none that authenticates) to take as its latest.
     case noFinishedBackup(path: String)
+    /// The directory holds none of a backup's files, and is no repository: a wrong path, not damage.
+    case notABackup(path: String)
 
     public var description: String {
         switch self {
@@ -40,6 +42,7 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
         case .wrongBackupPassword: "wrong backup password (or the backup keybag was modified)"
         case .restoreFailed(let why): "restore failed, nothing was restored: \(why)"
         case .noFinishedBackup(let path): "\(path): the repository holds no finished backup that authenticates"
+        case .notABackup(let path): "\(path): not a backup (REPOSITORY/backups/ID) nor a repository"
         }
     }
     public var errorDescription: String? { description }

@@ -65,6 +65,8 @@ public struct RestoreEngine: Sendable {
         let id = backup.lastPathComponent
         if id.hasSuffix(BackupRepository.incompleteSuffix) { throw BackupError.incompleteBackup(path: backup.path) }
         guard POSIXFile.kind(file(BackupRepository.objectListName)).exists else {
+            let backupFiles = [BackupAuthentication.fileName, BackupManifest.fileName, BackupKeybag.fileName]
+            if !backupFiles.contains(where: { POSIXFile.linkStatus(file($0)) != nil }) { throw BackupError.notABackup(path: backup.path) }
             throw BackupError.badBackup(path: backup.path, reason: "no object list (not a backup, or an unfinished one)")
         }
         guard POSIXFile.kind(file(BackupAuthentication.fileName)).exists else {

@@ -151,6 +151,10 @@ import Testing
         #expect(try cli.run(["restore", repository, cli.file("out"), "--passcode-file", passcode]).status == 4)
         let missing = try cli.run(["verify", cli.file("nothing-here")])
         #expect(missing.status == 1 && missing.stderr.contains("no such file"), "\(missing.stderr)")
+        // An ordinary directory is a wrong path (1), not a damaged backup (4).
+        try FileManager.default.createDirectory(atPath: cli.file("ordinary"), withIntermediateDirectories: true)
+        let ordinary = try cli.run(["verify", cli.file("ordinary")])
+        #expect(ordinary.status == 1 && ordinary.stderr.contains("not a backup"), "\(ordinary.stderr)")
     }
 
     /// `exclusions` failed on any tree holding a dangling link; JSON carried display forms
