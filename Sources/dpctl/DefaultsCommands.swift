@@ -38,19 +38,7 @@ func quotedPreference(_ string: String) -> String {
     guard string.isEmpty || string.unicodeScalars.contains(where: { special.contains($0) || isControl($0) }) else {
         return string
     }
-    var out = "\""
-    for scalar in string.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\t": out += "\\t"
-        case "\r": out += "\\r"
-        case _ where isControl(scalar): out += "\\U" + String(format: "%04x", scalar.value)
-        default: out.unicodeScalars.append(scalar)
-        }
-    }
-    return out + "\""
+    return quotedEscaping(string, isControl: isControl, control: { "\\U" + String(format: "%04x", $0.value) })
 }
 
 /// A property-list value as `defaults read` shows it.

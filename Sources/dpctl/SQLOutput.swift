@@ -154,18 +154,6 @@ struct SQLResultFormatter {
 
     /// A JSON string: quotes, backslashes and control characters escaped; `/` and non-ASCII kept.
     static func jsonString(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
+        quotedEscaping(text, isControl: { $0.value < 0x20 }, control: { String(format: "\\u%04x", $0.value) })
     }
 }

@@ -270,6 +270,25 @@ func requireText(_ arguments: [String], what: String) throws {
     }
 }
 
+/// `text` in double quotes with `"`, `\`, newline, CR and tab escaped by a backslash, and every
+/// other scalar `isControl` names written as `control` spells it (JSON's `\u0001`, a property
+/// list's `\U0001`).
+func quotedEscaping(_ text: String, isControl: (Unicode.Scalar) -> Bool, control: (Unicode.Scalar) -> String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where isControl(scalar): out += control(scalar)
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out + "\""
+}
+
 /// One line on standard error (progress and notes that are not the command's output).
 func printError(_ text: String) {
     FileHandle.standardError.write(Data((text + "\n").utf8))
