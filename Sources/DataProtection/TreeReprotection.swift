@@ -124,12 +124,13 @@ extension ProtectedFileManager {
             // A link named on top is followed to a directory or a protected file (its header is
             // rewritten where it lies); a link to a plain file would be replaced by a protected
             // copy, leaving the plaintext target behind, and a device or FIFO has nothing to protect.
-            switch try protection(ofItemAt: url) {
+            let top = try protection(ofItemAt: url)
+            switch top {
             case .directory, .protected: break
             case .plain, .other: try ProtectedFileError.checkReplaceable(url.path)
             }
             items.append(ReprotectionItem(url: url, isTop: true))
-            guard case .directory = try protection(ofItemAt: url) else { continue }
+            guard case .directory = top else { continue }
             // Names read as bytes: a file whose name is not UTF-8 is re-protected too.
             var pending = [url]
             while let directory = pending.popLast() {

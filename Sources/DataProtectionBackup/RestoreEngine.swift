@@ -332,7 +332,6 @@ public struct RestoreEngine: Sendable {
         return summary
     }
 
-
     /// Decrypts a sealed object into a new plain file, in bounded memory; its size must be the
     /// one the manifest recorded.
     private func writePlaintext(of sealed: String, to target: String, expectedSize: Int64, files: ProtectedFileManager) async throws {

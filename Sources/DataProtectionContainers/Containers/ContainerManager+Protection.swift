@@ -11,7 +11,7 @@ extension ContainerManager {
     /// swap the inode other processes lock.
     static func notReprotected(in container: URL) -> Set<String> {
         let preferences = container.appendingPathComponent("Library/Preferences").path
-        let locks = ((try? POSIXFile.directoryEntries(preferences)) ?? []).filter { $0.hasPrefix(".") && $0.hasSuffix(".plist.lock") }
+        let locks = ((try? POSIXFile.directoryEntries(preferences)) ?? []).filter(PreferencesStore.isLockFileName)
         return notReprotected.union(locks)
     }
 

@@ -155,6 +155,12 @@ final class PreferencesStore: @unchecked Sendable {
         }
     }
 
+    /// The empty file beside a plist (`.ID.plist.lock`) that writers `flock`: coordination, not data.
+    static func lockFileName(forPlistNamed name: String) -> String { "." + name + ".lock" }
+
+    /// Whether `name` is such a lock file's name.
+    static func isLockFileName(_ name: String) -> Bool { name.hasPrefix(".") && name.hasSuffix(".plist.lock") }
+
     /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
     /// Returns the values now in the file (`nil` when they could not be read) and whether all
     /// went well. An unreadable file is never overwritten.
@@ -166,7 +172,7 @@ final class PreferencesStore: @unchecked Sendable {
             logger.notice("\(refusal)")
             return (nil, nil, false, refusal)
         }
-        let lockPath = url.deletingLastPathComponent().appendingPathComponent("." + url.lastPathComponent + ".lock").path
+        let lockPath = url.deletingLastPathComponent().appendingPathComponent(Self.lockFileName(forPlistNamed: url.lastPathComponent)).path
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard lock >= 0 else {
             let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))

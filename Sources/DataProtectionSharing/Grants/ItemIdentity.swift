@@ -33,7 +33,7 @@ struct ItemIdentity: Equatable {
         var seconds: Int64 = 0
         var nanoseconds: UInt32 = 0
         guard cshim_birth_time(directory, path, &seconds, &nanoseconds) == 0 else { return nil }
-        return "\(seconds).\(String(nanoseconds).leftPadded(to: 9))"
+        return String(format: "%lld.%09u", seconds, nanoseconds)
     }
 
     /// Whether the item a grant recorded is this one: the same kind and a recorded birth time
@@ -42,8 +42,4 @@ struct ItemIdentity: Equatable {
         guard let recorded = grant.birthTime, let birthTime, grant.isDirectory == isDirectory else { return false }
         return recorded == birthTime
     }
-}
-
-private extension String {
-    func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }
