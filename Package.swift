@@ -53,8 +53,9 @@ let package = Package(
         // The system's OpenSSL libcrypto, for SQLCipher's page cipher only (DataProtectionSQLite's
         // PageCipher); everything else uses swift-crypto.
         .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-        // The TPM Software Stack's ESAPI (Debian libtss2-dev), for a device secret sealed by the TPM.
-        .systemLibrary(name: "CTSS2", pkgConfig: "tss2-esys", providers: [.apt(["libtss2-dev"])]),
+        // The TPM Software Stack's ESAPI, for a device secret sealed by the TPM: declared from the TCG
+        // specifications and loaded at run time (dlopen), so nothing of it is needed to build.
+        .target(name: "CTPMSoftwareStack"),
         .target(
             name: "DataProtectionIPC",
             dependencies: [
@@ -66,7 +67,7 @@ let package = Package(
             name: "DataProtectionKeybag",
             dependencies: [
                 "CLinuxShims",
-                "CTSS2",
+                "CTPMSoftwareStack",
                 "DataProtectionIPC",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),

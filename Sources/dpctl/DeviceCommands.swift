@@ -93,6 +93,8 @@ struct Status: AsyncParsableCommand {
                                  "remainingTries": Int(l.remainingTries), "recoveryIntervalSeconds": Int(l.recoveryInterval)]
             }
             if let problem = s.tpmProblem { object["tpmProblem"] = problem }
+            let unsupported = TPMBinding.unsupportedReason
+            object["tpmSupport"] = ["available": unsupported == nil, "reason": unsupported ?? NSNull()] as [String: Any]
             if let rollback = s.lastRollback { object["lastKeybagRollback"] = ISO8601DateFormatter().string(from: rollback) }
             let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
             printOut(String(decoding: data, as: UTF8.self))
@@ -122,6 +124,7 @@ struct Status: AsyncParsableCommand {
             }
         }
         if let problem = s.tpmProblem { extra.append(["TPM:", "unreachable: \(problem)"]) }
+        extra.append(["TPM support:", TPMBinding.unsupportedReason.map { "not available: \($0)" } ?? "available (the TPM Software Stack is installed)"])
         if let rollback = s.lastRollback {
             extra.append(["rollback:", "an older keybag was put back (detected \(ISO8601DateFormatter().string(from: rollback))); the newer count was kept"])
         }

@@ -386,6 +386,8 @@ extension EmbeddedKeybag {
             case .lockout:
                 let state = try? device.lockoutState()
                 throw KeybagError.tpmLockout(failedTries: Int(state?.failedTries ?? 0), recoveryInterval: Int(state?.recoveryInterval ?? 0))
+            case .softwareStackMissing:
+                throw KeybagError.tpm("\(what): no TPM support here: \(error.detail)")
             case .unreachable:
                 throw KeybagError.tpm("\(what): no TPM answers on \(device.tcti) (\(error.detail))")
             case .policyFailed:

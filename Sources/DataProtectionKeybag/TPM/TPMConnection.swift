@@ -1,7 +1,8 @@
-import CTSS2
+import CTPMSoftwareStack
 import Foundation
 
-/// One connection to a TPM 2.0 through the TPM Software Stack's ESAPI (`Esys_*`), opened for one
+/// One connection to a TPM 2.0 through the TPM Software Stack's ESAPI (`Esys_*`, loaded at run
+/// time: ``TPMSoftwareStack``), opened for one
 /// operation and closed when dropped: ESAPI contexts are not thread-safe, and an unlock is rare.
 ///
 /// A thin layer in swift-system's manner: each method names the ESAPI call it makes and turns
@@ -22,6 +23,7 @@ final class TPMConnection {
 
     /// Opens the TPM named by `tcti` (`Tss2_TctiLdr_Initialize`, then `Esys_Initialize`).
     init(tcti: String) throws {
+        try TPMSoftwareStack.load()
         Self.quietStack
         self.tcti = tcti
         // The device TCTI opens its path for writing and writes TPM commands into it: only a
@@ -76,14 +78,14 @@ final class TPMConnection {
         var creationPCR = TPML_PCR_SELECTION()
         var handle: ESYS_TR = ESYS_TR(ESYS_TR_NONE)
         var outPublic: UnsafeMutablePointer<TPM2B_PUBLIC>?
-        var creationData: UnsafeMutablePointer<TPM2B_CREATION_DATA>?
+        var creationData: OpaquePointer?
         var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
-        var ticket: UnsafeMutablePointer<TPMT_TK_CREATION>?
+        var ticket: OpaquePointer?
         try check("Esys_CreatePrimary") {
             Esys_CreatePrimary(esys, ESYS_TR(ESYS_TR_RH_OWNER), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
                                &inSensitive, &inPublic, &outsideInfo, &creationPCR, &handle, &outPublic, &creationData, &creationHash, &ticket)
         }
-        Esys_Free(outPublic); Esys_Free(creationData); Esys_Free(creationHash); Esys_Free(ticket)
+        Esys_Free(outPublic); Esys_Free(UnsafeMutableRawPointer(creationData)); Esys_Free(creationHash); Esys_Free(UnsafeMutableRawPointer(ticket))
         return handle
     }
 
@@ -113,11 +115,11 @@ final class TPMConnection {
         inPublic.publicArea.parameters.keyedHashDetail.scheme.scheme = TPM2_ALG_NULL
         var outsideInfo = TPM2B_DATA()
         var creationPCR = TPML_PCR_SELECTION()
-        var outPrivate: UnsafeMutablePointer<TPM2B_PRIVATE>?
+        var outPrivate: OpaquePointer?
         var outPublic: UnsafeMutablePointer<TPM2B_PUBLIC>?
-        var creationData: UnsafeMutablePointer<TPM2B_CREATION_DATA>?
+        var creationData: OpaquePointer?
         var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
-        var ticket: UnsafeMutablePointer<TPMT_TK_CREATION>?
+        var ticket: OpaquePointer?
         // The sensitive part travels encrypted (the session's `decrypt` attribute).
         let session = try startSession(type: TPM2_SE(TPM2_SE_HMAC), salt: parent, attributes: TPMA_SESSION_DECRYPT)
         defer { flush(session) }
@@ -125,7 +127,10 @@ final class TPMConnection {
             Esys_Create(esys, parent, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &inSensitive, &inPublic, &outsideInfo,
                         &creationPCR, &outPrivate, &outPublic, &creationData, &creationHash, &ticket)
         }
-        defer { Esys_Free(outPrivate); Esys_Free(outPublic); Esys_Free(creationData); Esys_Free(creationHash); Esys_Free(ticket) }
+        defer {
+            Esys_Free(UnsafeMutableRawPointer(outPrivate)); Esys_Free(outPublic); Esys_Free(UnsafeMutableRawPointer(creationData))
+            Esys_Free(creationHash); Esys_Free(UnsafeMutableRawPointer(ticket))
+        }
         var loaded = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_Load") {
             Esys_Load(esys, parent, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), outPrivate, outPublic, &loaded)

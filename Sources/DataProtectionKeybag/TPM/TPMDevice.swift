@@ -30,6 +30,14 @@ public struct TPMBinding: Sendable, Equatable {
         ProcessInfo.processInfo.environment[tctiEnvironmentVariable].flatMap { $0.isEmpty ? nil : $0 } ?? "device:/dev/tpmrm0"
     }
 
+    /// Why TPM operations cannot run in this process (the TPM Software Stack's libraries, loaded
+    /// at run time, are missing), or `nil` when they can. Everything but the TPM works without them.
+    public static var unsupportedReason: String? {
+        TPMSoftwareStack.unavailableReason.map {
+            "the TPM Software Stack is not installed (\($0)); install Debian's \(TPMSoftwareStack.debianPackages.joined(separator: ", "))"
+        }
+    }
+
     /// Whether a TPM answers on `tcti` (it is opened and asked for its lockout state).
     public static func isAvailable(tcti: String = defaultTCTI) -> Bool {
         (try? TPMDevice(tcti: tcti).lockoutState()) != nil

@@ -1,10 +1,12 @@
-import CTSS2
+import CTPMSoftwareStack
 
 /// A TPM command, or the TPM Software Stack under it, failed: which call, the response code and
 /// the stack's text for it (`Tss2_RC_Decode`).
 package struct TPMError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What the failure means for the caller.
     package enum Kind: Sendable, Equatable {
+        /// The TPM Software Stack's libraries cannot be loaded: no TPM operation can run here.
+        case softwareStackMissing
         /// No TPM answered (no device, no simulator on the configured socket, a TCTI that does not load).
         case unreachable
         /// The authorization value was wrong: the TPM counted a dictionary-attack failure.
@@ -45,7 +47,7 @@ package struct TPMError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The stack's own words for the code.
     package var detail: String {
         if let reason { return reason }
-        guard let text = Tss2_RC_Decode(code) else { return "0x" + String(code, radix: 16) }
+        guard TPMSoftwareStack.isAvailable, let text = Tss2_RC_Decode(code) else { return "0x" + String(code, radix: 16) }
         return String(cString: text)
     }
 
