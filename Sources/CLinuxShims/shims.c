@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <sys/uio.h>
 #include <spawn.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include "CLinuxShims.h"
@@ -121,7 +122,20 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
     for (int i = 0; i < count && !error; i++) error = posix_spawn_file_actions_adddup2(&actions, base + i, i);
     if (!error) error = posix_spawn_file_actions_addclosefrom_np(&actions, count);
     if (error) { posix_spawn_file_actions_destroy(&actions); return error; }
-    error = posix_spawn(pid, path, &actions, NULL, argv, envp);
+    // The child starts with every signal at its default action and none blocked: a signal this
+    // process ignores (dpctl ignores SIGTERM, SIGINT and SIGHUP while it supervises) would
+    // otherwise stay ignored through every exec, and a program could not even trap it.
+    posix_spawnattr_t attributes;
+    error = posix_spawnattr_init(&attributes);
+    if (error) { posix_spawn_file_actions_destroy(&actions); return error; }
+    sigset_t all, none;
+    sigfillset(&all);
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&attributes, &all);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    error = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return error;
 }
@@ -144,4 +158,24 @@ int cshim_birth_time(int dirfd, const char *path, long long *seconds, unsigned *
     *seconds = sx.stx_btime.tv_sec;
     *nanoseconds = sx.stx_btime.tv_nsec;
     return 0;
+}
+
+int cshim_ofd_write_lock(int fd) {
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    return fcntl(fd, F_OFD_SETLK, &lock) == 0 ? 0 : -errno;
+}
+
+int cshim_ofd_is_locked(int fd) {
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(fd, F_OFD_GETLK, &lock) != 0) return -errno;
+    return lock.l_type != F_UNLCK;
+}
+
+int cshim_rename_exchange(const char *first, const char *second) {
+#ifdef SYS_renameat2
+    long r = syscall(SYS_renameat2, AT_FDCWD, first, AT_FDCWD, second, 2U /* RENAME_EXCHANGE */);
+#else
+    long r = syscall(316, AT_FDCWD, first, AT_FDCWD, second, 2U);
+#endif
+    return r < 0 ? -errno : 0;
 }

@@ -27,12 +27,12 @@ public enum ItemProtection: Sendable, Equatable {
 package enum DirectoryDefault {
     package static let attribute = "user.dataprotection.class"
 
-    static func get(_ directory: String) throws -> ProtectionClass? {
+    package static func get(_ directory: String) throws -> ProtectionClass? {
         guard let value = try POSIXFile.getAttribute(attribute, path: directory) else { return nil }
         return ProtectionClass(name: String(decoding: value, as: UTF8.self))
     }
 
-    static func set(_ cls: ProtectionClass?, _ directory: String) throws {
+    package static func set(_ cls: ProtectionClass?, _ directory: String) throws {
         if let cls {
             try POSIXFile.setAttribute(attribute, Array(cls.shortName.utf8), path: directory)
         } else {

@@ -376,6 +376,7 @@ public struct ProtectedFileManager: Sendable {
         try wrapFS {
             try POSIXFile.call("mkdir", destination.path) { mkdir($0, 0o700) }   // ours alone while it fills
             if let defaultClass { try DirectoryDefault.set(defaultClass, destination.path) }
+            try BackupMark.copy(from: source.path, to: destination.path)   // as the class: kept by the copy
         }
         defer { _ = try? POSIXFile.call("chmod", destination.path) { chmod($0, mode) } }   // as cp: the source's bits, less the umask
         let children = try wrapFS { try POSIXFile.directoryEntries(source.path) }
@@ -428,6 +429,11 @@ public struct ProtectedFileManager: Sendable {
                 try? await handle.close()
                 throw error
             }
+        case .plain where BackupMark.isCacheDirectoryTag(source.path):
+            // A cache directory tag is copied as it is: the tools that honour it read it as plaintext.
+            try await ProtectedFileError.translating(path: destination.path, writing: true) {
+                try POSIXFile.writeNew(destination.path, try POSIXFile.readAll(source.path))
+            }
         case .plain:
             let cls = protection ?? defaultProtection(forNewItemAt: destination)
             let fd = try await ProtectedFileError.translating(path: source.path, writing: false) { try POSIXFile.open(source.path, .readOnly) }
@@ -437,6 +443,7 @@ public struct ProtectedFileManager: Sendable {
             try ProtectedFileError.checkReplaceable(source.path)
             throw ProtectedFileError.notProtected(path: source.path)
         }
+        try wrapFS { try BackupMark.copy(from: source.path, to: destination.path) }   // as the class: kept by the copy
         // As cp: the source's permission bits, less the umask (a 0600 file stays private).
         if let st = POSIXFile.status(source.path) {
             try wrapFS { try POSIXFile.call("chmod", destination.path) { chmod($0, st.st_mode & 0o777 & ~POSIXFile.currentUmask()) } }

@@ -19,6 +19,9 @@ public struct ReprotectionReport: Sendable, Equatable {
     public var filesUnchanged = 0
     /// Directories whose default was set.
     public var directories = 0
+    /// Cache directory tags (`CACHEDIR.TAG` with its signature) left plaintext: `tar`, `restic` and
+    /// `borg` read them to leave their directory out of backups, and they hold nothing secret.
+    public var cacheDirectoryTagsLeftPlain = 0
     /// Items that could not be changed, with the reason. Nothing else was touched for them.
     public var failures: [String: String] = [:]
     /// Symbolic links met below the top, left alone: a link is never followed (it could lead out
@@ -75,6 +78,8 @@ extension ProtectedFileManager {
                     report.directories += 1
                 case .protected(let current) where current == cls:
                     report.filesUnchanged += 1
+                case .plain where BackupMark.isCacheDirectoryTag(item.url.path):
+                    report.cacheDirectoryTagsLeftPlain += 1   // tar, restic and borg must still read it
                 case .protected, .plain:
                     try await setProtection(cls, ofItemAt: item.url)
                     report.filesChanged += 1

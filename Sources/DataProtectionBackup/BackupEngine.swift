@@ -20,6 +20,9 @@ public struct BackupSummary: Sendable, Equatable, Codable {
     public var skippedByPolicy = 0
     /// The repository itself, when it lies inside the backed-up directory (0 or 1).
     public var skippedRepository = 0
+    /// A data root's own files (device secret, keybag, their locks: ``DataRootLayout/deviceFileNames``),
+    /// never backed up whatever the source is.
+    public var skippedDeviceFiles = 0
     /// Files removed, or replaced by something that is not a regular file, between the walk and their copy.
     public var skippedChanged = 0
     public var hasBackupKeybag = false
@@ -91,6 +94,7 @@ public struct BackupEngine: Sendable {
         let id = Self.makeID()
         let inProgress = repository.backups.appendingPathComponent(id + BackupRepository.incompleteSuffix)
         // One backup at a time per repository; leftovers of killed runs are removed under the lock.
+        try repository.requireUsableAsDestination()
         let repositoryLock = dryRun ? nil : try repository.lockForWriting()
         defer { repositoryLock?.release() }
         if !dryRun {
@@ -105,15 +109,24 @@ public struct BackupEngine: Sendable {
             log("Not backed up (attribute): \(source.path) (marked: \(ancestor.path))")
             summary.skippedByAttribute += 1
         } else {
+            // The device's own data root, found by identity (any spelling of it); any other data root by its files.
+            let deviceRoot = POSIXFile.status(files.keybag.root).map { ($0.st_dev, $0.st_ino) }
             var pending = [""]
             while let relative = pending.popLast() {
                 let directory = relative.isEmpty ? source.path : source.path + "/" + relative
                 // Names as bytes (readdir): none is skipped or merged, whatever its encoding.
                 let names = try POSIXFile.directoryEntries(directory).sorted { LosslessPath.bytes(of: $0).lexicographicallyPrecedes(LosslessPath.bytes(of: $1)) }
+                let isDataRoot = POSIXFile.status(directory).map { st in deviceRoot.map { $0 == (st.st_dev, st.st_ino) } == true } == true
+                    || DataRootLayout.isDataRoot(directory)
                 for name in names {
                     let rel = relative.isEmpty ? name : relative + "/" + name
                     let path = source.path + "/" + rel
                     let shown = LosslessPath.display(path)
+                    if isDataRoot, DataRootLayout.deviceFileNames.contains(name) {
+                        log("Not backed up (the device's own keys and keybag are never backed up): \(shown)")
+                        summary.skippedDeviceFiles += 1
+                        continue
+                    }
                     if policy.excludes(rel) {
                         log("Not backed up (blacklist): \(shown)")   // MobileBackup's own words
                         summary.skippedByPolicy += 1
@@ -136,6 +149,8 @@ public struct BackupEngine: Sendable {
                     case S_IFDIR:
                         entry.kind = .directory
                         entry.size = 0
+                        // Its default class is part of what it promises the files made in it later.
+                        entry.defaultClass = try DirectoryDefault.get(path).map { Int($0.rawValue) }
                         summary.directories += 1
                         pending.append(rel)
                     case S_IFLNK:
@@ -224,7 +239,8 @@ public struct BackupEngine: Sendable {
         }
         // The manifest, sealed like a plain file (class B: possible while locked); the object
         // list, which reveals nothing, lets `verify` check the objects.
-        let meta = ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id]
+        var meta = ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id]
+        if let rootDefault = try DirectoryDefault.get(source.path) { meta["defaultClass"] = "\(rootDefault.rawValue)" }
         let manifest = try BackupManifest.create(at: nil)
         try manifest.insert(entries, meta: meta)
         let manifestURL = inProgress.appendingPathComponent(BackupManifest.fileName)

@@ -28,6 +28,12 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     case noFinishedBackup(path: String)
     /// The directory holds none of a backup's files, and is no repository: a wrong path, not damage.
     case notABackup(path: String)
+    /// A backup destination that exists, is not empty and is not a repository: it is left as it
+    /// is (a repository is made only in a new or empty directory, as `restic init` does).
+    case notARepository(path: String)
+    /// Another process is backing up into the repository (it holds the writer lock): busy, not
+    /// damaged. `holder` names it (`pid 1234 (dpctl backup …)`) when it can be told.
+    case repositoryBusy(path: String, holder: String?)
 
     public var description: String {
         switch self {
@@ -43,6 +49,10 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
         case .restoreFailed(let why): "restore failed, nothing was restored: \(why)"
         case .noFinishedBackup(let path): "\(path): the repository holds no finished backup that authenticates"
         case .notABackup(let path): "\(path): not a backup (REPOSITORY/backups/ID) nor a repository"
+        case .notARepository(let path):
+            "\(path): neither empty nor a backup repository; give a new or empty directory for a new repository (nothing was written)"
+        case .repositoryBusy(let path, let holder):
+            "\(path): another backup into this repository is running\(holder.map { " (\($0))" } ?? ""); nothing was written: try again when it ends"
         }
     }
     public var errorDescription: String? { description }

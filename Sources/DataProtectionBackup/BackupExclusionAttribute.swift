@@ -55,11 +55,11 @@ public enum BackupExclusionError: Error, Sendable, Equatable, CustomStringConver
 /// A directory's mark covers everything below it; nothing below is marked one by one.
 public enum BackupExclusionAttribute {
     /// The extended attribute.
-    public static let attribute = "user.xdg.robots.backup"
+    public static let attribute = BackupMark.attribute
     /// The tag file's name.
-    public static let cacheDirectoryTagName = "CACHEDIR.TAG"
+    public static let cacheDirectoryTagName = BackupMark.cacheDirectoryTagName
     /// The first 43 bytes every cache directory tag must start with (MD5 of ".IsCacheDirectory").
-    public static let cacheDirectoryTagSignature = "Signature: 8a477f597d28d172789f06886806bc55"
+    public static let cacheDirectoryTagSignature = BackupMark.cacheDirectoryTagSignature
     /// The whole tag this library writes.
     public static let cacheDirectoryTagContents = cacheDirectoryTagSignature + """
 

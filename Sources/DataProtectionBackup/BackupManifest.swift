@@ -32,9 +32,13 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
     public var thisDeviceOnly: Bool
     /// A plain file stored sealed (as a class-B protected object); restored as plain.
     public var sealed: Bool
+    /// A directory's default class for new files (`user.dataprotection.class`), or `nil` for none
+    /// (format 3; format-2 manifests never record one).
+    public var defaultClass: Int?
 
     public init(path: String, kind: Kind, mode: Int, mtime: Double, size: Int64, protectionClass: Int? = nil,
-                sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false, sealed: Bool = false) {
+                sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false, sealed: Bool = false,
+                defaultClass: Int? = nil) {
         self.path = path
         self.kind = kind
         self.mode = mode
@@ -45,6 +49,7 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         self.linkTarget = linkTarget
         self.thisDeviceOnly = thisDeviceOnly
         self.sealed = sealed
+        self.defaultClass = defaultClass
     }
 
     public var fileClass: ProtectionClass? { protectionClass.flatMap { ProtectionClass(rawValue: UInt8($0)) } }
@@ -65,13 +70,14 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         container["linkTarget"] = linkTarget.map { Data(LosslessPath.bytes(of: $0)) }
         container["thisDeviceOnly"] = thisDeviceOnly
         container["sealed"] = sealed
+        container["defaultClass"] = defaultClass
     }
 
     /// Decodes and validates a row; every defect is ``BackupError/badBackup(path:reason:)``.
     public init(row: Row) throws {
         func bad(_ why: String) -> BackupError { .badBackup(path: "manifest", reason: why) }
         // GRDB's row subscript traps on a missing column: check first.
-        for column in ["path", "kind", "mode", "mtime", "size", "protectionClass", "sha256", "linkTarget", "thisDeviceOnly", "sealed"]
+        for column in ["path", "kind", "mode", "mtime", "size", "protectionClass", "sha256", "linkTarget", "thisDeviceOnly", "sealed", "defaultClass"]
         where !row.hasColumn(column) {
             throw bad("column \(column) is missing")
         }
@@ -118,6 +124,11 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         }
         let targetBytes = try blob("linkTarget")
         if let targetBytes, targetBytes.isEmpty || targetBytes.contains(0) { throw badEntry("malformed link target") }
+        let defaultClass = try integer("defaultClass")
+        if let defaultClass {
+            guard (1...4).contains(defaultClass) else { throw badEntry("default class \(defaultClass) does not exist") }
+            guard kind == .directory else { throw badEntry("a default class on something that is not a directory") }
+        }
         let deviceOnly = try integer("thisDeviceOnly") ?? 0, sealed = try integer("sealed") ?? 0
         guard (0...1).contains(deviceOnly), (0...1).contains(sealed) else { throw badEntry("flag out of range") }
         switch kind {
@@ -133,7 +144,7 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         }
         self.init(path: path, kind: kind, mode: Int(mode), mtime: mtime, size: size, protectionClass: protectionClass.map(Int.init),
                   sha256: sha256, linkTarget: targetBytes.map { LosslessPath.string(fromBytes: $0) },
-                  thisDeviceOnly: deviceOnly == 1, sealed: sealed == 1)
+                  thisDeviceOnly: deviceOnly == 1, sealed: sealed == 1, defaultClass: defaultClass.map(Int.init))
     }
 }
 
@@ -142,10 +153,14 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
 public struct BackupManifest: Sendable {
     /// The sealed manifest in a backup: a class-B protected file holding the SQLite database.
     public static let fileName = "manifest.sealed"
-    /// 2: paths and link targets as bytes (BLOB); backups authenticated (FORMAT.md §5).
-    public static let formatVersion = 2
+    /// 3: directories' default classes (`entry.defaultClass`, meta `defaultClass` for SOURCE itself);
+    /// 2: paths and link targets as bytes (BLOB); backups authenticated (FORMAT.md §5). Both are read.
+    public static let formatVersion = 3
+    static let readableFormats = [2, 3]
 
     let queue: DatabaseQueue
+    /// The format this manifest was written in.
+    let format: Int
 
     /// Creates a new manifest at `url`, or in memory when `url` is nil.
     static func create(at url: URL?) throws -> BackupManifest {
@@ -166,10 +181,11 @@ public struct BackupManifest: Sendable {
                 t.column("linkTarget", .blob)
                 t.column("thisDeviceOnly", .boolean).notNull().defaults(to: false)
                 t.column("sealed", .boolean).notNull().defaults(to: false)
+                t.column("defaultClass", .integer)
             }
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('format', ?)", arguments: ["\(formatVersion)"])
         }
-        return BackupManifest(queue: queue)
+        return BackupManifest(queue: queue, format: formatVersion)
     }
 
     /// Opens an existing manifest file, read-only.
@@ -210,10 +226,10 @@ public struct BackupManifest: Sendable {
 
     private static func checked(_ queue: DatabaseQueue, _ path: String) throws -> BackupManifest {
         let format = try? queue.read { db in try String.fetchOne(db, sql: "SELECT CAST(value AS TEXT) FROM meta WHERE key = 'format'") }
-        guard let format, format == "\(formatVersion)" else {
-            throw BackupError.badBackup(path: path, reason: "manifest format \(format ?? "?") is not supported by this build (it reads format \(formatVersion))")
+        guard let format, let number = Int(format), readableFormats.contains(number) else {
+            throw BackupError.badBackup(path: path, reason: "manifest format \(format ?? "?") is not supported by this build (it reads formats \(readableFormats.map(String.init).joined(separator: " and ")))")
         }
-        return BackupManifest(queue: queue)
+        return BackupManifest(queue: queue, format: number)
     }
 
     func insert(_ entries: [ManifestEntry], meta: [String: String]) throws {
@@ -232,7 +248,8 @@ public struct BackupManifest: Sendable {
             // Named columns: a manifest whose schema was changed fails here with an SQL error.
             return try queue.read { db in
                 try ManifestEntry.fetchAll(db, sql: """
-                    SELECT path, kind, mode, mtime, size, protectionClass, sha256, linkTarget, thisDeviceOnly, sealed
+                    SELECT path, kind, mode, mtime, size, protectionClass, sha256, linkTarget, thisDeviceOnly, sealed,
+                           \(format >= 3 ? "defaultClass" : "NULL AS defaultClass")
                     FROM entry ORDER BY CAST(path AS BLOB)
                     """)
             }

@@ -23,7 +23,19 @@ public struct BackupRepository: Sendable {
     var objects: URL { url.appendingPathComponent("objects") }
     var backups: URL { url.appendingPathComponent("backups") }
 
+    /// Refuses a destination that exists and is neither empty nor a repository: a repository is
+    /// never made among someone's files (nothing is written then).
+    public func requireUsableAsDestination() throws {
+        guard let st = POSIXFile.linkStatus(url.path) else { return }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw BackupError.badBackup(path: url.path, reason: "not a directory") }
+        if Self.isRepository(url) { return }
+        // Empty, or only a repository's own entries (a first backup killed as it made them).
+        let entries = (try? POSIXFile.directoryEntries(url.path)) ?? []
+        if !Set(entries).isSubset(of: ["objects", "backups", "lock"]) { throw BackupError.notARepository(path: url.path) }
+    }
+
     func prepare() throws {
+        try requireUsableAsDestination()
         for dir in [url, objects, backups] {
             try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
             // A repository's own directories are real ones: a planted link must not send a
@@ -50,14 +62,30 @@ public struct BackupRepository: Sendable {
         let lockPath = url.appendingPathComponent("lock").path
         let fd = try POSIXFile.open(lockPath, .readWrite, options: [.create, .noFollow], permissions: .ownerReadWrite)
         guard flock(fd.rawValue, LOCK_EX | LOCK_NB) == 0 else {
+            let holder = Self.lockHolder(fd)
             try? fd.close()
-            throw BackupError.badBackup(path: url.path, reason: "another backup into this repository is running")
+            throw BackupError.repositoryBusy(path: url.path, holder: holder)
         }
+        // The holder's pid, for the message another backup gets meanwhile (FORMAT §5).
+        _ = ftruncate(fd.rawValue, 0)
+        _ = "\(getpid())\n".withCString { pwrite(fd.rawValue, $0, strlen($0), 0) }
         let lock = WriterLock(fd)
         for name in (try? POSIXFile.directoryEntries(objects.path)) ?? [] where name.hasPrefix(".tmp-") || name.hasPrefix(".sealed-") {
             _ = try? POSIXFile.call("unlink", objects.path + "/" + name) { unlink($0) }
         }
         return lock
+    }
+
+    /// `pid N (command line)` of the process that wrote its pid into the lock file, if it runs.
+    static func lockHolder(_ fd: FileDescriptor) -> String? {
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = pread(fd.rawValue, &buffer, buffer.count, 0)
+        guard count > 0, let pid = Int32(String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+              pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return nil }
+        let commandLine = (try? POSIXFile.readAll("/proc/\(pid)/cmdline")).map {
+            $0.split(separator: 0, omittingEmptySubsequences: true).prefix(4).map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
+        }
+        return "pid \(pid)" + (commandLine.flatMap { $0.isEmpty ? nil : " (\(LosslessPath.display($0)))" } ?? "")
     }
 
     func objectURL(_ sha256: String) -> URL {

@@ -199,7 +199,18 @@ public struct RestoreEngine: Sendable {
                         log: (String) -> Void = { _ in }, progress: (BackupProgress) -> Void = { _ in }) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
         let authenticated = try await authenticate(files: files, password: password)
-        let entries = try await manifest(of: authenticated, files: files).entries()
+        let backupManifest = try await manifest(of: authenticated, files: files)
+        let entries = try backupManifest.entries()
+        // SOURCE's own default class (format 3), given to DEST.
+        let rootDefault: ProtectionClass?
+        switch try backupManifest.meta("defaultClass") {
+        case nil: rootDefault = nil
+        case let text?:
+            guard let number = UInt8(text), let cls = ProtectionClass(rawValue: number) else {
+                throw BackupError.badBackup(path: backup.path, reason: "the manifest's default class \(text) does not exist")
+            }
+            rootDefault = cls
+        }
         let outwardLinks = try Self.checkTree(entries, objects: Set(authenticated.objects))
 
         // Before writing anything: which stored objects come from another device?
@@ -243,6 +254,7 @@ public struct RestoreEngine: Sendable {
         let stage = parent.appendingPathComponent(stalePrefix + UUID().uuidString.prefix(8))
         try POSIXFile.call("mkdir", stage.path) { mkdir($0, 0o700) }
         do {
+            if let rootDefault { try DirectoryDefault.set(rootDefault, stage.path) }
             let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects, outwardLinks: outwardLinks,
                                              deviceOnlyElsewhere: deviceOnlyElsewhere, backupKeys: authenticated.backupKeys,
                                              options: options, reportingAs: destination, log: log, progress: progress)
@@ -274,6 +286,8 @@ public struct RestoreEngine: Sendable {
             switch entry.kind {
             case .directory:
                 try POSIXFile.call("mkdir", target(entry)) { mkdir($0, 0o700) }
+                // Before its mode is restored (a user xattr needs write permission).
+                if let cls = entry.defaultClass.flatMap({ ProtectionClass(rawValue: UInt8($0)) }) { try DirectoryDefault.set(cls, target(entry)) }
                 summary.directories += 1
             case .file:
                 if deviceOnlyElsewhere.contains(LosslessPath.key(entry.path)) {

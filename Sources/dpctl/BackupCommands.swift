@@ -169,7 +169,8 @@ struct Backup: AsyncParsableCommand {
         if json {
             printJSON(summary)
         } else if !dryRun, !quiet.quiet {
-            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(humanSize(summary.bytesCopied))), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place")
+            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(humanSize(summary.bytesCopied))), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place"
+                     + (summary.skippedDeviceFiles > 0 ? "; left out \(summary.skippedDeviceFiles) files of a data root (the device's keys and keybag are never backed up)" : ""))
         }
     }
 }

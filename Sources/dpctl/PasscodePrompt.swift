@@ -52,7 +52,7 @@ enum PasscodePrompt {
         guard var typed = readHidden(prompt: "Passcode: ") else { return false }
         defer { typed.resetBytes(in: 0..<typed.count) }
         guard !typed.isEmpty, let passcode = String(bytes: typed, encoding: .utf8) else { return false }
-        try await keybag.unlock(passcode: passcode)
+        try await unlockSayingSo(keybag, passcode: passcode)
         return true
     }
 

@@ -53,11 +53,18 @@ struct DeviceOptions: ParsableArguments {
         let keybag = try await Keybag.open(root: try resolvedRoot)
         if keybag.daemonSocket != nil { servedByKeybagd.store(true, ordering: .relaxed) }
         if let passcodeFile {
-            try await keybag.unlock(passcode: try readPasscode(passcodeFile))
+            try await unlockSayingSo(keybag, passcode: try readPasscode(passcodeFile))
         } else if let fromEnvironment = Self.passcodeFileFromEnvironment, await keybag.lockState != .unlocked {
             // As restic's RESTIC_PASSWORD_FILE: used when no --passcode-file is given and the device is not unlocked already.
             guard fromEnvironment != "-" else { throw CLIError("\(Self.passcodeFileVariable) must name a file, not standard input") }
-            try await keybag.unlock(passcode: try readPasscode(fromEnvironment))
+            if let socket = keybag.daemonSocket {
+                // A passcode in the environment reaches every command a session runs: under keybagd
+                // it would undo `dpctl lock` for every process, unseen. Only `dpctl unlock`, or a
+                // passcode given to this command, unlocks the device.
+                note("keybagd serves this root (\(socket)): $\(Self.passcodeFileVariable) does not unlock the device for every process; `dpctl unlock` does")
+            } else {
+                try await keybag.unlock(passcode: try readPasscode(fromEnvironment))
+            }
         }
         return keybag
     }
@@ -140,7 +147,7 @@ struct QuietOption: ParsableArguments {
 struct UnlockOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
         "Unlock the device first with the passcode in this file ('-': standard input; default: $DP_PASSCODE_FILE).",
-        discussion: "Without keybagd this unlocks for this run only; when keybagd serves the root it unlocks the device for every process.",
+        discussion: "Without keybagd this unlocks for this run only; when keybagd serves the root it unlocks the device for every process, and says so. $DP_PASSCODE_FILE never unlocks a device that keybagd serves: `dpctl unlock` does.",
         valueName: "file"))
     var passcodeFile: String?
 }
@@ -154,6 +161,7 @@ enum ExitStatus: Int32, CaseIterable {
     case wrongPasscode = 5
     case findings = 6
     case usage = 64
+    case busy = 75
 
     var meaning: String {
         switch self {
@@ -164,6 +172,7 @@ enum ExitStatus: Int32, CaseIterable {
         case .wrongPasscode: "wrong passcode or password, or passcode delay"
         case .findings: "audit findings at or above --min-severity"
         case .usage: "usage error (bad option or argument)"
+        case .busy: "busy (another process is using it: try again later)"
         }
     }
 
@@ -180,6 +189,7 @@ enum ExitStatus: Int32, CaseIterable {
              BackupError.wrongBackupPassword:
             self = .wrongPasscode
         case ContainerError.invalidIdentifier: self = .usage   // a malformed app or group identifier argument
+        case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
         default: self = .failure
         }
     }
@@ -305,4 +315,20 @@ func table(_ rows: [[String]], rightAligned: Set<Int> = []) -> String {
             return rightAligned.contains(i) ? pad + cell : (i == row.count - 1 ? cell : cell + pad)
         }.joined(separator: "  ")
     }.joined(separator: "\n")
+}
+
+/// One line on standard error that is not an error: something done or not done that the user
+/// must know of.
+func note(_ text: String) {
+    FileHandle.standardError.write(Data("dpctl: \(LosslessPath.display(text))\n".utf8))
+}
+
+/// Unlocks with a passcode given to a command (a file, or typed at the prompt). Under keybagd that
+/// unlocks the device for every process, which the command then says on standard error.
+func unlockSayingSo(_ keybag: Keybag, passcode: String) async throws {
+    let wasUnlocked = await keybag.lockState == .unlocked
+    try await keybag.unlock(passcode: passcode)
+    if let socket = keybag.daemonSocket, !wasUnlocked {
+        note("unlocked the device for every process (keybagd serves this root: \(socket)); `dpctl lock` locks it")
+    }
 }

@@ -170,6 +170,14 @@ final class KeybagDaemon: Sendable {
             }
             // A client that does not read its reply within the send timeout loses this connection.
             do { try KeybagWire.sendFramed(fd, &out) } catch { break }
+            // An erased device (erase, or the tenth wrong passcode with erase-after-ten) is served
+            // no longer: the daemon ends, its socket goes, and a new device can be set up there.
+            if (try? runBlocking({ [keybag] in await keybag.isErased })) == true {
+                logger.notice("the device was erased: stopping")
+                close(fd)
+                kill(getpid(), SIGTERM)
+                return
+            }
         }
         close(fd)
     }

@@ -77,6 +77,8 @@ struct Keybagd: AsyncParsableCommand {
         }
         let daemon: KeybagDaemon
         do {
+            let socketPath = KeybagSocket.path(forRoot: resolved)
+            Self.rootLock = try KeybagDaemonLock.acquire(root: resolved, socketPath: socketPath)
             daemon = try KeybagDaemon(keybag: keybag, socketPath: KeybagSocket.path(forRoot: resolved),
                                       manualClock: clock as? ManualClock, maxConnections: maxConnections)
         } catch {
@@ -120,4 +122,6 @@ struct Keybagd: AsyncParsableCommand {
 
     nonisolated(unsafe) static var signalSources: [any DispatchSourceSignal] = []
     nonisolated(unsafe) static var watcher: DesktopLockWatcher?
+    /// The root's daemon lock (`ROOT/keybagd.lock`), held open for the daemon's life.
+    nonisolated(unsafe) static var rootLock: Int32 = -1
 }

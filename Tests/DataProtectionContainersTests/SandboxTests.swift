@@ -224,8 +224,20 @@ import Testing
         #expect(noCommand.status == 64)
         let missing = try world.dpctl(["app", "run", "com.example.a", "--", "/nonexistent/app"])
         #expect(missing.status == 1 && missing.stderr.contains("not an executable file"))
-        // The app's own exit status comes back.
+        // The app's own exit status comes back; an app that dies of a signal gives 128 + its
+        // number, as shells do, for every signal (the app gets every signal at its default action).
         #expect(try world.shell("com.example.a", "exit 7").status == 7)
+        for (name, number) in [("TERM", 15), ("INT", 2), ("HUP", 1), ("KILL", 9), ("SEGV", 11), ("USR1", 10), ("QUIT", 3)] {
+            for extra in [[], ["--no-sandbox"]] {
+                let died = try world.shell("com.example.a", "kill -\(name) $$; echo survived; exit 0", extra: extra)
+                #expect(died.status == Int32(128 + number), "SIG\(name) \(extra): \(died.status) \(died.out)")
+                #expect(!died.out.contains("survived"))
+            }
+        }
+        // No standard signal (1…31) is blocked or ignored in the app (32 and 33 belong to glibc).
+        let ignored = try world.shell("com.example.a", "grep -E '^Sig(Ign|Blk)' /proc/self/status")
+        let masks = ignored.out.split(separator: "\n").compactMap { $0.split(separator: "\t").last.flatMap { UInt64($0, radix: 16) } }
+        #expect(masks.count == 2 && masks.allSatisfy { $0 & 0x7FFF_FFFF == 0 }, "\(ignored.out)")
         // Unconfined only when asked, and said so.
         let loose = try world.shell("com.example.a", "cat '\(world.cli.root)/keybag' >/dev/null && echo reached", extra: ["--no-sandbox"])
         #expect(loose.out == "reached\n")

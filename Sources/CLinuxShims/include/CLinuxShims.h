@@ -53,6 +53,9 @@ int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigne
 int cshim_birth_time(int dirfd, const char *path, long long *seconds, unsigned *nanoseconds);
 /// `renameat2(2)` with `RENAME_NOREPLACE`: renames without ever replacing. Returns 0 or -errno.
 int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+
+/// `renameat2(RENAME_EXCHANGE)`: swaps two names atomically (no new block is needed). 0 or -errno.
+int cshim_rename_exchange(const char *first, const char *second);
 /// `copy_file_range(2)` between two offsets (declared only under _GNU_SOURCE): the kernel copies
 /// up to `length` bytes from `in_fd` at `in_offset` to `out_fd` at `out_offset` without them passing
 /// through this process. Returns the bytes copied (0 at the end of the input), or -errno.
@@ -71,4 +74,12 @@ static inline uint64_t cshim_load_acquire_u64(const uint64_t *word) { return __a
 
 /// Publishes a 64-bit word in shared memory with release ordering.
 static inline void cshim_store_release_u64(uint64_t *word, uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
+/// `fcntl(F_OFD_SETLK)` of a write lock on the whole file (an open-file-description lock, released
+/// when the last descriptor of it closes): 0, or -errno (-EAGAIN: another description holds one).
+int cshim_ofd_write_lock(int fd);
+
+/// `fcntl(F_OFD_GETLK)` for a write lock on the whole file, without taking anything: 1 when another
+/// open file description holds a lock on it, 0 when none does, or -errno.
+int cshim_ofd_is_locked(int fd);
+
 #endif

@@ -76,7 +76,16 @@ package final class KeybagDaemonClient: Sendable {
     /// which would report "locked" while the daemon holds the device unlocked.
     package static func connect(root: String, socketPath: String? = nil) throws -> KeybagDaemonClient? {
         let path = socketPath ?? KeybagSocket.path(forRoot: root)
-        guard let fd = KeybagSocket.connect(path) else { return nil }   // no daemon, or a stale socket file
+        guard let fd = KeybagSocket.connect(path) else {
+            // No daemon where this process looks. One that serves the root from elsewhere (another
+            // runtime directory) holds the root's daemon lock: using keys of this process would
+            // give the device a second lock state.
+            if socketPath == nil, let holder = KeybagDaemonLock.holder(root: root), holder.socketPath != path {
+                throw KeybagError.daemon("\(holder.described) serves \(root), but this process looks for it on \(path)"
+                    + " (XDG_RUNTIME_DIR differs): run with the daemon's XDG_RUNTIME_DIR")
+            }
+            return nil   // no daemon, or a stale socket file
+        }
         let client = KeybagDaemonClient(socketPath: path, fd: fd, connector: { KeybagSocket.connect(path) })
         do {
             try client.call(.hello)

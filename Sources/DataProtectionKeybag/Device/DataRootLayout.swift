@@ -27,6 +27,9 @@ public struct DataRootLayout: Sendable, Equatable {
     public var keybag: String { path(KeybagFile.fileName) }
     /// The lock file that serializes keybag updates across processes (§1).
     public var keybagLock: String { path("keybag.lock") }
+    /// A keybag-sized file whose blocks are allocated, through which the keybag is written on a
+    /// full disk (§1).
+    public var keybagSpare: String { path("keybag.spare") }
     /// The backup keybag (§2b).
     public var backupKeybag: String { path(BackupKeybag.fileName) }
     /// The list of registered entries.
@@ -35,12 +38,27 @@ public struct DataRootLayout: Sendable, Equatable {
     /// `ROOT/name`.
     public func path(_ name: String) -> String { root + "/" + name }
 
+    /// The device's own files: its secret (or the TPM's record of it), the keybag, the backup
+    /// keybag, their locks and the list of registered entries. None is ever backed up or copied
+    /// elsewhere: with them and a backup password, a passcode could be attacked offline, or the
+    /// device cloned with its failure count rolled back (iOS never backs up the device key or
+    /// the system keybag).
+    public static let deviceFileNames: Set<String> = [DeviceSecret.fileName, TPMBindingRecord.fileName, KeybagFile.fileName, "keybag.lock",
+                                                      "keybag.spare", BackupKeybag.fileName, "layout", KeybagDaemonLock.fileName]
+
+    /// Whether `directory` is a data root: it holds a keybag and a device secret (in a file, or
+    /// sealed by a TPM).
+    public static func isDataRoot(_ directory: String) -> Bool {
+        POSIXFile.linkStatus(directory + "/" + KeybagFile.fileName).map { $0.st_mode & S_IFMT == S_IFREG } == true
+            && (POSIXFile.linkStatus(directory + "/" + DeviceSecret.fileName) != nil
+                || POSIXFile.linkStatus(directory + "/" + TPMBindingRecord.fileName) != nil)
+    }
+
     /// Registers `name` — one plain name, no `/`, not one of the keybag's own — as an entry of the
     /// root that an erase removes, and returns its path. Registering twice is harmless.
     @discardableResult
     public func register(_ name: String) throws -> String {
-        let reserved = [DeviceSecret.fileName, TPMBindingRecord.fileName, KeybagFile.fileName, "keybag.lock", BackupKeybag.fileName, "layout"]
-        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\n"), !reserved.contains(name) else {
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\n"), !Self.deviceFileNames.contains(name) else {
             throw KeybagError.invalidArgument("\(name) cannot be registered in a data root")
         }
         guard !registeredEntries().contains(name) else { return path(name) }

@@ -62,13 +62,14 @@ extension EmbeddedKeybag {
     static func destroyRootFiles(_ layout: DataRootLayout) {
         DeviceSecret.destroy(in: layout.root)
         unlink(layout.tpmBinding)
-        let keybagPath = layout.keybag
-        if let fd = try? POSIXFile.open(keybagPath, .writeOnly) {
-            try? POSIXFile.write(fd, randomBytes(KeybagFile.totalSize), at: 0, path: keybagPath)
-            try? POSIXFile.sync(fd, path: keybagPath)
-            try? fd.close()
+        for keybagPath in [layout.keybag, layout.keybagSpare] {
+            if let fd = try? POSIXFile.open(keybagPath, .writeOnly, options: [.noFollow]) {
+                try? POSIXFile.write(fd, randomBytes(KeybagFile.totalSize), at: 0, path: keybagPath)
+                try? POSIXFile.sync(fd, path: keybagPath)
+                try? fd.close()
+            }
+            unlink(keybagPath)
         }
-        unlink(keybagPath)
         unlink(layout.keybagLock)
         unlink(layout.backupKeybag)
         // What other layers keep in the root (the backup layer's index of backed-up names …).

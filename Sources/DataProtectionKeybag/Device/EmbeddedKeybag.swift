@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Logging
 import SystemPackage
+import CLinuxShims
 
 /// The device kept in this process: its keybag, its lock state and the class keys the lock
 /// state allows. ``Keybag`` fronts it — or the one a keybagd daemon keeps.
@@ -33,7 +34,7 @@ package actor EmbeddedKeybag {
     var streams: [UUID: AsyncStream<ProtectedDataEvent>.Continuation] = [:]
     var observers: [UUID: @Sendable (ProtectedDataEvent) -> Void] = [:]
     var discardObservers: [UUID: @Sendable (ProtectionClass) -> Void] = [:]
-    var isErased = false
+    package internal(set) var isErased = false
     let logger = Logger(label: "dataprotection.keybag")
 
     static let labelClassD = "DataProtection v1 class D KEK"
@@ -50,6 +51,21 @@ package actor EmbeddedKeybag {
     ///   - kdf: scrypt parameters; `nil` calibrates them so one attempt costs ≥ 80 ms here.
     ///   - gracePeriod: Seconds between a lock and the discarding of class-A keys.
     /// - Returns: The keybag, unlocked.
+    /// A data root is this user's alone (0700): a directory that existed with wider permissions is
+    /// narrowed, and one owned by another user, or that cannot be narrowed, is refused.
+    static func makePrivate(root: String) throws {
+        var st = stat()
+        guard stat(root, &st) == 0 else { throw KeybagError.io(path: root, reason: String(cString: strerror(errno))) }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw KeybagError.io(path: root, reason: "not a directory") }
+        guard st.st_uid == geteuid() else {
+            throw KeybagError.io(path: root, reason: "the data root belongs to uid \(st.st_uid), not to this user (uid \(geteuid())): it would not be private")
+        }
+        guard st.st_mode & 0o7077 != 0 else { return }
+        guard chmod(root, st.st_mode & 0o700) == 0 else {
+            throw KeybagError.io(path: root, reason: "cannot make the data root private (mode 0700): \(String(cString: strerror(errno)))")
+        }
+    }
+
     package static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
                               gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
                               tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
@@ -65,6 +81,7 @@ package actor EmbeddedKeybag {
         } catch {
             throw KeybagError.io(path: root, reason: "cannot create the data root (\(error.localizedDescription))")
         }
+        try makePrivate(root: root)
         let kdf = try kdf ?? PasscodeKDF.calibrated()
         if let tpm {
             return try await createSealedByTPM(root: root, passcode: passcode, kdf: kdf, graceMillis: graceMillis,
@@ -236,12 +253,52 @@ package actor EmbeddedKeybag {
     }
 
     /// Writes `updated` as the keybag, one generation after the newest this process has seen.
+    ///
+    /// On a full disk (or quota, or file size limit) it goes through the spare (``persistThroughSpare(_:)``):
+    /// a failed attempt is still counted, and the right passcode still unlocks.
     func persist(_ updated: KeybagFile) throws {
         var updated = updated
         updated.generation = max(updated.generation, file.generation) + 1
-        try POSIXFile.writeAtomically(root + "/" + KeybagFile.fileName, updated.encoded(macKey: secret.derive(KeybagFile.macLabel)),
-                                      permissions: [.ownerReadWrite])
+        let bytes = try updated.encoded(macKey: secret.derive(KeybagFile.macLabel))
+        do {
+            try POSIXFile.writeAtomically(root + "/" + KeybagFile.fileName, bytes, permissions: [.ownerReadWrite])
+            prepareSpare()
+        } catch let error as FileSystemError where [.noSpace, .diskQuotaExceeded, .fileTooLarge].contains(error.errno) {
+            guard (try? persistThroughSpare(bytes)) == true else { throw error }
+            logger.info("the disk is full: the keybag was written through its spare (\(error))")
+        }
         file = updated
+    }
+
+    /// `ROOT/keybag.spare`: a keybag-sized file of random bytes whose blocks are already allocated,
+    /// made while there is room (best effort).
+    func prepareSpare() {
+        let path = layout.keybagSpare
+        if let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT == S_IFREG, st.st_size == KeybagFile.totalSize { return }
+        try? POSIXFile.writeAtomically(path, Self.randomBytes(KeybagFile.totalSize), permissions: [.ownerReadWrite])
+    }
+
+    /// Writes `bytes` into the spare in place (its blocks exist), flushes it, and swaps the two
+    /// names atomically (`renameat2(RENAME_EXCHANGE)`): the keybag is new, whole, and the old one
+    /// becomes the spare, overwritten with random bytes. No new block is needed. `false` when
+    /// there is no usable spare.
+    func persistThroughSpare(_ bytes: [UInt8]) throws -> Bool {
+        let spare = layout.keybagSpare, keybag = layout.keybag
+        guard let st = POSIXFile.linkStatus(spare), st.st_mode & S_IFMT == S_IFREG, st.st_size == bytes.count else { return false }
+        let fd = try POSIXFile.open(spare, .writeOnly, options: [.noFollow])
+        defer { try? fd.close() }
+        try POSIXFile.write(fd, bytes, at: 0, path: spare)
+        try POSIXFile.sync(fd, path: spare)
+        let swapped = cshim_rename_exchange(spare, keybag)
+        guard swapped == 0 else { throw FileSystemError("renameat2", path: keybag, errno: Errno(rawValue: -swapped)) }
+        try? POSIXFile.syncDirectory(root)
+        // The previous keybag, now the spare: its wrapped keys do not stay behind.
+        if let old = try? POSIXFile.open(spare, .writeOnly, options: [.noFollow]) {
+            try? POSIXFile.write(old, Self.randomBytes(bytes.count), at: 0, path: spare)
+            try? POSIXFile.sync(old, path: spare)
+            try? old.close()
+        }
+        return true
     }
 
     static func passcodeKEK(secret: DeviceSecret, kdf: PasscodeKDF, salt: [UInt8], passcode: SecretBytes) throws -> SymmetricKey {

@@ -258,6 +258,9 @@ package enum POSIXFile {
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         let temp = temporarySibling(of: path)
+        // The replaced file's user attributes go with its content (the do-not-back-up mark among
+        // them): a rewrite, a conversion or a class change never drops a mark.
+        let keptAttributes = status(path) != nil ? try userAttributes(path) : []
 
         var fd: FileDescriptor
         var isUnnamed = false
@@ -277,6 +280,9 @@ package enum POSIXFile {
         }
         do {
             try check("fchmod", path) { fchmod(fd.rawValue, mode.rawValue) }
+            for (name, value) in keptAttributes {
+                try check("fsetxattr", path) { value.withUnsafeBytes { fsetxattr(fd.rawValue, name, $0.baseAddress, $0.count, 0) } }
+            }
             try fill(fd, path)
             try sync(fd, path: path)
             if isUnnamed {
@@ -332,6 +338,31 @@ package enum POSIXFile {
         let n = try LosslessPath.withCString(path) { c in value.withUnsafeMutableBytes { getxattr(c, name, $0.baseAddress, size) } }
         if n < 0 { throw FileSystemError("getxattr", path: path, errno: Errno(rawValue: Glibc.errno)) }
         return Array(value[0..<n])
+    }
+
+    /// The `user.*` extended attributes of `path` (`llistxattr` and `lgetxattr`: a link's own, never
+    /// its target's): marks the user or another program set, the do-not-back-up mark among them.
+    package static func userAttributes(_ path: String) throws -> [(name: String, value: [UInt8])] {
+        let size = try LosslessPath.withCString(path) { llistxattr($0, nil, 0) }
+        guard size > 0 else {
+            let err = Errno(rawValue: Glibc.errno)
+            if size == 0 || err == .notSupported || err == .noSuchFileOrDirectory { return [] }
+            throw FileSystemError("listxattr", path: path, errno: err)
+        }
+        var names = [CChar](repeating: 0, count: size)
+        let n = try LosslessPath.withCString(path) { c in names.withUnsafeMutableBufferPointer { llistxattr(c, $0.baseAddress, size) } }
+        if n < 0 { throw FileSystemError("listxattr", path: path, errno: Errno(rawValue: Glibc.errno)) }
+        var result: [(name: String, value: [UInt8])] = []
+        for raw in names.prefix(n).split(separator: 0) {
+            let name = String(decoding: raw.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard name.hasPrefix("user.") else { continue }
+            let valueSize = try LosslessPath.withCString(path) { lgetxattr($0, name, nil, 0) }
+            guard valueSize >= 0 else { continue }   // removed meanwhile
+            var value = [UInt8](repeating: 0, count: valueSize)
+            let got = try LosslessPath.withCString(path) { c in value.withUnsafeMutableBytes { lgetxattr(c, name, $0.baseAddress, valueSize) } }
+            if got >= 0 { result.append((name, Array(value.prefix(got)))) }
+        }
+        return result
     }
 
     /// `setxattr(2)`.
