@@ -74,8 +74,15 @@ public enum AuditFix: Sendable, Equatable, Hashable {
     case removeGrant(UUID)
 
     // Needing a person:
-    /// Import the plaintext database into an encrypted one, then remove the plaintext file.
-    case encryptDatabase
+    /// Encrypt the plaintext database in place as a class-managed database of this class.
+    case encryptDatabase(ProtectionClass)
+    /// Set the file's class by hand, once no program reads it directly: a database's passphrase
+    /// file is read by SQLCipher itself, and an app not declared a user of protected files
+    /// reads its files as they are on disk. Converting it for them would break them.
+    case protectOnceNoOtherProgramReadsIt(ProtectionClass)
+    /// Keep the database's own key somewhere protected (or move the data to a class-managed
+    /// database): it is not converted, SQLCipher must still open it.
+    case keepDatabaseKeyProtected
     /// Check, then remove a stale plaintext side file.
     case removeStaleFile
     /// Move the value to the keychain and remove the preference key.
@@ -110,7 +117,9 @@ public enum AuditFix: Sendable, Equatable, Hashable {
         case .setGroupDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(Self.caseName(cls)), ofGroup: id, reprotect: true)"
         case .setMode(let mode): "chmod(path, 0o\(String(mode, radix: 8)))"
         case .removeGrant, .limitGrant: "SharingBroker.revoke(grantID)"
-        case .encryptDatabase: "SQLCipherMaintenance.importPlaintext(from: path, toPath: encryptedPath, key: key)"
+        case .encryptDatabase(let cls): "ProtectedDatabase.importPlaintext(at: url, keybag: keybag, protection: .\(Self.caseName(cls)))"
+        case .protectOnceNoOtherProgramReadsIt(let cls): "ProtectedFileManager.setProtection(.\(Self.caseName(cls)), ofItemAt: url) once every reader uses the library"
+        case .keepDatabaseKeyProtected: "keep the passphrase in a protected file or the keychain; ProtectedDatabase for a class-managed copy"
         case .removeStaleFile: "FileManager.removeItem(at: url) once no database connection is open"
         case .moveToKeychain(let key): "UserDefaults(suiteName: group).removeObject(forKey: \"\(key)\") after storing it in the keychain"
         case .stopExposingDocuments: "ContainerManager.install(id, documentBrowser: false)"

@@ -30,7 +30,12 @@ public struct Auditor: Sendable {
         guard let st = POSIXFile.status(path), st.st_mode & S_IFMT == S_IFDIR else {
             throw AuditError.notADirectory(path)
         }
-        var walk = TreeWalk(root: path, kind: TreeWalk.kind(of: path), options: options)
+        // Who reads the files: the user's own tree, or an app declared to read them through the
+        // library, may have plain files protected in place; others may not (a group's members
+        // are not known from here).
+        let metadata = try? ContainerMetadata.read(container: path)
+        let readersUseTheLibrary = metadata.map { $0.kind == .application && $0.usesProtectedFiles == true } ?? true
+        var walk = TreeWalk(root: path, kind: TreeWalk.kind(of: path), options: options, containerReadersUseTheLibrary: readersUseTheLibrary)
         try walk.run()
         return AuditReport(scope: [path], findings: walk.findings, itemsExamined: walk.examined)
     }

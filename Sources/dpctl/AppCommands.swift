@@ -54,11 +54,14 @@ struct AppInstall: AsyncParsableCommand {
     @Option(name: .customLong("group"), help: ArgumentHelp("An App Group the app belongs to (repeatable): \(AppGroupIdentifier.rule).", valueName: "group-id"))
     var groups: [String] = []
     @Flag(help: "Expose Documents to other apps through grants (UISupportsDocumentBrowser; off by default).") var documentBrowser = false
+    @Flag(help: "The app reads its files through DataProtection (CurrentApp.files), so `audit --fix` may protect its plain files in place.")
+    var usesProtectedFiles = false
 
     func run() async throws {
         let id = try appIdentifier(identifier)
         let groupIDs = try groups.map(groupIdentifier)
-        let app = try await containerManager(device).install(id, defaultProtection: defaultProtection, groups: groupIDs, documentBrowser: documentBrowser)
+        let app = try await containerManager(device).install(id, defaultProtection: defaultProtection, groups: groupIDs, documentBrowser: documentBrowser,
+                                                                      usesProtectedFiles: usesProtectedFiles)
         printOut("installed \(app.identifier) in \(app.url.path) (default class \(app.defaultProtection))")
     }
 }
@@ -98,6 +101,9 @@ struct AppInfo: AsyncParsableCommand {
             "document browser: " + (report.documentBrowser
                 ? "yes: Documents is EXPOSED — you can grant other apps its items (dpctl grant); never Documents/Inbox"
                 : "no: Documents is not exposed to other apps"),
+            "reads files:      " + (report.usesProtectedFiles
+                ? "through DataProtection: `audit --fix` may protect its plain files in place"
+                : "as they are on disk, perhaps: `audit --fix` leaves its plain files for you"),
             "installed:        \(report.created)",
         ]
         for group in report.groups {
@@ -122,6 +128,7 @@ struct AppReport: Encodable {
     var defaultProtection: String
     var entitledProtection: String
     var documentBrowser: Bool
+    var usesProtectedFiles: Bool
     var created: String
     var groups: [Group]
     var entitlements: [String: String]
@@ -133,6 +140,7 @@ struct AppReport: Encodable {
         defaultProtection = app.defaultProtection.iOSName
         entitledProtection = app.entitledProtection.iOSName
         documentBrowser = app.supportsDocumentBrowser
+        usesProtectedFiles = app.metadata.usesProtectedFiles == true
         created = ISO8601DateFormatter().string(from: app.metadata.created)
         groups = app.groups.map { id in
             let group = try? manager.group(id)

@@ -150,7 +150,10 @@ struct Audit: AsyncParsableCommand {
         case .setGroupDefault(let group, let cls): return "dpctl group set-protection\(root) \(group) \(cls.letter) --reprotect"
         case .setMode(let mode): return "chmod \(String(mode, radix: 8)) \(path)"
         case .removeGrant(let id), .limitGrant(let id): return "dpctl revoke\(root) \(id.uuidString)"
-        case .encryptDatabase: return "encrypt it with SQLCipherMaintenance.importPlaintext, then remove \(path)"
+        case .encryptDatabase(let cls): return "dpctl sql\(root) \(path) --import-plaintext --class \(cls.letter)"
+        case .protectOnceNoOtherProgramReadsIt(let cls):
+            return "dpctl protect\(root) \(path) --class \(cls.letter), once no program reads it directly (a database passphrase, an app that does not use protected files)"
+        case .keepDatabaseKeyProtected: return "keep its key in a protected file (dpctl protect KEYFILE) or move its data to a class-managed database (dpctl sql DB --class C)"
         case .removeStaleFile: return "with no connection open, check and remove \(path)"
         case .moveToKeychain(let key): return "move \"\(key)\" to the keychain, then remove it from the group's preferences"
         case .stopExposingDocuments(let app): return "reinstall \(app) without --document-browser if it does not need it (back up its data first)"

@@ -298,6 +298,8 @@ struct ProtectionProbe {
             case .plain:
                 let size = POSIXFile.status(url.path).map { Int($0.st_size) } ?? 0
                 if let cls = databaseClass(url) { return ["\(cls.shortName) (\(cls.letter)), database", "\(size)", name] }
+                // Encrypted with a key of its own (no class: the device's keys do not open it).
+                if SQLCipherFileProbe.looksLikeSQLCipher(atPath: url.path) { return ["sqlcipher", "\(size)", name] }
                 return ["plain (unprotected)", "\(size)", name]
             case .other:
                 return ["-", "-", name]

@@ -25,12 +25,17 @@ struct SQL: AsyncParsableCommand {
                          by the device keybag under the class (unlock first).
           SQLCipher      --passphrase-file, --raw-key-hex or --raw-key-file: a database
                          SQLCipher's tools open with the same key.
-          plain SQLite   otherwise.
+          plain SQLite   otherwise: NOT encrypted (said on standard error when created).
+
+        --import-plaintext encrypts an existing plain SQLite database in place: class-managed
+        (--class, or the directory's default class) or SQLCipher (a key option). Its old
+        pages may remain in the file system's free blocks, journal or snapshots.
 
         Examples:
           dpctl sql notes.db --class A "CREATE TABLE note(text)"
           dpctl sql notes.db --csv --header "SELECT * FROM note" > notes.csv
           dpctl sql legacy.db --passphrase-file pw --cipher-compat 3 < migrate.sql
+          dpctl sql plain.db --import-plaintext --class A
         """)
 
     @OptionGroup var device: DeviceOptions
@@ -76,11 +81,15 @@ struct SQL: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Page size of the encrypted database (default: the format's).", valueName: "bytes"))
     var pageSize: Int?
 
+    @Flag(help: "Encrypt this plain SQLite database in place (class-managed with --class or the directory's default; SQLCipher with a key option).")
+    var importPlaintext = false
+
     func validate() throws {
         let modes = [protectionClass != nil, passphraseFile != nil, rawKeyHex != nil, rawKeyFile != nil].filter { $0 }.count
         if modes > 1 { throw ValidationError("give at most one of --class, --passphrase-file, --raw-key-hex and --raw-key-file") }
         if sql != nil, sqlFile != nil { throw ValidationError("give the SQL on the command line or with --read, not both") }
         if header, noHeader { throw ValidationError("give --header or --noheader, not both") }
+        if importPlaintext, sql != nil || sqlFile != nil { throw ValidationError("--import-plaintext runs no SQL: give the database only") }
         try requireText(sql, nullValue, what: "the SQL")
         try requirePaths(database)
         // Settings and keys that cannot be right are usage errors (64), found before anything runs.
@@ -100,6 +109,7 @@ struct SQL: AsyncParsableCommand {
     func run() async throws {
         var format = try SQLCipherFormat(compatibility: cipherCompat)
         if let pageSize { format = try format.withPageSize(pageSize) }
+        if importPlaintext { return try await encryptInPlace(format: format) }
         let kind = DatabaseFileKind(path: database)
         let hasKey = passphraseFile != nil || rawKeyHex != nil || rawKeyFile != nil
         try kind.check(database, creatingClass: protectionClass != nil, withKey: hasKey)
@@ -131,6 +141,37 @@ struct SQL: AsyncParsableCommand {
         } catch {
             throw DatabaseCipherError.explain(error, in: queue)
         }
+        if kind == .missing, !hasKey, DatabaseFileKind.isPlainDatabase(database) {
+            note("created \(database): a plain database (not encrypted); `dpctl sql \(database) --import-plaintext --class C` encrypts it")
+        }
+    }
+
+    /// `--import-plaintext`: the plain database encrypted in place, class-managed or SQLCipher.
+    func encryptInPlace(format: SQLCipherFormat) async throws {
+        guard DatabaseFileKind.isPlainDatabase(database) else {
+            throw CLIError("\(database) is not a plain SQLite database (already encrypted, or not a database): nothing was changed")
+        }
+        let key: SQLCipherKey?
+        if let passphraseFile {
+            key = .passphrase(Data(try readPasscode(passphraseFile).utf8))
+        } else if let rawKey = try rawKeyHex ?? rawKeyFile.map(Self.readRawKey) {
+            key = try SQLCipherKey(rawKeyHex: rawKey)
+        } else {
+            key = nil
+        }
+        if let key {
+            device.bootstrapLogging()
+            try SQLCipherMaintenance.importPlaintext(from: database, toPath: database, key: key, format: format)
+            printOut("\(database): encrypted in place (SQLCipher \(cipherCompat), with the given key)")
+            return
+        }
+        let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
+        let url = URL(fileURLWithPath: database)
+        try await PasscodePrompt.retrying(keybag) {
+            try await ProtectedDatabase.importPlaintext(at: url, keybag: keybag, protection: protectionClass, format: format)
+        }
+        let cls = try ItemInspector.protection(ofItemAt: URL(fileURLWithPath: database + DatabaseKeyFile.suffix)).fileClass
+        printOut("\(database): encrypted in place, class-managed (\(cls.map { "\($0.shortName) (\($0.letter))" } ?? "?"); key in \(database)\(DatabaseKeyFile.suffix))")
     }
 
     /// The SQL: the argument, else --read's file, else standard input; dot-commands refused.

@@ -38,7 +38,7 @@ import Testing
         let unlock = ["--passcode-file", world.passcode]
         let root = world.cli.root
         func relative(_ path: String) -> String { String(path.dropFirst(root.count + 1)) }
-        let a = try world.install(owner, ["--default-protection", "complete", "--group", ownerGroup])
+        let a = try world.install(owner, ["--default-protection", "complete", "--group", ownerGroup, "--uses-protected-files"])
         let b = try world.install(browser, ["--document-browser", "--group", unsetGroup])
         let o = try world.install(open, ["--default-protection", "none"])
         let unset = try world.groupContainer(of: browser, unsetGroup)
@@ -138,7 +138,7 @@ import Testing
     @Test func aCleanDeviceAndACleanTreeHaveNoFindings() throws {
         let world = try AppWorld.make()
         let unlock = ["--passcode-file", world.passcode]
-        let a = try world.install(owner, ["--default-protection", "complete", "--group", ownerGroup])
+        let a = try world.install(owner, ["--default-protection", "complete", "--group", ownerGroup, "--uses-protected-files"])
         #expect(try world.dpctl(["group", "set-protection", ownerGroup, "complete"] + unlock).status == 0)
         #expect(try world.dpctl(["write", a + "/Documents/note.txt"] + unlock, input: Data("note".utf8)).status == 0)
         #expect(try world.dpctl(["sql", a + "/Library/store.sqlite", "create table t(x)", "--class", "A"] + unlock).status == 0)

@@ -10,6 +10,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
     case plaintextDatabase = "DP201"
     case weakDatabaseKey = "DP202"
     case plaintextDatabaseSidecar = "DP203"
+    case databaseWithItsOwnKey = "DP204"
     // Backup
     case largeFileBackedUp = "DP301"
     case backupMarkLost = "DP302"
@@ -40,6 +41,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
         case .plaintextDatabase: "plaintext-database"
         case .weakDatabaseKey: "weak-database-key"
         case .plaintextDatabaseSidecar: "plaintext-database-sidecar"
+        case .databaseWithItsOwnKey: "database-with-its-own-key"
         case .largeFileBackedUp: "large-file-backed-up"
         case .backupMarkLost: "backup-mark-lost"
         case .groupDefaultUnset: "group-default-unset"
@@ -60,7 +62,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
         case .plainFile, .containerDefaultNone, .plaintextDatabase, .plaintextDatabaseSidecar, .secretInGroupPreferences, .looseDataRootMode: .high
         case .classNone, .weakerThanDirectory, .weakDatabaseKey, .largeFileBackedUp, .groupWeakerThanMember, .longLivedWriteGrant,
              .linkLeavesContainer, .writableByOthers: .medium
-        case .backupMarkLost, .groupDefaultUnset, .documentsExposed, .grantOfUninstalledApp, .staleInboxFile: .low
+        case .backupMarkLost, .groupDefaultUnset, .documentsExposed, .grantOfUninstalledApp, .staleInboxFile, .databaseWithItsOwnKey: .low
         }
     }
 
@@ -74,6 +76,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
         case .plaintextDatabase: "SQLite database stored in plaintext"
         case .weakDatabaseKey: "Database key file weaker than its container's default"
         case .plaintextDatabaseSidecar: "Plaintext WAL or journal next to an encrypted database"
+        case .databaseWithItsOwnKey: "Database encrypted with a key of its own"
         case .largeFileBackedUp: "Large file that will be backed up"
         case .backupMarkLost: "Do-not-back-up mark half lost"
         case .groupDefaultUnset: "App Group container at the default class"
@@ -106,6 +109,8 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
             "The database is only as protected as its key file, which is of a weaker class than the container's default."
         case .plaintextDatabaseSidecar:
             "Its pages are plaintext copies of rows of an encrypted database (a left-over from before encryption, or a tool that bypassed it)."
+        case .databaseWithItsOwnKey:
+            "An SQLCipher database keyed by its app, not by a class: the device's lock does not govern it, and it is as safe as wherever its key is kept."
         case .largeFileBackedUp:
             "Large offline or re-downloadable data that is backed up gets apps rejected (seed 002): mark it do-not-back-up or move it to Caches."
         case .backupMarkLost:

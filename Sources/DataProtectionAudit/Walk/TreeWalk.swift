@@ -32,10 +32,17 @@ struct TreeWalk {
     /// Regular files with more than one name: how many of their names were seen in the tree.
     private var linked: [[UInt64]: (links: Int, seen: Int, path: String)] = [:]
 
-    init(root: String, kind: Kind, options: AuditOptions) {
+    /// Whether every program that reads this tree's files reads them through the library (so a
+    /// plain file may be converted in place): true for a tree outside containers (the user's own
+    /// files, read with `dpctl cat` or the API), for an app declared a user of protected files
+    /// (FORMAT §10.1 `UsesProtectedFiles`), and for a group whose members all are.
+    let containerReadersUseTheLibrary: Bool
+
+    init(root: String, kind: Kind, options: AuditOptions, containerReadersUseTheLibrary: Bool = true) {
         self.root = root
         self.kind = kind
         self.options = options
+        self.containerReadersUseTheLibrary = containerReadersUseTheLibrary
     }
 
     /// What the metadata at `path` says the directory is (a tree when there is none).
@@ -173,7 +180,7 @@ struct TreeWalk {
         let size = Int64(st.st_size)
         if name == BackupExclusionAttribute.cacheDirectoryTagName, header.starts(with: Array(BackupExclusionAttribute.cacheDirectoryTagSignature.utf8)) { return }
         if SQLitePages.isPlaintextDatabase(header) {
-            add(.plaintextDatabase, path, "an SQLite database in plaintext (\(Self.megabytes(size)))", .encryptDatabase, st)
+            add(.plaintextDatabase, path, "an SQLite database in plaintext (\(Self.megabytes(size)))", .encryptDatabase(fixClass), st)
             return
         }
         for suffix in ["-wal", "-journal", "-shm"] where name.hasSuffix(suffix) {
@@ -191,7 +198,32 @@ struct TreeWalk {
         if case .group = kind, relative.hasPrefix("Library/Preferences/"), name.hasSuffix(".plist") {
             checkPlainPreferences(fd, size: size, path: path)
         }
-        add(.plainFile, path, "not in the protected format (\(Self.megabytes(size)))", .protect(fixClass), st)
+        // An SQLCipher database: encrypted with its own key, which SQLCipher must go on opening.
+        if SQLCipherFileProbe.looksLikeSQLCipher(head: DirectoryReader.read(fd, count: 1024, at: 0), size: size) {
+            add(.databaseWithItsOwnKey, path, "an SQLCipher database (\(Self.megabytes(size))), encrypted with a key of its own", .keepDatabaseKeyProtected, st)
+            return
+        }
+        // Converted in place only where every reader goes through the library: not a database's
+        // passphrase file (SQLCipher reads it), not the files of an app that reads them as they are.
+        let someoneElseReadsIt = !containerReadersUseTheLibrary
+            || (size <= Self.smallFileLimit && directoryHoldsSQLCipherDatabase(directory, siblings: siblings, except: name))
+        add(.plainFile, path, "not in the protected format (\(Self.megabytes(size)))",
+            someoneElseReadsIt ? .protectOnceNoOtherProgramReadsIt(fixClass) : .protect(fixClass), st)
+    }
+
+    /// Files up to this size next to an SQLCipher database may be its passphrase.
+    static let smallFileLimit: Int64 = 64 * 1024
+
+    /// Whether a sibling in `directory` looks like an SQLCipher database (the first 256 checked).
+    private func directoryHoldsSQLCipherDatabase(_ directory: Int32, siblings: Set<String>, except name: String) -> Bool {
+        for sibling in siblings.sorted().prefix(256) where sibling != name {
+            guard let fd = DirectoryReader.open(directory, sibling) else { continue }
+            defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
+            if SQLCipherFileProbe.looksLikeSQLCipher(head: DirectoryReader.read(fd, count: 1024, at: 0), size: Int64(st.st_size)) { return true }
+        }
+        return false
     }
 
     /// A group's preferences written in the clear: secrets in them are found (rule DP403).

@@ -94,9 +94,12 @@ public struct ContainerManager: Sendable {
     ///   - groups: The app's App Groups; a group's container is created with its first member,
     ///     at iOS's default class until someone sets the group's (``setDefaultProtection(_:ofGroup:)``).
     ///   - documentBrowser: `UISupportsDocumentBrowser`: other apps may browse `Documents`.
+    ///   - usesProtectedFiles: The app reads its files through this library, so an audit may
+    ///     protect a plain file of its container in place (``ContainerMetadata/usesProtectedFiles``).
     @discardableResult
     public func install(_ identifier: AppIdentifier, defaultProtection: ProtectionClass = .default,
-                        groups: [AppGroupIdentifier] = [], documentBrowser: Bool = false) async throws -> AppContainer {
+                        groups: [AppGroupIdentifier] = [], documentBrowser: Bool = false,
+                        usesProtectedFiles: Bool = false) async throws -> AppContainer {
         try layout.prepareContainers()
         return try await withInstallLock {
             guard (try? app(identifier)) == nil else { throw ContainerError.alreadyInstalled(identifier) }
@@ -114,7 +117,8 @@ public struct ContainerManager: Sendable {
             try fileSystem { _ = try POSIXFile.call("symlink", staging + "/Documents/Inbox") { symlink(AppContainer.inboxLinkTarget, $0) } }
             let metadata = ContainerMetadata(schemaVersion: ContainerMetadata.currentSchemaVersion, kind: .application,
                                              identifier: identifier.rawValue, uuid: uuid, defaultProtection: defaultProtection.iOSName,
-                                             groups: uniqueGroups.map(\.rawValue), documentBrowser: documentBrowser, created: Date())
+                                             groups: uniqueGroups.map(\.rawValue), documentBrowser: documentBrowser, created: Date(),
+                                             usesProtectedFiles: usesProtectedFiles ? true : nil)
             try metadata.write(container: staging)
             try fileSystem { _ = try POSIXFile.call("rename", staging, final) { rename($0, $1) } }
             try? POSIXFile.syncDirectory(layout.applications)

@@ -28,12 +28,18 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
     public var documentBrowser: Bool
     /// When the container was created.
     public var created: Date
+    /// An app declared to read its files through this library (`CurrentApp.files`, `dpctl cat`),
+    /// so a plain file of its container may be protected in place by an automatic fix; `nil` or
+    /// false: the app may read its files as they are on disk (a shell, Python, SQLite), and
+    /// converting one would break it. Optional key: metadata written before it reads as `nil`.
+    public var usesProtectedFiles: Bool?
 
     public static let currentSchemaVersion = 1
 
     enum CodingKeys: String, CodingKey {
         case schemaVersion = "SchemaVersion", kind = "Kind", identifier = "Identifier", uuid = "UUID"
         case defaultProtection = "DefaultProtection", groups = "Groups", documentBrowser = "DocumentBrowser", created = "Created"
+        case usesProtectedFiles = "UsesProtectedFiles"
     }
 
     /// The default class, decoded.

@@ -91,6 +91,7 @@ extension EmbeddedKeybag {
         try requireNotErased()
         var repeated = false
         let outcome: Result<([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey), KeybagError> = try withKeybagLock {
+            prepareSpare()   // while there is room: on a full disk the attempt is counted through it
             let now = clock.now()
             // With a TPM: a keybag copied back is caught here, and its count restored.
             let counter = try reconcileAttemptCounter(now: now)

@@ -111,6 +111,7 @@ package actor EmbeddedKeybag {
             throw error
         }
         let keybag = EmbeddedKeybag(root: root, secret: secret, binding: nil, file: file, clock: clock, tpmTCTI: TPMBinding.defaultTCTI)
+        await keybag.prepareSpare()
         await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
         return keybag
     }
