@@ -34,7 +34,20 @@ public struct Auditor: Sendable {
         // library, may have plain files protected in place; others may not (a group's members
         // are not known from here).
         let metadata = try? ContainerMetadata.read(container: path)
-        let readersUseTheLibrary = metadata.map { $0.kind == .application && $0.usesProtectedFiles == true } ?? true
+        let readersUseTheLibrary: Bool
+        switch metadata?.kind {
+        case nil: readersUseTheLibrary = true
+        case .application: readersUseTheLibrary = metadata?.usesProtectedFiles == true
+        case .appGroup:
+            // A group's files are read by every member: all must use the library. Members are the
+            // apps of the same data root (`Containers/Data/Application`) that name the group.
+            let applications = URL(fileURLWithPath: path).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent("Data/Application").path
+            let members = ((try? POSIXFile.directoryEntries(applications)) ?? []).compactMap { name in
+                try? ContainerMetadata.read(container: applications + "/" + name)
+            }.filter { $0.groups.contains(metadata?.identifier ?? "") }
+            readersUseTheLibrary = !members.isEmpty && members.allSatisfy { $0.usesProtectedFiles == true }
+        }
         var walk = TreeWalk(root: path, kind: TreeWalk.kind(of: path), options: options, containerReadersUseTheLibrary: readersUseTheLibrary)
         try walk.run()
         return AuditReport(scope: [path], findings: walk.findings, itemsExamined: walk.examined)

@@ -254,7 +254,10 @@ public struct RestoreEngine: Sendable {
         let stage = parent.appendingPathComponent(stalePrefix + UUID().uuidString.prefix(8))
         try POSIXFile.call("mkdir", stage.path) { mkdir($0, 0o700) }
         do {
-            if let rootDefault { try DirectoryDefault.set(rootDefault, stage.path) }
+            // DEST keeps the stronger of its own default (an empty directory made for the restore)
+            // and the backed-up one: a restore never weakens what the destination promised.
+            let destinationDefault = POSIXFile.kind(destination.path).isDirectory ? try DirectoryDefault.get(destination.path) : nil
+            if let stronger = [rootDefault, destinationDefault].compactMap({ $0 }).max() { try DirectoryDefault.set(stronger, stage.path) }
             let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects, outwardLinks: outwardLinks,
                                              deviceOnlyElsewhere: deviceOnlyElsewhere, backupKeys: authenticated.backupKeys,
                                              options: options, reportingAs: destination, log: log, progress: progress)

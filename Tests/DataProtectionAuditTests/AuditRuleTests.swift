@@ -108,7 +108,7 @@ import Testing
         let device = try await TestDevice.make()
         try await device.keybag.unlock(passcode: "1234")
         let manager = ContainerManager(files: device.files)
-        let app = try await manager.install(AppIdentifier("com.example.swapper"))
+        let app = try await manager.install(AppIdentifier("com.example.swapper"), usesProtectedFiles: true)   // its DP101 is fixed automatically
         let victim = device.dir.appendingPathComponent("victim.txt").path
         try Data("someone else's".utf8).write(to: URL(fileURLWithPath: victim))
         chmod(victim, 0o644)

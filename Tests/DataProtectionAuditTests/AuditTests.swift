@@ -39,7 +39,7 @@ import Testing
         let root = world.cli.root
         func relative(_ path: String) -> String { String(path.dropFirst(root.count + 1)) }
         let a = try world.install(owner, ["--default-protection", "complete", "--group", ownerGroup, "--uses-protected-files"])
-        let b = try world.install(browser, ["--document-browser", "--group", unsetGroup])
+        let b = try world.install(browser, ["--document-browser", "--group", unsetGroup, "--uses-protected-files"])
         let o = try world.install(open, ["--default-protection", "none"])
         let unset = try world.groupContainer(of: browser, unsetGroup)
         let shared = try world.groupContainer(of: owner, ownerGroup)
@@ -67,6 +67,11 @@ import Testing
             shutil.copyfile(sys.argv[3] + "-wal", sys.argv[2] + "-wal"); w.close()
             """, [plainDB, encryptedDB, NSTemporaryDirectory() + "audit-wal-\(UUID().uuidString).sqlite"])
         plant("DP201", plainDB)
+        // DP204: an SQLCipher database keyed by its app (a passphrase the app keeps elsewhere).
+        let ownKeyDB = a + "/Library/own-key.sqlite", passphrase = NSTemporaryDirectory() + "audit-pw-\(UUID().uuidString)"
+        try Data("the app's own passphrase".utf8).write(to: URL(fileURLWithPath: passphrase))
+        #expect(try world.dpctl(["sql", ownKeyDB, "--passphrase-file", passphrase, "create table t(x)"]).status == 0)
+        plant("DP204", ownKeyDB)
         plant("DP202", encryptedDB + "-dpkey")
         plant("DP203", encryptedDB + "-wal")
 
@@ -166,7 +171,7 @@ import Testing
         #expect(fixed.stderr.contains("fixing") && fixed.stderr.contains("dpctl protect"), "the fixes are shown: \(fixed.stderr)")
         // Left: what would delete data or change what an app may do. (The group's preferences are
         // protected now, so their secret is no longer readable to an audit: DP403 goes with DP101.)
-        let manual: Set<String> = ["DP201", "DP203", "DP501", "DP502", "DP504", "DP601"]
+        let manual: Set<String> = ["DP201", "DP203", "DP204", "DP501", "DP502", "DP504", "DP601"]
         let (_, after, _) = try audit(world, ["--large-file", "1"], base: root)
         #expect(after == expected.filter { manual.contains($0.rule) }, "\(after.sorted { $0.description < $1.description })")
         // Nothing was deleted, and what was re-protected reads back the same.
@@ -198,7 +203,7 @@ import Testing
             .appendingPathComponent("oracle/sarif-schema-2.1.0.json").path
         let check = try runOracle("sarif_validate.py", [schema, log.path])
         #expect(check.status == 0, "\(check.output)")
-        #expect(check.output.contains("valid SARIF 2.1.0: 1 run, 19 rules,"), "\(check.output)")
+        #expect(check.output.contains("valid SARIF 2.1.0: 1 run, 20 rules,"), "\(check.output)")
         // A broken log is refused by the same check (the oracle can fail).
         var object = try #require(try JSONSerialization.jsonObject(with: result.stdout) as? [String: Any])
         object["version"] = "2.0.0"

@@ -111,6 +111,17 @@ import Testing
             #expect(try cli.run(["write", path, "--passcode-file", passcode], input: Data("later".utf8)).status == 0)
             #expect(try cli.run(["ls", path]).out.contains(expected), "\(path)")
         }
+        // An empty destination made stronger beforehand keeps its own default.
+        let plainTree = cli.file("plain-tree")
+        try FileManager.default.createDirectory(atPath: plainTree, withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: plainTree + "/x"))
+        let repo2 = cli.file("repo2")
+        #expect(try cli.run(["backup", plainTree, repo2]).status == 0)
+        let prepared = cli.file("prepared")
+        try FileManager.default.createDirectory(atPath: prepared, withIntermediateDirectories: true)
+        #expect(try cli.run(["protect", prepared, "--class", "complete"]).status == 0)
+        #expect(try cli.run(["restore", repo2, prepared, "--passcode-file", passcode]).status == 0)
+        #expect(try cli.run(["ls", prepared]).out.split(separator: "\n").contains { $0.hasPrefix("dir default: complete ") && $0.hasSuffix("./") })
     }
 
     @Test func aBackupNeverHoldsTheDevicesKeysWhateverTheSource() throws {
@@ -198,7 +209,8 @@ import Testing
         try Data("correct horse\n".utf8).write(to: URL(fileURLWithPath: passphrase))
         #expect(try cli.run(["sql", database, "--passphrase-file", passphrase, "CREATE TABLE m(t); INSERT INTO m VALUES('hello')"]).status == 0)
         #expect(try Self.sqlcipherReads(database, passphrase: "correct horse", query: "SELECT t FROM m") == "hello")
-        try Data("an ordinary note".utf8).write(to: URL(fileURLWithPath: tree + "/Notes.md"))   // larger trees keep their usual fix
+        try FileManager.default.createDirectory(atPath: tree + "/notes", withIntermediateDirectories: true)
+        try Data("an ordinary note".utf8).write(to: URL(fileURLWithPath: tree + "/notes/Notes.md"))   // elsewhere, the usual fix
         let app = try cli.run(["app", "install", "com.example.shell"])
         #expect(app.status == 0, "\(app.stderr)")
         let info = try JSONSerialization.jsonObject(with: try cli.run(["app", "info", "com.example.shell", "--json"]).stdout) as? [String: Any]
@@ -216,8 +228,8 @@ import Testing
         #expect(after == before, "audit --fix changed a file another program reads")
         #expect(try Self.sqlcipherReads(database, passphrase: "correct horse", query: "SELECT t FROM m") == "hello")
         #expect(try cli.run(["sql", database, "--passphrase-file", passphrase, "SELECT t FROM m"]).out == "hello\n")
-        #expect(try cli.run(["app", "run", "com.example.shell", "--no-sandbox", "--", "/bin/sh", "Documents/run.sh"]).out == "from a shell app\n")
-        #expect(try cli.run(["ls", tree + "/Notes.md"]).out.contains("until-first-unlock (C)"), "an ordinary file is still fixed")
+        #expect(try cli.run(["app", "run", "com.example.shell", "--no-sandbox", "--", "/bin/sh", script]).out == "from a shell app\n")
+        #expect(try cli.run(["ls", tree + "/notes/Notes.md"]).out.contains("(C)"), "an ordinary file is still fixed")
 
         // What is left is reported with what to do, and the database as a database, not a plain file.
         let report = try cli.run(["audit", tree]).out
@@ -250,7 +262,7 @@ import Testing
         #expect(try cli.run(["ls", plain]).out.contains("plain (unprotected)"))
 
         let audit = try cli.run(["audit", cli.work.path]).out
-        #expect(audit.contains("dpctl sql \(plain) --import-plaintext --class C"), "\(audit)")
+        #expect(audit.contains("DP201 plain.db: dpctl sql --root \(cli.root) \(plain) --import-plaintext --class C"), "\(audit)")
         let imported = try cli.run(["sql", plain, "--import-plaintext", "--class", "A", "--passcode-file", passcode])
         #expect(imported.status == 0, "\(imported.stderr)")
         let head = try Data(contentsOf: URL(fileURLWithPath: plain)).prefix(16)
