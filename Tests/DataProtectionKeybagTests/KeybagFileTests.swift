@@ -80,7 +80,9 @@ import Testing
         let (_, _, root) = try await makeDevice()
         let secret = try FileManager.default.attributesOfItem(atPath: root + "/device.secret")
         #expect((secret[.posixPermissions] as? Int) == 0o600)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: root).sorted() == ["device.secret", "keybag"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root).sorted() == ["device.secret", "keybag", "keybag.spare"])
+        let spare = try FileManager.default.attributesOfItem(atPath: root + "/keybag.spare")   // random bytes, for a full disk
+        #expect((spare[.posixPermissions] as? Int) == 0o600 && (spare[.size] as? Int) == 504)
         let rootAttributes = try FileManager.default.attributesOfItem(atPath: root)
         #expect((rootAttributes[.posixPermissions] as? Int) == 0o700)
     }
