@@ -19,6 +19,14 @@
 // Every file-system right the kernel knows is handled, so anything not allowed above is
 // denied. --scope also confines abstract Unix sockets and signals to the sandbox (ABI 6).
 //
+// Then a system-call filter (libseccomp, loaded at run time: the build needs nothing of it)
+// refuses what an app has no use for and what has a long history of privilege escalations: the
+// kernel's key calls (after joining a new, empty session keyring: the user's keyring with its
+// Kerberos caches and fscrypt keys stays out of reach), new namespaces (unshare, setns, clone
+// with CLONE_NEW*; clone3 answers ENOSYS so libc falls back to clone), mounts, ptrace,
+// perf_event_open, bpf, userfaultfd, io_uring, personality changes, module and kexec calls, and
+// the TIOCSTI/TIOCLINUX ioctls. Calls of another architecture's ABI kill the process.
+//
 // The status descriptor (if given) tells the supervisor how it went: "R" once the restrictions
 // are in force, just before the exec (which closes the descriptor: it is close-on-exec); on any
 // failure, one line after it, and nothing is executed (exit status 126; the line also goes to
@@ -35,6 +43,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <dlfcn.h>
+#include <sys/ioctl.h>
 
 #ifndef __NR_landlock_create_ruleset
 #define __NR_landlock_create_ruleset 444
@@ -86,6 +96,25 @@ enum {
 
 static int status_fd = -1;
 
+// libseccomp's interface (libseccomp 2.x, seccomp.h), declared here and loaded at run time.
+typedef void *scmp_filter_ctx;
+enum dp_scmp_compare { DP_SCMP_CMP_NE = 1, DP_SCMP_CMP_EQ = 4, DP_SCMP_CMP_MASKED_EQ = 7 };
+struct dp_scmp_arg_cmp {
+    unsigned int arg;
+    enum dp_scmp_compare op;
+    uint64_t datum_a;
+    uint64_t datum_b;
+};
+#define DP_SCMP_ACT_ALLOW 0x7fff0000U
+#define DP_SCMP_ACT_ERRNO(x) (0x00050000U | ((x) & 0x0000ffffU))
+struct dp_seccomp {
+    scmp_filter_ctx (*init)(uint32_t def_action);
+    int (*rule_add_array)(scmp_filter_ctx ctx, uint32_t action, int syscall, unsigned int arg_cnt, const struct dp_scmp_arg_cmp *args);
+    int (*resolve_name)(const char *name);
+    int (*load)(scmp_filter_ctx ctx);
+    void (*release)(scmp_filter_ctx ctx);
+};
+
 static void fail(const char *format, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void fail(const char *format, ...) {
     char line[1024];
@@ -120,6 +149,68 @@ static uint64_t rights_named(const char *name, size_t length) {
     return 0;
 }
 
+/// Loads libseccomp (before Landlock: its library is then still reachable however rules read).
+static struct dp_seccomp load_seccomp(void) {
+    void *library = dlopen("libseccomp.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!library) fail("libseccomp is not installed (%s): apt-get install libseccomp2", dlerror());
+    struct dp_seccomp api;
+    *(void **)&api.init = dlsym(library, "seccomp_init");
+    *(void **)&api.rule_add_array = dlsym(library, "seccomp_rule_add_array");
+    *(void **)&api.resolve_name = dlsym(library, "seccomp_syscall_resolve_name");
+    *(void **)&api.load = dlsym(library, "seccomp_load");
+    *(void **)&api.release = dlsym(library, "seccomp_release");
+    if (!api.init || !api.rule_add_array || !api.resolve_name || !api.load || !api.release) fail("libseccomp.so.2 lacks a function this program needs");
+    return api;
+}
+
+/// Denies `name` with `error` when the comparisons hold (all of them; none: always). A call this
+/// kernel's architecture does not have is skipped.
+static void deny(struct dp_seccomp *api, scmp_filter_ctx ctx, const char *name, int error, unsigned int count, const struct dp_scmp_arg_cmp *args) {
+    int number = api->resolve_name(name);
+    if (number < 0) return;   // __NR_SCMP_ERROR: not a call here
+    int rc = api->rule_add_array(ctx, DP_SCMP_ACT_ERRNO(error), number, count, args);
+    if (rc < 0) fail("seccomp rule for %s: %s", name, strerror(-rc));
+}
+
+static void install_system_call_filter(struct dp_seccomp *api) {
+    // A new, empty session keyring first: even a key call that got through would see nothing.
+    if (syscall(SYS_keyctl, 1 /* KEYCTL_JOIN_SESSION_KEYRING */, NULL) < 0 && errno != ENOSYS && errno != EPERM)
+        fail("keyctl(KEYCTL_JOIN_SESSION_KEYRING): %s", strerror(errno));
+    scmp_filter_ctx ctx = api->init(DP_SCMP_ACT_ALLOW);
+    if (!ctx) fail("seccomp_init failed");
+    static const char *const refused[] = {
+        "keyctl", "add_key", "request_key",
+        "unshare", "setns",
+        "mount", "umount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+        "ptrace", "process_vm_readv", "process_vm_writev", "perf_event_open", "bpf", "userfaultfd",
+        "io_uring_setup", "io_uring_enter", "io_uring_register",
+        "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "acct", "swapon", "swapoff", "reboot",
+        "syslog", "quotactl", "lookup_dcookie", "vhangup", "nfsservctl", "uselib", "name_to_handle_at", "open_by_handle_at",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) deny(api, ctx, refused[i], EPERM, 0, NULL);
+    // clone with any new-namespace flag (x86-64: the flags are the first argument).
+    static const uint64_t namespaces[] = {0x00020000 /* NEWNS */, 0x02000000 /* NEWCGROUP */, 0x04000000 /* NEWUTS */,
+                                          0x08000000 /* NEWIPC */, 0x10000000 /* NEWUSER */, 0x20000000 /* NEWPID */, 0x40000000 /* NEWNET */};
+    for (size_t i = 0; i < sizeof namespaces / sizeof *namespaces; i++) {
+        struct dp_scmp_arg_cmp flag = {.arg = 0, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = namespaces[i], .datum_b = namespaces[i]};
+        deny(api, ctx, "clone", EPERM, 1, &flag);
+    }
+    // clone3's flags are in memory a filter cannot read: ENOSYS, and libc falls back to clone.
+    deny(api, ctx, "clone3", ENOSYS, 0, NULL);
+    // Only Linux's own personality (no address-space tricks, no emulation modes).
+    struct dp_scmp_arg_cmp linux_only = {.arg = 0, .op = DP_SCMP_CMP_NE, .datum_a = 0 /* PER_LINUX */, .datum_b = 0};
+    deny(api, ctx, "personality", EINVAL, 1, &linux_only);
+    // No typing into the terminal of whoever started it, no console tricks.
+    static const uint64_t terminal[] = {TIOCSTI, 0x541C /* TIOCLINUX */};
+    for (size_t i = 0; i < sizeof terminal / sizeof *terminal; i++) {
+        struct dp_scmp_arg_cmp request = {.arg = 1, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = 0xFFFFFFFFu, .datum_b = terminal[i]};
+        deny(api, ctx, "ioctl", EPERM, 1, &request);
+    }
+    int rc = api->load(ctx);
+    if (rc < 0) fail("seccomp_load: %s", strerror(-rc));
+    api->release(ctx);
+}
+
 int main(int argc, char **argv) {
     int stderr_fd = -1, scope = 0, first_rule = 0, rule_count = 0, program = -1;
     for (int i = 1; i < argc; i++) {
@@ -140,6 +231,7 @@ int main(int argc, char **argv) {
         }
     }
     if (program < 0 || program >= argc) fail("no program to run (expected -- PROGRAM)");
+    struct dp_seccomp seccomp = load_seccomp();
 
     long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, DP_CREATE_RULESET_VERSION);
     if (abi < 0) {
@@ -180,6 +272,7 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail("PR_SET_NO_NEW_PRIVS: %s", strerror(errno));
     if (syscall(__NR_landlock_restrict_self, ruleset, 0) != 0) fail("landlock_restrict_self: %s", strerror(errno));
     close(ruleset);
+    install_system_call_filter(&seccomp);
 
     if (stderr_fd >= 0) {
         if (dup2(stderr_fd, 2) < 0) fail("standard error: %s", strerror(errno));

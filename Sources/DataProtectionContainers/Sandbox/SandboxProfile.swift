@@ -21,8 +21,10 @@ import Glibc
 ///
 /// Nothing else: no other container, no device secret, no keybag, no daemon socket (they are
 /// not mounted), no home directory. All capabilities are dropped, the app runs in new user,
-/// pid, IPC and UTS namespaces and a new session (no terminal injection), and dies with its
-/// supervisor. Abstract Unix sockets and signals are scoped to the sandbox (Landlock ABI 6);
+/// pid, IPC and UTS namespaces and a new session (no terminal injection), can make no user
+/// namespace of its own (`--disable-userns`), runs under `dp-sandbox-exec`'s system-call filter
+/// (no key calls, new namespaces, mounts, ptrace, bpf, io_uring …) with a new empty session
+/// keyring, and dies with its supervisor. Abstract Unix sockets and signals are scoped to the sandbox (Landlock ABI 6);
 /// on older kernels the app gets a network namespace of its own instead.
 package struct SandboxProfile: Sendable {
     var requirements: SandboxRequirements
@@ -57,7 +59,7 @@ package struct SandboxProfile: Sendable {
     /// bubblewrap's arguments, ending with `dp-sandbox-exec`'s and the program's. Without
     /// `landlock`, the program follows bubblewrap directly (the benchmark's "bubblewrap alone").
     package func bubblewrapArguments(landlock: Bool = true) -> [String] {
-        var a = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+        var a = ["--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                  "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if !requirements.scopesSockets { a.append("--unshare-net") }
         // The system, read-only.

@@ -47,6 +47,12 @@ public struct SandboxRequirements: Sendable, Equatable {
         guard effective >= minimumLandlockABI else {
             throw ContainerError.sandboxUnavailable("Landlock ABI \(effective) is too old: the sandbox needs ABI \(minimumLandlockABI) (Linux 6.2) to keep the Inbox read-only")
         }
+        // dp-sandbox-exec loads libseccomp for the app's system-call filter (as systemd does).
+        if let library = dlopen("libseccomp.so.2", RTLD_LAZY | RTLD_LOCAL) {
+            dlclose(library)
+        } else {
+            throw ContainerError.sandboxUnavailable("libseccomp is not installed (the app's system-call filter needs libseccomp.so.2): apt-get install libseccomp2")
+        }
         guard userNamespacesAllowed() else {
             throw ContainerError.sandboxUnavailable("unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0)")
         }

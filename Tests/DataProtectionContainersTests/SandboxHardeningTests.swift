@@ -1,0 +1,100 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// The sandbox attacked from inside by a real hostile app (Python calling the kernel directly
+/// through ctypes): what iOS would never give an app stays out of reach.
+@Suite struct SandboxHardeningTests {
+    /// Calls the kernel as a hostile app would and prints, for each attempt, the errno it got
+    /// ("ok" when the call succeeded). x86-64 system-call numbers.
+    static let hostileApp = """
+        import ctypes, json, os, sys
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        def call(*args):
+            ctypes.set_errno(0)
+            r = libc.syscall(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+            return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+        out = {}
+        SESSION = -3
+        out["keyctl search"] = call(250, 10, SESSION, b"user", b"dp-test-key", 0)
+        out["keyctl read user keyring"] = call(250, 11, -4, 0, 0)
+        out["add_key"] = call(248, b"user", b"planted-by-app", b"evil", 4, SESSION)
+        out["request_key"] = call(249, b"user", b"dp-test-key", None, 0)
+        out["unshare user"] = call(272, 0x10000000)
+        out["unshare net+mount"] = call(272, 0x40000000 | 0x00020000)
+        out["setns"] = call(308, 0, 0)
+        out["mount"] = call(165, b"none", b"/tmp", b"tmpfs", 0, None)
+        out["ptrace"] = call(101, 16, 1, 0, 0)
+        out["perf_event_open"] = call(298, None, 0, -1, -1, 0)
+        out["bpf"] = call(321, 0, None, 0)
+        out["userfaultfd"] = call(323, 0)
+        out["io_uring_setup"] = call(425, 1, None)
+        out["personality bsd"] = call(135, 0x0006)
+        out["clone3"] = call(435, None, 0)
+        pid = libc.syscall(ctypes.c_long(56), ctypes.c_long(0x40000000 | 17), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+        if pid == 0:
+            os._exit(0)
+        out["clone newnet"] = "ok" if pid > 0 else os.strerror(ctypes.get_errno())
+        if pid > 0:
+            os.waitpid(pid, 0)
+        child = os.fork()
+        if child == 0:
+            os._exit(0)
+        out["fork"] = "ok" if os.waitpid(child, 0)[1] == 0 else "failed"
+        out["plain work"] = "ok" if open("/etc/hostname" if os.path.exists("/etc/hostname") else "/proc/self/status").read() is not None else "failed"
+        print(json.dumps(out, sort_keys=True))
+        """
+
+    /// Starts `dpctl app run ID -- python3 -c HOSTILE` from a session keyring of its own that holds
+    /// a key, then checks the key from outside: unchanged, nothing linked beside it.
+    static let launcher = """
+        import ctypes, subprocess, sys
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        def call(*args): return libc.syscall(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+        assert call(250, 1, b"dp-test-session") >= 0                          # KEYCTL_JOIN_SESSION_KEYRING
+        key = call(248, b"user", b"dp-test-key", b"kerberos ticket", 15, -3)   # add_key into it
+        assert key >= 0
+        app = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+        sys.stdout.write(app.stdout)
+        sys.stderr.write(app.stderr)
+        buf = ctypes.create_string_buffer(64)
+        n = call(250, 11, key, buf, 64)                                         # KEYCTL_READ
+        found = call(250, 10, -3, b"user", b"planted-by-app", 0)                # KEYCTL_SEARCH
+        print("host: payload=%s planted=%s" % (buf.raw[:n].decode() if n >= 0 else "?", "yes" if found >= 0 else "no"))
+        sys.exit(app.returncode)
+        """
+
+    @Test func theKernelsDangerousCallsAndTheUsersKeyringAreOutOfReach() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.hostile")
+        let run = try ChildProcess.run("python3", ["-c", Self.launcher, CLI.executable.path, "--root", world.cli.root,
+                                                    "app", "run", "com.example.hostile", "--", "/usr/bin/python3", "-c", Self.hostileApp])
+        #expect(run.status == 0, "\(run.err)")
+        let lines = run.out.split(separator: "\n")
+        let json = try #require(lines.first { $0.hasPrefix("{") })
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: String])
+        let permission = "Operation not permitted"
+        for call in ["keyctl search", "keyctl read user keyring", "add_key", "request_key", "unshare user", "unshare net+mount", "setns",
+                     "mount", "ptrace", "perf_event_open", "bpf", "userfaultfd", "io_uring_setup", "clone newnet"] {
+            #expect(results[call] == permission, "\(call): \(results[call] ?? "missing")")
+        }
+        #expect(results["personality bsd"] == "Invalid argument")
+        #expect(results["clone3"] == "Function not implemented")
+        #expect(results["fork"] == "ok" && results["plain work"] == "ok", "an ordinary program must still run: \(results)")
+        // From the host: the user's key is as it was, and nothing was linked beside it.
+        #expect(lines.contains("host: payload=kerberos ticket planted=no"), "\(run.out)")
+    }
+
+    @Test func ordinaryProgramsStillRunUnderTheFilter() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.plain")
+        let shell = try world.shell("com.example.plain", "echo hi > Documents/a && cat Documents/a && ls Documents >/dev/null && sleep 0 && echo done")
+        #expect(shell.status == 0 && shell.out == "hi\ndone\n", "\(shell.stderr)")
+        let python = try world.dpctl(["app", "run", "com.example.plain", "--", "/usr/bin/python3", "-c",
+                                      "import sqlite3, subprocess, threading; c = sqlite3.connect('Documents/d.db'); c.execute('create table t(x)'); "
+                                      + "t = threading.Thread(target=lambda: None); t.start(); t.join(); print(subprocess.run(['true']).returncode)"])
+        #expect(python.status == 0 && python.out == "0\n", "\(python.stderr)")
+    }
+}
