@@ -23,6 +23,40 @@ package enum UnixSocket {
         return fd
     }
 
+    /// Why a socket directory must not be trusted by a client of this user, or `nil` when it can
+    /// be (or does not exist: nothing listens there): a real directory (not a link), of this
+    /// user, closed to others (0700). Anyone could have made it first, in `/tmp` above all.
+    package static func distrustedDirectory(_ directory: String) -> String? {
+        var info = stat()
+        guard lstat(directory, &info) == 0 else { return nil }
+        guard info.st_mode & S_IFMT == S_IFDIR else { return "\(directory) is not a directory" }
+        guard info.st_uid == getuid() else { return "\(directory) belongs to uid \(info.st_uid), not to this user (uid \(getuid()))" }
+        guard info.st_mode & 0o077 == 0 else { return "\(directory) is open to other users (mode \(String(info.st_mode & 0o777, radix: 8)))" }
+        return nil
+    }
+
+    /// Connects as a client that will send secrets: the directory must be trusted
+    /// (``distrustedDirectory(_:)``), the socket a socket of this user, and the peer a process of
+    /// this user (`SO_PEERCRED`) — checked before anything is sent. `nil` when nothing listens.
+    ///
+    /// - Throws: ``IPCError`` saying which check failed; nothing was sent.
+    package static func connectTrusted(_ path: String, timeout: Int = 5) throws -> Int32? {
+        let directory = (path as NSString).deletingLastPathComponent
+        if let why = distrustedDirectory(directory) { throw IPCError("refused to connect to \(path): \(why); nothing was sent") }
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        guard info.st_mode & S_IFMT == S_IFSOCK, info.st_uid == getuid() else {
+            throw IPCError("refused to connect to \(path): not a socket of this user; nothing was sent")
+        }
+        guard let fd = connect(path, timeout: timeout) else { return nil }
+        guard let peer = peerCredentials(fd), peer.uid == getuid() else {
+            let who = peerCredentials(fd).map { "uid \($0.uid), pid \($0.pid)" } ?? "an unknown peer"
+            close(fd)
+            throw IPCError("refused to talk to \(path): it is served by \(who), not by this user (uid \(getuid())); nothing was sent")
+        }
+        return fd
+    }
+
     /// `SO_RCVTIMEO` and `SO_SNDTIMEO` (0: none).
     package static func setTimeouts(_ fd: Int32, seconds: Int, sending: Bool = true, receiving: Bool = true) {
         var tv = timeval(tv_sec: seconds, tv_usec: 0)

@@ -20,7 +20,7 @@ import Testing
     }
 
     static func rawConnection(_ daemon: KeybagdTests.Daemon) throws -> Int32 {
-        let fd = try #require(KeybagSocket.connect(daemon.socket))
+        let fd = try #require(try KeybagSocket.connect(daemon.socket))
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         return fd
@@ -172,7 +172,7 @@ import Testing
         let baseline = try cpuFor1500Requests()
         var held: [Int32] = []
         defer { held.forEach { close($0) } }
-        for _ in 0..<80 { if let fd = KeybagSocket.connect(daemon.socket, timeout: 1) { held.append(fd) } }
+        for _ in 0..<80 { if let fd = try? KeybagSocket.connect(daemon.socket, timeout: 1) { held.append(fd) } }
         let exhausted = try cpuFor1500Requests()
         #expect(exhausted < baseline * 2 + 0.15, "daemon CPU \(exhausted) s while out of descriptors, \(baseline) s before")
         held.forEach { close($0) }

@@ -29,8 +29,14 @@ package enum KeybagSocket {
         return "/tmp/dataprotection-\(getuid())"
     }
 
-    /// Connects to `path` (``UnixSocket/connect(_:timeout:)``); `nil` when nothing listens there.
-    package static func connect(_ path: String, timeout: Int = 5) -> Int32? { UnixSocket.connect(path, timeout: timeout) }
+    /// Connects to `path` as a client that sends secrets (``UnixSocket/connectTrusted(_:timeout:)``):
+    /// `nil` when nothing listens there.
+    /// - Throws: ``KeybagError/daemon(_:)`` when the directory, the socket or its peer is not this user's.
+    package static func connect(_ path: String, timeout: Int = 5) throws -> Int32? {
+        do { return try UnixSocket.connectTrusted(path, timeout: timeout) } catch let error as IPCError {
+            throw KeybagError.daemon(error.description)
+        }
+    }
 
     /// The peer's user and process ids (`SO_PEERCRED`).
     package static func peerUID(_ fd: Int32) -> (uid: uid_t, pid: pid_t)? { UnixSocket.peerCredentials(fd) }
@@ -76,7 +82,7 @@ package final class KeybagDaemonClient: Sendable {
     /// which would report "locked" while the daemon holds the device unlocked.
     package static func connect(root: String, socketPath: String? = nil) throws -> KeybagDaemonClient? {
         let path = socketPath ?? KeybagSocket.path(forRoot: root)
-        guard let fd = KeybagSocket.connect(path) else {
+        guard let fd = try KeybagSocket.connect(path) else {
             // No daemon where this process looks. One that serves the root from elsewhere (another
             // runtime directory) holds the root's daemon lock: using keys of this process would
             // give the device a second lock state.
@@ -86,9 +92,15 @@ package final class KeybagDaemonClient: Sendable {
             }
             return nil   // no daemon, or a stale socket file
         }
-        let client = KeybagDaemonClient(socketPath: path, fd: fd, connector: { KeybagSocket.connect(path) })
+        let client = KeybagDaemonClient(socketPath: path, fd: fd, connector: { try? KeybagSocket.connect(path) })
         do {
-            try client.call(.hello)
+            var hello = try client.call(.hello)
+            // The daemon must serve this root's keybag (its ID, from the keybag file's clear
+            // header): a daemon of another root on this path gets nothing else.
+            let served = try KeybagRequests.Hello.decode(&hello).id
+            if let expected = KeybagFile.identifier(atRoot: root), served != expected {
+                throw KeybagError.daemon("refused: the daemon on \(path) serves keybag \(served.uuidString), not \(root)'s (\(expected.uuidString)); nothing else was sent")
+            }
             // The daemon publishes its page before it answers (a socket-activated one starts now).
             client.page.withLock { $0 = KeybagStatePage.attach(socketPath: path) }
         } catch let error as KeybagError {

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SystemPackage
 
 /// One class key as stored in the keybag: wrapped with AES key wrap (RFC 3394).
 struct ClassKeyRecord: Sendable, Equatable {
@@ -84,6 +85,17 @@ struct KeybagFile: Sendable, Equatable {
         updated.lastFailureMillis = 0
         updated.lastFailedTag = [UInt8](repeating: 0, count: 16)
         return updated
+    }
+
+    /// The keybag's ID from the clear header of `ROOT/keybag` (magic, version, size, then the
+    /// UUID), without the device secret: to tell which keybag a daemon serves. `nil` when there
+    /// is no readable keybag there.
+    package static func identifier(atRoot root: String) -> UUID? {
+        guard let fd = try? POSIXFile.openRegularFile(root + "/" + fileName) else { return nil }
+        defer { try? fd.close() }
+        guard let head = try? POSIXFile.read(fd, count: magic.count + 4 + 16, at: 0, path: root), head.count == magic.count + 4 + 16,
+              Array(head.prefix(magic.count)) == magic else { return nil }
+        return UUID(bytes: Array(head.suffix(16)))
     }
 
     func encoded(macKey: SymmetricKey) -> [UInt8] {

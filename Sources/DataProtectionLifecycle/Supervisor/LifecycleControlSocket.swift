@@ -31,6 +31,8 @@ enum LifecycleControlSocket {
     /// (nothing answers) are removed.
     static func sockets(root: String, container: UUID) -> [String] {
         let directory = KeybagSocket.directory()
+        // Another user's directory (made first in /tmp) is never listed or connected to.
+        guard UnixSocket.distrustedDirectory(directory) == nil else { return [] }
         let prefix = prefix(root: root, container: container)
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasPrefix(prefix) && $0.hasSuffix(".sock") }
         return names.sorted().map { directory + "/" + $0 }
@@ -41,8 +43,8 @@ enum LifecycleControlSocket {
     static func send(_ request: [UInt8], root: String, app: AppContainer) throws -> [[UInt8]] {
         var answers: [[UInt8]] = []
         for path in sockets(root: root, container: app.uuid) {
-            guard let fd = UnixSocket.connect(path, timeout: 5) else {
-                unlink(path)   // its supervisor is gone
+            guard let fd = try? UnixSocket.connectTrusted(path, timeout: 5) else {
+                if UnixSocket.distrustedDirectory((path as NSString).deletingLastPathComponent) == nil { unlink(path) }   // its supervisor is gone
                 continue
             }
             defer { close(fd) }
