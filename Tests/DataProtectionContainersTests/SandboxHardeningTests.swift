@@ -98,3 +98,65 @@ import Testing
         #expect(python.status == 0 && python.out == "0\n", "\(python.stderr)")
     }
 }
+
+/// What one app does must not cost the supervisor — outside the sandbox and the app's cgroup —
+/// memory that grows with it.
+@Suite struct SupervisorBoundsTests {
+    /// Opens a lifecycle channel through the supervisor socket, sends `count` sleep requests far
+    /// in the future, waits until the supervisor has read them all (a `state` request answered
+    /// after them), says "flooded" and waits for its standard input to close.
+    static let flood = """
+        import os, socket, struct, sys
+        def frame(p): return struct.pack(">I", len(p)) + p
+        def read_frame(s):
+            n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+            return s.recv(n, socket.MSG_WAITALL)
+        supervisor = socket.socket(fileno=int(os.environ["DATAPROTECTION_SUPERVISOR_FD"]))
+        supervisor.sendall(frame(bytes([1, 3, 2])))
+        message, ancillary, _, _ = supervisor.recvmsg(16, socket.CMSG_LEN(4))
+        assert message == b"\\x00", message
+        channel = socket.socket(fileno=struct.unpack("i", ancillary[0][2][:4])[0])
+        batch = frame(bytes([1, 6]) + struct.pack(">d", 4e9)) * 1000
+        try:
+            for _ in range(int(sys.argv[1]) // 1000):
+                channel.sendall(batch)
+        except OSError:
+            pass
+        try:
+            channel.sendall(frame(bytes([1, 5])))   # now: answered once every sleep before it was read
+            read_frame(channel)
+        except (OSError, struct.error):
+            pass                                     # or the supervisor closed the channel: also bounded
+        print("flooded", flush=True)
+        sys.stdin.read()
+        """
+
+    static func residentKiB(_ pid: Int32) -> Int {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
+    @Test func aFloodOfSleepsLeavesTheSupervisorsMemoryAsItWas() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.flood")
+        var rss: [Int] = []
+        for count in [1_000, 200_000] {
+            let process = Process()
+            process.executableURL = CLI.executable
+            process.arguments = ["--root", world.cli.root, "app", "run", "com.example.flood", "--", "/usr/bin/python3", "-c", Self.flood, String(count)]
+            let out = Pipe(), input = Pipe()
+            process.standardOutput = out
+            process.standardInput = input
+            try process.run()
+            let said = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+            #expect(said == "flooded\n", "\(said)")
+            rss.append(Self.residentKiB(process.processIdentifier))
+            try input.fileHandleForWriting.close()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+        }
+        // 200,000 sleeps kept as tasks cost the supervisor hundreds of megabytes.
+        #expect(rss[1] - rss[0] < 10_000, "the supervisor grew from \(rss[0]) KiB to \(rss[1]) KiB")
+    }
+}

@@ -13,8 +13,10 @@ enum LifecycleChannel {
     static func serve(_ fd: Int32, controller: LifecycleController, logger: Logger) {
         UnixSocket.setTimeouts(fd, seconds: 5, sending: true, receiving: false)
         let writer = Writer(fd: fd)
-        var sleeps: [Task<Void, Never>] = []
-        defer { for sleep in sleeps { sleep.cancel() } }
+        // One sleep per channel (the channel is the sleep's own, FORMAT §12.2): a second one closes
+        // the channel, so a flood of requests costs the supervisor nothing that grows.
+        var sleep: Task<Void, Never>?
+        defer { sleep?.cancel() }
         func answer(_ payload: [UInt8]) -> Bool { writer.write(payload) }
         while let frame = try? IPCFrame.read(fd) {
             var r = ByteReader(frame)
@@ -51,11 +53,15 @@ enum LifecycleChannel {
                 guard answer(w.bytes) else { return }
             case .sleepUntil:
                 guard let seconds = try? LifecycleProtocol.double(&r, "deadline"), seconds.isFinite, r.remaining == 0 else { return }
+                guard sleep == nil else {
+                    logger.info("closing \(controller.identifier)'s lifecycle channel: a second sleep on it")
+                    return
+                }
                 let clock = controller.clock
-                sleeps.append(Task {
+                sleep = Task {
                     do { try await clock.sleep(until: Date(timeIntervalSince1970: seconds)) } catch { return }
                     _ = writer.write(LifecycleProtocol.ok)
-                })
+                }
             }
         }
     }
