@@ -55,11 +55,21 @@ extension Auditor {
     /// let defaults = UserDefaults(suiteName: "group.com.example.shared")!
     /// let found = Auditor.secrets(inPreferences: defaults.dictionaryRepresentation(), at: path)
     /// ```
+    ///
+    /// The walk is bounded (100,000 values, 1,000 findings): a file that shares dictionaries
+    /// among keys until it stands for millions of paths is reported as too complex to scan.
     public static func secrets(inPreferences dictionary: [String: Any], at path: String) -> [AuditFinding] {
-        SecretPatterns.findings(in: dictionary).map { found in
+        let scan = SecretPatterns.scan(dictionary)
+        var findings = scan.found.map { found in
             AuditFinding(.secretInGroupPreferences, path: path, detail: "key \"\(found.key)\": \(found.reason)", fix: .moveToKeychain(key: found.key),
                          discriminator: found.key)
         }
+        if scan.exhausted {
+            findings.append(AuditFinding(.secretInGroupPreferences, path: path,
+                                         detail: "too complex to scan: more than \(SecretPatterns.visitLimit) values (shared references?) or \(SecretPatterns.findingLimit) findings; check it by hand",
+                                         fix: .moveToKeychain(key: "?"), discriminator: "too-complex"))
+        }
+        return findings
     }
 
     // MARK: - Rules over metadata

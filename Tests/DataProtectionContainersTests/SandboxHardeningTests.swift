@@ -160,3 +160,40 @@ import Testing
         #expect(rss[1] - rss[0] < 10_000, "the supervisor grew from \(rss[0]) KiB to \(rss[1]) KiB")
     }
 }
+
+/// A 200-byte file must not cost the audit minutes and gigabytes.
+@Suite struct AuditBoundsTests {
+    @Test func aPropertyListOfSharedReferencesIsTooComplexNotEndless() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.bomb", ["--group", "group.com.example.bomb"])
+        let group = try world.groupContainer(of: "com.example.bomb", "group.com.example.bomb")
+        let plist = group + "/Library/Preferences/group.com.example.bomb.plist"
+        // {k0: d, k1: d} twenty levels deep, each dictionary written once: 2^20 key paths.
+        let made = try ChildProcess.run("python3", ["-c", """
+            import plistlib, sys
+            d = {"password": "hunter2"}
+            for _ in range(20): d = {"k0": d, "k1": d}
+            open(sys.argv[1], "wb").write(plistlib.dumps(d, fmt=plistlib.FMT_BINARY))
+            """, plist])
+        #expect(made.status == 0, "\(made.err)")
+        let size = (try FileManager.default.attributesOfItem(atPath: plist)[.size] as? Int) ?? 0
+        #expect(size < 1_000)
+
+        let audit = Process()
+        audit.executableURL = CLI.executable
+        audit.arguments = ["--root", world.cli.root, "audit", group]
+        let out = Pipe()
+        audit.standardOutput = out
+        try audit.run()
+        let reader = PipeReader(out.fileHandleForReading)
+        let finished = DispatchSemaphore(value: 0)
+        Thread { audit.waitUntilExit(); finished.signal() }.start()
+        let inTime = finished.wait(timeout: .now() + .seconds(60)) == .success
+        if !inTime { kill(audit.processIdentifier, SIGKILL); audit.waitUntilExit() }
+        #expect(inTime, "the audit of a \(size)-byte file ran for a minute")
+        let report = String(decoding: reader.result(), as: UTF8.self)
+        #expect(audit.terminationStatus == 6, "\(report)")
+        #expect(report.contains("too complex to scan"), "\(report)")
+        #expect(report.contains("DP403"))
+    }
+}

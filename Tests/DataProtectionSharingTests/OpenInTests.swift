@@ -242,3 +242,27 @@ import Testing
         #expect(queue.pending().count == 1)
     }
 }
+
+/// Which apps are installed is not an app's business: an unknown target is answered as a
+/// refusing one, in the same words.
+@Suite struct InstalledAppsStayPrivateTests {
+    @Test func anUnknownTargetIsAnsweredAsARefusedOne() throws {
+        let world = try AppWorld.make()
+        let sender = "com.example.sender"
+        let a = try world.install(sender)
+        try world.install("com.example.present")
+        let unlock = ["--passcode-file", world.passcode]
+        #expect(try world.testApp(sender, ["write", a + "/Documents/note.txt", "a note"], extra: unlock).status == 0)
+        for target in ["com.example.absent", "com.example.never.there"] {
+            for request in [["open-in", a + "/Documents/note.txt", target], ["share", a + "/Documents/note.txt", target]] {
+                let refused = try world.testApp(sender, request, extra: unlock)
+                #expect(refused.status == 1, "\(request): \(refused.stderr)")
+                #expect(refused.stderr.contains("\(target) does not accept this request"), "\(request): \(refused.stderr)")
+                #expect(!refused.stderr.contains("installed"), "\(request): \(refused.stderr)")
+            }
+        }
+        // The device's owner still gets the plain answer.
+        let owner = try world.dpctl(["share", "open-in", "--from", sender, "--to", "com.example.absent", "Documents/note.txt"] + unlock)
+        #expect(owner.status == 1 && owner.stderr.contains("no app com.example.absent is installed"), "\(owner.stderr)")
+    }
+}

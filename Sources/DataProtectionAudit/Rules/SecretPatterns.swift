@@ -30,23 +30,47 @@ enum SecretPatterns {
         return nil
     }
 
-    /// Every (key path, reason) in a preferences dictionary, nested dictionaries and arrays included.
-    static func findings(in dictionary: [String: Any], prefix: String = "", depth: Int = 0) -> [(key: String, reason: String)] {
-        guard depth < 64 else { return [] }
-        var found: [(String, String)] = []
+    /// How much one preferences file may cost: values visited and findings kept. A property list
+    /// can share one dictionary among many keys (`{k0: d, k1: d}` per level), so 191 bytes can
+    /// stand for 2^20 paths; the walk stops at the budget and says so.
+    static let visitLimit = 100_000
+    static let findingLimit = 1_000
+
+    /// The walk's result: what was found, and whether the budget ran out before the end.
+    struct Scan {
+        var found: [(key: String, reason: String)] = []
+        var visited = 0
+        var exhausted = false
+    }
+
+    /// Every (key path, reason) in a preferences dictionary, nested dictionaries and arrays
+    /// included, within ``visitLimit`` values and ``findingLimit`` findings.
+    static func scan(_ dictionary: [String: Any]) -> Scan {
+        var scan = Scan()
+        walk(dictionary, prefix: "", depth: 0, into: &scan)
+        return scan
+    }
+
+    private static func walk(_ dictionary: [String: Any], prefix: String, depth: Int, into scan: inout Scan) {
+        guard depth < 64 else { return }
         for key in dictionary.keys.sorted() {
+            guard !scan.exhausted else { return }
+            scan.visited += 1
+            if scan.visited > visitLimit || scan.found.count >= findingLimit { scan.exhausted = true; return }
             let path = prefix.isEmpty ? key : prefix + "." + key
             switch dictionary[key] {
-            case let nested as [String: Any]: found += findings(in: nested, prefix: path, depth: depth + 1)
+            case let nested as [String: Any]: walk(nested, prefix: path, depth: depth + 1, into: &scan)
             case let array as [Any]:
                 for (index, element) in array.enumerated() {
-                    if let nested = element as? [String: Any] { found += findings(in: nested, prefix: "\(path)[\(index)]", depth: depth + 1) }
-                    else if let why = reason(key: key, value: element) { found.append(("\(path)[\(index)]", why)) }
+                    guard !scan.exhausted else { return }
+                    scan.visited += 1
+                    if scan.visited > visitLimit { scan.exhausted = true; return }
+                    if let nested = element as? [String: Any] { walk(nested, prefix: "\(path)[\(index)]", depth: depth + 1, into: &scan) }
+                    else if let why = reason(key: key, value: element) { scan.found.append(("\(path)[\(index)]", why)) }
                 }
-            case let value?: if let why = reason(key: key, value: value) { found.append((path, why)) }
+            case let value?: if let why = reason(key: key, value: value) { scan.found.append((path, why)) }
             case nil: break
             }
         }
-        return found
     }
 }

@@ -154,6 +154,9 @@ public struct SharingService: AppSupervisorService {
         }
     }
 
+    /// What an app is told when its target does not take the request, whether or not it exists.
+    static func refusal(_ identifier: String) -> String { "\(identifier) does not accept this request" }
+
     /// Runs a request and makes its answer frame.
     private func outcome(_ body: @escaping @Sendable () async throws -> Void) -> [UInt8] {
         outcome { try runBlocking(body) }
@@ -166,6 +169,10 @@ public struct SharingService: AppSupervisorService {
         } catch let error as ProtectedFileError {
             if case .unavailable = error { return SharingProtocol.failure(.unavailable, error.description) }
             return SharingProtocol.failure(.refused, error.description)
+        } catch ContainerError.unknownApp(let identifier) {
+            // Which apps are installed is not an app's business (iOS restricts canOpenURL): an
+            // unknown target is answered as a refusing one.
+            return SharingProtocol.failure(.refused, Self.refusal(identifier.rawValue))
         } catch {
             return SharingProtocol.failure(.refused, String(describing: error))
         }
