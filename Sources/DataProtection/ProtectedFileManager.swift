@@ -28,6 +28,12 @@ public struct ProtectedFileManager: Sendable {
     /// log2 of the segment size of new ``ProtectedFileAccessPattern/randomAccess`` files (12: 4 KiB).
     public var randomAccessSegmentSizeLog2: UInt8 = ProtectedFileHeader.randomAccessSegmentSizeLog2
 
+    /// The weakest class a new file at a path may inherit, where someone other than the caller
+    /// chose it (an app's container, an App Group's: the user's choice, read from where the app
+    /// cannot write): a directory default lowered by whoever can write the directory's
+    /// attributes does not lower it. `nil` for no floor.
+    package var inheritedClassFloor: (@Sendable (String) -> ProtectionClass?)?
+
     public init(keybag: Keybag) {
         self.keybag = keybag
     }
@@ -46,7 +52,9 @@ public struct ProtectedFileManager: Sendable {
 
     /// The default class a new file at `url` would get if the caller named none.
     public func defaultProtection(forNewItemAt url: URL) -> ProtectionClass {
-        DirectoryDefault.inherited(forNewItemAt: url.path) ?? .default
+        let inherited = DirectoryDefault.inherited(forNewItemAt: url.path) ?? .default
+        guard let floor = inheritedClassFloor?(url.standardizedFileURL.path) else { return inherited }
+        return max(inherited, floor)
     }
 
     // MARK: - Whole-file write and read

@@ -197,3 +197,38 @@ import Testing
         #expect(report.contains("DP403"))
     }
 }
+
+/// A member app rewrote `user.dataprotection.class` on the group's directory (Landlock does not
+/// mediate setxattr), and another member's new files were written in class D.
+@Suite struct ClassFloorTests {
+    @Test func anAppCannotLowerTheClassTheUserChose() throws {
+        let world = try AppWorld.make()
+        let group = "group.com.example.floor"
+        let a = try world.install("com.example.lowerer", ["--group", group, "--default-protection", "complete"])
+        try world.install("com.example.victim", ["--group", group])
+        #expect(try world.dpctl(["group", "set-protection", group, "complete"]).status == 0)
+        let shared = try world.groupContainer(of: "com.example.victim", group)
+        let unlock = ["--passcode-file", world.passcode]
+
+        // The hostile member lowers the group's root, its Library, and its own Documents.
+        let lowered = try world.dpctl(["app", "run", "com.example.lowerer", "--", "/usr/bin/python3", "-c", """
+            import os, sys
+            for path in sys.argv[1:]:
+                os.setxattr(path, "user.dataprotection.class", b"none")
+            print("lowered")
+            """, shared, shared + "/Library", a + "/Documents"])
+        #expect(lowered.out == "lowered\n", "\(lowered.stderr)")
+
+        // The other member's new file in the group, and the hostile app's own new file, keep the
+        // classes the user chose.
+        let written = try world.testApp("com.example.victim", ["write", shared + "/Library/note.txt", "shared note"], extra: unlock)
+        #expect(written.out.contains("class complete"), "\(written.out) \(written.stderr)")
+        let own = try world.testApp("com.example.lowerer", ["write", a + "/Documents/own.txt", "own note"], extra: unlock)
+        #expect(own.out.contains("class complete"), "\(own.out) \(own.stderr)")
+        #expect(try world.dpctl(["ls", shared + "/Library/note.txt"]).out.contains("complete (A)"))
+        // What the device reports of the group stays the user's choice.
+        let info = try JSONSerialization.jsonObject(with: try world.dpctl(["app", "info", "com.example.victim", "--json"]).stdout) as? [String: Any]
+        let groups = info?["groups"] as? [[String: Any]] ?? []
+        #expect(groups.first?["defaultProtection"] as? String == "complete", "\(groups)")
+    }
+}

@@ -66,8 +66,26 @@ public final class CurrentApp: Sendable {
         connection?.openServiceChannel(identifier).map(FileDescriptor.init(rawValue:))
     }
 
-    /// Protected files with this app's keys.
-    public var files: ProtectedFileManager { ProtectedFileManager(keybag: keybag) }
+    /// Protected files with this app's keys. A new file of the container, or of a group's, is
+    /// never weaker than the class the user chose for it (the container's metadata, which the
+    /// app cannot write), whatever directory attribute an app set.
+    public var files: ProtectedFileManager {
+        var files = ProtectedFileManager(keybag: keybag)
+        let floors = classFloors
+        files.inheritedClassFloor = { path in
+            floors.first { path == $0.root || path.hasPrefix($0.root + "/") }?.floor
+        }
+        return files
+    }
+
+    /// Each container's root and the class its metadata names (read at each call: a change by the user shows at once).
+    private var classFloors: [(root: String, floor: ProtectionClass)] {
+        ([url] + Array(groupContainers.values)).compactMap { container in
+            let root = container.standardizedFileURL.path
+            guard let cls = (try? ContainerMetadata.read(container: root))?.protectionClass else { return nil }
+            return (root, cls)
+        }
+    }
 
     public var documents: URL { url.appendingPathComponent("Documents", isDirectory: true) }
     public var inbox: URL { documents.appendingPathComponent("Inbox", isDirectory: true) }

@@ -27,7 +27,8 @@ public struct AppContainer: Sendable, Equatable {
     /// root (by install, by ``ContainerManager/setDefaultProtection(_:ofApp:reprotect:progress:)``
     /// or by the app itself), else iOS's default.
     public var defaultProtection: ProtectionClass { rootDefault(url) ?? .default }
-    /// The entitlement the app was installed (or last changed) with.
+    /// The entitlement the app was installed (or last changed) with: the floor of every new file
+    /// of its container, whatever attribute the app sets on its directories.
     public var entitledProtection: ProtectionClass { metadata.protectionClass ?? .default }
     /// The app's groups.
     public var groups: [AppGroupIdentifier] { metadata.groups.compactMap { try? AppGroupIdentifier($0) } }
@@ -75,9 +76,13 @@ public struct GroupContainer: Sendable, Equatable {
     /// The class new files inherit: the one set on the group's root (by a member app, or
     /// ``ContainerManager/setDefaultProtection(_:ofGroup:reprotect:progress:)``), else iOS's
     /// default (class C) — the apps' own defaults do not reach shared containers (seed 001).
-    public var defaultProtection: ProtectionClass { rootDefault(url) ?? .default }
+    ///
+    /// Never weaker than the class the user set (``ContainerManager/setDefaultProtection(_:ofGroup:reprotect:progress:)``,
+    /// kept in the metadata, which apps cannot write): a member that lowers the root's attribute
+    /// lowers nothing.
+    public var defaultProtection: ProtectionClass { max(rootDefault(url) ?? .default, metadata.protectionClass ?? .noProtection) }
     /// Whether anyone set the group's class.
-    public var isProtectionSet: Bool { rootDefault(url) != nil }
+    public var isProtectionSet: Bool { rootDefault(url) != nil || metadata.protectionClass != nil }
 
     public var library: URL { url.appendingPathComponent("Library", isDirectory: true) }
     public var caches: URL { library.appendingPathComponent("Caches", isDirectory: true) }

@@ -46,6 +46,10 @@ extension ContainerManager {
         let group = try group(identifier)
         if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [group.url], to: cls, skipping: Self.notReprotected(in: group.url)) }
         try await files.setProtection(cls, ofItemAt: group.url)
+        // Also where no member can write: the floor of every new file of the group (FORMAT §10.1).
+        var metadata = group.metadata
+        metadata.defaultProtection = cls.iOSName
+        try metadata.write(container: group.url.path)
         guard reprotect else { return nil }
         // Not while a member runs: nothing one does can then race the walk.
         return try await whileNotRunning(members(of: identifier)) {
