@@ -97,6 +97,8 @@ public enum AuditFix: Sendable, Equatable, Hashable {
     case removeLink
     /// Look at the file: restore it from a backup, or remove it if it is not data.
     case inspectDamagedFile
+    /// Remove the FIFO, socket or device (nothing reads it as data).
+    case removeSpecialFile
 
     private static func caseName(_ cls: ProtectionClass) -> String { cls == .noProtection ? "noProtection" : cls.iOSName }
 
@@ -126,6 +128,7 @@ public enum AuditFix: Sendable, Equatable, Hashable {
         case .deleteInboxFile: "FileManager.removeItem(at: inboxURL) once handled"
         case .removeLink: "FileManager.removeItem(at: linkURL)"
         case .inspectDamagedFile: "ProtectedFileManager.contents(of: url) says what is wrong; restore the file from a backup"
+        case .removeSpecialFile: "FileManager.removeItem(at: url) once no program uses it"
         }
     }
 }

@@ -13,7 +13,9 @@
 //   exec    read files and directories, execute files      (the system, the runtime, the app)
 //   read    read files and directories                     (/proc, the container's metadata)
 //   device  read and write files, read directories, device ioctls   (/dev)
-//   write   everything but execute, with cross-directory links/renames (the app's container)
+//   write   files, directories and links, no execute, with cross-directory links/renames
+//           (the app's Documents and Library); no FIFO, socket or device is made there
+//   scratch like write, and sockets and FIFOs too (the app's tmp, where TMPDIR points)
 //   shared  like write, without cross-directory links/renames (group containers)
 //   inbox   read files and directories, remove files       (the app's Inbox)
 // Every file-system right the kernel knows is handled, so anything not allowed above is
@@ -88,8 +90,10 @@ enum {
 
 #define FILE_RIGHTS (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
 #define MAKE_RIGHTS (FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SOCK | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM)
+#define MAKE_DATA_RIGHTS (FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SYM)
 #define READ_RIGHTS (FS_READ_FILE | FS_READ_DIR)
 #define WRITE_RIGHTS (READ_RIGHTS | FS_WRITE_FILE | FS_TRUNCATE | FS_REMOVE_DIR | FS_REMOVE_FILE | MAKE_RIGHTS)
+#define DATA_RIGHTS (READ_RIGHTS | FS_WRITE_FILE | FS_TRUNCATE | FS_REMOVE_DIR | FS_REMOVE_FILE | MAKE_DATA_RIGHTS)
 
 /// The oldest ABI whose rights the sandbox needs: TRUNCATE, or an Inbox file could be emptied.
 #define MINIMUM_ABI 3
@@ -142,8 +146,9 @@ static uint64_t rights_named(const char *name, size_t length) {
     if (IS("exec")) return READ_RIGHTS | FS_EXECUTE;
     if (IS("read")) return READ_RIGHTS;
     if (IS("device")) return READ_RIGHTS | FS_WRITE_FILE | FS_IOCTL_DEV;
-    if (IS("write")) return WRITE_RIGHTS | FS_REFER;
-    if (IS("shared")) return WRITE_RIGHTS;
+    if (IS("write")) return DATA_RIGHTS | FS_REFER;
+    if (IS("scratch")) return DATA_RIGHTS | FS_MAKE_SOCK | FS_MAKE_FIFO | FS_REFER;
+    if (IS("shared")) return DATA_RIGHTS;
     if (IS("inbox")) return READ_RIGHTS | FS_REMOVE_FILE;
 #undef IS
     return 0;
@@ -200,6 +205,38 @@ static void install_system_call_filter(struct dp_seccomp *api) {
     // Only Linux's own personality (no address-space tricks, no emulation modes).
     struct dp_scmp_arg_cmp linux_only = {.arg = 0, .op = DP_SCMP_CMP_NE, .datum_a = 0 /* PER_LINUX */, .datum_b = 0};
     deny(api, ctx, "personality", EINVAL, 1, &linux_only);
+    // No set-user-ID or set-group-ID file or directory: chmod and creation modes with those bits.
+    struct dp_scmp_arg_cmp setid1 = {.arg = 1, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = S_ISUID, .datum_b = S_ISUID};
+    struct dp_scmp_arg_cmp setgid1 = {.arg = 1, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = S_ISGID, .datum_b = S_ISGID};
+    struct dp_scmp_arg_cmp setid2 = {.arg = 2, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = S_ISUID, .datum_b = S_ISUID};
+    struct dp_scmp_arg_cmp setgid2 = {.arg = 2, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = S_ISGID, .datum_b = S_ISGID};
+    struct dp_scmp_arg_cmp setid3 = {.arg = 3, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = S_ISUID, .datum_b = S_ISUID};
+    struct dp_scmp_arg_cmp setgid3 = {.arg = 3, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = S_ISGID, .datum_b = S_ISGID};
+    const char *mode_arg1[] = {"chmod", "fchmod", "creat", "mkdir"};
+    for (size_t i = 0; i < sizeof mode_arg1 / sizeof *mode_arg1; i++) {
+        deny(api, ctx, mode_arg1[i], EPERM, 1, &setid1);
+        deny(api, ctx, mode_arg1[i], EPERM, 1, &setgid1);
+    }
+    const char *mode_arg2[] = {"fchmodat", "fchmodat2", "mkdirat"};
+    for (size_t i = 0; i < sizeof mode_arg2 / sizeof *mode_arg2; i++) {
+        deny(api, ctx, mode_arg2[i], EPERM, 1, &setid2);
+        deny(api, ctx, mode_arg2[i], EPERM, 1, &setgid2);
+    }
+    // open and openat read their mode only when they create a file: with O_CREAT, or O_TMPFILE
+    // (an unnamed file linked in later).
+    static const uint64_t creating_flags[] = {O_CREAT, 0x400000 /* __O_TMPFILE */};
+    for (size_t i = 0; i < sizeof creating_flags / sizeof *creating_flags; i++) {
+        struct dp_scmp_arg_cmp creating1 = {.arg = 1, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = creating_flags[i], .datum_b = creating_flags[i]};
+        struct dp_scmp_arg_cmp creating2 = {.arg = 2, .op = DP_SCMP_CMP_MASKED_EQ, .datum_a = creating_flags[i], .datum_b = creating_flags[i]};
+        struct dp_scmp_arg_cmp open_setuid[] = {creating1, setid2}, open_setgid[] = {creating1, setgid2};
+        struct dp_scmp_arg_cmp openat_setuid[] = {creating2, setid3}, openat_setgid[] = {creating2, setgid3};
+        deny(api, ctx, "open", EPERM, 2, open_setuid);
+        deny(api, ctx, "open", EPERM, 2, open_setgid);
+        deny(api, ctx, "openat", EPERM, 2, openat_setuid);
+        deny(api, ctx, "openat", EPERM, 2, openat_setgid);
+    }
+    // openat2 takes its mode in memory a filter cannot read: ENOSYS, and libc falls back to openat.
+    deny(api, ctx, "openat2", ENOSYS, 0, NULL);
     // No typing into the terminal of whoever started it, no console tricks.
     static const uint64_t terminal[] = {TIOCSTI, 0x541C /* TIOCLINUX */};
     for (size_t i = 0; i < sizeof terminal / sizeof *terminal; i++) {
@@ -256,7 +293,7 @@ int main(int argc, char **argv) {
         const char *rule = argv[++i];
         const char *colon = strchr(rule, ':');
         uint64_t rights = colon ? rights_named(rule, (size_t)(colon - rule)) : 0;
-        if (!rights) fail("not a rule (RIGHTS:PATH with exec, read, device, write, shared or inbox): %s", rule);
+        if (!rights) fail("not a rule (RIGHTS:PATH with exec, read, device, write, scratch, shared or inbox): %s", rule);
         const char *path = colon + 1;
         int fd = open(path, O_PATH | O_CLOEXEC);
         if (fd < 0) fail("%s: %s", path, strerror(errno));

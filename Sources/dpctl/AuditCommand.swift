@@ -160,6 +160,7 @@ struct Audit: AsyncParsableCommand {
         case .deleteInboxFile: return "have the app delete \(path) once handled"
         case .removeLink: return "replace or remove the link \(path)"
         case .inspectDamagedFile: return "dpctl cat \(path) says what is wrong; restore it from a backup"
+        case .removeSpecialFile: return "remove \(path) once no program uses it"
         }
     }
 

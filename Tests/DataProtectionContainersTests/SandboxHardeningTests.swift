@@ -232,3 +232,84 @@ import Testing
         #expect(groups.first?["defaultProtection"] as? String == "complete", "\(groups)")
     }
 }
+
+/// An app made set-user-ID files, FIFOs and sockets in its container, and the audit said nothing.
+@Suite struct SpecialFilesTests {
+    static let attempts = """
+        import json, os, socket
+        out = {}
+        def attempt(name, body):
+            try:
+                body(); out[name] = "ok"
+            except OSError as error:
+                out[name] = os.strerror(error.errno)
+        open("Documents/tool", "w").write("#!/bin/sh\\n")
+        attempt("chmod setuid", lambda: os.chmod("Documents/tool", 0o4755))
+        attempt("chmod setgid", lambda: os.chmod("Documents/tool", 0o2755))
+        attempt("create setuid", lambda: os.close(os.open("Documents/made", os.O_CREAT | os.O_WRONLY, 0o6755)))
+        attempt("mkdir setgid", lambda: os.mkdir("Documents/dir", 0o2755))
+        attempt("fifo in Documents", lambda: os.mkfifo("Documents/fifo"))
+        attempt("socket in Library", lambda: socket.socket(socket.AF_UNIX).bind("Library/sock"))
+        attempt("fifo in tmp", lambda: os.mkfifo("tmp/fifo"))
+        attempt("socket in tmp", lambda: socket.socket(socket.AF_UNIX).bind("tmp/sock"))
+        attempt("plain chmod", lambda: os.chmod("Documents/tool", 0o755))
+        print(json.dumps(out, sort_keys=True))
+        """
+
+    @Test func noSetIDFilesNorSpecialFilesAmongDataAndTheAuditSeesThem() throws {
+        let world = try AppWorld.make()
+        let container = try world.install("com.example.special")
+        let run = try world.dpctl(["app", "run", "com.example.special", "--", "/usr/bin/python3", "-c", Self.attempts])
+        #expect(run.status == 0, "\(run.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: run.stdout) as? [String: String], "\(run.out)")
+        for refused in ["chmod setuid", "chmod setgid", "create setuid", "mkdir setgid"] {
+            #expect(results[refused] == "Operation not permitted", "\(refused): \(results[refused] ?? "-")")
+        }
+        for refused in ["fifo in Documents", "socket in Library"] {
+            #expect(results[refused] == "Permission denied", "\(refused): \(results[refused] ?? "-")")
+        }
+        for allowed in ["fifo in tmp", "socket in tmp", "plain chmod"] {
+            #expect(results[allowed] == "ok", "\(allowed): \(results[allowed] ?? "-")")
+        }
+        // What something outside the sandbox leaves there, the audit reports (tmp aside).
+        #expect(mkfifo(container + "/Library/planted-fifo", 0o600) == 0)
+        try Data("#!/bin/sh\n".utf8).write(to: URL(fileURLWithPath: container + "/Documents/planted"))
+        #expect(chmod(container + "/Documents/planted", 0o4700) == 0)
+        let audit = try world.dpctl(["audit", container]).out
+        #expect(audit.contains("DP604") && audit.contains("Library/planted-fifo") && audit.contains("Documents/planted"), "\(audit)")
+        #expect(!audit.contains("tmp/fifo"), "\(audit)")
+        #expect([0, 6].contains(try world.dpctl(["audit", container, "--fix", "--passcode-file", world.passcode]).status))
+        var st = stat()
+        #expect(stat(container + "/Documents/planted", &st) == 0 && st.st_mode & 0o6000 == 0)
+    }
+}
+
+/// Every run left one empty cgroup behind: its last processes were still exiting when the
+/// supervisor tried to remove it.
+@Suite struct CgroupCleanupTests {
+    static var cgroupHome: String? {
+        guard let mounts = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8),
+              let line = mounts.split(separator: "\n").first(where: { $0.split(separator: " ").dropFirst(2).first == "cgroup2" }) else { return nil }
+        let mount = String(line.split(separator: " ")[1])
+        let own = (try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8))?.split(separator: "\n")
+            .first { $0.hasPrefix("0::") }.map { String($0.dropFirst(3)) } ?? "/"
+        let home = mount + (own == "/" ? "" : own)
+        return access(home, W_OK) == 0 ? home : nil
+    }
+
+    @Test(.enabled(if: cgroupHome != nil, "needs a writable cgroup v2 (root, or a delegated subtree)"))
+    func noCgroupIsLeftBehindByARun() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.cgroup")
+        let info = try JSONSerialization.jsonObject(with: try world.dpctl(["app", "info", "com.example.cgroup", "--json"]).stdout) as? [String: Any]
+        let uuid = try #require(info?["uuid"] as? String)
+        let home = try #require(Self.cgroupHome)
+        for _ in 0..<5 {
+            // A child still alive when the app's first process ends: the cgroup is busy a moment longer.
+            let run = try world.shell("com.example.cgroup", "sleep 5 & exit 0")
+            #expect(run.status == 0, "\(run.stderr)")
+        }
+        let left = try FileManager.default.contentsOfDirectory(atPath: home).filter { $0.hasPrefix("dataprotection-\(uuid)-") }
+        #expect(left.isEmpty, "left behind: \(left)")
+    }
+}

@@ -27,6 +27,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
     case linkLeavesContainer = "DP601"
     case writableByOthers = "DP602"
     case looseDataRootMode = "DP603"
+    case setIDOrSpecialFile = "DP604"
 
     /// The identifier: `DP101`…
     public var id: String { rawValue }
@@ -53,6 +54,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
         case .staleInboxFile: "stale-inbox-file"
         case .linkLeavesContainer: "link-leaves-container"
         case .writableByOthers: "writable-by-others"
+        case .setIDOrSpecialFile: "set-id-or-special-file"
         case .looseDataRootMode: "loose-data-root-mode"
         }
     }
@@ -61,7 +63,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
         switch self {
         case .plainFile, .containerDefaultNone, .plaintextDatabase, .plaintextDatabaseSidecar, .secretInGroupPreferences, .looseDataRootMode: .high
         case .classNone, .weakerThanDirectory, .weakDatabaseKey, .largeFileBackedUp, .groupWeakerThanMember, .longLivedWriteGrant,
-             .linkLeavesContainer, .writableByOthers: .medium
+             .linkLeavesContainer, .writableByOthers, .setIDOrSpecialFile: .medium
         case .backupMarkLost, .groupDefaultUnset, .documentsExposed, .grantOfUninstalledApp, .staleInboxFile, .databaseWithItsOwnKey: .low
         }
     }
@@ -88,6 +90,7 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
         case .staleInboxFile: "Inbox file never cleaned up"
         case .linkLeavesContainer: "Link leading out of its container"
         case .writableByOthers: "Writable by other users"
+        case .setIDOrSpecialFile: "Set-user-ID or set-group-ID item, FIFO, socket or device"
         case .looseDataRootMode: "Data root or device secret readable by others"
         }
     }
@@ -133,6 +136,8 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
             "A link out of the container lets whoever follows it read or write outside the app's data."
         case .writableByOthers:
             "Another user on this machine can replace or change it."
+        case .setIDOrSpecialFile:
+            "Data is neither set-ID nor a FIFO, socket or device: such an item is left by a program that can do what the sandbox refuses, or is a trap for whoever opens or runs it."
         case .looseDataRootMode:
             "The device secret and keybag protect every class; other users must not read them or the directory holding them."
         }

@@ -117,6 +117,18 @@ struct TreeWalk {
                 checkFile(fd, name, status: child, relative: childRelative, directoryClass: defaultClass, excluded: excludedHere, siblings: nameSet)
             default:
                 examined += 1
+                // A FIFO, socket or device among data: nothing an app's data needs (the sandbox
+                // lets apps make sockets and FIFOs only in tmp).
+                let kind = switch child.st_mode & S_IFMT {
+                case S_IFIFO: "a FIFO"
+                case S_IFSOCK: "a socket"
+                case S_IFCHR: "a character device"
+                case S_IFBLK: "a block device"
+                default: "a special file"
+                }
+                if !(isContainer && (relative == "tmp" || relative.hasPrefix("tmp/"))) {
+                    add(.setIDOrSpecialFile, root + "/" + childRelative, "\(kind), not data", .removeSpecialFile, child)
+                }
             }
         }
     }
@@ -278,6 +290,10 @@ struct TreeWalk {
 
     private mutating func checkMode(_ st: stat, path: String) {
         let mode = UInt16(st.st_mode & 0o7777)
+        if mode & 0o6000 != 0, mode & 0o022 == 0 {   // with 022 too, DP602's chmod drops both
+            let bits = [mode & 0o4000 != 0 ? "set-user-ID" : nil, mode & 0o2000 != 0 ? "set-group-ID" : nil].compactMap { $0 }.joined(separator: " and ")
+            add(.setIDOrSpecialFile, path, "mode \(String(mode, radix: 8)): \(bits)", .setMode(mode & 0o1777 & ~0o022), st)
+        }
         if mode & 0o022 != 0 {
             let who = mode & 0o002 != 0 ? "every user" : "its group"
             add(.writableByOthers, path, "mode \(String(mode, radix: 8)): writable by \(who)", .setMode(mode & 0o755), st)

@@ -74,8 +74,35 @@ final class AppCgroup: Sendable {
         _ = freeze(false)   // a frozen process dies only once thawed
     }
 
-    /// Removes the cgroup (once its processes have ended).
-    func remove() { rmdir(path) }
+    /// Removes the cgroup. Its last processes may still be exiting when the app's first process
+    /// has been reaped (the cgroup is "populated" until they are gone): it waits for the kernel's
+    /// `populated 0` in `cgroup.events` (a `poll` notification, at most `timeout` seconds),
+    /// killing what is left, then removes it. `false` when it could not be removed.
+    @discardableResult
+    func remove(timeout: Int32 = 5) -> Bool {
+        if rmdir(path) == 0 || errno == ENOENT { return true }
+        guard errno == EBUSY else { return false }
+        let events = open(path + "/cgroup.events", O_RDONLY | O_CLOEXEC)
+        guard events >= 0 else { return rmdir(path) == 0 }
+        defer { close(events) }
+        var deadline = timeout * 1000
+        var killed = false
+        while true {
+            var buffer = [UInt8](repeating: 0, count: 256)
+            let n = pread(events, &buffer, buffer.count, 0)
+            if n > 0, String(decoding: buffer[0..<n], as: UTF8.self).split(separator: "\n").contains("populated 0") { break }
+            if deadline <= 0 {
+                if killed { break }
+                kill()   // still populated: what is left of the app goes now
+                killed = true
+                deadline = timeout * 1000
+            }
+            var descriptor = pollfd(fd: events, events: Int16(POLLPRI), revents: 0)
+            _ = poll(&descriptor, 1, 100)
+            deadline -= 100
+        }
+        return rmdir(path) == 0
+    }
 
     /// The cgroups of app `uuid` that supervisors killed outright (`SIGKILL`) left behind — with
     /// their processes, which may even be frozen for good — are killed and removed. A cgroup is

@@ -113,7 +113,8 @@ package struct SandboxProfile: Sendable {
         if !executable.hasPrefix("/usr/") { rules.append(("exec", executable)) }
         let container = app.url.path
         rules.append(("read", container))
-        for directory in AppContainer.writableDirectories { rules.append(("write", container + "/" + directory)) }
+        // Sockets and FIFOs only in tmp (TMPDIR: Python's multiprocessing, asyncio …), never among data.
+        for directory in AppContainer.writableDirectories { rules.append((directory == "tmp" ? "scratch" : "write", container + "/" + directory)) }
         rules.append(("inbox", app.inboxStorage.path))
         for group in groups { rules.append(("shared", group.url.path)) }
         for (rights, path) in rules { a += ["--allow", rights + ":" + path] }
