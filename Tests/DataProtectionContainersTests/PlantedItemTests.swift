@@ -28,7 +28,7 @@ import Testing
 
     @Test func preferencesFollowNoLinkAndReadNoFIFO() throws {
         let world = try AppWorld.make()
-        try world.install("com.example.a", ["--group", "group.com.example.g"])
+        let a = try world.install("com.example.a", ["--group", "group.com.example.g"])
         let b = try world.install("com.example.b", ["--group", "group.com.example.g"])
         let unlock = ["--passcode-file", world.passcode]
         #expect(try world.dpctl(["defaults", "write", "com.example.b", "secret", "hunter2"] + unlock).status == 0)
@@ -46,8 +46,11 @@ import Testing
         #expect(merged.status != 0)
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: group + "/Library/Preferences/group.com.example.g.plist").hasPrefix("/proc"))
 
-        // A FIFO where the plist belongs: refused at once, not a hang.
-        _ = try world.shell("com.example.a", "rm -f Library/Preferences/com.example.a.plist && mkfifo Library/Preferences/com.example.a.plist")
+        // A FIFO where the plist belongs (an app can no longer make one there: planted from outside,
+        // as any other program of the user could): refused at once, not a hang.
+        let appMade = try world.shell("com.example.a", "rm -f Library/Preferences/com.example.a.plist && mkfifo Library/Preferences/com.example.a.plist")
+        #expect(appMade.status != 0, "the app made a FIFO among its data")
+        #expect(mkfifo(a + "/Library/Preferences/com.example.a.plist", 0o600) == 0)
         let fifo = try world.dpctl(["defaults", "read", "com.example.a"] + unlock)
         #expect(fifo.status == 1 && fifo.stderr.contains("not a regular file"), "\(fifo.stderr)")
 

@@ -313,3 +313,69 @@ import Testing
         #expect(left.isEmpty, "left behind: \(left)")
     }
 }
+
+/// With Landlock ABI 6 the sandbox kept the host's network namespace: an app reached a
+/// loopback-only service of the host, read the host's /proc/net, and bound an abstract name a
+/// host process then trusted.
+@Suite struct NetworkIsolationTests {
+    /// The host's side: a TCP service on 127.0.0.1 and an abstract Unix socket, each counting the
+    /// connections it gets; prints its port, then serves until its standard input closes.
+    static let hostServices = """
+        import os, socket, sys, threading
+        tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(8)
+        abstract = socket.socket(socket.AF_UNIX); abstract.bind(b"\\0" + sys.argv[1].encode()); abstract.listen(8)
+        counts = {"tcp": 0, "abstract": 0}
+        def serve(s, name):
+            while True:
+                c, _ = s.accept(); counts[name] += 1; c.close()
+        for s, name in ((tcp, "tcp"), (abstract, "abstract")):
+            threading.Thread(target=serve, args=(s, name), daemon=True).start()
+        print(tcp.getsockname()[1], flush=True)
+        sys.stdin.read()
+        print("tcp=%d abstract=%d" % (counts["tcp"], counts["abstract"]), flush=True)
+        """
+
+    static let hostileApp = """
+        import json, os, socket, sys
+        port, name = int(sys.argv[1]), sys.argv[2]
+        out = {}
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close(); out["tcp"] = "reached"
+        except OSError as error:
+            out["tcp"] = os.strerror(error.errno) if error.errno else str(error)
+        try:
+            s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(b"\\0" + name.encode()); out["abstract"] = "reached"
+        except OSError as error:
+            out["abstract"] = os.strerror(error.errno) if error.errno else str(error)
+        out["proc net unix"] = "seen" if name in open("/proc/net/unix").read() else "not seen"
+        out["interfaces"] = sorted(n for _, n in socket.if_nameindex())
+        print(json.dumps(out, sort_keys=True))
+        """
+
+    @Test func anAppReachesNoHostServiceAndSeesNoHostSocket() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.netprobe")
+        let name = "dp-host-service-\(UUID().uuidString.prefix(8))"
+        let host = Process()
+        host.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        host.arguments = ["-c", Self.hostServices, name]
+        let out = Pipe(), input = Pipe()
+        host.standardOutput = out
+        host.standardInput = input
+        try host.run()
+        let reader = out.fileHandleForReading
+        let port = try #require(Int(String(decoding: reader.availableData, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+
+        let probe = try world.dpctl(["app", "run", "com.example.netprobe", "--", "/usr/bin/python3", "-c", Self.hostileApp, String(port), name])
+        try input.fileHandleForWriting.close()
+        let served = String(decoding: reader.readDataToEndOfFile(), as: UTF8.self)
+        host.waitUntilExit()
+        #expect(probe.status == 0, "\(probe.stderr)")
+        let results = try #require(try JSONSerialization.jsonObject(with: probe.stdout) as? [String: Any], "\(probe.out)")
+        #expect(results["tcp"] as? String != "reached" && results["abstract"] as? String != "reached", "\(results)")
+        #expect(results["proc net unix"] as? String == "not seen")
+        #expect(results["interfaces"] as? [String] == ["lo"], "\(results)")
+        // From the host's side: nobody connected.
+        #expect(served.contains("tcp=0 abstract=0"), "\(served)")
+    }
+}

@@ -192,7 +192,8 @@ import Testing
         defer { try? input.fileHandleForWriting.close(); listener.waitUntilExit() }
         #expect(try readLine(out.fileHandleForReading) == "ready")
         let connect = "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0\(name)'); print('connected')\nexcept OSError as e: print('refused', e.errno)"
-        // Outside, the socket answers (the check can fail); inside, it is refused (EPERM).
+        // Outside, the socket answers (the check can fail); inside, it is not there (the app's own
+        // network namespace has its own abstract names: ECONNREFUSED), or refused (Landlock: EPERM).
         let outside = Process()
         outside.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         outside.arguments = ["-c", connect]
@@ -202,7 +203,7 @@ import Testing
         outside.waitUntilExit()
         #expect(String(decoding: outsideOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "connected\n")
         let inside = try world.dpctl(["app", "run", "com.example.a", "--", "/usr/bin/python3", "-c", connect])
-        #expect(inside.out == "refused 1\n", "\(inside.stderr)")
+        #expect(["refused 1\n", "refused 111\n"].contains(inside.out), "\(inside.out) \(inside.stderr)")
     }
 
     @Test func aMissingPartOfTheSandboxIsAOneLineRefusal() throws {

@@ -61,7 +61,9 @@ package struct SandboxProfile: Sendable {
     package func bubblewrapArguments(landlock: Bool = true) -> [String] {
         var a = ["--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                  "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        if !requirements.scopesSockets { a.append("--unshare-net") }
+        // A network namespace of its own, always: no host loopback service, no host abstract
+        // socket, nothing of the host's /proc/net (iOS gives an app no view of other processes).
+        a.append("--unshare-net")
         // The system, read-only.
         a += ["--ro-bind", "/usr", "/usr"]
         for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {

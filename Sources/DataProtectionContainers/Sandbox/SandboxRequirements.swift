@@ -19,11 +19,11 @@ public struct SandboxRequirements: Sendable, Equatable {
     /// The oldest Landlock ABI the sandbox accepts: 3 (Linux 6.2) brings TRUNCATE, without which
     /// an Inbox file could be emptied.
     public static let minimumLandlockABI = 3
-    /// From ABI 6 (Linux 6.12) abstract Unix sockets and signals are scoped to the sandbox;
-    /// before it the app gets its own network namespace instead (no network).
+    /// From ABI 6 (Linux 6.12) abstract Unix sockets and signals are also scoped to the sandbox
+    /// (the app has its own network namespace in any case).
     public static let scopingLandlockABI = 6
 
-    /// Whether Landlock scopes abstract sockets and signals here (else: no network for apps).
+    /// Whether Landlock scopes abstract sockets and signals here.
     public var scopesSockets: Bool { landlockABI >= Self.scopingLandlockABI }
 
     /// Finds the parts. `environment` may name them: `DATAPROTECTION_BWRAP`,
