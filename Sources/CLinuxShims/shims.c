@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <sys/uio.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
@@ -178,4 +179,11 @@ int cshim_rename_exchange(const char *first, const char *second) {
     long r = syscall(316, AT_FDCWD, first, AT_FDCWD, second, 2U);
 #endif
     return r < 0 ? -errno : 0;
+}
+
+int cshim_namespace_parent(int fd) {
+    int parent = ioctl(fd, 0xb702 /* NS_GET_PARENT */);
+    if (parent < 0) return -errno;
+    fcntl(parent, F_SETFD, FD_CLOEXEC);
+    return parent;
 }

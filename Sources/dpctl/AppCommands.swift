@@ -56,12 +56,14 @@ struct AppInstall: AsyncParsableCommand {
     @Flag(help: "Expose Documents to other apps through grants (UISupportsDocumentBrowser; off by default).") var documentBrowser = false
     @Flag(help: "The app reads its files through DataProtection (CurrentApp.files), so `audit --fix` may protect its plain files in place.")
     var usesProtectedFiles = false
+    @Flag(help: "The network entitlement: the app reaches the outside world through user-mode networking (slirp4netns), never the host's loopback services; off by default.")
+    var network = false
 
     func run() async throws {
         let id = try appIdentifier(identifier)
         let groupIDs = try groups.map(groupIdentifier)
         let app = try await containerManager(device).install(id, defaultProtection: defaultProtection, groups: groupIDs, documentBrowser: documentBrowser,
-                                                                      usesProtectedFiles: usesProtectedFiles)
+                                                                      usesProtectedFiles: usesProtectedFiles, network: network)
         printOut("installed \(app.identifier) in \(app.url.path) (default class \(app.defaultProtection))")
     }
 }
@@ -104,6 +106,7 @@ struct AppInfo: AsyncParsableCommand {
             "reads files:      " + (report.usesProtectedFiles
                 ? "through DataProtection: `audit --fix` may protect its plain files in place"
                 : "as they are on disk, perhaps: `audit --fix` leaves its plain files for you"),
+            "network:          " + (report.network ? "yes, through user-mode networking (slirp4netns); never the host's loopback" : "none"),
             "installed:        \(report.created)",
         ]
         for group in report.groups {
@@ -129,6 +132,7 @@ struct AppReport: Encodable {
     var entitledProtection: String
     var documentBrowser: Bool
     var usesProtectedFiles: Bool
+    var network: Bool
     var created: String
     var groups: [Group]
     var entitlements: [String: String]
@@ -141,6 +145,7 @@ struct AppReport: Encodable {
         entitledProtection = app.entitledProtection.iOSName
         documentBrowser = app.supportsDocumentBrowser
         usesProtectedFiles = app.metadata.usesProtectedFiles == true
+        network = app.metadata.network == true
         created = ISO8601DateFormatter().string(from: app.metadata.created)
         groups = app.groups.map { id in
             let group = try? manager.group(id)

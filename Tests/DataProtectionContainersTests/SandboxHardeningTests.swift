@@ -379,3 +379,80 @@ import Testing
         #expect(served.contains("tcp=0 abstract=0"), "\(served)")
     }
 }
+
+/// The network entitlement (off by default): the app reaches the outside world through
+/// user-mode networking, never the host's loopback services. "The outside world" is a host of
+/// the test's own, in a network namespace it makes.
+@Suite(.serialized) struct NetworkEntitlementTests {
+    static var canRun: Bool {
+        getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/slirp4netns") && FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip")
+    }
+
+    @discardableResult
+    static func sh(_ script: String) throws -> ChildProcess { try ChildProcess.run("/bin/sh", ["-c", script]) }
+
+    static let probe = """
+        import json, os, socket, sys
+        def attempt(host, port):
+            try:
+                socket.create_connection((host, port), timeout=5).close(); return "reached"
+            except OSError as error:
+                return os.strerror(error.errno) if error.errno else "timed out"
+        print(json.dumps({"outside": attempt(sys.argv[1], int(sys.argv[2])),
+                          "host loopback": attempt("10.0.2.2", int(sys.argv[3])),
+                          "interfaces": sorted(n for _, n in socket.if_nameindex())}, sort_keys=True))
+        """
+
+    @Test(.enabled(if: canRun, "needs root, ip (iproute2) and slirp4netns"))
+    func withTheEntitlementAnAppReachesTheOutsideButNeverTheHostLoopback() throws {
+        let tag = String(UUID().uuidString.prefix(6)).lowercased()
+        let namespace = "dp-out-\(tag)", hostEnd = "dpa\(tag)", outsideEnd = "dpb\(tag)"
+        let setUp = try Self.sh("""
+            set -e
+            ip netns add \(namespace)
+            ip link add \(hostEnd) type veth peer name \(outsideEnd)
+            ip link set \(outsideEnd) netns \(namespace)
+            ip addr add 10.213.77.1/30 dev \(hostEnd) && ip link set \(hostEnd) up
+            ip netns exec \(namespace) ip addr add 10.213.77.2/30 dev \(outsideEnd)
+            ip netns exec \(namespace) ip link set \(outsideEnd) up
+            ip netns exec \(namespace) ip link set lo up
+            """)
+        defer { _ = try? Self.sh("ip netns del \(namespace); ip link del \(hostEnd) 2>/dev/null; true") }
+        try #require(setUp.status == 0, "\(setUp.err)")
+        // A service on the outside host, and one on the host's loopback.
+        let server = "import socket, sys\ns = socket.socket(); s.bind((sys.argv[1], 0)); s.listen(8); print(s.getsockname()[1], flush=True)\nwhile True: s.accept()[0].close()"
+        func serve(_ arguments: [String]) throws -> (Process, Int) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: arguments[0])
+            process.arguments = Array(arguments.dropFirst())
+            let out = Pipe()
+            process.standardOutput = out
+            try process.run()
+            let port = Int(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            return (process, port)
+        }
+        let (outside, outsidePort) = try serve(["/usr/sbin/ip", "netns", "exec", namespace, "/usr/bin/python3", "-c", server, "10.213.77.2"])
+        defer { kill(outside.processIdentifier, SIGKILL); outside.waitUntilExit() }
+        let (loopback, loopbackPort) = try serve(["/usr/bin/python3", "-c", server, "127.0.0.1"])
+        defer { kill(loopback.processIdentifier, SIGKILL); loopback.waitUntilExit() }
+        #expect(outsidePort > 0 && loopbackPort > 0)
+
+        let world = try AppWorld.make()
+        try world.install("com.example.online", ["--network"])
+        try world.install("com.example.offline")
+        func run(_ id: String) throws -> [String: Any] {
+            let result = try world.dpctl(["app", "run", id, "--", "/usr/bin/python3", "-c", Self.probe, "10.213.77.2", String(outsidePort), String(loopbackPort)])
+            #expect(result.status == 0, "\(id): \(result.stderr)")
+            return (try? JSONSerialization.jsonObject(with: result.stdout) as? [String: Any]) ?? [:]
+        }
+        let online = try run("com.example.online")
+        #expect(online["outside"] as? String == "reached", "\(online)")
+        #expect(online["host loopback"] as? String != "reached", "\(online)")
+        #expect(online["interfaces"] as? [String] == ["lo", "tap0"], "\(online)")
+        let offline = try run("com.example.offline")
+        #expect(offline["outside"] as? String != "reached" && offline["host loopback"] as? String != "reached", "\(offline)")
+        #expect(offline["interfaces"] as? [String] == ["lo"], "\(offline)")
+        let info = try world.dpctl(["app", "info", "com.example.online"]).out
+        #expect(info.contains("network:          yes"), "\(info)")
+    }
+}

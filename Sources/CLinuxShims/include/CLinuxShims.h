@@ -78,6 +78,10 @@ static inline void cshim_store_release_u64(uint64_t *word, uint64_t value) { __a
 /// when the last descriptor of it closes): 0, or -errno (-EAGAIN: another description holds one).
 int cshim_ofd_write_lock(int fd);
 
+/// `ioctl(NS_GET_PARENT)`: a descriptor of the parent of the user namespace `fd` refers to
+/// (close-on-exec), or -errno.
+int cshim_namespace_parent(int fd);
+
 /// `fcntl(F_OFD_GETLK)` for a write lock on the whole file, without taking anything: 1 when another
 /// open file description holds a lock on it, 0 when none does, or -errno.
 int cshim_ofd_is_locked(int fd);

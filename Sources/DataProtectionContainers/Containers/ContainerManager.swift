@@ -96,10 +96,11 @@ public struct ContainerManager: Sendable {
     ///   - documentBrowser: `UISupportsDocumentBrowser`: other apps may browse `Documents`.
     ///   - usesProtectedFiles: The app reads its files through this library, so an audit may
     ///     protect a plain file of its container in place (``ContainerMetadata/usesProtectedFiles``).
+    ///   - network: The network entitlement (``ContainerMetadata/network``): off by default.
     @discardableResult
     public func install(_ identifier: AppIdentifier, defaultProtection: ProtectionClass = .default,
                         groups: [AppGroupIdentifier] = [], documentBrowser: Bool = false,
-                        usesProtectedFiles: Bool = false) async throws -> AppContainer {
+                        usesProtectedFiles: Bool = false, network: Bool = false) async throws -> AppContainer {
         try layout.prepareContainers()
         return try await withInstallLock {
             guard (try? app(identifier)) == nil else { throw ContainerError.alreadyInstalled(identifier) }
@@ -118,7 +119,7 @@ public struct ContainerManager: Sendable {
             let metadata = ContainerMetadata(schemaVersion: ContainerMetadata.currentSchemaVersion, kind: .application,
                                              identifier: identifier.rawValue, uuid: uuid, defaultProtection: defaultProtection.iOSName,
                                              groups: uniqueGroups.map(\.rawValue), documentBrowser: documentBrowser, created: Date(),
-                                             usesProtectedFiles: usesProtectedFiles ? true : nil)
+                                             usesProtectedFiles: usesProtectedFiles ? true : nil, network: network ? true : nil)
             try metadata.write(container: staging)
             try fileSystem { _ = try POSIXFile.call("rename", staging, final) { rename($0, $1) } }
             try? POSIXFile.syncDirectory(layout.applications)

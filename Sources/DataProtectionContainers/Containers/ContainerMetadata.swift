@@ -33,6 +33,10 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
     /// false: the app may read its files as they are on disk (a shell, Python, SQLite), and
     /// converting one would break it. Optional key: metadata written before it reads as `nil`.
     public var usesProtectedFiles: Bool?
+    /// An app's network entitlement (Flatpak's `--share=network`): with it, the app reaches
+    /// the outside world through user-mode networking; without it (`nil` or false), it has no
+    /// network at all. Never the host's loopback services.
+    public var network: Bool?
 
     public static let currentSchemaVersion = 1
 
@@ -40,6 +44,7 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
         case schemaVersion = "SchemaVersion", kind = "Kind", identifier = "Identifier", uuid = "UUID"
         case defaultProtection = "DefaultProtection", groups = "Groups", documentBrowser = "DocumentBrowser", created = "Created"
         case usesProtectedFiles = "UsesProtectedFiles"
+        case network = "Network"
     }
 
     /// The default class, decoded.

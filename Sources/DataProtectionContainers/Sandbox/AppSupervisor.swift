@@ -80,13 +80,21 @@ public final class AppSupervisor: Sendable {
         let status = try Pipe2()
         let bwrapErrors = try Pipe2()
         let argv: [String]
-        let descriptors: [Int32]
+        var descriptors: [Int32]
+        // The network entitlement: user-mode networking, attached before the app starts.
+        let networking = sandboxed && app.metadata.network == true
+        let slirp4netns = networking ? SandboxRequirements.slirp4netns(environment: environment) : nil
+        if networking, slirp4netns == nil {
+            throw ContainerError.sandboxUnavailable("\(identifier) has the network entitlement, and slirp4netns is not installed: apt-get install slirp4netns")
+        }
+        let info = networking ? try Pipe2() : nil, block = networking ? try Pipe2() : nil
         if let requirements {
             let profile = SandboxProfile(requirements: requirements, app: app, groups: groups, executable: executable,
                                          arguments: Array(command.dropFirst()), environment: appEnvironment)
             try profile.validate()
             argv = [requirements.bubblewrap] + profile.bubblewrapArguments()
             descriptors = [input, output, bwrapErrors.write, control.app, status.write, errors]
+            if let info, let block { descriptors += [info.write, block.read] }
         } else {
             argv = [executable] + command.dropFirst()
             descriptors = [input, output, errors, control.app]
@@ -109,6 +117,19 @@ public final class AppSupervisor: Sendable {
         control.closeAppEnd()
         status.closeWriteEnd()
         bwrapErrors.closeWriteEnd()
+        var network: UserModeNetwork?
+        if let info, let block, let slirp4netns {
+            do {
+                network = try UserModeNetwork.attach(slirp4netns: slirp4netns, info: info, errors: errors)
+            } catch {
+                if let pid = child.pid { kill(pid, SIGKILL) }
+                _ = await child.exitStatus()
+                throw error
+            }
+            _ = Glibc.write(block.write, "go", 2)   // the sandbox goes on: the app starts with its network
+            block.closeWriteEnd()
+        }
+        defer { if let network { Task { await network.stop() } } }
         if requirements != nil {
             let report = status.readAll()
             if report.first != UInt8(ascii: "R") || report.count > 1 {

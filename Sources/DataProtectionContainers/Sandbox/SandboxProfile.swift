@@ -40,6 +40,9 @@ package struct SandboxProfile: Sendable {
     static let supervisorDescriptor: Int32 = 3
     static let statusDescriptor: Int32 = 4
     static let stderrDescriptor: Int32 = 5
+    /// With the network entitlement: bubblewrap's `--info-fd` and `--block-fd`.
+    static let infoDescriptor: Int32 = 6
+    static let blockDescriptor: Int32 = 7
 
     /// `/etc` entries an ordinary program needs; anything else of `/etc` is not there.
     static let etcEntries = ["passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "localtime", "timezone",
@@ -64,6 +67,9 @@ package struct SandboxProfile: Sendable {
         // A network namespace of its own, always: no host loopback service, no host abstract
         // socket, nothing of the host's /proc/net (iOS gives an app no view of other processes).
         a.append("--unshare-net")
+        // With the network entitlement, the sandbox waits (before the app runs) until the
+        // supervisor has attached user-mode networking to it.
+        if app.metadata.network == true { a += ["--info-fd", String(Self.infoDescriptor), "--block-fd", String(Self.blockDescriptor)] }
         // The system, read-only.
         a += ["--ro-bind", "/usr", "/usr"]
         for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {

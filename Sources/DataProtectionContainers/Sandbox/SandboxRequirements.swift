@@ -59,6 +59,13 @@ public struct SandboxRequirements: Sendable, Equatable {
         return SandboxRequirements(bubblewrap: bwrap, sandboxExec: exec, landlockABI: effective)
     }
 
+    /// slirp4netns, for apps with the network entitlement (`DATAPROTECTION_SLIRP4NETNS`, else
+    /// `PATH`); `nil` when it is not installed.
+    package static func slirp4netns(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        if let named = environment["DATAPROTECTION_SLIRP4NETNS"] { return isExecutable(named) ? named : nil }
+        return findInPath("slirp4netns", environment: environment)
+    }
+
     package static func findInPath(_ name: String, environment: [String: String]) -> String? {
         for directory in (environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":") {
             let candidate = String(directory) + "/" + name
