@@ -148,7 +148,11 @@ import Testing
         #expect(try world.dpctl(["grants", "--json"]).out.contains(editor))
         #expect(try world.dpctl(["app", "uninstall", editor]).status == 0)
         #expect(!(try world.dpctl(["grants", "--json"]).out.contains(editor)))
-        #expect(try FileManager.default.contentsOfDirectory(atPath: world.cli.root + "/Sharing/Grants").isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.cli.root + "/Sharing/Grants").filter { !$0.hasPrefix(".") }.isEmpty)
+        // Nor does the per-app index keep any of them.
+        let index = world.cli.root + "/Sharing/Grants/.by-app"
+        let entries = (FileManager.default.enumerator(atPath: index)?.allObjects as? [String] ?? []).filter { $0.contains("/") }
+        #expect(entries.isEmpty, "\(entries)")
     }
 
     @Test func expiryIsOnTheKeybagsClock() async throws {
@@ -310,5 +314,41 @@ import Testing
         #expect(try world.dpctl(["cat", folder + "/new.txt"] + unlock).out == "added")
         #expect(try world.dpctl(["cat", folder + "/keep.txt"] + unlock).out == "keep")
         #expect(try world.dpctl(["cat", documents + "/BBB.txt"] + unlock).out == "outside")
+    }
+}
+
+/// One app gave 20,000 grants: 80 MB outside its container, and every other app's exit read
+/// them all. Grants are capped per providing app and found through a per-app index.
+@Suite struct GrantBoundsTests {
+    @Test func grantsAreCappedPerProviderAndEachAppReadsOnlyItsOwn() async throws {
+        let device = try await TestDevice.make()
+        try await device.keybag.unlock(passcode: "1234")
+        let manager = ContainerManager(files: device.files)
+        let flooder = try await manager.install(AppIdentifier("com.example.flooder"), documentBrowser: true)
+        _ = try await manager.install(AppIdentifier("com.example.sink"))
+        let bystander = try await manager.install(AppIdentifier("com.example.bystander"))
+        try await device.files.write(Data("x".utf8), to: flooder.documents.appendingPathComponent("x.txt"))
+        let broker = SharingBroker(manager: manager)
+        for _ in 0..<GrantStore.limitPerProvider {
+            _ = try broker.grant("Documents/x.txt", from: flooder.identifier, to: AppIdentifier("com.example.sink"), capabilities: [.reading],
+                                 persistent: true, by: .providingApp)
+        }
+        #expect(throws: SharingError.self) {
+            try broker.grant("Documents/x.txt", from: flooder.identifier, to: AppIdentifier("com.example.sink"), capabilities: [.reading], by: .providingApp)
+        }
+        #expect(throws: SharingError.self) { try broker.share("Documents/x.txt", from: flooder.identifier, with: AppIdentifier("com.example.sink")) }
+        // Another app's own grants are found without reading the flood.
+        let store = GrantStore(layout: manager.layout)
+        #expect(store.grants(involving: bystander.uuid).isEmpty)
+        let index = manager.layout.grants + "/.by-app/"
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: index + bystander.uuid.uuidString)) ?? []).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: index + flooder.uuid.uuidString).count == GrantStore.limitPerProvider)
+        // Ending one makes room for one.
+        let first = try #require(broker.grants(involving: flooder.identifier).first)
+        try broker.revoke(first.id)
+        _ = try broker.grant("Documents/x.txt", from: flooder.identifier, to: AppIdentifier("com.example.sink"), capabilities: [.reading], by: .providingApp)
+        // Grants recorded before the index (an older version) are indexed at first use.
+        try FileManager.default.removeItem(atPath: manager.layout.grants + "/.by-app")
+        #expect(store.grants(involving: flooder.uuid).count == GrantStore.limitPerProvider)
     }
 }

@@ -147,7 +147,9 @@ public struct SharingService: AppSupervisorService {
                 guard (try? answers.send(answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
             case .list:
                 guard r.remaining == 0 else { return }
-                let items = broker.grants().filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }
+                let items = GrantStore(layout: broker.manager.layout).grants(involving: app.uuid)
+                    .filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }
+                    .sorted { ($0.created, $0.id.uuidString) < ($1.created, $1.id.uuidString) }
                     .compactMap { grant in (try? broker.provider(of: grant)).map { GrantedItemRecord(grant, provider: $0) } }
                 guard let plist = try? binaryPropertyList(items), (try? answers.send(SharingProtocol.ok + plist)) != nil else { return }
             }

@@ -58,7 +58,9 @@ extension SharingBroker {
                           persistent: persistent)
         let identity = ItemIdentity(descriptor: item.descriptor, status: st)
         (grant.birthTime, grant.isDirectory) = (identity.birthTime, identity.isDirectory)
-        try GrantStore(layout: manager.layout).save(grant)
+        let store = GrantStore(layout: manager.layout)
+        try store.requireRoom(forGrantsOf: from, at: now)
+        try store.save(grant)
         return grant
     }
 
@@ -226,12 +228,13 @@ extension SharingBroker {
     /// Removes the transient grants `app` received (its run has ended).
     func endTransientGrants(of app: AppContainer) {
         let store = GrantStore(layout: manager.layout)
-        for grant in store.all() where !grant.persistent && grant.recipientContainer == app.uuid { removeGrant(grant) }
+        for grant in store.grants(involving: app.uuid) where !grant.persistent && grant.recipientContainer == app.uuid { removeGrant(grant) }
     }
 
     /// Removes every grant `app` gave or received (it is being uninstalled).
     func removeGrants(of app: AppContainer) {
         let store = GrantStore(layout: manager.layout)
         for grant in store.all() where grant.providerContainer == app.uuid || grant.recipientContainer == app.uuid { removeGrant(grant) }
+        store.removeIndex(of: app.uuid)
     }
 }

@@ -29,6 +29,7 @@ extension SharingBroker {
         defer { try? item.descriptor.close() }
         let st = try BeneathOpen.status(item.descriptor, path: item.path)
         try BeneathOpen.requireSingleRegularFile(st, path: item.path)
+        try GrantStore(layout: manager.layout).requireRoom(forGrantsOf: from, at: clock.now())   // shares and their snapshots too
         let id = UUID()
         var snapshot: String?
         if !live {
