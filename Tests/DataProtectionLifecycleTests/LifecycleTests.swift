@@ -145,6 +145,28 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(gone.status == 1 && gone.stderr.contains("not running") && gone.stderr.contains("dpctl app run"), "\(gone.stderr)")
     }
 
+    /// Without a cgroup, a chain of processes that each fork a successor and exit always had
+    /// one member running while the supervisor reported "suspended". Suspended is now reported
+    /// only when the kernel shows every process stopped; an app that cannot be stopped is ended.
+    @Test(arguments: [true, false])
+    func anAppIsNeverReportedSuspendedWhileAPartOfItRuns(cgroups: Bool) async throws {
+        let lab = try await Lab(usesCgroups: cgroups)
+        let app = try await lab.launch("com.example.chain")
+        #expect(try await app.ask("fork-chain") == "chaining")
+        lab.service.moveToBackground(app.identifier)
+        try await app.expectLines(["event willResignActive", "event didEnterBackground"])
+        lab.device.clock.advance(by: 10)
+        #expect(eventually { lab.state(app) == .suspended || lab.state(app) == nil }, "neither suspended nor ended")
+        if lab.state(app) == .suspended {
+            let status = try #require(lab.status(app))
+            #expect(status.stoppedByKernel, "reported suspended while a part of it runs (\(status.suspension))")
+            try lab.service.moveToForeground(app.identifier)
+            _ = try await app.quit()
+        } else {
+            #expect(try await app.run!.value == 128 + SIGKILL, "ended, as an app that cannot be suspended")
+        }
+    }
+
     @Test(arguments: [true, false])
     func aBackgroundAppWithoutATaskIsReallySuspendedAndResumedInFront(cgroups: Bool) async throws {
         let lab = try await Lab(usesCgroups: cgroups)

@@ -71,6 +71,13 @@ case "lifecycle":
             say(left == .greatestFiniteMagnitude ? "remaining unlimited" : "remaining \(Int(left.rounded()))")
         case "state":
             say("state \(lifecycle.applicationState)")
+        case "fork-chain":
+            // fork-chain: starts a process that forever forks a successor and exits (so one of
+            // the chain is always between a scan and a stop signal).
+            let chain = Process()
+            chain.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            chain.arguments = ["-c", "import os\nwhile True:\n    if os.fork() > 0:\n        os._exit(0)"]
+            do { try chain.run(); say("chaining") } catch { say("chain failed: \(error)") }
         case "ignore-terminate":
             lock.withLock { flags.exitOnTerminate = false }
             say("ignoring willTerminate")

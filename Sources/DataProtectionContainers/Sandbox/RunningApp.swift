@@ -47,8 +47,22 @@ public final class RunningApp: Sendable {
     /// each process in state `T`.
     public var isStoppedByKernel: Bool {
         if let cgroup { return cgroup.isFrozen }
-        let tree = processTree(pid)
-        return !tree.isEmpty && tree.allSatisfy { Self.processState($0) == "T" }
+        let members = appProcesses(pid)
+        return !members.isEmpty && members.allSatisfy { Self.processState($0).map { $0 == "T" || $0 == "t" } ?? true }
+    }
+
+    /// The app's own processes, without the sandbox's: bubblewrap's monitor (the run's pid) and
+    /// the pid namespace's init (pid 1 inside), which must keep reaping what the app's
+    /// processes leave — stopped, it would collect zombies until the system's pids ran out.
+    private func appProcesses(_ root: pid_t?) -> [pid_t] {
+        processTree(root).filter { $0 != root && Self.innermostPID($0).map { $0 != 1 } ?? false }
+    }
+
+    /// A process's pid in its innermost pid namespace (`NSpid`'s last field in `/proc/PID/status`).
+    private static func innermostPID(_ pid: pid_t) -> pid_t? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") }) else { return nil }
+        return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last.flatMap { pid_t($0) }
     }
 
     /// Runs `start` (which spawns the app) inside the run's cgroup, if it has one; returns
@@ -78,33 +92,40 @@ public final class RunningApp: Sendable {
     public func suspend() -> Bool {
         state.withLock { state in
             guard state.pid != nil, !state.ended else { return false }
+            // Suspended is reported only once the kernel shows it; an app that cannot be stopped
+            // is not reported suspended (the caller ends it, as iOS ends apps it cannot suspend).
             if let cgroup {
                 guard cgroup.freeze(true) else { return false }
-                // Freezing takes effect as each process reaches a safe point; report suspended
-                // once the kernel says all have (bounded: a process stuck in the kernel is
-                // frozen when it leaves it).
+                // Freezing takes effect as each process reaches a safe point (bounded: a process
+                // stuck in the kernel is frozen when it leaves it).
                 for _ in 0..<2000 where !cgroup.isFrozen { usleep(500) }
-            } else {
-                // Parents first, repeated until no new process appears: a process cannot fork
-                // once stopped, so the tree stops growing.
-                var stopped = Set<pid_t>()
-                for _ in 0..<16 {
-                    let fresh = processTree(state.pid).filter { !stopped.contains($0) }
-                    if fresh.isEmpty { break }
-                    for pid in fresh {
-                        _ = Glibc.kill(pid, SIGSTOP)
-                        stopped.insert(pid)
-                    }
+                guard cgroup.isFrozen else {
+                    _ = cgroup.freeze(false)
+                    return false
                 }
-                // A stop signal is delivered asynchronously: report suspended once each
-                // process shows it (bounded).
-                let shown = { stopped.allSatisfy { Self.processState($0).map { $0 == "T" } ?? true } }
-                for _ in 0..<2000 where !shown() { usleep(500) }
+            } else {
+                // Stop every process of the app, then look again, until one look finds them all
+                // stopped: a stopped process cannot fork, so such a look is the whole app. A chain
+                // of processes that each fork a successor and exit is chased until it is caught,
+                // or the rounds run out and the app is not suspended.
+                var verified = false
+                let deadline = Date().addingTimeInterval(Self.stopTimeLimit)
+                while Date() < deadline {
+                    let members = appProcesses(state.pid)
+                    let running = members.filter { Self.processState($0).map { $0 != "T" && $0 != "t" } ?? false }
+                    if running.isEmpty { verified = true; break }
+                    for pid in running { _ = Glibc.kill(pid, SIGSTOP) }
+                    usleep(200)   // a stop signal is delivered asynchronously
+                }
+                guard verified else { return false }
             }
             state.suspended = true
             return true
         }
     }
+
+    /// How long the supervisor chases the app's processes before giving up on stopping it.
+    static let stopTimeLimit: TimeInterval = 2
 
     /// Lets the app's processes run again.
     public func resume() {
@@ -114,7 +135,7 @@ public final class RunningApp: Sendable {
             if let cgroup {
                 _ = cgroup.freeze(false)
             } else {
-                for pid in processTree(state.pid).reversed() { _ = Glibc.kill(pid, SIGCONT) }
+                for pid in appProcesses(state.pid).reversed() { _ = Glibc.kill(pid, SIGCONT) }
             }
         }
     }

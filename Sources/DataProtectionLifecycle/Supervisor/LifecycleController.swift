@@ -312,6 +312,12 @@ final class LifecycleController: Sendable {
                 if run.suspend() {
                     setState(.suspended, &inner)
                     logger.info("\(identifier) suspended (\(run.suspension.rawValue))")
+                } else {
+                    // It could not be stopped whole (processes that keep forking away from the
+                    // stop signal): ended, as iOS ends an app it cannot suspend — never reported
+                    // suspended while a part of it runs.
+                    logger.warning("\(identifier) could not be suspended (\(run.suspension.rawValue)): ended")
+                    run.kill()
                 }
                 return
             }
