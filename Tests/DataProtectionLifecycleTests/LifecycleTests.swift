@@ -93,6 +93,11 @@ func eventually(_ condition: () -> Bool) -> Bool {
     return false
 }
 
+/// Every test here runs real processes: one at a time (a fork chain loads both cores; the
+/// real-clock tests need them), in a process of their own (scripts/test).
+@Suite(.serialized) struct RealProcessLifecycleTests {}
+
+extension RealProcessLifecycleTests {
 @Suite(.serialized) struct LifecycleTests {
     @Test func theHomeButtonAndTheLockMoveTheAppInIOSOrder() async throws {
         let lab = try await Lab()
@@ -143,28 +148,6 @@ func eventually(_ condition: () -> Bool) -> Bool {
         // Not running: a clear error with what to do.
         let gone = try cli.run(["app", "background", "com.example.remote"])
         #expect(gone.status == 1 && gone.stderr.contains("not running") && gone.stderr.contains("dpctl app run"), "\(gone.stderr)")
-    }
-
-    /// Without a cgroup, a chain of processes that each fork a successor and exit always had
-    /// one member running while the supervisor reported "suspended". Suspended is now reported
-    /// only when the kernel shows every process stopped; an app that cannot be stopped is ended.
-    @Test(arguments: [true, false])
-    func anAppIsNeverReportedSuspendedWhileAPartOfItRuns(cgroups: Bool) async throws {
-        let lab = try await Lab(usesCgroups: cgroups)
-        let app = try await lab.launch("com.example.chain")
-        #expect(try await app.ask("fork-chain") == "chaining")
-        lab.service.moveToBackground(app.identifier)
-        try await app.expectLines(["event willResignActive", "event didEnterBackground"])
-        lab.device.clock.advance(by: 10)
-        #expect(eventually { lab.state(app) == .suspended || lab.state(app) == nil }, "neither suspended nor ended")
-        if lab.state(app) == .suspended {
-            let status = try #require(lab.status(app))
-            #expect(status.stoppedByKernel, "reported suspended while a part of it runs (\(status.suspension))")
-            try lab.service.moveToForeground(app.identifier)
-            _ = try await app.quit()
-        } else {
-            #expect(try await app.run!.value == 128 + SIGKILL, "ended, as an app that cannot be suspended")
-        }
     }
 
     @Test(arguments: [true, false])
@@ -356,6 +339,33 @@ func eventually(_ condition: () -> Bool) -> Bool {
         try input.fileHandleForWriting.close()
     }
 }
+}
+
+extension RealProcessLifecycleTests {
+@Suite struct ForkChainTests {
+    /// Without a cgroup, a chain of processes that each fork a successor and exit always had
+    /// one member running while the supervisor reported "suspended". Suspended is now reported
+    /// only when the kernel shows every process stopped; an app that cannot be stopped is ended.
+    @Test(arguments: [true, false])
+    func anAppIsNeverReportedSuspendedWhileAPartOfItRuns(cgroups: Bool) async throws {
+        let lab = try await Lab(usesCgroups: cgroups)
+        let app = try await lab.launch("com.example.chain")
+        #expect(try await app.ask("fork-chain") == "chaining")
+        lab.service.moveToBackground(app.identifier)
+        try await app.expectLines(["event willResignActive", "event didEnterBackground"])
+        lab.device.clock.advance(by: 10)
+        #expect(eventually { lab.state(app) == .suspended || lab.state(app) == nil }, "neither suspended nor ended")
+        if lab.state(app) == .suspended {
+            let status = try #require(lab.status(app))
+            #expect(status.stoppedByKernel, "reported suspended while a part of it runs (\(status.suspension))")
+            try lab.service.moveToForeground(app.identifier)
+            _ = try await app.quit()
+        } else {
+            #expect(try await app.run!.value == 128 + SIGKILL, "ended, as an app that cannot be suspended")
+        }
+    }
+
+}
 
 /// The same with real processes all the way: keybagd holds the lock, `dpctl app run` supervises,
 /// `dpctl lock` / `unlock` move the app, on the real clock (nothing here waits for a deadline).
@@ -389,6 +399,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(process.terminationStatus == 0)
         try input.fileHandleForWriting.close()
     }
+}
 }
 
 /// `Tests/oracle/logind_inhibit_standin.py`: logind's `Inhibit`, on a private bus.
