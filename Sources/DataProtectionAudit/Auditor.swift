@@ -3,7 +3,7 @@ import DataProtectionContainers
 import DataProtectionKeybag
 import Foundation
 
-/// Finds the data-storage mistakes the seeds warn about (``AuditRule``) in a directory tree, an
+/// Finds the data-storage mistakes iOS developers make (``AuditRule``) in a directory tree, an
 /// app's containers, or a whole device — from headers, extended attributes and metadata only.
 /// It needs no passcode, works while the device is locked, and never decrypts anything.
 ///

@@ -69,7 +69,7 @@ default:
     let writer = try await manager.install(try AppIdentifier("com.example.notes.writer"), defaultProtection: .complete,
                                            groups: [try AppGroupIdentifier(group)])
     let reader = try await manager.install(try AppIdentifier("com.example.notes.reader"), groups: [try AppGroupIdentifier(group)])
-    // A group container starts at iOS's default class: give it the apps' (seed 001).
+    // A group container starts at iOS's default class: give it the apps' (as on iOS).
     try await manager.setDefaultProtection(.completeUnlessOpen, ofGroup: try AppGroupIdentifier(group))
     say("device in \(root); installed \(writer.identifier) and \(reader.identifier), both in \(group)")
 

@@ -1,4 +1,4 @@
-// queue-example: the seed's BackgroundQueueSample (000, "Task Completion"), rebuilt — a queue of
+// queue-example: Apple's BackgroundQueueSample ("Task Completion"), rebuilt — a queue of
 // 60 items processed one per second into a class-B journal, the badge counting down; the home
 // button half-way, a background task that keeps it running, a lock meanwhile; then a second run
 // whose short budget runs out: the expiration handler fires and the app is suspended with items
@@ -9,7 +9,7 @@
 //
 // The same executable plays the app: the supervisor (what `dpctl app run` is) starts it again as
 // `queue-example app`, sandboxed. Time is a virtual clock the example advances, so one "second"
-// of the seed takes no real time.
+// of the sample takes no real time.
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
@@ -34,9 +34,9 @@ exit(0)
 
 // MARK: - The app (sandboxed, under the supervisor)
 
-/// The seed's app: a queue of 60 items, one processed per second on a thread of its own; a
+/// The sample's app: a queue of 60 items, one processed per second on a thread of its own; a
 /// background task begun in `willResignActive` and ended in `didBecomeActive` (the pair that
-/// also fires for the sleep button, which is why the seed chose it) or when the queue empties.
+/// also fires for the sleep button, which is why the sample chose it) or when the queue empties.
 func runApp() async throws {
     guard let app = CurrentApp.shared, let lifecycle = AppLifecycle.shared else { fail("run me through the supervisor") }
     final class TaskBox: @unchecked Sendable {
@@ -70,7 +70,7 @@ func runApp() async throws {
             break
         }
     }
-    // The journal is class B, opened now: it stays writable after a lock (seed 001's advice for
+    // The journal is class B, opened now: it stays writable after a lock (Apple's advice for
     // apps that work in the background); the secret is class A.
     let journalURL = app.documents.appendingPathComponent("journal.txt")
     try await app.files.write(Data(), to: journalURL, protection: .completeUnlessOpen)
@@ -82,7 +82,7 @@ func runApp() async throws {
         let deadline = lifecycle.clock.now().addingTimeInterval(1)
         say("@wait \(deadline.timeIntervalSince1970)")
         try await lifecycle.clock.sleep(until: deadline)
-        guard remaining > 0 else { continue }   // the seed's idle loop: look again in a second
+        guard remaining > 0 else { continue }   // the sample's idle loop: look again in a second
         remaining -= 1
         try await journal.write(Data("item \(remainingItems - remaining)\n".utf8), at: try await journal.size())
         say("badge \(remaining)")
@@ -119,7 +119,7 @@ func runDemo() async throws {
     let start = clock.now()
     func stamp() -> String { String(format: "t=%4.0fs", clock.now().timeIntervalSince(start)) }
 
-    say("queue-example: the seed's BackgroundQueueSample (Task Completion), a sandboxed app under the supervisor")
+    say("queue-example: Apple's BackgroundQueueSample (Task Completion), a sandboxed app under the supervisor")
     say("device in \(root); virtual clock; grace period 10 s")
 
     /// Runs the app once; `script` is called with each badge it shows and may act (the user).
@@ -182,9 +182,9 @@ func runDemo() async throws {
         return facts
     }
 
-    // Run 1: the seed's 10 minutes.
+    // Run 1: iOS 4's 10 minutes.
     say("")
-    say("run 1: 60 items, a background budget of 600 s (the seed's 10 minutes)")
+    say("run 1: 60 items, a background budget of 600 s (iOS 4's 10 minutes)")
     var pressed = false, locked = false
     let first = try await run(budget: 600, items: 60) { badge, lifecycle in
         if badge == 30, !pressed {
@@ -233,7 +233,7 @@ func runDemo() async throws {
     let ok2 = second["expired"] != nil && (Int(second["suspended at badge"] ?? "0") ?? 0) > 0 && second["queue empty"] != nil
 
     say("")
-    say("WHAT                                   ON iOS (seed 000, 001)                      HERE")
+    say("WHAT                                   ON iOS                                      HERE")
     say("home button with a task running        keeps running, up to 10 minutes             " + (first["queue empty"].map { "kept running; queue empty at \($0)" } ?? "DID NOT FINISH"))
     say("device locked meanwhile                runs on while asleep (up to the limit)      kept running; " + (first["class A"] ?? "no class-A read"))
     say("class-B journal after the lock         writable (opened before the lock)           \(written) of 60 items written")
@@ -241,7 +241,7 @@ func runDemo() async throws {
     say("budget runs out                        expiration handler, then suspended          " + (second["expired"].map { "handler at \($0); suspended at badge \(second["suspended at badge"] ?? "?")" } ?? "NO HANDLER"))
     say("back in front                          resumes                                     " + (second["queue empty"].map { "resumed; queue empty at \($0)" } ?? "DID NOT RESUME"))
     if !arguments.contains("--root") { try? FileManager.default.removeItem(atPath: root) }
-    guard ok1, ok2 else { fail("the sample did not behave as the seed describes") }
+    guard ok1, ok2 else { fail("the sample did not behave as Apple describes it") }
     say("done: the task kept the queue going in the background and across a lock, and an app without one was suspended")
 }
 

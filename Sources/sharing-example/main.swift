@@ -1,4 +1,4 @@
-// sharing-example: the seed's test apps (004), rebuilt — the ways iOS apps share files, each run
+// sharing-example: test apps for iOS's ways of sharing files, rebuilt — the ways iOS apps share files, each run
 // between real sandboxed apps, with what happened on iOS beside what happens here.
 //
 //   swift run sharing-example              sets up a device in a temporary directory
@@ -154,7 +154,7 @@ func runAll() async throws {
         ("document browser", "test11 → test10", "UISupportsDocumentBrowser (Xcode's default) exposed all of Documents"),
     ]
     say("")
-    say("CROSSING          APPS              ON iOS (seed 004)")
+    say("CROSSING          APPS              ON iOS          ")
     say("                                    HERE")
     for (key, apps, ios) in rows {
         say(key.padding(toLength: 18, withPad: " ", startingAt: 0) + apps.padding(toLength: 18, withPad: " ", startingAt: 0) + ios)
@@ -163,5 +163,5 @@ func runAll() async throws {
     if !arguments.contains("--root") { try? FileManager.default.removeItem(atPath: root) }
     let failed = rows.filter { results[$0.0] == nil || results[$0.0]!.contains("WORKED") || results[$0.0]!.contains("STILL") || results[$0.0]!.contains("WAS GRANTED") }
     guard failed.isEmpty else { fail("a pitfall is open: \(failed.map(\.0))") }
-    say("done: every crossing went through the broker, and each pitfall the seed found is closed")
+    say("done: every crossing went through the broker, and each known pitfall is closed")
 }

@@ -34,7 +34,7 @@ import Testing
         #expect(try FileManager.default.attributesOfItem(atPath: metadataPath)[.posixPermissions] as? Int == 0o444)
         #expect(app.metadata.identifier == "com.example.notes" && app.metadata.groups == ["group.com.example.notes"])
         #expect(app.metadata.entitlements["com.apple.developer.default-data-protection"] == "NSFileProtectionComplete")
-        // The group container starts at iOS's default, whatever the app's class is (seed 001).
+        // The group container starts at iOS's default, whatever the app's class is (as on iOS).
         let group = try manager.group(try AppGroupIdentifier("group.com.example.notes"))
         #expect(group.url.path.hasPrefix(keybag.root + "/Containers/Shared/AppGroup/"))
         #expect(!group.isProtectionSet && group.defaultProtection == .completeUntilFirstUserAuthentication)

@@ -1,4 +1,4 @@
-/// What `dpctl audit` looks for: one rule per mistake the seeds warn about, each with a stable
+/// What `dpctl audit` looks for: one rule per data-storage mistake iOS developers make, each with a stable
 /// identifier (`DP101`…) that SARIF dashboards and `--json` readers can key on (FORMAT.md §13).
 public enum AuditRule: String, Codable, Sendable, CaseIterable {
     // Files and classes
@@ -99,15 +99,15 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
     public var why: String {
         switch self {
         case .plainFile:
-            "Anyone who reads the disk reads this file: it is not encrypted under any protection class (seed 000: set the class before writing)."
+            "Anyone who reads the disk reads this file: it is not encrypted under any protection class (Apple's guideline: set the class before writing)."
         case .classNone:
             "Class None's key is always available, so the file is readable whenever the device is, locked or not."
         case .weakerThanDirectory:
-            "The file is weaker than what its directory gives new files: its class was set after it was written, or it was copied in (seed 001)."
+            "The file is weaker than what its directory gives new files: its class was set after it was written, or it was copied in."
         case .containerDefaultNone:
             "Every file the app creates inherits class None: readable while the device is locked."
         case .plaintextDatabase:
-            "The database starts with \"SQLite format 3\": its rows are plaintext on disk, whatever the app believes (seed 003)."
+            "The database starts with \"SQLite format 3\": its rows are plaintext on disk, whatever the app believes."
         case .weakDatabaseKey:
             "The database is only as protected as its key file, which is of a weaker class than the container's default."
         case .plaintextDatabaseSidecar:
@@ -115,23 +115,23 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
         case .databaseWithItsOwnKey:
             "An SQLCipher database keyed by its app, not by a class: the device's lock does not govern it, and it is as safe as wherever its key is kept."
         case .largeFileBackedUp:
-            "Large offline or re-downloadable data that is backed up gets apps rejected (seed 002): mark it do-not-back-up or move it to Caches."
+            "Large offline or re-downloadable data that is backed up gets iOS apps rejected by App Review: mark it do-not-back-up or move it to Caches."
         case .backupMarkLost:
             "Backup tools disagree about this directory: one of its two marks (the xattr and CACHEDIR.TAG) was lost by a copy or an archive."
         case .groupDefaultUnset:
-            "The group container never had its class chosen: it keeps iOS's default whatever its member apps require (seed 001)."
+            "The group container never had its class chosen: it keeps iOS's default whatever its member apps require (as on iOS)."
         case .groupWeakerThanMember:
-            "Data a member app shares through the group is less protected there than in the app's own container (seed 001)."
+            "Data a member app shares through the group is less protected there than in the app's own container."
         case .secretInGroupPreferences:
             "Every member of the group, and every extension, reads these preferences: a secret belongs in the keychain."
         case .documentsExposed:
-            "Every other app can be granted items of this app's Documents (seed 004: UISupportsDocumentBrowser exposes it silently on iOS)."
+            "Every other app can be granted items of this app's Documents (UISupportsDocumentBrowser exposes it silently on iOS)."
         case .longLivedWriteGrant:
-            "Another app can change or delete this item for as long as the grant lasts, which is until someone remembers to revoke it (seed 004)."
+            "Another app can change or delete this item for as long as the grant lasts, which is until someone remembers to revoke it."
         case .grantOfUninstalledApp:
             "The grant names an app that is gone; a new app installed under that identity must not inherit it."
         case .staleInboxFile:
-            "Files opened in from other apps stay in Documents/Inbox until the app deletes them (seed 004): copies of other apps' data pile up."
+            "Files opened in from other apps stay in Documents/Inbox until the app deletes them: copies of other apps' data pile up."
         case .linkLeavesContainer:
             "A link out of the container lets whoever follows it read or write outside the app's data."
         case .writableByOthers:

@@ -361,7 +361,7 @@ struct TreeWalk {
         return ProtectedFileHeader.looksProtected(DirectoryReader.prefix(fd, count: 16))
     }
 
-    /// `Documents` and `Library` (not `Library/Caches`) are what backups take (seed 002).
+    /// `Documents` and `Library` (not `Library/Caches`) are what backups take (as iOS backs up).
     static func isBackedUpLocation(_ relative: String) -> Bool {
         (relative.hasPrefix("Documents/") || relative.hasPrefix("Library/")) && !relative.hasPrefix("Library/Caches/")
     }

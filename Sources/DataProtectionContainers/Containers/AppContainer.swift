@@ -75,7 +75,7 @@ public struct GroupContainer: Sendable, Equatable {
     public var uuid: UUID { metadata.uuid }
     /// The class new files inherit: the one set on the group's root (by a member app, or
     /// ``ContainerManager/setDefaultProtection(_:ofGroup:reprotect:progress:)``), else iOS's
-    /// default (class C) — the apps' own defaults do not reach shared containers (seed 001).
+    /// default (class C) — the apps' own defaults do not reach shared containers (as on iOS).
     ///
     /// Never weaker than the class the user set (``ContainerManager/setDefaultProtection(_:ofGroup:reprotect:progress:)``,
     /// kept in the metadata, which apps cannot write): a member that lowers the root's attribute

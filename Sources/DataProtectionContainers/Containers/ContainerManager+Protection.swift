@@ -37,7 +37,7 @@ extension ContainerManager {
         }
     }
 
-    /// Sets an App Group container's class (seed 001: the app's entitlement does not reach shared
+    /// Sets an App Group container's class (as on iOS: the app's entitlement does not reach shared
     /// containers; until this is called they are at iOS's default, class C). New files get it;
     /// `reprotect: true` re-protects the existing ones too.
     @discardableResult

@@ -4,7 +4,7 @@ import Glibc
 #endif
 
 /// Coordinated reading and writing of files shared between processes — the two member apps of
-/// an App Group, say (seed 004: races in App Groups) — in `NSFileCoordinator`'s shape.
+/// an App Group, say (races in App Groups) — in `NSFileCoordinator`'s shape.
 ///
 /// ```swift
 /// let coordinator = FileCoordinator(filePresenter: self)

@@ -39,7 +39,7 @@ extension CurrentApp {
     /// Shares `url` (a file of this app's container) with `recipient`, as a Share extension
     /// receives it: read-only, until the recipient ends the share or exits. By default the
     /// recipient reads a **snapshot** taken now, so later writes here stay private; `live: true`
-    /// lets it see them (the seed's warning, made an explicit choice).
+    /// lets it see them (a known pitfall, made an explicit choice).
     public func share(_ url: URL, with recipient: String, live: Bool = false) async throws {
         try await ask(SharingProtocol.request(.share) { w in
             SharingProtocol.string(&w, recipient)
