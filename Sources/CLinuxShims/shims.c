@@ -95,13 +95,18 @@ int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigne
     return fd < 0 ? -errno : (int)fd;
 }
 
-int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+/// `renameat2(2)` with `flags` (no libc wrapper on older glibc): 0 or -errno.
+static int rename_with_flags(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
 #ifdef SYS_renameat2
-    long r = syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, 1U /* RENAME_NOREPLACE */);
+    long r = syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 #else
-    long r = syscall(316, olddirfd, oldpath, newdirfd, newpath, 1U);
+    long r = syscall(316, olddirfd, oldpath, newdirfd, newpath, flags);
 #endif
     return r < 0 ? -errno : 0;
+}
+
+int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+    return rename_with_flags(olddirfd, oldpath, newdirfd, newpath, 1U /* RENAME_NOREPLACE */);
 }
 
 long cshim_landlock_abi(void) {
@@ -173,12 +178,7 @@ int cshim_ofd_is_locked(int fd) {
 }
 
 int cshim_rename_exchange(const char *first, const char *second) {
-#ifdef SYS_renameat2
-    long r = syscall(SYS_renameat2, AT_FDCWD, first, AT_FDCWD, second, 2U /* RENAME_EXCHANGE */);
-#else
-    long r = syscall(316, AT_FDCWD, first, AT_FDCWD, second, 2U);
-#endif
-    return r < 0 ? -errno : 0;
+    return rename_with_flags(AT_FDCWD, first, AT_FDCWD, second, 2U /* RENAME_EXCHANGE */);
 }
 
 int cshim_namespace_parent(int fd) {

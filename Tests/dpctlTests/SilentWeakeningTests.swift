@@ -11,6 +11,16 @@ import Testing
         return stat(path, &st) == 0 ? st.st_mode & 0o7777 : 0
     }
 
+    /// A device without a passcode and a source tree holding one file.
+    static func deviceWithSource() throws -> (CLI, String) {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: source + "/a"))
+        return (cli, source)
+    }
+
     // MARK: - init
 
     @Test func initMakesAnExistingDataRootPrivateOrRefuses() throws {
@@ -63,11 +73,7 @@ import Testing
     // MARK: - backup destinations
 
     @Test func backupRefusesADirectoryThatIsNeitherEmptyNorARepository() throws {
-        let cli = CLI.make()
-        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
-        let source = cli.file("src")
-        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
-        try Data("x".utf8).write(to: URL(fileURLWithPath: source + "/a"))
+        let (cli, source) = try Self.deviceWithSource()
         let mine = cli.file("mine")
         try FileManager.default.createDirectory(atPath: mine, withIntermediateDirectories: true)
         try Data("my file".utf8).write(to: URL(fileURLWithPath: mine + "/keep.txt"))
@@ -285,11 +291,7 @@ import Testing
     }
 
     @Test func aBackupRunningIntoTheRepositoryIsBusyNotForgery() throws {
-        let cli = CLI.make()
-        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
-        let source = cli.file("src")
-        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
-        try Data("x".utf8).write(to: URL(fileURLWithPath: source + "/a"))
+        let (cli, source) = try Self.deviceWithSource()
         let repo = cli.file("repo")
         #expect(try cli.run(["backup", source, repo]).status == 0)
 

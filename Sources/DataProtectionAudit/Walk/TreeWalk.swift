@@ -29,6 +29,8 @@ struct TreeWalk {
     private var rootFD: Int32 = -1
     /// The container's own default (rule DP202 compares key files with it); `nil` for a tree.
     private var containerClass: ProtectionClass?
+    /// Directories (relative paths) already looked at for an SQLCipher database.
+    private var sqlcipherDirectories: [[UInt8]: Bool] = [:]
     /// Regular files with more than one name: how many of their names were seen in the tree.
     private var linked: [[UInt64]: (links: Int, seen: Int, path: String)] = [:]
 
@@ -218,7 +220,7 @@ struct TreeWalk {
         // Converted in place only where every reader goes through the library: not a database's
         // passphrase file (SQLCipher reads it), not the files of an app that reads them as they are.
         let someoneElseReadsIt = !containerReadersUseTheLibrary
-            || (size <= Self.smallFileLimit && directoryHoldsSQLCipherDatabase(directory, siblings: siblings, except: name))
+            || (size <= Self.smallFileLimit && directoryHoldsSQLCipherDatabase(directory, relative: relative, siblings: siblings))
         add(.plainFile, path, "not in the protected format (\(Self.megabytes(size)))",
             someoneElseReadsIt ? .protectOnceNoOtherProgramReadsIt(fixClass) : .protect(fixClass), st)
     }
@@ -226,16 +228,23 @@ struct TreeWalk {
     /// Files up to this size next to an SQLCipher database may be its passphrase.
     static let smallFileLimit: Int64 = 64 * 1024
 
-    /// Whether a sibling in `directory` looks like an SQLCipher database (the first 256 checked).
-    private func directoryHoldsSQLCipherDatabase(_ directory: Int32, siblings: Set<String>, except name: String) -> Bool {
-        for sibling in siblings.sorted().prefix(256) where sibling != name {
+    /// Whether an entry of `directory` (the file's at `relative`) looks like an SQLCipher database
+    /// (the first 256 checked), looked at once per directory. A small plain file is not one.
+    private mutating func directoryHoldsSQLCipherDatabase(_ directory: Int32, relative: String, siblings: Set<String>) -> Bool {
+        // The directory's relative path, cut at the last `/` byte (names are bytes).
+        let bytes = LosslessPath.bytes(of: relative)
+        let key = Array(bytes[..<(bytes.lastIndex(of: UInt8(ascii: "/")) ?? 0)])
+        if let known = sqlcipherDirectories[key] { return known }
+        var found = false
+        for sibling in siblings.sorted().prefix(256) {
             guard let fd = DirectoryReader.open(directory, sibling) else { continue }
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
-            if SQLCipherFileProbe.looksLikeSQLCipher(head: DirectoryReader.read(fd, count: 1024, at: 0), size: Int64(st.st_size)) { return true }
+            if SQLCipherFileProbe.looksLikeSQLCipher(head: DirectoryReader.read(fd, count: 1024, at: 0), size: Int64(st.st_size)) { found = true; break }
         }
-        return false
+        sqlcipherDirectories[key] = found
+        return found
     }
 
     /// A group's preferences written in the clear: secrets in them are found (rule DP403).

@@ -58,7 +58,18 @@ public final class CurrentApp: Sendable {
         self.groupContainers = groupContainers
         self.isSandboxed = isSandboxed
         self.keybag = keybag
+        // Each container's root and the class its metadata names, read once, at launch (as iOS
+        // applies an entitlement): a raise the user makes meanwhile reaches files through the
+        // directory attribute anyway.
+        classFloors = ([url] + Array(groupContainers.values)).compactMap { container in
+            let root = container.standardizedFileURL.path
+            guard let cls = (try? ContainerMetadata.read(container: root))?.protectionClass else { return nil }
+            return (root, cls)
+        }
     }
+
+    /// The container roots and the classes their metadata names (see ``files``).
+    private let classFloors: [(root: String, floor: ProtectionClass)]
 
     /// A new channel to the supervisor's service `identifier` (``AppSupervisorService``), or
     /// `nil` when the supervisor has no such service or is gone.
@@ -76,15 +87,6 @@ public final class CurrentApp: Sendable {
             floors.first { path == $0.root || path.hasPrefix($0.root + "/") }?.floor
         }
         return files
-    }
-
-    /// Each container's root and the class its metadata names (read at each call: a change by the user shows at once).
-    private var classFloors: [(root: String, floor: ProtectionClass)] {
-        ([url] + Array(groupContainers.values)).compactMap { container in
-            let root = container.standardizedFileURL.path
-            guard let cls = (try? ContainerMetadata.read(container: root))?.protectionClass else { return nil }
-            return (root, cls)
-        }
     }
 
     public var documents: URL { url.appendingPathComponent("Documents", isDirectory: true) }
