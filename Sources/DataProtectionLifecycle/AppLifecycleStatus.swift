@@ -17,6 +17,8 @@ public struct AppLifecycleStatus: Codable, Sendable, Equatable {
     public var state: String
     /// How the app is suspended: `cgroup freezer` or `SIGSTOP`.
     public var suspension: String
+    /// Which resource limits the kernel holds the app to, and how (``RunningApp/limitsInForce``).
+    public var limits: String?
     /// Whether the kernel shows the app's processes stopped (the cgroup `frozen`, or state `T`).
     public var stoppedByKernel: Bool
     /// The process the supervisor started.
@@ -27,13 +29,14 @@ public struct AppLifecycleStatus: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case identifier = "Identifier", state = "State", suspension = "Suspension", stoppedByKernel = "StoppedByKernel", pid = "PID", tasks = "Tasks"
-        case backgroundTimeRemaining = "BackgroundTimeRemaining"
+        case backgroundTimeRemaining = "BackgroundTimeRemaining", limits = "Limits"
     }
 
     init(_ controller: LifecycleController) {
         identifier = controller.identifier
         state = controller.state.description
         suspension = controller.run.suspension.rawValue
+        limits = controller.run.limitsInForce
         stoppedByKernel = controller.run.isStoppedByKernel
         pid = controller.run.pid
         tasks = controller.tasks.sorted { $0.key < $1.key }.map { RunningTask(id: $0.key, name: $0.value.name, started: $0.value.started) }

@@ -40,7 +40,7 @@ struct AppsBenchmark: AsyncParsableCommand {
         }
         let unconfined = try await median { guard let run = runTool("/bin/true", [], discardOutput: true) else { throw ValidationError("/bin/true failed") }; return run.seconds }
         let profile = SandboxProfile(requirements: requirements, app: app, groups: [], executable: "/usr/bin/true", arguments: [],
-                                     environment: AppSupervisor.appEnvironment(app, passing: [:]))
+                                     environment: AppSupervisor.appEnvironment(app, passing: [:]), limits: AppResourceLimits(metadata: app.metadata))
         let bwrapArguments = profile.bubblewrapArguments(landlock: false)
         let bwrapAlone = try await median {
             guard let run = runTool(requirements.bubblewrap, bwrapArguments, discardOutput: true) else { throw ValidationError("bubblewrap failed") }

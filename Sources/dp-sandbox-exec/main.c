@@ -6,8 +6,9 @@
 // cannot happen before bubblewrap nor inside the supervisor. It is written in C so that it adds
 // no language runtime to every launch.
 //
-//   dp-sandbox-exec [--status-fd N] [--stderr-fd N] [--scope]
+//   dp-sandbox-exec [--status-fd N] [--stderr-fd N] [--scope] [--max-tasks N]
 //                   [--allow RIGHTS:PATH]... -- PROGRAM [ARGUMENTS...]
+//   dp-sandbox-exec --limit-namespace FD --inotify-instances N --inotify-watches N
 //
 // RIGHTS is one of:
 //   exec    read files and directories, execute files      (the system, the runtime, the app)
@@ -29,6 +30,17 @@
 // perf_event_open, bpf, userfaultfd, io_uring, personality changes, module and kexec calls, and
 // the TIOCSTI/TIOCLINUX ioctls. Calls of another architecture's ABI kill the process.
 //
+// --max-tasks sets RLIMIT_NPROC: the sandbox is a user namespace of its own, where the kernel
+// (5.14 and later) counts only the app's processes and threads against it — a per-app budget,
+// not the user's. (The kernel never applies RLIMIT_NPROC to root: there the supervisor's pids
+// cgroup holds.)
+//
+// The second form is not a sandbox step: the supervisor runs it outside the sandbox, before the
+// app starts, with FD the sandbox's user namespace (/proc/PID/ns/user). It joins that namespace
+// (its owner has every capability there) and sets the namespace's own inotify budget
+// (/proc/sys/user/max_inotify_instances and max_inotify_watches): the kernel charges an app's
+// inotify instances to the namespace and to the user, so one app cannot take all of the user's.
+//
 // The status descriptor (if given) tells the supervisor how it went: "R" once the restrictions
 // are in force, just before the exec (which closes the descriptor: it is close-on-exec); on any
 // failure, one line after it, and nothing is executed (exit status 126; the line also goes to
@@ -47,6 +59,8 @@
 #include <unistd.h>
 #include <dlfcn.h>
 #include <sys/ioctl.h>
+#include <sched.h>
+#include <sys/resource.h>
 
 #ifndef __NR_landlock_create_ruleset
 #define __NR_landlock_create_ruleset 444
@@ -248,8 +262,45 @@ static void install_system_call_filter(struct dp_seccomp *api) {
     api->release(ctx);
 }
 
+static long parse_count(const char *text) {
+    char *end = NULL;
+    long value = strtol(text, &end, 10);
+    if (!text[0] || *end || value < 1 || value > 1L << 30) fail("not a count: %s", text);
+    return value;
+}
+
+/// Writes `value` to the sysctl `name` below /proc/sys/user.
+static void set_user_sysctl(const char *name, long value) {
+    char path[128], text[32];
+    snprintf(path, sizeof path, "/proc/sys/user/%s", name);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail("%s: %s", path, strerror(errno));
+    int n = snprintf(text, sizeof text, "%ld\n", value);
+    if (write(fd, text, (size_t)n) != n) fail("%s: %s", path, strerror(errno));
+    close(fd);
+}
+
+/// The second form: the inotify budget of the sandbox's user namespace.
+static int limit_namespace(int argc, char **argv) {
+    int namespace_fd = -1;
+    long instances = 0, watches = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--limit-namespace") == 0) namespace_fd = parse_fd(argv[i + 1]);
+        else if (strcmp(argv[i], "--inotify-instances") == 0) instances = parse_count(argv[i + 1]);
+        else if (strcmp(argv[i], "--inotify-watches") == 0) watches = parse_count(argv[i + 1]);
+        else fail("unknown argument: %s", argv[i]);
+    }
+    if (argc % 2 == 0 || namespace_fd < 0 || !instances || !watches) fail("expected --limit-namespace FD --inotify-instances N --inotify-watches N");
+    if (setns(namespace_fd, CLONE_NEWUSER) != 0) fail("joining the sandbox's user namespace: %s", strerror(errno));
+    set_user_sysctl("max_inotify_instances", instances);
+    set_user_sysctl("max_inotify_watches", watches);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--limit-namespace") == 0) return limit_namespace(argc, argv);
     int stderr_fd = -1, scope = 0, first_rule = 0, rule_count = 0, program = -1;
+    long max_tasks = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) { program = i + 1; break; }
         if (strcmp(argv[i], "--status-fd") == 0 && i + 1 < argc) {
@@ -259,6 +310,8 @@ int main(int argc, char **argv) {
             stderr_fd = parse_fd(argv[++i]);
         } else if (strcmp(argv[i], "--scope") == 0) {
             scope = 1;
+        } else if (strcmp(argv[i], "--max-tasks") == 0 && i + 1 < argc) {
+            max_tasks = parse_count(argv[++i]);
         } else if (strcmp(argv[i], "--allow") == 0 && i + 1 < argc) {
             if (!first_rule) first_rule = i;
             rule_count++;
@@ -314,6 +367,10 @@ int main(int argc, char **argv) {
     if (stderr_fd >= 0) {
         if (dup2(stderr_fd, 2) < 0) fail("standard error: %s", strerror(errno));
         if (stderr_fd != 2) close(stderr_fd);
+    }
+    if (max_tasks) {
+        struct rlimit tasks = {.rlim_cur = (rlim_t)max_tasks, .rlim_max = (rlim_t)max_tasks};
+        if (setrlimit(RLIMIT_NPROC, &tasks) != 0) fail("RLIMIT_NPROC: %s", strerror(errno));
     }
     if (status_fd >= 0) (void)!write(status_fd, "R", 1);
     execvp(argv[program], &argv[program]);

@@ -58,12 +58,21 @@ struct AppInstall: AsyncParsableCommand {
     var usesProtectedFiles = false
     @Flag(help: "The network entitlement: the app reaches the outside world through user-mode networking (slirp4netns), never the host's loopback services; off by default.")
     var network = false
+    @Option(help: ArgumentHelp("Processes and threads the app may have at once (systemd's TasksMax; default \(AppResourceLimits.defaultTasks)).", valueName: "n"))
+    var tasksMax: Int?
+    @Option(help: ArgumentHelp("Memory the app may use, as 512M or 2G (systemd's MemoryMax; default half of this machine's). Held where a memory cgroup can be made.", valueName: "size"))
+    var memoryMax: String?
 
     func run() async throws {
         let id = try appIdentifier(identifier)
         let groupIDs = try groups.map(groupIdentifier)
+        let memory = try memoryMax.map { text in
+            guard let bytes = AppResourceLimits.parseSize(text) else { throw ValidationError("--memory-max \(text): expected a size such as 512M or 2G") }
+            return bytes
+        }
         let app = try await containerManager(device).install(id, defaultProtection: defaultProtection, groups: groupIDs, documentBrowser: documentBrowser,
-                                                                      usesProtectedFiles: usesProtectedFiles, network: network)
+                                                                      usesProtectedFiles: usesProtectedFiles, network: network,
+                                                                      tasksMax: tasksMax, memoryMax: memory)
         printOut("installed \(app.identifier) in \(app.url.path) (default class \(app.defaultProtection))")
     }
 }
@@ -107,6 +116,8 @@ struct AppInfo: AsyncParsableCommand {
                 ? "through DataProtection: `audit --fix` may protect its plain files in place"
                 : "as they are on disk, perhaps: `audit --fix` leaves its plain files for you"),
             "network:          " + (report.network ? "yes, through user-mode networking (slirp4netns); never the host's loopback" : "none"),
+            "limits:           \(report.tasksMax) tasks, \(AppResourceLimits.describe(bytes: report.memoryMax)) of memory"
+                + (app.metadata.tasksMax == nil && app.metadata.memoryMax == nil ? " (the defaults)" : ""),
             "installed:        \(report.created)",
         ]
         for group in report.groups {
@@ -133,6 +144,8 @@ struct AppReport: Encodable {
     var documentBrowser: Bool
     var usesProtectedFiles: Bool
     var network: Bool
+    var tasksMax: Int
+    var memoryMax: Int64
     var created: String
     var groups: [Group]
     var entitlements: [String: String]
@@ -146,6 +159,9 @@ struct AppReport: Encodable {
         documentBrowser = app.supportsDocumentBrowser
         usesProtectedFiles = app.metadata.usesProtectedFiles == true
         network = app.metadata.network == true
+        let limits = AppResourceLimits(metadata: app.metadata)
+        tasksMax = limits.tasks
+        memoryMax = limits.memoryBytes
         created = ISO8601DateFormatter().string(from: app.metadata.created)
         groups = app.groups.map { id in
             let group = try? manager.group(id)

@@ -44,7 +44,7 @@ struct AppState: AsyncParsableCommand {
     struct Report: Encodable {
         struct Task: Encodable { var id: UInt32, name: String, started: String }
         var identifier: String, state: String, suspension: String, stoppedByKernel: Bool, pid: Int32?
-        var tasks: [Task], backgroundTimeRemaining: Double?
+        var tasks: [Task], backgroundTimeRemaining: Double?, limits: String?
 
         init(_ status: AppLifecycleStatus) {
             identifier = status.identifier
@@ -54,6 +54,7 @@ struct AppState: AsyncParsableCommand {
             pid = status.pid
             tasks = status.tasks.map { Task(id: $0.id, name: $0.name, started: ISO8601DateFormatter().string(from: $0.started)) }
             backgroundTimeRemaining = status.backgroundTimeRemaining
+            limits = status.limits
         }
     }
 
@@ -75,6 +76,7 @@ struct AppState: AsyncParsableCommand {
             if let left = status.backgroundTimeRemaining { line += String(format: ", %.0f s of background time left", left) }
             line += ", suspended by \(status.suspension)"
             printOut(line)
+            if let limits = status.limits { printOut("  limits: \(limits)") }
             for task in status.tasks { printOut("  background task \(task.id): \(task.name.isEmpty ? "(unnamed)" : task.name)") }
         }
     }

@@ -25,6 +25,8 @@ public enum ContainerError: Error, Sendable, Equatable, CustomStringConvertible,
     case sandboxUnavailable(String)
     /// The sandbox was set up but the app could not be started in it.
     case launchFailed(String)
+    /// A resource limit outside what an app may be given.
+    case invalidLimit(String)
     /// A preferences value that property lists cannot hold.
     case unsupportedPreferenceValue(key: String, type: String)
     /// This process is not an app run by a supervisor.
@@ -44,6 +46,7 @@ public enum ContainerError: Error, Sendable, Equatable, CustomStringConvertible,
         case .refusedItem(let path, let reason): "\(path) \(reason): refused"
         case .sandboxUnavailable(let why): "the sandbox is not available here: \(why)"
         case .launchFailed(let why): "the app could not be started: \(why)"
+        case .invalidLimit(let why): why
         case .unsupportedPreferenceValue(let key, let type): "preference \"\(key)\": a \(type) cannot be stored in a property list"
         case .notRunningAsApp: "this process is not running as an app (start it with its supervisor, as `app run` does)"
         case .fileSystem(let error): error.description

@@ -100,7 +100,14 @@ public struct ContainerManager: Sendable {
     @discardableResult
     public func install(_ identifier: AppIdentifier, defaultProtection: ProtectionClass = .default,
                         groups: [AppGroupIdentifier] = [], documentBrowser: Bool = false,
-                        usesProtectedFiles: Bool = false, network: Bool = false) async throws -> AppContainer {
+                        usesProtectedFiles: Bool = false, network: Bool = false,
+                        tasksMax: Int? = nil, memoryMax: Int64? = nil) async throws -> AppContainer {
+        if let tasksMax, !AppResourceLimits.tasksRange.contains(tasksMax) {
+            throw ContainerError.invalidLimit("the tasks limit \(tasksMax) is outside \(AppResourceLimits.tasksRange.lowerBound)…\(AppResourceLimits.tasksRange.upperBound)")
+        }
+        if let memoryMax, !AppResourceLimits.memoryRange.contains(memoryMax) {
+            throw ContainerError.invalidLimit("the memory limit \(AppResourceLimits.describe(bytes: memoryMax)) is outside \(AppResourceLimits.describe(bytes: AppResourceLimits.memoryRange.lowerBound))…\(AppResourceLimits.describe(bytes: AppResourceLimits.memoryRange.upperBound))")
+        }
         try layout.prepareContainers()
         return try await withInstallLock {
             guard (try? app(identifier)) == nil else { throw ContainerError.alreadyInstalled(identifier) }
@@ -119,7 +126,8 @@ public struct ContainerManager: Sendable {
             let metadata = ContainerMetadata(schemaVersion: ContainerMetadata.currentSchemaVersion, kind: .application,
                                              identifier: identifier.rawValue, uuid: uuid, defaultProtection: defaultProtection.iOSName,
                                              groups: uniqueGroups.map(\.rawValue), documentBrowser: documentBrowser, created: Date(),
-                                             usesProtectedFiles: usesProtectedFiles ? true : nil, network: network ? true : nil)
+                                             usesProtectedFiles: usesProtectedFiles ? true : nil, network: network ? true : nil,
+                                             tasksMax: tasksMax, memoryMax: memoryMax)
             try metadata.write(container: staging)
             try fileSystem { _ = try POSIXFile.call("rename", staging, final) { rename($0, $1) } }
             try? POSIXFile.syncDirectory(layout.applications)

@@ -37,6 +37,12 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
     /// the outside world through user-mode networking; without it (`nil` or false), it has no
     /// network at all. Never the host's loopback services.
     public var network: Bool?
+    /// The processes and threads an app may have at once, when chosen at install (systemd's
+    /// `TasksMax=`); `nil`: ``AppResourceLimits/defaultTasks``.
+    public var tasksMax: Int? = nil
+    /// The memory an app may use, in bytes, when chosen at install (systemd's `MemoryMax=`);
+    /// `nil`: ``AppResourceLimits/defaultMemoryBytes``.
+    public var memoryMax: Int64? = nil
 
     public static let currentSchemaVersion = 1
 
@@ -44,7 +50,7 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
         case schemaVersion = "SchemaVersion", kind = "Kind", identifier = "Identifier", uuid = "UUID"
         case defaultProtection = "DefaultProtection", groups = "Groups", documentBrowser = "DocumentBrowser", created = "Created"
         case usesProtectedFiles = "UsesProtectedFiles"
-        case network = "Network"
+        case network = "Network", tasksMax = "TasksMax", memoryMax = "MemoryMax"
     }
 
     /// The default class, decoded.
@@ -80,6 +86,12 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
         }
         if let name = metadata.defaultProtection, ProtectionClass(name: name) == nil {
             throw ContainerError.damagedMetadata(path: path, reason: "names an unknown class \(name)")
+        }
+        if let tasks = metadata.tasksMax, !AppResourceLimits.tasksRange.contains(tasks) {
+            throw ContainerError.damagedMetadata(path: path, reason: "has TasksMax \(tasks), outside \(AppResourceLimits.tasksRange)")
+        }
+        if let memory = metadata.memoryMax, !AppResourceLimits.memoryRange.contains(memory) {
+            throw ContainerError.damagedMetadata(path: path, reason: "has MemoryMax \(memory), outside \(AppResourceLimits.memoryRange)")
         }
         return metadata
     }

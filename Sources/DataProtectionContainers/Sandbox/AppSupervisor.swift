@@ -87,10 +87,12 @@ public final class AppSupervisor: Sendable {
         if networking, slirp4netns == nil {
             throw ContainerError.sandboxUnavailable("\(identifier) has the network entitlement, and slirp4netns is not installed: apt-get install slirp4netns")
         }
-        let info = networking ? try Pipe2() : nil, block = networking ? try Pipe2() : nil
+        let limits = AppResourceLimits(metadata: app.metadata)
+        // bubblewrap holds the sandbox before the app starts while the supervisor sets it up.
+        let info = sandboxed ? try Pipe2() : nil, block = sandboxed ? try Pipe2() : nil
         if let requirements {
             let profile = SandboxProfile(requirements: requirements, app: app, groups: groups, executable: executable,
-                                         arguments: Array(command.dropFirst()), environment: appEnvironment)
+                                         arguments: Array(command.dropFirst()), environment: appEnvironment, limits: limits)
             try profile.validate()
             argv = [requirements.bubblewrap] + profile.bubblewrapArguments()
             descriptors = [input, output, bwrapErrors.write, control.app, status.write, errors]
@@ -101,10 +103,13 @@ public final class AppSupervisor: Sendable {
         }
         // What a supervisor killed outright left of this app (processes, perhaps frozen) ends now.
         if usesCgroups { AppCgroup.reapOrphans(ofApp: app.uuid) }
-        let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))") : nil
-        let run = RunningApp(app: app, cgroup: cgroup)
+        let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))", limits: limits) : nil
+        let run = RunningApp(app: app, cgroup: cgroup, limits: limits, ownUserNamespace: sandboxed)
         defer {
             run.ended()
+            if run.exceededMemoryLimit {
+                logger.warning("\(identifier) was ended by the kernel: it went over its memory limit (\(AppResourceLimits.describe(bytes: limits.memoryBytes)))")
+            }
             for service in services { service.appDidEnd(run) }
         }
         for service in services { try await service.appWillStart(run) }
@@ -118,15 +123,17 @@ public final class AppSupervisor: Sendable {
         status.closeWriteEnd()
         bwrapErrors.closeWriteEnd()
         var network: UserModeNetwork?
-        if let info, let block, let slirp4netns {
+        if let info, let block, let requirements {
             do {
-                network = try UserModeNetwork.attach(slirp4netns: slirp4netns, info: info, errors: errors)
+                let sandbox = try SandboxNamespace.read(info: info)
+                try await sandbox.limitInotify(limits, sandboxExec: requirements.sandboxExec, errors: errors)
+                if let slirp4netns { network = try UserModeNetwork.attach(slirp4netns: slirp4netns, sandbox: sandbox, errors: errors) }
             } catch {
                 if let pid = child.pid { kill(pid, SIGKILL) }
                 _ = await child.exitStatus()
                 throw error
             }
-            _ = Glibc.write(block.write, "go", 2)   // the sandbox goes on: the app starts with its network
+            _ = Glibc.write(block.write, "go", 2)   // the sandbox goes on: the app starts with its budget and network
             block.closeWriteEnd()
         }
         defer { if let network { Task { await network.stop() } } }

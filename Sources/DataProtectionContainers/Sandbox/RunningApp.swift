@@ -28,10 +28,44 @@ public final class RunningApp: Sendable {
     private let bornInCgroup = Mutex(true)
     private let state = Mutex<(pid: pid_t?, suspended: Bool, ended: Bool)>((nil, false, false))
 
-    init(app: AppContainer, cgroup: AppCgroup?) {
+    /// The budgets this run was given (``AppResourceLimits``).
+    public let limits: AppResourceLimits
+    /// Whether the app runs in its own user namespace (sandboxed), where the tasks and inotify
+    /// budgets hold.
+    let ownUserNamespace: Bool
+    private let endedByMemoryLimit = Mutex(false)
+
+    init(app: AppContainer, cgroup: AppCgroup?, limits: AppResourceLimits, ownUserNamespace: Bool) {
         self.app = app
         self.cgroupIfMade = cgroup
+        self.limits = limits
+        self.ownUserNamespace = ownUserNamespace
     }
+
+    /// Which of ``limits`` the kernel holds this run to, and how, in one line: `tasks 1024
+    /// (user namespace), memory 512 MiB (memory cgroup), inotify 32 instances and 48134
+    /// watches (user namespace)`; a limit nothing holds says `not limited` and why.
+    public var limitsInForce: String {
+        let cgroup = self.cgroup
+        var parts: [String] = []
+        if cgroup?.limitsTasks == true {
+            parts.append("tasks \(limits.tasks) (pids cgroup)")
+        } else if ownUserNamespace && getuid() != 0 {
+            parts.append("tasks \(limits.tasks) (user namespace)")
+        } else {
+            parts.append("tasks not limited (\(ownUserNamespace ? "root is exempt from RLIMIT_NPROC, and no pids cgroup could be made" : "unconfined"))")
+        }
+        if cgroup?.limitsMemory == true {
+            parts.append("memory \(AppResourceLimits.describe(bytes: limits.memoryBytes)) (memory cgroup)")
+        } else {
+            parts.append("memory not limited (no memory cgroup: root, or a delegated cgroup such as systemd-run --user --scope -p Delegate=yes)")
+        }
+        parts.append(ownUserNamespace ? "inotify \(limits.inotifyInstances) instances and \(limits.inotifyWatches) watches (user namespace)" : "inotify not limited (unconfined)")
+        return parts.joined(separator: ", ")
+    }
+
+    /// Whether the kernel ended the app (or one of its processes) for going over its memory limit.
+    public var exceededMemoryLimit: Bool { endedByMemoryLimit.withLock { $0 } || (cgroup?.memoryLimitWasHit ?? false) }
 
     /// The process the supervisor started (bubblewrap, or the app itself unconfined); `nil`
     /// before launch.
@@ -83,6 +117,7 @@ public final class RunningApp: Sendable {
 
     func ended() {
         state.withLock { $0.ended = true; $0.suspended = false }
+        if cgroup?.memoryLimitWasHit == true { endedByMemoryLimit.withLock { $0 = true } }
         cgroupIfMade?.remove()
     }
 

@@ -24,8 +24,9 @@ import Glibc
 /// pid, IPC and UTS namespaces and a new session (no terminal injection), can make no user
 /// namespace of its own (`--disable-userns`), runs under `dp-sandbox-exec`'s system-call filter
 /// (no key calls, new namespaces, mounts, ptrace, bpf, io_uring …) with a new empty session
-/// keyring, and dies with its supervisor. Abstract Unix sockets and signals are scoped to the sandbox (Landlock ABI 6);
-/// on older kernels the app gets a network namespace of its own instead.
+/// keyring, and dies with its supervisor. It always has a network namespace of its own;
+/// abstract Unix sockets and signals are also scoped to the sandbox (Landlock ABI 6). Its
+/// tasks budget is set inside (``AppResourceLimits``).
 package struct SandboxProfile: Sendable {
     var requirements: SandboxRequirements
     var app: AppContainer
@@ -35,12 +36,14 @@ package struct SandboxProfile: Sendable {
     var arguments: [String]
     /// The environment the app gets (built by the supervisor).
     var environment: [String: String]
+    /// The app's budgets: its tasks limit is set inside (``AppResourceLimits``).
+    var limits: AppResourceLimits
 
     /// Descriptors the app inherits (numbers inside the sandbox).
     static let supervisorDescriptor: Int32 = 3
     static let statusDescriptor: Int32 = 4
     static let stderrDescriptor: Int32 = 5
-    /// With the network entitlement: bubblewrap's `--info-fd` and `--block-fd`.
+    /// bubblewrap's `--info-fd` and `--block-fd`: the supervisor sets the sandbox up before the app starts.
     static let infoDescriptor: Int32 = 6
     static let blockDescriptor: Int32 = 7
 
@@ -50,26 +53,29 @@ package struct SandboxProfile: Sendable {
                              "os-release", "mime.types", "locale.alias"]
 
     package init(requirements: SandboxRequirements, app: AppContainer, groups: [GroupContainer], executable: String,
-                 arguments: [String], environment: [String: String]) {
+                 arguments: [String], environment: [String: String], limits: AppResourceLimits) {
         self.requirements = requirements
         self.app = app
         self.groups = groups
         self.executable = executable
         self.arguments = arguments
         self.environment = environment
+        self.limits = limits
     }
 
     /// bubblewrap's arguments, ending with `dp-sandbox-exec`'s and the program's. Without
-    /// `landlock`, the program follows bubblewrap directly (the benchmark's "bubblewrap alone").
+    /// `landlock`, the program follows bubblewrap directly and nothing waits for the supervisor
+    /// (the benchmark's "bubblewrap alone").
     package func bubblewrapArguments(landlock: Bool = true) -> [String] {
         var a = ["--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                  "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         // A network namespace of its own, always: no host loopback service, no host abstract
         // socket, nothing of the host's /proc/net (iOS gives an app no view of other processes).
         a.append("--unshare-net")
-        // With the network entitlement, the sandbox waits (before the app runs) until the
-        // supervisor has attached user-mode networking to it.
-        if app.metadata.network == true { a += ["--info-fd", String(Self.infoDescriptor), "--block-fd", String(Self.blockDescriptor)] }
+        // The sandbox waits (before the app runs) until the supervisor has set its inotify budget
+        // and, with the network entitlement, attached user-mode networking to it. (Not for
+        // bubblewrap alone, which nothing sets up.)
+        if landlock { a += ["--info-fd", String(Self.infoDescriptor), "--block-fd", String(Self.blockDescriptor)] }
         // The system, read-only.
         a += ["--ro-bind", "/usr", "/usr"]
         for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
@@ -114,6 +120,7 @@ package struct SandboxProfile: Sendable {
     func landlockArguments() -> [String] {
         var a = ["--status-fd", String(Self.statusDescriptor), "--stderr-fd", String(Self.stderrDescriptor)]
         if requirements.scopesSockets { a.append("--scope") }
+        a += ["--max-tasks", String(limits.tasks)]
         // No rule on /tmp (the private one stays read-only; TMPDIR is the container's tmp): a rule
         // there would reach a container mounted below it, since rights add up along a path.
         var rules = [("exec", "/usr"), ("read", "/etc"), ("read", "/proc"), ("device", "/dev")]

@@ -20,27 +20,12 @@ final class UserModeNetwork: Sendable {
         self.exitPipe = exitPipe
     }
 
-    /// Attaches slirp4netns to the sandbox whose process id bubblewrap writes on `info`
-    /// (`--info-fd`: `{"child-pid": N, …}`), and waits until the network is configured.
-    static func attach(slirp4netns: String, info: Pipe2, errors: Int32) throws -> UserModeNetwork {
-        info.closeWriteEnd()
-        var text: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        while !text.contains(UInt8(ascii: "}")), text.count < 8192 {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(info.read, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            text += buffer[0..<n]
-        }
-        let json = String(decoding: text, as: UTF8.self)
-        guard let range = json.range(of: #""child-pid":\s*[0-9]+"#, options: .regularExpression),
-              let pid = pid_t(json[range].split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "") else {
-            throw ContainerError.launchFailed("bubblewrap did not say which process the sandbox is (no network for the app)")
-        }
+    /// Attaches slirp4netns to `sandbox`, and waits until the network is configured.
+    static func attach(slirp4netns: String, sandbox: SandboxNamespace, errors: Int32) throws -> UserModeNetwork {
+        let pid = sandbox.pid
         // The sandbox's network namespace belongs to the user namespace bubblewrap made; the app's
         // own (--disable-userns) is nested in it. slirp4netns joins the owner.
-        let nested = open("/proc/\(pid)/ns/user", O_RDONLY | O_CLOEXEC)
-        guard nested >= 0 else { throw ContainerError.launchFailed("the sandbox's user namespace: \(String(cString: strerror(errno)))") }
+        let nested = try sandbox.openUserNamespace()
         defer { close(nested) }
         let owner = cshim_namespace_parent(nested)
         guard owner >= 0 else { throw ContainerError.launchFailed("the sandbox's user namespace: \(String(cString: strerror(-owner)))") }

@@ -28,6 +28,18 @@ struct DeliveryQueue: Sendable {
         directory = layout.deliveries(for: app)
     }
 
+    /// Items one app may have waiting for another at once: a sender that floods an app's queue
+    /// is refused, and other apps' deliveries to it still go.
+    static let limitPerSender = 100
+
+    /// Refuses a new delivery from `sender` when ``limitPerSender`` of its deliveries are waiting.
+    func requireRoom(from sender: AppIdentifier, to recipient: AppIdentifier) throws {
+        let waiting = pending().filter { $0.delivery.sender == sender.rawValue }.count
+        guard waiting < Self.limitPerSender else {
+            throw SharingError.refused("\(recipient) has \(waiting) items from \(sender) it has not received yet (at most \(Self.limitPerSender)): nothing was sent")
+        }
+    }
+
     /// Adds `delivery` to the queue.
     func enqueue(_ delivery: Delivery) throws {
         try makeSharingDirectory(directory)

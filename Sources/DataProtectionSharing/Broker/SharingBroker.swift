@@ -21,6 +21,13 @@ import Glibc
 public struct SharingBroker: Sendable {
     public let manager: ContainerManager
     public var files: ProtectedFileManager { manager.files }
+    /// The bytes of snapshots one app's shares may hold at once, outside its container
+    /// (``share(_:from:with:live:)``): 4 GiB unless set.
+    public var snapshotBytesPerApp: Int64 = 4 << 30
+
+    /// Files an app's Inbox may hold before "open in" to it is refused: the app removes what it
+    /// has read (as iOS asks of apps), and a sender cannot fill its disk.
+    public static let inboxLimit = 1_000
 
     public init(manager: ContainerManager) {
         self.manager = manager
@@ -66,6 +73,11 @@ public struct SharingBroker: Sendable {
         let inbox = try BeneathOpen.open(to.inboxStorage.lastPathComponent, beneath: root, flags: O_RDONLY | O_DIRECTORY,
                                          path: to.inboxStorage.path)
         defer { try? inbox.close() }
+        let queue = DeliveryQueue(layout: manager.layout, app: to.uuid)
+        try queue.requireRoom(from: sender, to: recipient)
+        if let held = try? POSIXFile.directoryEntries(to.inboxStorage.path).count, held >= Self.inboxLimit {
+            throw SharingError.refused("\(recipient)'s Inbox holds \(held) files (at most \(Self.inboxLimit)) until it removes some: nothing was sent")
+        }
         let name = InboxName(displayName ?? (source.path as NSString).lastPathComponent)
         let fileName: String, cls: ProtectionClass
         do {
@@ -77,8 +89,7 @@ public struct SharingBroker: Sendable {
         } catch ProtectedFileError.fileSystem(let error) where error.errno == .noSpace {
             throw SharingError.refused("\(recipient) has no room for \(name.candidate(1)) (the disk would be nearly full): nothing was copied")
         }
-        try DeliveryQueue(layout: manager.layout, app: to.uuid)
-            .enqueue(Delivery(kind: .openIn, name: fileName, sender: sender.rawValue, date: Date()))
+        try queue.enqueue(Delivery(kind: .openIn, name: fileName, sender: sender.rawValue, date: Date()))
         return OpenInCopy(recipient: recipient, url: to.inbox.appendingPathComponent(fileName), protection: cls)
     }
 

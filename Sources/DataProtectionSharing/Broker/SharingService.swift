@@ -192,10 +192,12 @@ public struct SharingService: AppSupervisorService {
             logger.info("no delivery queue for \(app.identifier): \(error)")
             return
         }
+        // inotify tells of new deliveries; without it (the user's instances all taken), the queue
+        // is looked at every second instead: slower, never silently never.
         let watch = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
-        guard watch >= 0 else { return }
-        defer { close(watch) }
-        guard inotify_add_watch(watch, queue.directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE)) >= 0 else { return }
+        defer { if watch >= 0 { close(watch) } }
+        let watching = watch >= 0 && inotify_add_watch(watch, queue.directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE)) >= 0
+        if !watching { logger.warning("\(app.identifier)'s deliveries: no inotify (\(String(cString: strerror(errno)))), looking every second instead") }
         queue.releaseAbandonedClaims()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -207,10 +209,10 @@ public struct SharingService: AppSupervisorService {
                 }
                 queue.remove(claimed)
             }
-            var fds = [pollfd(fd: watch, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
-            guard poll(&fds, 2, -1) >= 0 || errno == EINTR else { return }
+            var fds = [pollfd(fd: watching ? watch : -1, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            guard poll(&fds, 2, watching ? -1 : 1000) >= 0 || errno == EINTR else { return }
             if fds[1].revents != 0 { return }                   // the app closed the channel (or wrote to it)
-            while read(watch, &buffer, buffer.count) > 0 {}     // drained: look at the directory again
+            while watching, read(watch, &buffer, buffer.count) > 0 {}     // drained: look at the directory again
         }
     }
 

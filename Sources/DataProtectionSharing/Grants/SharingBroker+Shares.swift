@@ -30,9 +30,12 @@ extension SharingBroker {
         let st = try BeneathOpen.status(item.descriptor, path: item.path)
         try BeneathOpen.requireSingleRegularFile(st, path: item.path)
         try GrantStore(layout: manager.layout).requireRoom(forGrantsOf: from, at: clock.now())   // shares and their snapshots too
+        let queue = DeliveryQueue(layout: manager.layout, app: to.uuid)
+        try queue.requireRoom(from: sender, to: recipient)
         let id = UUID()
         var snapshot: String?
         if !live {
+            try requireSnapshotRoom(for: from, adding: Int64(st.st_size))
             snapshot = id.uuidString
             let directory = try BeneathOpen.directory(manager.layout.snapshots)
             defer { try? directory.close() }
@@ -46,8 +49,7 @@ extension SharingBroker {
         (grant.birthTime, grant.isDirectory) = (identity.birthTime, identity.isDirectory)
         do {
             try GrantStore(layout: manager.layout).save(grant)
-            try DeliveryQueue(layout: manager.layout, app: to.uuid)
-                .enqueue(Delivery(kind: .share, name: id.uuidString, sender: sender.rawValue, date: Date()))
+            try queue.enqueue(Delivery(kind: .share, name: id.uuidString, sender: sender.rawValue, date: Date()))
         } catch {
             removeGrant(grant)
             throw error
@@ -61,6 +63,20 @@ extension SharingBroker {
             throw SharingError.noSuchGrant(id)
         }
         removeGrant(grant)
+    }
+
+    /// Refuses a snapshot of `size` bytes when `provider`'s shares would then hold more than
+    /// ``snapshotBytesPerApp`` in snapshots.
+    private func requireSnapshotRoom(for provider: AppContainer, adding size: Int64) throws {
+        let store = GrantStore(layout: manager.layout)
+        var held: Int64 = 0
+        for grant in store.grants(involving: provider.uuid) where grant.providerContainer == provider.uuid {
+            guard let snapshot = grant.snapshot, let st = POSIXFile.linkStatus(manager.layout.snapshots + "/" + snapshot) else { continue }
+            held += Int64(st.st_size)
+        }
+        guard held + size <= snapshotBytesPerApp else {
+            throw SharingError.refused("\(provider.identifier)'s shares hold \(held) bytes of snapshots; \(size) more would pass \(snapshotBytesPerApp): end some shares first")
+        }
     }
 
     /// Removes a grant and its snapshot.

@@ -1,0 +1,57 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The sandbox bubblewrap has built, seen from outside while it waits before the app starts
+/// (`--info-fd`, `--block-fd`; FORMAT.md §10.2): what the supervisor sets up in it then — the
+/// app's inotify budget, and with the network entitlement its user-mode network — is in force
+/// from the app's first instruction.
+struct SandboxNamespace {
+    /// The sandbox's first process, as the host sees it. Its user namespace is the app's own
+    /// (`--disable-userns` nests it in the one bubblewrap made).
+    let pid: pid_t
+
+    /// Reads the process id bubblewrap writes on `info` (`{"child-pid": N, …}`).
+    static func read(info: Pipe2) throws -> SandboxNamespace {
+        info.closeWriteEnd()
+        var text: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        while !text.contains(UInt8(ascii: "}")), text.count < 8192 {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(info.read, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            text += buffer[0..<n]
+        }
+        let json = String(decoding: text, as: UTF8.self)
+        guard let range = json.range(of: #""child-pid":\s*[0-9]+"#, options: .regularExpression),
+              let pid = pid_t(json[range].split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "") else {
+            throw ContainerError.launchFailed("bubblewrap did not say which process the sandbox is")
+        }
+        return SandboxNamespace(pid: pid)
+    }
+
+    /// Opens the app's user namespace (`/proc/PID/ns/user`).
+    func openUserNamespace() throws -> Int32 {
+        let fd = open("/proc/\(pid)/ns/user", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw ContainerError.launchFailed("the sandbox's user namespace: \(String(cString: strerror(errno)))") }
+        return fd
+    }
+
+    /// Gives the app's user namespace its own inotify budget: `dp-sandbox-exec --limit-namespace`
+    /// joins it (a single-threaded process can; this one cannot) and sets
+    /// `/proc/sys/user/max_inotify_instances` and `max_inotify_watches` there.
+    func limitInotify(_ limits: AppResourceLimits, sandboxExec: String, errors: Int32) async throws {
+        let namespace = try openUserNamespace()
+        defer { close(namespace) }
+        let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
+        defer { if devNull >= 0 { close(devNull) } }
+        let helper = ChildProcess(path: sandboxExec, arguments: [
+            sandboxExec, "--limit-namespace", "3",
+            "--inotify-instances", String(limits.inotifyInstances), "--inotify-watches", String(limits.inotifyWatches),
+        ], environment: [:], descriptors: [devNull, devNull, errors, namespace])
+        try helper.start()
+        let status = await helper.exitStatus()
+        guard status == 0 else { throw ContainerError.launchFailed("the app's inotify budget could not be set (see the message above)") }
+    }
+}
