@@ -9,7 +9,8 @@
 //      keybagd is its server half (one lock state for every process of the user).
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
 //   3. DataProtectionBackup — "do not back up" marks, exclude lists, the backup engine.      } siblings,
-//   3. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class. } both on 2
+//   3. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class. } all on 2
+//   3. DataProtectionFileSystem — the protected file system (FUSE): every program's files protected.
 //   4. DataProtectionObjects — a CoreData-style object graph (model, store, context) on 3 (SQLite).
 //   6. DataProtectionContainers — apps, their containers, App Groups, preferences, file
 //      coordination and the sandbox (bubblewrap + Landlock, through dp-sandbox-exec) with the
@@ -29,6 +30,7 @@ let package = Package(
         .library(name: "DataProtection", targets: ["DataProtection"]),
         .library(name: "DataProtectionBackup", targets: ["DataProtectionBackup"]),
         .library(name: "DataProtectionSQLite", targets: ["DataProtectionSQLite"]),
+        .library(name: "DataProtectionFileSystem", targets: ["DataProtectionFileSystem"]),
         .library(name: "DataProtectionObjects", targets: ["DataProtectionObjects"]),
         .library(name: "DataProtectionContainers", targets: ["DataProtectionContainers"]),
         .library(name: "DataProtectionSharing", targets: ["DataProtectionSharing"]),
@@ -105,6 +107,19 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // The kernel's FUSE protocol (<linux/fuse.h>), spoken directly by the protected file system.
+        .target(name: "CFUSEKernel"),
+        .target(
+            name: "DataProtectionFileSystem",
+            dependencies: [
+                "CFUSEKernel",
+                "CLinuxShims",
+                "DataProtection",
+                "DataProtectionKeybag",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
@@ -210,6 +225,7 @@ let package = Package(
                 "dp-sandbox-exec",
                 "DataProtectionBackup",
                 "DataProtectionSQLite",
+                "DataProtectionFileSystem",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

@@ -22,7 +22,7 @@ struct DPCtl: AsyncParsableCommand {
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self, TPM.self,
             Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self, Backups.self,
             SQL.self, SQLKey.self, Daemon.self, App.self, Group.self, Defaults.self, Share.self, GrantCommand.self, Grants.self, Revoke.self,
-            Audit.self,
+            Audit.self, Mount.self, Unmount.self,
         ]
     )
 

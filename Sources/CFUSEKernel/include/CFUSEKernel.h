@@ -1,0 +1,64 @@
+// The kernel's FUSE protocol, from the system's <linux/fuse.h> (Debian's linux-libc-dev, which
+// every C toolchain has: nothing new to install). The file system speaks it directly, as go-fuse
+// and Rust's fuser do; libfuse is not used.
+#ifndef CFUSEKERNEL_H
+#define CFUSEKERNEL_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+// What Glibc's Swift module leaves out.
+static const int cfuse_o_path = O_PATH;
+static const int cfuse_at_empty_path = AT_EMPTY_PATH;
+static const long cfuse_utime_now = UTIME_NOW;
+static const long cfuse_utime_omit = UTIME_OMIT;
+
+/// `renameat2(2)` (with its flags: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT`).
+static inline int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+/// `getdents64(2)`: directory entries from the descriptor's offset.
+static inline long cfuse_getdents64(int fd, void *buffer, unsigned long size) {
+    return syscall(SYS_getdents64, fd, buffer, size);
+}
+
+// The protocol version this server speaks: the header's. The kernel offers its own (newer) and
+// keeps to the older of the two.
+static const uint32_t cfuse_major = FUSE_KERNEL_VERSION;
+static const uint32_t cfuse_minor = FUSE_KERNEL_MINOR_VERSION;
+
+// INIT flags this server asks for (bits of fuse_init_out.flags).
+static const uint32_t cfuse_async_read = FUSE_ASYNC_READ;
+static const uint32_t cfuse_atomic_o_trunc = FUSE_ATOMIC_O_TRUNC;
+static const uint32_t cfuse_big_writes = FUSE_BIG_WRITES;
+static const uint32_t cfuse_max_pages = FUSE_MAX_PAGES;
+static const uint32_t cfuse_parallel_dirops = FUSE_PARALLEL_DIROPS;
+static const uint32_t cfuse_export_support = FUSE_EXPORT_SUPPORT;
+
+// SETATTR's valid bits.
+static const uint32_t cfuse_fattr_mode = FATTR_MODE;
+static const uint32_t cfuse_fattr_uid = FATTR_UID;
+static const uint32_t cfuse_fattr_gid = FATTR_GID;
+static const uint32_t cfuse_fattr_size = FATTR_SIZE;
+static const uint32_t cfuse_fattr_atime = FATTR_ATIME;
+static const uint32_t cfuse_fattr_mtime = FATTR_MTIME;
+static const uint32_t cfuse_fattr_fh = FATTR_FH;
+static const uint32_t cfuse_fattr_atime_now = FATTR_ATIME_NOW;
+static const uint32_t cfuse_fattr_mtime_now = FATTR_MTIME_NOW;
+
+// Requests that carry a file handle in their flags.
+static const uint32_t cfuse_getattr_fh = FUSE_GETATTR_FH;
+
+/// The protocol minor version of the installed header (for the build's record).
+uint32_t cfuse_header_minor(void);
+
+#endif

@@ -1,0 +1,105 @@
+import DataProtectionKeybag
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One protected file held open by a file system server: reads and writes plaintext at offsets
+/// on the descriptor it was given, sealing with the file's key, which it holds until it is
+/// dropped. Unlike ``ProtectedFileHandle`` it checks no lock state: the server decides, per
+/// call, what each class allows (and, at a lock, keeps writing back dirty pages a moment after
+/// the class key is gone). Not thread-safe: the server serializes the calls on one file (hence
+/// `@unchecked Sendable`: it moves between the server's threads, never used by two at once).
+package final class ProtectedFileEngine: @unchecked Sendable {
+    package let protectionClass: ProtectionClass
+    package let fd: FileDescriptor
+    private let file: SegmentedFile
+
+    fileprivate init(file: SegmentedFile, fd: FileDescriptor) {
+        self.file = file
+        self.fd = fd
+        self.protectionClass = file.header.protectionClass
+    }
+
+    /// The plaintext length.
+    package var size: Int64 { file.size }
+
+    package func read(at offset: Int64, count: Int) throws -> Data { try file.read(at: offset, count: count) }
+
+    package func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws { try file.write(bytes, at: offset) }
+
+    /// Cuts or zero-extends the file to `size` bytes.
+    package func truncate(to size: Int64) throws { try file.truncate(to: size) }
+}
+
+extension ProtectedFileManager {
+    /// Opens the protected file at `fd` (the engine uses the descriptor; the caller keeps it open
+    /// for as long as the engine lives): unwraps its key, authenticates its header and end.
+    package func openEngine(fd: FileDescriptor, path: String) async throws -> ProtectedFileEngine {
+        try await ProtectedFileError.translating(path: path, writing: false) {
+            let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+            guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+            let header = try ProtectedFileHeader.parse(headerBytes, path: path)
+            let key = try await keybag.unwrapFileKey(header.wrappedKey)
+            let file = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
+                                              keys: FileKeys(fileKey: key, fileID: header.fileID))
+            return ProtectedFileEngine(file: file, fd: fd)
+        }
+    }
+
+    /// Makes the empty file at `fd` a new protected file of class `protection`, with 4 KiB
+    /// segments (a file system's files are written at random), and opens it.
+    package func createEngine(fd: FileDescriptor, path: String, protection: ProtectionClass) async throws -> ProtectedFileEngine {
+        try await ProtectedFileError.translating(path: path, writing: true) {
+            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: randomAccessSegmentSizeLog2, path: path)
+            let file = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
+            return ProtectedFileEngine(file: file, fd: fd)
+        }
+    }
+
+    /// Gives the protected file at `fd` a new wrapping of its key for `protection` (the content is
+    /// not re-encrypted), as ``setProtection(_:ofItemAt:)`` does for a path.
+    package func rewrap(fd: FileDescriptor, path: String, to protection: ProtectionClass) async throws {
+        try await ProtectedFileError.translating(path: path, writing: true) {
+            let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+            guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+            var header = try ProtectedFileHeader.parse(headerBytes, path: path)
+            guard header.protectionClass != protection else { return }
+            let key = try await keybag.unwrapFileKey(header.wrappedKey)
+            let keys = FileKeys(fileKey: key, fileID: header.fileID)
+            guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
+                throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
+            }
+            header.wrappedKey = try await keybag.wrap(key, for: protection, thisDeviceOnly: header.wrappedKey.thisDeviceOnly)
+            try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
+            try POSIXFile.sync(fd, path: path)
+        }
+    }
+}
+
+/// What a file's first bytes say, without any key: protected (with its class and segment size)
+/// or not — for a server that reports plaintext sizes.
+package struct ProtectedFilePrefix: Sendable, Equatable {
+    package let protectionClass: ProtectionClass
+    package let segmentSizeLog2: UInt8
+
+    /// The bytes to read from the start of a file to decide.
+    package static let length = ProtectedFileHeader.size
+
+    /// `nil` when `bytes` are not a protected file's header.
+    package init?(_ bytes: [UInt8]) {
+        guard ProtectedFileHeader.looksProtected(bytes), let header = try? ProtectedFileHeader.parse(bytes, path: "") else { return nil }
+        protectionClass = header.protectionClass
+        segmentSizeLog2 = header.segmentSizeLog2
+    }
+
+    /// The plaintext length of a protected file of `fileSize` bytes (not authenticated).
+    package func plaintextSize(fileSize: Int64) -> Int64 {
+        let body = fileSize - Int64(ProtectedFileHeader.size)
+        guard body >= Int64(SegmentCipher.overhead) else { return 0 }
+        let sealed = Int64((1 << Int(segmentSizeLog2)) + SegmentCipher.overhead)
+        let count = (body + sealed - 1) / sealed
+        return body - count * Int64(SegmentCipher.overhead)
+    }
+}

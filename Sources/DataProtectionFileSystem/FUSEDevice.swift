@@ -1,0 +1,131 @@
+import CFUSEKernel
+import CLinuxShims
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The kernel end of a mount: `/dev/fuse`, opened and mounted — through `fusermount3` (Debian
+/// `fuse3`, setuid: how an ordinary user mounts, and how a mount is released when its server
+/// dies, `auto_unmount`) or, as root without it, with `mount(2)`.
+struct FUSEDevice: Sendable {
+    /// The descriptor requests are read from and replies written to.
+    let fd: Int32
+    /// The mount point, absolute.
+    let mountPoint: String
+    /// Whether `fusermount3` made the mount (it unmounts it too).
+    let throughFusermount: Bool
+    /// Our end of `fusermount3`'s socket: it stays (`auto_unmount`) until this closes — when
+    /// this process ends, however it ends — and then unmounts.
+    var monitor: Int32 = -1
+
+    static let fsName = "dataprotection"
+
+    /// `fusermount3` on `PATH` or in the usual places.
+    static func fusermount() -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":").map(String.init) + ["/usr/bin", "/bin"] {
+            let candidate = directory + "/fusermount3"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return nil
+    }
+
+    /// Mounts a new FUSE file system at `mountPoint` and returns its device.
+    static func mount(at mountPoint: String, allowOther: Bool = false) throws -> FUSEDevice {
+        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
+            throw FileSystemServerError.unavailable("/dev/fuse is missing or not usable (load the fuse module, or give the container /dev/fuse)")
+        }
+        var st = stat()
+        guard stat(mountPoint, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw FileSystemServerError.badMountPoint(mountPoint, "is not a directory")
+        }
+        let options = "rw,nosuid,nodev,default_permissions,fsname=\(fsName),subtype=\(fsName)" + (allowOther ? ",allow_other" : "")
+        if let fusermount = fusermount() {
+            return try mountThroughFusermount(fusermount, at: mountPoint, options: options + ",auto_unmount")
+        }
+        guard geteuid() == 0 else {
+            throw FileSystemServerError.unavailable("fusermount3 is not installed: apt-get install fuse3")
+        }
+        let fd = open("/dev/fuse", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { throw FileSystemServerError.system("open /dev/fuse", errno) }
+        let data = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid()),default_permissions" + (allowOther ? ",allow_other" : "")
+        guard Glibc.mount(fsName, mountPoint, "fuse." + fsName, UInt(MS_NOSUID | MS_NODEV), data) == 0 else {
+            let code = errno
+            close(fd)
+            throw FileSystemServerError.system("mount \(mountPoint)", code)
+        }
+        return FUSEDevice(fd: fd, mountPoint: mountPoint, throughFusermount: false)
+    }
+
+    /// `fusermount3 -o OPTIONS -- MOUNTPOINT` with `_FUSE_COMMFD`: it opens `/dev/fuse`, mounts it
+    /// and sends the descriptor back over a socket pair.
+    private static func mountThroughFusermount(_ fusermount: String, at mountPoint: String, options: String) throws -> FUSEDevice {
+        var pair: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw FileSystemServerError.system("socketpair", errno)
+        }
+        let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
+        defer { if devNull >= 0 { close(devNull) } }
+        // fusermount3 gets the socket as descriptor 3, its errors on ours.
+        let argv = [fusermount, "-o", options, "--", mountPoint]
+        let env = ["_FUSE_COMMFD=3", "PATH=/usr/bin:/bin"]
+        var pid: pid_t = 0
+        let sources: [Int32] = [devNull, devNull, 2, pair[1]]
+        let spawned = withCStrings(argv) { argvPointers in
+            withCStrings(env) { envPointers in
+                cshim_spawn(fusermount, argvPointers, envPointers, sources, Int32(sources.count), &pid)
+            }
+        }
+        close(pair[1])
+        guard spawned == 0 else {
+            close(pair[0])
+            throw FileSystemServerError.system("running \(fusermount)", spawned)
+        }
+        var fd: Int32 = -1
+        var byte: UInt8 = 0
+        let received = cshim_receive_descriptor(pair[0], &byte, 1, &fd)
+        // fusermount3 lives on (auto_unmount) until our end of the socket closes: reaped then.
+        let child = pid
+        Thread.detachNewThread {
+            var status: Int32 = 0
+            while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+        }
+        guard received > 0, fd >= 0 else {
+            close(pair[0])
+            throw FileSystemServerError.badMountPoint(mountPoint, "fusermount3 could not mount it (its message is above)")
+        }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        var device = FUSEDevice(fd: fd, mountPoint: mountPoint, throughFusermount: true)
+        device.monitor = pair[0]
+        return device
+    }
+
+    /// Unmounts `mountPoint` (lazily: programs still inside keep what they hold until they leave).
+    static func unmount(_ mountPoint: String) throws {
+        if let fusermount = fusermount() {
+            var pid: pid_t = 0
+            let argv = [fusermount, "-u", "-z", "--", mountPoint]
+            let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
+            defer { if devNull >= 0 { close(devNull) } }
+            let sources: [Int32] = [devNull, devNull, 2]
+            let spawned = withCStrings(argv) { a in withCStrings(["PATH=/usr/bin:/bin"]) { e in cshim_spawn(fusermount, a, e, sources, 3, &pid) } }
+            guard spawned == 0 else { throw FileSystemServerError.system("running \(fusermount)", spawned) }
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            if status == 0 { return }
+            if geteuid() != 0 { throw FileSystemServerError.badMountPoint(mountPoint, "could not be unmounted (fusermount3's message is above)") }
+        }
+        guard umount2(mountPoint, Int32(MNT_DETACH)) == 0 else { throw FileSystemServerError.system("umount \(mountPoint)", errno) }
+    }
+}
+
+/// Runs `body` with `strings` as a NULL-terminated C array.
+func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> T) -> T {
+    var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
+    pointers.append(nil)
+    defer { for pointer in pointers { free(pointer) } }
+    return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
+}

@@ -1,0 +1,160 @@
+import CFUSEKernel
+import DataProtection
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An inode the kernel knows by a node ID: held by an `cfuse_o_path` descriptor of the backing item
+/// (never a path: every operation is an `*at` call on a parent's descriptor with one name, and
+/// never follows a link), shared by every name of a hard-linked file.
+final class FileNode: Sendable {
+    let id: UInt64
+    /// `cfuse_o_path | O_NOFOLLOW` descriptor of the backing item.
+    let fd: Int32
+    let device: UInt64, inode: UInt64
+    /// `S_IFMT` bits.
+    let kind: mode_t
+    /// The node's parent, as last seen (a directory's one parent; one of a file's).
+    let parent: Mutex<UInt64>
+    /// A directory's own default class, once read (`user.dataprotection.class`).
+    let directoryDefault = Mutex<ProtectionClass??>(nil)
+    /// What the file's first bytes said, for the backing size and time they were read at.
+    let prefix = Mutex<(size: Int64, changed: timespec, prefix: ProtectedFilePrefix?)?>(nil)
+    /// The file open through this node: one engine for every handle on it.
+    let open = Mutex(OpenFile())
+
+    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64) {
+        self.id = id
+        self.fd = fd
+        self.device = UInt64(st.st_dev)
+        self.inode = UInt64(st.st_ino)
+        self.kind = st.st_mode & S_IFMT
+        self.parent = Mutex(parent)
+    }
+
+    var isDirectory: Bool { kind == S_IFDIR }
+    var isRegularFile: Bool { kind == S_IFREG }
+
+    /// The path that reopens the backing item (`/proc/self/fd/N`, a link the kernel resolves to
+    /// the item itself, never by name).
+    var reopenPath: String { "/proc/self/fd/\(fd)" }
+
+    /// `fstatat(fd, "", cfuse_at_empty_path)`.
+    func status() throws(FUSEErrno) -> stat {
+        var st = stat()
+        guard fstatat(fd, "", &st, cfuse_at_empty_path | AT_SYMLINK_NOFOLLOW) == 0 else { throw FUSEErrno(errno) }
+        return st
+    }
+
+    deinit { close(fd) }
+}
+
+/// A regular file open through the file system: its backing descriptor and, for a protected
+/// file, the engine that holds its key (dropped when its class locks, reopened after).
+struct OpenFile {
+    /// Handles open on the file.
+    var handles = 0
+    /// The backing file, read-write where the server may (else read-only).
+    var descriptor: Int32 = -1
+    var writable = false
+    /// The protected file's engine; `nil` for a plain file, or while its class is locked.
+    var engine: ProtectedFileEngine?
+    /// The class of the protected file (`nil`: a plain file, served as it is).
+    var protectionClass: ProtectionClass?
+    /// Whether the kernel may hold pages of this class-A file (invalidated at a lock).
+    var mayHavePages = false
+}
+
+/// The inodes the kernel holds, by node ID and by backing identity (device, inode); an entry
+/// lives until the kernel forgets every lookup of it.
+final class NodeTable: Sendable {
+    private struct State {
+        var nodes: [UInt64: (node: FileNode, lookups: UInt64)] = [:]
+        var byIdentity: [InodeIdentity: UInt64] = [:]
+        var next: UInt64 = 2
+    }
+    struct InodeIdentity: Hashable { let device: UInt64, inode: UInt64 }
+    private let state = Mutex(State())
+    let root: FileNode
+
+    init(rootDescriptor: Int32) throws {
+        var st = stat()
+        guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
+        root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE))
+        state.withLock {
+            $0.nodes[root.id] = (root, 1)
+            $0.byIdentity[InodeIdentity(device: root.device, inode: root.inode)] = root.id
+        }
+    }
+
+    func node(_ id: UInt64) throws(FUSEErrno) -> FileNode {
+        guard let node = state.withLock({ $0.nodes[id]?.node }) else { throw FUSEErrno(ESTALE) }
+        return node
+    }
+
+    /// Looks `name` up in `parent` (never following a link) and counts a lookup of its node.
+    func lookup(_ name: [UInt8], in parent: FileNode) throws(FUSEErrno) -> (FileNode, stat) {
+        let fd = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else { throw FUSEErrno(errno) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw FUSEErrno(code) }
+        return (adopt(fd, st, parent: parent.id), st)
+    }
+
+    /// The node for a descriptor just opened (an existing node for the same inode keeps its own
+    /// descriptor, and this one is closed), with one more lookup counted.
+    func adopt(_ fd: Int32, _ st: stat, parent: UInt64) -> FileNode {
+        let identity = InodeIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+        return state.withLock { state in
+            if let id = state.byIdentity[identity], var entry = state.nodes[id], entry.node.kind == st.st_mode & S_IFMT {
+                close(fd)
+                entry.lookups += 1
+                state.nodes[id] = entry
+                entry.node.parent.withLock { $0 = parent }
+                return entry.node
+            }
+            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent)
+            state.next += 1
+            state.nodes[node.id] = (node, 1)
+            state.byIdentity[identity] = node.id
+            return node
+        }
+    }
+
+    /// The kernel forgets `count` lookups of `id`; at none left the node goes.
+    func forget(_ id: UInt64, count: UInt64) {
+        guard id != root.id else { return }
+        state.withLock { state in
+            guard var entry = state.nodes[id] else { return }
+            entry.lookups = entry.lookups > count ? entry.lookups - count : 0
+            if entry.lookups == 0 {
+                state.nodes[id] = nil
+                let identity = InodeIdentity(device: entry.node.device, inode: entry.node.inode)
+                if state.byIdentity[identity] == id { state.byIdentity[identity] = nil }
+            } else {
+                state.nodes[id] = entry
+            }
+        }
+    }
+
+    /// The node of a backing inode, if the kernel holds one.
+    func existing(device: UInt64, inode: UInt64) -> FileNode? {
+        state.withLock { state in state.byIdentity[InodeIdentity(device: device, inode: inode)].flatMap { state.nodes[$0]?.node } }
+    }
+
+    /// Every node (for a lock: the class-A files whose pages must go).
+    var all: [FileNode] { state.withLock { $0.nodes.values.map(\.node) } }
+}
+
+/// FUSE's root node ID.
+let FUSE_ROOT_ID_VALUE = 1
+
+/// Runs `body` with `name` (bytes, any encoding) as a C string.
+func withName<T>(_ name: [UInt8], _ body: (UnsafePointer<CChar>) -> T) -> T {
+    (name + [0]).withUnsafeBufferPointer { body(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
+}

@@ -1,0 +1,27 @@
+import CFUSEKernel
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a protected file system could not be mounted or served.
+public enum FileSystemServerError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
+    /// This machine lacks a part FUSE needs (`/dev/fuse`, `fusermount3`).
+    case unavailable(String)
+    /// The mount point (or the directory to serve) cannot be used.
+    case badMountPoint(String, String)
+    /// A system call failed.
+    case system(String, Int32)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let why): "the protected file system cannot be mounted here: \(why)"
+        case .badMountPoint(let path, let why): "\(path) \(why)"
+        case .system(let call, let code): "\(call): \(String(cString: strerror(code)))"
+        }
+    }
+
+    public var errorDescription: String? { description }
+}

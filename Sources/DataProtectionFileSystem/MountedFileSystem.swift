@@ -1,0 +1,83 @@
+import CFUSEKernel
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A mounted ``ProtectedFileSystem``: serve it until it is unmounted (``unmount()``,
+/// `dpctl umount`, `fusermount3 -u`), or until this process ends — the mount is then released
+/// (`auto_unmount`), and programs still using it get `ENOTCONN`.
+public final class MountedFileSystem: Sendable {
+    public let fileSystem: ProtectedFileSystem
+    let device: FUSEDevice
+    /// The mount point.
+    public var mountPoint: String { device.mountPoint }
+    /// The largest WRITE the kernel sends (and the read buffer's size beyond the headers).
+    static let maxWrite = 1 << 20
+    /// Threads reading requests: both cores busy while a request waits on the disk.
+    static let threads = 4
+    private let unmounted = Mutex(false)
+
+    init(fileSystem: ProtectedFileSystem, device: FUSEDevice) {
+        self.fileSystem = fileSystem
+        self.device = device
+    }
+
+    /// Serves requests until the file system is unmounted. Lock-state changes of the device
+    /// (keybagd's, when one runs) apply to the mount while it serves.
+    public func serve() async {
+        let observers = await fileSystem.observeLockState(replier: FUSEReplier(fd: device.fd))
+        defer { Task { [fileSystem] in await fileSystem.stopObserving(observers) } }
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<Self.threads {
+                group.addTask { [self] in
+                    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                        let thread = Thread { [self] in
+                            serveRequests()
+                            done.resume()
+                        }
+                        thread.stackSize = 1 << 20
+                        thread.start()
+                    }
+                }
+            }
+        }
+        close(device.fd)
+        if device.monitor >= 0 { close(device.monitor) }
+    }
+
+    /// One serving thread: reads a request, answers it, until the device says the mount is gone.
+    private func serveRequests() {
+        let size = Self.maxWrite + 64 * 1024
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+        defer { buffer.deallocate() }
+        let replier = FUSEReplier(fd: device.fd)
+        while true {
+            let n = Glibc.read(device.fd, buffer.baseAddress, size)
+            if n < 0 {
+                switch errno {
+                case EINTR, EAGAIN, ENOENT: continue     // ENOENT: a request interrupted before it was read
+                default: return                           // ENODEV: unmounted
+                }
+            }
+            if n == 0 { return }
+            guard let request = FUSERequest(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) else { continue }
+            fileSystem.handle(request, replier: replier)
+        }
+    }
+
+    /// Unmounts (lazily: programs still inside keep what they hold until they leave); ``serve()``
+    /// then returns.
+    public func unmount() throws {
+        guard !unmounted.withLock({ let was = $0; $0 = true; return was }) else { return }
+        try FUSEDevice.unmount(device.mountPoint)
+    }
+
+    /// Unmounts the file system at `mountPoint`, served by whatever process (`dpctl umount`).
+    public static func unmount(_ mountPoint: String) throws {
+        try FUSEDevice.unmount(URL(fileURLWithPath: mountPoint).standardizedFileURL.path)
+    }
+}

@@ -1,0 +1,301 @@
+import CFUSEKernel
+import DataProtection
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Names, attributes and directories: each call is one `*at` system call on a node's descriptor
+/// with one name, never following a link.
+extension ProtectedFileSystem {
+    /// How long the kernel may trust an entry or attributes it was given, in seconds.
+    static let validity: UInt64 = 1
+
+    // MARK: - Attributes
+
+    /// The attributes the kernel is given for `node`: the backing item's, with a protected file's
+    /// plaintext size.
+    func attributes(_ node: FileNode, _ st: stat) -> fuse_attr {
+        var attr = fuse_attr()
+        attr.ino = UInt64(st.st_ino)
+        attr.size = UInt64(st.st_size)
+        attr.blocks = UInt64(st.st_blocks)
+        attr.atime = UInt64(st.st_atim.tv_sec); attr.atimensec = UInt32(st.st_atim.tv_nsec)
+        attr.mtime = UInt64(st.st_mtim.tv_sec); attr.mtimensec = UInt32(st.st_mtim.tv_nsec)
+        attr.ctime = UInt64(st.st_ctim.tv_sec); attr.ctimensec = UInt32(st.st_ctim.tv_nsec)
+        attr.mode = st.st_mode
+        attr.nlink = UInt32(st.st_nlink)
+        attr.uid = st.st_uid
+        attr.gid = st.st_gid
+        attr.rdev = UInt32(truncatingIfNeeded: st.st_rdev)
+        attr.blksize = 4096
+        if node.isRegularFile { attr.size = UInt64(max(0, plaintextSize(node, st))) }
+        return attr
+    }
+
+    /// A regular file's plaintext size: its engine's when open, else from its header and length.
+    func plaintextSize(_ node: FileNode, _ st: stat) -> Int64 {
+        if let size = node.open.withLock({ $0.engine?.size }) { return size }
+        return prefix(of: node, st)?.plaintextSize(fileSize: Int64(st.st_size)) ?? Int64(st.st_size)
+    }
+
+    /// What a file's first bytes say (cached while its length and change time stay the same).
+    func prefix(of node: FileNode, _ st: stat) -> ProtectedFilePrefix? {
+        if let cached = node.prefix.withLock({ $0 }), cached.size == Int64(st.st_size),
+           cached.changed.tv_sec == st.st_ctim.tv_sec, cached.changed.tv_nsec == st.st_ctim.tv_nsec {
+            return cached.prefix
+        }
+        var found: ProtectedFilePrefix?
+        if st.st_size >= Int64(ProtectedFilePrefix.length) {
+            let fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
+            if fd >= 0 {
+                var bytes = [UInt8](repeating: 0, count: ProtectedFilePrefix.length)
+                let n = pread(fd, &bytes, bytes.count, 0)
+                close(fd)
+                if n == bytes.count { found = ProtectedFilePrefix(bytes) }
+            }
+        }
+        node.prefix.withLock { $0 = (Int64(st.st_size), st.st_ctim, found) }
+        return found
+    }
+
+    func entry(_ node: FileNode, _ st: stat) -> fuse_entry_out {
+        var entry = fuse_entry_out()
+        entry.nodeid = node.id
+        entry.generation = 0
+        entry.entry_valid = Self.validity
+        entry.attr_valid = Self.validity
+        entry.attr = attributes(node, st)
+        return entry
+    }
+
+    func lookup(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let parent = try nodes.node(request.nodeID)
+        let (name, _) = try FUSERequest.name(in: request.body)
+        let (node, st) = try nodes.lookup(name, in: parent)
+        replier.reply(request.unique, entry(node, st))
+    }
+
+    func getAttributes(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let node = try nodes.node(request.nodeID)
+        var out = fuse_attr_out()
+        out.attr_valid = Self.validity
+        out.attr = attributes(node, try node.status())
+        replier.reply(request.unique, out)
+    }
+
+    func setAttributes(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let node = try nodes.node(request.nodeID)
+        let change = try request.argument(fuse_setattr_in.self)
+        let valid = change.valid
+        if valid & cfuse_fattr_mode != 0 {
+            guard node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
+            guard chmod(node.reopenPath, change.mode & 0o7777) == 0 else { throw FUSEErrno(errno) }
+        }
+        if valid & (cfuse_fattr_uid | cfuse_fattr_gid) != 0 {
+            let uid = valid & cfuse_fattr_uid != 0 ? change.uid : UInt32.max
+            let gid = valid & cfuse_fattr_gid != 0 ? change.gid : UInt32.max
+            guard fchownat(node.fd, "", uid, gid, cfuse_at_empty_path | AT_SYMLINK_NOFOLLOW) == 0 else { throw FUSEErrno(errno) }
+        }
+        if valid & cfuse_fattr_size != 0 {
+            guard node.isRegularFile else { throw FUSEErrno(node.isDirectory ? EISDIR : EINVAL) }
+            let handle = valid & cfuse_fattr_fh != 0 ? change.fh : nil
+            try truncate(node, to: Int64(change.size), handle: handle)
+        }
+        if valid & (cfuse_fattr_atime | cfuse_fattr_mtime) != 0 {
+            var times = [timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit), timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit)]
+            if valid & cfuse_fattr_atime != 0 {
+                times[0] = valid & cfuse_fattr_atime_now != 0 ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now)
+                    : timespec(tv_sec: Int(change.atime), tv_nsec: Int(change.atimensec))
+            }
+            if valid & cfuse_fattr_mtime != 0 {
+                times[1] = valid & cfuse_fattr_mtime_now != 0 ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now)
+                    : timespec(tv_sec: Int(change.mtime), tv_nsec: Int(change.mtimensec))
+            }
+            // A link's own times through its parent; anything else through its descriptor.
+            if node.kind == S_IFLNK {
+                guard utimensat(node.fd, "", times, cfuse_at_empty_path) == 0 || errno == EINVAL else { throw FUSEErrno(errno) }
+            } else {
+                guard utimensat(AT_FDCWD, node.reopenPath, times, 0) == 0 else { throw FUSEErrno(errno) }
+            }
+        }
+        var out = fuse_attr_out()
+        out.attr_valid = Self.validity
+        out.attr = attributes(node, try node.status())
+        replier.reply(request.unique, out)
+    }
+
+    // MARK: - Making and removing names
+
+    func makeDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let parent = try nodes.node(request.nodeID)
+        let argument = try request.argument(fuse_mkdir_in.self)
+        let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mkdir_in.self))
+        guard withName(name, { mkdirat(parent.fd, $0, argument.mode & 0o7777) }) == 0 else { throw FUSEErrno(errno) }
+        let (node, st) = try nodes.lookup(name, in: parent)
+        replier.reply(request.unique, entry(node, st))
+    }
+
+    func makeNode(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let parent = try nodes.node(request.nodeID)
+        let argument = try request.argument(fuse_mknod_in.self)
+        let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mknod_in.self))
+        switch argument.mode & S_IFMT {
+        case S_IFREG:
+            // An empty regular file: a protected file of its directory's class, as CREATE makes.
+            let (node, st) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: true).node
+            replier.reply(request.unique, entry(node, st))
+            return
+        case S_IFIFO, S_IFSOCK:
+            guard withName(name, { mknodat(parent.fd, $0, argument.mode, 0) }) == 0 else { throw FUSEErrno(errno) }
+        default:
+            throw FUSEErrno(EPERM)   // no device files among data
+        }
+        let (node, st) = try nodes.lookup(name, in: parent)
+        replier.reply(request.unique, entry(node, st))
+    }
+
+    func symbolicLink(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let parent = try nodes.node(request.nodeID)
+        let (name, rest) = try FUSERequest.name(in: request.body)
+        guard let end = rest.firstIndex(of: 0) else { throw FUSEErrno(EINVAL) }
+        let target = Array(rest[rest.startIndex..<end])
+        guard !target.isEmpty, target.count < Int(PATH_MAX) else { throw FUSEErrno(target.isEmpty ? ENOENT : ENAMETOOLONG) }
+        let made = withName(target) { targetPath in withName(name) { symlinkat(targetPath, parent.fd, $0) } }
+        guard made == 0 else { throw FUSEErrno(errno) }
+        let (node, st) = try nodes.lookup(name, in: parent)
+        replier.reply(request.unique, entry(node, st))
+    }
+
+    func readLink(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let node = try nodes.node(request.nodeID)
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
+        let n = readlinkat(node.fd, "", &buffer, buffer.count)
+        guard n >= 0 else { throw FUSEErrno(errno) }
+        buffer.withUnsafeBytes { replier.reply(request.unique, [UnsafeRawBufferPointer(rebasing: $0[0..<n])]) }
+    }
+
+    func remove(_ request: FUSERequest, _ replier: FUSEReplier, directory: Bool) throws(FUSEErrno) {
+        let parent = try nodes.node(request.nodeID)
+        let (name, _) = try FUSERequest.name(in: request.body)
+        guard withName(name, { unlinkat(parent.fd, $0, directory ? AT_REMOVEDIR : 0) }) == 0 else { throw FUSEErrno(errno) }
+        replier.reply(request.unique)
+    }
+
+    func rename(_ request: FUSERequest, _ replier: FUSEReplier, extended: Bool) throws(FUSEErrno) {
+        let parent = try nodes.node(request.nodeID)
+        let newParentID: UInt64, flags: UInt32, names: UnsafeRawBufferPointer
+        if extended {
+            let argument = try request.argument(fuse_rename2_in.self)
+            (newParentID, flags, names) = (argument.newdir, argument.flags, try request.tail(after: fuse_rename2_in.self))
+        } else {
+            let argument = try request.argument(fuse_rename_in.self)
+            (newParentID, flags, names) = (argument.newdir, 0, try request.tail(after: fuse_rename_in.self))
+        }
+        let newParent = try nodes.node(newParentID)
+        let (old, rest) = try FUSERequest.name(in: names)
+        let (new, _) = try FUSERequest.name(in: rest)
+        let renamed = withName(old) { from in withName(new) { to in cfuse_renameat2(parent.fd, from, newParent.fd, to, flags) } }
+        guard renamed == 0 else { throw FUSEErrno(errno) }
+        // The moved item's node (if the kernel holds one) now lives under its new parent.
+        var st = stat()
+        if withName(new, { fstatat(newParent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0,
+           let moved = nodes.existing(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)) {
+            moved.parent.withLock { $0 = newParent.id }
+        }
+        replier.reply(request.unique)
+    }
+
+    func link(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_link_in.self)
+        let node = try nodes.node(argument.oldnodeid)
+        let newParent = try nodes.node(request.nodeID)
+        let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_link_in.self))
+        guard !node.isDirectory else { throw FUSEErrno(EPERM) }
+        let linked = withName(name) { linkat(AT_FDCWD, node.reopenPath, newParent.fd, $0, AT_SYMLINK_FOLLOW) }
+        guard linked == 0 else { throw FUSEErrno(errno) }
+        let (same, st) = try nodes.lookup(name, in: newParent)
+        replier.reply(request.unique, entry(same, st))
+    }
+
+    // MARK: - Directories
+
+    func openDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let node = try nodes.node(request.nodeID)
+        guard node.isDirectory else { throw FUSEErrno(ENOTDIR) }
+        let fd = open(node.reopenPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw FUSEErrno(errno) }
+        var out = fuse_open_out()
+        out.fh = handles.add(.directory(DirectoryHandle(fd: fd)))
+        replier.reply(request.unique, out)
+    }
+
+    /// Entries from the backing directory's offset the kernel asks for (`getdents64`'s own
+    /// `d_off` values), as many as fit in the size it asks for.
+    func readDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_read_in.self)
+        let directory = try handles.directory(argument.fh)
+        let wanted = min(Int(argument.size), 128 * 1024)
+        var out = [UInt8]()
+        out.reserveCapacity(wanted)
+        try directory.lock.withLock { _ throws(FUSEErrno) in
+            guard lseek(directory.fd, off_t(Int64(bitPattern: argument.offset)), SEEK_SET) >= 0 else { throw FUSEErrno(errno) }
+            var raw = [UInt8](repeating: 0, count: wanted)
+            let n = raw.withUnsafeMutableBytes { cfuse_getdents64(directory.fd, $0.baseAddress, UInt(wanted)) }
+            guard n >= 0 else { throw FUSEErrno(errno) }
+            var at = 0
+            while at + 19 <= n {
+                let inode = raw.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt64.self) }
+                let offset = raw.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at + 8, as: Int64.self) }
+                let length = Int(raw.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at + 16, as: UInt16.self) })
+                let type = raw[at + 18]
+                guard length > 19, at + length <= n else { break }
+                let nameBytes = raw[(at + 19)..<(at + length)]
+                let nameLength = nameBytes.firstIndex(of: 0).map { $0 - (at + 19) } ?? nameBytes.count
+                let record = (24 + nameLength + 7) & ~7
+                if out.count + record > wanted { break }
+                var dirent = fuse_dirent()
+                dirent.ino = inode
+                dirent.off = UInt64(bitPattern: offset)
+                dirent.namelen = UInt32(nameLength)
+                dirent.type = UInt32(type)
+                withUnsafeBytes(of: &dirent) { out += $0.prefix(24) }
+                out += raw[(at + 19)..<(at + 19 + nameLength)]
+                out += [UInt8](repeating: 0, count: record - 24 - nameLength)
+                at += length
+            }
+        }
+        out.withUnsafeBytes { replier.reply(request.unique, [$0]) }
+    }
+
+    func releaseDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_release_in.self)
+        handles.remove(argument.fh)
+        replier.reply(request.unique)
+    }
+
+    func synchronizeDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_fsync_in.self)
+        let directory = try handles.directory(argument.fh)
+        guard fsync(directory.fd) == 0 else { throw FUSEErrno(errno) }
+        replier.reply(request.unique)
+    }
+
+    func fileSystemStatus(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        var st = statvfs()
+        guard fstatvfs(nodes.root.fd, &st) == 0 else { throw FUSEErrno(errno) }
+        var out = fuse_statfs_out()
+        out.st.blocks = UInt64(st.f_blocks)
+        out.st.bfree = UInt64(st.f_bfree)
+        out.st.bavail = UInt64(st.f_bavail)
+        out.st.files = UInt64(st.f_files)
+        out.st.ffree = UInt64(st.f_ffree)
+        out.st.bsize = UInt32(st.f_bsize)
+        out.st.namelen = UInt32(st.f_namemax)
+        out.st.frsize = UInt32(st.f_frsize)
+        replier.reply(request.unique, out)
+    }
+}

@@ -1,0 +1,310 @@
+import CFUSEKernel
+import DataProtection
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Regular files: one engine per file (every handle on it shares it), the class checked at
+/// every open, read and write.
+extension ProtectedFileSystem {
+    // MARK: - Opening
+
+    func openFile(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let node = try nodes.node(request.nodeID)
+        let argument = try request.argument(fuse_open_in.self)
+        guard node.isRegularFile else { throw FUSEErrno(node.isDirectory ? EISDIR : ENXIO) }
+        let access = argument.flags & UInt32(O_ACCMODE)
+        let writable = access != UInt32(O_RDONLY)
+        try attach(node)
+        do throws(FUSEErrno) {
+            if argument.flags & UInt32(O_TRUNC) != 0, writable { try truncateOpen(node, to: 0) }
+        } catch {
+            detach(node)
+            throw error
+        }
+        var out = fuse_open_out()
+        out.fh = handles.add(.file(node, writable: writable))
+        replier.reply(request.unique, out)
+    }
+
+    func createFile(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let parent = try nodes.node(request.nodeID)
+        let argument = try request.argument(fuse_create_in.self)
+        let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_create_in.self))
+        let exclusive = argument.flags & UInt32(O_EXCL) != 0
+        let ((node, st), created) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: exclusive)
+        do throws(FUSEErrno) {
+            if !created {
+                try attach(node)
+                if argument.flags & UInt32(O_TRUNC) != 0 {
+                    do throws(FUSEErrno) { try truncateOpen(node, to: 0) } catch { detach(node); throw error }
+                }
+            }
+        } catch {
+            nodes.forget(node.id, count: 1)
+            throw error
+        }
+        var out = fuse_open_out()
+        out.fh = handles.add(.file(node, writable: argument.flags & UInt32(O_ACCMODE) != UInt32(O_RDONLY)))
+        replier.reply(request.unique, entry(node, created ? st : (try? node.status()) ?? st), out)
+    }
+
+    /// Makes `name` in `parent` a new, empty protected file of the directory's default class,
+    /// attached (one handle counted) — or, when it exists and `exclusive` is false, looks it up.
+    func createProtectedFile(_ name: [UInt8], in parent: FileNode, mode: UInt32, exclusive: Bool) throws(FUSEErrno) -> (node: (FileNode, stat), created: Bool) {
+        let fd = withName(name) { openat(parent.fd, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
+        if fd < 0 {
+            let code = errno
+            guard code == EEXIST, !exclusive else { throw FUSEErrno(code) }
+            return (try nodes.lookup(name, in: parent), false)
+        }
+        let cls = defaultClass(in: parent)
+        let engine: ProtectedFileEngine
+        do {
+            engine = try runBlocking { [files] in try await files.createEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(name), protection: cls) }
+        } catch {
+            close(fd)
+            _ = withName(name) { unlinkat(parent.fd, $0, 0) }
+            throw Self.errorCode(error)
+        }
+        let pathFD = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
+        var st = stat()
+        guard pathFD >= 0, fstat(pathFD, &st) == 0 else {
+            let code = errno
+            if pathFD >= 0 { close(pathFD) }
+            close(fd)
+            throw FUSEErrno(code)
+        }
+        let node = nodes.adopt(pathFD, st, parent: parent.id)
+        node.open.withLock { file in
+            if file.handles == 0 {
+                file.descriptor = fd
+                file.writable = true
+                file.engine = engine
+                file.protectionClass = cls
+            } else {
+                close(fd)   // another create of the same inode won: impossible with O_EXCL, kept safe
+            }
+            file.handles += 1
+            if cls == .complete { file.mayHavePages = true }
+        }
+        return ((node, st), true)
+    }
+
+    /// Counts one more handle on the file, opening its backing descriptor and engine if none is
+    /// open; refuses (`EACCES`) a protected file whose class cannot be opened now.
+    func attach(_ node: FileNode) throws(FUSEErrno) {
+        // The class first, from the header (without holding the node while asking the keybag).
+        let st = try node.status()
+        let cls = prefix(of: node, st)?.protectionClass
+        if let cls, !mayOpen(cls) { throw FUSEErrno(EACCES) }
+        try node.open.withLock { file throws(FUSEErrno) in
+            if file.handles == 0 || file.descriptor < 0 {
+                var fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
+                var writable = true
+                if fd < 0, errno == EACCES || errno == EROFS || errno == ETXTBSY {
+                    fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
+                    writable = false
+                }
+                guard fd >= 0 else { throw FUSEErrno(errno) }
+                file.descriptor = fd
+                file.writable = writable
+                file.protectionClass = cls
+                file.engine = nil
+            }
+            file.handles += 1
+            if file.protectionClass == .complete { file.mayHavePages = true }
+        }
+        do throws(FUSEErrno) { _ = try engine(of: node, writing: false, opening: true) } catch {
+            detach(node)
+            throw error
+        }
+    }
+
+    /// Counts one handle less; with none left, the engine (and the key it holds) and the
+    /// backing descriptor go.
+    func detach(_ node: FileNode) {
+        node.open.withLock { file in
+            file.handles -= 1
+            if file.handles <= 0 {
+                file.handles = 0
+                file.engine = nil
+                if file.descriptor >= 0 { close(file.descriptor) }
+                file.descriptor = -1
+            }
+        }
+    }
+
+    func release(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_release_in.self)
+        if case .file(let node, _)? = handles.remove(argument.fh) { detach(node) }
+        replier.reply(request.unique)
+    }
+
+    // MARK: - Reading and writing
+
+    /// The open file's engine (a protected file) or `nil` (a plain file), after the class
+    /// check for a read or a write; an engine dropped at a lock is opened again once its class
+    /// is available.
+    @discardableResult
+    func engine(of node: FileNode, writing: Bool, opening: Bool = false) throws(FUSEErrno) -> ProtectedFileEngine? {
+        let (cls, current, fd) = node.open.withLock { ($0.protectionClass, $0.engine, $0.descriptor) }
+        guard let cls else {
+            // A plain file, unless it was empty and is now written: it becomes a protected file.
+            return nil
+        }
+        if writing ? !gate.mayWrite(cls) : !gate.mayRead(cls) { throw FUSEErrno(EACCES) }
+        if let current { return current }
+        guard opening || mayOpen(cls) else { throw FUSEErrno(EACCES) }
+        let opened: ProtectedFileEngine
+        do {
+            opened = try runBlocking { [files] in try await files.openEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(node)) }
+        } catch {
+            throw Self.errorCode(error)
+        }
+        return node.open.withLock { file in
+            if let engine = file.engine { return engine }
+            file.engine = opened
+            return opened
+        }
+    }
+
+    func read(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_read_in.self)
+        let (node, _) = try handles.file(argument.fh)
+        let count = min(Int(argument.size), MountedFileSystem.maxWrite)
+        let offset = Int64(bitPattern: argument.offset)
+        if let engine = try engine(of: node, writing: false) {
+            let data: Data
+            do { data = try node.open.withLock { _ in try engine.read(at: offset, count: count) } } catch { throw Self.errorCode(error) }
+            data.withUnsafeBytes { replier.reply(request.unique, [$0]) }
+            return
+        }
+        let fd = node.open.withLock { $0.descriptor }
+        var buffer = [UInt8](repeating: 0, count: count)
+        let n = pread(fd, &buffer, count, off_t(offset))
+        guard n >= 0 else { throw FUSEErrno(errno) }
+        buffer.withUnsafeBytes { replier.reply(request.unique, [UnsafeRawBufferPointer(rebasing: $0[0..<n])]) }
+    }
+
+    func write(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_write_in.self)
+        let (node, _) = try handles.file(argument.fh)
+        let data = try request.tail(after: fuse_write_in.self)
+        guard data.count >= Int(argument.size) else { throw FUSEErrno(EINVAL) }
+        let bytes = UnsafeRawBufferPointer(rebasing: data[0..<Int(argument.size)])
+        let offset = Int64(bitPattern: argument.offset)
+        if let engine = try engine(of: node, writing: true) {
+            do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
+        } else {
+            let fd = node.open.withLock { $0.descriptor }
+            let n = pwrite(fd, bytes.baseAddress, bytes.count, off_t(offset))
+            guard n >= 0 else { throw FUSEErrno(errno) }
+            guard n == bytes.count else { throw FUSEErrno(ENOSPC) }
+        }
+        var out = fuse_write_out()
+        out.size = argument.size
+        replier.reply(request.unique, out)
+    }
+
+    func synchronize(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_fsync_in.self)
+        let (node, _) = try handles.file(argument.fh)
+        let fd = node.open.withLock { $0.descriptor }
+        guard (argument.fsync_flags & 1 != 0 ? fdatasync(fd) : fsync(fd)) == 0 else { throw FUSEErrno(errno) }
+        replier.reply(request.unique)
+    }
+
+    func allocate(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let argument = try request.argument(fuse_fallocate_in.self)
+        let (node, _) = try handles.file(argument.fh)
+        let keepSize = UInt32(FALLOC_FL_KEEP_SIZE)
+        guard argument.mode & ~keepSize == 0 else { throw FUSEErrno(EOPNOTSUPP) }
+        let end = Int64(bitPattern: argument.offset) + Int64(bitPattern: argument.length)
+        if let engine = try engine(of: node, writing: true) {
+            // Space is not reserved (a protected file's segments are written when sealed); the
+            // size grows as asked unless KEEP_SIZE.
+            if argument.mode & keepSize == 0, end > engine.size {
+                do { try node.open.withLock { _ in try engine.truncate(to: end) } } catch { throw Self.errorCode(error) }
+            }
+        } else {
+            let fd = node.open.withLock { $0.descriptor }
+            guard fallocate(fd, Int32(argument.mode), off_t(argument.offset), off_t(argument.length)) == 0 else { throw FUSEErrno(errno) }
+        }
+        replier.reply(request.unique)
+    }
+
+    /// SETATTR's size: through the given handle's file, or the file opened for the call.
+    func truncate(_ node: FileNode, to size: Int64, handle: UInt64?) throws(FUSEErrno) {
+        guard size >= 0 else { throw FUSEErrno(EINVAL) }
+        if handle == nil { try attach(node) }
+        defer { if handle == nil { detach(node) } }
+        try truncateOpen(node, to: size)
+    }
+
+    /// Truncates a file that has a handle open.
+    func truncateOpen(_ node: FileNode, to size: Int64) throws(FUSEErrno) {
+        if let engine = try engine(of: node, writing: true) {
+            do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch { throw Self.errorCode(error) }
+        } else {
+            let (fd, writable) = node.open.withLock { ($0.descriptor, $0.writable) }
+            guard writable else { throw FUSEErrno(EACCES) }
+            guard ftruncate(fd, off_t(size)) == 0 else { throw FUSEErrno(errno) }
+        }
+    }
+
+    // MARK: - Classes of new files
+
+    /// The default class of a new file in `directory`: the nearest directory default, from
+    /// `directory` up to the served directory's root, then what the root inherits.
+    func defaultClass(in directory: FileNode) -> ProtectionClass {
+        var node = directory
+        for _ in 0..<4096 {
+            if let own = directoryDefault(of: node) { return own }
+            if node.id == nodes.root.id { break }
+            guard let parent = try? nodes.node(node.parent.withLock({ $0 })) else { break }
+            node = parent
+        }
+        return rootDefault
+    }
+
+    /// A directory's own default (`user.dataprotection.class`), read once and kept until it is
+    /// set through the mount.
+    func directoryDefault(of node: FileNode) -> ProtectionClass? {
+        if let cached = node.directoryDefault.withLock({ $0 }) { return cached }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let n = getxattr(node.reopenPath, ProtectedFileSystem.classAttribute, &buffer, buffer.count)
+        let cls = n > 0 ? ProtectionClass(name: String(decoding: buffer[0..<n], as: UTF8.self)) : nil
+        node.directoryDefault.withLock { $0 = .some(cls) }
+        return cls
+    }
+
+    // MARK: - Errors
+
+    /// The errno a request gets for a library error: a class that is locked is `EACCES`; a
+    /// damaged file `EIO`; a system call's own errno otherwise.
+    static func errorCode(_ error: any Error) -> FUSEErrno {
+        switch error {
+        case let error as FUSEErrno: return error
+        case let error as ProtectedFileError:
+            switch error {
+            case .unavailable, .keybag: return FUSEErrno(EACCES)
+            case .fileSystem(let system): return FUSEErrno(system.errno.rawValue)
+            case .noSuchFile: return FUSEErrno(ENOENT)
+            case .isDirectory: return FUSEErrno(EISDIR)
+            default: return FUSEErrno(EIO)
+            }
+        case is KeybagError: return FUSEErrno(EACCES)
+        default: return FUSEErrno(EIO)
+        }
+    }
+
+    /// How a file is named in the library's errors and the log.
+    func describe(_ name: [UInt8]) -> String { directory + "/…/" + String(decoding: name, as: UTF8.self) }
+    func describe(_ node: FileNode) -> String { directory + " (inode \(node.inode))" }
+}

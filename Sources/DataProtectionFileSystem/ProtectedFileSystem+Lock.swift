@@ -1,0 +1,90 @@
+import CFUSEKernel
+import DataProtection
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What each class allows at this moment, as the mount sees the device's lock state.
+final class ClassGate: Sendable {
+    enum State: Sendable {
+        /// Every call works (as far as the keybag allows opening).
+        case available
+        /// A lock is being applied: opens and reads are refused, writes still go (the kernel is
+        /// writing back dirty pages of the files whose pages are being dropped).
+        case draining
+        /// Opens, reads and writes are refused.
+        case locked
+    }
+    private let states = Mutex<[ProtectionClass: State]>([:])
+
+    func state(_ cls: ProtectionClass) -> State { states.withLock { $0[cls] ?? .available } }
+    func set(_ cls: ProtectionClass, _ state: State) { states.withLock { $0[cls] = state } }
+    func reset() { states.withLock { $0.removeAll() } }
+
+    /// Whether a read (or an open) of a file of `cls` may go on.
+    func mayRead(_ cls: ProtectionClass?) -> Bool { cls.map { state($0) == .available } ?? true }
+    /// Whether a write to a file of `cls` may go on.
+    func mayWrite(_ cls: ProtectionClass?) -> Bool { cls.map { state($0) != .locked } ?? true }
+}
+
+extension ProtectedFileSystem {
+    struct Observers: Sendable { let discard: UUID, events: UUID }
+
+    /// Follows the keybag: a discarded class key locks the class's files on the mount; an
+    /// unlock makes them available again.
+    func observeLockState(replier: FUSEReplier) async -> Observers {
+        let keybag = files.keybag
+        let discard = await keybag.addDiscardObserver { [self] cls in
+            // Class B keeps the keys of open files (as iOS does): nothing to take back.
+            guard cls != .completeUnlessOpen else { return }
+            lock(cls, replier: replier)
+        }
+        let events = await keybag.addObserver { [self] event in
+            if event == .didBecomeAvailable { gate.reset() }
+        }
+        return Observers(discard: discard, events: events)
+    }
+
+    func stopObserving(_ observers: Observers) async {
+        await files.keybag.removeDiscardObserver(observers.discard)
+        await files.keybag.removeObserver(observers.events)
+    }
+
+    /// Applies the lock of `cls` to the mount, in the order that loses nothing: (1) refuse opens
+    /// and reads, (2) drop the pages the kernel holds of the class's files — on a thread that
+    /// serves no request, since the kernel first writes dirty mapped pages back through WRITE
+    /// requests, which still succeed — (3) refuse writes and drop the files' keys.
+    func lock(_ cls: ProtectionClass, replier: FUSEReplier) {
+        gate.set(cls, .draining)
+        let thread = Thread { [self] in
+            for node in nodes.all where node.isRegularFile {
+                let cached = node.open.withLock { $0.protectionClass == cls && $0.mayHavePages }
+                    || node.prefix.withLock { $0?.prefix?.protectionClass == cls }
+                if cached { replier.invalidate(node: node.id) }
+            }
+            gate.set(cls, .locked)
+            for node in nodes.all where node.isRegularFile {
+                node.open.withLock { file in
+                    if file.protectionClass == cls {
+                        file.engine = nil
+                        file.mayHavePages = false
+                    }
+                }
+            }
+            logger.info("class \(cls.shortName) locked on the mount of \(directory)")
+        }
+        thread.start()
+    }
+
+    /// Whether files of `cls` may be opened now: the mount's gate, then the keybag (class B
+    /// while locked, C before the first unlock, A after lock + grace: refused).
+    func mayOpen(_ cls: ProtectionClass) -> Bool {
+        guard gate.mayRead(cls) else { return false }
+        if cls == .noProtection { return true }
+        return (try? runBlocking { [files] in try await files.keybag.generation(of: cls) }) != nil
+    }
+}

@@ -1,0 +1,192 @@
+import CFUSEKernel
+import DataProtection
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A directory of protected files served as a file system (FUSE), so that every program —
+/// a shell, Python, the `sqlite3` CLI, git — reads plaintext through it while every regular file
+/// on disk is a protected file (FORMAT.md §14), and the classes hold at every call, as on iOS:
+///
+/// - a new file gets its directory's default class (inherited, as ``ProtectedFileManager``
+///   gives it), with 4 KiB segments;
+/// - **A**: after lock + grace, opens, reads and writes fail (`EACCES`), and pages the kernel
+///   cached are dropped and unmapped (a mapped page faults: `SIGBUS`);
+/// - **B**: while locked, files can be created and written, descriptors opened before keep
+///   working, and a new open of an existing file fails until unlock;
+/// - **C**: nothing opens before the first unlock; **D**: always.
+///
+/// A file's class, and a directory's default, are the extended attribute
+/// `user.dataprotection.class` on the mount (`getfattr`, `setfattr`, `os.setxattr`): setting it on
+/// a file rewraps its key. Files already in the directory in the protected format read as
+/// they are; plain files are served as they are (and `dpctl ls` and the audit report them).
+///
+/// ```swift
+/// let fileSystem = try ProtectedFileSystem(directory: "/home/me/Private", files: files)
+/// let mount = try fileSystem.mount(at: "/home/me/mnt")
+/// await mount.serve()          // until unmounted
+/// ```
+public final class ProtectedFileSystem: Sendable {
+    /// The directory served.
+    public let directory: String
+    let files: ProtectedFileManager
+    let nodes: NodeTable
+    let handles = HandleTable()
+    let gate = ClassGate()
+    /// The default class of new files at the directory's root (the nearest default above it).
+    let rootDefault: ProtectionClass
+    let logger = Logger(label: "dataprotection.filesystem")
+
+    /// Opens `directory` for serving (it must exist and be a directory).
+    public init(directory: String, files: ProtectedFileManager) throws {
+        let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
+        let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
+        self.directory = absolute
+        self.files = files
+        self.nodes = try NodeTable(rootDescriptor: fd)
+        self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
+    }
+
+    /// Mounts the file system at `mountPoint`. Serve it with ``MountedFileSystem/serve()``.
+    ///
+    /// - Throws: ``FileSystemServerError/unavailable(_:)`` without `/dev/fuse` or `fusermount3`.
+    public func mount(at mountPoint: String) throws -> MountedFileSystem {
+        let absolute = URL(fileURLWithPath: mountPoint).standardizedFileURL.path
+        if absolute == directory || absolute.hasPrefix(directory + "/") {
+            throw FileSystemServerError.badMountPoint(absolute, "is inside the directory it would serve")
+        }
+        let device = try FUSEDevice.mount(at: absolute)
+        return MountedFileSystem(fileSystem: self, device: device)
+    }
+
+    // MARK: - Dispatch
+
+    /// Answers one request (every reply is written before this returns, except for those the
+    /// protocol does not answer: FORGET, BATCH_FORGET, INTERRUPT).
+    func handle(_ request: FUSERequest, replier: FUSEReplier) {
+        let op = fuse_opcode(rawValue: request.opcode)
+        do throws(FUSEErrno) {
+            switch op {
+            case FUSE_INIT: try initialize(request, replier)
+            case FUSE_DESTROY: replier.reply(request.unique)
+            case FUSE_FORGET:
+                let argument = try request.argument(fuse_forget_in.self)
+                nodes.forget(request.nodeID, count: argument.nlookup)
+            case FUSE_BATCH_FORGET: try batchForget(request)
+            case FUSE_INTERRUPT: break   // every request is answered promptly
+            case FUSE_LOOKUP: try lookup(request, replier)
+            case FUSE_GETATTR: try getAttributes(request, replier)
+            case FUSE_SETATTR: try setAttributes(request, replier)
+            case FUSE_READLINK: try readLink(request, replier)
+            case FUSE_SYMLINK: try symbolicLink(request, replier)
+            case FUSE_MKNOD: try makeNode(request, replier)
+            case FUSE_MKDIR: try makeDirectory(request, replier)
+            case FUSE_UNLINK: try remove(request, replier, directory: false)
+            case FUSE_RMDIR: try remove(request, replier, directory: true)
+            case FUSE_RENAME: try rename(request, replier, extended: false)
+            case FUSE_RENAME2: try rename(request, replier, extended: true)
+            case FUSE_LINK: try link(request, replier)
+            case FUSE_OPEN: try openFile(request, replier)
+            case FUSE_CREATE: try createFile(request, replier)
+            case FUSE_READ: try read(request, replier)
+            case FUSE_WRITE: try write(request, replier)
+            case FUSE_FLUSH: replier.reply(request.unique)
+            case FUSE_RELEASE: try release(request, replier)
+            case FUSE_FSYNC: try synchronize(request, replier)
+            case FUSE_FALLOCATE: try allocate(request, replier)
+            case FUSE_STATFS: try fileSystemStatus(request, replier)
+            case FUSE_OPENDIR: try openDirectory(request, replier)
+            case FUSE_READDIR: try readDirectory(request, replier)
+            case FUSE_RELEASEDIR: try releaseDirectory(request, replier)
+            case FUSE_FSYNCDIR: try synchronizeDirectory(request, replier)
+            case FUSE_GETXATTR: try getExtendedAttribute(request, replier)
+            case FUSE_SETXATTR: try setExtendedAttribute(request, replier)
+            case FUSE_LISTXATTR: try listExtendedAttributes(request, replier)
+            case FUSE_REMOVEXATTR: try removeExtendedAttribute(request, replier)
+            case FUSE_IOCTL: throw FUSEErrno(ENOTTY)       // not remembered by the kernel: the cheapest answer
+            default: throw FUSEErrno(ENOSYS)                // the kernel remembers it for most calls
+            }
+        } catch {
+            replier.reply(request.unique, error: error.code)
+        }
+    }
+
+    private func initialize(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let offered = try request.argument(fuse_init_in.self)
+        guard offered.major == cfuse_major else {
+            // An older or newer major: say ours, and the kernel gives up.
+            var out = fuse_init_out()
+            out.major = cfuse_major
+            out.minor = cfuse_minor
+            replier.reply(request.unique, out)
+            return
+        }
+        var out = fuse_init_out()
+        out.major = cfuse_major
+        out.minor = min(offered.minor, cfuse_minor)
+        out.max_readahead = offered.max_readahead
+        let wanted = cfuse_async_read | cfuse_atomic_o_trunc | cfuse_big_writes | cfuse_max_pages | cfuse_parallel_dirops
+        out.flags = offered.flags & wanted
+        out.max_background = 64
+        out.congestion_threshold = 48
+        out.max_write = UInt32(MountedFileSystem.maxWrite)
+        out.time_gran = 1
+        out.max_pages = UInt16(MountedFileSystem.maxWrite / 4096)
+        replier.reply(request.unique, out)
+    }
+
+    private func batchForget(_ request: FUSERequest) throws(FUSEErrno) {
+        let header = try request.argument(fuse_batch_forget_in.self)
+        let entries = try request.tail(after: fuse_batch_forget_in.self)
+        let size = MemoryLayout<fuse_forget_one>.size
+        for index in 0..<min(Int(header.count), entries.count / size) {
+            let one = entries.loadUnaligned(fromByteOffset: index * size, as: fuse_forget_one.self)
+            nodes.forget(one.nodeid, count: one.nlookup)
+        }
+    }
+}
+
+/// The file handles given to the kernel: an open file (its node) or an open directory.
+final class HandleTable: Sendable {
+    enum Handle {
+        case file(FileNode, writable: Bool)
+        case directory(DirectoryHandle)
+    }
+    private let state = Mutex<(handles: [UInt64: Handle], next: UInt64)>(([:], 1))
+
+    func add(_ handle: Handle) -> UInt64 {
+        state.withLock { state in
+            let id = state.next
+            state.next += 1
+            state.handles[id] = handle
+            return id
+        }
+    }
+
+    func file(_ id: UInt64) throws(FUSEErrno) -> (FileNode, Bool) {
+        guard case .file(let node, let writable)? = state.withLock({ $0.handles[id] }) else { throw FUSEErrno(EBADF) }
+        return (node, writable)
+    }
+
+    func directory(_ id: UInt64) throws(FUSEErrno) -> DirectoryHandle {
+        guard case .directory(let handle)? = state.withLock({ $0.handles[id] }) else { throw FUSEErrno(EBADF) }
+        return handle
+    }
+
+    @discardableResult
+    func remove(_ id: UInt64) -> Handle? { state.withLock { $0.handles.removeValue(forKey: id) } }
+}
+
+/// An open directory: its descriptor, read with `getdents64` from the offsets the kernel asks.
+final class DirectoryHandle: Sendable {
+    let fd: Int32
+    let lock = Mutex(())
+    init(fd: Int32) { self.fd = fd }
+    deinit { close(fd) }
+}
