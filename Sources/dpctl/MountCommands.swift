@@ -46,6 +46,7 @@ struct Unmount: AsyncParsableCommand {
         commandName: "umount",
         abstract: "Unmount a protected file system (its dpctl mount then ends).")
 
+    @OptionGroup var device: DeviceOptions
     @Argument(help: "The mount point.") var mountPoint: String
 
     func run() async throws {
