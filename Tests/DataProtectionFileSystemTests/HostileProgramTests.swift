@@ -1,0 +1,200 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Programs that try to break the server: odd names, a directory swapped for a link on disk,
+/// huge directories, a reader that stops in the middle, the server killed mid-write; and a mount
+/// made by an ordinary user through fusermount3.
+@Suite(.enabled(if: MountedDirectory.canMount, "needs /dev/fuse and fusermount3 (fuse3)"))
+struct HostileProgramTests {
+    func mounted() throws -> (AppWorld, MountedDirectory) {
+        let world = try AppWorld.make()
+        return (world, try MountedDirectory(cli: world.cli, passcodeFile: world.passcode))
+    }
+
+    @Test func namesAreBytesAndNeverPaths() throws {
+        let (world, mount) = try mounted()
+        let result = try mount.shell("""
+            /usr/bin/python3 - <<'EOF'
+            import errno, os
+            names = [b"new\\nline", b"\\xff\\xfeinvalid utf-8", b"x" * 255, b" leading space", b"-dash", b"..x", b"tab\\there"]
+            for name in names:
+                with open(name, "wb") as f: f.write(b"named " + name)
+            listed = sorted(os.listdir(b"."))
+            print(listed == sorted(names), all(open(n, "rb").read() == b"named " + n for n in names))
+            for bad in [b"y" * 256]:
+                try: open(bad, "wb"); print("made", bad[:8])
+                except OSError as e: print(errno.errorcode[e.errno])
+            EOF
+            """)
+        #expect(result.out == "True True\nENAMETOOLONG\n", "\(result.out) \(result.err)")
+        try mount.unmount()
+        let onDisk = try FileManager.default.contentsOfDirectory(atPath: mount.data)
+        #expect(onDisk.count == 7, "\(onDisk)")
+        #expect(MountedDirectory.regularFiles(below: mount.data).allSatisfy(MountedDirectory.isProtected))
+        let cat = try world.dpctl(["cat", mount.data + "/-dash", "--passcode-file", world.passcode])
+        #expect(cat.out == "named -dash", "\(cat.stderr)")
+    }
+
+    /// A directory the kernel holds is replaced on disk by a link to a directory outside: the
+    /// server keeps working on the directory it holds (by descriptor), and never writes
+    /// through the link.
+    @Test func aDirectorySwappedForALinkOnDiskIsNeverFollowed() throws {
+        let (world, mount) = try mounted()
+        let outside = world.cli.file("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        // The program holds the directory open (its cwd) while the data directory changes under it.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
+        holder.arguments = ["-c", "mkdir d && cd d && read line && echo inside > made.txt && ls ../ && cat made.txt"]
+        holder.currentDirectoryURL = URL(fileURLWithPath: mount.mountPoint)
+        let input = Pipe(), output = Pipe()
+        (holder.standardInput, holder.standardOutput) = (input, output)
+        try holder.run()
+        // Wait until the directory exists on disk, then swap it for a link (as a hostile process with access to the data could).
+        var st = stat()
+        for _ in 0..<5000 where lstat(mount.data + "/d", &st) != 0 { usleep(1000) }
+        #expect(rename(mount.data + "/d", mount.data + "/moved") == 0)
+        #expect(symlink(outside, mount.data + "/d") == 0)
+        try input.fileHandleForWriting.write(contentsOf: Data("go\n".utf8))
+        try input.fileHandleForWriting.close()
+        holder.waitUntilExit()
+        let out = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(holder.terminationStatus == 0, "\(out)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty, "nothing was written through the link")
+        #expect(MountedDirectory.isProtected(mount.data + "/moved/made.txt"), "the file went where the directory really is")
+        try mount.unmount()
+    }
+
+    /// 100,000 entries in one directory: listed whole through the mount while the server's memory
+    /// stays bounded (it reads the directory in pieces, from the offsets the kernel asks).
+    @Test func aHugeDirectoryIsListedWithBoundedMemory() throws {
+        let (_, mount) = try mounted()
+        let count = 100_000
+        try FileManager.default.createDirectory(atPath: mount.data + "/big", withIntermediateDirectories: true)
+        let fill = try ChildProcess.run("/usr/bin/python3", ["-c", "import os\nfor i in range(\(count)): os.close(os.open('\(mount.data)/big/f%06d' % i, os.O_CREAT | os.O_WRONLY))"])
+        #expect(fill.status == 0, "\(fill.err)")
+        let listed = try mount.shell("ls -f big | grep -c '^f'")
+        #expect(listed.out == "\(count)\n", "\(listed.out) \(listed.err)")
+        let resident = SupervisorMemory.residentKiB(mount.process.processIdentifier)
+        #expect(resident < 256 * 1024, "the server holds \(resident) KiB after listing")
+        try mount.unmount()
+    }
+
+    /// A program stopped in the middle of reading (SIGSTOP, its read of a big file pending) and
+    /// another holding a thousand descriptors open: the others are served as before.
+    @Test func aStalledReaderStallsNobodyElse() throws {
+        let (_, mount) = try mounted()
+        #expect(try mount.shell("head -c 64000000 /dev/zero > big && echo small > small").status == 0)
+        let reader = Process()
+        reader.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        reader.arguments = ["-c", "import os\nfds = [os.open('small', os.O_RDONLY) for _ in range(1000)]\nf = open('big', 'rb')\nwhile True: f.seek(0); f.read()"]
+        reader.currentDirectoryURL = URL(fileURLWithPath: mount.mountPoint)
+        try reader.run()
+        usleep(0)
+        kill(reader.processIdentifier, SIGSTOP)
+        defer { kill(reader.processIdentifier, SIGKILL); kill(reader.processIdentifier, SIGCONT); reader.waitUntilExit() }
+        for round in 0..<20 {
+            let other = try mount.shell("echo round \(round) > r\(round) && cat r\(round) small")
+            #expect(other.out == "round \(round)\nsmall\n", "\(other.err)")
+        }
+        kill(reader.processIdentifier, SIGKILL)
+        kill(reader.processIdentifier, SIGCONT)
+        reader.waitUntilExit()
+        try mount.unmount()
+    }
+
+    /// `kill -9` of the server while a program appends and syncs: the program gets an error, the
+    /// mount point is released, and every file on disk authenticates, holding at least what was
+    /// synced.
+    @Test func theServerKilledMidWriteTearsNothing() throws {
+        let (world, mount) = try mounted()
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        writer.arguments = ["-c", """
+            import errno, os, sys
+            synced = {}
+            try:
+                for n in range(100000):
+                    name = "f%d" % (n % 4)
+                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                    os.write(fd, (b"%08d" % n) * 700)
+                    os.fsync(fd)
+                    os.close(fd)
+                    synced[name] = synced.get(name, 0) + 5600
+                    if n == 200: print("writing", flush=True)
+            except OSError as e:
+                print("stopped", errno.errorcode[e.errno], flush=True)
+                for name, size in synced.items(): print(name, size, flush=True)
+            """]
+        writer.currentDirectoryURL = URL(fileURLWithPath: mount.mountPoint)
+        let output = Pipe()
+        writer.standardOutput = output
+        try writer.run()
+        #expect(try readLine(output.fileHandleForReading.fileDescriptor, timeout: 60) == "writing")
+        kill(mount.process.processIdentifier, SIGKILL)
+        writer.waitUntilExit()
+        mount.process.waitUntilExit()
+        let lines = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+        // The call in flight is aborted (ECONNABORTED); any later one finds no connection (ENOTCONN).
+        #expect(lines.first == "stopped ENOTCONN" || lines.first == "stopped ECONNABORTED", "\(lines.prefix(3))")
+        // The mount point is released (fusermount3's auto_unmount), and empty again.
+        var released = false
+        for _ in 0..<5000 {
+            let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+            if !mounts.contains(" " + mount.mountPoint + " ") { released = true; break }
+            usleep(1000)
+        }
+        #expect(released, "the mount point is still mounted")
+        for line in lines.dropFirst() {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let synced = Int(parts[1]) else { continue }
+            let cat = try world.dpctl(["cat", mount.data + "/" + parts[0], "--passcode-file", world.passcode])
+            #expect(cat.status == 0, "\(parts[0]) does not authenticate: \(cat.stderr)")
+            #expect(cat.stdout.count >= synced && cat.stdout.count % 5600 == 0, "\(parts[0]): \(cat.stdout.count) bytes, \(synced) synced")
+        }
+    }
+
+    /// An ordinary user mounts through fusermount3 (setuid), and what it writes is protected.
+    @Test(.enabled(if: getuid() == 0, "needs root to become nobody"))
+    func anOrdinaryUserMountsThroughFusermount() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("passcode", "1234")
+        for path in [cli.work.path, passcode] { #expect(chown(path, 65534, 65534) == 0) }
+        #expect(try cli.run(["init", "--passcode-file", passcode], asUser: "nobody").status == 0)
+        let data = cli.file("data"), mountPoint = cli.file("mnt")
+        for path in [data, mountPoint] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            #expect(chown(path, 65534, 65534) == 0)
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.executable.path, "--root", cli.root, "mount", data, mountPoint, "--passcode-file", passcode]
+        let errors = Pipe()
+        process.standardError = errors
+        try process.run()
+        let line = try readLine(errors.fileHandleForReading.fileDescriptor, timeout: 60)
+        #expect(line.contains("serving"), "\(line)")
+        let write = try ChildProcess.run("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/bin/sh", "-c",
+                                                               "echo 'nobody marker' > '\(mountPoint)/n.txt' && cat '\(mountPoint)/n.txt'"])
+        #expect(write.out == "nobody marker\n", "\(write.err)")
+        // Root is not let in (no allow_other): the mount is the user's.
+        #expect(access(mountPoint + "/n.txt", R_OK) != 0)
+        let unmounted = try ChildProcess.run("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.executable.path, "umount", mountPoint])
+        #expect(unmounted.status == 0, "\(unmounted.err)")
+        process.waitUntilExit()
+        #expect(MountedDirectory.isProtected(data + "/n.txt"))
+        #expect(MountedDirectory.files(below: data, containing: "nobody marker").isEmpty)
+    }
+}
+
+enum SupervisorMemory {
+    static func residentKiB(_ pid: Int32) -> Int {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+}
