@@ -245,6 +245,7 @@ let package = Package(
             name: "dp-bench",
             dependencies: [
                 "DataProtection",
+                "DataProtectionFileSystem",
                 "DataProtectionKeybag",
                 "keybagd",
                 "DataProtectionBackup",

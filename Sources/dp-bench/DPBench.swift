@@ -9,6 +9,6 @@ struct DPBench: AsyncParsableCommand {
         abstract: "Benchmarks that put our figures beside a peer's, measured in the same run.",
         discussion: "Build in release mode: swift run -c release dp-bench files|backup|sqlite|daemon|objects|apps|sharing|audit|tpm",
         version: DataProtectionVersion.string,
-        subcommands: [FilesBenchmark.self, BackupBenchmark.self, TPMBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self, ObjectsBenchmark.self, AppsBenchmark.self, AppsProbe.self, SharingBenchmark.self, AuditBenchmark.self]
+        subcommands: [FilesBenchmark.self, FileSystemBenchmark.self, BackupBenchmark.self, TPMBenchmark.self, SQLiteBenchmark.self, DaemonBenchmark.self, ObjectsBenchmark.self, AppsBenchmark.self, AppsProbe.self, SharingBenchmark.self, AuditBenchmark.self]
     )
 }

@@ -7,7 +7,7 @@ import Foundation
 struct Mount: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "mount",
-        abstract: "Serve a directory of protected files as a file system: every program reads plaintext, and every file on disk stays protected.",
+        abstract: "Serve protected files to every program (FUSE).",
         usage: "dpctl mount <directory> <mount-point> [--passcode-file F]",
         discussion: """
             Runs until the file system is unmounted (dpctl umount MOUNTPOINT, Ctrl-C, or the end of \
@@ -44,7 +44,7 @@ struct Mount: AsyncParsableCommand {
 struct Unmount: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "umount",
-        abstract: "Unmount a protected file system (its dpctl mount then ends).")
+        abstract: "Unmount a protected file system.")
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The mount point.") var mountPoint: String
