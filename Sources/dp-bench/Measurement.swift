@@ -78,7 +78,9 @@ func runTool(_ executable: String, _ arguments: [String], discardOutput: Bool = 
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
     if discardOutput {
+        // Nothing of the pipe in the child: a daemon it starts (gocryptfs) must not hold it open.
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addclose(&actions, pipe[1])
     } else {
         posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
     }

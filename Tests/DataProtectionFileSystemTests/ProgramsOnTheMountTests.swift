@@ -86,6 +86,33 @@ struct ProgramsOnTheMountTests {
         expectAllProtected(mount, markers: ["git marker"])
     }
 
+    /// Locks (the kernel's, shared by every program on the mount), other extended attributes,
+    /// `O_TMPFILE`'s fallback, and a plain file already in the directory, served as it is.
+    @Test func locksAttributesTemporaryFilesAndPlainFiles() throws {
+        let (world, mount) = try mounted()
+        try Data("left plain".utf8).write(to: URL(fileURLWithPath: mount.data + "/plain.txt"))
+        let result = try mount.shell("""
+            /usr/bin/python3 - <<'EOF'
+            import fcntl, os, subprocess, tempfile
+            f = open("locked", "w"); fcntl.flock(f, fcntl.LOCK_EX); fcntl.lockf(f, fcntl.LOCK_EX)
+            other = subprocess.run(["/usr/bin/python3", "-c", "import fcntl, sys\\nf = open('locked', 'a')\\n"
+                                    "try:\\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('flock taken')\\nexcept BlockingIOError: print('flock held')\\n"
+                                    "try:\\n    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('lockf taken')\\nexcept OSError: print('lockf held')"],
+                                   capture_output=True, text=True)
+            print(other.stdout.strip().replace("\\n", ", "))
+            os.setxattr("locked", "user.comment", b"kept as it is"); print(os.getxattr("locked", "user.comment").decode())
+            print(sorted(os.listxattr("locked")))
+            t = tempfile.TemporaryFile(dir="."); t.write(b"temporary"); t.seek(0); print(t.read().decode()); t.close()
+            print(open("plain.txt").read())
+            EOF
+            """)
+        #expect(result.out == "flock held, lockf held\nkept as it is\n['user.comment', 'user.dataprotection.class']\ntemporary\nleft plain\n",
+                "\(result.out) \(result.err)")
+        try mount.unmount()
+        let listed = try world.dpctl(["ls", mount.data + "/plain.txt"])
+        #expect(listed.out.contains("plain"), "\(listed.out)")
+    }
+
     @Test func linksRenamesTruncationAndSparseFiles() throws {
         let (_, mount) = try mounted()
         let result = try mount.shell("""
