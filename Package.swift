@@ -52,8 +52,9 @@ let package = Package(
     ],
     targets: [
         .target(name: "CLinuxShims"),
-        // The system's OpenSSL libcrypto, for SQLCipher's page cipher only (DataProtectionSQLite's
-        // PageCipher); everything else uses swift-crypto.
+        // The system's OpenSSL libcrypto, for SQLCipher's page cipher (DataProtectionSQLite's
+        // PageCipher) and protected-file segments (DataProtection's GCMContexts) only; everything
+        // else uses swift-crypto.
         .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         // The TPM Software Stack's ESAPI, for a device secret sealed by the TPM: declared from the TCG
         // specifications and loaded at run time (dlopen), so nothing of it is needed to build.
@@ -81,6 +82,7 @@ let package = Package(
             name: "DataProtection",
             dependencies: [
                 "CLinuxShims",
+                "COpenSSLCrypto",
                 "DataProtectionKeybag",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SystemPackage", package: "swift-system"),

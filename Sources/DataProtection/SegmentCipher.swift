@@ -9,11 +9,21 @@ import Synchronization
 /// data binds the segment to its file and its position: `file ID (16) ‖ index (u64 BE) ‖
 /// final (u8)`, where `final` is 1 only for the file's last segment. So flipping, swapping
 /// between files, reordering, truncating and extending are all detected.
+///
+/// The AES-GCM itself runs in the system's libcrypto with contexts keyed once per file key
+/// (``GCMContexts``); everything else of the package's cryptography is swift-crypto's.
 struct SegmentCipher: Sendable {
     static let overhead = 28   // nonce + tag
 
     let key: SymmetricKey
     let fileID: [UInt8]
+    private let contexts: GCMContexts
+
+    init(key: SymmetricKey, fileID: [UInt8]) {
+        self.key = key
+        self.fileID = fileID
+        self.contexts = GCMContexts(key: key)
+    }
 
     func associatedData(index: Int, final: Bool) -> [UInt8] {
         withAssociatedData(index: index, final: final) { Array($0) }
@@ -33,9 +43,15 @@ struct SegmentCipher: Sendable {
     /// Appends the sealed segment to `output`.
     func seal(_ plaintext: UnsafeRawBufferPointer, index: Int, final: Bool, nonce: AES.GCM.Nonce = AES.GCM.Nonce(),
               into output: inout [UInt8]) throws {
-        let box = try withAssociatedData(index: index, final: final) { try AES.GCM.seal(plaintext, using: key, nonce: nonce, authenticating: $0) }
-        // A 12-byte nonce always gives a combined representation.
-        output.append(contentsOf: box.combined!)
+        let start = output.count
+        output.append(contentsOf: repeatElement(0, count: plaintext.count + Self.overhead))
+        try output.withUnsafeMutableBytes { buffer in
+            try nonce.withUnsafeBytes { nonce in
+                try withAssociatedData(index: index, final: final) { aad in
+                    try contexts.seal(plaintext, nonce: nonce, aad: aad, into: UnsafeMutableRawBufferPointer(rebasing: buffer[start...]))
+                }
+            }
+        }
     }
 
     /// Opens one sealed segment; `nil` when it does not authenticate as segment `index` with
@@ -46,8 +62,12 @@ struct SegmentCipher: Sendable {
 
     /// Opens one sealed segment from memory.
     func open(_ sealed: UnsafeRawBufferPointer, index: Int, final: Bool) -> Data? {
-        guard sealed.count >= Self.overhead, let box = try? AES.GCM.SealedBox(combined: sealed) else { return nil }
-        return withAssociatedData(index: index, final: final) { try? AES.GCM.open(box, using: key, authenticating: $0) }
+        guard sealed.count >= Self.overhead else { return nil }
+        var plaintext = Data(count: sealed.count - Self.overhead)
+        let opened = plaintext.withUnsafeMutableBytes { out in
+            withAssociatedData(index: index, final: final) { contexts.open(sealed, aad: $0, into: out) }
+        }
+        return opened ? plaintext : nil
     }
 }
 
@@ -59,6 +79,10 @@ struct NonceBatch {
         bytes = SymmetricKey(size: SymmetricKeySize(bitCount: max(count, 1) * 96)).withUnsafeBytes { Array($0) }
     }
     func nonce(_ i: Int) throws -> AES.GCM.Nonce { try AES.GCM.Nonce(data: bytes[(i * 12)..<(i * 12 + 12)]) }
+    /// Nonce `i`'s 12 bytes.
+    func withNonce<R>(_ i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try bytes.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[(i * 12)..<(i * 12 + 12)])) }
+    }
 }
 
 extension SegmentCipher {
@@ -77,13 +101,11 @@ extension SegmentCipher {
             let length = min(segmentSize, input.buffer.count - start)
             do {
                 let chunk = length == 0 ? UnsafeRawBufferPointer(start: nil, count: 0) : UnsafeRawBufferPointer(rebasing: input.buffer[start..<(start + length)])
-                let nonce = try nonces.nonce(i)
-                let box = try withAssociatedData(index: firstIndex + i, final: lastIsFinal && i == count - 1) {
-                    try AES.GCM.seal(chunk, using: key, nonce: nonce, authenticating: $0)
-                }
-                // withUnsafeBytes + copyMemory: Data's generic copyBytes(to:) costs more than the AES.
-                box.combined!.withUnsafeBytes { sealed in
-                    out.buffer.baseAddress!.advanced(by: i * sealedSize).copyMemory(from: sealed.baseAddress!, byteCount: min(sealed.count, length + Self.overhead))
+                let target = UnsafeMutableRawBufferPointer(rebasing: out.buffer[(i * sealedSize)..<(i * sealedSize + length + Self.overhead)])
+                try nonces.withNonce(i) { nonce in
+                    try withAssociatedData(index: firstIndex + i, final: lastIsFinal && i == count - 1) { aad in
+                        try contexts.seal(chunk, nonce: nonce, aad: aad, into: target)
+                    }
                 }
             } catch {
                 failure.withLock { $0 = error }
