@@ -105,6 +105,7 @@ extension ProtectedFileSystem {
             let handle = valid & cfuse_fattr_fh != 0 ? change.fh : nil
             try truncate(node, to: Int64(change.size), handle: handle)
         }
+        if valid & cfuse_fattr_kill_suidgid != 0, valid & cfuse_fattr_mode == 0, node.isRegularFile { clearSetID(node) }
         if valid & (cfuse_fattr_atime | cfuse_fattr_mtime) != 0 {
             var times = [timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit), timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit)]
             if valid & cfuse_fattr_atime != 0 {

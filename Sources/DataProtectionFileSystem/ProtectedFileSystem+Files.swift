@@ -22,7 +22,10 @@ extension ProtectedFileSystem {
         let writable = access != UInt32(O_RDONLY)
         try attach(node)
         do throws(FUSEErrno) {
-            if argument.flags & UInt32(O_TRUNC) != 0, writable { try truncateOpen(node, to: 0) }
+            if argument.flags & UInt32(O_TRUNC) != 0, writable {
+                try truncateOpen(node, to: 0)
+                if argument.open_flags & cfuse_open_kill_suidgid != 0 { clearSetID(node) }
+            }
         } catch {
             detach(node)
             throw error
@@ -199,6 +202,7 @@ extension ProtectedFileSystem {
         guard data.count >= Int(argument.size) else { throw FUSEErrno(EINVAL) }
         let bytes = UnsafeRawBufferPointer(rebasing: data[0..<Int(argument.size)])
         let offset = Int64(bitPattern: argument.offset)
+        if argument.write_flags & cfuse_write_kill_suidgid != 0 { clearSetID(node) }
         if let engine = try engine(of: node, writing: true) {
             do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
         } else {
@@ -256,6 +260,13 @@ extension ProtectedFileSystem {
             guard writable else { throw FUSEErrno(EACCES) }
             guard ftruncate(fd, off_t(size)) == 0 else { throw FUSEErrno(errno) }
         }
+    }
+
+    /// Clears a file's set-user-ID and set-group-ID bits, as a write by its owner does on other
+    /// file systems (the kernel leaves it to the server: `FUSE_HANDLE_KILLPRIV_V2`).
+    func clearSetID(_ node: FileNode) {
+        guard let st = try? node.status(), st.st_mode & (S_ISUID | S_ISGID) != 0 else { return }
+        _ = chmod(node.reopenPath, st.st_mode & 0o7777 & ~(S_ISUID | S_ISGID))
     }
 
     // MARK: - Classes of new files

@@ -131,7 +131,7 @@ public final class ProtectedFileSystem: Sendable {
         out.major = cfuse_major
         out.minor = min(offered.minor, cfuse_minor)
         out.max_readahead = offered.max_readahead
-        let wanted = cfuse_async_read | cfuse_atomic_o_trunc | cfuse_big_writes | cfuse_max_pages | cfuse_parallel_dirops
+        let wanted = cfuse_async_read | cfuse_atomic_o_trunc | cfuse_big_writes | cfuse_max_pages | cfuse_parallel_dirops | cfuse_handle_killpriv_v2
         out.flags = offered.flags & wanted
         out.max_background = 64
         out.congestion_threshold = 48

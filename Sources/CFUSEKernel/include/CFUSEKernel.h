@@ -43,6 +43,12 @@ static const uint32_t cfuse_big_writes = FUSE_BIG_WRITES;
 static const uint32_t cfuse_max_pages = FUSE_MAX_PAGES;
 static const uint32_t cfuse_parallel_dirops = FUSE_PARALLEL_DIROPS;
 static const uint32_t cfuse_export_support = FUSE_EXPORT_SUPPORT;
+// The server clears set-user-ID and set-group-ID bits where the kernel says (a write, a
+// truncation, a chown): without it the kernel asks for security.capability before every write.
+static const uint32_t cfuse_handle_killpriv_v2 = FUSE_HANDLE_KILLPRIV_V2;
+static const uint32_t cfuse_write_kill_suidgid = FUSE_WRITE_KILL_SUIDGID;
+static const uint32_t cfuse_open_kill_suidgid = FUSE_OPEN_KILL_SUIDGID;
+static const uint32_t cfuse_fattr_kill_suidgid = FATTR_KILL_SUIDGID;
 
 // SETATTR's valid bits.
 static const uint32_t cfuse_fattr_mode = FATTR_MODE;
