@@ -235,11 +235,15 @@ extension ProtectedFileSystem {
     }
 
     /// Entries from the backing directory's offset the kernel asks for (`getdents64`'s own
-    /// `d_off` values), as many as fit in the size it asks for.
-    func readDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+    /// `d_off` values), as many as fit in the size it asks for. With `plus` (READDIRPLUS), each
+    /// entry but `.` and `..` comes with its node and attributes, as LOOKUP gives them (a lookup
+    /// counted for each: an entry is looked up only once it is sure to fit).
+    func readDirectory(_ request: FUSERequest, _ replier: FUSEReplier, plus: Bool) throws(FUSEErrno) {
         let argument = try request.argument(fuse_read_in.self)
         let directory = try handles.directory(argument.fh)
+        let parent = try nodes.node(request.nodeID)
         let wanted = min(Int(argument.size), 128 * 1024)
+        let header = plus ? MemoryLayout<fuse_entry_out>.size + 24 : 24
         var out = [UInt8]()
         out.reserveCapacity(wanted)
         try directory.lock.withLock { _ throws(FUSEErrno) in
@@ -256,16 +260,24 @@ extension ProtectedFileSystem {
                 guard length > 19, at + length <= n else { break }
                 let nameBytes = raw[(at + 19)..<(at + length)]
                 let nameLength = nameBytes.firstIndex(of: 0).map { $0 - (at + 19) } ?? nameBytes.count
-                let record = (24 + nameLength + 7) & ~7
+                let name = Array(raw[(at + 19)..<(at + 19 + nameLength)])
+                let record = (header + nameLength + 7) & ~7
                 if out.count + record > wanted { break }
+                if plus {
+                    var entry = fuse_entry_out()
+                    if name != [0x2E], name != [0x2E, 0x2E], let (node, st) = try? nodes.lookup(name, in: parent) {
+                        entry = self.entry(node, st)
+                    }
+                    withUnsafeBytes(of: &entry) { out += $0 }
+                }
                 var dirent = fuse_dirent()
                 dirent.ino = inode
                 dirent.off = UInt64(bitPattern: offset)
                 dirent.namelen = UInt32(nameLength)
                 dirent.type = UInt32(type)
                 withUnsafeBytes(of: &dirent) { out += $0.prefix(24) }
-                out += raw[(at + 19)..<(at + 19 + nameLength)]
-                out += [UInt8](repeating: 0, count: record - 24 - nameLength)
+                out += name
+                out += [UInt8](repeating: 0, count: record - header - nameLength)
                 at += length
             }
         }

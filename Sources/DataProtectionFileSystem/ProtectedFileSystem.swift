@@ -102,7 +102,8 @@ public final class ProtectedFileSystem: Sendable {
             case FUSE_FALLOCATE: try allocate(request, replier)
             case FUSE_STATFS: try fileSystemStatus(request, replier)
             case FUSE_OPENDIR: try openDirectory(request, replier)
-            case FUSE_READDIR: try readDirectory(request, replier)
+            case FUSE_READDIR: try readDirectory(request, replier, plus: false)
+            case FUSE_READDIRPLUS: try readDirectory(request, replier, plus: true)
             case FUSE_RELEASEDIR: try releaseDirectory(request, replier)
             case FUSE_FSYNCDIR: try synchronizeDirectory(request, replier)
             case FUSE_GETXATTR: try getExtendedAttribute(request, replier)
@@ -132,6 +133,7 @@ public final class ProtectedFileSystem: Sendable {
         out.minor = min(offered.minor, cfuse_minor)
         out.max_readahead = offered.max_readahead
         let wanted = cfuse_async_read | cfuse_atomic_o_trunc | cfuse_big_writes | cfuse_max_pages | cfuse_parallel_dirops | cfuse_handle_killpriv_v2
+            | cfuse_do_readdirplus | cfuse_readdirplus_auto
         out.flags = offered.flags & wanted
         out.max_background = 64
         out.congestion_threshold = 48

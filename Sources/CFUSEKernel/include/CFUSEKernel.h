@@ -43,6 +43,10 @@ static const uint32_t cfuse_big_writes = FUSE_BIG_WRITES;
 static const uint32_t cfuse_max_pages = FUSE_MAX_PAGES;
 static const uint32_t cfuse_parallel_dirops = FUSE_PARALLEL_DIROPS;
 static const uint32_t cfuse_export_support = FUSE_EXPORT_SUPPORT;
+// READDIRPLUS (entries with their attributes: no LOOKUP per entry), when the kernel sees a
+// program stat what it lists (`ls -l`).
+static const uint32_t cfuse_do_readdirplus = FUSE_DO_READDIRPLUS;
+static const uint32_t cfuse_readdirplus_auto = FUSE_READDIRPLUS_AUTO;
 // The server clears set-user-ID and set-group-ID bits where the kernel says (a write, a
 // truncation, a chown): without it the kernel asks for security.capability before every write.
 static const uint32_t cfuse_handle_killpriv_v2 = FUSE_HANDLE_KILLPRIV_V2;
