@@ -33,11 +33,20 @@ struct FUSEDevice: Sendable {
         return nil
     }
 
-    /// Mounts a new FUSE file system at `mountPoint` and returns its device.
-    static func mount(at mountPoint: String, allowOther: Bool = false) throws -> FUSEDevice {
+    /// Throws when this machine lacks what mounting needs: `/dev/fuse`, and `fusermount3`
+    /// unless this process is root.
+    static func checkAvailability() throws {
         guard access("/dev/fuse", R_OK | W_OK) == 0 else {
             throw FileSystemServerError.unavailable("/dev/fuse is missing or not usable (load the fuse module, or give the container /dev/fuse)")
         }
+        guard fusermount() != nil || geteuid() == 0 else {
+            throw FileSystemServerError.unavailable("fusermount3 is not installed: apt-get install fuse3")
+        }
+    }
+
+    /// Mounts a new FUSE file system at `mountPoint` and returns its device.
+    static func mount(at mountPoint: String, allowOther: Bool = false) throws -> FUSEDevice {
+        try checkAvailability()
         var st = stat()
         guard stat(mountPoint, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw FileSystemServerError.badMountPoint(mountPoint, "is not a directory")

@@ -76,6 +76,11 @@ public final class MountedFileSystem: Sendable {
         try FUSEDevice.unmount(device.mountPoint)
     }
 
+    /// Throws ``FileSystemServerError/unavailable(_:)`` when this machine cannot mount a
+    /// protected file system (no `/dev/fuse`; no `fusermount3` for an ordinary user), before
+    /// anything else is done.
+    public static func checkAvailability() throws { try FUSEDevice.checkAvailability() }
+
     /// Unmounts the file system at `mountPoint`, served by whatever process (`dpctl umount`).
     public static func unmount(_ mountPoint: String) throws {
         try FUSEDevice.unmount(URL(fileURLWithPath: mountPoint).standardizedFileURL.path)

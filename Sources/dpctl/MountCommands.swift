@@ -30,6 +30,7 @@ struct Mount: AsyncParsableCommand {
     func validate() throws { try requirePaths(directory, mountPoint) }
 
     func run() async throws {
+        try MountedFileSystem.checkAvailability()   // what is missing, before any passcode is asked
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
         let fileSystem = try ProtectedFileSystem(directory: directory, files: ProtectedFileManager(keybag: keybag))
         let mounted = try fileSystem.mount(at: mountPoint)

@@ -208,3 +208,28 @@ enum SupervisorMemory {
         return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
     }
 }
+
+/// A machine without what FUSE needs: `dpctl mount` says what is missing in one line, and mounts
+/// nothing.
+@Suite struct MissingFUSETests {
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/bwrap") && getuid() == 0))
+    func withoutDevFuseOrFusermountTheMountSaysWhatIsMissing() throws {
+        let world = try AppWorld.make()
+        let data = world.cli.file("data"), mountPoint = world.cli.file("mnt")
+        for path in [data, mountPoint] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        let dpctl = [CLI.executable.path, "--root", world.cli.root, "mount", data, mountPoint, "--passcode-file", world.passcode]
+        // No /dev/fuse: a /dev of bubblewrap's own, without it.
+        let noDevice = try ChildProcess.run("bwrap", ["--bind", "/", "/", "--dev", "/dev", "--"] + dpctl)
+        #expect(noDevice.status != 0 && noDevice.err.contains("/dev/fuse is missing"), "\(noDevice.err)")
+        #expect(noDevice.err.split(separator: "\n").filter { $0.hasPrefix("dpctl:") }.count == 1, "one line: \(noDevice.err)")
+        // No fusermount3, as an ordinary user: the package to install.
+        let home = world.cli.work.path
+        #expect(chown(home, 65534, 65534) == 0 && chown(data, 65534, 65534) == 0 && chown(mountPoint, 65534, 65534) == 0)
+        let noHelper = try ChildProcess.run("bwrap", ["--dev-bind", "/", "/", "--ro-bind", "/dev/null", "/usr/bin/fusermount3",
+                                                      "/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+                                                      CLI.executable.path, "--root", world.cli.root + "-nobody", "mount", data, mountPoint])
+        #expect(noHelper.status != 0 && noHelper.err.contains("apt-get install fuse3"), "\(noHelper.err)")
+        let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        #expect(!mounts.contains(mountPoint), "nothing was mounted")
+    }
+}
