@@ -18,7 +18,7 @@ extension ProtectedFileSystem {
 
     /// The attributes the kernel is given for `node`: the backing item's, with a protected file's
     /// plaintext size.
-    func attributes(_ node: FileNode, _ st: stat) -> fuse_attr {
+    func attributes(_ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> fuse_attr {
         var attr = fuse_attr()
         attr.ino = UInt64(st.st_ino)
         attr.size = UInt64(st.st_size)
@@ -32,25 +32,36 @@ extension ProtectedFileSystem {
         attr.gid = st.st_gid
         attr.rdev = UInt32(truncatingIfNeeded: st.st_rdev)
         attr.blksize = 4096
-        if node.isRegularFile { attr.size = UInt64(max(0, plaintextSize(node, st))) }
+        if node.isRegularFile { attr.size = UInt64(max(0, plaintextSize(node, st, named: name))) }
         return attr
     }
 
     /// A regular file's plaintext size: its engine's when open, else from its header and length.
-    func plaintextSize(_ node: FileNode, _ st: stat) -> Int64 {
+    func plaintextSize(_ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> Int64 {
         if let size = node.open.withLock({ $0.engine?.size }) { return size }
-        return prefix(of: node, st)?.plaintextSize(fileSize: Int64(st.st_size)) ?? Int64(st.st_size)
+        return prefix(of: node, st, named: name)?.plaintextSize(fileSize: Int64(st.st_size)) ?? Int64(st.st_size)
     }
 
     /// What a file's first bytes say (cached while its length and change time stay the same).
-    func prefix(of node: FileNode, _ st: stat) -> ProtectedFilePrefix? {
+    /// Read through its name in its parent when the caller has them (a lookup: one `openat`),
+    /// else through `/proc/self/fd`; a name that now leads to another inode is not read.
+    func prefix(of node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> ProtectedFilePrefix? {
         if let cached = node.prefix.withLock({ $0 }), cached.size == Int64(st.st_size),
            cached.changed.tv_sec == st.st_ctim.tv_sec, cached.changed.tv_nsec == st.st_ctim.tv_nsec {
             return cached.prefix
         }
         var found: ProtectedFilePrefix?
         if st.st_size >= Int64(ProtectedFilePrefix.length) {
-            let fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
+            var fd: Int32 = -1
+            if let name {
+                fd = withName(name.name) { openat(name.parent.fd, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) }
+                var opened = stat()
+                if fd >= 0, fstat(fd, &opened) != 0 || opened.st_ino != st.st_ino || opened.st_dev != st.st_dev {
+                    close(fd)
+                    fd = -1
+                }
+            }
+            if fd < 0 { fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC) }
             if fd >= 0 {
                 var bytes = [UInt8](repeating: 0, count: ProtectedFilePrefix.length)
                 let n = pread(fd, &bytes, bytes.count, 0)
@@ -62,13 +73,13 @@ extension ProtectedFileSystem {
         return found
     }
 
-    func entry(_ node: FileNode, _ st: stat) -> fuse_entry_out {
+    func entry(_ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> fuse_entry_out {
         var entry = fuse_entry_out()
         entry.nodeid = node.id
         entry.generation = 0
         entry.entry_valid = Self.validity
         entry.attr_valid = Self.validity
-        entry.attr = attributes(node, st)
+        entry.attr = attributes(node, st, named: name)
         return entry
     }
 
@@ -76,7 +87,7 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(request.nodeID)
         let (name, _) = try FUSERequest.name(in: request.body)
         let (node, st) = try nodes.lookup(name, in: parent)
-        replier.reply(request.unique, entry(node, st))
+        replier.reply(request.unique, entry(node, st, named: (parent, name)))
     }
 
     func getAttributes(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
@@ -266,7 +277,7 @@ extension ProtectedFileSystem {
                 if plus {
                     var entry = fuse_entry_out()
                     if name != [0x2E], name != [0x2E, 0x2E], let (node, st) = try? nodes.lookup(name, in: parent) {
-                        entry = self.entry(node, st)
+                        entry = self.entry(node, st, named: (parent, name))
                     }
                     withUnsafeBytes(of: &entry) { out += $0 }
                 }
