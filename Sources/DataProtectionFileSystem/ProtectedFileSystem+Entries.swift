@@ -159,6 +159,7 @@ extension ProtectedFileSystem {
         case S_IFREG:
             // An empty regular file: a protected file of its directory's class, as CREATE makes.
             let (node, st) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: true).node
+            detach(node)   // made, not opened: no handle holds it
             replier.reply(request.unique, entry(node, st))
             return
         case S_IFIFO, S_IFSOCK:

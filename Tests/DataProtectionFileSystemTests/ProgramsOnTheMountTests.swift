@@ -113,6 +113,24 @@ struct ProgramsOnTheMountTests {
         #expect(listed.out.contains("plain"), "\(listed.out)")
     }
 
+    /// `mknod` of a regular file makes a protected file (and holds nothing open); FIFOs work;
+    /// device files are refused among data.
+    @Test func specialFilesThroughMknod() throws {
+        let (_, mount) = try mounted()
+        let result = try mount.shell("""
+            /usr/bin/python3 -c "
+            import os, stat
+            os.mknod('regular', 0o644 | stat.S_IFREG); open('regular', 'a').write('via mknod'); print(open('regular').read())
+            os.mkfifo('fifo'); print(stat.S_ISFIFO(os.lstat('fifo').st_mode))
+            try: os.mknod('device', 0o644 | stat.S_IFCHR, os.makedev(1, 3)); print('device made')
+            except OSError as e: print(e.strerror)
+            "
+            """)
+        #expect(result.out == "via mknod\nTrue\nOperation not permitted\n", "\(result.out) \(result.err)")
+        try mount.unmount()
+        #expect(MountedDirectory.isProtected(mount.data + "/regular"))
+    }
+
     @Test func linksRenamesTruncationAndSparseFiles() throws {
         let (_, mount) = try mounted()
         let result = try mount.shell("""
