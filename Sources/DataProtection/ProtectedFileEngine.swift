@@ -18,6 +18,8 @@ package final class ProtectedFileEngine: @unchecked Sendable {
 
     fileprivate init(file: SegmentedFile, fd: FileDescriptor) {
         self.file = file
+        // The server runs several requests at once: each seals and opens on its own thread.
+        file.threads = 1
         self.fd = fd
         self.protectionClass = file.header.protectionClass
     }

@@ -117,22 +117,22 @@ extension SegmentCipher {
     /// Opens consecutive sealed segments on every core into `output` (their plaintext, back to
     /// back). Returns the file index of a segment that fails authentication, or `nil`.
     func openSegments(_ sealed: UnsafeRawBufferPointer, segmentSize: Int, firstIndex: Int, finalIndex: Int,
-                      into output: UnsafeMutableRawBufferPointer) -> Int? {
+                      into output: UnsafeMutableRawBufferPointer, threads: Int = ProcessInfo.processInfo.activeProcessorCount) -> Int? {
         let sealedSize = segmentSize + Self.overhead
         let count = (sealed.count + sealedSize - 1) / sealedSize
         let failed = Mutex<Int?>(nil)
         let input = SendableRawBuffer(sealed), out = SendableMutableRawBuffer(output)
-        parallelForEach(count) { i in
+        parallelForEach(count, threads: threads) { i in
             let start = i * sealedSize
             let end = min(start + sealedSize, input.buffer.count)
             let index = firstIndex + i
-            guard let plain = open(UnsafeRawBufferPointer(rebasing: input.buffer[start..<end]), index: index, final: index == finalIndex) else {
-                failed.withLock { $0 = min($0 ?? index, index) }
-                return
+            let plainLength = end - start - Self.overhead
+            // Straight into the output: no buffer per segment.
+            let opened = plainLength >= 0 && withAssociatedData(index: index, final: index == finalIndex) { aad in
+                contexts.open(UnsafeRawBufferPointer(rebasing: input.buffer[start..<end]), aad: aad,
+                              into: UnsafeMutableRawBufferPointer(rebasing: out.buffer[(i * segmentSize)..<(i * segmentSize + plainLength)]))
             }
-            plain.withUnsafeBytes { plain in
-                if plain.count > 0 { out.buffer.baseAddress!.advanced(by: i * segmentSize).copyMemory(from: plain.baseAddress!, byteCount: plain.count) }
-            }
+            if !opened { failed.withLock { $0 = min($0 ?? index, index) } }
         }
         return failed.withLock { $0 }
     }

@@ -21,8 +21,15 @@ final class SegmentedFile {
     private var cache: (index: Int, plaintext: Data)?
     /// Sealed bytes read from the file, reused by every read (grown to the largest one).
     private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    /// Threads that seal and open a run of segments: every core, unless the caller already
+    /// runs many requests at once (a file system server sets 1).
+    var threads = ProcessInfo.processInfo.activeProcessorCount
     /// Reused by every write, so its buffers are allocated once per open file.
-    private lazy var writer = WindowWriter(fd: fd, path: path)
+    private lazy var writer: WindowWriter = {
+        let writer = WindowWriter(fd: fd, path: path)
+        writer.synchronous = threads == 1
+        return writer
+    }()
 
     private init(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys, size: Int64) {
         self.fd = fd
@@ -136,7 +143,7 @@ final class SegmentedFile {
         }
         var plain = Data(count: plainLength)
         let failed = plain.withUnsafeMutableBytes { output in
-            cipher.openSegments(raw, segmentSize: segmentSize, firstIndex: indices.lowerBound, finalIndex: lastIndex, into: output)
+            cipher.openSegments(raw, segmentSize: segmentSize, firstIndex: indices.lowerBound, finalIndex: lastIndex, into: output, threads: threads)
         }
         if let failed {
             throw ProtectedFileError.damaged(path: path, reason: "segment \(failed) failed authentication (modified, swapped or reordered)")
@@ -176,7 +183,7 @@ final class SegmentedFile {
             func sealAndWrite(_ source: UnsafeRawBufferPointer) throws {
                 try writer.submit(length: sealedLength, at: self.offset(ofSegment: windowStart)) { output in
                     try cipher.sealSegments(source, segmentSize: segmentSize, firstIndex: windowStart, lastIsFinal: windowEnd == newLast,
-                                            into: output, threads: WindowWriter.sealingThreads)
+                                            into: output, threads: min(threads, WindowWriter.sealingThreads))
                 }
             }
             if offset <= plainStart, end >= plainEnd {
@@ -259,7 +266,7 @@ final class SegmentedFile {
                 try pending.withUnsafeBytes { input in
                     try writer.submit(length: sealedBytes, at: offset(ofSegment: batchStart)) { output in
                         try cipher.sealSegments(UnsafeRawBufferPointer(rebasing: input[0..<consumed]), segmentSize: segmentSize,
-                                                firstIndex: index, lastIsFinal: sealFinal, into: output, threads: WindowWriter.sealingThreads)
+                                                firstIndex: index, lastIsFinal: sealFinal, into: output, threads: min(threads, WindowWriter.sealingThreads))
                     }
                 }
                 index += segments

@@ -20,6 +20,9 @@ final class WindowWriter: @unchecked Sendable {
     private let inFlight = [DispatchGroup(), DispatchGroup()]
     private let failure = Mutex<(any Error)?>(nil)
     private var turn = 0
+    /// Writes each window on the caller's thread (a file system server, whose requests already
+    /// overlap): no hand-over to the writing queue.
+    var synchronous = false
 
     init(fd: FileDescriptor, path: String) {
         self.fd = fd
@@ -43,6 +46,10 @@ final class WindowWriter: @unchecked Sendable {
         }
         let buffer = UnsafeMutableRawBufferPointer(rebasing: buffers[slot][0..<length])
         try fill(buffer)
+        if synchronous {
+            try POSIXFile.write(fd, UnsafeRawBufferPointer(buffer), at: offset, path: path)
+            return
+        }
         let bytes = SendableRawBuffer(UnsafeRawBufferPointer(buffer))
         inFlight[slot].enter()
         queue.async { [self, group = inFlight[slot]] in
