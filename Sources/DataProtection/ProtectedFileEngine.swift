@@ -83,6 +83,23 @@ extension ProtectedFileManager {
 /// What a file's first bytes say, without any key: protected (with its class and segment size)
 /// or not — for a server that reports plaintext sizes.
 package struct ProtectedFilePrefix: Sendable, Equatable {
+    /// What a file is, by its first bytes (up to ``length`` of them).
+    package enum Kind: Sendable, Equatable {
+        /// Not the protected format: served as it is.
+        case plain
+        /// A protected file whose header parses.
+        case protected(ProtectedFilePrefix)
+        /// The protected format's signature, but a header that does not parse (truncated,
+        /// altered, a newer version): never read as plain, never written.
+        case damaged
+    }
+
+    /// Classifies a file by its first bytes (all of them, when it is shorter than ``length``).
+    package static func kind(of bytes: [UInt8]) -> Kind {
+        guard ProtectedFileHeader.looksProtected(bytes) else { return .plain }
+        return ProtectedFilePrefix(bytes).map { .protected($0) } ?? .damaged
+    }
+
     package let protectionClass: ProtectionClass
     package let segmentSizeLog2: UInt8
 

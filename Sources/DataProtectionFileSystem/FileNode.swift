@@ -21,10 +21,10 @@ final class FileNode: Sendable {
     let kind: mode_t
     /// The node's parent, as last seen (a directory's one parent; one of a file's).
     let parent: Mutex<UInt64>
-    /// A directory's own default class, once read (`user.dataprotection.class`).
-    let directoryDefault = Mutex<ProtectionClass??>(nil)
+    /// A directory's own default class (`user.dataprotection.class`), as read at a change time.
+    let directoryDefault = Mutex<(changed: timespec, cls: ProtectionClass?)?>(nil)
     /// What the file's first bytes said, for the backing size and time they were read at.
-    let prefix = Mutex<(size: Int64, changed: timespec, prefix: ProtectedFilePrefix?)?>(nil)
+    let prefix = Mutex<(size: Int64, changed: timespec, kind: ProtectedFilePrefix.Kind)?>(nil)
     /// The file open through this node: one engine for every handle on it.
     let open = Mutex(OpenFile())
 
@@ -64,7 +64,7 @@ struct OpenFile {
     var writable = false
     /// The protected file's engine; `nil` for a plain file, or while its class is locked.
     var engine: ProtectedFileEngine?
-    /// The class of the protected file (`nil`: a plain file, served as it is).
+    /// The class of the protected file (`nil`: a plain file, served as it is, read-only).
     var protectionClass: ProtectionClass?
     /// Whether the kernel may hold pages of this class-A file (invalidated at a lock).
     var mayHavePages = false

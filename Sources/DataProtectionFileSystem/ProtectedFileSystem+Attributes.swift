@@ -117,11 +117,11 @@ extension ProtectedFileSystem {
         if node.isDirectory {
             let value = Array(cls.shortName.utf8)
             guard setxattr(node.reopenPath, Self.classAttribute, value, value.count, 0) == 0 else { throw FUSEErrno(errno) }
-            node.directoryDefault.withLock { $0 = .some(cls) }
+            node.directoryDefault.withLock { $0 = nil }
             return
         }
         guard node.isRegularFile, try currentClass(of: node) != nil else { throw FUSEErrno(ENOTSUP) }
-        try attach(node)
+        try attach(node, writing: false)
         defer { detach(node) }
         let fd = node.open.withLock { $0.descriptor }
         do {

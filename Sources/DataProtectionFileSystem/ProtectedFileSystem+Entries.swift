@@ -23,9 +23,10 @@ extension ProtectedFileSystem {
         attr.ino = UInt64(st.st_ino)
         attr.size = UInt64(st.st_size)
         attr.blocks = UInt64(st.st_blocks)
-        attr.atime = UInt64(st.st_atim.tv_sec); attr.atimensec = UInt32(st.st_atim.tv_nsec)
-        attr.mtime = UInt64(st.st_mtim.tv_sec); attr.mtimensec = UInt32(st.st_mtim.tv_nsec)
-        attr.ctime = UInt64(st.st_ctim.tv_sec); attr.ctimensec = UInt32(st.st_ctim.tv_nsec)
+        // Times before 1970 are negative: carried as the protocol's two's complement, never trapped.
+        attr.atime = UInt64(bitPattern: Int64(st.st_atim.tv_sec)); attr.atimensec = UInt32(truncatingIfNeeded: st.st_atim.tv_nsec)
+        attr.mtime = UInt64(bitPattern: Int64(st.st_mtim.tv_sec)); attr.mtimensec = UInt32(truncatingIfNeeded: st.st_mtim.tv_nsec)
+        attr.ctime = UInt64(bitPattern: Int64(st.st_ctim.tv_sec)); attr.ctimensec = UInt32(truncatingIfNeeded: st.st_ctim.tv_nsec)
         attr.mode = st.st_mode
         attr.nlink = UInt32(st.st_nlink)
         attr.uid = st.st_uid
@@ -39,19 +40,21 @@ extension ProtectedFileSystem {
     /// A regular file's plaintext size: its engine's when open, else from its header and length.
     func plaintextSize(_ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> Int64 {
         if let size = node.open.withLock({ $0.engine?.size }) { return size }
-        return prefix(of: node, st, named: name)?.plaintextSize(fileSize: Int64(st.st_size)) ?? Int64(st.st_size)
+        if case .protected(let prefix) = kind(of: node, st, named: name) { return prefix.plaintextSize(fileSize: Int64(st.st_size)) }
+        return Int64(st.st_size)
     }
 
-    /// What a file's first bytes say (cached while its length and change time stay the same).
+    /// What a file is by its first bytes (cached while its length and change time stay the same).
     /// Read through its name in its parent when the caller has them (a lookup: one `openat`),
-    /// else through `/proc/self/fd`; a name that now leads to another inode is not read.
-    func prefix(of node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> ProtectedFilePrefix? {
+    /// else through `/proc/self/fd`; a name that now leads to another inode is not read. A file
+    /// that cannot be read is taken as plain (it is served read-only then).
+    func kind(of node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> ProtectedFilePrefix.Kind {
         if let cached = node.prefix.withLock({ $0 }), cached.size == Int64(st.st_size),
            cached.changed.tv_sec == st.st_ctim.tv_sec, cached.changed.tv_nsec == st.st_ctim.tv_nsec {
-            return cached.prefix
+            return cached.kind
         }
-        var found: ProtectedFilePrefix?
-        if st.st_size >= Int64(ProtectedFilePrefix.length) {
+        var found = ProtectedFilePrefix.Kind.plain
+        if st.st_size >= 2 {
             var fd: Int32 = -1
             if let name {
                 fd = withName(name.name) { openat(name.parent.fd, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) }
@@ -63,14 +66,20 @@ extension ProtectedFileSystem {
             }
             if fd < 0 { fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC) }
             if fd >= 0 {
-                var bytes = [UInt8](repeating: 0, count: ProtectedFilePrefix.length)
+                var bytes = [UInt8](repeating: 0, count: min(ProtectedFilePrefix.length, Int(st.st_size)))
                 let n = pread(fd, &bytes, bytes.count, 0)
                 close(fd)
-                if n == bytes.count { found = ProtectedFilePrefix(bytes) }
+                if n > 0 { found = ProtectedFilePrefix.kind(of: Array(bytes[0..<n])) }
             }
         }
         node.prefix.withLock { $0 = (Int64(st.st_size), st.st_ctim, found) }
         return found
+    }
+
+    /// A protected file's prefix, `nil` for anything else.
+    func prefix(of node: FileNode, _ st: stat) -> ProtectedFilePrefix? {
+        if case .protected(let prefix) = kind(of: node, st) { return prefix }
+        return nil
     }
 
     func entry(_ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> fuse_entry_out {
@@ -121,11 +130,11 @@ extension ProtectedFileSystem {
             var times = [timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit), timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit)]
             if valid & cfuse_fattr_atime != 0 {
                 times[0] = valid & cfuse_fattr_atime_now != 0 ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now)
-                    : timespec(tv_sec: Int(change.atime), tv_nsec: Int(change.atimensec))
+                    : timespec(tv_sec: Int(Int64(bitPattern: change.atime)), tv_nsec: Int(change.atimensec % 1_000_000_000))
             }
             if valid & cfuse_fattr_mtime != 0 {
                 times[1] = valid & cfuse_fattr_mtime_now != 0 ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now)
-                    : timespec(tv_sec: Int(change.mtime), tv_nsec: Int(change.mtimensec))
+                    : timespec(tv_sec: Int(Int64(bitPattern: change.mtime)), tv_nsec: Int(change.mtimensec % 1_000_000_000))
             }
             // A link's own times through its parent; anything else through its descriptor.
             if node.kind == S_IFLNK {

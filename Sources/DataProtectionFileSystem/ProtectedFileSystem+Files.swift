@@ -20,7 +20,7 @@ extension ProtectedFileSystem {
         guard node.isRegularFile else { throw FUSEErrno(node.isDirectory ? EISDIR : ENXIO) }
         let access = argument.flags & UInt32(O_ACCMODE)
         let writable = access != UInt32(O_RDONLY)
-        try attach(node)
+        try attach(node, writing: writable || argument.flags & UInt32(O_TRUNC) != 0)
         do throws(FUSEErrno) {
             if argument.flags & UInt32(O_TRUNC) != 0, writable {
                 try truncateOpen(node, to: 0)
@@ -43,7 +43,7 @@ extension ProtectedFileSystem {
         let ((node, st), created) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: exclusive)
         do throws(FUSEErrno) {
             if !created {
-                try attach(node)
+                try attach(node, writing: argument.flags & UInt32(O_ACCMODE) != UInt32(O_RDONLY) || argument.flags & UInt32(O_TRUNC) != 0)
                 if argument.flags & UInt32(O_TRUNC) != 0 {
                     do throws(FUSEErrno) { try truncateOpen(node, to: 0) } catch { detach(node); throw error }
                 }
@@ -100,11 +100,25 @@ extension ProtectedFileSystem {
     }
 
     /// Counts one more handle on the file, opening its backing descriptor and engine if none is
-    /// open; refuses (`EACCES`) a protected file whose class cannot be opened now.
-    func attach(_ node: FileNode) throws(FUSEErrno) {
+    /// open. Refuses a protected file whose class cannot be opened now (`EACCES`) and one whose
+    /// header does not parse (`EIO`). A plain file is served read-only (`EACCES` for writing:
+    /// nothing plain is written through the mount), except an empty one, which becomes a
+    /// protected file of its directory's class when opened for writing.
+    func attach(_ node: FileNode, writing: Bool) throws(FUSEErrno) {
         // The class first, from the header (without holding the node while asking the keybag).
         let st = try node.status()
-        let cls = prefix(of: node, st)?.protectionClass
+        var cls: ProtectionClass?
+        switch kind(of: node, st) {
+        case .damaged: throw FUSEErrno(EIO)
+        case .protected(let prefix): cls = prefix.protectionClass
+        case .plain:
+            let open = node.open.withLock { $0.handles > 0 ? $0.protectionClass : nil }
+            if let open { cls = open }   // made protected by an open handle already
+            else if writing {
+                guard st.st_size == 0 else { throw FUSEErrno(EACCES) }
+                return try attachProtectingEmptyFile(node)
+            }
+        }
         if let cls, !mayOpen(cls) { throw FUSEErrno(EACCES) }
         try node.open.withLock { file throws(FUSEErrno) in
             if file.handles == 0 || file.descriptor < 0 {
@@ -127,6 +141,41 @@ extension ProtectedFileSystem {
             detach(node)
             throw error
         }
+    }
+
+    /// An empty plain file opened for writing: it becomes a new protected file of its
+    /// directory's class (header and empty final segment written), and is attached.
+    private func attachProtectingEmptyFile(_ node: FileNode) throws(FUSEErrno) {
+        let parent = (try? nodes.node(node.parent.withLock { $0 })) ?? nodes.root
+        let cls = defaultClass(in: parent)
+        let fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { throw FUSEErrno(errno) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_size == 0 else {
+            close(fd)
+            throw FUSEErrno(EACCES)   // written meanwhile by someone else: plain, read-only
+        }
+        let engine: ProtectedFileEngine
+        do {
+            engine = try runBlocking { [files] in try await files.createEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(node), protection: cls) }
+        } catch {
+            close(fd)
+            throw Self.errorCode(error)
+        }
+        node.open.withLock { file in
+            if file.handles == 0 {
+                if file.descriptor >= 0 { close(file.descriptor) }
+                file.descriptor = fd
+                file.writable = true
+                file.engine = engine
+                file.protectionClass = cls
+            } else {
+                close(fd)
+            }
+            file.handles += 1
+            if cls == .complete { file.mayHavePages = true }
+        }
+        node.prefix.withLock { $0 = nil }
     }
 
     /// Counts one handle less; with none left, the engine (and the key it holds) and the
@@ -204,12 +253,10 @@ extension ProtectedFileSystem {
         let offset = Int64(bitPattern: argument.offset)
         if argument.write_flags & cfuse_write_kill_suidgid != 0 { clearSetID(node) }
         if let engine = try engine(of: node, writing: true) {
+            try requireRoomForZeros(engine, upTo: offset)
             do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
         } else {
-            let fd = node.open.withLock { $0.descriptor }
-            let n = pwrite(fd, bytes.baseAddress, bytes.count, off_t(offset))
-            guard n >= 0 else { throw FUSEErrno(errno) }
-            guard n == bytes.count else { throw FUSEErrno(ENOSPC) }
+            throw FUSEErrno(EACCES)   // a plain file is read-only through the mount
         }
         var out = fuse_write_out()
         out.size = argument.size
@@ -234,11 +281,11 @@ extension ProtectedFileSystem {
             // Space is not reserved (a protected file's segments are written when sealed); the
             // size grows as asked unless KEEP_SIZE.
             if argument.mode & keepSize == 0, end > engine.size {
+                try requireRoomForZeros(engine, upTo: end)
                 do { try node.open.withLock { _ in try engine.truncate(to: end) } } catch { throw Self.errorCode(error) }
             }
         } else {
-            let fd = node.open.withLock { $0.descriptor }
-            guard fallocate(fd, Int32(argument.mode), off_t(argument.offset), off_t(argument.length)) == 0 else { throw FUSEErrno(errno) }
+            throw FUSEErrno(EACCES)
         }
         replier.reply(request.unique)
     }
@@ -246,7 +293,7 @@ extension ProtectedFileSystem {
     /// SETATTR's size: through the given handle's file, or the file opened for the call.
     func truncate(_ node: FileNode, to size: Int64, handle: UInt64?) throws(FUSEErrno) {
         guard size >= 0 else { throw FUSEErrno(EINVAL) }
-        if handle == nil { try attach(node) }
+        if handle == nil { try attach(node, writing: true) }
         defer { if handle == nil { detach(node) } }
         try truncateOpen(node, to: size)
     }
@@ -254,12 +301,28 @@ extension ProtectedFileSystem {
     /// Truncates a file that has a handle open.
     func truncateOpen(_ node: FileNode, to size: Int64) throws(FUSEErrno) {
         if let engine = try engine(of: node, writing: true) {
+            try requireRoomForZeros(engine, upTo: size)
             do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch { throw Self.errorCode(error) }
         } else {
-            let (fd, writable) = node.open.withLock { ($0.descriptor, $0.writable) }
-            guard writable else { throw FUSEErrno(EACCES) }
-            guard ftruncate(fd, off_t(size)) == 0 else { throw FUSEErrno(errno) }
+            throw FUSEErrno(EACCES)
         }
+    }
+
+    /// The most zeros one request may make a protected file write (a write far past its end, a
+    /// truncation or `fallocate` up): its zeros are sealed segments, not holes.
+    static let maxZeroFill: Int64 = 4 << 30
+
+    /// Refuses to extend `engine`'s file to `size` with zeros beyond ``maxZeroFill`` (`EFBIG`)
+    /// or beyond the free space of the disk (`ENOSPC`), before anything is written.
+    func requireRoomForZeros(_ engine: ProtectedFileEngine, upTo size: Int64) throws(FUSEErrno) {
+        let gap = size - engine.size
+        guard gap > 0 else { return }
+        guard gap <= Self.maxZeroFill else { throw FUSEErrno(EFBIG) }
+        var st = statvfs()
+        guard fstatvfs(engine.fd.rawValue, &st) == 0 else { return }
+        let free = Int64(st.f_bavail) * Int64(st.f_frsize)
+        let needed = gap + gap / 4096 * 28 + 64 << 20   // sealed zeros, and room left for others
+        guard needed <= free else { throw FUSEErrno(ENOSPC) }
     }
 
     /// Clears a file's set-user-ID and set-group-ID bits, as a write by its owner does on other
@@ -287,11 +350,17 @@ extension ProtectedFileSystem {
     /// A directory's own default (`user.dataprotection.class`), read once and kept until it is
     /// set through the mount.
     func directoryDefault(of node: FileNode) -> ProtectionClass? {
-        if let cached = node.directoryDefault.withLock({ $0 }) { return cached }
+        // The attribute may be changed directly in the served directory: read again when the
+        // directory's change time moved.
+        let changed = (try? node.status())?.st_ctim
+        if let cached = node.directoryDefault.withLock({ $0 }), let changed, cached.changed.tv_sec == changed.tv_sec,
+           cached.changed.tv_nsec == changed.tv_nsec {
+            return cached.cls
+        }
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = getxattr(node.reopenPath, ProtectedFileSystem.classAttribute, &buffer, buffer.count)
         let cls = n > 0 ? ProtectionClass(name: String(decoding: buffer[0..<n], as: UTF8.self)) : nil
-        node.directoryDefault.withLock { $0 = .some(cls) }
+        if let changed { node.directoryDefault.withLock { $0 = (changed, cls) } }
         return cls
     }
 

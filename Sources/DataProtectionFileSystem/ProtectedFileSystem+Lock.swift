@@ -63,7 +63,10 @@ extension ProtectedFileSystem {
         let thread = Thread { [self] in
             for node in nodes.all where node.isRegularFile {
                 let cached = node.open.withLock { $0.protectionClass == cls && $0.mayHavePages }
-                    || node.prefix.withLock { $0?.prefix?.protectionClass == cls }
+                    || node.prefix.withLock { entry in
+                        if case .protected(let prefix)? = entry?.kind { return prefix.protectionClass == cls }
+                        return false
+                    }
                 if cached { replier.invalidate(node: node.id) }
             }
             gate.set(cls, .locked)

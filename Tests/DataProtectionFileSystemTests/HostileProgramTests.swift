@@ -233,3 +233,64 @@ enum SupervisorMemory {
         #expect(!mounts.contains(mountPoint), "nothing was mounted")
     }
 }
+
+/// What an adversarial review found: each case, and the server still serving after it.
+@Suite(.enabled(if: MountedDirectory.canMount, "needs /dev/fuse and fusermount3 (fuse3)"))
+struct ReviewFindingsTests {
+    @Test func timesBefore1970NeitherCrashNorChange() throws {
+        let world = try AppWorld.make()
+        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
+        FileManager.default.createFile(atPath: mount.data + "/old-on-disk", contents: Data())
+        #expect(try ChildProcess.run("/usr/bin/touch", ["-d", "@-1", mount.data + "/old-on-disk"]).status == 0)
+        let result = try mount.shell("touch t && touch -d @-100 t && stat -c %Y t old-on-disk")
+        #expect(result.status == 0 && result.out == "-100\n-1\n", "\(result.out) \(result.err)")
+        try mount.unmount()
+    }
+
+    @Test func nothingPlainIsWrittenAndDamagedFilesAreErrors() throws {
+        let world = try AppWorld.make()
+        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
+        // An empty file made on disk, then written through the mount: protected.
+        FileManager.default.createFile(atPath: mount.data + "/empty", contents: Data())
+        #expect(try mount.shell("echo 'MARKER one' > empty && cat empty").out == "MARKER one\n")
+        // A protected file emptied on disk behind the mount's back, then appended to.
+        #expect(try mount.shell("echo hello > b").status == 0)
+        #expect(truncate(mount.data + "/b", 0) == 0)
+        #expect(try mount.shell("echo 'MARKER two' >> b").status == 0)
+        // A plain file: read as it is, never written through the mount.
+        try Data("plain text".utf8).write(to: URL(fileURLWithPath: mount.data + "/plain"))
+        let plain = try mount.shell("cat plain; echo; echo 'MARKER three' >> plain")
+        #expect(plain.out == "plain text\n" && plain.err.contains("Permission denied"), "\(plain.out) \(plain.err)")
+        // A protected file whose header was altered on disk: an error, never its ciphertext.
+        #expect(try mount.shell("echo 'fourth' > damaged").status == 0)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: mount.data + "/damaged"))
+        bytes[5] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: mount.data + "/damaged"))
+        let damaged = try mount.shell("cat damaged; echo 'MARKER four' > damaged")
+        #expect(damaged.out.isEmpty && damaged.err.contains("Input/output error"), "\(damaged.out) \(damaged.err)")
+        try mount.unmount()
+        for marker in ["MARKER one", "MARKER two", "MARKER three", "MARKER four"] {
+            #expect(MountedDirectory.files(below: mount.data, containing: marker).isEmpty, "\(marker) is on disk")
+        }
+        #expect(MountedDirectory.isProtected(mount.data + "/empty") && MountedDirectory.isProtected(mount.data + "/b"))
+    }
+
+    @Test func zerosFarPastTheEndAreRefusedNotWritten() throws {
+        let world = try AppWorld.make()
+        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
+        let result = try mount.shell("""
+            /usr/bin/python3 -c "
+            import errno, os
+            fd = os.open('huge', os.O_RDWR | os.O_CREAT)
+            for attempt in (lambda: os.pwrite(fd, b'XY', 2**40), lambda: os.ftruncate(fd, 2**40)):
+                try: attempt(); print('done')
+                except OSError as e: print(errno.errorcode[e.errno])
+            os.ftruncate(fd, 10**6); print(os.fstat(fd).st_size)
+            "
+            """)
+        #expect(result.out == "EFBIG\nEFBIG\n1000000\n", "\(result.out) \(result.err)")
+        var st = stat()
+        #expect(stat(mount.data + "/huge", &st) == 0 && st.st_size < 2_000_000)
+        try mount.unmount()
+    }
+}
