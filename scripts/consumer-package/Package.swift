@@ -17,6 +17,7 @@ let package = Package(
             .product(name: "DataProtection", package: "DataProtection"),
             .product(name: "DataProtectionBackup", package: "DataProtection"),
             .product(name: "DataProtectionSQLite", package: "DataProtection"),
+            .product(name: "DataProtectionFileSystem", package: "DataProtection"),
             .product(name: "DataProtectionObjects", package: "DataProtection"),
             .product(name: "DataProtectionContainers", package: "DataProtection"),
             .product(name: "DataProtectionSharing", package: "DataProtection"),

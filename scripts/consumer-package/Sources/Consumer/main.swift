@@ -2,6 +2,7 @@ import DataProtection
 import DataProtectionAudit
 import DataProtectionBackup
 import DataProtectionContainers
+import DataProtectionFileSystem
 import DataProtectionLifecycle
 import DataProtectionObjects
 import DataProtectionSharing
@@ -15,6 +16,8 @@ defer { try? FileManager.default.removeItem(at: root) }
 let keybag = try await Keybag.create(root: root.appendingPathComponent("device").path, passcode: "123456", kdf: .insecureFastForTesting)
 try await keybag.unlock(passcode: "123456")
 let files = ProtectedFileManager(keybag: keybag)
+// The file system opens its directory without /dev/fuse (mounting would need it).
+_ = try ProtectedFileSystem(directory: root.path, files: files)
 let note = root.appendingPathComponent("note")
 try await Data("a protected note".utf8).write(to: note, options: .completeFileProtection, using: files)
 print(String(decoding: try await Data(contentsOfProtectedFile: note, using: files), as: UTF8.self))
