@@ -100,11 +100,19 @@ extension ProtectedFileSystem {
     }
 
     func getAttributes(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let node = try nodes.node(request.nodeID)
+        try replyAttributes(try nodes.node(request.nodeID), request, replier)
+    }
+
+    private func replyAttributes(_ node: FileNode, _ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         var out = fuse_attr_out()
         out.attr_valid = Self.validity
         out.attr = attributes(node, try node.status())
         replier.reply(request.unique, out)
+    }
+
+    /// A time SETATTR gives: now, or seconds (negative before 1970) and nanoseconds.
+    private static func time(_ seconds: UInt64, _ nanoseconds: UInt32, now: Bool) -> timespec {
+        now ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now) : timespec(tv_sec: Int(Int64(bitPattern: seconds)), tv_nsec: Int(nanoseconds % 1_000_000_000))
     }
 
     func setAttributes(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
@@ -127,26 +135,20 @@ extension ProtectedFileSystem {
         }
         if valid & cfuse_fattr_kill_suidgid != 0, valid & cfuse_fattr_mode == 0, node.isRegularFile { clearSetID(node) }
         if valid & (cfuse_fattr_atime | cfuse_fattr_mtime) != 0 {
-            var times = [timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit), timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit)]
-            if valid & cfuse_fattr_atime != 0 {
-                times[0] = valid & cfuse_fattr_atime_now != 0 ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now)
-                    : timespec(tv_sec: Int(Int64(bitPattern: change.atime)), tv_nsec: Int(change.atimensec % 1_000_000_000))
-            }
-            if valid & cfuse_fattr_mtime != 0 {
-                times[1] = valid & cfuse_fattr_mtime_now != 0 ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now)
-                    : timespec(tv_sec: Int(Int64(bitPattern: change.mtime)), tv_nsec: Int(change.mtimensec % 1_000_000_000))
-            }
-            // A link's own times through its parent; anything else through its descriptor.
+            let omit = timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit)
+            let times = [
+                valid & cfuse_fattr_atime != 0 ? Self.time(change.atime, change.atimensec, now: valid & cfuse_fattr_atime_now != 0) : omit,
+                valid & cfuse_fattr_mtime != 0 ? Self.time(change.mtime, change.mtimensec, now: valid & cfuse_fattr_mtime_now != 0) : omit,
+            ]
+            // A link's own times on its O_PATH descriptor (a kernel that refuses it leaves them);
+            // anything else's through the descriptor's /proc/self/fd link.
             if node.kind == S_IFLNK {
                 guard utimensat(node.fd, "", times, cfuse_at_empty_path) == 0 || errno == EINVAL else { throw FUSEErrno(errno) }
             } else {
                 guard utimensat(AT_FDCWD, node.reopenPath, times, 0) == 0 else { throw FUSEErrno(errno) }
             }
         }
-        var out = fuse_attr_out()
-        out.attr_valid = Self.validity
-        out.attr = attributes(node, try node.status())
-        replier.reply(request.unique, out)
+        try replyAttributes(node, request, replier)
     }
 
     // MARK: - Making and removing names

@@ -274,7 +274,7 @@ extension ProtectedFileSystem {
     func allocate(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let argument = try request.argument(fuse_fallocate_in.self)
         let (node, _) = try handles.file(argument.fh)
-        let keepSize = UInt32(FALLOC_FL_KEEP_SIZE)
+        let keepSize = UInt32(cfuse_falloc_keep_size)
         guard argument.mode & ~keepSize == 0 else { throw FUSEErrno(EOPNOTSUPP) }
         let end = Int64(bitPattern: argument.offset) + Int64(bitPattern: argument.length)
         if let engine = try engine(of: node, writing: true) {

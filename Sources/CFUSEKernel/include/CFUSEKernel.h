@@ -1,35 +1,14 @@
 // The kernel's FUSE protocol, from the system's <linux/fuse.h> (Debian's linux-libc-dev, which
 // every C toolchain has: nothing new to install). The file system speaks it directly, as go-fuse
 // and Rust's fuser do; libfuse is not used.
+// Keep this header free of feature macros (_GNU_SOURCE): it is imported next to Glibc,
+// Dispatch and CLinuxShims, whose view of the system headers must stay the same. What needs
+// _GNU_SOURCE is defined in module.c.
 #ifndef CFUSEKERNEL_H
 #define CFUSEKERNEL_H
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <fcntl.h>
 #include <linux/fuse.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/xattr.h>
-#include <unistd.h>
-
-// What Glibc's Swift module leaves out.
-static const int cfuse_o_path = O_PATH;
-static const int cfuse_at_empty_path = AT_EMPTY_PATH;
-static const long cfuse_utime_now = UTIME_NOW;
-static const long cfuse_utime_omit = UTIME_OMIT;
-
-/// `renameat2(2)` (with its flags: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT`).
-static inline int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
-    return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
-}
-
-/// `getdents64(2)`: directory entries from the descriptor's offset.
-static inline long cfuse_getdents64(int fd, void *buffer, unsigned long size) {
-    return syscall(SYS_getdents64, fd, buffer, size);
-}
 
 // The protocol version this server speaks: the header's. The kernel offers its own (newer) and
 // keeps to the older of the two.
@@ -67,6 +46,19 @@ static const uint32_t cfuse_fattr_mtime_now = FATTR_MTIME_NOW;
 
 // Requests that carry a file handle in their flags.
 static const uint32_t cfuse_getattr_fh = FUSE_GETATTR_FH;
+
+// What Glibc's Swift module leaves out (macros that need _GNU_SOURCE; defined in module.c).
+extern const int cfuse_o_path;
+extern const int cfuse_at_empty_path;
+extern const long cfuse_utime_now;
+extern const long cfuse_utime_omit;
+extern const int cfuse_falloc_keep_size;
+
+/// `renameat2(2)` (with its flags: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT`).
+int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+/// `getdents64(2)`: directory entries from the descriptor's offset.
+long cfuse_getdents64(int fd, void *buffer, unsigned long size);
 
 /// The protocol minor version of the installed header (for the build's record).
 uint32_t cfuse_header_minor(void);
