@@ -516,4 +516,6 @@ public struct ProtectedFileManager: Sendable {
 
 }
 
-func randomFileID() -> [UInt8] { (0..<16).map { _ in UInt8.random(in: 0...255) } }
+/// A new file's random ID: 16 bytes from swift-crypto's CSPRNG in one call (one `getrandom`,
+/// where drawing each byte from the standard library's generator made sixteen).
+func randomFileID() -> [UInt8] { SymmetricKey(size: SymmetricKeySize(bitCount: 128)).withUnsafeBytes { Array($0) } }
