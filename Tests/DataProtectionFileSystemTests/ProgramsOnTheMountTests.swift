@@ -147,3 +147,25 @@ struct ProgramsOnTheMountTests {
         expectAllProtected(mount, markers: ["abcdefgh"])
     }
 }
+
+/// An app's container mounted by its owner: the files the app made read through the mount, and
+/// what a program writes there gets the app's class.
+@Suite(.enabled(if: MountedDirectory.canMount, "needs /dev/fuse and fusermount3 (fuse3)"))
+struct ContainerOnTheMountTests {
+    @Test func anAppsContainerServedByItsOwner() throws {
+        let world = try AppWorld.make()
+        let container = try world.install("com.example.notes", ["--default-protection", "complete"])
+        let written = try world.dpctl(["write", container + "/Documents/from-app.txt", "--passcode-file", world.passcode], input: Data("the app's note".utf8))
+        #expect(written.status == 0, "\(written.stderr)")
+        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode, data: container)
+        let result = try mount.shell("""
+            cat Documents/from-app.txt && echo && echo 'diary marker' > Documents/diary.txt \
+            && getfattr --only-values -n user.dataprotection.class Documents/diary.txt
+            """)
+        #expect(result.out == "the app's note\ncomplete", "\(result.out) \(result.err)")
+        try mount.unmount()
+        #expect(MountedDirectory.files(below: container, containing: "diary marker").isEmpty)
+        let listed = try world.dpctl(["ls", container + "/Documents/diary.txt"])
+        #expect(listed.out.contains("complete") || listed.out.contains("A"), "\(listed.out)")
+    }
+}
