@@ -17,8 +17,9 @@ public final class MountedFileSystem: Sendable {
     public var mountPoint: String { device.mountPoint }
     /// The largest WRITE the kernel sends (and the read buffer's size beyond the headers).
     static let maxWrite = 1 << 20
-    /// Threads reading requests: both cores busy while a request waits on the disk.
-    static let threads = 4
+    /// Threads reading requests: both cores busy while requests wait on the disk, and room for
+    /// others while a few run long (a large zero fill).
+    static let threads = 8
     private let unmounted = Mutex(false)
 
     init(fileSystem: ProtectedFileSystem, device: FUSEDevice) {

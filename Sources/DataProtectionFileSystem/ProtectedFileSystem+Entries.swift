@@ -131,7 +131,7 @@ extension ProtectedFileSystem {
         if valid & cfuse_fattr_size != 0 {
             guard node.isRegularFile else { throw FUSEErrno(node.isDirectory ? EISDIR : EINVAL) }
             let handle = valid & cfuse_fattr_fh != 0 ? change.fh : nil
-            try truncate(node, to: Int64(change.size), handle: handle)
+            try truncate(node, to: Int64(change.size), handle: handle, request: request.unique)
         }
         if valid & cfuse_fattr_kill_suidgid != 0, valid & cfuse_fattr_mode == 0, node.isRegularFile { clearSetID(node) }
         if valid & (cfuse_fattr_atime | cfuse_fattr_mtime) != 0 {

@@ -254,6 +254,7 @@ extension ProtectedFileSystem {
         if argument.write_flags & cfuse_write_kill_suidgid != 0 { clearSetID(node) }
         if let engine = try engine(of: node, writing: true) {
             try requireRoomForZeros(engine, upTo: offset)
+            try extendWithZeros(node, engine, to: offset, request: request.unique)
             do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
         } else {
             throw FUSEErrno(EACCES)   // a plain file is read-only through the mount
@@ -282,6 +283,7 @@ extension ProtectedFileSystem {
             // size grows as asked unless KEEP_SIZE.
             if argument.mode & keepSize == 0, end > engine.size {
                 try requireRoomForZeros(engine, upTo: end)
+                try extendWithZeros(node, engine, to: end, request: request.unique)
                 do { try node.open.withLock { _ in try engine.truncate(to: end) } } catch { throw Self.errorCode(error) }
             }
         } else {
@@ -291,17 +293,18 @@ extension ProtectedFileSystem {
     }
 
     /// SETATTR's size: through the given handle's file, or the file opened for the call.
-    func truncate(_ node: FileNode, to size: Int64, handle: UInt64?) throws(FUSEErrno) {
+    func truncate(_ node: FileNode, to size: Int64, handle: UInt64?, request: UInt64) throws(FUSEErrno) {
         guard size >= 0 else { throw FUSEErrno(EINVAL) }
         if handle == nil { try attach(node, writing: true) }
         defer { if handle == nil { detach(node) } }
-        try truncateOpen(node, to: size)
+        try truncateOpen(node, to: size, request: request)
     }
 
     /// Truncates a file that has a handle open.
-    func truncateOpen(_ node: FileNode, to size: Int64) throws(FUSEErrno) {
+    func truncateOpen(_ node: FileNode, to size: Int64, request: UInt64 = 0) throws(FUSEErrno) {
         if let engine = try engine(of: node, writing: true) {
             try requireRoomForZeros(engine, upTo: size)
+            try extendWithZeros(node, engine, to: size, request: request)
             do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch { throw Self.errorCode(error) }
         } else {
             throw FUSEErrno(EACCES)
@@ -323,6 +326,22 @@ extension ProtectedFileSystem {
         let free = Int64(st.f_bavail) * Int64(st.f_frsize)
         let needed = gap + gap / 4096 * 28 + 64 << 20   // sealed zeros, and room left for others
         guard needed <= free else { throw FUSEErrno(ENOSPC) }
+    }
+
+    /// Zeros are sealed in steps of this many bytes, each under the file's lock, so that a long
+    /// fill lets other requests on the file in between and stops when its request is interrupted.
+    static let zeroFillStep: Int64 = 64 << 20
+
+    /// Extends `engine`'s file with zeros up to `size` step by step (nothing when it is that long
+    /// already); `EINTR` when the kernel interrupts `request` (its program got a signal): the
+    /// file keeps the zeros sealed so far.
+    func extendWithZeros(_ node: FileNode, _ engine: ProtectedFileEngine, to size: Int64, request: UInt64) throws(FUSEErrno) {
+        while true {
+            let current = node.open.withLock { _ in engine.size }
+            guard size - current > Self.zeroFillStep else { return }   // the last step: the caller's own call
+            if request != 0, isInterrupted(request) { throw FUSEErrno(EINTR) }
+            do { try node.open.withLock { _ in try engine.truncate(to: current + Self.zeroFillStep) } } catch { throw Self.errorCode(error) }
+        }
     }
 
     /// Clears a file's set-user-ID and set-group-ID bits, as a write by its owner does on other

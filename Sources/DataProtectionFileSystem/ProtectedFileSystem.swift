@@ -41,6 +41,9 @@ public final class ProtectedFileSystem: Sendable {
     /// The default class of new files at the directory's root (the nearest default above it).
     let rootDefault: ProtectionClass
     let logger = Logger(label: "dataprotection.filesystem")
+    /// Requests the kernel asked to interrupt (their program got a signal) while they run: a
+    /// long one (a zero fill) stops at its next step and answers `EINTR`.
+    let interrupts = Mutex<Set<UInt64>>([])
 
     /// Opens `directory` for serving (it must exist and be a directory).
     public init(directory: String, files: ProtectedFileManager) throws {
@@ -79,7 +82,12 @@ public final class ProtectedFileSystem: Sendable {
                 let argument = try request.argument(fuse_forget_in.self)
                 nodes.forget(request.nodeID, count: argument.nlookup)
             case FUSE_BATCH_FORGET: try batchForget(request)
-            case FUSE_INTERRUPT: break   // every request is answered promptly
+            case FUSE_INTERRUPT:
+                let argument = try request.argument(fuse_interrupt_in.self)
+                interrupts.withLock { pending in
+                    if pending.count > 4096 { pending.removeAll() }   // interrupts of requests long answered
+                    pending.insert(argument.unique)
+                }
             case FUSE_LOOKUP: try lookup(request, replier)
             case FUSE_GETATTR: try getAttributes(request, replier)
             case FUSE_SETATTR: try setAttributes(request, replier)
@@ -116,7 +124,11 @@ public final class ProtectedFileSystem: Sendable {
         } catch {
             replier.reply(request.unique, error: error.code)
         }
+        if op != FUSE_INTERRUPT { interrupts.withLock { if !$0.isEmpty { $0.remove(request.unique) } } }
     }
+
+    /// Whether the kernel asked to interrupt request `unique`.
+    func isInterrupted(_ unique: UInt64) -> Bool { interrupts.withLock { !$0.isEmpty && $0.contains(unique) } }
 
     private func initialize(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let offered = try request.argument(fuse_init_in.self)

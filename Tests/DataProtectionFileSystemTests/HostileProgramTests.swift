@@ -294,3 +294,34 @@ struct ReviewFindingsTests {
         try mount.unmount()
     }
 }
+
+/// A long zero fill (a truncation far past the end) whose program is killed stops at its next
+/// step: the kernel's INTERRUPT is honoured, and the server answers the others meanwhile.
+@Suite(.enabled(if: MountedDirectory.canMount, "needs /dev/fuse and fusermount3 (fuse3)"))
+struct InterruptedFillTests {
+    @Test func aKilledProgramsZeroFillStops() throws {
+        let world = try AppWorld.make()
+        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
+        var space = statvfs()
+        guard statvfs(mount.data, &space) == 0, Int64(space.f_bavail) * Int64(space.f_frsize) > 3 << 30 else { return }   // needs room for the fill
+        let filler = Process()
+        filler.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        filler.arguments = ["-c", "import os\nfd = os.open('big', os.O_RDWR | os.O_CREAT)\nprint('start', flush=True)\nos.ftruncate(fd, 2 << 30)\nprint('finished', flush=True)"]
+        filler.currentDirectoryURL = URL(fileURLWithPath: mount.mountPoint)
+        let output = Pipe()
+        filler.standardOutput = output
+        try filler.run()
+        #expect(try readLine(output.fileHandleForReading.fileDescriptor, timeout: 60) == "start")
+        // Once the fill is under way on disk (past its first step), the program is killed.
+        var st = stat()
+        for _ in 0..<20_000 where !(stat(mount.data + "/big", &st) == 0 && st.st_size > 80 << 20) { usleep(500) }
+        kill(filler.processIdentifier, SIGKILL)
+        filler.waitUntilExit()   // the kernel lets it go once the server answered the interrupted request
+        let reached = stat(mount.data + "/big", &st) == 0 ? Int64(st.st_size) : -1
+        #expect(reached > 0 && reached < 2 << 30, "the fill went on to \(reached) bytes")
+        let other = try mount.shell("echo still serving")
+        #expect(other.out == "still serving\n")
+        #expect(stat(mount.data + "/big", &st) == 0 && Int64(st.st_size) == reached, "the fill stopped")
+        try mount.unmount()
+    }
+}
