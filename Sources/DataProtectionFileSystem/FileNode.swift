@@ -9,12 +9,12 @@ import SystemPackage
 import Glibc
 #endif
 
-/// An inode the kernel knows by a node ID: held by an `cfuse_o_path` descriptor of the backing item
+/// An inode the kernel knows by a node ID: held by an `O_PATH` descriptor of the backing item
 /// (never a path: every operation is an `*at` call on a parent's descriptor with one name, and
 /// never follows a link), shared by every name of a hard-linked file.
 final class FileNode: Sendable {
     let id: UInt64
-    /// `cfuse_o_path | O_NOFOLLOW` descriptor of the backing item.
+    /// `O_PATH | O_NOFOLLOW` descriptor of the backing item.
     let fd: Int32
     let device: UInt64, inode: UInt64
     /// `S_IFMT` bits.
@@ -44,7 +44,7 @@ final class FileNode: Sendable {
     /// the item itself, never by name).
     var reopenPath: String { "/proc/self/fd/\(fd)" }
 
-    /// `fstatat(fd, "", cfuse_at_empty_path)`.
+    /// `fstatat(fd, "", AT_EMPTY_PATH)`.
     func status() throws(FUSEErrno) -> stat {
         var st = stat()
         guard fstatat(fd, "", &st, cfuse_at_empty_path | AT_SYMLINK_NOFOLLOW) == 0 else { throw FUSEErrno(errno) }
