@@ -206,10 +206,8 @@ extension ProtectedFileSystem {
     @discardableResult
     func engine(of node: FileNode, writing: Bool, opening: Bool = false) throws(FUSEErrno) -> ProtectedFileEngine? {
         let (cls, current, fd) = node.open.withLock { ($0.protectionClass, $0.engine, $0.descriptor) }
-        guard let cls else {
-            // A plain file, unless it was empty and is now written: it becomes a protected file.
-            return nil
-        }
+        // A plain file (served read-only: an empty one opened for writing was made protected at attach).
+        guard let cls else { return nil }
         if writing ? !gate.mayWrite(cls) : !gate.mayRead(cls) { throw FUSEErrno(EACCES) }
         if let current { return current }
         guard opening || mayOpen(cls) else { throw FUSEErrno(EACCES) }
