@@ -88,13 +88,14 @@ final class GCMContexts: @unchecked Sendable {
             let input = sealed.baseAddress!.assumingMemoryBound(to: UInt8.self)
             let textLength = sealed.count - 28
             var length: Int32 = 0
-            var tag = [UInt8](UnsafeBufferPointer(start: input + 12 + textLength, count: 16))
+            // The tag is read where it lies (OpenSSL copies it; the pointer is only not const in
+            // its signature), and GCM's final step writes nothing: no buffer per segment.
+            let tag = UnsafeMutableRawPointer(mutating: input + 12 + textLength)
             guard EVP_DecryptInit_ex2(pair.decrypt, nil, nil, input, nil) == 1,
                   EVP_DecryptUpdate(pair.decrypt, nil, &length, aad.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(aad.count)) == 1,
                   textLength == 0 || EVP_DecryptUpdate(pair.decrypt, output.baseAddress!.assumingMemoryBound(to: UInt8.self), &length, input + 12, Int32(textLength)) == 1,
-                  EVP_CIPHER_CTX_ctrl(pair.decrypt, EVP_CTRL_AEAD_SET_TAG, 16, &tag) == 1 else { return false }
-            var scratch = [UInt8](repeating: 0, count: 16)
-            return EVP_DecryptFinal_ex(pair.decrypt, &scratch, &length) == 1
+                  EVP_CIPHER_CTX_ctrl(pair.decrypt, EVP_CTRL_AEAD_SET_TAG, 16, tag) == 1 else { return false }
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { EVP_DecryptFinal_ex(pair.decrypt, $0.baseAddress, &length) == 1 }
         }) ?? false
     }
 }

@@ -76,18 +76,8 @@ struct FUSEDevice: Sendable {
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw FileSystemServerError.system("socketpair", errno)
         }
-        let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
-        defer { if devNull >= 0 { close(devNull) } }
-        // fusermount3 gets the socket as descriptor 3, its errors on ours.
-        let argv = [fusermount, "-o", options, "--", mountPoint]
-        let env = ["_FUSE_COMMFD=3", "PATH=/usr/bin:/bin"]
-        var pid: pid_t = 0
-        let sources: [Int32] = [devNull, devNull, 2, pair[1]]
-        let spawned = withCStrings(argv) { argvPointers in
-            withCStrings(env) { envPointers in
-                cshim_spawn(fusermount, argvPointers, envPointers, sources, Int32(sources.count), &pid)
-            }
-        }
+        // fusermount3 gets the socket as descriptor 3.
+        let (spawned, pid) = spawn(fusermount, ["-o", options, "--", mountPoint], socket: pair[1])
         close(pair[1])
         guard spawned == 0 else {
             close(pair[0])
@@ -112,15 +102,25 @@ struct FUSEDevice: Sendable {
         return device
     }
 
+    /// Starts `fusermount3 ARGUMENTS` with standard input and output on /dev/null, its errors on
+    /// ours, and `socket` (if any) as descriptor 3 named by `_FUSE_COMMFD`. Returns 0 or an errno,
+    /// and the process.
+    private static func spawn(_ fusermount: String, _ arguments: [String], socket: Int32? = nil) -> (Int32, pid_t) {
+        let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
+        defer { if devNull >= 0 { close(devNull) } }
+        let sources: [Int32] = [devNull, devNull, 2] + (socket.map { [$0] } ?? [])
+        let environment = (socket == nil ? [] : ["_FUSE_COMMFD=3"]) + ["PATH=/usr/bin:/bin"]
+        var pid: pid_t = 0
+        let spawned = withCStrings([fusermount] + arguments) { argv in
+            withCStrings(environment) { cshim_spawn(fusermount, argv, $0, sources, Int32(sources.count), &pid) }
+        }
+        return (spawned, pid)
+    }
+
     /// Unmounts `mountPoint` (lazily: programs still inside keep what they hold until they leave).
     static func unmount(_ mountPoint: String) throws {
         if let fusermount = fusermount() {
-            var pid: pid_t = 0
-            let argv = [fusermount, "-u", "-z", "--", mountPoint]
-            let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
-            defer { if devNull >= 0 { close(devNull) } }
-            let sources: [Int32] = [devNull, devNull, 2]
-            let spawned = withCStrings(argv) { a in withCStrings(["PATH=/usr/bin:/bin"]) { e in cshim_spawn(fusermount, a, e, sources, 3, &pid) } }
+            let (spawned, pid) = spawn(fusermount, ["-u", "-z", "--", mountPoint])
             guard spawned == 0 else { throw FileSystemServerError.system("running \(fusermount)", spawned) }
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}

@@ -84,18 +84,7 @@ extension ProtectedFileSystem {
             throw FUSEErrno(code)
         }
         let node = nodes.adopt(pathFD, st, parent: parent.id)
-        node.open.withLock { file in
-            if file.handles == 0 {
-                file.descriptor = fd
-                file.writable = true
-                file.engine = engine
-                file.protectionClass = cls
-            } else {
-                close(fd)   // another create of the same inode won: impossible with O_EXCL, kept safe
-            }
-            file.handles += 1
-            if cls == .complete { file.mayHavePages = true }
-        }
+        attach(node, newFile: fd, engine: engine, protectionClass: cls)
         return ((node, st), true)
     }
 
@@ -162,6 +151,13 @@ extension ProtectedFileSystem {
             close(fd)
             throw Self.errorCode(error)
         }
+        attach(node, newFile: fd, engine: engine, protectionClass: cls)
+        node.prefix.withLock { $0 = nil }
+    }
+
+    /// Counts one more handle on a file just made protected (its read-write descriptor and its
+    /// new engine); if another handle opened it meanwhile, that one's descriptor and engine stay.
+    private func attach(_ node: FileNode, newFile fd: Int32, engine: ProtectedFileEngine, protectionClass cls: ProtectionClass) {
         node.open.withLock { file in
             if file.handles == 0 {
                 if file.descriptor >= 0 { close(file.descriptor) }
@@ -175,7 +171,6 @@ extension ProtectedFileSystem {
             file.handles += 1
             if cls == .complete { file.mayHavePages = true }
         }
-        node.prefix.withLock { $0 = nil }
     }
 
     /// Counts one handle less; with none left, the engine (and the key it holds) and the
