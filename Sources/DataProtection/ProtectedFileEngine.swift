@@ -27,6 +27,11 @@ package final class ProtectedFileEngine: @unchecked Sendable {
     /// The plaintext length.
     package var size: Int64 { file.size }
 
+    /// What the file's header says without a key (its class and segment size).
+    package var prefix: ProtectedFilePrefix {
+        ProtectedFilePrefix(protectionClass: protectionClass, segmentSizeLog2: file.header.segmentSizeLog2)
+    }
+
     package func read(at offset: Int64, count: Int) throws -> Data { try file.read(at: offset, count: count) }
 
     package func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws { try file.write(bytes, at: offset) }
@@ -105,6 +110,11 @@ package struct ProtectedFilePrefix: Sendable, Equatable {
 
     /// The bytes to read from the start of a file to decide.
     package static let length = ProtectedFileHeader.size
+
+    package init(protectionClass: ProtectionClass, segmentSizeLog2: UInt8) {
+        self.protectionClass = protectionClass
+        self.segmentSizeLog2 = segmentSizeLog2
+    }
 
     /// `nil` when `bytes` are not a protected file's header.
     package init?(_ bytes: [UInt8]) {

@@ -16,23 +16,21 @@ final class FileNode: Sendable {
     let id: UInt64
     /// `O_PATH | O_NOFOLLOW` descriptor of the backing item.
     let fd: Int32
-    let device: UInt64, inode: UInt64
+    let identity: InodeIdentity
+    var inode: UInt64 { identity.inode }
     /// `S_IFMT` bits.
     let kind: mode_t
     /// The node's parent, as last seen (a directory's one parent; one of a file's).
     let parent: Mutex<UInt64>
     /// A directory's own default class (`user.dataprotection.class`), as read at a change time.
     let directoryDefault = Mutex<(changed: timespec, cls: ProtectionClass?)?>(nil)
-    /// What the file's first bytes said, for the backing size and time they were read at.
-    let prefix = Mutex<(size: Int64, changed: timespec, kind: ProtectedFilePrefix.Kind)?>(nil)
     /// The file open through this node: one engine for every handle on it.
     let open = Mutex(OpenFile())
 
     init(id: UInt64, fd: Int32, status st: stat, parent: UInt64) {
         self.id = id
         self.fd = fd
-        self.device = UInt64(st.st_dev)
-        self.inode = UInt64(st.st_ino)
+        self.identity = InodeIdentity(st)
         self.kind = st.st_mode & S_IFMT
         self.parent = Mutex(parent)
     }
@@ -78,7 +76,6 @@ final class NodeTable: Sendable {
         var byIdentity: [InodeIdentity: UInt64] = [:]
         var next: UInt64 = 2
     }
-    struct InodeIdentity: Hashable { let device: UInt64, inode: UInt64 }
     private let state = Mutex(State())
     let root: FileNode
 
@@ -88,7 +85,7 @@ final class NodeTable: Sendable {
         root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE))
         state.withLock {
             $0.nodes[root.id] = (root, 1)
-            $0.byIdentity[InodeIdentity(device: root.device, inode: root.inode)] = root.id
+            $0.byIdentity[root.identity] = root.id
         }
     }
 
@@ -98,7 +95,16 @@ final class NodeTable: Sendable {
     }
 
     /// Looks `name` up in `parent` (never following a link) and counts a lookup of its node.
-    func lookup(_ name: [UInt8], in parent: FileNode) throws(FUSEErrno) -> (FileNode, stat) {
+    /// With the inode number a directory listing gave (`inodeHint`), a node the kernel holds for
+    /// that inode is found with one `fstatat` (the name must still lead to it).
+    func lookup(_ name: [UInt8], in parent: FileNode, inodeHint: UInt64? = nil) throws(FUSEErrno) -> (FileNode, stat) {
+        if let inodeHint, let known = existing(InodeIdentity(device: parent.identity.device, inode: inodeHint)) {
+            var st = stat()
+            if withName(name, { fstatat(parent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, InodeIdentity(st) == known.identity,
+               st.st_mode & S_IFMT == known.kind, count(known, parent: parent.id) {
+                return (known, st)
+            }
+        }
         let fd = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { throw FUSEErrno(errno) }
         var st = stat()
@@ -109,42 +115,56 @@ final class NodeTable: Sendable {
     /// The node for a descriptor just opened (an existing node for the same inode keeps its own
     /// descriptor, and this one is closed), with one more lookup counted.
     func adopt(_ fd: Int32, _ st: stat, parent: UInt64) -> FileNode {
-        let identity = InodeIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
-        return state.withLock { state in
+        let identity = InodeIdentity(st)
+        let (node, adopted) = state.withLock { state -> (FileNode, Bool) in
             if let id = state.byIdentity[identity], var entry = state.nodes[id], entry.node.kind == st.st_mode & S_IFMT {
-                close(fd)
                 entry.lookups += 1
                 state.nodes[id] = entry
                 entry.node.parent.withLock { $0 = parent }
-                return entry.node
+                return (entry.node, false)
             }
             let node = FileNode(id: state.next, fd: fd, status: st, parent: parent)
             state.next += 1
             state.nodes[node.id] = (node, 1)
             state.byIdentity[identity] = node.id
-            return node
+            return (node, true)
+        }
+        if !adopted { close(fd) }
+        return node
+    }
+
+    /// Counts one more lookup of `node`, if the kernel still holds it.
+    private func count(_ node: FileNode, parent: UInt64) -> Bool {
+        state.withLock { state in
+            guard var entry = state.nodes[node.id], entry.node === node else { return false }
+            entry.lookups += 1
+            state.nodes[node.id] = entry
+            node.parent.withLock { $0 = parent }
+            return true
         }
     }
 
-    /// The kernel forgets `count` lookups of `id`; at none left the node goes.
+    /// The kernel forgets `count` lookups of `id`; at none left the node goes (its descriptor is
+    /// closed after the table is unlocked: a `close` never holds up other requests).
     func forget(_ id: UInt64, count: UInt64) {
         guard id != root.id else { return }
-        state.withLock { state in
-            guard var entry = state.nodes[id] else { return }
+        let gone: FileNode? = state.withLock { state in
+            guard var entry = state.nodes[id] else { return nil }
             entry.lookups = entry.lookups > count ? entry.lookups - count : 0
             if entry.lookups == 0 {
                 state.nodes[id] = nil
-                let identity = InodeIdentity(device: entry.node.device, inode: entry.node.inode)
-                if state.byIdentity[identity] == id { state.byIdentity[identity] = nil }
-            } else {
-                state.nodes[id] = entry
+                if state.byIdentity[entry.node.identity] == id { state.byIdentity[entry.node.identity] = nil }
+                return entry.node
             }
+            state.nodes[id] = entry
+            return nil
         }
+        withExtendedLifetime(gone) {}
     }
 
     /// The node of a backing inode, if the kernel holds one.
-    func existing(device: UInt64, inode: UInt64) -> FileNode? {
-        state.withLock { state in state.byIdentity[InodeIdentity(device: device, inode: inode)].flatMap { state.nodes[$0]?.node } }
+    func existing(_ identity: InodeIdentity) -> FileNode? {
+        state.withLock { state in state.byIdentity[identity].flatMap { state.nodes[$0]?.node } }
     }
 
     /// Every node (for a lock: the class-A files whose pages must go).

@@ -10,11 +10,18 @@ import Glibc
 #endif
 
 /// Extended attributes: `user.dataprotection.class` is a file's class (from its header; setting
-/// it rewraps the file's key) and a directory's default for new files; every other attribute is
-/// the backing item's own.
+/// it rewraps the file's key) and a directory's default for new files; every other `user.`
+/// attribute is the backing item's own. Other namespaces are not served, as gocryptfs does:
+/// `system.` (POSIX ACLs, which the kernel would not enforce on this mount), `security.` and
+/// `trusted.` are absent (`ENODATA`) and cannot be set (`EOPNOTSUPP`) — and a listing's two
+/// questions per file (`ls -l` asks for `security.selinux` and an ACL) cost no system call.
 extension ProtectedFileSystem {
     /// The attribute that names a class, on files and directories.
     public static let classAttribute = "user.dataprotection.class"
+
+    /// Whether an attribute's name is in the namespace the mount serves (`user.`).
+    static func isServed(_ name: [UInt8]) -> Bool { name.starts(with: userNamespace) }
+    private static let userNamespace = Array("user.".utf8)
 
     /// SETXATTR's structure without `FUSE_SETXATTR_EXT` (which this server does not ask for).
     private static let setAttributeHeader = 8
@@ -28,6 +35,7 @@ extension ProtectedFileSystem {
             guard let cls = try currentClass(of: node) else { throw FUSEErrno(ENODATA) }
             value = Array(cls.shortName.utf8)
         } else {
+            guard Self.isServed(name) else { throw FUSEErrno(ENODATA) }
             guard node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
             var buffer = [UInt8](repeating: 0, count: min(Int(argument.size), 64 * 1024))
             let n = withName(name) { attribute in
@@ -57,7 +65,9 @@ extension ProtectedFileSystem {
             if size > 0 {
                 var buffer = [UInt8](repeating: 0, count: size)
                 let n = listxattr(node.reopenPath, &buffer, size)
-                if n > 0 { names = Array(buffer[0..<n]) }
+                if n > 0 {
+                    for name in buffer[0..<n].split(separator: 0) where Self.isServed(Array(name)) { names += Array(name) + [0] }
+                }
             }
         }
         if node.isRegularFile, (try? currentClass(of: node)) != nil {
@@ -82,7 +92,7 @@ extension ProtectedFileSystem {
             }
             try setClass(cls, of: node)
         } else {
-            guard node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
+            guard Self.isServed(name), node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
             let done = withName(name) { setxattr(node.reopenPath, $0, value, value.count, Int32(flags)) }
             guard done == 0 else { throw FUSEErrno(errno) }
         }
@@ -92,7 +102,7 @@ extension ProtectedFileSystem {
     func removeExtendedAttribute(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let node = try nodes.node(request.nodeID)
         let (name, _) = try Self.attributeName(in: request.body)
-        guard node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
+        guard Self.isServed(name), node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
         if name == Array(Self.classAttribute.utf8) {
             guard node.isDirectory else { throw FUSEErrno(EPERM) }   // a file always has a class
             node.directoryDefault.withLock { $0 = nil }
@@ -133,7 +143,7 @@ extension ProtectedFileSystem {
             file.protectionClass = cls
             if cls == .complete { file.mayHavePages = true }
         }
-        node.prefix.withLock { $0 = nil }
+        kinds.forget(node.identity)
     }
 
     /// An attribute's name (NUL-terminated), and what follows it.

@@ -44,15 +44,13 @@ extension ProtectedFileSystem {
         return Int64(st.st_size)
     }
 
-    /// What a file is by its first bytes (cached while its length and change time stay the same).
-    /// Read through its name in its parent when the caller has them (a lookup: one `openat`),
-    /// else through `/proc/self/fd`; a name that now leads to another inode is not read. A file
-    /// that cannot be read is taken as plain (it is served read-only then).
+    /// What a regular file is by its first bytes: as ``kinds`` recorded it while its length and
+    /// change time stay the same, else read — through its name in its parent
+    /// when the caller has them (a lookup: one `openat`), else through `/proc/self/fd`; a name
+    /// that now leads to another inode is not read. A file that cannot be read is taken as plain
+    /// (it is served read-only then).
     func kind(of node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> ProtectedFilePrefix.Kind {
-        if let cached = node.prefix.withLock({ $0 }), cached.size == Int64(st.st_size),
-           cached.changed.tv_sec == st.st_ctim.tv_sec, cached.changed.tv_nsec == st.st_ctim.tv_nsec {
-            return cached.kind
-        }
+        if let cached = kinds.kind(of: st) { return cached }
         var found = ProtectedFilePrefix.Kind.plain
         if st.st_size >= 2 {
             var fd: Int32 = -1
@@ -66,13 +64,11 @@ extension ProtectedFileSystem {
             }
             if fd < 0 { fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC) }
             if fd >= 0 {
-                var bytes = [UInt8](repeating: 0, count: min(ProtectedFilePrefix.length, Int(st.st_size)))
-                let n = pread(fd, &bytes, bytes.count, 0)
+                found = Self.kind(of: fd, st)
                 close(fd)
-                if n > 0 { found = ProtectedFilePrefix.kind(of: Array(bytes[0..<n])) }
             }
         }
-        node.prefix.withLock { $0 = (Int64(st.st_size), st.st_ctim, found) }
+        kinds.record(found, for: st)
         return found
     }
 
@@ -227,7 +223,7 @@ extension ProtectedFileSystem {
         // The moved item's node (if the kernel holds one) now lives under its new parent.
         var st = stat()
         if withName(new, { fstatat(newParent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0,
-           let moved = nodes.existing(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)) {
+           let moved = nodes.existing(InodeIdentity(st)) {
             moved.parent.withLock { $0 = newParent.id }
         }
         replier.reply(request.unique)
@@ -288,7 +284,7 @@ extension ProtectedFileSystem {
                 if out.count + record > wanted { break }
                 if plus {
                     var entry = fuse_entry_out()
-                    if name != [0x2E], name != [0x2E, 0x2E], let (node, st) = try? nodes.lookup(name, in: parent) {
+                    if name != [0x2E], name != [0x2E, 0x2E], let (node, st) = try? nodes.lookup(name, in: parent, inodeHint: inode) {
                         entry = self.entry(node, st, named: (parent, name))
                     }
                     withUnsafeBytes(of: &entry) { out += $0 }

@@ -84,6 +84,7 @@ extension ProtectedFileSystem {
             throw FUSEErrno(code)
         }
         let node = nodes.adopt(pathFD, st, parent: parent.id)
+        kinds.record(.protected(engine.prefix), for: st)
         attach(node, newFile: fd, engine: engine, protectionClass: cls)
         return ((node, st), true)
     }
@@ -94,56 +95,87 @@ extension ProtectedFileSystem {
     /// nothing plain is written through the mount), except an empty one, which becomes a
     /// protected file of its directory's class when opened for writing.
     func attach(_ node: FileNode, writing: Bool) throws(FUSEErrno) {
-        // The class first, from the header (without holding the node while asking the keybag).
-        let st = try node.status()
-        var cls: ProtectionClass?
-        switch kind(of: node, st) {
-        case .damaged: throw FUSEErrno(EIO)
-        case .protected(let prefix): cls = prefix.protectionClass
-        case .plain:
-            let open = node.open.withLock { $0.handles > 0 ? $0.protectionClass : nil }
-            if let open { cls = open }   // made protected by an open handle already
-            else if writing {
-                guard st.st_size == 0 else { throw FUSEErrno(EACCES) }
-                return try attachProtectingEmptyFile(node)
+        for _ in 0..<8 {
+            if try attachOnce(node, writing: writing) { return }
+        }
+        throw FUSEErrno(EAGAIN)   // opened and closed by others at every try
+    }
+
+    /// One try of ``attach(_:writing:)``; `false` when the file's last other handle closed while
+    /// this one was being counted (try again).
+    private func attachOnce(_ node: FileNode, writing: Bool) throws(FUSEErrno) -> Bool {
+        // The class: the open file's, else from the header on a descriptor opened now.
+        var fd: Int32 = -1, writable = false, cls: ProtectionClass?
+        if let open = node.open.withLock({ $0.handles > 0 && $0.descriptor >= 0 ? $0.protectionClass : Optional<ProtectionClass?>.none }) {
+            cls = open
+            if cls == nil, writing { throw FUSEErrno(EACCES) }   // a plain file, read-only
+        } else {
+            fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
+            writable = true
+            if fd < 0, errno == EACCES || errno == EROFS || errno == ETXTBSY {
+                fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
+                writable = false
+            }
+            guard fd >= 0 else { throw FUSEErrno(errno) }
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw FUSEErrno(code) }
+            let kind = Self.kind(of: fd, st)
+            kinds.record(kind, for: st)
+            switch kind {
+            case .damaged:
+                close(fd)
+                throw FUSEErrno(EIO)
+            case .protected(let prefix):
+                cls = prefix.protectionClass
+            case .plain:
+                if writing {
+                    guard st.st_size == 0, writable else { close(fd); throw FUSEErrno(EACCES) }
+                    try attachProtectingEmptyFile(node, fd: fd)
+                    return true
+                }
             }
         }
-        if let cls, !mayOpen(cls) { throw FUSEErrno(EACCES) }
-        try node.open.withLock { file throws(FUSEErrno) in
+        // Without holding the node while asking the keybag.
+        if let cls, !mayOpen(cls) {
+            if fd >= 0 { close(fd) }
+            throw FUSEErrno(EACCES)
+        }
+        let counted = node.open.withLock { file -> Bool in
             if file.handles == 0 || file.descriptor < 0 {
-                var fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
-                var writable = true
-                if fd < 0, errno == EACCES || errno == EROFS || errno == ETXTBSY {
-                    fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
-                    writable = false
-                }
-                guard fd >= 0 else { throw FUSEErrno(errno) }
+                guard fd >= 0 else { return false }   // the other handles closed meanwhile
+                if file.descriptor >= 0 { close(file.descriptor) }
                 file.descriptor = fd
                 file.writable = writable
                 file.protectionClass = cls
                 file.engine = nil
+            } else if fd >= 0 {
+                close(fd)   // opened by another handle meanwhile: that one's descriptor stays
             }
             file.handles += 1
             if file.protectionClass == .complete { file.mayHavePages = true }
+            return true
         }
+        guard counted else { return false }
         do throws(FUSEErrno) { _ = try engine(of: node, writing: false, opening: true) } catch {
             detach(node)
             throw error
         }
+        return true
     }
 
-    /// An empty plain file opened for writing: it becomes a new protected file of its
-    /// directory's class (header and empty final segment written), and is attached.
-    private func attachProtectingEmptyFile(_ node: FileNode) throws(FUSEErrno) {
+    /// What the file open at `fd` (described by `st`) is, by its first bytes.
+    static func kind(of fd: Int32, _ st: stat) -> ProtectedFilePrefix.Kind {
+        guard st.st_size >= 2 else { return .plain }
+        var bytes = [UInt8](repeating: 0, count: min(ProtectedFilePrefix.length, Int(st.st_size)))
+        let n = pread(fd, &bytes, bytes.count, 0)
+        return n > 0 ? ProtectedFilePrefix.kind(of: Array(bytes[0..<n])) : .plain
+    }
+
+    /// An empty plain file opened for writing (`fd`, read-write): it becomes a new protected
+    /// file of its directory's class (header and empty final segment written), and is attached.
+    private func attachProtectingEmptyFile(_ node: FileNode, fd: Int32) throws(FUSEErrno) {
         let parent = (try? nodes.node(node.parent.withLock { $0 })) ?? nodes.root
         let cls = defaultClass(in: parent)
-        let fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
-        guard fd >= 0 else { throw FUSEErrno(errno) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_size == 0 else {
-            close(fd)
-            throw FUSEErrno(EACCES)   // written meanwhile by someone else: plain, read-only
-        }
         let engine: ProtectedFileEngine
         do {
             engine = try runBlocking { [files] in try await files.createEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(node), protection: cls) }
@@ -152,7 +184,7 @@ extension ProtectedFileSystem {
             throw Self.errorCode(error)
         }
         attach(node, newFile: fd, engine: engine, protectionClass: cls)
-        node.prefix.withLock { $0 = nil }
+        kinds.forget(node.identity)
     }
 
     /// Counts one more handle on a file just made protected (its read-write descriptor and its
@@ -174,12 +206,14 @@ extension ProtectedFileSystem {
     }
 
     /// Counts one handle less; with none left, the engine (and the key it holds) and the
-    /// backing descriptor go.
+    /// backing descriptor go, and what the file now is goes into ``kinds``.
     func detach(_ node: FileNode) {
         node.open.withLock { file in
             file.handles -= 1
             if file.handles <= 0 {
                 file.handles = 0
+                var st = stat()
+                if let engine = file.engine, fstat(file.descriptor, &st) == 0 { kinds.record(.protected(engine.prefix), for: st) }
                 file.engine = nil
                 if file.descriptor >= 0 { close(file.descriptor) }
                 file.descriptor = -1

@@ -61,13 +61,8 @@ extension ProtectedFileSystem {
     func lock(_ cls: ProtectionClass, replier: FUSEReplier) {
         gate.set(cls, .draining)
         let thread = Thread { [self] in
-            for node in nodes.all where node.isRegularFile {
-                let cached = node.open.withLock { $0.protectionClass == cls && $0.mayHavePages }
-                    || node.prefix.withLock { entry in
-                        if case .protected(let prefix)? = entry?.kind { return prefix.protectionClass == cls }
-                        return false
-                    }
-                if cached { replier.invalidate(node: node.id) }
+            for node in nodes.all where node.isRegularFile && mayHoldPages(of: node, cls) {
+                replier.invalidate(node: node.id)
             }
             gate.set(cls, .locked)
             for node in nodes.all where node.isRegularFile {
@@ -81,6 +76,21 @@ extension ProtectedFileSystem {
             logger.info("class \(cls.shortName) locked on the mount of \(directory)")
         }
         thread.start()
+    }
+
+    /// Whether the kernel may hold pages of `node` that `cls`'s lock must drop: an open file of
+    /// that class that was read or written; a closed file unless it is known, at its current
+    /// length and change time, to be of another class or plain (a closed file's pages stay in the
+    /// page cache).
+    private func mayHoldPages(of node: FileNode, _ cls: ProtectionClass) -> Bool {
+        let open = node.open.withLock { $0.handles > 0 ? ($0.protectionClass == cls && $0.mayHavePages) : nil }
+        if let open { return open }
+        guard let st = try? node.status() else { return true }
+        switch kinds.kind(of: st) {
+        case .protected(let prefix)?: return prefix.protectionClass == cls
+        case .plain?, .damaged?: return false
+        case nil: return true
+        }
     }
 
     /// Whether files of `cls` may be opened now: the mount's gate, then the keybag (class B
