@@ -142,6 +142,7 @@ let package = Package(
             dependencies: [
                 "DataProtection",
                 "DataProtectionBackup",
+                "DataProtectionFileSystem",
                 "DataProtectionKeybag",
                 "DataProtectionIPC",
                 "CLinuxShims",

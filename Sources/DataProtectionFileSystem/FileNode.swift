@@ -23,7 +23,7 @@ final class FileNode: Sendable {
     /// The node's parent, as last seen (a directory's one parent; one of a file's).
     let parent: Mutex<UInt64>
     /// A directory's own default class (`user.dataprotection.class`), as read at a change time.
-    let directoryDefault = Mutex<(changed: timespec, cls: ProtectionClass?)?>(nil)
+    let directoryDefault = Mutex<(changed: timespec, cls: ProtectionClass?, floor: ProtectionClass?)?>(nil)
     /// The file open through this node: one engine for every handle on it.
     let open = Mutex(OpenFile())
 

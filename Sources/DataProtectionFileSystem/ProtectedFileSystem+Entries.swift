@@ -106,6 +106,13 @@ extension ProtectedFileSystem {
         replier.reply(request.unique, out)
     }
 
+    /// Refuses set-user-ID and set-group-ID bits on anything but a directory (whose set-group-ID
+    /// bit only passes its group on), where the mount is asked to (``refusesSetID``).
+    func refuseSetID(_ mode: UInt32, _ kind: mode_t) throws(FUSEErrno) {
+        guard refusesSetID, kind != S_IFDIR, mode & UInt32(S_ISUID | S_ISGID) != 0 else { return }
+        throw FUSEErrno(EPERM)
+    }
+
     /// A time SETATTR gives: now, or seconds (negative before 1970) and nanoseconds.
     private static func time(_ seconds: UInt64, _ nanoseconds: UInt32, now: Bool) -> timespec {
         now ? timespec(tv_sec: 0, tv_nsec: cfuse_utime_now) : timespec(tv_sec: Int(Int64(bitPattern: seconds)), tv_nsec: Int(nanoseconds % 1_000_000_000))
@@ -117,6 +124,7 @@ extension ProtectedFileSystem {
         let valid = change.valid
         if valid & cfuse_fattr_mode != 0 {
             guard node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
+            try refuseSetID(change.mode, node.kind)
             guard chmod(node.reopenPath, change.mode & 0o7777) == 0 else { throw FUSEErrno(errno) }
         }
         if valid & (cfuse_fattr_uid | cfuse_fattr_gid) != 0 {
@@ -162,6 +170,7 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(request.nodeID)
         let argument = try request.argument(fuse_mknod_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mknod_in.self))
+        try refuseSetID(argument.mode, argument.mode & S_IFMT)
         switch argument.mode & S_IFMT {
         case S_IFREG:
             // An empty regular file: a protected file of its directory's class, as CREATE makes.

@@ -39,6 +39,7 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(request.nodeID)
         let argument = try request.argument(fuse_create_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_create_in.self))
+        try refuseSetID(argument.mode, S_IFREG)
         let exclusive = argument.flags & UInt32(O_EXCL) != 0
         let ((node, st), created) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: exclusive)
         do throws(FUSEErrno) {
@@ -381,33 +382,51 @@ extension ProtectedFileSystem {
     // MARK: - Classes of new files
 
     /// The default class of a new file in `directory`: the nearest directory default, from
-    /// `directory` up to the served directory's root, then what the root inherits.
+    /// `directory` up to the served directory's root, then what the root inherits — raised to
+    /// the highest floor on the way (``floorOfDirectory``).
     func defaultClass(in directory: FileNode) -> ProtectionClass {
+        let (nearest, floor) = inherited(in: directory)
+        return max(nearest ?? rootDefault, floor ?? .noProtection)
+    }
+
+    /// The floor a file in `directory` may not go below (the highest on the way up), if any.
+    func floor(in directory: FileNode) -> ProtectionClass? { inherited(in: directory).floor }
+
+    /// The nearest directory default and the highest floor from `directory` up to the root.
+    private func inherited(in directory: FileNode) -> (nearest: ProtectionClass?, floor: ProtectionClass?) {
         var node = directory
+        var nearest: ProtectionClass?
+        var floor: ProtectionClass?
         for _ in 0..<4096 {
-            if let own = directoryDefault(of: node) { return own }
+            let own = directorySettings(of: node)
+            if nearest == nil { nearest = own.cls }
+            if let found = own.floor { floor = max(floor ?? found, found) }
+            if nearest != nil, floorOfDirectory == nil { break }
             if node.id == nodes.root.id { break }
             guard let parent = try? nodes.node(node.parent.withLock({ $0 })) else { break }
             node = parent
         }
-        return rootDefault
+        return (nearest, floor)
     }
 
-    /// A directory's own default (`user.dataprotection.class`), read once and kept until it is
-    /// set through the mount.
-    func directoryDefault(of node: FileNode) -> ProtectionClass? {
-        // The attribute may be changed directly in the served directory: read again when the
-        // directory's change time moved.
+    /// A directory's own default (`user.dataprotection.class`).
+    func directoryDefault(of node: FileNode) -> ProtectionClass? { directorySettings(of: node).cls }
+
+    /// A directory's own default and floor, read once and kept while the directory's change time
+    /// stays the same (the attribute, or what the floor is read from, may be changed directly in
+    /// the served directory).
+    private func directorySettings(of node: FileNode) -> (cls: ProtectionClass?, floor: ProtectionClass?) {
         let changed = (try? node.status())?.st_ctim
         if let cached = node.directoryDefault.withLock({ $0 }), let changed, cached.changed.tv_sec == changed.tv_sec,
            cached.changed.tv_nsec == changed.tv_nsec {
-            return cached.cls
+            return (cached.cls, cached.floor)
         }
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = getxattr(node.reopenPath, ProtectedFileSystem.classAttribute, &buffer, buffer.count)
         let cls = n > 0 ? ProtectionClass(name: String(decoding: buffer[0..<n], as: UTF8.self)) : nil
-        if let changed { node.directoryDefault.withLock { $0 = (changed, cls) } }
-        return cls
+        let floor = floorOfDirectory?(node.fd)
+        if let changed { node.directoryDefault.withLock { $0 = (changed, cls, floor) } }
+        return (cls, floor)
     }
 
     // MARK: - Errors

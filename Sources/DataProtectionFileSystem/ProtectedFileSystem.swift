@@ -42,13 +42,26 @@ public final class ProtectedFileSystem: Sendable {
     let kinds = FileKindCache()
     /// The default class of new files at the directory's root (the nearest default above it).
     let rootDefault: ProtectionClass
+    /// The class a directory's subtree may never go below, if it has one (an app's container:
+    /// the class its user chose), read on the directory's descriptor.
+    let floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)?
+    /// Whether set-user-ID and set-group-ID bits are refused (`EPERM`) rather than kept.
+    let refusesSetID: Bool
     let logger = Logger(label: "dataprotection.filesystem")
     /// Requests the kernel asked to interrupt (their program got a signal) while they run: a
     /// long one (a zero fill) stops at its next step and answers `EINTR`.
     let interrupts = Mutex<Set<UInt64>>([])
 
     /// Opens `directory` for serving (it must exist and be a directory).
-    public init(directory: String, files: ProtectedFileManager) throws {
+    ///
+    /// - Parameters:
+    ///   - floorOfDirectory: the class below which nothing in a directory's subtree may go, read
+    ///     from the directory's descriptor (`nil`: none): new files get at least it, and setting a
+    ///     file's class or a directory's default below it is refused (`EPERM`). Asked again when
+    ///     the directory's change time moves.
+    ///   - refusesSetID: refuse set-user-ID and set-group-ID bits (`EPERM`), as apps need.
+    public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
+                refusesSetID: Bool = false) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
@@ -56,6 +69,8 @@ public final class ProtectedFileSystem: Sendable {
         self.files = files
         self.nodes = try NodeTable(rootDescriptor: fd)
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
+        self.floorOfDirectory = floorOfDirectory
+        self.refusesSetID = refusesSetID
     }
 
     /// Mounts the file system at `mountPoint`. Serve it with ``MountedFileSystem/serve()``.

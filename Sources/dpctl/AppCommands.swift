@@ -26,7 +26,7 @@ struct App: AsyncParsableCommand {
             containers and the system, nothing else of the data root or of your home.
             """,
         subcommands: [AppInstall.self, AppList.self, AppInfo.self, AppRun.self, AppBackground.self, AppForeground.self, AppState.self, AppStop.self,
-                      AppSetProtection.self, AppUninstall.self])
+                      AppSetProtection.self, AppUninstall.self, AppServeFileSystem.self])
 }
 
 /// Opens the device (locked, unless a passcode file is given) and the container manager.
@@ -193,6 +193,7 @@ struct AppRun: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Run the app unconfined (it still gets its places and keys). Says so on standard error.") var noSandbox = false
+    @Flag(help: .hidden) var protectedFileSystem = false
     @Option(help: ArgumentHelp("Background time per trip to the background, for background tasks (30s as iOS today; 10m as in iOS 4).", valueName: "duration"))
     var backgroundTime = "30s"
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
@@ -212,7 +213,8 @@ struct AppRun: AsyncParsableCommand {
         }
         let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime)),
                                          clock: SystemClock())
-        let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)])
+        let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)],
+                                       fileSystem: protectedFileSystem ? fileSystemLauncher(passcodeFile: unlock.passcodeFile) : nil)
         let signals = TerminationSignals { lifecycle.terminateAll() }
         defer { signals.cancel() }
         let status = try await supervisor.run(id, command: command, sandboxed: !noSandbox)

@@ -34,11 +34,17 @@ public final class AppSupervisor: Sendable {
     /// Whether each app gets a cgroup of its own where this user may make one (so it can be
     /// frozen whole); `false` suspends apps with `SIGSTOP` everywhere.
     public let usesCgroups: Bool
+    /// Starts the server of the protected file system that serves the containers to sandboxed
+    /// apps (``ContainerFileSystem``); `nil`: their directories are bound as they are, and only
+    /// what the app writes through ``CurrentApp/files`` is protected.
+    public let fileSystem: ContainerFileSystem.Launcher?
 
-    public init(manager: ContainerManager, services: [any AppSupervisorService] = [], usesCgroups: Bool = true) {
+    public init(manager: ContainerManager, services: [any AppSupervisorService] = [], usesCgroups: Bool = true,
+                fileSystem: ContainerFileSystem.Launcher? = nil) {
         self.manager = manager
         self.services = services
         self.usesCgroups = usesCgroups
+        self.fileSystem = fileSystem
     }
 
     /// Runs `command` (a path, or a name looked up on `PATH`) as `identifier` and returns its exit
@@ -90,9 +96,15 @@ public final class AppSupervisor: Sendable {
         let limits = AppResourceLimits(metadata: app.metadata)
         // bubblewrap holds the sandbox before the app starts while the supervisor sets it up.
         let info = sandboxed ? try Pipe2() : nil, block = sandboxed ? try Pipe2() : nil
+        // The containers through the protected file system, held while the app runs.
+        var lease: ContainerFileSystem.Lease?
+        if requirements != nil, let fileSystem { lease = try ContainerFileSystem.lease(manager.layout, launch: fileSystem) }
+        defer { withExtendedLifetime(lease) {} }
         if let requirements {
+            let layout = manager.layout
             let profile = SandboxProfile(requirements: requirements, app: app, groups: groups, executable: executable,
-                                         arguments: Array(command.dropFirst()), environment: appEnvironment, limits: limits)
+                                         arguments: Array(command.dropFirst()), environment: appEnvironment, limits: limits,
+                                         servedFrom: lease.map { held -> @Sendable (String) -> String in { held.served($0, layout: layout) } })
             try profile.validate()
             argv = [requirements.bubblewrap] + profile.bubblewrapArguments()
             descriptors = [input, output, bwrapErrors.write, control.app, status.write, errors]

@@ -38,6 +38,9 @@ package struct SandboxProfile: Sendable {
     var environment: [String: String]
     /// The app's budgets: its tasks limit is set inside (``AppResourceLimits``).
     var limits: AppResourceLimits
+    /// Where the containers are bound from: the protected file system serving them (the app
+    /// sees them at their own paths), or `nil` for the directories themselves.
+    var servedFrom: (@Sendable (String) -> String)?
 
     /// Descriptors the app inherits (numbers inside the sandbox).
     static let supervisorDescriptor: Int32 = 3
@@ -53,7 +56,9 @@ package struct SandboxProfile: Sendable {
                              "os-release", "mime.types", "locale.alias"]
 
     package init(requirements: SandboxRequirements, app: AppContainer, groups: [GroupContainer], executable: String,
-                 arguments: [String], environment: [String: String], limits: AppResourceLimits) {
+                 arguments: [String], environment: [String: String], limits: AppResourceLimits,
+                 servedFrom: (@Sendable (String) -> String)? = nil) {
+        self.servedFrom = servedFrom
         self.requirements = requirements
         self.app = app
         self.groups = groups
@@ -91,13 +96,15 @@ package struct SandboxProfile: Sendable {
         for directory in runtimeDirectories() { a += ["--ro-bind", directory, directory] }
         if !executable.hasPrefix("/usr/") { a += ["--ro-bind", executable, executable] }
         a += ["--ro-bind", requirements.sandboxExec, requirements.sandboxExec]
-        // The containers, at the paths they have outside (so paths mean the same inside and out).
+        // The containers, at the paths they have outside (so paths mean the same inside and out),
+        // from the protected file system when one serves them.
+        let source = servedFrom ?? { $0 }
         let container = app.url.path
-        a += ["--bind", container, container]
-        a += ["--ro-bind", metadataPath(container), metadataPath(container)]
+        a += ["--bind", source(container), container]
+        a += ["--ro-bind", source(metadataPath(container)), metadataPath(container)]
         for group in groups {
-            a += ["--bind", group.url.path, group.url.path]
-            a += ["--ro-bind", metadataPath(group.url.path), metadataPath(group.url.path)]
+            a += ["--bind", source(group.url.path), group.url.path]
+            a += ["--ro-bind", source(metadataPath(group.url.path)), metadataPath(group.url.path)]
         }
         a += ["--chdir", container, "--clearenv"]
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { a += ["--setenv", key, value] }

@@ -1,0 +1,121 @@
+import DataProtection
+import DataProtectionFileSystem
+import DataProtectionIPC
+import DataProtectionKeybag
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension ContainerFileSystem {
+    /// Serves `manager`'s containers until no lease is left (the process that runs this is the
+    /// server a ``Launcher`` starts): mounts `ROOT/Containers` — container floors from their
+    /// metadata, set-ID bits refused — listens for leases, writes `ready` and a newline to
+    /// `readiness`, and returns once the last lease has closed and the file system is unmounted.
+    public static func serve(_ manager: ContainerManager, readiness: Int32) async throws {
+        let layout = manager.layout
+        let logger = Logger(label: "dataprotection.containers.filesystem")
+        let mountPoint = mountPoint(for: layout)
+        let socketPath = socketPath(for: layout)
+        let fileSystem = try ProtectedFileSystem(directory: layout.containers, files: ProtectedFileManager(keybag: manager.files.keybag),
+                                                 floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true)
+        // The socket first: it makes the 0700 directory the mount point lives in.
+        let listener: Int32
+        do { listener = try UnixSocket.listen(on: socketPath) } catch let error as IPCError { throw unavailable(error.description) }
+        defer { close(listener) }
+        try prepareMountPoint(mountPoint)
+        let mounted = try fileSystem.mount(at: mountPoint)
+        let serving = Task { await mounted.serve() }
+        let leases = LeaseCount()
+        let acceptor = Thread {
+            while true {
+                let client = accept(listener, nil, nil)
+                if client >= 0 { _ = fcntl(client, F_SETFD, FD_CLOEXEC) }
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    return   // the listener was shut down
+                }
+                guard UnixSocket.peerCredentials(client)?.uid == getuid() else { close(client); continue }
+                leases.opened()
+                let line = Array((greeting + " " + mountPoint + "\n").utf8)
+                _ = line.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
+                Thread {
+                    // The lease lasts until the client closes its end (or ends).
+                    var byte: UInt8 = 0
+                    while true {
+                        let n = read(client, &byte, 1)
+                        if n < 0, errno == EINTR { continue }
+                        if n <= 0 { break }
+                    }
+                    close(client)
+                    leases.closed()
+                }.start()
+            }
+        }
+        acceptor.start()
+        _ = Array("ready\n".utf8).withUnsafeBytes { write(readiness, $0.baseAddress, $0.count) }
+        close(readiness)
+        logger.info("serving \(layout.containers) at \(mountPoint)")
+        // Ends when no lease is left and no client is connecting (they connect holding the lock).
+        let lock = open(lockPath(for: layout), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        defer { if lock >= 0 { close(lock) } }
+        while true {
+            await leases.untilNone()
+            while lock >= 0, flock(lock, LOCK_EX) != 0, errno == EINTR {}
+            if leases.current == 0 { break }
+            if lock >= 0 { flock(lock, LOCK_UN) }
+        }
+        unlink(socketPath)
+        shutdown(listener, Int32(SHUT_RDWR))
+        try? mounted.unmount()
+        await serving.value
+        logger.info("stopped serving \(layout.containers): no app uses it")
+    }
+
+    /// An empty directory to mount on, made 0700; a mount left by a server that died is removed.
+    private static func prepareMountPoint(_ path: String) throws {
+        var st = stat()
+        if stat(path, &st) != 0, errno == ENOTCONN {
+            try? MountedFileSystem.unmount(path)
+        }
+        if mkdir(path, 0o700) != 0, errno != EEXIST { throw unavailable("cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid() else {
+            throw unavailable("\(path) is not a directory of this user")
+        }
+    }
+}
+
+/// How many leases are open, with a way to wait for none (or for any change).
+private final class LeaseCount: Sendable {
+    private let state = Mutex<(count: Int, waiters: [CheckedContinuation<Void, Never>])>((0, []))
+
+    var current: Int { state.withLock { $0.count } }
+
+    func opened() { change(+1) }
+    func closed() { change(-1) }
+
+    private func change(_ delta: Int) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.count += delta
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once no lease is open (at once if none is).
+    func untilNone() async {
+        while current != 0 {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    if state.count == 0 { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        }
+    }
+}

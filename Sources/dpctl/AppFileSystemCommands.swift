@@ -1,0 +1,52 @@
+import ArgumentParser
+import DataProtectionContainers
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The server of the protected file system that serves a data root's containers to its apps,
+/// started by the first `dpctl app run` that needs it (not a command people type): it ends when
+/// the last app using it ends.
+struct AppServeFileSystem: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve-file-system",
+        abstract: "Serve the containers to apps through the protected file system (started by app run).",
+        shouldDisplay: false)
+
+    @OptionGroup var device: DeviceOptions
+    @OptionGroup var unlock: UnlockOptions
+
+    func run() async throws {
+        // A session of its own: the terminal's Ctrl-C or hang-up for the app that started it
+        // must not end it while other apps use it.
+        _ = setsid()
+        do {
+            let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
+            try await ContainerFileSystem.serve(manager, readiness: STDOUT_FILENO)
+        } catch {
+            let line = Array("error: \(describe(error))\n".utf8)
+            _ = line.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// Starts `dpctl app serve-file-system` for a data root (this executable, in a session of its
+/// own, its output a pipe whose read end is returned), unlocked the way this process was.
+func fileSystemLauncher(passcodeFile: String?) -> ContainerFileSystem.Launcher {
+    let passcode: String? = passcodeFile.flatMap { $0 == "-" ? nil : URL(fileURLWithPath: $0).standardizedFileURL.path }
+    return { root in
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["app", "serve-file-system", "--root", root] + (passcode.map { ["--passcode-file", $0] } ?? [])
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let fd = dup(output.fileHandleForReading.fileDescriptor)
+        try? output.fileHandleForWriting.close()
+        return fd
+    }
+}

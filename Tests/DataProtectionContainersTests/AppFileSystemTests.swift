@@ -1,0 +1,177 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum FUSEAvailability {
+    static var canMount: Bool { access("/dev/fuse", R_OK | W_OK) == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/fusermount3") }
+}
+
+/// Apps on the protected file system (`dpctl app run` serving the containers through FUSE):
+/// every program an app runs writes protected files of the container's class, the app cannot
+/// lower that class nor make set-ID files, and the apps of a group share one file system.
+@Suite(.enabled(if: FUSEAvailability.canMount, "needs /dev/fuse and fusermount3 (fuse3)"))
+struct AppFileSystemTests {
+    func served(_ world: AppWorld) -> [String] { ["--protected-file-system", "--passcode-file", world.passcode] }
+
+    /// Regular files below `directory`, by path — but the container's metadata and the
+    /// `CACHEDIR.TAG`s the container was made with, plain by design (tar, restic and borg read them).
+    func regularFiles(below directory: String) -> [String] {
+        guard let walker = FileManager.default.enumerator(atPath: directory) else { return [] }
+        var found: [String] = []
+        while let relative = walker.nextObject() as? String {
+            var st = stat()
+            let path = directory + "/" + relative
+            if lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, !relative.hasSuffix(".dataprotection-container.plist"),
+               !relative.hasSuffix("CACHEDIR.TAG") { found.append(path) }
+        }
+        return found
+    }
+
+    func isProtected(_ path: String) -> Bool {
+        guard let handle = FileHandle(forReadingAtPath: path), let prefix = try? handle.read(upToCount: 4) else { return false }
+        return Array(prefix) == [0x89, 0x44, 0x50, 0x46]
+    }
+
+    @Test func everyProgramAnAppRunsWritesProtectedFilesOfItsClass() throws {
+        let world = try AppWorld.make()
+        let container = try world.install("com.example.notes", ["--default-protection", "complete"])
+        let run = try world.shell("com.example.notes", """
+            set -e
+            echo "diary: marker-shell" > Documents/diary.txt && echo "more" >> Documents/diary.txt
+            /usr/bin/python3 - <<'EOF'
+            import mmap, os, sqlite3
+            with open("Documents/mapped.bin", "wb") as f: f.write(b"\\0" * 8192)
+            with open("Documents/mapped.bin", "r+b") as f:
+                m = mmap.mmap(f.fileno(), 8192); m[100:117] = b"marker-python-map"; m.flush(); m.close()
+            c = sqlite3.connect("Library/app.db"); c.execute("pragma journal_mode=wal"); c.execute("create table cards(number text)")
+            for n in range(200): c.execute("insert into cards values (?)", ("marker-card-%d" % n,))
+            c.commit(); print(c.execute("pragma integrity_check").fetchone()[0]); c.close()
+            EOF
+            /usr/bin/sqlite3 Library/app.db "pragma journal_mode=wal; insert into cards values ('marker-cli'); select count(*) from cards;"
+            cd Documents && git init -q repo && cd repo && echo "marker-git" > readme && git add readme \
+              && git -c user.name=a -c user.email=a@b commit -qm first && git gc -q && git fsck --strict 2>&1 | tail -1
+            echo done
+            """, extra: served(world))
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.out.hasPrefix("ok\nwal\n201\n"), "\(run.out)")
+        #expect(run.out.hasSuffix("done\n"), "\(run.out)")
+        // On disk: every regular file is a protected file of class A, with no plaintext anywhere.
+        let files = regularFiles(below: container)
+        #expect(files.count > 10)
+        #expect(files.filter { !isProtected($0) }.isEmpty, "not protected: \(files.filter { !isProtected($0) }.prefix(5))")
+        let grep = try ChildProcess.run("/bin/grep", ["-rl", "-e", "marker-", world.cli.root])
+        #expect(grep.out.isEmpty, "plaintext under the data root: \(grep.out)")
+        let classes = try world.shell("com.example.notes", "find . -type f ! -name '.dataprotection-container.plist' ! -name CACHEDIR.TAG -exec getfattr --only-values -n user.dataprotection.class {} \\; -exec echo \\; | sort | uniq -c",
+                                      extra: served(world))
+        #expect(classes.out.trimmingCharacters(in: .whitespacesAndNewlines).hasSuffix("complete"), "\(classes.out)")
+        #expect(classes.out.split(separator: "\n").count == 1, "\(classes.out)")
+        // Outside, the same files read through the library, and the audit finds nothing unprotected.
+        let cat = try world.dpctl(["cat", container + "/Documents/diary.txt", "--passcode-file", world.passcode])
+        #expect(cat.out == "diary: marker-shell\nmore\n", "\(cat.stderr)")
+        let audit = try world.dpctl(["audit", "--app", "com.example.notes"])
+        #expect(!audit.out.contains("DP101"), "\(audit.out)")
+        #expect(!audit.out.contains("DP201"), "\(audit.out)")
+    }
+
+    @Test func anAppCannotLowerItsClassNorMakeSetIDFiles() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.notes", ["--default-protection", "complete"])
+        let run = try world.shell("com.example.notes", [
+            "echo secret > Documents/f && mkdir Documents/sub && cp /bin/true Documents/t",
+            attempt("lower-file", "setfattr -n user.dataprotection.class -v none Documents/f"),
+            attempt("lower-documents", "setfattr -n user.dataprotection.class -v until-first-unlock Documents"),
+            attempt("lower-root", "setfattr -n user.dataprotection.class -v none ."),
+            attempt("lower-new-directory", "setfattr -n user.dataprotection.class -v complete-unless-open Documents/sub"),
+            attempt("keep-file", "setfattr -n user.dataprotection.class -v complete Documents/f"),
+            attempt("setuid", "chmod u+s Documents/t"),
+            attempt("setgid", "chmod g+s Documents/t"),
+            attempt("device", "mknod Documents/d c 1 3"),
+            "echo new > Documents/sub/g && getfattr --only-values -n user.dataprotection.class Documents/sub/g && echo",
+        ].joined(separator: "\n"), extra: served(world))
+        let seen = outcomes(run.out)
+        for name in ["lower-file", "lower-documents", "lower-root", "lower-new-directory", "setuid", "setgid", "device"] {
+            #expect(seen[name] == "denied", "\(name): \(run.out) \(run.stderr)")
+        }
+        #expect(seen["keep-file"] == "ok")
+        #expect(run.out.hasSuffix("complete\n"), "\(run.out)")
+    }
+
+    /// Two apps of a group, each in its own sandbox, on one SQLite database in WAL mode at once
+    /// (an app and its extension sharing a store): no row lost, integrity ok. The same workload
+    /// through two separate mounts of the same directory breaks — the reason there is one mount.
+    @Test func aGroupsAppsShareOneDatabaseAndTwoMountsWouldNot() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.app", ["--group", "group.com.example.shared", "--default-protection", "complete"])
+        try world.install("com.example.extension", ["--group", "group.com.example.shared"])
+        let group = try world.groupContainer(of: "com.example.app", "group.com.example.shared")
+        func workload(_ database: String, _ name: String) -> String {
+            """
+            import sqlite3
+            c = sqlite3.connect(\(pythonString(database)), timeout=120, isolation_level=None)
+            c.execute("pragma journal_mode=wal"); c.execute("create table if not exists t(who text, n integer)")
+            for n in range(1000):
+                c.execute("begin immediate"); c.execute("insert into t values (?, ?)", (\(pythonString(name)), n)); c.execute("commit")
+            print("inserted")
+            """
+        }
+        func run(_ arguments: [String]) throws -> (Process, Pipe) {
+            let process = Process()
+            process.executableURL = CLI.executable
+            process.arguments = arguments
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            return (process, out)
+        }
+        let apps = try ["com.example.app", "com.example.extension"].map { id in
+            try run(["--root", world.cli.root, "app", "run", id] + served(world) + ["--", "/usr/bin/python3", "-c", workload(group + "/shared.db", id)])
+        }
+        for (process, out) in apps {
+            process.waitUntilExit()
+            #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "inserted\n")
+        }
+        let check = try world.shell("com.example.app", "/usr/bin/sqlite3 '\(group)/shared.db' 'pragma integrity_check; select who, count(*) from t group by who;'",
+                                    extra: served(world))
+        #expect(check.out == "ok\ncom.example.app|1000\ncom.example.extension|1000\n", "\(check.out) \(check.stderr)")
+
+        // The control: two mounts of one directory, one program through each.
+        let data = world.cli.file("control")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        var mounts: [(Process, String)] = []
+        for index in 0..<2 {
+            let mountPoint = world.cli.file("control-mount-\(index)")
+            try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+            let process = Process()
+            process.executableURL = CLI.executable
+            process.arguments = ["--root", world.cli.root, "mount", data, mountPoint, "--passcode-file", world.passcode]
+            let errors = Pipe()
+            process.standardError = errors
+            try process.run()
+            _ = try readLine(errors.fileHandleForReading.fileDescriptor, timeout: 60)   // "serving … at …"
+            mounts.append((process, mountPoint))
+        }
+        let writers = try mounts.enumerated().map { index, mount in
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            process.arguments = ["-c", workload(mount.1 + "/shared.db", "writer\(index)")]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            return process
+        }
+        for writer in writers { writer.waitUntilExit() }
+        let outcome = try ChildProcess.run("/usr/bin/sqlite3", [mounts[0].1 + "/shared.db", "pragma integrity_check; select count(*) from t;"])
+        let intact = writers.allSatisfy { $0.terminationStatus == 0 } && outcome.out == "ok\n2000\n"
+        #expect(!intact, "two mounts of one directory kept one WAL database consistent: \(outcome.out)")
+        for (process, mountPoint) in mounts {
+            _ = try world.dpctl(["umount", mountPoint])
+            process.waitUntilExit()
+        }
+    }
+
+    private func pythonString(_ text: String) -> String { "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'" }
+}
