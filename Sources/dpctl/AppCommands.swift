@@ -214,7 +214,7 @@ struct AppRun: AsyncParsableCommand {
         let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime)),
                                          clock: SystemClock())
         let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)],
-                                       fileSystem: protectedFileSystem ? fileSystemLauncher(passcodeFile: unlock.passcodeFile) : nil)
+                                       fileSystem: protectedFileSystem ? fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag) : nil)
         let signals = TerminationSignals { lifecycle.terminateAll() }
         defer { signals.cancel() }
         let status = try await supervisor.run(id, command: command, sandboxed: !noSandbox)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtectionContainers
+import DataProtectionKeybag
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -16,6 +17,7 @@ struct AppServeFileSystem: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
+    @Option(help: ArgumentHelp("Seconds to keep serving once no app uses it.", valueName: "seconds")) var linger = 30
 
     func run() async throws {
         // A session of its own: the terminal's Ctrl-C or hang-up for the app that started it
@@ -23,7 +25,7 @@ struct AppServeFileSystem: AsyncParsableCommand {
         _ = setsid()
         do {
             let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
-            try await ContainerFileSystem.serve(manager, readiness: STDOUT_FILENO)
+            try await ContainerFileSystem.serve(manager, readiness: STDOUT_FILENO, linger: .seconds(max(0, linger)))
         } catch {
             let line = Array("error: \(describe(error))\n".utf8)
             _ = line.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
@@ -33,9 +35,12 @@ struct AppServeFileSystem: AsyncParsableCommand {
 }
 
 /// Starts `dpctl app serve-file-system` for a data root (this executable, in a session of its
-/// own, its output a pipe whose read end is returned), unlocked the way this process was.
-func fileSystemLauncher(passcodeFile: String?) -> ContainerFileSystem.Launcher {
-    let passcode: String? = passcodeFile.flatMap { $0 == "-" ? nil : URL(fileURLWithPath: $0).standardizedFileURL.path }
+/// own, its output a pipe whose read end is returned), unlocked the way this process was: with
+/// the same passcode file when this process unlocked a keybag of its own; with none when keybagd
+/// serves the root (the server follows the device, and must not unlock it again).
+func fileSystemLauncher(passcodeFile: String?, keybag: Keybag) -> ContainerFileSystem.Launcher {
+    let passcode: String? = keybag.daemonSocket != nil ? nil
+        : passcodeFile.flatMap { $0 == "-" ? nil : URL(fileURLWithPath: $0).standardizedFileURL.path }
     return { root in
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()

@@ -173,5 +173,31 @@ struct AppFileSystemTests {
         }
     }
 
+    /// Inside an app, following the device's lock (keybagd, its clock moved by the test): a
+    /// class-A file opened and mapped before the lock is unreadable after lock + grace — the
+    /// descriptor gets EACCES, the mapped page SIGBUS, a new open EACCES — and after the next
+    /// unlock it reads again, with what the map wrote before the lock.
+    @Test func classAHoldsInsideTheAppAcrossTheDevicesLock() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.notes", ["--default-protection", "complete"])
+        let daemon = try KeybagdProcess(cli: world.cli)
+        defer { daemon.stop() }
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode], environment: daemon.environment).status == 0)
+        let holder = try FileHolder(in: world.cli.root, launcher: [CLI.executable.path, "--root", world.cli.root, "app", "run", "com.example.notes",
+                                                                    "--protected-file-system", "--"], environment: daemon.environment)
+        #expect(try holder.send("create Documents/secret.txt class A secret") == "ok")
+        #expect(try holder.send("map Documents/secret.txt") == "ok")
+        #expect(try holder.send("mapwrite Documents/secret.txt DIRTY") == "ok")
+        #expect(try world.dpctl(["lock"], environment: daemon.environment).status == 0)
+        try daemon.advance(3600, root: world.cli.root)
+        #expect(try holder.await("read Documents/secret.txt", "EACCES") == "EACCES", "a descriptor opened before the lock")
+        #expect(try holder.send("mapread Documents/secret.txt") == "signal \(SIGBUS)", "a page mapped before the lock")
+        #expect(try holder.send("reopen Documents/secret.txt") == "EACCES")
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode], environment: daemon.environment).status == 0)
+        #expect(try holder.await("read Documents/secret.txt", "DIRTY A secret") == "DIRTY A secret")
+        holder.close()
+        #expect(holder.process.terminationStatus == 0)
+    }
+
     private func pythonString(_ text: String) -> String { "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'" }
 }

@@ -13,8 +13,9 @@ extension ContainerFileSystem {
     /// Serves `manager`'s containers until no lease is left (the process that runs this is the
     /// server a ``Launcher`` starts): mounts `ROOT/Containers` — container floors from their
     /// metadata, set-ID bits refused — listens for leases, writes `ready` and a newline to
-    /// `readiness`, and returns once the last lease has closed and the file system is unmounted.
-    public static func serve(_ manager: ContainerManager, readiness: Int32) async throws {
+    /// `readiness`, and returns once no lease has been open for `linger` (the next app then
+    /// starts in a few milliseconds, not with a new server) and the file system is unmounted.
+    public static func serve(_ manager: ContainerManager, readiness: Int32, linger: Duration = .seconds(30)) async throws {
         let layout = manager.layout
         let logger = Logger(label: "dataprotection.containers.filesystem")
         let mountPoint = mountPoint(for: layout)
@@ -63,6 +64,9 @@ extension ContainerFileSystem {
         defer { if lock >= 0 { close(lock) } }
         while true {
             await leases.untilNone()
+            let opened = leases.opens
+            try? await Task.sleep(for: linger)
+            guard leases.opens == opened else { continue }   // used meanwhile: linger again once unused
             while lock >= 0, flock(lock, LOCK_EX) != 0, errno == EINTR {}
             if leases.current == 0 { break }
             if lock >= 0 { flock(lock, LOCK_UN) }
@@ -89,9 +93,11 @@ extension ContainerFileSystem {
 
 /// How many leases are open, with a way to wait for none (or for any change).
 private final class LeaseCount: Sendable {
-    private let state = Mutex<(count: Int, waiters: [CheckedContinuation<Void, Never>])>((0, []))
+    private let state = Mutex<(count: Int, opens: Int, waiters: [CheckedContinuation<Void, Never>])>((0, 0, []))
 
     var current: Int { state.withLock { $0.count } }
+    /// Leases opened so far.
+    var opens: Int { state.withLock { $0.opens } }
 
     func opened() { change(+1) }
     func closed() { change(-1) }
@@ -99,6 +105,7 @@ private final class LeaseCount: Sendable {
     private func change(_ delta: Int) {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.count += delta
+            if delta > 0 { state.opens += 1 }
             defer { state.waiters = [] }
             return state.waiters
         }
