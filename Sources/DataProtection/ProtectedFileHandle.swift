@@ -31,9 +31,10 @@ public actor ProtectedFileHandle {
 
     private let keybag: Keybag
     private var fd: FileDescriptor?
+    /// The protected file's header (`nil` for a file the protected file system serves).
     private let headerBytes: [UInt8]
-    private let header: ProtectedFileHeader
-    private var engine: SegmentedFile?
+    private let header: ProtectedFileHeader?
+    private var engine: (any PlaintextStorage)?
     private var keyGeneration: Int?
     private var position: Int64 = 0
 
@@ -51,16 +52,42 @@ public actor ProtectedFileHandle {
         self.isWritable = writable
     }
 
+    /// A handle on a file the protected file system serves (it seals, and enforces the class at
+    /// every call): this handle reads and writes the file as it is.
+    init(url: URL, keybag: Keybag, fd: FileDescriptor, servedFile protectionClass: ProtectionClass, writable: Bool) {
+        self.url = url
+        self.keybag = keybag
+        self.fd = fd
+        self.headerBytes = []
+        self.header = nil
+        self.protectionClass = protectionClass
+        self.segmentSizeLog2 = ProtectedFileHeader.randomAccessSegmentSizeLog2
+        self.engine = PlainFileStorage(fd: fd, path: url.path)
+        self.keyGeneration = nil
+        self.isWritable = writable
+    }
+
     private var path: String { url.path }
 
     /// The engine, after checking that the class allows access now. A discarded class key
     /// drops the handle's copy of the file key too; it is unwrapped again after an unlock.
-    private func access(writing: Bool) async throws -> SegmentedFile {
+    private func access(writing: Bool) async throws -> any PlaintextStorage {
         guard let fd else { throw ProtectedFileError.closed(path: path) }
         if writing, !isWritable {
             throw ProtectedFileError.fileSystem(FileSystemError("write", path: path, errno: .badFileDescriptor))
         }
         if protectionClass == .completeUnlessOpen, let engine { return engine }
+        guard let header else {
+            // Served by the file system, which refuses what the class does not allow; asked
+            // first so that a locked class is reported as such.
+            if protectionClass != .noProtection {
+                do { _ = try await keybag.generation(of: protectionClass) } catch let error as KeybagError {
+                    throw ProtectedFileError.translate(error, path: path, writing: writing)
+                }
+            }
+            if let engine { return engine }
+            throw ProtectedFileError.closed(path: path)
+        }
         let generation: Int
         do {
             generation = try await keybag.generation(of: protectionClass)
@@ -79,7 +106,7 @@ public actor ProtectedFileHandle {
         return reopened
     }
 
-    private func run<T>(writing: Bool, _ body: (SegmentedFile) throws -> T) async throws -> T {
+    private func run<T>(writing: Bool, _ body: (any PlaintextStorage) throws -> T) async throws -> T {
         let engine = try await access(writing: writing)
         return try await ProtectedFileError.translating(path: path, writing: writing) { try body(engine) }
     }

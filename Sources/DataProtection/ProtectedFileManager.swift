@@ -34,6 +34,11 @@ public struct ProtectedFileManager: Sendable {
     /// attributes does not lower it. `nil` for no floor.
     package var inheritedClassFloor: (@Sendable (String) -> ProtectionClass?)?
 
+    /// Whether the files are on the protected file system (an app whose containers it serves):
+    /// they are then read and written as plaintext, the file system seals them and enforces
+    /// their class, and no key is asked of the keybag (see `ProtectedFileManager+FileSystem.swift`).
+    package var servedByFileSystem = false
+
     public init(keybag: Keybag) {
         self.keybag = keybag
     }
@@ -42,12 +47,17 @@ public struct ProtectedFileManager: Sendable {
 
     /// What `url` holds (see ``ItemInspector/protection(ofItemAt:)``). Needs no key.
     public func protection(ofItemAt url: URL) throws -> ItemProtection {
-        try ItemInspector.protection(ofItemAt: url)
+        if servedByFileSystem { return try servedProtection(ofItemAt: url) }
+        return try ItemInspector.protection(ofItemAt: url)
     }
 
     /// The plaintext size of a file (see ``ItemInspector/plaintextSize(ofItemAt:)``). Needs no key.
     public func plaintextSize(ofItemAt url: URL) throws -> Int64 {
-        try ItemInspector.plaintextSize(ofItemAt: url)
+        if servedByFileSystem {
+            guard let st = POSIXFile.status(url.path) else { throw ProtectedFileError.noSuchFile(path: url.path) }
+            return Int64(st.st_size)
+        }
+        return try ItemInspector.plaintextSize(ofItemAt: url)
     }
 
     /// The default class a new file at `url` would get if the caller named none.
@@ -110,8 +120,11 @@ public struct ProtectedFileManager: Sendable {
 
     func writeAtomically(to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil, keepingMode: Bool = true,
                          access: ProtectedFileAccessPattern = .sequential,
-                         _ fill: @escaping (SegmentedFile) throws -> Void) async throws {
+                         _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws {
         let path = url.path
+        if servedByFileSystem {
+            return try await writeServedAtomically(to: url, protection: resolveClass(for: url, explicit: protection), keepingMode: keepingMode, fill)
+        }
         try await ProtectedFileError.translating(path: path, writing: true) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             try ProtectedFileError.checkReplaceable(path)
@@ -129,6 +142,9 @@ public struct ProtectedFileManager: Sendable {
     /// Throws ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` (Cocoa 257)
     /// when the class is unavailable, ``ProtectedFileError/damaged(path:reason:)`` when any byte was changed.
     public func contents(of url: URL) async throws -> Data {
+        if servedByFileSystem {
+            return try await servedTranslating(path: url.path, writing: false) { Data(try POSIXFile.readAll(url.path)) }
+        }
         if case .plain = try protection(ofItemAt: url) {
             return try await ProtectedFileError.translating(path: url.path, writing: false) { Data(try POSIXFile.readAll(url.path)) }
         }
@@ -165,6 +181,7 @@ public struct ProtectedFileManager: Sendable {
     }
 
     func createFile(at url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool, segmentSizeLog2: UInt8) async throws -> ProtectedFileHandle {
+        if servedByFileSystem { return try await createServedFile(at: url, protection: protection ?? defaultProtection(forNewItemAt: url)) }
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             let cls = protection ?? defaultProtection(forNewItemAt: url)
@@ -208,7 +225,7 @@ public struct ProtectedFileManager: Sendable {
 
     private func openHandle(_ url: URL, writable: Bool) async throws -> ProtectedFileHandle {
         let path = url.path
-        return try await ProtectedFileError.translating(path: path, writing: writable) {
+        return try await servedTranslating(path: path, writing: writable) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             let fd = try POSIXFile.open(path, writable ? .readWrite : .readOnly)
             do {
@@ -222,6 +239,7 @@ public struct ProtectedFileManager: Sendable {
 
     /// A handle on the protected file open at `fd`, which the handle then owns (closes).
     func openHandle(owning fd: FileDescriptor, url: URL, writable: Bool) async throws -> ProtectedFileHandle {
+        if servedByFileSystem { return try await openServedHandle(owning: fd, url: url, writable: writable) }
         let path = url.path
         let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
         guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
@@ -243,6 +261,11 @@ public struct ProtectedFileManager: Sendable {
     /// - a directory: its default for new files; files already in it keep their class.
     public func setProtection(_ cls: ProtectionClass, ofItemAt url: URL) async throws {
         let path = url.path
+        if servedByFileSystem {
+            // The file system rewraps a file's key, or sets a directory's default, and refuses a
+            // class below the container's (`EPERM`) and a plain file (`ENOTSUP`).
+            return try await servedTranslating(path: path, writing: true, protection: cls) { try wrapFS { try DirectoryDefault.set(cls, path) } }
+        }
         switch try protection(ofItemAt: url) {
         case .directory:
             try wrapFS { try DirectoryDefault.set(cls, path) }
@@ -431,7 +454,7 @@ public struct ProtectedFileManager: Sendable {
             let handle = try await openHandle(forReadingFrom: source)
             do {
                 try await copyStreaming(from: handle, size: try await handle.size(), to: destination, protection: cls,
-                                        thisDeviceOnly: try ItemInspector.isThisDeviceOnly(source))
+                                        thisDeviceOnly: servedByFileSystem ? false : try ItemInspector.isThisDeviceOnly(source))
                 try await handle.close()
             } catch {
                 try? await handle.close()

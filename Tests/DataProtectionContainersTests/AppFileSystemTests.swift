@@ -173,6 +173,34 @@ struct AppFileSystemTests {
         }
     }
 
+    /// The Swift API inside a served app writes through the file system — one protected file on
+    /// disk, never one inside another — and the app gets no key: every key request on its
+    /// channel is refused, a wrapping copied from another app's file included.
+    @Test func theSwiftAPIWritesThroughTheFileSystemAndTheAppGetsNoKey() throws {
+        let world = try AppWorld.make()
+        let container = try world.install("com.example.notes", ["--default-protection", "complete", "--group", "group.com.example.notes"])
+        let other = try world.install("com.example.other")
+        #expect(try world.testApp("com.example.other", ["write", other + "/Documents/private.txt", "the other app's secret"], extra: served(world)).status == 0)
+        let wrote = try world.testApp("com.example.notes", ["write", container + "/Documents/api.txt", "written by the API"], extra: served(world))
+        #expect(wrote.out == "wrote \(container)/Documents/api.txt class complete\n", "\(wrote.stderr)")
+        let read = try world.testApp("com.example.notes", ["read", container + "/Documents/api.txt"], extra: served(world))
+        #expect(read.out == "written by the API\n", "\(read.stderr)")
+        let cat = try world.dpctl(["cat", container + "/Documents/api.txt", "--passcode-file", world.passcode])
+        #expect(cat.out == "written by the API", "one protected file on disk: \(cat.stderr)")
+        let defaults = try world.testApp("com.example.notes", ["defaults-set", "group.com.example.notes", "greeting", "marker-defaults"], extra: served(world))
+        #expect(defaults.status == 0, "\(defaults.stderr)")
+        let grep = try ChildProcess.run("/bin/grep", ["-rl", "-e", "marker-defaults", "-e", "written by the API", world.cli.root])
+        #expect(grep.out.isEmpty, "plaintext under the data root: \(grep.out)")
+        // The other app's file, as an attacker who copied its bytes would have them.
+        let stolen = try Data(contentsOf: URL(fileURLWithPath: other + "/Documents/private.txt")).prefix(160).map { String(format: "%02x", $0) }.joined()
+        for (name, op) in [("wrapNewFileKey", 8), ("unwrapFileKey", 9), ("rewrapFileKey", 10), ("wrap", 11)] {
+            let answer = try world.testApp("com.example.notes", ["raw-op", String(op), stolen], extra: served(world)).out
+            // Version 1, status error, and the refusal itself (not a body that failed to parse).
+            #expect(answer.count >= 12 && answer.dropFirst(8).prefix(4) == "0101", "\(name): \(answer)")
+            #expect(answer.contains(Array("an app cannot ask for".utf8).map { String(format: "%02x", $0) }.joined()), "\(name): \(answer)")
+        }
+    }
+
     /// Inside an app, following the device's lock (keybagd, its clock moved by the test): a
     /// class-A file opened and mapped before the lock is unreadable after lock + grace — the
     /// descriptor gets EACCES, the mapped page SIGBUS, a new open EACCES — and after the next

@@ -189,6 +189,14 @@ case "attack-keybag":
     print("lock-state-after-lock: \(await app.keybag.lockState)")
     exit(allowed.isEmpty ? 0 : 1)
 
+case "raw-op":
+    // A hostile app's request on a keybag channel: OPCODE and a body given in hex (a key
+    // wrapping copied from another container's file, say); prints the answer in hex.
+    guard arguments.count >= 2, let op = UInt8(arguments[1]) else { fail("usage: raw-op OPCODE [BODY-HEX]") }
+    let hex = arguments.count > 2 ? Array(arguments[2].utf8) : []
+    let body = stride(from: 0, to: hex.count - 1, by: 2).compactMap { UInt8(String(decoding: hex[$0...$0 + 1], as: UTF8.self), radix: 16) }
+    rawRequest(op: op, body: body)
+
 case "raw-unlock":
     // FORMAT.md §10.3's test vector: the bytes of a channel request and of an unlock, as sent;
     // prints the answer in hex.
@@ -418,7 +426,10 @@ default:
 }
 
 /// Sends FORMAT.md §10.3's bytes on the supervisor socket and prints the answer in hex.
-func rawUnlock() -> Never {
+func rawUnlock() -> Never { rawRequest(op: 3, body: [0, 4, 0x31, 0x32, 0x33, 0x34]) }
+
+/// Sends one keybag request (version 1, `op`, `body`) on a new channel and prints the answer in hex.
+func rawRequest(op: UInt8, body: [UInt8]) -> Never {
     guard let text = ProcessInfo.processInfo.environment["DATAPROTECTION_SUPERVISOR_FD"], let control = Int32(text) else { fail("not an app") }
     func sendAll(_ fd: Int32, _ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } }
     sendAll(control, [0, 0, 0, 2, 1, 2])
@@ -439,7 +450,8 @@ func rawUnlock() -> Never {
     }
     guard received == 1, byte == 0 else { fail("no channel") }
     channel = controlBuffer.withUnsafeBytes { $0.load(fromByteOffset: 16, as: Int32.self) }
-    sendAll(channel, [0, 0, 0, 8, 1, 3, 0, 4, 0x31, 0x32, 0x33, 0x34])
+    let length = UInt32(2 + body.count)
+    sendAll(channel, [UInt8(length >> 24), UInt8(length >> 16 & 0xff), UInt8(length >> 8 & 0xff), UInt8(length & 0xff), 1, op] + body)
     var answer = [UInt8](repeating: 0, count: 4096)
     var total = 0
     while total < 4 || total < 4 + (Int(answer[0]) << 24 | Int(answer[1]) << 16 | Int(answer[2]) << 8 | Int(answer[3])) {

@@ -24,6 +24,9 @@ public final class CurrentApp: Sendable {
     public let groupContainers: [AppGroupIdentifier: URL]
     /// Whether the app runs in the sandbox (`false` only under `--no-sandbox`).
     public let isSandboxed: Bool
+    /// Whether the protected file system serves the app's containers: every program's files are
+    /// protected there, and ``files`` reads and writes through it, with no key.
+    public let isServedByFileSystem: Bool
     /// The device's keys, as the supervisor serves them to this app.
     public let keybag: Keybag
     /// The socket to the supervisor (for the layers above: ``openServiceChannel(_:)``).
@@ -47,11 +50,13 @@ public final class CurrentApp: Sendable {
             if let group = try? AppGroupIdentifier(id) { groups[group] = URL(fileURLWithPath: path, isDirectory: true) }
         }
         return CurrentApp(identifier: try AppIdentifier(description.identifier), url: URL(fileURLWithPath: description.container, isDirectory: true),
-                          groupContainers: groups, isSandboxed: description.sandboxed, keybag: keybag, connection: connection)
+                          groupContainers: groups, isSandboxed: description.sandboxed, isServedByFileSystem: description.servedByFileSystem,
+                          keybag: keybag, connection: connection)
     }
 
-    init(identifier: AppIdentifier, url: URL, groupContainers: [AppGroupIdentifier: URL], isSandboxed: Bool, keybag: Keybag,
-         connection: SupervisorConnection? = nil) {
+    init(identifier: AppIdentifier, url: URL, groupContainers: [AppGroupIdentifier: URL], isSandboxed: Bool,
+         isServedByFileSystem: Bool = false, keybag: Keybag, connection: SupervisorConnection? = nil) {
+        self.isServedByFileSystem = isServedByFileSystem
         self.connection = connection
         self.identifier = identifier
         self.url = url
@@ -82,6 +87,7 @@ public final class CurrentApp: Sendable {
     /// app cannot write), whatever directory attribute an app set.
     public var files: ProtectedFileManager {
         var files = ProtectedFileManager(keybag: keybag)
+        files.servedByFileSystem = isServedByFileSystem
         let floors = classFloors
         files.inheritedClassFloor = { path in
             floors.first { path == $0.root || path.hasPrefix($0.root + "/") }?.floor

@@ -142,8 +142,14 @@ final class AppService: Sendable {
             out.u32(0)
             out.u8(KeybagWire.version)
             do {
-                guard Keybag.appOperations.contains(op) else {
-                    throw KeybagError.notPermitted("an app cannot ask for \(op) (only its own files' keys and the lock state)")
+                if description.servedByFileSystem {
+                    guard Keybag.servedAppOperations.contains(op) else {
+                        throw KeybagError.notPermitted("an app cannot ask for \(op) (only the lock state: the file system protects its files)")
+                    }
+                } else {
+                    guard Keybag.appOperations.contains(op) else {
+                        throw KeybagError.notPermitted("an app cannot ask for \(op) (only its own files' keys and the lock state)")
+                    }
                 }
                 let body = Array(payload[2...])
                 let keybag = self.keybag

@@ -76,11 +76,16 @@ public final class AppSupervisor: Sendable {
         restoreModes(app, groups)
         restoreInboxLink(app)
 
+        // The containers through the protected file system, held while the app runs.
+        var lease: ContainerFileSystem.Lease?
+        if requirements != nil, let fileSystem { lease = try ContainerFileSystem.lease(manager.layout, launch: fileSystem) }
+        defer { withExtendedLifetime(lease) {} }
+
         var appEnvironment = Self.appEnvironment(app, passing: environment)
         appEnvironment[SupervisorProtocol.descriptorVariable] = String(SandboxProfile.supervisorDescriptor)
         let description = AppDescription(identifier: app.identifier.rawValue, container: app.url.path,
                                          groups: Dictionary(uniqueKeysWithValues: groups.map { ($0.identifier.rawValue, $0.url.path) }),
-                                         sandboxed: sandboxed)
+                                         sandboxed: sandboxed, servedByFileSystem: lease != nil)
 
         let control = try SocketPair()
         let status = try Pipe2()
@@ -96,10 +101,6 @@ public final class AppSupervisor: Sendable {
         let limits = AppResourceLimits(metadata: app.metadata)
         // bubblewrap holds the sandbox before the app starts while the supervisor sets it up.
         let info = sandboxed ? try Pipe2() : nil, block = sandboxed ? try Pipe2() : nil
-        // The containers through the protected file system, held while the app runs.
-        var lease: ContainerFileSystem.Lease?
-        if requirements != nil, let fileSystem { lease = try ContainerFileSystem.lease(manager.layout, launch: fileSystem) }
-        defer { withExtendedLifetime(lease) {} }
         if let requirements {
             let layout = manager.layout
             let profile = SandboxProfile(requirements: requirements, app: app, groups: groups, executable: executable,

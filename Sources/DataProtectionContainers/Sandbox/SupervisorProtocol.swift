@@ -36,9 +36,30 @@ struct AppDescription: Codable, Sendable, Equatable {
     var groups: [String: String]
     /// Whether the app runs in the sandbox (`false` only with `--no-sandbox`).
     var sandboxed: Bool
+    /// Whether the protected file system serves the app's containers (then the app reads and
+    /// writes plaintext, and gets no file key: §10.6). Absent in older supervisors: `false`.
+    var servedByFileSystem: Bool = false
 
     enum CodingKeys: String, CodingKey {
-        case identifier = "Identifier", container = "Container", groups = "Groups", sandboxed = "Sandboxed"
+        case identifier = "Identifier", container = "Container", groups = "Groups", sandboxed = "Sandboxed",
+             servedByFileSystem = "ServedByFileSystem"
+    }
+
+    init(identifier: String, container: String, groups: [String: String], sandboxed: Bool, servedByFileSystem: Bool = false) {
+        self.identifier = identifier
+        self.container = container
+        self.groups = groups
+        self.sandboxed = sandboxed
+        self.servedByFileSystem = servedByFileSystem
+    }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        identifier = try container.decode(String.self, forKey: .identifier)
+        self.container = try container.decode(String.self, forKey: .container)
+        groups = try container.decode([String: String].self, forKey: .groups)
+        sandboxed = try container.decode(Bool.self, forKey: .sandboxed)
+        servedByFileSystem = try container.decodeIfPresent(Bool.self, forKey: .servedByFileSystem) ?? false
     }
 }
 

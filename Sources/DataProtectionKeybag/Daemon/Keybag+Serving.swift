@@ -12,6 +12,12 @@ extension Keybag {
         .rewrapFileKey, .wrap, .lockState, .isProtectedDataAvailable, .gracePeriod,
     ]
 
+    /// The operations an app whose files the protected file system serves may ask for: the lock
+    /// state only. It never needs a key: the file system seals its files.
+    package static let servedAppOperations: Set<KeybagWire.Op> = [
+        .hello, .status, .isAvailable, .canCreate, .generation, .lockState, .isProtectedDataAvailable, .gracePeriod,
+    ]
+
     /// Answers one request (its body after the opcode) and returns the answer's body: performed on
     /// the embedded keybag, or passed on to keybagd. Errors are the keybag's own
     /// (``KeybagError``), ready to be sent back as the daemon would.
