@@ -33,6 +33,16 @@ extension ProtectedFileManager {
             guard try POSIXFile.size(descriptor, path: path) == 0 else {
                 throw ProtectedFileError.fileSystem(FileSystemError("create", path: path, errno: .fileExists))
             }
+            if servedByFileSystem {
+                let fd = try POSIXFile.system("dup", path) { try descriptor.duplicate() }
+                do {
+                    try Self.setServedClass(protection, of: fd, path: path)
+                    return try await openServedHandle(owning: fd, url: url, writable: true)
+                } catch {
+                    try? fd.close()
+                    throw error
+                }
+            }
             let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
             let fd = try POSIXFile.system("dup", path) { try descriptor.duplicate() }
             do {

@@ -41,10 +41,23 @@ extension ProtectedFileManager {
     }
 
     /// A handle on the file the file system serves at `fd` (the handle then owns it).
+    /// A plain file (no class) is ``ProtectedFileError/notProtected(path:)`` — but a protected
+    /// file reached outside the file system (its bytes are ciphertext) is never taken as plain.
     func openServedHandle(owning fd: FileDescriptor, url: URL, writable: Bool) async throws -> ProtectedFileHandle {
         let value = try POSIXFile.system("fgetxattr", url.path) { try Self.servedClass(of: fd) }
-        guard let cls = value else { throw ProtectedFileError.notProtected(path: url.path) }
+        guard let cls = value else {
+            if !Self.isOnProtectedFileSystem(fd),
+               ProtectedFileHeader.looksProtected((try? POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: url.path)) ?? []) {
+                throw ProtectedFileError.damaged(path: url.path, reason: "a protected file reached outside the protected file system, where no key is held")
+            }
+            throw ProtectedFileError.notProtected(path: url.path)
+        }
         return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, servedFile: cls, writable: writable)
+    }
+
+    /// Whether `fd` is a file of a FUSE file system (the protected file system is one).
+    static func isOnProtectedFileSystem(_ fd: FileDescriptor) -> Bool {
+        cshim_file_system_type(fd.rawValue) == 0x6573_5546   // FUSE_SUPER_MAGIC
     }
 
     /// A new, empty file through the file system, of `cls`, opened for writing.
@@ -76,7 +89,7 @@ extension ProtectedFileManager {
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = fgetxattr(fd.rawValue, DirectoryDefault.attribute, &buffer, buffer.count)
         if n < 0 {
-            if errno == ENODATA { return nil }
+            if errno == ENODATA || errno == ENOTSUP { return nil }
             throw Errno(rawValue: errno)
         }
         return ProtectionClass(name: String(decoding: buffer[0..<n], as: UTF8.self))

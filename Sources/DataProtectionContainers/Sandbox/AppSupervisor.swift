@@ -99,13 +99,14 @@ public final class AppSupervisor: Sendable {
             throw ContainerError.sandboxUnavailable("\(identifier) has the network entitlement, and slirp4netns is not installed: apt-get install slirp4netns")
         }
         let limits = AppResourceLimits(metadata: app.metadata)
+        let layout = manager.layout
+        let servedPath = lease.map { held -> @Sendable (String) -> String in { held.served($0, layout: layout) } }
         // bubblewrap holds the sandbox before the app starts while the supervisor sets it up.
         let info = sandboxed ? try Pipe2() : nil, block = sandboxed ? try Pipe2() : nil
         if let requirements {
-            let layout = manager.layout
             let profile = SandboxProfile(requirements: requirements, app: app, groups: groups, executable: executable,
                                          arguments: Array(command.dropFirst()), environment: appEnvironment, limits: limits,
-                                         servedFrom: lease.map { held -> @Sendable (String) -> String in { held.served($0, layout: layout) } })
+                                         servedFrom: servedPath)
             try profile.validate()
             argv = [requirements.bubblewrap] + profile.bubblewrapArguments()
             descriptors = [input, output, bwrapErrors.write, control.app, status.write, errors]
@@ -117,7 +118,7 @@ public final class AppSupervisor: Sendable {
         // What a supervisor killed outright left of this app (processes, perhaps frozen) ends now.
         if usesCgroups { AppCgroup.reapOrphans(ofApp: app.uuid) }
         let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))", limits: limits) : nil
-        let run = RunningApp(app: app, cgroup: cgroup, limits: limits, ownUserNamespace: sandboxed)
+        let run = RunningApp(app: app, cgroup: cgroup, limits: limits, ownUserNamespace: sandboxed, servedPath: servedPath)
         defer {
             run.ended()
             if run.exceededMemoryLimit {

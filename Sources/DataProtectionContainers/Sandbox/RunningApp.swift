@@ -35,7 +35,14 @@ public final class RunningApp: Sendable {
     let ownUserNamespace: Bool
     private let endedByMemoryLimit = Mutex(false)
 
-    init(app: AppContainer, cgroup: AppCgroup?, limits: AppResourceLimits, ownUserNamespace: Bool) {
+    /// Where the protected file system serves a container path, when it serves this run's
+    /// containers (``ContainerFileSystem``): what is handed to the app is opened there, so the
+    /// app reads plaintext and never needs a key. `nil`: the app sees the directories themselves.
+    public let servedPath: (@Sendable (String) -> String)?
+
+    init(app: AppContainer, cgroup: AppCgroup?, limits: AppResourceLimits, ownUserNamespace: Bool,
+         servedPath: (@Sendable (String) -> String)? = nil) {
+        self.servedPath = servedPath
         self.app = app
         self.cgroupIfMade = cgroup
         self.limits = limits

@@ -107,9 +107,11 @@ public struct SharingBroker: Sendable {
     // MARK: - Finding items
 
     /// Opens `path` beneath the container of `app` (or of one of its groups) it is in.
-    func openItem(_ path: String, in app: AppContainer, flags: Int32) throws -> (descriptor: FileDescriptor, path: String) {
+    /// With `servedPath`, opened where the protected file system serves the container.
+    func openItem(_ path: String, in app: AppContainer, flags: Int32,
+                  servedPath: (@Sendable (String) -> String)? = nil) throws -> (descriptor: FileDescriptor, path: String) {
         let (base, relative) = try locate(path, in: app)
-        let directory = try BeneathOpen.directory(base)
+        let directory = try BeneathOpen.directory(servedPath?(base) ?? base)
         defer { try? directory.close() }
         let full = relative.isEmpty ? base : base + "/" + relative
         return (try BeneathOpen.open(relative, beneath: directory, flags: flags, path: full), full)

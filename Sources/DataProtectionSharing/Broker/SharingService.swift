@@ -31,11 +31,13 @@ public struct SharingService: AppSupervisorService {
     }
 
     public func serve(channel: FileDescriptor, run: RunningApp) {
-        serve(channel: channel, app: run.app)
+        serve(channel: channel, app: run.app, servedPath: run.servedPath)
     }
 
     /// Serves one sharing channel of `app` (FORMAT.md §11.4) until the app closes it.
-    public func serve(channel: FileDescriptor, app: AppContainer) {
+    /// - Parameter servedPath: where the protected file system serves a container path, when it
+    ///   serves the app's: descriptors handed to it are opened there (plaintext, no key needed).
+    public func serve(channel: FileDescriptor, app: AppContainer, servedPath: (@Sendable (String) -> String)? = nil) {
         let fd = channel.rawValue
         UnixSocket.setTimeouts(fd, seconds: 10, sending: true, receiving: false)
         /// The grants this channel started access to, and what it keeps open for them.
@@ -111,7 +113,7 @@ public struct SharingService: AppSupervisorService {
                 var opened: FileDescriptor?
                 defer { session.clearPipelinedCheck() }
                 let answer = session.started.contains(id)
-                    ? outcome { opened = try broker.openGranted(id, subpath: subpath, writable: mode == 1, for: app, session: &session) }
+                    ? outcome { opened = try broker.openGranted(id, subpath: subpath, writable: mode == 1, for: app, session: &session, servedPath: servedPath) }
                     : SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description)
                 defer { try? opened?.close() }
                 guard (try? answers.send(answer)) != nil else { return }
@@ -128,7 +130,7 @@ public struct SharingService: AppSupervisorService {
                     case .enumerate:
                         extra = try binaryPropertyList(try broker.enumerateGranted(id, subpath: subpath, for: app))
                     case .create:
-                        let (descriptor, cls) = try broker.createGranted(id, subpath: subpath, for: app)
+                        let (descriptor, cls) = try broker.createGranted(id, subpath: subpath, for: app, servedPath: servedPath)
                         created = descriptor
                         extra = [cls.rawValue]
                     case .rename: try broker.renameGranted(id, subpath: subpath, to: newName, for: app)

@@ -40,11 +40,12 @@ extension SharingBroker {
     /// A new, empty file at `subpath` below a granted directory (never replacing one), and the
     /// class it is to be protected with: the stronger of its directory's default and the
     /// provider's container default.
-    func createGranted(_ id: UUID, subpath: String, for app: AppContainer) throws -> (FileDescriptor, ProtectionClass) {
+    func createGranted(_ id: UUID, subpath: String, for app: AppContainer,
+                       servedPath: (@Sendable (String) -> String)? = nil) throws -> (FileDescriptor, ProtectionClass) {
         guard !subpath.isEmpty else { throw SharingError.refused("name the new item below the granted directory") }
         let (_, provider, relative) = try granted(id, subpath: subpath, needing: .addingSubItems, for: app)
         try Self.requireNewName((relative as NSString).lastPathComponent)
-        let item = try openItem(relative, in: provider, flags: O_RDWR | O_CREAT | O_EXCL)
+        let item = try openItem(relative, in: provider, flags: O_RDWR | O_CREAT | O_EXCL, servedPath: servedPath)
         let cls = max(files.defaultProtection(forNewItemAt: provider.url.appendingPathComponent(relative)), provider.defaultProtection)
         return (item.descriptor, cls)
     }

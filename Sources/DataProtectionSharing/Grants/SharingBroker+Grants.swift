@@ -154,7 +154,7 @@ extension SharingBroker {
     /// ``openGranted(_:subpath:writable:for:)`` within a channel's session: a start sent with
     /// this open was checked already, and the provider's container directory stays open.
     func openGranted(_ id: UUID, subpath: String, writable: Bool, for app: AppContainer,
-                     session: inout GrantAccessSession) throws -> FileDescriptor {
+                     session: inout GrantAccessSession, servedPath: (@Sendable (String) -> String)? = nil) throws -> FileDescriptor {
         let (grant, provider) = try session.takePipelinedCheck(for: id) ?? activeGrantAndProvider(id, for: app)
         let needed: GrantCapabilities = writable ? [.writing] : [.reading]
         guard grant.capabilities.isSuperset(of: needed) else {
@@ -169,12 +169,14 @@ extension SharingBroker {
         }
         if let snapshot = grant.snapshot {
             guard subpath.isEmpty, !writable else { throw SharingError.notGranted(id, "write") }
-            return try openSnapshot(snapshot)
+            return servedPath == nil ? try openSnapshot(snapshot) : try openSnapshotPlaintext(snapshot)
         }
         let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
         let (base, inside) = try locate(relative, in: provider)
         let full = base + "/" + inside
-        let item = try BeneathOpen.open(inside, beneath: try session.directory(base), flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK, path: full)
+        // A recipient on the protected file system gets a descriptor opened there (plaintext).
+        let item = try BeneathOpen.open(inside, beneath: try session.directory(servedPath?(base) ?? base),
+                                        flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK, path: full)
         do {
             try BeneathOpen.requireSingleRegularFile(try BeneathOpen.status(item, path: full), path: full)
             return item

@@ -1,3 +1,4 @@
+import CLinuxShims
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
@@ -91,6 +92,41 @@ extension SharingBroker {
         let directory = try BeneathOpen.directory(manager.layout.snapshots)
         defer { try? directory.close() }
         return try BeneathOpen.open(name, beneath: directory, flags: O_RDONLY, path: path)
+    }
+
+    /// A snapshot's plaintext, for a recipient on the protected file system (which reads
+    /// plaintext and holds no key): decrypted into a sealed memory file, never onto a disk.
+    func openSnapshotPlaintext(_ name: String) throws -> FileDescriptor {
+        let snapshot = try openSnapshot(name)
+        defer { try? snapshot.close() }
+        let path = manager.layout.snapshots + "/" + name
+        let memory = cshim_memfd_create("dataprotection-snapshot")
+        guard memory >= 0 else { throw FileSystemError("memfd_create", path: path, errno: Errno(rawValue: -memory)) }
+        let target = FileDescriptor(rawValue: memory)
+        do {
+            let files = self.files
+            try runBlocking {
+                let handle = try await files.openHandle(forReadingFrom: snapshot, url: URL(fileURLWithPath: path))
+                defer { Task { try? await handle.close() } }
+                var offset: Int64 = 0
+                let size = try await handle.size()
+                while offset < size {
+                    let chunk = try await handle.read(at: offset, count: 1 << 20)
+                    if chunk.isEmpty { break }
+                    _ = try chunk.withUnsafeBytes { try target.writeAll(toAbsoluteOffset: offset, $0) }
+                    offset += Int64(chunk.count)
+                }
+            }
+            guard cshim_seal_read_only(memory) == 0 else { throw FileSystemError("fcntl", path: path, errno: Errno(rawValue: errno)) }
+            // A read-only descriptor of it: a write gets EBADF, as on the snapshot itself.
+            let readOnly = open("/proc/self/fd/\(memory)", O_RDONLY | O_CLOEXEC)
+            guard readOnly >= 0 else { throw FileSystemError("open", path: path, errno: Errno(rawValue: errno)) }
+            try? target.close()
+            return FileDescriptor(rawValue: readOnly)
+        } catch {
+            try? target.close()
+            throw error
+        }
     }
 
     /// Copies `size` bytes of `source` into a new file `path` (0400), flushed.
