@@ -12,6 +12,7 @@ const int cfuse_at_empty_path = AT_EMPTY_PATH;
 const long cfuse_utime_now = UTIME_NOW;
 const long cfuse_utime_omit = UTIME_OMIT;
 const int cfuse_falloc_keep_size = FALLOC_FL_KEEP_SIZE;
+const unsigned int cfuse_rename_exchange = RENAME_EXCHANGE;
 
 int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);

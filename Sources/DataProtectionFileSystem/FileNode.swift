@@ -23,11 +23,17 @@ final class FileNode: Sendable {
     /// The node's parent, as last seen (a directory's one parent; one of a file's).
     let parent: Mutex<UInt64>
     /// A directory's own default class (`user.dataprotection.class`), as read at a change time.
-    let directoryDefault = Mutex<(changed: timespec, cls: ProtectionClass?, floor: ProtectionClass?)?>(nil)
+    let directoryDefault = Mutex<(changed: timespec, cls: ProtectionClass?)?>(nil)
     /// The file open through this node: one engine for every handle on it.
     let open = Mutex(OpenFile())
+    /// The class below which nothing here may go (the highest floor of its directories, see
+    /// ``ProtectedFileSystem/floorOfDirectory``): fixed when the node is made, from the parent it
+    /// was found in — an item never leaves the subtree of its floor through the mount (a
+    /// container is a mount of its own in a sandbox: a rename out of it is `EXDEV`).
+    let floor: ProtectionClass?
 
-    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64) {
+    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?) {
+        self.floor = floor
         self.id = id
         self.fd = fd
         self.identity = InodeIdentity(st)
@@ -78,11 +84,19 @@ final class NodeTable: Sendable {
     }
     private let state = Mutex(State())
     let root: FileNode
+    /// A directory's own floor, read on its descriptor (``ProtectedFileSystem/floorOfDirectory``).
+    private let floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)?
+    /// Nodes the table holds at most: each is a descriptor, and descriptors must stay for open
+    /// files, directory listings and the server's own needs. Beyond it a lookup gets `ENFILE`.
+    let capacity: Int
 
-    init(rootDescriptor: Int32) throws {
+    init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil) throws {
         var st = stat()
         guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
-        root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE))
+        self.floorOfDirectory = floorOfDirectory
+        capacity = max(64, DescriptorLimit.raise() * 3 / 4)
+        root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE),
+                        floor: floorOfDirectory?(rootDescriptor))
         state.withLock {
             $0.nodes[root.id] = (root, 1)
             $0.byIdentity[root.identity] = root.id
@@ -106,31 +120,50 @@ final class NodeTable: Sendable {
             }
         }
         let fd = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
-        guard fd >= 0 else { throw FUSEErrno(errno) }
+        guard fd >= 0 else { throw FUSEErrno(errno == EMFILE ? ENFILE : errno) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw FUSEErrno(code) }
-        return (adopt(fd, st, parent: parent.id), st)
+        return (try adopt(fd, st, parent: parent), st)
     }
 
     /// The node for a descriptor just opened (an existing node for the same inode keeps its own
     /// descriptor, and this one is closed), with one more lookup counted.
-    func adopt(_ fd: Int32, _ st: stat, parent: UInt64) -> FileNode {
+    ///
+    /// A new node's floor is its parent's, raised by its own when it is a directory with one;
+    /// beyond ``capacity`` nodes, `ENFILE` (the descriptor is closed).
+    func adopt(_ fd: Int32, _ st: stat, parent: FileNode) throws(FUSEErrno) -> FileNode {
         let identity = InodeIdentity(st)
-        let (node, adopted) = state.withLock { state -> (FileNode, Bool) in
-            if let id = state.byIdentity[identity], var entry = state.nodes[id], entry.node.kind == st.st_mode & S_IFMT {
-                entry.lookups += 1
-                state.nodes[id] = entry
-                entry.node.parent.withLock { $0 = parent }
-                return (entry.node, false)
-            }
-            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent)
+        if let known = reuse(identity, st, parent: parent.id) {
+            close(fd)
+            return known
+        }
+        var floor = parent.floor
+        if st.st_mode & S_IFMT == S_IFDIR, let own = floorOfDirectory?(fd) { floor = max(floor ?? own, own) }
+        let (node, adopted) = state.withLock { state -> (FileNode?, Bool) in
+            if let known = Self.counted(identity, st, parent: parent.id, in: &state) { return (known, false) }
+            guard state.nodes.count < capacity else { return (nil, false) }
+            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor)
             state.next += 1
             state.nodes[node.id] = (node, 1)
             state.byIdentity[identity] = node.id
             return (node, true)
         }
         if !adopted { close(fd) }
+        guard let node else { throw FUSEErrno(ENFILE) }
         return node
+    }
+
+    /// The node the kernel holds for `identity` (of the same kind), with one more lookup counted.
+    private func reuse(_ identity: InodeIdentity, _ st: stat, parent: UInt64) -> FileNode? {
+        state.withLock { Self.counted(identity, st, parent: parent, in: &$0) }
+    }
+
+    private static func counted(_ identity: InodeIdentity, _ st: stat, parent: UInt64, in state: inout State) -> FileNode? {
+        guard let id = state.byIdentity[identity], var entry = state.nodes[id], entry.node.kind == st.st_mode & S_IFMT else { return nil }
+        entry.lookups += 1
+        state.nodes[id] = entry
+        entry.node.parent.withLock { $0 = parent }
+        return entry.node
     }
 
     /// Counts one more lookup of `node`, if the kernel still holds it.
@@ -177,4 +210,28 @@ let FUSE_ROOT_ID_VALUE = 1
 /// Runs `body` with `name` (bytes, any encoding) as a C string.
 func withName<T>(_ name: [UInt8], _ body: (UnsafePointer<CChar>) -> T) -> T {
     (name + [0]).withUnsafeBufferPointer { body(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
+}
+
+/// This process's descriptor limit, raised for a server that holds one descriptor per inode the
+/// kernel holds.
+enum DescriptorLimit {
+    /// Raises the soft limit to the hard one (as root, the hard one first to `fs.nr_open`, at
+    /// most 2^20) and returns the soft limit.
+    static func raise() -> Int {
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        var limit = rlimit()
+        guard getrlimit(resource, &limit) == 0 else { return 1024 }
+        if geteuid() == 0, let text = try? String(contentsOfFile: "/proc/sys/fs/nr_open", encoding: .utf8),
+           let most = rlim_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), limit.rlim_max < min(most, 1 << 20) {
+            var raised = limit
+            raised.rlim_max = min(most, 1 << 20)
+            raised.rlim_cur = raised.rlim_max
+            if setrlimit(resource, &raised) == 0 { return Int(raised.rlim_cur) }
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            if setrlimit(resource, &limit) != 0 { _ = getrlimit(resource, &limit) }
+        }
+        return Int(clamping: limit.rlim_cur)
+    }
 }

@@ -30,12 +30,6 @@ public final class MountedFileSystem: Sendable {
     /// Serves requests until the file system is unmounted. Lock-state changes of the device
     /// (keybagd's, when one runs) apply to the mount while it serves.
     public func serve() async {
-        // One descriptor per inode the kernel holds: as many as this process may have.
-        var limit = rlimit()
-        if getrlimit(RLIMIT_NOFILE_VALUE, &limit) == 0, limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max
-            _ = setrlimit(RLIMIT_NOFILE_VALUE, &limit)
-        }
         let observers = await fileSystem.observeLockState(replier: FUSEReplier(fd: device.fd))
         raiseReadahead()
         defer { Task { [fileSystem] in await fileSystem.stopObserving(observers) } }
@@ -118,4 +112,3 @@ public final class MountedFileSystem: Sendable {
 }
 
 /// `RLIMIT_NOFILE`, as Glibc's module gives it.
-private let RLIMIT_NOFILE_VALUE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)

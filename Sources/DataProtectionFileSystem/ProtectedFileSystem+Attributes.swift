@@ -125,15 +125,12 @@ extension ProtectedFileSystem {
     /// refused (`ENOTSUP`: protecting one rewrites it whole, `dpctl protect`), and so is a class
     /// below the floor of where the item is (`EPERM`).
     func setClass(_ cls: ProtectionClass, of node: FileNode) throws(FUSEErrno) {
+        if let floor = node.floor, cls < floor { throw FUSEErrno(EPERM) }
         if node.isDirectory {
-            if let floor = floor(in: node), cls < floor { throw FUSEErrno(EPERM) }
             let value = Array(cls.shortName.utf8)
             guard setxattr(node.reopenPath, Self.classAttribute, value, value.count, 0) == 0 else { throw FUSEErrno(errno) }
             node.directoryDefault.withLock { $0 = nil }
             return
-        }
-        if floorOfDirectory != nil, let parent = try? nodes.node(node.parent.withLock { $0 }), let floor = floor(in: parent), cls < floor {
-            throw FUSEErrno(EPERM)
         }
         guard node.isRegularFile, try currentClass(of: node) != nil else { throw FUSEErrno(ENOTSUP) }
         try attach(node, writing: false)

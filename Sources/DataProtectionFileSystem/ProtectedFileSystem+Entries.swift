@@ -229,11 +229,13 @@ extension ProtectedFileSystem {
         let (new, _) = try FUSERequest.name(in: rest)
         let renamed = withName(old) { from in withName(new) { to in cfuse_renameat2(parent.fd, from, newParent.fd, to, flags) } }
         guard renamed == 0 else { throw FUSEErrno(errno) }
-        // The moved item's node (if the kernel holds one) now lives under its new parent.
-        var st = stat()
-        if withName(new, { fstatat(newParent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0,
-           let moved = nodes.existing(InodeIdentity(st)) {
-            moved.parent.withLock { $0 = newParent.id }
+        // The moved item's node (if the kernel holds one) now lives under its new parent; with
+        // RENAME_EXCHANGE, the other item under the old one.
+        for (directory, name) in [(newParent, new)] + (flags & cfuse_rename_exchange != 0 ? [(parent, old)] : []) {
+            var st = stat()
+            if withName(name, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, let moved = nodes.existing(InodeIdentity(st)) {
+                moved.parent.withLock { $0 = directory.id }
+            }
         }
         replier.reply(request.unique)
     }

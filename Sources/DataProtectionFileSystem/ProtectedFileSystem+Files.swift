@@ -84,7 +84,11 @@ extension ProtectedFileSystem {
             close(fd)
             throw FUSEErrno(code)
         }
-        let node = nodes.adopt(pathFD, st, parent: parent.id)
+        let node: FileNode
+        do { node = try nodes.adopt(pathFD, st, parent: parent) } catch {
+            close(fd)
+            throw error
+        }
         kinds.record(.protected(engine.prefix), for: st)
         attach(node, newFile: fd, engine: engine, protectionClass: cls)
         return ((node, st), true)
@@ -105,6 +109,10 @@ extension ProtectedFileSystem {
     /// One try of ``attach(_:writing:)``; `false` when the file's last other handle closed while
     /// this one was being counted (try again).
     private func attachOnce(_ node: FileNode, writing: Bool) throws(FUSEErrno) -> Bool {
+        // A file replaced or removed beside the mount (another process wrote the directory) while
+        // the kernel still had its name: ESTALE makes the kernel look the name up again and open
+        // what is there now.
+        guard (try node.status()).st_nlink > 0 else { throw FUSEErrno(ESTALE) }
         // The class: the open file's, else from the header on a descriptor opened now.
         var fd: Int32 = -1, writable = false, cls: ProtectionClass?
         if let open = node.open.withLock({ $0.handles > 0 && $0.descriptor >= 0 ? $0.protectionClass : Optional<ProtectionClass?>.none }) {
@@ -382,51 +390,39 @@ extension ProtectedFileSystem {
     // MARK: - Classes of new files
 
     /// The default class of a new file in `directory`: the nearest directory default, from
-    /// `directory` up to the served directory's root, then what the root inherits — raised to
-    /// the highest floor on the way (``floorOfDirectory``).
+    /// `directory` up to the served directory's root, then what the root inherits — never below
+    /// the directory's floor (``FileNode/floor``, fixed when the node was made: no walk decides it).
     func defaultClass(in directory: FileNode) -> ProtectionClass {
-        let (nearest, floor) = inherited(in: directory)
-        return max(nearest ?? rootDefault, floor ?? .noProtection)
+        max(nearestDefault(from: directory) ?? rootDefault, directory.floor ?? .noProtection)
     }
 
-    /// The floor a file in `directory` may not go below (the highest on the way up), if any.
-    func floor(in directory: FileNode) -> ProtectionClass? { inherited(in: directory).floor }
-
-    /// The nearest directory default and the highest floor from `directory` up to the root.
-    private func inherited(in directory: FileNode) -> (nearest: ProtectionClass?, floor: ProtectionClass?) {
+    /// The nearest directory default from `directory` up (`nil` when none, or when the way up
+    /// is lost: the floor still holds).
+    private func nearestDefault(from directory: FileNode) -> ProtectionClass? {
         var node = directory
-        var nearest: ProtectionClass?
-        var floor: ProtectionClass?
         for _ in 0..<4096 {
-            let own = directorySettings(of: node)
-            if nearest == nil { nearest = own.cls }
-            if let found = own.floor { floor = max(floor ?? found, found) }
-            if nearest != nil, floorOfDirectory == nil { break }
-            if node.id == nodes.root.id { break }
-            guard let parent = try? nodes.node(node.parent.withLock({ $0 })) else { break }
+            if let own = directoryDefault(of: node) { return own }
+            if node.id == nodes.root.id { return nil }
+            guard let parent = try? nodes.node(node.parent.withLock({ $0 })) else { return nil }
             node = parent
         }
-        return (nearest, floor)
+        return nil
     }
 
-    /// A directory's own default (`user.dataprotection.class`).
-    func directoryDefault(of node: FileNode) -> ProtectionClass? { directorySettings(of: node).cls }
-
-    /// A directory's own default and floor, read once and kept while the directory's change time
-    /// stays the same (the attribute, or what the floor is read from, may be changed directly in
-    /// the served directory).
-    private func directorySettings(of node: FileNode) -> (cls: ProtectionClass?, floor: ProtectionClass?) {
+    /// A directory's own default (`user.dataprotection.class`), read once and kept while the
+    /// directory's change time stays the same (the attribute may be changed directly in the
+    /// served directory).
+    func directoryDefault(of node: FileNode) -> ProtectionClass? {
         let changed = (try? node.status())?.st_ctim
         if let cached = node.directoryDefault.withLock({ $0 }), let changed, cached.changed.tv_sec == changed.tv_sec,
            cached.changed.tv_nsec == changed.tv_nsec {
-            return (cached.cls, cached.floor)
+            return cached.cls
         }
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = getxattr(node.reopenPath, ProtectedFileSystem.classAttribute, &buffer, buffer.count)
         let cls = n > 0 ? ProtectionClass(name: String(decoding: buffer[0..<n], as: UTF8.self)) : nil
-        let floor = floorOfDirectory?(node.fd)
-        if let changed { node.directoryDefault.withLock { $0 = (changed, cls, floor) } }
-        return (cls, floor)
+        if let changed { node.directoryDefault.withLock { $0 = (changed, cls) } }
+        return cls
     }
 
     // MARK: - Errors

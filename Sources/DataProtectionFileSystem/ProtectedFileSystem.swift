@@ -67,7 +67,7 @@ public final class ProtectedFileSystem: Sendable {
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
         self.directory = absolute
         self.files = files
-        self.nodes = try NodeTable(rootDescriptor: fd)
+        self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory)
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID

@@ -179,10 +179,13 @@ struct AppRun: AsyncParsableCommand {
         discussion: """
             Inside, the app sees its container (NSHomeDirectory(); Documents, Library and tmp \
             writable, Documents/Inbox readable and deletable only), its groups' containers, and \
-            the system read-only — nothing else of the data root or your home. Its only way out \
-            is a socket to this process, which serves it the keys of its own files (it can never \
-            unlock, lock or erase the device). The app ends when this process ends, and this \
-            process exits with the app's status. Needs bubblewrap, and Landlock ABI 3 (Linux 6.2).
+            the system read-only — nothing else of the data root or your home. The containers \
+            are served by the protected file system: every file any program of the app writes \
+            there is protected, with the container's class or stronger, and the app holds no key. \
+            Its only way out is a socket to this process, which tells it the lock state (it can \
+            never unlock, lock or erase the device). The app ends when this process ends, and this \
+            process exits with the app's status. Needs bubblewrap, Landlock ABI 3 (Linux 6.2) and \
+            fuse3.
 
             The app has iOS's lifecycle: `dpctl app background/foreground ID` and the device's \
             lock move it; in the background with no background task it is suspended after a \
@@ -193,7 +196,6 @@ struct AppRun: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Run the app unconfined (it still gets its places and keys). Says so on standard error.") var noSandbox = false
-    @Flag(help: .hidden) var protectedFileSystem = false
     @Option(help: ArgumentHelp("Background time per trip to the background, for background tasks (30s as iOS today; 10m as in iOS 4).", valueName: "duration"))
     var backgroundTime = "30s"
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
@@ -214,7 +216,7 @@ struct AppRun: AsyncParsableCommand {
         let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime)),
                                          clock: SystemClock())
         let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)],
-                                       fileSystem: protectedFileSystem ? fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag) : nil)
+                                       fileSystem: fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag))
         let signals = TerminationSignals { lifecycle.terminateAll() }
         defer { signals.cancel() }
         let status = try await supervisor.run(id, command: command, sandboxed: !noSandbox)

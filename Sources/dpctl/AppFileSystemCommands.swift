@@ -23,14 +23,21 @@ struct AppServeFileSystem: AsyncParsableCommand {
         // A session of its own: the terminal's Ctrl-C or hang-up for the app that started it
         // must not end it while other apps use it.
         _ = setsid()
+        _ = chdir("/")   // nothing of the terminal that started it stays pinned
+        let manager: ContainerManager
         do {
-            let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
-            try await ContainerFileSystem.serve(manager, readiness: STDOUT_FILENO, linger: .seconds(max(0, linger)))
+            manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
         } catch {
             let line = Array("error: \(describe(error))\n".utf8)
             _ = line.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
             throw ExitCode(1)
         }
+        // Its standard output gets `ready` (or why not) and is closed; descriptor 1 becomes
+        // /dev/null (never a file the server opens later).
+        let readiness = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)
+        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        if null >= 0 { _ = dup2(null, STDOUT_FILENO); close(null) }
+        do { try await ContainerFileSystem.serve(manager, readiness: readiness, linger: .seconds(max(0, linger))) } catch { throw ExitCode(1) }
     }
 }
 
@@ -44,7 +51,10 @@ func fileSystemLauncher(passcodeFile: String?, keybag: Keybag) -> ContainerFileS
     return { root in
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        // Without keybagd a server is unlocked as its first app's run was, and every app it serves
+        // shares that: it ends with its last app rather than carry an unlock to later runs.
         process.arguments = ["app", "serve-file-system", "--root", root] + (passcode.map { ["--passcode-file", $0] } ?? [])
+            + (keybag.daemonSocket == nil ? ["--linger", "0"] : [])
         let output = Pipe()
         process.standardOutput = output
         process.standardInput = FileHandle.nullDevice

@@ -73,7 +73,7 @@ default:
     try await manager.setDefaultProtection(.completeUnlessOpen, ofGroup: try AppGroupIdentifier(group))
     say("device in \(root); installed \(writer.identifier) and \(reader.identifier), both in \(group)")
 
-    let supervisor = AppSupervisor(manager: manager)
+    let supervisor = AppSupervisor(manager: manager, fileSystem: ContainerFileSystem.inProcess(manager))
     let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     do {
         guard try await supervisor.run(writer.identifier, command: [me, "writer", "milk, eggs, coffee"]) == 0,

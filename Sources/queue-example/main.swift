@@ -127,7 +127,7 @@ func runDemo() async throws {
     /// the user just did), or `nil`.
     func run(budget: TimeInterval, items: Int, _ script: @escaping (Int, LifecycleService) async throws -> String?) async throws -> [String: String] {
         let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: budget), clock: clock)
-        let supervisor = AppSupervisor(manager: manager, services: [lifecycle])
+        let supervisor = AppSupervisor(manager: manager, services: [lifecycle], fileSystem: ContainerFileSystem.inProcess(manager))
         let output = Pipe()
         let writeEnd = output.fileHandleForWriting.fileDescriptor
         let run = Task {

@@ -108,7 +108,7 @@ func runAll() async throws {
     _ = try await manager.install(try AppIdentifier("com.example.test11"), documentBrowser: true)
     say("device in \(root); installed test6 … test12 (test11 with the document browser)")
 
-    let supervisor = AppSupervisor(manager: manager, services: [SharingService(manager: manager)])
+    let supervisor = AppSupervisor(manager: manager, services: [SharingService(manager: manager)], fileSystem: ContainerFileSystem.inProcess(manager))
     let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     var results: [String: String] = [:]
     func run(_ app: String, _ role: String) async throws {

@@ -14,7 +14,7 @@ enum FUSEAvailability {
 /// lower that class nor make set-ID files, and the apps of a group share one file system.
 @Suite(.enabled(if: FUSEAvailability.canMount, "needs /dev/fuse and fusermount3 (fuse3)"))
 struct AppFileSystemTests {
-    func served(_ world: AppWorld) -> [String] { ["--protected-file-system", "--passcode-file", world.passcode] }
+    func served(_ world: AppWorld) -> [String] { ["--passcode-file", world.passcode] }
 
     /// Regular files below `directory`, by path — but the container's metadata and the
     /// `CACHEDIR.TAG`s the container was made with, plain by design (tar, restic and borg read them).
@@ -97,6 +97,28 @@ struct AppFileSystemTests {
         }
         #expect(seen["keep-file"] == "ok")
         #expect(run.out.hasSuffix("complete\n"), "\(run.out)")
+
+        // The floor is fixed when an item is found, never by walking up: neither a file whose
+        // old directory is gone (swapped away with RENAME_EXCHANGE, then removed) nor a directory
+        // 4,200 levels down escapes it.
+        let escapes = try world.dpctl(["app", "run", "com.example.notes", "--passcode-file", world.passcode, "--", "/usr/bin/python3", "-c", """
+            import ctypes, errno, os
+            libc = ctypes.CDLL(None, use_errno=True)
+            def code(call):
+                try: call(); return "ok"
+                except OSError as e: return errno.errorcode[e.errno]
+            os.makedirs("Documents/P1"); os.makedirs("Documents/P2")
+            open("Documents/P1/a", "w").write("a"); open("Documents/P2/b", "w").write("b")
+            held = os.open("Documents/P2/b", os.O_RDONLY)
+            assert libc.renameat2(-100, b"Documents/P1/a", -100, b"Documents/P2/b", 2) == 0
+            os.unlink("Documents/P2/b"); os.rmdir("Documents/P2")
+            print("exchanged", code(lambda: os.setxattr("/proc/self/fd/%d" % held, "user.dataprotection.class", b"none")))
+            os.chdir("Documents"); os.mkdir("deep"); os.chdir("deep")
+            for _ in range(4200): os.mkdir("d"); os.chdir("d")
+            open("f", "w").write("deep")
+            print("deep", os.getxattr("f", "user.dataprotection.class").decode(), code(lambda: os.setxattr(".", "user.dataprotection.class", b"none")))
+            """])
+        #expect(escapes.out == "exchanged EPERM\ndeep complete EPERM\n", "\(escapes.out) \(escapes.stderr)")
     }
 
     /// Two apps of a group, each in its own sandbox, on one SQLite database in WAL mode at once
@@ -111,28 +133,31 @@ struct AppFileSystemTests {
             """
             import sqlite3
             c = sqlite3.connect(\(pythonString(database)), timeout=120, isolation_level=None)
-            c.execute("pragma journal_mode=wal"); c.execute("create table if not exists t(who text, n integer)")
             for n in range(1000):
                 c.execute("begin immediate"); c.execute("insert into t values (?, ?)", (\(pythonString(name)), n)); c.execute("commit")
             print("inserted")
             """
         }
-        func run(_ arguments: [String]) throws -> (Process, Pipe) {
+        func run(_ arguments: [String]) throws -> (Process, Pipe, Pipe) {
             let process = Process()
             process.executableURL = CLI.executable
             process.arguments = arguments
-            let out = Pipe()
+            let out = Pipe(), errors = Pipe()
             process.standardOutput = out
-            process.standardError = FileHandle.nullDevice
+            process.standardError = errors
             try process.run()
-            return (process, out)
+            return (process, out, errors)
         }
+        // The database made first, in WAL mode (which it keeps), as the app would at its first launch.
+        let creation = "import sqlite3; c = sqlite3.connect(\(pythonString(group + "/shared.db"))); c.execute('pragma journal_mode=wal'); c.execute('create table t(who text, n integer)'); c.commit()"
+        #expect(try world.dpctl(["app", "run", "com.example.app"] + served(world) + ["--", "/usr/bin/python3", "-c", creation]).status == 0)
         let apps = try ["com.example.app", "com.example.extension"].map { id in
             try run(["--root", world.cli.root, "app", "run", id] + served(world) + ["--", "/usr/bin/python3", "-c", workload(group + "/shared.db", id)])
         }
-        for (process, out) in apps {
+        for (process, out, errors) in apps {
             process.waitUntilExit()
-            #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "inserted\n")
+            #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "inserted\n",
+                    "\(String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))")
         }
         let check = try world.shell("com.example.app", "/usr/bin/sqlite3 '\(group)/shared.db' 'pragma integrity_check; select who, count(*) from t group by who;'",
                                     extra: served(world))
@@ -154,6 +179,8 @@ struct AppFileSystemTests {
             _ = try readLine(errors.fileHandleForReading.fileDescriptor, timeout: 60)   // "serving … at …"
             mounts.append((process, mountPoint))
         }
+        let made = try ChildProcess.run("/usr/bin/python3", ["-c", "import sqlite3; c = sqlite3.connect('\(mounts[0].1)/shared.db'); c.execute('pragma journal_mode=wal'); c.execute('create table t(who text, n integer)'); c.commit()"])
+        #expect(made.status == 0, "\(made.err)")
         let writers = try mounts.enumerated().map { index, mount in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
@@ -212,7 +239,7 @@ struct AppFileSystemTests {
         defer { daemon.stop() }
         #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode], environment: daemon.environment).status == 0)
         let holder = try FileHolder(in: world.cli.root, launcher: [CLI.executable.path, "--root", world.cli.root, "app", "run", "com.example.notes",
-                                                                    "--protected-file-system", "--"], environment: daemon.environment)
+                                                                    "--"], environment: daemon.environment)
         #expect(try holder.send("create Documents/secret.txt class A secret") == "ok")
         #expect(try holder.send("map Documents/secret.txt") == "ok")
         #expect(try holder.send("mapwrite Documents/secret.txt DIRTY") == "ok")

@@ -9,7 +9,7 @@ import Testing
         let extra = coordinated ? [] : ["--uncoordinated"]
         let runs = try ["com.example.one", "com.example.two"].map { try world.start($0, ["counter-hammer", counter, "1000"] + extra) }
         for (process, _) in runs { process.waitUntilExit(); #expect(process.terminationStatus == 0) }
-        return Int(try String(contentsOfFile: counter, encoding: .utf8)) ?? -1
+        return Int(try world.dpctl(["cat", counter, "--passcode-file", world.passcode]).out) ?? -1   // a protected file on disk
     }
 
     @Test func readModifyWriteFromTwoProcessesLosesNothingWhenCoordinated() throws {
@@ -35,7 +35,7 @@ import Testing
         presenter.waitUntilExit()
         #expect(presenter.terminationStatus == 0)
         #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "changed\n")
-        #expect(try String(contentsOfFile: note, encoding: .utf8) == "v2")
+        #expect(try world.dpctl(["cat", note, "--passcode-file", world.passcode]).out == "v2")
     }
 
     @Test func presentersInThisProcessHearOfOthersButNotOfThemselves() throws {

@@ -324,8 +324,8 @@ import Testing
         let world = try AppWorld.make()
         try world.install("com.example.a")
         let run = try world.testApp("com.example.a", ["raw-unlock"])
-        let message = Array("an app cannot ask for unlock (only its own files' keys and the lock state)".utf8)
-        let expected = [0x00, 0x00, 0x00, 0x4f, 0x01, 0x01, 0x14, 0x00, 0x4a] + message
+        let message = Array("an app cannot ask for unlock (only the lock state: the file system protects its files)".utf8)
+        let expected = [0x00, 0x00, 0x00, 0x5b, 0x01, 0x01, 0x14, 0x00, 0x56] + message
         #expect(run.out == expected.map { String(format: "%02x", $0) }.joined() + "\n", "\(run.stderr)")
     }
 }

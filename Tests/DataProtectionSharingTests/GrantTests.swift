@@ -132,8 +132,9 @@ import Testing
         #expect(try asEditor(world, ["bookmark-read", e + "/Documents/bookmark"]).out == "stale: yes at BBB-2026.txt: CCCC\n")
         #expect(try asEditor(world, ["bookmark-read", e + "/Documents/bookmark"]).out == "stale: no at BBB-2026.txt: CCCC\n")
         // Bookmark data naming a grant this app never received resolves to nothing.
-        let forged = try String(contentsOfFile: e + "/Documents/bookmark", encoding: .isoLatin1)
-        try forged.replacingOccurrences(of: id, with: UUID().uuidString).write(toFile: e + "/Documents/forged", atomically: true, encoding: .isoLatin1)
+        let saved = try world.dpctl(["cat", e + "/Documents/bookmark", "--passcode-file", world.passcode]).stdout   // protected on disk
+        try String(data: saved, encoding: .isoLatin1)!.replacingOccurrences(of: id, with: UUID().uuidString)
+            .write(toFile: e + "/Documents/forged", atomically: true, encoding: .isoLatin1)
         let other = try asEditor(world, ["bookmark-read", e + "/Documents/forged"])
         #expect(other.status == 6, "\(other.out) \(other.stderr)")
         // Revoked: the bookmark no longer resolves.

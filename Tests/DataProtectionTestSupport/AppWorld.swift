@@ -46,17 +46,26 @@ public struct AppWorld: Sendable {
         return path
     }
 
-    /// `dpctl app run ID -- /bin/sh -c SCRIPT`.
-    public func shell(_ id: String, _ script: String, extra: [String] = []) throws -> CLI.Result {
-        try dpctl(["app", "run", id] + extra + ["--", "/bin/sh", "-c", script])
+    /// The options that unlock an app run with the device's passcode, unless `extra` says how
+    /// already: a device used after its first unlock, as apps are (before it, class C — every
+    /// container's default — can be neither read nor created, on the protected file system as
+    /// on iOS). `locked: true` runs the app before any unlock; with keybagd (an ``environment``
+    /// set), the device's own state holds, as the test set it.
+    func unlocking(_ extra: [String], locked: Bool) -> [String] {
+        locked || !environment.isEmpty || extra.contains("--passcode-file") ? extra : extra + ["--passcode-file", passcode]
     }
 
-    /// Starts `dpctl app run ID -- dp-test-app ARGS` and returns it with its standard output.
-    /// `input`, when given, is the app's standard input (else this process's).
-    public func start(_ id: String, _ args: [String], extra: [String] = [], input: Pipe? = nil) throws -> (Process, Pipe) {
+    /// `dpctl app run ID -- /bin/sh -c SCRIPT`, after the first unlock.
+    public func shell(_ id: String, _ script: String, extra: [String] = [], locked: Bool = false) throws -> CLI.Result {
+        try dpctl(["app", "run", id] + unlocking(extra, locked: locked) + ["--", "/bin/sh", "-c", script])
+    }
+
+    /// Starts `dpctl app run ID -- dp-test-app ARGS` (after the first unlock) and returns it with
+    /// its standard output. `input`, when given, is the app's standard input (else this process's).
+    public func start(_ id: String, _ args: [String], extra: [String] = [], locked: Bool = false, input: Pipe? = nil) throws -> (Process, Pipe) {
         let process = Process()
         process.executableURL = CLI.executable
-        process.arguments = ["--root", cli.root, "app", "run", id] + extra + ["--", Self.testApp] + args
+        process.arguments = ["--root", cli.root, "app", "run", id] + unlocking(extra, locked: locked) + ["--", Self.testApp] + args
         let out = Pipe()
         process.standardOutput = out
         if let input { process.standardInput = input }
@@ -64,9 +73,9 @@ public struct AppWorld: Sendable {
         return (process, out)
     }
 
-    /// `dpctl app run ID -- dp-test-app ARGS`.
-    public func testApp(_ id: String, _ args: [String], extra: [String] = []) throws -> CLI.Result {
-        try dpctl(["app", "run", id] + extra + ["--", Self.testApp] + args)
+    /// `dpctl app run ID -- dp-test-app ARGS`, after the first unlock.
+    public func testApp(_ id: String, _ args: [String], extra: [String] = [], locked: Bool = false) throws -> CLI.Result {
+        try dpctl(["app", "run", id] + unlocking(extra, locked: locked) + ["--", Self.testApp] + args)
     }
 }
 

@@ -53,6 +53,7 @@ extern const int cfuse_at_empty_path;
 extern const long cfuse_utime_now;
 extern const long cfuse_utime_omit;
 extern const int cfuse_falloc_keep_size;
+extern const unsigned int cfuse_rename_exchange;
 
 /// `renameat2(2)` (with its flags: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT`).
 int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);

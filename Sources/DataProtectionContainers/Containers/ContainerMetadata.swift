@@ -69,17 +69,18 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
 
     /// The class the user chose for the container whose directory `fd` is (any descriptor of
     /// it, `O_PATH` too), if it is a container's root with one: the floor of everything in it.
-    /// Read without following a link; a file that is not this format's is no floor.
+    /// Read without following a link. No metadata there: no floor. Metadata that cannot be read
+    /// or parsed (out of descriptors, damaged, planted): class A — a floor fails closed.
     package static func floor(ofDirectory fd: Int32) -> ProtectionClass? {
         let file = openat(fd, DataRootLayout.containerMetadataFileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard file >= 0 else { return nil }
+        guard file >= 0 else { return errno == ENOENT ? nil : .complete }
         defer { close(file) }
         var st = stat()
-        guard fstat(file, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= 64 * 1024 else { return nil }
+        guard fstat(file, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= 64 * 1024 else { return .complete }
         var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
         guard pread(file, &bytes, bytes.count, 0) == bytes.count,
               let metadata = try? PropertyListDecoder().decode(ContainerMetadata.self, from: Data(bytes)),
-              metadata.schemaVersion == currentSchemaVersion else { return nil }
+              metadata.schemaVersion == currentSchemaVersion else { return .complete }
         return metadata.protectionClass
     }
 

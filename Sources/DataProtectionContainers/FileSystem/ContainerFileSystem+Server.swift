@@ -16,6 +16,24 @@ extension ContainerFileSystem {
     /// `readiness`, and returns once no lease has been open for `linger` (the next app then
     /// starts in a few milliseconds, not with a new server) and the file system is unmounted.
     public static func serve(_ manager: ContainerManager, readiness: Int32, linger: Duration = .seconds(30)) async throws {
+        // `readiness` gets one line — `ready`, or `error: REASON` when serving could not start —
+        // and is closed either way.
+        var announced = false
+        defer { if !announced { close(readiness) } }
+        func announce(_ line: String) {
+            _ = Array((line + "\n").utf8).withUnsafeBytes { write(readiness, $0.baseAddress, $0.count) }
+            close(readiness)
+            announced = true
+        }
+        do {
+            try await serveAnnouncing(manager, linger: linger) { announce("ready") }
+        } catch {
+            if !announced { announce("error: \(error)") }
+            throw error
+        }
+    }
+
+    private static func serveAnnouncing(_ manager: ContainerManager, linger: Duration, ready: () -> Void) async throws {
         let layout = manager.layout
         let logger = Logger(label: "dataprotection.containers.filesystem")
         let mountPoint = mountPoint(for: layout)
@@ -35,8 +53,13 @@ extension ContainerFileSystem {
                 let client = accept(listener, nil, nil)
                 if client >= 0 { _ = fcntl(client, F_SETFD, FD_CLOEXEC) }
                 if client < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
-                    return   // the listener was shut down
+                    switch errno {
+                    case EINTR, ECONNABORTED, EPROTO: continue
+                    case EMFILE, ENFILE, ENOMEM, ENOBUFS:
+                        usleep(10_000)   // out of descriptors or memory for now: the next app waits, never in vain
+                        continue
+                    default: return      // the listener was shut down
+                    }
                 }
                 guard UnixSocket.peerCredentials(client)?.uid == getuid() else { close(client); continue }
                 leases.opened()
@@ -56,8 +79,7 @@ extension ContainerFileSystem {
             }
         }
         acceptor.start()
-        _ = Array("ready\n".utf8).withUnsafeBytes { write(readiness, $0.baseAddress, $0.count) }
-        close(readiness)
+        ready()
         logger.info("serving \(layout.containers) at \(mountPoint)")
         // Ends when no lease is left and no client is connecting (they connect holding the lock).
         let lock = open(lockPath(for: layout), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)

@@ -1,4 +1,5 @@
 import DataProtection
+import DataProtectionFileSystem
 import DataProtectionIPC
 import DataProtectionKeybag
 import Foundation
@@ -19,6 +20,21 @@ public enum ContainerFileSystem {
     /// Starts a server process for a data root, whose standard output is the returned descriptor:
     /// the server writes one line there once it serves.
     public typealias Launcher = @Sendable (_ root: String) throws -> Int32
+
+    /// A launcher that serves the containers in this process (a task), for a process that
+    /// supervises every app it runs for as long as they run (an example, a test): it serves until
+    /// no lease is left.
+    public static func inProcess(_ manager: ContainerManager) -> Launcher {
+        { _ in
+            var ends: [Int32] = [0, 0]
+            guard pipe(&ends) == 0 else { throw unavailable("pipe: \(String(cString: strerror(errno)))") }
+            _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
+            _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+            let readiness = ends[1]
+            Task.detached { try? await serve(manager, readiness: readiness, linger: .zero) }
+            return ends[0]
+        }
+    }
 
     /// What the first line on a lease's socket starts with (then a space, the mount point, `\n`).
     static let greeting = "DPFS1"
@@ -58,6 +74,10 @@ public enum ContainerFileSystem {
     ///
     /// - Throws: ``ContainerError/sandboxUnavailable(_:)`` when no server could be reached or started.
     public static func lease(_ layout: DataRootLayout, launch: Launcher) throws -> Lease {
+        do { try MountedFileSystem.checkAvailability() } catch let error as FileSystemServerError {
+            if case .unavailable(let why) = error { throw ContainerError.sandboxUnavailable("apps' containers are served through FUSE: \(why)") }
+            throw unavailable(error.description)
+        }
         let lockPath = lockPath(for: layout)
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard lock >= 0 else { throw unavailable("cannot open \(lockPath): \(String(cString: strerror(errno)))") }
