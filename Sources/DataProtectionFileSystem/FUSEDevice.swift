@@ -19,7 +19,7 @@ struct FUSEDevice: Sendable {
     let throughFusermount: Bool
     /// Our end of `fusermount3`'s socket: it stays (`auto_unmount`) until this closes — when
     /// this process ends, however it ends — and then unmounts.
-    var monitor: Int32 = -1
+    var monitor: FusermountMonitor?
 
     static let fsName = "dataprotection"
 
@@ -87,18 +87,14 @@ struct FUSEDevice: Sendable {
         var byte: UInt8 = 0
         let received = cshim_receive_descriptor(pair[0], &byte, 1, &fd)
         // fusermount3 lives on (auto_unmount) until our end of the socket closes: reaped then.
-        let child = pid
-        Thread.detachNewThread {
-            var status: Int32 = 0
-            while waitpid(child, &status, 0) < 0 && errno == EINTR {}
-        }
+        let monitor = FusermountMonitor(socket: pair[0], pid: pid)
         guard received > 0, fd >= 0 else {
-            close(pair[0])
+            monitor.release()
             throw FileSystemServerError.badMountPoint(mountPoint, "fusermount3 could not mount it (its message is above)")
         }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         var device = FUSEDevice(fd: fd, mountPoint: mountPoint, throughFusermount: true)
-        device.monitor = pair[0]
+        device.monitor = monitor
         return device
     }
 
@@ -119,6 +115,7 @@ struct FUSEDevice: Sendable {
 
     /// Unmounts `mountPoint` (lazily: programs still inside keep what they hold until they leave).
     static func unmount(_ mountPoint: String) throws {
+        guard isMounted(mountPoint) else { return }   // gone already (its server ended: auto_unmount)
         if let fusermount = fusermount() {
             let (spawned, pid) = spawn(fusermount, ["-u", "-z", "--", mountPoint])
             guard spawned == 0 else { throw FileSystemServerError.system("running \(fusermount)", spawned) }
@@ -128,6 +125,57 @@ struct FUSEDevice: Sendable {
             if geteuid() != 0 { throw FileSystemServerError.badMountPoint(mountPoint, "could not be unmounted (fusermount3's message is above)") }
         }
         guard umount2(mountPoint, Int32(MNT_DETACH)) == 0 else { throw FileSystemServerError.system("umount \(mountPoint)", errno) }
+    }
+}
+
+/// The `fusermount3` that stays beside a mount it made (`auto_unmount`): closing our end of its
+/// socket makes it unmount (lazily, quietly) and end.
+final class FusermountMonitor: Sendable {
+    private let socket: Int32
+    private let released = Mutex(false)
+    private let exited = DispatchSemaphore(value: 0)
+
+    init(socket: Int32, pid: pid_t) {
+        self.socket = socket
+        Thread.detachNewThread { [exited] in
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            exited.signal()
+        }
+    }
+
+    /// Closes our end (once): fusermount3 unmounts and ends.
+    func release() {
+        guard !released.withLock({ let was = $0; $0 = true; return was }) else { return }
+        close(socket)
+    }
+
+    /// Releases it and waits (at most `seconds`) until it has unmounted and ended; whether it did.
+    func unmount(waiting seconds: Int) -> Bool {
+        release()
+        return exited.wait(timeout: .now() + .seconds(seconds)) == .success
+    }
+}
+
+extension FUSEDevice {
+    /// Whether something is mounted at `path` (`/proc/self/mountinfo`'s fifth field, whose
+    /// spaces, tabs, newlines and backslashes are octal escapes).
+    static func isMounted(_ path: String) -> Bool {
+        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return true }
+        var escaped = ""
+        for character in path {
+            switch character {
+            case " ": escaped += "\\040"
+            case "\t": escaped += "\\011"
+            case "\n": escaped += "\\012"
+            case "\\": escaped += "\\134"
+            default: escaped.append(character)
+            }
+        }
+        return table.split(separator: "\n").contains { line in
+            let fields = line.split(separator: " ", maxSplits: 5)
+            return fields.count > 4 && fields[4] == escaped
+        }
     }
 }
 

@@ -48,7 +48,7 @@ public final class MountedFileSystem: Sendable {
             }
         }
         close(device.fd)
-        if device.monitor >= 0 { close(device.monitor) }
+        device.monitor?.release()
     }
 
     /// Read-ahead asked of the mount (KiB): sequential reads come as requests of up to 1 MiB
@@ -97,6 +97,9 @@ public final class MountedFileSystem: Sendable {
     /// then returns.
     public func unmount() throws {
         guard !unmounted.withLock({ let was = $0; $0 = true; return was }) else { return }
+        // The fusermount3 that made the mount unmounts it as it ends (one unmount, no complaint
+        // from a second); else, or if it does not end, an unmount of our own.
+        if let monitor = device.monitor, monitor.unmount(waiting: 10), !FUSEDevice.isMounted(device.mountPoint) { return }
         try FUSEDevice.unmount(device.mountPoint)
     }
 

@@ -80,7 +80,7 @@ extension ContainerFileSystem {
         }
         acceptor.start()
         ready()
-        logger.info("serving \(layout.containers) at \(mountPoint)")
+        logger.debug("serving \(layout.containers) at \(mountPoint)")
         // Ends when no lease is left and no client is connecting (they connect holding the lock).
         let lock = open(lockPath(for: layout), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         defer { if lock >= 0 { close(lock) } }
@@ -97,7 +97,7 @@ extension ContainerFileSystem {
         shutdown(listener, Int32(SHUT_RDWR))
         try? mounted.unmount()
         await serving.value
-        logger.info("stopped serving \(layout.containers): no app uses it")
+        logger.debug("stopped serving \(layout.containers): no app uses it")
     }
 
     /// An empty directory to mount on, made 0700; a mount left by a server that died is removed.
