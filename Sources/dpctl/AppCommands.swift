@@ -216,7 +216,7 @@ struct AppRun: AsyncParsableCommand {
         let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime)),
                                          clock: SystemClock())
         let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)],
-                                       fileSystem: fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag))
+                                       fileSystem: await fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag))
         let signals = TerminationSignals { lifecycle.terminateAll() }
         defer { signals.cancel() }
         let status = try await supervisor.run(id, command: command, sandboxed: !noSandbox)

@@ -45,16 +45,21 @@ struct AppServeFileSystem: AsyncParsableCommand {
 /// own, its output a pipe whose read end is returned), unlocked the way this process was: with
 /// the same passcode file when this process unlocked a keybag of its own; with none when keybagd
 /// serves the root (the server follows the device, and must not unlock it again).
-func fileSystemLauncher(passcodeFile: String?, keybag: Keybag) -> ContainerFileSystem.Launcher {
+///
+/// Without keybagd a server is unlocked as its first app's run was, and the apps it serves share
+/// that: on a device with a passcode it ends with its last app rather than carry an unlock to a
+/// later run; with keybagd, or without a passcode (nothing to carry), it stays a while for the
+/// next app.
+func fileSystemLauncher(passcodeFile: String?, keybag: Keybag) async -> ContainerFileSystem.Launcher {
     let passcode: String? = keybag.daemonSocket != nil ? nil
         : passcodeFile.flatMap { $0 == "-" ? nil : URL(fileURLWithPath: $0).standardizedFileURL.path }
+    let passcodeSet = await keybag.status.passcodeSet
+    let lingers = keybag.daemonSocket != nil || !passcodeSet
     return { root in
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        // Without keybagd a server is unlocked as its first app's run was, and every app it serves
-        // shares that: it ends with its last app rather than carry an unlock to later runs.
         process.arguments = ["app", "serve-file-system", "--root", root] + (passcode.map { ["--passcode-file", $0] } ?? [])
-            + (keybag.daemonSocket == nil ? ["--linger", "0"] : [])
+            + (lingers ? [] : ["--linger", "0"])
         let output = Pipe()
         process.standardOutput = output
         process.standardInput = FileHandle.nullDevice
