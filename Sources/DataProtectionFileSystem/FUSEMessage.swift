@@ -90,6 +90,30 @@ struct FUSEReplier: Sendable {
         withUnsafeBytes(of: &a) { x in withUnsafeBytes(of: &b) { y in reply(unique, [x, y]) } }
     }
 
+    /// `FUSE_NOTIFY_INVAL_ENTRY`: the kernel forgets the name `name` in directory `parent` (and
+    /// then, once nothing uses it, the inode: a FORGET follows). Returns 0 or an errno.
+    @discardableResult
+    func invalidate(entry name: [UInt8], in parent: UInt64) -> Int32 {
+        var header = fuse_out_header()
+        var body = fuse_notify_inval_entry_out()
+        body.parent = parent
+        body.namelen = UInt32(name.count)
+        header.unique = 0
+        header.error = Int32(FUSE_NOTIFY_INVAL_ENTRY.rawValue)
+        let terminated = name + [0]
+        header.len = UInt32(MemoryLayout<fuse_out_header>.size + MemoryLayout<fuse_notify_inval_entry_out>.size + terminated.count)
+        return withUnsafeBytes(of: &header) { head in
+            withUnsafeBytes(of: &body) { payload in
+                terminated.withUnsafeBytes { text in
+                    let vectors = [iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
+                                   iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count),
+                                   iovec(iov_base: UnsafeMutableRawPointer(mutating: text.baseAddress), iov_len: text.count)]
+                    return writev(fd, vectors, 3) < 0 ? errno : 0
+                }
+            }
+        }
+    }
+
     /// A notification (`unique` 0, `error` the notification's code): `FUSE_NOTIFY_INVAL_INODE`
     /// drops an inode's cached pages and unmaps them from every mapping. Returns the errno.
     @discardableResult

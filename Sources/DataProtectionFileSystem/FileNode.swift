@@ -22,6 +22,9 @@ final class FileNode: Sendable {
     let kind: mode_t
     /// The node's parent, as last seen (a directory's one parent; one of a file's).
     let parent: Mutex<UInt64>
+    /// The name it was last found by in ``parent`` and when (the table's clock): what an
+    /// eviction asks the kernel to forget.
+    let lastSeen = Mutex<(name: [UInt8], tick: UInt64)>(([], 0))
     /// A directory's own default class (`user.dataprotection.class`), as read at a change time.
     let directoryDefault = Mutex<(changed: timespec, cls: ProtectionClass?)?>(nil)
     /// The file open through this node: one engine for every handle on it.
@@ -81,6 +84,10 @@ final class NodeTable: Sendable {
         var nodes: [UInt64: (node: FileNode, lookups: UInt64)] = [:]
         var byIdentity: [InodeIdentity: UInt64] = [:]
         var next: UInt64 = 2
+        /// Counts lookups: a node's ``FileNode/lastSeen`` tick says how recently it was used.
+        var tick: UInt64 = 0
+        /// Whether ``overflowing`` was signalled and no pass has run since.
+        var evictionPending = false
     }
     private let state = Mutex(State())
     let root: FileNode
@@ -89,12 +96,20 @@ final class NodeTable: Sendable {
     /// Nodes the table holds at most: each is a descriptor, and descriptors must stay for open
     /// files, directory listings and the server's own needs. Beyond it a lookup gets `ENFILE`.
     let capacity: Int
+    /// Beyond this many nodes, the least recently found ones that nothing holds open are given
+    /// back (``evictionCandidates()``), down to ``lowWater``: one program's flood of new files
+    /// never leaves the others without descriptors.
+    var highWater: Int { capacity / 2 }
+    var lowWater: Int { capacity * 3 / 8 }
+    /// Signalled when the table passes ``highWater``.
+    let overflowing = DispatchSemaphore(value: 0)
 
-    init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil) throws {
+    init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil) throws {
         var st = stat()
         guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
         self.floorOfDirectory = floorOfDirectory
-        capacity = max(64, DescriptorLimit.raise() * 3 / 4)
+        let descriptors = DescriptorLimit.raise() * 3 / 4
+        capacity = max(64, min(descriptors, maxNodes ?? descriptors))
         root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE),
                         floor: floorOfDirectory?(rootDescriptor))
         state.withLock {
@@ -115,7 +130,7 @@ final class NodeTable: Sendable {
         if let inodeHint, let known = existing(InodeIdentity(device: parent.identity.device, inode: inodeHint)) {
             var st = stat()
             if withName(name, { fstatat(parent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, InodeIdentity(st) == known.identity,
-               st.st_mode & S_IFMT == known.kind, count(known, parent: parent.id) {
+               st.st_mode & S_IFMT == known.kind, count(known, parent: parent.id, name: name) {
                 return (known, st)
             }
         }
@@ -123,7 +138,7 @@ final class NodeTable: Sendable {
         guard fd >= 0 else { throw FUSEErrno(errno == EMFILE ? ENFILE : errno) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw FUSEErrno(code) }
-        return (try adopt(fd, st, parent: parent), st)
+        return (try adopt(fd, st, parent: parent, name: name), st)
     }
 
     /// The node for a descriptor just opened (an existing node for the same inode keeps its own
@@ -131,21 +146,27 @@ final class NodeTable: Sendable {
     ///
     /// A new node's floor is its parent's, raised by its own when it is a directory with one;
     /// beyond ``capacity`` nodes, `ENFILE` (the descriptor is closed).
-    func adopt(_ fd: Int32, _ st: stat, parent: FileNode) throws(FUSEErrno) -> FileNode {
+    func adopt(_ fd: Int32, _ st: stat, parent: FileNode, name: [UInt8]) throws(FUSEErrno) -> FileNode {
         let identity = InodeIdentity(st)
-        if let known = reuse(identity, st, parent: parent.id) {
+        if let known = reuse(identity, st, parent: parent.id, name: name) {
             close(fd)
             return known
         }
         var floor = parent.floor
         if st.st_mode & S_IFMT == S_IFDIR, let own = floorOfDirectory?(fd) { floor = max(floor ?? own, own) }
         let (node, adopted) = state.withLock { state -> (FileNode?, Bool) in
-            if let known = Self.counted(identity, st, parent: parent.id, in: &state) { return (known, false) }
+            if let known = Self.counted(identity, st, parent: parent.id, name: name, in: &state) { return (known, false) }
             guard state.nodes.count < capacity else { return (nil, false) }
             let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor)
             state.next += 1
+            state.tick += 1
+            node.lastSeen.withLock { $0 = (name, state.tick) }
             state.nodes[node.id] = (node, 1)
             state.byIdentity[identity] = node.id
+            if state.nodes.count > highWater, !state.evictionPending {
+                state.evictionPending = true
+                overflowing.signal()
+            }
             return (node, true)
         }
         if !adopted { close(fd) }
@@ -154,25 +175,47 @@ final class NodeTable: Sendable {
     }
 
     /// The node the kernel holds for `identity` (of the same kind), with one more lookup counted.
-    private func reuse(_ identity: InodeIdentity, _ st: stat, parent: UInt64) -> FileNode? {
-        state.withLock { Self.counted(identity, st, parent: parent, in: &$0) }
+    private func reuse(_ identity: InodeIdentity, _ st: stat, parent: UInt64, name: [UInt8]) -> FileNode? {
+        state.withLock { Self.counted(identity, st, parent: parent, name: name, in: &$0) }
     }
 
-    private static func counted(_ identity: InodeIdentity, _ st: stat, parent: UInt64, in state: inout State) -> FileNode? {
+    private static func counted(_ identity: InodeIdentity, _ st: stat, parent: UInt64, name: [UInt8], in state: inout State) -> FileNode? {
         guard let id = state.byIdentity[identity], var entry = state.nodes[id], entry.node.kind == st.st_mode & S_IFMT else { return nil }
         entry.lookups += 1
         state.nodes[id] = entry
+        state.tick += 1
+        let tick = state.tick
         entry.node.parent.withLock { $0 = parent }
+        entry.node.lastSeen.withLock { $0 = (name, tick) }
         return entry.node
     }
 
+    /// An eviction pass is over: the next node beyond ``highWater`` signals again.
+    func evictionDone() { state.withLock { $0.evictionPending = false } }
+
+    /// The least recently found nodes beyond ``lowWater`` (never the root), oldest first, with
+    /// the parent and name to ask the kernel to forget; those open are left to the caller to skip.
+    func evictionCandidates() -> [(node: FileNode, parent: UInt64, name: [UInt8])] {
+        let all = state.withLock { state -> [FileNode] in
+            state.nodes.count > lowWater ? state.nodes.values.map(\.node) : []
+        }
+        guard all.count > lowWater else { return [] }
+        let seen = all.filter { $0.id != root.id }.map { node in (node, node.lastSeen.withLock { $0 }) }
+            .filter { !$0.1.name.isEmpty }
+            .sorted { $0.1.tick < $1.1.tick }
+        return seen.prefix(all.count - lowWater).map { ($0.0, $0.0.parent.withLock { $0 }, $0.1.name) }
+    }
+
     /// Counts one more lookup of `node`, if the kernel still holds it.
-    private func count(_ node: FileNode, parent: UInt64) -> Bool {
+    private func count(_ node: FileNode, parent: UInt64, name: [UInt8]) -> Bool {
         state.withLock { state in
             guard var entry = state.nodes[node.id], entry.node === node else { return false }
             entry.lookups += 1
             state.nodes[node.id] = entry
+            state.tick += 1
+            let tick = state.tick
             node.parent.withLock { $0 = parent }
+            node.lastSeen.withLock { $0 = (name, tick) }
             return true
         }
     }

@@ -33,6 +33,21 @@ public final class MountedFileSystem: Sendable {
         let observers = await fileSystem.observeLockState(replier: FUSEReplier(fd: device.fd))
         raiseReadahead()
         defer { Task { [fileSystem] in await fileSystem.stopObserving(observers) } }
+        let evicting = Mutex(true)
+        let evictor = Thread { [fileSystem, device] in
+            // On a thread of its own: the kernel may need a serving thread to act on the notice.
+            let replier = FUSEReplier(fd: device.fd)
+            while true {
+                fileSystem.nodes.overflowing.wait()
+                guard evicting.withLock({ $0 }) else { return }
+                fileSystem.evictUnused(replier)
+            }
+        }
+        evictor.start()
+        defer {
+            evicting.withLock { $0 = false }
+            fileSystem.nodes.overflowing.signal()
+        }
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<Self.threads {
                 group.addTask { [self] in

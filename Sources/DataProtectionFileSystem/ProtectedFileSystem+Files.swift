@@ -85,7 +85,7 @@ extension ProtectedFileSystem {
             throw FUSEErrno(code)
         }
         let node: FileNode
-        do { node = try nodes.adopt(pathFD, st, parent: parent) } catch {
+        do { node = try nodes.adopt(pathFD, st, parent: parent, name: name) } catch {
             close(fd)
             throw error
         }

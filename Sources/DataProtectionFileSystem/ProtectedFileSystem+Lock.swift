@@ -100,4 +100,14 @@ extension ProtectedFileSystem {
         if cls == .noProtection { return true }
         return (try? runBlocking { [files] in try await files.keybag.generation(of: cls) }) != nil
     }
+
+    /// Gives back the least recently found nodes that nothing holds open, down to the table's
+    /// low-water mark: the kernel is asked to forget their names (`FUSE_NOTIFY_INVAL_ENTRY`), and
+    /// the FORGETs that follow close their descriptors. Run from a thread that serves no request.
+    func evictUnused(_ replier: FUSEReplier) {
+        defer { nodes.evictionDone() }
+        for candidate in nodes.evictionCandidates() where candidate.node.open.withLock({ $0.handles == 0 }) {
+            replier.invalidate(entry: candidate.name, in: candidate.parent)
+        }
+    }
 }

@@ -60,14 +60,17 @@ public final class ProtectedFileSystem: Sendable {
     ///     file's class or a directory's default below it is refused (`EPERM`). Asked again when
     ///     the directory's change time moves.
     ///   - refusesSetID: refuse set-user-ID and set-group-ID bits (`EPERM`), as apps need.
+    ///   - maxNodes: the most inodes served at once (each holds a descriptor; default: three
+    ///     quarters of the descriptor limit). Past half of it, the least recently found are given
+    ///     back to the kernel.
     public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
-                refusesSetID: Bool = false) throws {
+                refusesSetID: Bool = false, maxNodes: Int? = nil) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
         self.directory = absolute
         self.files = files
-        self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory)
+        self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory, maxNodes: maxNodes)
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID

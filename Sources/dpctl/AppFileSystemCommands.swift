@@ -37,7 +37,9 @@ struct AppServeFileSystem: AsyncParsableCommand {
         let readiness = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
         if null >= 0 { _ = dup2(null, STDOUT_FILENO); close(null) }
-        do { try await ContainerFileSystem.serve(manager, readiness: readiness, linger: .seconds(max(0, linger))) } catch { throw ExitCode(1) }
+        // DATAPROTECTION_FS_MAX_NODES bounds the inodes served at once (tests; tuning).
+        let maxNodes = ProcessInfo.processInfo.environment["DATAPROTECTION_FS_MAX_NODES"].flatMap(Int.init)
+        do { try await ContainerFileSystem.serve(manager, readiness: readiness, linger: .seconds(max(0, linger)), maxNodes: maxNodes) } catch { throw ExitCode(1) }
     }
 }
 

@@ -15,7 +15,7 @@ extension ContainerFileSystem {
     /// metadata, set-ID bits refused — listens for leases, writes `ready` and a newline to
     /// `readiness`, and returns once no lease has been open for `linger` (the next app then
     /// starts in a few milliseconds, not with a new server) and the file system is unmounted.
-    public static func serve(_ manager: ContainerManager, readiness: Int32, linger: Duration = .seconds(30)) async throws {
+    public static func serve(_ manager: ContainerManager, readiness: Int32, linger: Duration = .seconds(30), maxNodes: Int? = nil) async throws {
         // `readiness` gets one line — `ready`, or `error: REASON` when serving could not start —
         // and is closed either way.
         var announced = false
@@ -26,20 +26,20 @@ extension ContainerFileSystem {
             announced = true
         }
         do {
-            try await serveAnnouncing(manager, linger: linger) { announce("ready") }
+            try await serveAnnouncing(manager, linger: linger, maxNodes: maxNodes) { announce("ready") }
         } catch {
             if !announced { announce("error: \(error)") }
             throw error
         }
     }
 
-    private static func serveAnnouncing(_ manager: ContainerManager, linger: Duration, ready: () -> Void) async throws {
+    private static func serveAnnouncing(_ manager: ContainerManager, linger: Duration, maxNodes: Int?, ready: () -> Void) async throws {
         let layout = manager.layout
         let logger = Logger(label: "dataprotection.containers.filesystem")
         let mountPoint = mountPoint(for: layout)
         let socketPath = socketPath(for: layout)
         let fileSystem = try ProtectedFileSystem(directory: layout.containers, files: ProtectedFileManager(keybag: manager.files.keybag),
-                                                 floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true)
+                                                 floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true, maxNodes: maxNodes)
         // The socket first: it makes the 0700 directory the mount point lives in.
         let listener: Int32
         do { listener = try UnixSocket.listen(on: socketPath) } catch let error as IPCError { throw unavailable(error.description) }
