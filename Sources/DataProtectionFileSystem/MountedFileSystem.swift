@@ -20,7 +20,13 @@ public final class MountedFileSystem: Sendable {
     /// Threads reading requests: both cores busy while requests wait on the disk, and room for
     /// others while a few run long (a large zero fill).
     static let threads = 8
+    /// Threads are added while every one is busy (a long request — a zero fill, a slow disk —
+    /// never leaves the others unserved), up to this many.
+    static let maxThreads = 64
     private let unmounted = Mutex(false)
+    /// Serving threads, and how many wait for a request.
+    private let pool = Mutex<(total: Int, idle: Int)>((0, 0))
+    private let running = DispatchGroup()
 
     init(fileSystem: ProtectedFileSystem, device: FUSEDevice) {
         self.fileSystem = fileSystem
@@ -48,19 +54,9 @@ public final class MountedFileSystem: Sendable {
             evicting.withLock { $0 = false }
             fileSystem.nodes.overflowing.signal()
         }
-        await withTaskGroup(of: Void.self) { group in
-            for _ in 0..<Self.threads {
-                group.addTask { [self] in
-                    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-                        let thread = Thread { [self] in
-                            serveRequests()
-                            done.resume()
-                        }
-                        thread.stackSize = 1 << 20
-                        thread.start()
-                    }
-                }
-            }
+        for _ in 0..<Self.threads { startThread() }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            running.notify(queue: .global()) { done.resume() }
         }
         close(device.fd)
         device.monitor?.release()
@@ -89,13 +85,32 @@ public final class MountedFileSystem: Sendable {
     }
 
     /// One serving thread: reads a request, answers it, until the device says the mount is gone.
+    /// One more serving thread (counted in ``running`` until it ends, at the unmount).
+    private func startThread() {
+        pool.withLock { $0.total += 1 }
+        running.enter()
+        let thread = Thread { [self] in
+            serveRequests()
+            running.leave()
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
     private func serveRequests() {
         let size = Self.maxWrite + 64 * 1024
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
         let replier = FUSEReplier(fd: device.fd)
         while true {
+            pool.withLock { $0.idle += 1 }
             let n = Glibc.read(device.fd, buffer.baseAddress, size)
+            // The last idle thread took a request: one more waits for the next.
+            let grow = pool.withLock { pool -> Bool in
+                pool.idle -= 1
+                return pool.idle == 0 && pool.total < Self.maxThreads
+            }
+            if grow, n > 0 { startThread() }
             if n < 0 {
                 switch errno {
                 case EINTR, EAGAIN, ENOENT: continue     // ENOENT: a request interrupted before it was read
