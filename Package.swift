@@ -268,7 +268,9 @@ let package = Package(
             ]
         ),
         .target(name: "DataProtectionTestSupport", dependencies: ["DataProtection", "DataProtectionKeybag"], path: "Tests/DataProtectionTestSupport"),
-        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtectionLifecycle", "DataProtection", "DataProtectionKeybag", .product(name: "SystemPackage", package: "swift-system")], path: "Tests/dp-test-app"),
+        .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtectionLifecycle", "DataProtectionSQLite", "DataProtection",
+                                                             "DataProtectionKeybag", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "SystemPackage", package: "swift-system")],
+                          path: "Tests/dp-test-app"),
         .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
         .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionIPC", "dpctl", "dp-test-app", "dp-sandbox-exec", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(name: "DataProtectionLifecycleTests", dependencies: ["DataProtectionTestSupport", "DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dpctl", "dp-test-app", "dp-sandbox-exec"]),

@@ -1,5 +1,6 @@
 import CFUSEKernel
 import CLinuxShims
+import DataProtectionKeybag
 import Foundation
 import Logging
 import Synchronization
@@ -161,7 +162,9 @@ extension FUSEDevice {
     /// Whether something is mounted at `path` (`/proc/self/mountinfo`'s fifth field, whose
     /// spaces, tabs, newlines and backslashes are octal escapes).
     static func isMounted(_ path: String) -> Bool {
-        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return true }
+        // Read to its end (a /proc file says it is empty).
+        guard let bytes = try? POSIXFile.readAll("/proc/self/mountinfo") else { return true }
+        let table = String(decoding: bytes, as: UTF8.self)
         var escaped = ""
         for character in path {
             switch character {

@@ -67,7 +67,7 @@ extension ProtectedFileSystem {
             guard code == EEXIST, !exclusive else { throw FUSEErrno(code) }
             return (try nodes.lookup(name, in: parent), false)
         }
-        let cls = defaultClass(in: parent)
+        let cls = newFileClass(named: name, in: parent)
         let engine: ProtectedFileEngine
         do {
             engine = try runBlocking { [files] in try await files.createEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(name), protection: cls) }
@@ -408,6 +408,33 @@ extension ProtectedFileSystem {
         }
         return nil
     }
+
+    /// The class of a new file `name` in `directory`: the directory's default — and, for SQLite's
+    /// files beside a database (`NAME-wal`, `NAME-shm`, `NAME-journal`), at least the database's
+    /// class, as Apple's SQLite gives a database's journals its protection: a class-A database's
+    /// WAL is never written at the directory's weaker class, whichever program opens it.
+    func newFileClass(named name: [UInt8], in directory: FileNode) -> ProtectionClass {
+        let inherited = defaultClass(in: directory)
+        for suffix in Self.databaseSidecarSuffixes where name.count > suffix.count && name.suffix(suffix.count).elementsEqual(suffix) {
+            let database = Array(name.dropLast(suffix.count))
+            var st = stat()
+            guard withName(database, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, st.st_mode & S_IFMT == S_IFREG else { break }
+            var kind = kinds.kind(of: st)
+            if kind == nil {
+                let fd = withName(database) { openat(directory.fd, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+                if fd >= 0 {
+                    var opened = stat()
+                    if fstat(fd, &opened) == 0, InodeIdentity(opened) == InodeIdentity(st) { kind = Self.kind(of: fd, opened) }
+                    close(fd)
+                }
+            }
+            if case .protected(let prefix)? = kind { return max(inherited, prefix.protectionClass) }
+            break
+        }
+        return inherited
+    }
+
+    static let databaseSidecarSuffixes = ["-wal", "-shm", "-journal"].map { Array($0.utf8) }
 
     /// A directory's own default (`user.dataprotection.class`), read once and kept while the
     /// directory's change time stays the same (the attribute may be changed directly in the

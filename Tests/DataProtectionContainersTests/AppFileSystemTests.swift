@@ -228,6 +228,31 @@ struct AppFileSystemTests {
         }
     }
 
+    /// A database inside an app (a Core Data store's shape): plain SQLite pages through the file
+    /// system, never encrypted twice; the database and its WAL files of the class asked for; no
+    /// plaintext under the data root; readable inside the app by the sqlite3 CLI.
+    @Test func aDatabaseInsideAnAppIsPlainSQLiteOnTheFileSystem() throws {
+        let world = try AppWorld.make()
+        let container = try world.install("com.example.store")   // class C by default: the database asks for A
+        let db = container + "/Library/Application Support/store.db"
+        let made = try world.testApp("com.example.store", ["database", db, "marker-row"])
+        #expect(made.out == "rows 100 served yes class complete\n", "\(made.out) \(made.stderr)")
+        let again = try world.testApp("com.example.store", ["database", db, "marker-row"])
+        #expect(again.out == "rows 200 served yes class complete\n", "\(again.out) \(again.stderr)")
+        // Another program on the same database (Python's sqlite3, in a class-C container): the
+        // WAL files it makes get the database's class, not the directory's.
+        let inside = try world.shell("com.example.store", """
+            cd 'Library/Application Support' && /usr/bin/sqlite3 store.db 'pragma integrity_check; select count(*) from t;' && /usr/bin/python3 -c "
+            import os, sqlite3
+            c = sqlite3.connect('store.db'); c.execute('insert into t values (1)'); c.commit()
+            print(' '.join(os.getxattr(f, 'user.dataprotection.class').decode() for f in ('store.db', 'store.db-wal', 'store.db-shm')))"
+            """)
+        #expect(inside.out == "ok\n200\ncomplete complete complete\n", "\(inside.out) \(inside.stderr)")
+        let grep = try ChildProcess.run("/bin/grep", ["-rl", "marker-row", world.cli.root])
+        #expect(grep.out.isEmpty, "plaintext under the data root: \(grep.out)")
+        #expect(!FileManager.default.fileExists(atPath: db + "-dpkey"), "no key file: the database has no key of its own")
+    }
+
     /// One app making files by the thousand does not leave the others without the server's
     /// descriptors: past half of what it may hold, the inodes nobody uses are given back to the
     /// kernel (here a server allowed 400, while an app makes 3,000 files and another works).

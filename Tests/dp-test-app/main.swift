@@ -5,6 +5,8 @@ import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSharing
 import DataProtectionLifecycle
+import DataProtectionSQLite
+import GRDB
 import SystemPackage
 import Foundation
 
@@ -152,6 +154,21 @@ case "write":
     do {
         try await app.files.write(Data(arguments[2].utf8), to: url)
         print("wrote \(url.path) class \(try app.files.protection(ofItemAt: url).fileClass.map(\.shortName) ?? "plain")")
+    } catch { fail("\(error)", status: error is ProtectedFileError ? 3 : 1) }
+
+case "database":
+    // A database inside the app, as a Core Data store would be: 100 rows holding MARKER, class A.
+    guard arguments.count == 3, let app = CurrentApp.shared else { fail("usage: database PATH MARKER (as an app)") }
+    do {
+        let db = try await ProtectedDatabase.open(at: URL(fileURLWithPath: arguments[1]), keybag: app.keybag, protection: .complete)
+        let marker = arguments[2]
+        try await db.write { d in
+            try d.execute(sql: "CREATE TABLE IF NOT EXISTS t(v TEXT)")
+            for i in 0..<100 { try d.execute(sql: "INSERT INTO t VALUES (?)", arguments: ["\(marker) \(i)"]) }
+        }
+        let count = try await db.read { d in try Int.fetchOne(d, sql: "SELECT count(*) FROM t") ?? 0 }
+        print("rows \(count) served \(db.isServedByFileSystem ? "yes" : "no") class \(db.protectionClass.shortName)")
+        try await db.close()
     } catch { fail("\(error)", status: error is ProtectedFileError ? 3 : 1) }
 
 case "read":

@@ -3,6 +3,7 @@ import DataProtection
 import Foundation
 import GRDB
 import Synchronization
+import SystemPackage
 
 /// An encrypted database under a protection class, like a CoreData store in an iOS app's
 /// container: its random 256-bit key is wrapped by the device keybag, and it follows the lock.
@@ -36,17 +37,25 @@ public final class ProtectedDatabase: Sendable {
 
     private struct State {
         var writer: (any DatabaseWriter)?
-        var context: CipherContext
+        /// The page cipher's state; `nil` for a database the protected file system serves.
+        var context: CipherContext?
         var protectionClass: ProtectionClass
         var observers: (event: UUID, discard: UUID)?
     }
     private let state: Mutex<State>
     private let mode: Mode
     private let configuration: Configuration
-    private var context: CipherContext { state.withLock { $0.context } }
-    private var files: ProtectedFileManager { ProtectedFileManager(keybag: keybag) }
+    private var context: CipherContext? { state.withLock { $0.context } }
+    private var files: ProtectedFileManager {
+        var files = ProtectedFileManager(keybag: keybag)
+        files.servedByFileSystem = isServedByFileSystem
+        return files
+    }
+    /// Whether the protected file system serves the database (inside an app): SQLite then reads
+    /// and writes plaintext pages through it, which seals them; the database has no key of its own.
+    public var isServedByFileSystem: Bool { context == nil }
 
-    private init(url: URL, keybag: Keybag, format: SQLCipherFormat, protectionClass: ProtectionClass, context: CipherContext,
+    private init(url: URL, keybag: Keybag, format: SQLCipherFormat, protectionClass: ProtectionClass, context: CipherContext?,
                  mode: Mode, configuration: Configuration) {
         self.url = url
         self.keybag = keybag
@@ -63,6 +72,9 @@ public final class ProtectedDatabase: Sendable {
     ///   the class is unavailable now; ``DatabaseCipherError`` for a missing key file or damage.
     public static func open(at url: URL, keybag: Keybag, protection: ProtectionClass? = nil, mode: Mode = .pool,
                             format: SQLCipherFormat = .sqlcipher4, configuration: Configuration = Configuration()) async throws -> ProtectedDatabase {
+        if ProtectedFileManager.isServedByProtectedFileSystem(url.deletingLastPathComponent().path) {
+            return try await openServed(at: url, keybag: keybag, protection: protection, mode: mode, format: format, configuration: configuration)
+        }
         let files = ProtectedFileManager(keybag: keybag)
         let keyURL = DatabaseKeyFile.url(for: url)
         let databaseExists = ((try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0) > 0
@@ -162,6 +174,7 @@ public final class ProtectedDatabase: Sendable {
     /// reader connections — before the keybag goes on, so no query is answered from a cache
     /// once the class is gone. (It waits for a transaction in progress to end.)
     private func withdrawKeys() {
+        guard let context else { return }
         context.seal()
         guard let writer = state.withLock({ $0.writer }) else { return }
         if let pool = writer as? DatabasePool { pool.releaseMemory() }
@@ -170,14 +183,14 @@ public final class ProtectedDatabase: Sendable {
 
     /// Unwraps the key again (after an unlock) and gives it back to the connections.
     private func restoreKeys() async throws {
-        guard context.isSealed else { return }
+        guard let context, context.isSealed else { return }
         let record = try DatabaseKeyFile.parse(try await files.contents(of: DatabaseKeyFile.url(for: url)),
                                                path: DatabaseKeyFile.url(for: url).path)
         context.unseal(try Self.cipher(for: record, databasePath: url.path).0)
     }
 
     /// Whether the database can be used now.
-    public var isAvailable: Bool { !context.isSealed }
+    public var isAvailable: Bool { !(context?.isSealed ?? false) }
 
     /// The database's protection class.
     public var protectionClass: ProtectionClass { state.withLock { $0.protectionClass } }
@@ -222,7 +235,7 @@ public final class ProtectedDatabase: Sendable {
 
     private func available(writing: Bool) async throws -> any DatabaseWriter {
         let writer = try self.writer
-        if context.isSealed {
+        if context?.isSealed == true {
             do {
                 try await restoreKeys()
             } catch ProtectedFileError.unavailable(_, let cls, let lockState, _) {
@@ -241,6 +254,7 @@ public final class ProtectedDatabase: Sendable {
     /// do { try db.writer.read { … } } catch { throw db.explain(error, writing: false) }
     /// ```
     public func explain(_ error: any Error, writing: Bool) -> any Error {
+        guard let context else { return error }   // served: the file system's errors, explained with the lock state
         let translated = Self.ownKeyFailed(DatabaseCipherError.translate(error, context: context))
         if case DatabaseCipherError.keysWithdrawn = translated {
             // Keys are withdrawn only when the class's key was discarded: the device is locked.
@@ -251,6 +265,10 @@ public final class ProtectedDatabase: Sendable {
 
     /// ``explain(_:writing:)`` with the lock state asked of the keybag.
     private func explainWithLockState(_ error: any Error, writing: Bool) async -> any Error {
+        // Served: the file system refuses a locked class (EACCES); SQLite says "I/O error".
+        if isServedByFileSystem, protectionClass != .noProtection, (try? await keybag.generation(of: protectionClass)) == nil {
+            return ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass, lockState: await keybag.lockState, writing: writing)
+        }
         let explained = explain(error, writing: writing)
         if case ProtectedFileError.unavailable(let path, let cls, _, let writing) = explained {
             return ProtectedFileError.unavailable(path: path, protectionClass: cls, lockState: await keybag.lockState, writing: writing)
@@ -264,6 +282,7 @@ public final class ProtectedDatabase: Sendable {
     /// (``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``) while the
     /// class is unavailable.
     public func rawKeyHex() async throws -> String {
+        try refuseServed("its raw key")
         let record = try DatabaseKeyFile.parse(try await files.contents(of: DatabaseKeyFile.url(for: url)),
                                                path: DatabaseKeyFile.url(for: url).path)
         return SQLCipherKey.hex(record.key)
@@ -276,6 +295,7 @@ public final class ProtectedDatabase: Sendable {
     /// Connections are closed and reopened: take ``writer`` again afterwards. Other processes
     /// must not have the database open.
     public func rekey() async throws {
+        try refuseServed("rekeying")
         let keyURL = DatabaseKeyFile.url(for: url)
         let protectionClass = self.protectionClass
         let old = try DatabaseKeyFile.parse(try await files.contents(of: keyURL), path: keyURL.path)
@@ -307,6 +327,14 @@ public final class ProtectedDatabase: Sendable {
 
     /// Changes the class: the key is rewrapped, the database is not re-encrypted.
     public func setProtection(_ protectionClass: ProtectionClass) async throws {
+        if isServedByFileSystem {
+            // The file system rewraps each file's key: the database and its WAL files.
+            for path in [url.path] + Self.sidecars(of: url.path) where FileManager.default.fileExists(atPath: path) {
+                try await files.setProtection(protectionClass, ofItemAt: URL(fileURLWithPath: path))
+            }
+            state.withLock { $0.protectionClass = protectionClass }
+            return
+        }
         try await files.setProtection(protectionClass, ofItemAt: DatabaseKeyFile.url(for: url))
         state.withLock { $0.protectionClass = protectionClass }
     }
@@ -322,5 +350,51 @@ public final class ProtectedDatabase: Sendable {
             await keybag.removeDiscardObserver(observers.discard)
         }
         try writer?.close()
+    }
+
+    // MARK: - On the protected file system
+
+    /// The files SQLite keeps beside a database in WAL mode.
+    static func sidecars(of path: String) -> [String] { [path + "-wal", path + "-shm"] }
+
+    /// A database inside an app whose containers the protected file system serves: plain SQLite
+    /// pages through it (it seals them in the file's segments: never encrypted twice), in WAL
+    /// mode, the database and its WAL files made with the class asked for before SQLite opens
+    /// them (so no page is ever written under a weaker class). No key file, no key.
+    private static func openServed(at url: URL, keybag: Keybag, protection: ProtectionClass?, mode: Mode, format: SQLCipherFormat,
+                                   configuration: Configuration) async throws -> ProtectedDatabase {
+        var files = ProtectedFileManager(keybag: keybag)
+        files.servedByFileSystem = true
+        let existing = try? files.protection(ofItemAt: url)
+        let protectionClass = protection ?? existing?.fileClass ?? files.defaultProtection(forNewItemAt: url)
+        for path in [url.path] + sidecars(of: url.path) where !FileManager.default.fileExists(atPath: path) {
+            let handle = try await files.createFile(at: URL(fileURLWithPath: path), protection: protectionClass)
+            try await handle.close()
+        }
+        var configuration = configuration
+        configuration.prepareDatabase { db in   // after the caller's own (GRDB runs them in order)
+            try db.execute(sql: "PRAGMA journal_mode = WAL")   // a rollback journal would be made anew, at the directory's class
+        }
+        let writer: any DatabaseWriter
+        do {
+            writer = switch mode {
+            case .queue: try DatabaseQueue(path: url.path, configuration: configuration)
+            case .pool: try DatabasePool(path: url.path, configuration: configuration)
+            }
+        } catch {
+            if protectionClass != .noProtection, (try? await keybag.generation(of: protectionClass)) == nil {
+                throw ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass, lockState: await keybag.lockState, writing: false)
+            }
+            throw error
+        }
+        let database = ProtectedDatabase(url: url, keybag: keybag, format: format, protectionClass: protectionClass,
+                                         context: nil, mode: mode, configuration: configuration)
+        database.state.withLock { $0.writer = writer }
+        return database
+    }
+
+    private func refuseServed(_ what: String) throws {
+        guard isServedByFileSystem else { return }
+        throw ProtectedFileError.fileSystem(FileSystemError(what, path: url.path, errno: .notSupported))
     }
 }
