@@ -253,6 +253,26 @@ struct AppFileSystemTests {
         #expect(!FileManager.default.fileExists(atPath: db + "-dpkey"), "no key file: the database has no key of its own")
     }
 
+    /// A device from before the file system: a plaintext file in a container (as a shell in an
+    /// app wrote them then). The app reads it, read-only; the audit reports it; `app set-protection
+    /// --reprotect` converts it, after which the app reads and writes it as any other file.
+    @Test func plaintextLeftByAnEarlierVersionIsReportedAndConverted() throws {
+        let world = try AppWorld.make()
+        let container = try world.install("com.example.old", ["--default-protection", "complete"])
+        try Data("old plaintext".utf8).write(to: URL(fileURLWithPath: container + "/Documents/old.txt"))
+        let before = try world.shell("com.example.old", "cat Documents/old.txt && echo && (echo more >> Documents/old.txt && echo appended || echo read-only)")
+        #expect(before.out == "old plaintext\nread-only\n", "\(before.out) \(before.stderr)")
+        #expect(try world.dpctl(["audit", "--app", "com.example.old"]).out.contains("DP101"))
+        let converted = try world.dpctl(["app", "set-protection", "com.example.old", "complete", "--reprotect", "--passcode-file", world.passcode])
+        #expect(converted.status == 0, "\(converted.stderr)")
+        #expect(isProtected(container + "/Documents/old.txt"))
+        let after = try world.shell("com.example.old", """
+            cat Documents/old.txt && echo more >> Documents/old.txt && echo && cat Documents/old.txt && getfattr --only-values -n user.dataprotection.class Documents/old.txt
+            """)
+        #expect(after.out == "old plaintext\nold plaintextmore\ncomplete", "\(after.out) \(after.stderr)")
+        #expect(!(try world.dpctl(["audit", "--app", "com.example.old"]).out.contains("DP101")))
+    }
+
     /// One app making files by the thousand does not leave the others without the server's
     /// descriptors: past half of what it may hold, the inodes nobody uses are given back to the
     /// kernel (here a server allowed 400, while an app makes 3,000 files and another works).
