@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtection
+import DataProtectionContainers
 import DataProtectionFileSystem
 import DataProtectionKeybag
 import Foundation
@@ -26,6 +27,8 @@ struct FileSystemBenchmark: AsyncParsableCommand {
     struct Place {
         let name: String
         let directory: String
+        /// For a place inside an app: how to run a command as the app (`dpctl app run ID --`).
+        var app: [String]? = nil
     }
 
     func run() async throws {
@@ -43,6 +46,16 @@ struct FileSystemBenchmark: AsyncParsableCommand {
         defer { try? mounted.unmount() }
         // gocryptfs, its ciphertext beside ours.
         var places = [Place(name: "plain directory", directory: base + "/plain"), Place(name: "ours", directory: base + "/mnt")]
+        // Inside an app: its container, served by the containers' file system (`dpctl app run`).
+        let dpctl = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("dpctl").path
+        if FileManager.default.isExecutableFile(atPath: dpctl) {
+            let manager = ContainerManager(files: ProtectedFileManager(keybag: keybag))
+            let app = try await manager.install(try AppIdentifier("com.example.fsbench"))
+            places.append(Place(name: "inside an app", directory: app.documents.path,
+                                app: [dpctl, "--root", keybag.root, "app", "run", "com.example.fsbench", "--"]))
+        } else {
+            print("dp-bench fs: no dpctl beside dp-bench: no figures inside an app")
+        }
         let gocryptfs = ["/usr/bin/gocryptfs", "/usr/local/bin/gocryptfs"].first { FileManager.default.isExecutableFile(atPath: $0) }
         if let gocryptfs {
             try Data("benchmark password\n".utf8).write(to: URL(fileURLWithPath: base + "/gocryptfs-pass"))
@@ -61,25 +74,28 @@ struct FileSystemBenchmark: AsyncParsableCommand {
         // A tree to untar: `files` files of 0–8 KiB in 100 directories.
         let tree = base + "/tree.tar"
         try makeTree(at: base + "/tree-source", tar: tree)
+        // The app reads the tree from its own container (a plain file there: served read-only).
+        for place in places where place.app != nil { try FileManager.default.copyItem(atPath: tree, toPath: place.directory + "/tree.tar") }
 
         var figures: [String: [String: [Double]]] = [:]
         func record(_ place: Place, _ metric: String, _ value: Double) { figures[metric, default: [:]][place.name, default: []].append(value) }
         for _ in 0..<runs {
             for place in places {
                 let d = place.directory
-                record(place, "write", try time("dd if=/dev/zero of='\(d)/seq' bs=128k count=\(megabytes * 8) conv=fsync status=none"))
+                let tar = place.app == nil ? tree : d + "/tree.tar"
+                record(place, "write", try time("dd if=/dev/zero of='\(d)/seq' bs=128k count=\(megabytes * 8) conv=fsync status=none", as: place.app))
                 dropCaches(cold)
-                record(place, "read", try time("dd if='\(d)/seq' of=/dev/null bs=128k status=none"))
+                record(place, "read", try time("dd if='\(d)/seq' of=/dev/null bs=128k status=none", as: place.app))
                 dropCaches(cold)
-                let (p50, p99) = try randomReads(d + "/seq")
+                let (p50, p99) = try randomReads(d + "/seq", as: place.app)
                 record(place, "p50", p50)
                 record(place, "p99", p99)
                 try FileManager.default.removeItem(atPath: d + "/seq")
-                record(place, "untar", try time("mkdir '\(d)/t' && tar -C '\(d)/t' -xf '\(tree)'"))
+                record(place, "untar", try time("mkdir '\(d)/t' && tar -C '\(d)/t' -xf '\(tar)'", as: place.app))
                 dropCaches(cold)
-                record(place, "ls", try time("ls -lR '\(d)/t' > /dev/null"))
-                record(place, "rm", try time("rm -rf '\(d)/t'"))
-                let (inserts, selects) = try sqlite(d + "/bench.db")
+                record(place, "ls", try time("ls -lR '\(d)/t' > /dev/null", as: place.app))
+                record(place, "rm", try time("rm -rf '\(d)/t'", as: place.app))
+                let (inserts, selects) = try sqlite(d + "/bench.db", as: place.app)
                 record(place, "inserts", inserts)
                 record(place, "selects", selects)
                 for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: d + "/bench.db" + suffix) }
@@ -111,19 +127,41 @@ struct FileSystemBenchmark: AsyncParsableCommand {
         }
         // Every figure is a time here but the two throughputs (times too, before the transform):
         // gocryptfs's time / ours is "× gocryptfs's speed".
+        // Inside an app, beside gocryptfs (the same workloads through `dpctl app run`).
+        let appVersus = { (metric: String) -> String in
+            guard let inApp = median(metric, "inside an app"), let peer = median(metric, "gocryptfs") else { return "n/a" }
+            return String(format: "%.2f", peer / inApp)
+        }
+        if places.contains(where: { $0.app != nil }) {
+            print("inside an app vs gocryptfs (speed): " + ["write", "read", "p50", "p99", "untar", "ls", "rm", "inserts", "selects"]
+                .map { "\($0) \(appVersus($0))×" }.joined(separator: ", "))
+        }
         print("targets: at least gocryptfs's speed on every line; 1.5× on untar, ls -lR and SQLite inserts")
         print("summary: " + ["write", "read", "p50", "p99", "untar", "ls", "rm", "inserts", "selects"].map { "\($0)_vs_gocryptfs=\(versus($0, false))" }.joined(separator: " ")
               + String(format: " write_mib_s=%.0f read_mib_s=%.0f p99_us=%.1f untar_s=%.2f ls_s=%.2f inserts_s=%.2f",
                        mib / (median("write", "ours") ?? .nan), mib / (median("read", "ours") ?? .nan), median("p99", "ours") ?? .nan,
-                       median("untar", "ours") ?? .nan, median("ls", "ours") ?? .nan, median("inserts", "ours") ?? .nan))
+                       median("untar", "ours") ?? .nan, median("ls", "ours") ?? .nan, median("inserts", "ours") ?? .nan)
+              + " " + ["untar", "ls", "rm", "inserts"].map { "app_\($0)_vs_gocryptfs=\(appVersus($0))" }.joined(separator: " "))
         try mounted.unmount()
         await serving.value
     }
 
-    /// Runs `script` with `sh -c`; its wall time in seconds.
-    private func time(_ script: String) throws -> Double {
-        guard let run = runTool("/bin/sh", ["-c", script], discardOutput: true) else { throw ValidationError("failed: \(script)") }
-        return run.seconds
+    /// Runs `script` with `sh -c` (as the app, with `app`: timed inside it, the launch left
+    /// out); its wall time in seconds.
+    private func time(_ script: String, as app: [String]? = nil) throws -> Double {
+        guard let app else {
+            guard let run = runTool("/bin/sh", ["-c", script], discardOutput: true) else { throw ValidationError("failed: \(script)") }
+            return run.seconds
+        }
+        let timed = "s=$(date +%s%N); \(script) || exit 1; e=$(date +%s%N); echo $((e - s))"
+        guard let run = runTool(app[0], Array(app.dropFirst()) + ["/bin/sh", "-c", timed]),
+              let ns = Double(run.output.trimmingCharacters(in: .whitespacesAndNewlines)) else { throw ValidationError("failed in the app: \(script)") }
+        return ns / 1e9
+    }
+
+    /// Runs a Python script (as the app, with `app`) and returns its output.
+    private func python(_ script: String, as app: [String]?) -> String? {
+        runTool(app?[0] ?? "/usr/bin/python3", (app.map { Array($0.dropFirst()) + ["/usr/bin/python3"] } ?? []) + ["-c", script])?.output
     }
 
     private func dropCaches(_ cold: Bool) {
@@ -136,7 +174,7 @@ struct FileSystemBenchmark: AsyncParsableCommand {
     }
 
     /// p50 and p99 of 2,000 random 4 KiB `pread`s, in µs (Python's clock around each call).
-    private func randomReads(_ path: String) throws -> (Double, Double) {
+    private func randomReads(_ path: String, as app: [String]? = nil) throws -> (Double, Double) {
         let script = """
             import os, random, time
             fd = os.open(\(pythonString(path)), os.O_RDONLY); size = os.fstat(fd).st_size; random.seed(7); times = []
@@ -145,14 +183,14 @@ struct FileSystemBenchmark: AsyncParsableCommand {
                 start = time.perf_counter_ns(); os.pread(fd, 4096, offset); times.append((time.perf_counter_ns() - start) / 1000)
             times.sort(); print(times[len(times) // 2], times[int(len(times) * 0.99)])
             """
-        guard let run = runTool("/usr/bin/python3", ["-c", script]) else { throw ValidationError("random reads failed") }
-        let parts = run.output.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-        guard parts.count == 2 else { throw ValidationError("random reads: \(run.output)") }
+        guard let output = python(script, as: app) else { throw ValidationError("random reads failed") }
+        let parts = output.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard parts.count == 2 else { throw ValidationError("random reads: \(output)") }
         return (parts[0], parts[1])
     }
 
     /// Seconds for `rows` inserts in transactions of 1,000 (WAL), and for 10,000 point selects.
-    private func sqlite(_ path: String) throws -> (Double, Double) {
+    private func sqlite(_ path: String, as app: [String]? = nil) throws -> (Double, Double) {
         let script = """
             import sqlite3, time, random
             c = sqlite3.connect(\(pythonString(path)), isolation_level=None); c.execute("pragma journal_mode=wal"); c.execute("create table t(id integer primary key, v text)")
@@ -164,9 +202,9 @@ struct FileSystemBenchmark: AsyncParsableCommand {
             for _ in range(10000): c.execute("select v from t where id = ?", (random.randrange(1, \(rows)),)).fetchone()
             print(inserts, time.perf_counter() - start)
             """
-        guard let run = runTool("/usr/bin/python3", ["-c", script]) else { throw ValidationError("SQLite failed") }
-        let parts = run.output.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-        guard parts.count == 2 else { throw ValidationError("SQLite: \(run.output)") }
+        guard let output = python(script, as: app) else { throw ValidationError("SQLite failed") }
+        let parts = output.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard parts.count == 2 else { throw ValidationError("SQLite: \(output)") }
         return (parts[0], parts[1])
     }
 
