@@ -106,6 +106,11 @@ extension ProtectedFileSystem {
         replier.reply(request.unique, out)
     }
 
+    /// Refuses a reserved name (``reservedNames``): `EPERM`.
+    func refuseReserved(_ name: [UInt8]) throws(FUSEErrno) {
+        if reservedNames.contains(name) { throw FUSEErrno(EPERM) }
+    }
+
     /// Refuses set-user-ID and set-group-ID bits on anything but a directory (whose set-group-ID
     /// bit only passes its group on), where the mount is asked to (``refusesSetID``).
     func refuseSetID(_ mode: UInt32, _ kind: mode_t) throws(FUSEErrno) {
@@ -161,6 +166,7 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(request.nodeID)
         let argument = try request.argument(fuse_mkdir_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mkdir_in.self))
+        try refuseReserved(name)
         guard withName(name, { mkdirat(parent.fd, $0, argument.mode & 0o7777) }) == 0 else { throw FUSEErrno(errno) }
         let (node, st) = try nodes.lookup(name, in: parent)
         replier.reply(request.unique, entry(node, st))
@@ -170,6 +176,7 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(request.nodeID)
         let argument = try request.argument(fuse_mknod_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mknod_in.self))
+        try refuseReserved(name)
         try refuseSetID(argument.mode, argument.mode & S_IFMT)
         switch argument.mode & S_IFMT {
         case S_IFREG:
@@ -190,6 +197,7 @@ extension ProtectedFileSystem {
     func symbolicLink(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let parent = try nodes.node(request.nodeID)
         let (name, rest) = try FUSERequest.name(in: request.body)
+        try refuseReserved(name)
         guard let end = rest.firstIndex(of: 0) else { throw FUSEErrno(EINVAL) }
         let target = Array(rest[rest.startIndex..<end])
         guard !target.isEmpty, target.count < Int(PATH_MAX) else { throw FUSEErrno(target.isEmpty ? ENOENT : ENAMETOOLONG) }
@@ -210,6 +218,7 @@ extension ProtectedFileSystem {
     func remove(_ request: FUSERequest, _ replier: FUSEReplier, directory: Bool) throws(FUSEErrno) {
         let parent = try nodes.node(request.nodeID)
         let (name, _) = try FUSERequest.name(in: request.body)
+        try refuseReserved(name)
         guard withName(name, { unlinkat(parent.fd, $0, directory ? AT_REMOVEDIR : 0) }) == 0 else { throw FUSEErrno(errno) }
         replier.reply(request.unique)
     }
@@ -227,6 +236,8 @@ extension ProtectedFileSystem {
         let newParent = try nodes.node(newParentID)
         let (old, rest) = try FUSERequest.name(in: names)
         let (new, _) = try FUSERequest.name(in: rest)
+        try refuseReserved(old)
+        try refuseReserved(new)
         let renamed = withName(old) { from in withName(new) { to in cfuse_renameat2(parent.fd, from, newParent.fd, to, flags) } }
         guard renamed == 0 else { throw FUSEErrno(errno) }
         // The moved item's node (if the kernel holds one) now lives under its new parent; with
@@ -245,6 +256,7 @@ extension ProtectedFileSystem {
         let node = try nodes.node(argument.oldnodeid)
         let newParent = try nodes.node(request.nodeID)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_link_in.self))
+        try refuseReserved(name)
         guard !node.isDirectory else { throw FUSEErrno(EPERM) }
         let linked = withName(name) { linkat(AT_FDCWD, node.reopenPath, newParent.fd, $0, AT_SYMLINK_FOLLOW) }
         guard linked == 0 else { throw FUSEErrno(errno) }

@@ -47,6 +47,9 @@ public final class ProtectedFileSystem: Sendable {
     let floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)?
     /// Whether set-user-ID and set-group-ID bits are refused (`EPERM`) rather than kept.
     let refusesSetID: Bool
+    /// Names no program may make, remove, rename or link through the mount (`EPERM`), anywhere:
+    /// what the server reads its floors from (a container's metadata).
+    let reservedNames: Set<[UInt8]>
     let logger = Logger(label: "dataprotection.filesystem")
     /// Requests the kernel asked to interrupt (their program got a signal) while they run: a
     /// long one (a zero fill) stops at its next step and answers `EINTR`.
@@ -60,11 +63,12 @@ public final class ProtectedFileSystem: Sendable {
     ///     file's class or a directory's default below it is refused (`EPERM`). Asked again when
     ///     the directory's change time moves.
     ///   - refusesSetID: refuse set-user-ID and set-group-ID bits (`EPERM`), as apps need.
+    ///   - reservedNames: names no program may make, remove, rename or link through the mount.
     ///   - maxNodes: the most inodes served at once (each holds a descriptor; default: three
     ///     quarters of the descriptor limit). Past half of it, the least recently found are given
     ///     back to the kernel.
     public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
-                refusesSetID: Bool = false, maxNodes: Int? = nil) throws {
+                refusesSetID: Bool = false, reservedNames: Set<String> = [], maxNodes: Int? = nil) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
@@ -74,6 +78,7 @@ public final class ProtectedFileSystem: Sendable {
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID
+        self.reservedNames = Set(reservedNames.map { Array($0.utf8) })
     }
 
     /// Mounts the file system at `mountPoint`. Serve it with ``MountedFileSystem/serve()``.

@@ -281,25 +281,39 @@ struct AppFileSystemTests {
         try world.install("com.example.flood")
         try world.install("com.example.victim")
         let small = ["DATAPROTECTION_FS_MAX_NODES": "400"]
-        let flood = Process()
-        flood.executableURL = CLI.executable
-        flood.arguments = ["--root", world.cli.root, "app", "run", "com.example.flood", "--passcode-file", world.passcode, "--",
-                           "/usr/bin/python3", "-c", """
-            failed = 0
-            for i in range(3000):
-                try: open("Library/Caches/f%d" % i, "w").close()
-                except OSError: failed += 1
-            print("failed", failed)
-            """]
-        flood.environment = ProcessInfo.processInfo.environment.merging(small) { $1 }
-        let floodOut = Pipe()
-        flood.standardOutput = floodOut
-        try flood.run()
-        let victim = try world.dpctl(["app", "run", "com.example.victim", "--passcode-file", world.passcode, "--", "/bin/sh", "-c",
-                                      "for i in $(seq 1 300); do echo $i > Documents/v$i || exit 1; done; cat Documents/v300"], environment: small)
+        func start(_ id: String, _ script: String, input: Pipe? = nil) throws -> (Process, Pipe) {
+            let process = Process()
+            process.executableURL = CLI.executable
+            process.arguments = ["--root", world.cli.root, "app", "run", id, "--passcode-file", world.passcode, "--", "/bin/sh", "-c", script]
+            process.environment = ProcessInfo.processInfo.environment.merging(small) { $1 }
+            let out = Pipe()
+            process.standardOutput = out
+            if let input { process.standardInput = input }
+            try process.run()
+            return (process, out)
+        }
+        // The victim is in its container before the flood, and looks again after it: what the
+        // sandbox mounted (its container, its metadata) and its working directory are still there.
+        let go = Pipe()
+        let (victim, victimOut) = try start("com.example.victim", """
+            before=$(grep -c dataprotection-container.plist /proc/self/mountinfo); echo ready; read line
+            for i in $(seq 1 300); do echo $i > Documents/v$i || exit 1; done
+            after=$(grep -c dataprotection-container.plist /proc/self/mountinfo)
+            /bin/pwd -P > /dev/null && echo "mounts $before $after cwd ok" && cat Documents/v300
+            """, input: go)
+        #expect(try readLine(victimOut.fileHandleForReading) == "ready")
+        let (flood, floodOut) = try start("com.example.flood", """
+            failed=0; for i in $(seq 1 3000); do : > Library/Caches/f$i || failed=$((failed + 1)); done; echo failed $failed
+            """)
         flood.waitUntilExit()
-        #expect(victim.status == 0 && victim.out == "300\n", "\(victim.out) \(victim.stderr)")
         #expect(String(decoding: floodOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "failed 0\n")
+        go.fileHandleForWriting.write(Data("go\n".utf8))
+        victim.waitUntilExit()
+        #expect(String(decoding: victimOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "mounts 1 1 cwd ok\n300\n")
+        // The metadata's name is reserved: no app removes one or plants one.
+        let reserved = try world.shell("com.example.victim", [attempt("remove", "rm -f .dataprotection-container.plist"),
+                                                              attempt("plant", "touch Documents/.dataprotection-container.plist")].joined(separator: "\n"))
+        #expect(outcomes(reserved.out) == ["remove": "denied", "plant": "denied"], "\(reserved.out)")
     }
 
     /// Inside an app, following the device's lock (keybagd, its clock moved by the test): a
