@@ -59,20 +59,7 @@ extension ProtectedFileManager {
     /// `fuse.dataprotection`, as `/proc/self/mountinfo` says): inside an app, its containers.
     package static func isServedByProtectedFileSystem(_ path: String) -> Bool {
         let absolute = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
-        // Read to its end (a /proc file says it is empty).
-        guard let bytes = try? POSIXFile.readAll("/proc/self/mountinfo") else { return false }
-        let table = String(decoding: bytes, as: UTF8.self)
-        var best: (length: Int, type: Substring)?
-        for line in table.split(separator: "\n") {
-            // mount ID, parent, major:minor, root, mount point, options… " - " type source options
-            let halves = line.components(separatedBy: " - ")
-            let fields = halves[0].split(separator: " ")
-            guard halves.count >= 2, fields.count > 4, let type = halves[1].split(separator: " ").first else { continue }
-            let point = String(fields[4]).replacingOccurrences(of: "\\040", with: " ")
-            let covers = point == "/" || absolute == point || absolute.hasPrefix(point + "/")
-            if covers, point.count >= (best?.length ?? -1) { best = (point.count, type) }
-        }
-        return best?.type == "fuse.dataprotection"
+        return MountTable.mount(covering: absolute)?.type == "fuse.dataprotection"
     }
 
     /// Whether `fd` is a file of a FUSE file system (the protected file system is one).

@@ -16,8 +16,6 @@ struct FUSEDevice: Sendable {
     let fd: Int32
     /// The mount point, absolute.
     let mountPoint: String
-    /// Whether `fusermount3` made the mount (it unmounts it too).
-    let throughFusermount: Bool
     /// Our end of `fusermount3`'s socket: it stays (`auto_unmount`) until this closes — when
     /// this process ends, however it ends — and then unmounts.
     var monitor: FusermountMonitor?
@@ -67,7 +65,7 @@ struct FUSEDevice: Sendable {
             close(fd)
             throw FileSystemServerError.system("mount \(mountPoint)", code)
         }
-        return FUSEDevice(fd: fd, mountPoint: mountPoint, throughFusermount: false)
+        return FUSEDevice(fd: fd, mountPoint: mountPoint)
     }
 
     /// `fusermount3 -o OPTIONS -- MOUNTPOINT` with `_FUSE_COMMFD`: it opens `/dev/fuse`, mounts it
@@ -94,7 +92,7 @@ struct FUSEDevice: Sendable {
             throw FileSystemServerError.badMountPoint(mountPoint, "fusermount3 could not mount it (its message is above)")
         }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        var device = FUSEDevice(fd: fd, mountPoint: mountPoint, throughFusermount: true)
+        var device = FUSEDevice(fd: fd, mountPoint: mountPoint)
         device.monitor = monitor
         return device
     }
@@ -161,25 +159,7 @@ final class FusermountMonitor: Sendable {
 extension FUSEDevice {
     /// Whether something is mounted at `path` (`/proc/self/mountinfo`'s fifth field, whose
     /// spaces, tabs, newlines and backslashes are octal escapes).
-    static func isMounted(_ path: String) -> Bool {
-        // Read to its end (a /proc file says it is empty).
-        guard let bytes = try? POSIXFile.readAll("/proc/self/mountinfo") else { return true }
-        let table = String(decoding: bytes, as: UTF8.self)
-        var escaped = ""
-        for character in path {
-            switch character {
-            case " ": escaped += "\\040"
-            case "\t": escaped += "\\011"
-            case "\n": escaped += "\\012"
-            case "\\": escaped += "\\134"
-            default: escaped.append(character)
-            }
-        }
-        return table.split(separator: "\n").contains { line in
-            let fields = line.split(separator: " ", maxSplits: 5)
-            return fields.count > 4 && fields[4] == escaped
-        }
-    }
+    static func isMounted(_ path: String) -> Bool { MountTable.isMountPoint(path) }
 }
 
 /// Runs `body` with `strings` as a NULL-terminated C array.

@@ -51,25 +51,29 @@ extension ProtectedFileSystem {
     /// (it is served read-only then).
     func kind(of node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> ProtectedFilePrefix.Kind {
         if let cached = kinds.kind(of: st) { return cached }
-        var found = ProtectedFilePrefix.Kind.plain
-        if st.st_size >= 2 {
-            var fd: Int32 = -1
-            if let name {
-                fd = withName(name.name) { openat(name.parent.fd, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) }
-                var opened = stat()
-                if fd >= 0, fstat(fd, &opened) != 0 || opened.st_ino != st.st_ino || opened.st_dev != st.st_dev {
-                    close(fd)
-                    fd = -1
-                }
-            }
-            if fd < 0 { fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC) }
+        var found: ProtectedFilePrefix.Kind? = st.st_size < 2 ? .plain : nil
+        if found == nil, let name { found = readKind(named: name.name, in: name.parent, st) }
+        if found == nil {
+            let fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
             if fd >= 0 {
                 found = Self.kind(of: fd, st)
                 close(fd)
             }
         }
-        kinds.record(found, for: st)
-        return found
+        kinds.record(found ?? .plain, for: st)
+        return found ?? .plain
+    }
+
+    /// What the file `name` in `parent` (that `st` describes) is, read through that name: one
+    /// `openat`, never following a link. `nil` when it cannot be opened or the name now leads to
+    /// another inode.
+    func readKind(named name: [UInt8], in parent: FileNode, _ st: stat) -> ProtectedFilePrefix.Kind? {
+        let fd = withName(name) { openat(parent.fd, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var opened = stat()
+        guard fstat(fd, &opened) == 0, InodeIdentity(opened) == InodeIdentity(st) else { return nil }
+        return Self.kind(of: fd, st)
     }
 
     /// A protected file's prefix, `nil` for anything else.

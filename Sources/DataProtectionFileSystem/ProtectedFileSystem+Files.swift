@@ -420,16 +420,9 @@ extension ProtectedFileSystem {
             let database = Array(name.dropLast(suffix.count))
             var st = stat()
             guard withName(database, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, st.st_mode & S_IFMT == S_IFREG else { break }
-            var kind = kinds.kind(of: st)
-            if kind == nil {
-                let fd = withName(database) { openat(directory.fd, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-                if fd >= 0 {
-                    var opened = stat()
-                    if fstat(fd, &opened) == 0, InodeIdentity(opened) == InodeIdentity(st) { kind = Self.kind(of: fd, opened) }
-                    close(fd)
-                }
+            if case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: database, in: directory, st) {
+                return max(inherited, prefix.protectionClass)
             }
-            if case .protected(let prefix)? = kind { return max(inherited, prefix.protectionClass) }
             break
         }
         return inherited

@@ -1,3 +1,4 @@
+import DataProtectionKeybag
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -190,28 +191,16 @@ final class AppCgroup: Sendable {
     /// This process's cgroup in the v1 hierarchy of `controller` (hybrid systems), when one is
     /// mounted.
     private static func legacyHierarchy(_ controller: String) -> String? {
-        guard let info = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
-        for line in info.split(separator: "\n") {
-            let halves = line.components(separatedBy: " - ")
-            guard halves.count == 2, halves[1].hasPrefix("cgroup "),
-                  halves[1].split(separator: " ").last?.split(separator: ",").contains(Substring(controller)) == true else { continue }
-            let fields = halves[0].split(separator: " ")
-            guard fields.count > 4, fields[3] == "/", let own = ownCgroup(in: ":\(controller):") else { continue }
-            return String(fields[4]) + (own == "/" ? "" : own)
+        for entry in MountTable.entries() ?? [] where entry.type == "cgroup" && entry.superOptions.contains(controller) {
+            guard entry.root == "/", let own = ownCgroup(in: ":\(controller):") else { continue }
+            return entry.mountPoint + (own == "/" ? "" : own)
         }
         return nil
     }
 
     /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `…/unified` on a hybrid system).
     private static func cgroup2Mount() -> String? {
-        guard let info = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
-        for line in info.split(separator: "\n") {
-            let halves = line.components(separatedBy: " - ")
-            guard halves.count == 2, halves[1].hasPrefix("cgroup2 ") else { continue }
-            let fields = halves[0].split(separator: " ")
-            if fields.count > 4 { return String(fields[4]) }
-        }
-        return nil
+        MountTable.entries()?.first { $0.type == "cgroup2" }?.mountPoint
     }
 
     /// This process's cgroup path in a hierarchy of `/proc/self/cgroup`: `0::` for cgroup v2,
