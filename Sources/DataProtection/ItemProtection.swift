@@ -73,17 +73,13 @@ public enum ItemInspector {
     }
 
     /// The plaintext size of a file, from its length alone (for protected files: the length
-    /// minus the header and 28 bytes per segment). Not authenticated until the file is read.
+    /// minus the header and 28 bytes per segment, FORMAT.md §3). Not authenticated until the file is read.
     public static func plaintextSize(ofItemAt url: URL) throws -> Int64 {
         let path = url.path
         guard let st = POSIXFile.status(path) else { throw ProtectedFileError.noSuchFile(path: path) }
         guard case .protected = try protection(ofItemAt: url) else { return Int64(st.st_size) }
         let header = try ProtectedFileHeader.parse(try wrapFS { try readPrefix(path) }, path: path)
-        let body = Int64(st.st_size) - Int64(ProtectedFileHeader.size)
-        guard body >= Int64(SegmentCipher.overhead) else { return 0 }
-        let sealed = Int64(header.segmentSize + SegmentCipher.overhead)
-        let count = (body + sealed - 1) / sealed
-        return body - count * Int64(SegmentCipher.overhead)
+        return header.layout.plaintextSize(fileSize: Int64(st.st_size))?.size ?? 0
     }
 
     /// Whether a protected file is bound to this device ("this device only"); `false` for

@@ -17,6 +17,8 @@ protocol PlaintextStorage: AnyObject {
     /// Fills a new, empty file from `source` (which fills the buffer it is given and returns the
     /// byte count, 0 at the end).
     func writeStream(from source: (UnsafeMutableRawBufferPointer) throws -> Int) throws
+    /// Ends a run of writes in place (FORMAT.md §3, "Writing in place").
+    func settle() throws
 }
 
 extension SegmentedFile: PlaintextStorage {}
@@ -72,4 +74,7 @@ final class PlainFileStorage: PlaintextStorage {
             offset += Int64(n)
         }
     }
+
+    /// Nothing to settle: the file system settles the files it serves.
+    func settle() throws {}
 }

@@ -29,7 +29,7 @@ package final class ProtectedFileEngine: @unchecked Sendable {
 
     /// What the file's header says without a key (its class and segment size).
     package var prefix: ProtectedFilePrefix {
-        ProtectedFilePrefix(protectionClass: protectionClass, segmentSizeLog2: file.header.segmentSizeLog2)
+        ProtectedFilePrefix(protectionClass: protectionClass, layout: file.header.layout)
     }
 
     package func read(at offset: Int64, count: Int) throws -> Data { try file.read(at: offset, count: count) }
@@ -38,6 +38,10 @@ package final class ProtectedFileEngine: @unchecked Sendable {
 
     /// Cuts or zero-extends the file to `size` bytes.
     package func truncate(to size: Int64) throws { try file.truncate(to: size) }
+
+    /// Ends a run of writes (at an fsync, at the last close): the file's end is authenticated
+    /// again (FORMAT.md §3, "Writing in place"). Cheap when nothing was written.
+    package func settle() throws { try file.settle() }
 }
 
 extension ProtectedFileManager {
@@ -60,7 +64,7 @@ extension ProtectedFileManager {
     package func createEngine(fd: FileDescriptor, path: String, protection: ProtectionClass) async throws -> ProtectedFileEngine {
         try await ProtectedFileError.translating(path: path, writing: true) {
             let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: randomAccessSegmentSizeLog2, path: path)
-            let file = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
+            let file = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys, inPlace: true)
             return ProtectedFileEngine(file: file, fd: fd)
         }
     }
@@ -106,29 +110,31 @@ package struct ProtectedFilePrefix: Sendable, Equatable {
     }
 
     package let protectionClass: ProtectionClass
-    package let segmentSizeLog2: UInt8
+    let layout: SegmentLayout
 
     /// The bytes to read from the start of a file to decide.
     package static let length = ProtectedFileHeader.size
 
-    package init(protectionClass: ProtectionClass, segmentSizeLog2: UInt8) {
+    init(protectionClass: ProtectionClass, layout: SegmentLayout) {
         self.protectionClass = protectionClass
-        self.segmentSizeLog2 = segmentSizeLog2
+        self.layout = layout
+    }
+
+    /// A prefix of format `version` (FORMAT.md §3) with segments of `2^segmentSizeLog2` bytes.
+    package init(protectionClass: ProtectionClass, version: UInt16, segmentSizeLog2: UInt8) {
+        self.init(protectionClass: protectionClass, layout: SegmentLayout(version: version, log2: segmentSizeLog2))
     }
 
     /// `nil` when `bytes` are not a protected file's header.
     package init?(_ bytes: [UInt8]) {
         guard ProtectedFileHeader.looksProtected(bytes), let header = try? ProtectedFileHeader.parse(bytes, path: "") else { return nil }
         protectionClass = header.protectionClass
-        segmentSizeLog2 = header.segmentSizeLog2
+        layout = header.layout
     }
 
-    /// The plaintext length of a protected file of `fileSize` bytes (not authenticated).
+    /// The plaintext length of a protected file of `fileSize` bytes (not authenticated; 0 when
+    /// no whole segment fits).
     package func plaintextSize(fileSize: Int64) -> Int64 {
-        let body = fileSize - Int64(ProtectedFileHeader.size)
-        guard body >= Int64(SegmentCipher.overhead) else { return 0 }
-        let sealed = Int64((1 << Int(segmentSizeLog2)) + SegmentCipher.overhead)
-        let count = (body + sealed - 1) / sealed
-        return body - count * Int64(SegmentCipher.overhead)
+        layout.plaintextSize(fileSize: fileSize)?.size ?? 0
     }
 }

@@ -32,18 +32,16 @@ public actor ProtectedFileHandle {
     private let keybag: Keybag
     private var fd: FileDescriptor?
     /// The protected file's header (`nil` for a file the protected file system serves).
-    private let headerBytes: [UInt8]
     private let header: ProtectedFileHeader?
     private var engine: (any PlaintextStorage)?
     private var keyGeneration: Int?
     private var position: Int64 = 0
 
-    init(url: URL, keybag: Keybag, fd: FileDescriptor, headerBytes: [UInt8], header: ProtectedFileHeader,
+    init(url: URL, keybag: Keybag, fd: FileDescriptor, header: ProtectedFileHeader,
          engine: SegmentedFile, keyGeneration: Int?, writable: Bool) {
         self.url = url
         self.keybag = keybag
         self.fd = fd
-        self.headerBytes = headerBytes
         self.header = header
         self.protectionClass = header.protectionClass
         self.segmentSizeLog2 = header.segmentSizeLog2
@@ -58,7 +56,6 @@ public actor ProtectedFileHandle {
         self.url = url
         self.keybag = keybag
         self.fd = fd
-        self.headerBytes = []
         self.header = nil
         self.protectionClass = protectionClass
         self.segmentSizeLog2 = ProtectedFileHeader.randomAccessSegmentSizeLog2
@@ -98,7 +95,13 @@ public actor ProtectedFileHandle {
         if let engine, generation == keyGeneration { return engine }
         let reopened = try await ProtectedFileError.translating(path: path, writing: writing) {
             let key = try await keybag.unwrapFileKey(header.wrappedKey)
-            return try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
+            // The header as it is now: writing in place marks it (FORMAT.md §3).
+            let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+            let current = try ProtectedFileHeader.parse(headerBytes, path: path)
+            guard current.fileID == header.fileID else {
+                throw ProtectedFileError.damaged(path: path, reason: "its header changed while it was open")
+            }
+            return try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: current,
                                           keys: FileKeys(fileKey: key, fileID: header.fileID))
         }
         engine = reopened
@@ -178,16 +181,26 @@ public actor ProtectedFileHandle {
     /// Flushes written data to the disk (`fsync`).
     public func synchronize() async throws {
         guard let fd else { throw ProtectedFileError.closed(path: path) }
-        try await ProtectedFileError.translating(path: path, writing: true) { try POSIXFile.sync(fd, path: path) }
+        try await ProtectedFileError.translating(path: path, writing: true) {
+            try POSIXFile.sync(fd, path: path)
+            // Once the data is on the disk, the file's end is authenticated again (FORMAT.md §3).
+            try engine?.settle()
+        }
     }
 
     /// Closes the handle and forgets the file key. Reopening a class-B file needs an unlock.
     public func close() async throws {
         guard let fd else { return }
         self.fd = nil
-        engine = nil
+        let engine = self.engine
+        self.engine = nil
         try await ProtectedFileError.translating(path: path, writing: false) {
+            var settling: (any Error)?
+            if isWritable {
+                do { try engine?.settle() } catch { settling = error }
+            }
             try POSIXFile.system("close", path) { try fd.close() }
+            if let settling { throw settling }
         }
     }
 

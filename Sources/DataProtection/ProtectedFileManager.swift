@@ -134,6 +134,7 @@ public struct ProtectedFileManager: Sendable {
             try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
                 let file = try SegmentedFile.create(fd: fd, path: temp, header: header, keys: keys)
                 try fill(file)
+                try file.settle()
             }
         }
     }
@@ -209,7 +210,10 @@ public struct ProtectedFileManager: Sendable {
             throw ProtectedFileError.invalidRange(path: path, reason: "segment size 2^\(segmentSizeLog2) (2^12 to 2^24)")
         }
         let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: thisDeviceOnly)
-        let header = ProtectedFileHeader(segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
+        // Files made for random access are written in place: page-aligned segments (format 2),
+        // so that a write cut short leaves every segment whole.
+        let version = segmentSizeLog2 == ProtectedFileHeader.randomAccessSegmentSizeLog2 ? ProtectedFileHeader.pageAlignedVersion : ProtectedFileHeader.version
+        let header = ProtectedFileHeader(version: version, segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
         return (header, FileKeys(fileKey: key, fileID: header.fileID))
     }
 
@@ -217,9 +221,9 @@ public struct ProtectedFileManager: Sendable {
     /// writing its header and its one empty final segment.
     func newFileHandle(owning fd: FileDescriptor, url: URL, header: ProtectedFileHeader, keys: FileKeys) async throws -> ProtectedFileHandle {
         let cls = header.protectionClass
-        let engine = try SegmentedFile.create(fd: fd, path: url.path, header: header, keys: keys)
+        let engine = try SegmentedFile.create(fd: fd, path: url.path, header: header, keys: keys, inPlace: true)
         let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
-        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: header.encoded(keys: keys), header: header,
+        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, header: header,
                                    engine: engine, keyGeneration: generation, writable: true)
     }
 
@@ -249,7 +253,7 @@ public struct ProtectedFileManager: Sendable {
         let generation = cls == .completeUnlessOpen ? nil : classGeneration
         let engine = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
                                             keys: FileKeys(fileKey: key, fileID: header.fileID))
-        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, headerBytes: headerBytes, header: header,
+        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, header: header,
                                    engine: engine, keyGeneration: generation, writable: writable)
     }
 

@@ -86,24 +86,28 @@ struct NonceBatch {
 }
 
 extension SegmentCipher {
-    /// Seals consecutive segments on every core. `plaintext` holds segments of `segmentSize`
-    /// bytes (the last may be shorter); `output` must hold exactly their sealed forms. The
-    /// last one is sealed final when `lastIsFinal`. An empty `plaintext` gives one empty segment.
-    func sealSegments(_ plaintext: UnsafeRawBufferPointer, segmentSize: Int, firstIndex: Int, lastIsFinal: Bool,
+    /// Seals consecutive segments on every core, from segment `firstIndex` of `layout`.
+    /// `plaintext` holds their plaintext back to back (every segment full but the last);
+    /// `output` must hold exactly their sealed forms. The last one is sealed final when
+    /// `lastIsFinal`. An empty `plaintext` gives one empty segment.
+    func sealSegments(_ plaintext: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, lastIsFinal: Bool,
                       into output: UnsafeMutableRawBufferPointer, threads: Int = ProcessInfo.processInfo.activeProcessorCount) throws {
-        let count = max(1, (plaintext.count + segmentSize - 1) / segmentSize)
+        let plainBase = layout.plaintextStart(ofSegment: firstIndex)
+        let sealedBase = layout.offset(ofSegment: firstIndex)
+        let count = plaintext.count == 0 ? 1 : layout.segment(containing: plainBase + Int64(plaintext.count) - 1) - firstIndex + 1
         let failure = Mutex<(any Error)?>(nil)
-        let sealedSize = segmentSize + Self.overhead
         let input = SendableRawBuffer(plaintext), out = SendableMutableRawBuffer(output)
         let nonces = NonceBatch(count: count)
         parallelForEach(count, threads: threads) { i in
-            let start = i * segmentSize
-            let length = min(segmentSize, input.buffer.count - start)
+            let index = firstIndex + i
+            let start = Int(layout.plaintextStart(ofSegment: index) - plainBase)
+            let length = min(layout.capacity(ofSegment: index), input.buffer.count - start)
+            let sealedStart = Int(layout.offset(ofSegment: index) - sealedBase)
             do {
                 let chunk = length == 0 ? UnsafeRawBufferPointer(start: nil, count: 0) : UnsafeRawBufferPointer(rebasing: input.buffer[start..<(start + length)])
-                let target = UnsafeMutableRawBufferPointer(rebasing: out.buffer[(i * sealedSize)..<(i * sealedSize + length + Self.overhead)])
+                let target = UnsafeMutableRawBufferPointer(rebasing: out.buffer[sealedStart..<(sealedStart + length + Self.overhead)])
                 try nonces.withNonce(i) { nonce in
-                    try withAssociatedData(index: firstIndex + i, final: lastIsFinal && i == count - 1) { aad in
+                    try withAssociatedData(index: index, final: lastIsFinal && i == count - 1) { aad in
                         try contexts.seal(chunk, nonce: nonce, aad: aad, into: target)
                     }
                 }
@@ -114,24 +118,29 @@ extension SegmentCipher {
         if let error = failure.withLock({ $0 }) { throw error }
     }
 
-    /// Opens consecutive sealed segments on every core into `output` (their plaintext, back to
-    /// back). Returns the file index of a segment that fails authentication, or `nil`.
-    func openSegments(_ sealed: UnsafeRawBufferPointer, segmentSize: Int, firstIndex: Int, finalIndex: Int,
+    /// Opens consecutive sealed segments of `layout`, from segment `firstIndex`, on every core
+    /// into `output` (their plaintext, back to back); segment `finalIndex` is opened as final.
+    /// Returns the file index of a segment that fails authentication, or `nil`.
+    func openSegments(_ sealed: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, finalIndex: Int,
                       into output: UnsafeMutableRawBufferPointer, threads: Int = ProcessInfo.processInfo.activeProcessorCount) -> Int? {
-        let sealedSize = segmentSize + Self.overhead
-        let count = (sealed.count + sealedSize - 1) / sealedSize
+        let plainBase = layout.plaintextStart(ofSegment: firstIndex)
+        let sealedBase = layout.offset(ofSegment: firstIndex)
+        var count = 0
+        while layout.offset(ofSegment: firstIndex + count) - sealedBase < Int64(sealed.count) { count += 1 }
         let failed = Mutex<Int?>(nil)
         let input = SendableRawBuffer(sealed), out = SendableMutableRawBuffer(output)
         parallelForEach(count, threads: threads) { i in
-            let start = i * sealedSize
-            let end = min(start + sealedSize, input.buffer.count)
             let index = firstIndex + i
+            let start = Int(layout.offset(ofSegment: index) - sealedBase)
+            let end = min(start + layout.capacity(ofSegment: index) + Self.overhead, input.buffer.count)
+            let plainStart = Int(layout.plaintextStart(ofSegment: index) - plainBase)
             let plainLength = end - start - Self.overhead
             // Straight into the output: no buffer per segment.
-            let opened = plainLength >= 0 && withAssociatedData(index: index, final: index == finalIndex) { aad in
-                contexts.open(UnsafeRawBufferPointer(rebasing: input.buffer[start..<end]), aad: aad,
-                              into: UnsafeMutableRawBufferPointer(rebasing: out.buffer[(i * segmentSize)..<(i * segmentSize + plainLength)]))
-            }
+            let opened = plainLength >= 0 && plainStart + plainLength <= out.buffer.count
+                && withAssociatedData(index: index, final: index == finalIndex) { aad in
+                    contexts.open(UnsafeRawBufferPointer(rebasing: input.buffer[start..<end]), aad: aad,
+                                  into: UnsafeMutableRawBufferPointer(rebasing: out.buffer[plainStart..<(plainStart + plainLength)]))
+                }
             if !opened { failed.withLock { $0 = min($0 ?? index, index) } }
         }
         return failed.withLock { $0 }

@@ -13,11 +13,17 @@ final class SegmentedFile {
     let fd: FileDescriptor
     let path: String
     private(set) var header: ProtectedFileHeader
+    private let keys: FileKeys
     private let cipher: SegmentCipher
-    private let segmentSize: Int
-    private var sealedSize: Int { segmentSize + SegmentCipher.overhead }
+    private let layout: SegmentLayout
     /// Plaintext length.
     private(set) var size: Int64
+    /// Whether the last segment is sealed final. Only a format-2 file left being written (its
+    /// writer killed during a write that extended it) ends otherwise, until it is settled.
+    private var lastSealedFinal = true
+    /// Whether the file on disk runs past its last segment (a truncation cut short): the excess
+    /// is cut off before the next change.
+    private var diskRunsPastEnd = false
     private var cache: (index: Int, plaintext: Data)?
     /// Sealed bytes read from the file, reused by every read (grown to the largest one).
     private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
@@ -35,13 +41,18 @@ final class SegmentedFile {
         self.fd = fd
         self.path = path
         self.header = header
+        self.keys = keys
         self.cipher = SegmentCipher(key: keys.contentKey, fileID: header.fileID)
-        self.segmentSize = header.segmentSize
+        self.layout = header.layout
         self.size = size
     }
 
-    /// Writes a header and one empty final segment to a new, empty file.
-    static func create(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys) throws -> SegmentedFile {
+    /// Writes a header and one empty final segment to a new, empty file. `inPlace`: the file
+    /// will be written in place (a format-2 file is then marked as being written from the start,
+    /// which spares a header write at its first change).
+    static func create(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys, inPlace: Bool = false) throws -> SegmentedFile {
+        var header = header
+        header.beingWritten = inPlace && header.version >= ProtectedFileHeader.pageAlignedVersion
         var bytes = header.encoded(keys: keys)
         let cipher = SegmentCipher(key: keys.contentKey, fileID: header.fileID)
         try [UInt8]().withUnsafeBytes { try cipher.seal($0, index: 0, final: true, into: &bytes) }
@@ -51,33 +62,56 @@ final class SegmentedFile {
 
     /// Opens an existing file: checks the header MAC and authenticates the last segment as
     /// final, which fixes the plaintext length (truncation and extension show up here).
+    ///
+    /// A format-2 file marked as being written may also end in a segment sealed non-final (a
+    /// write that extended it, cut short when its writer was killed), or — while a truncation
+    /// was under way — hold its new final segment with the old bytes still after it.
     static func open(fd: FileDescriptor, path: String, headerBytes: [UInt8], header: ProtectedFileHeader, keys: FileKeys) throws -> SegmentedFile {
         guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
             throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
         }
         let file = SegmentedFile(fd: fd, path: path, header: header, keys: keys, size: 0)
+        let layout = file.layout
         let fileSize = try POSIXFile.size(fd, path: path)
-        let body = fileSize - Int64(ProtectedFileHeader.size)
-        guard body >= Int64(SegmentCipher.overhead) else {
+        // A truncation under way: the file as it was meant to become.
+        func truncated() throws -> SegmentedFile? {
+            guard let target = header.truncatingTo, layout.fileSize(plaintextSize: target) <= fileSize else { return nil }
+            let last = layout.lastIndex(size: target)
+            let length = layout.plaintextLength(ofSegment: last, size: target)
+            let raw = try POSIXFile.read(fd, count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
+            guard let plaintext = file.cipher.open(raw[...], index: last, final: true) else { return nil }
+            file.size = target
+            file.cache = (last, plaintext)
+            file.diskRunsPastEnd = layout.fileSize(plaintextSize: target) < fileSize
+            return file
+        }
+        // A truncation under way comes first: its new final segment may already be written, over
+        // a file whose old end still authenticates.
+        if let file = try truncated() { return file }
+        guard fileSize - Int64(ProtectedFileHeader.size) >= Int64(SegmentCipher.overhead) else {
             throw ProtectedFileError.damaged(path: path, reason: "truncated: no complete segment after the header")
         }
-        let sealed = Int64(file.sealedSize)
-        let count = Int((body + sealed - 1) / sealed)
-        let lastSealed = Int(body - Int64(count - 1) * sealed)
-        guard lastSealed >= SegmentCipher.overhead else {
-            throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(count - 1)")
+        guard let (plainSize, count) = layout.plaintextSize(fileSize: fileSize) else {
+            throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(layout.segment(containing: max(0, fileSize - 1 - Int64(ProtectedFileHeader.size))))")
         }
         let last = count - 1
-        let raw = try POSIXFile.read(fd, count: lastSealed, at: file.offset(ofSegment: last), path: path)
-        guard let plaintext = file.cipher.open(raw[...], index: last, final: true) else {
-            if file.cipher.open(raw[...], index: last, final: false) != nil {
+        let lastLength = layout.plaintextLength(ofSegment: last, size: plainSize)
+        let raw = try POSIXFile.read(fd, count: lastLength + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
+        file.size = plainSize
+        if let plaintext = file.cipher.open(raw[...], index: last, final: true) {
+            file.cache = (last, plaintext)
+            return file
+        }
+        if let plaintext = file.cipher.open(raw[...], index: last, final: false) {
+            guard header.beingWritten else {
                 throw ProtectedFileError.damaged(path: path, reason: "truncated: segment \(last) is not the final segment")
             }
-            throw ProtectedFileError.damaged(path: path, reason: "segment \(last) failed authentication (modified, extended or reordered)")
+            // A write that extended the file, cut short: what it wrote is there, in whole segments.
+            file.lastSealedFinal = false
+            file.cache = (last, plaintext)
+            return file
         }
-        file.size = Int64(last) * Int64(file.segmentSize) + Int64(plaintext.count)
-        file.cache = (last, plaintext)
-        return file
+        throw ProtectedFileError.damaged(path: path, reason: "segment \(last) failed authentication (modified, extended or reordered)")
     }
 
     deinit { scratch.deallocate() }
@@ -92,30 +126,75 @@ final class SegmentedFile {
         return UnsafeRawBufferPointer(rebasing: scratch[0..<done])
     }
 
-    private func offset(ofSegment index: Int) -> Int64 {
-        Int64(ProtectedFileHeader.size) + Int64(index) * Int64(sealedSize)
-    }
-
-    private var lastIndex: Int { Self.lastIndex(size: size, segmentSize: segmentSize) }
-    private static func lastIndex(size: Int64, segmentSize: Int) -> Int { size == 0 ? 0 : Int((size - 1) / Int64(segmentSize)) }
-
-    private func plaintextLength(ofSegment index: Int, size: Int64) -> Int {
-        Int(min(Int64(segmentSize), size - Int64(index) * Int64(segmentSize)))
-    }
+    private var lastIndex: Int { layout.lastIndex(size: size) }
+    /// The segment to open as final: the last one, unless it was left non-final.
+    private var finalIndex: Int { lastSealedFinal ? lastIndex : -1 }
 
     /// Decrypts one existing segment (through the one-segment cache).
     private func segment(_ index: Int) throws -> Data {
         if let cache, cache.index == index { return cache.plaintext }
-        let length = plaintextLength(ofSegment: index, size: size)
-        let raw = try readSealed(count: length + SegmentCipher.overhead, at: offset(ofSegment: index))
+        let length = layout.plaintextLength(ofSegment: index, size: size)
+        let raw = try readSealed(count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: index))
         guard raw.count == length + SegmentCipher.overhead else {
             throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(index)")
         }
-        guard let plaintext = cipher.open(raw, index: index, final: index == lastIndex) else {
+        guard let plaintext = cipher.open(raw, index: index, final: index == finalIndex) else {
             throw ProtectedFileError.damaged(path: path, reason: "segment \(index) failed authentication (modified, swapped or reordered)")
         }
         cache = (index, plaintext)
         return plaintext
+    }
+
+    // MARK: - Writing in place (format 2)
+
+    /// Before a change in place: a format-2 file is marked as being written (one header write,
+    /// the first time), so that a change cut short leaves a file that still opens; and bytes
+    /// left past the end by a truncation cut short are cut off.
+    private func beginChange() throws {
+        guard header.version >= ProtectedFileHeader.pageAlignedVersion else { return }
+        if !header.beingWritten {
+            header.beingWritten = true
+            try writeHeader()
+        }
+        if diskRunsPastEnd {
+            try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
+            diskRunsPastEnd = false
+        }
+    }
+
+    /// Writes the header's marks over the header as it is on disk now (a class change rewraps
+    /// the key in place while the file may be open: that wrapping is kept).
+    private func writeHeader() throws {
+        let current = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+        if let onDisk = try? ProtectedFileHeader.parse(current, path: path), onDisk.fileID == header.fileID,
+           ProtectedFileHeader.verify(current, keys: keys) {
+            header.wrappedKey = onDisk.wrappedKey
+        }
+        try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
+    }
+
+    /// Ends a run of changes in place: the last segment is sealed final again if a write cut
+    /// short left it otherwise, and the header's mark is cleared, so that the file's end is
+    /// authenticated again. Called when the writer is done (a close, an fsync); cheap when
+    /// nothing changed.
+    func settle() throws {
+        guard header.beingWritten || header.truncatingTo != nil else { return }
+        if diskRunsPastEnd {
+            try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
+            diskRunsPastEnd = false
+        }
+        if !lastSealedFinal {
+            let last = lastIndex
+            let plaintext = [UInt8](try segment(last))
+            var sealed = [UInt8]()
+            try plaintext.withUnsafeBytes { try cipher.seal($0, index: last, final: true, into: &sealed) }
+            try POSIXFile.write(fd, sealed, at: layout.offset(ofSegment: last), path: path)
+            lastSealedFinal = true
+            cache = nil
+        }
+        header.beingWritten = false
+        header.truncatingTo = nil
+        try writeHeader()
     }
 
     /// Reads up to `count` bytes at `offset` (fewer at the end of the file).
@@ -123,27 +202,27 @@ final class SegmentedFile {
         guard offset >= 0, count >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset or count") }
         let end = min(size, offset + Int64(count))
         guard offset < end else { return Data() }
-        let first = Int(offset / Int64(segmentSize))
-        let last = Int((end - 1) / Int64(segmentSize))
+        let first = layout.segment(containing: offset)
+        let last = layout.segment(containing: end - 1)
         if last > first { return try readSegments(first...last, from: offset, to: end) }
         let plaintext = try segment(first)
-        let start = plaintext.startIndex + Int(offset - Int64(first) * Int64(segmentSize))
+        let start = plaintext.startIndex + Int(offset - layout.plaintextStart(ofSegment: first))
         let length = Int(end - offset)
         return start == plaintext.startIndex && length == plaintext.count ? plaintext : Data(plaintext[start..<(start + length)])
     }
 
     /// Reads several segments with one `pread` and opens them on every core.
     private func readSegments(_ indices: ClosedRange<Int>, from offset: Int64, to end: Int64) throws -> Data {
-        let firstStart = Int64(indices.lowerBound) * Int64(segmentSize)
-        let plainLength = Int(min(size, Int64(indices.upperBound + 1) * Int64(segmentSize)) - firstStart)
+        let firstStart = layout.plaintextStart(ofSegment: indices.lowerBound)
+        let plainLength = Int(min(size, layout.plaintextStart(ofSegment: indices.upperBound + 1)) - firstStart)
         let sealedLength = plainLength + indices.count * SegmentCipher.overhead
-        let raw = try readSealed(count: sealedLength, at: self.offset(ofSegment: indices.lowerBound))
+        let raw = try readSealed(count: sealedLength, at: layout.offset(ofSegment: indices.lowerBound))
         guard raw.count == sealedLength else {
             throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(indices.upperBound)")
         }
         var plain = Data(count: plainLength)
         let failed = plain.withUnsafeMutableBytes { output in
-            cipher.openSegments(raw, segmentSize: segmentSize, firstIndex: indices.lowerBound, finalIndex: lastIndex, into: output, threads: threads)
+            cipher.openSegments(raw, layout: layout, firstIndex: indices.lowerBound, finalIndex: finalIndex, into: output, threads: threads)
         }
         if let failed {
             throw ProtectedFileError.damaged(path: path, reason: "segment \(failed) failed authentication (modified, swapped or reordered)")
@@ -162,27 +241,38 @@ final class SegmentedFile {
         guard offset >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset") }
         if offset > size { try fillZeros(upTo: offset) }
         guard bytes.count > 0 else { return }
+        try beginChange()
         let oldLast = lastIndex
         let newSize = max(size, offset + Int64(bytes.count))
-        let newLast = Self.lastIndex(size: newSize, segmentSize: segmentSize)
+        let newLast = layout.lastIndex(size: newSize)
         let end = offset + Int64(bytes.count)
-        let first = Int(offset / Int64(segmentSize))
-        let lastTouched = Int((end - 1) / Int64(segmentSize))
-        let perWindow = max(Self.batchBytes / segmentSize, 1)
+        let first = layout.segment(containing: offset)
+        let lastTouched = layout.segment(containing: end - 1)
+        let perWindow = max(Self.batchBytes / layout.capacity, 1)
         var plain = [UInt8]()
         defer { try? writer.finish() }
+        // The old final segment will not be the last one: reseal it as non-final first, so that
+        // a write cut short leaves a file ending in whole segments (format 2 opens it).
+        if oldLast < first, newLast != oldLast {
+            let old = [UInt8](try segment(oldLast))
+            var resealed = [UInt8]()
+            try old.withUnsafeBytes { try cipher.seal($0, index: oldLast, final: false, into: &resealed) }
+            try POSIXFile.write(fd, resealed, at: layout.offset(ofSegment: oldLast), path: path)
+            lastSealedFinal = false
+            cache = nil
+        }
 
         var windowStart = first
         while windowStart <= lastTouched {
             let windowEnd = min(lastTouched, windowStart + perWindow - 1)
-            let plainStart = Int64(windowStart) * Int64(segmentSize)
-            let plainEnd = min(Int64(windowEnd + 1) * Int64(segmentSize), newSize)
+            let plainStart = layout.plaintextStart(ofSegment: windowStart)
+            let plainEnd = min(layout.plaintextStart(ofSegment: windowEnd + 1), newSize)
             let plainLength = Int(plainEnd - plainStart)
             let segments = windowEnd - windowStart + 1
             let sealedLength = plainLength + segments * SegmentCipher.overhead
             func sealAndWrite(_ source: UnsafeRawBufferPointer) throws {
-                try writer.submit(length: sealedLength, at: self.offset(ofSegment: windowStart)) { output in
-                    try cipher.sealSegments(source, segmentSize: segmentSize, firstIndex: windowStart, lastIsFinal: windowEnd == newLast,
+                try writer.submit(length: sealedLength, at: layout.offset(ofSegment: windowStart)) { output in
+                    try cipher.sealSegments(source, layout: layout, firstIndex: windowStart, lastIsFinal: windowEnd == newLast,
                                             into: output, threads: min(threads, WindowWriter.sealingThreads))
                 }
             }
@@ -193,8 +283,8 @@ final class SegmentedFile {
                 if plain.count < plainLength { plain = [UInt8](repeating: 0, count: plainLength) }
                 // Existing bytes of the segments the new data covers only partly (the window's ends).
                 for index in Set([windowStart, windowEnd]) where index <= oldLast {
-                    let segmentStart = Int64(index) * Int64(segmentSize)
-                    let segmentEnd = min(segmentStart + Int64(segmentSize), newSize)
+                    let segmentStart = layout.plaintextStart(ofSegment: index)
+                    let segmentEnd = min(layout.plaintextStart(ofSegment: index + 1), newSize)
                     guard offset > segmentStart || end < segmentEnd else { continue }
                     let existing = try segment(index)
                     let at = Int(segmentStart - plainStart)
@@ -219,15 +309,8 @@ final class SegmentedFile {
             windowStart = windowEnd + 1
         }
         try writer.finish()
-        // The old final segment is no longer the last one: reseal it as non-final.
-        if oldLast < first, newLast != oldLast {
-            let old = [UInt8](try segment(oldLast))
-            var resealed = [UInt8]()
-            try old.withUnsafeBytes { try cipher.seal($0, index: oldLast, final: false, into: &resealed) }
-            try POSIXFile.write(fd, resealed, at: self.offset(ofSegment: oldLast), path: path)
-            cache = nil
-        }
         size = newSize
+        if lastTouched == newLast { lastSealedFinal = true }
     }
 
     /// Fills a new, empty file from `source` in one pass: every segment is sealed once, with
@@ -235,9 +318,9 @@ final class SegmentedFile {
     /// every append.) `source` fills the buffer it is given and returns the byte count, 0 at the end.
     func writeStream(from source: (UnsafeMutableRawBufferPointer) throws -> Int) throws {
         precondition(size == 0, "streaming into a non-empty file")
-        let window = max(Self.batchBytes / segmentSize, 1) * segmentSize
+        let window = max(Self.batchBytes / layout.capacity, 1) * layout.capacity
         // Start small (small files are common) and grow while the source keeps filling it.
-        var pending = [UInt8](repeating: 0, count: 2 * segmentSize)
+        var pending = [UInt8](repeating: 0, count: 2 * layout.capacity)
         var filled = 0
         var index = 0
         var total: Int64 = 0
@@ -247,8 +330,8 @@ final class SegmentedFile {
             while !atEnd, filled < pending.count {
                 let n = try pending.withUnsafeMutableBytes { try source(UnsafeMutableRawBufferPointer(rebasing: $0[filled...])) }
                 if n == 0 { atEnd = true } else { filled += n }
-                if filled == pending.count, pending.count < window + segmentSize {
-                    pending += [UInt8](repeating: 0, count: min(pending.count, window + segmentSize - pending.count))
+                if filled == pending.count, pending.count < window + layout.capacity {
+                    pending += [UInt8](repeating: 0, count: min(pending.count, window + layout.capacity - pending.count))
                 }
             }
             // Seal the segments that are certainly not the last; at the end, the rest, the last one final.
@@ -257,15 +340,15 @@ final class SegmentedFile {
             var sealFinal = atEnd
             if !atEnd {
                 // Keep at least one byte back: the segment holding it may turn out to be the last.
-                consumed = ((filled - 1) / segmentSize) * segmentSize
+                consumed = filled == 0 ? 0 : Int(layout.plaintextStart(ofSegment: layout.segment(containing: total + Int64(filled) - 1)) - total)
                 sealFinal = false
             }
-            let segments = sealFinal && consumed == 0 ? 1 : (consumed + segmentSize - 1) / segmentSize
+            let segments = consumed == 0 ? (sealFinal ? 1 : 0) : layout.segment(containing: total + Int64(consumed) - 1) - index + 1
             if segments > 0 {
                 let sealedBytes = consumed + segments * SegmentCipher.overhead
                 try pending.withUnsafeBytes { input in
-                    try writer.submit(length: sealedBytes, at: offset(ofSegment: batchStart)) { output in
-                        try cipher.sealSegments(UnsafeRawBufferPointer(rebasing: input[0..<consumed]), segmentSize: segmentSize,
+                    try writer.submit(length: sealedBytes, at: layout.offset(ofSegment: batchStart)) { output in
+                        try cipher.sealSegments(UnsafeRawBufferPointer(rebasing: input[0..<consumed]), layout: layout,
                                                 firstIndex: index, lastIsFinal: sealFinal, into: output, threads: min(threads, WindowWriter.sealingThreads))
                     }
                 }
@@ -283,8 +366,7 @@ final class SegmentedFile {
         try writer.finish()
         size = total
         cache = nil
-        let end = offset(ofSegment: index - 1) + Int64(plaintextLength(ofSegment: index - 1, size: size) + SegmentCipher.overhead)
-        try POSIXFile.system("ftruncate", path) { try fd.resize(to: end) }
+        try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
     }
 
     private func fillZeros(upTo target: Int64) throws {
@@ -296,17 +378,27 @@ final class SegmentedFile {
     }
 
     /// Cuts the file to `newSize` bytes, or extends it with zeros.
+    ///
+    /// A format-2 file records the length it is being cut to in its header first, so that a
+    /// truncation cut short (the new final segment written, the bytes after it not yet cut off)
+    /// still opens, at its new length.
     func truncate(to newSize: Int64) throws {
         guard newSize >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative size") }
         if newSize >= size { return try fillZeros(upTo: newSize) }
-        let newLast = Self.lastIndex(size: newSize, segmentSize: segmentSize)
-        let keep = plaintextLength(ofSegment: newLast, size: newSize)
+        try beginChange()
+        let newLast = layout.lastIndex(size: newSize)
+        let keep = layout.plaintextLength(ofSegment: newLast, size: newSize)
         let plaintext = [UInt8](try segment(newLast))
+        if header.version >= ProtectedFileHeader.pageAlignedVersion {
+            header.truncatingTo = newSize
+            try writeHeader()
+        }
         var sealed = [UInt8]()
         try plaintext.withUnsafeBytes { try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[0..<keep]), index: newLast, final: true, into: &sealed) }
-        try POSIXFile.write(fd, sealed, at: offset(ofSegment: newLast), path: path)
-        try POSIXFile.system("ftruncate", path) { try fd.resize(to: offset(ofSegment: newLast) + Int64(sealed.count)) }
+        try POSIXFile.write(fd, sealed, at: layout.offset(ofSegment: newLast), path: path)
+        try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.offset(ofSegment: newLast) + Int64(sealed.count)) }
         cache = nil
         size = newSize
+        lastSealedFinal = true
     }
 }

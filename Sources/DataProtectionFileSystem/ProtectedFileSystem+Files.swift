@@ -222,6 +222,9 @@ extension ProtectedFileSystem {
             file.handles -= 1
             if file.handles <= 0 {
                 file.handles = 0
+                // Written in place: the file's end is authenticated again (FORMAT.md §3). A failure
+                // leaves it marked as being written, which still opens.
+                if file.writable { try? file.engine?.settle() }
                 var st = stat()
                 if let engine = file.engine, fstat(file.descriptor, &st) == 0 { kinds.record(.protected(engine.prefix), for: st) }
                 file.engine = nil
@@ -304,8 +307,13 @@ extension ProtectedFileSystem {
     func synchronize(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let argument = try request.argument(fuse_fsync_in.self)
         let (node, _) = try handles.file(argument.fh)
-        let fd = node.open.withLock { $0.descriptor }
+        let (fd, engine, writable) = node.open.withLock { ($0.descriptor, $0.engine, $0.writable) }
         guard (argument.fsync_flags & 1 != 0 ? fdatasync(fd) : fsync(fd)) == 0 else { throw FUSEErrno(errno) }
+        // The data is on the disk: the file's end is authenticated again (FORMAT.md §3), its
+        // header written back with the next writeback or fsync.
+        if writable, let engine {
+            do { try node.open.withLock { _ in try engine.settle() } } catch { throw Self.errorCode(error) }
+        }
         replier.reply(request.unique)
     }
 

@@ -68,6 +68,7 @@ extension ProtectedFileSystem {
             for node in nodes.all where node.isRegularFile {
                 node.open.withLock { file in
                     if file.protectionClass == cls {
+                        if file.writable { try? file.engine?.settle() }
                         file.engine = nil
                         file.mayHavePages = false
                     }

@@ -19,7 +19,7 @@ struct FileKindCacheTests {
 
     @Test func anEntryHoldsOnlyAtTheLengthAndTimeItWasReadAt() {
         let cache = FileKindCache()
-        let protected = ProtectedFilePrefix.Kind.protected(ProtectedFilePrefix(protectionClass: .complete, segmentSizeLog2: 12))
+        let protected = ProtectedFilePrefix.Kind.protected(ProtectedFilePrefix(protectionClass: .complete, version: 2, segmentSizeLog2: 12))
         cache.record(protected, for: status(inode: 1, size: 100, changed: 10))
         #expect(cache.kind(of: status(inode: 1, size: 100, changed: 10)) == protected)
         #expect(cache.kind(of: status(inode: 1, size: 101, changed: 10)) == nil)   // written

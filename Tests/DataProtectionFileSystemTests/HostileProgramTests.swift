@@ -153,16 +153,6 @@ struct HostileProgramTests {
             let parts = line.split(separator: " ")
             guard parts.count == 2, let synced = Int(parts[1]) else { continue }
             let cat = try world.dpctl(["cat", mount.data + "/" + parts[0], "--passcode-file", world.passcode])
-            // A known defect (issue 31's note): a kill that lands while the partial final segment is
-            // rewritten in place (a write the kernel cuts at a page boundary) tears that segment, and
-            // the file no longer authenticates. Recorded as a known issue, never as a pass; any other
-            // failure — wrong bytes above all — fails the test.
-            if cat.status == 4, cat.stderr.contains("failed authentication") {
-                withKnownIssue("a kill -9 during a rewrite of the final segment tears it (issue 31)", isIntermittent: true) {
-                    Issue.record("\(parts[0]): \(cat.stderr)")
-                }
-                continue
-            }
             #expect(cat.status == 0, "\(parts[0]) does not authenticate: \(cat.stderr)")
             #expect(cat.stdout.count >= synced, "\(parts[0]): \(cat.stdout.count) bytes, \(synced) synced")
             // What is there is what was written, in order: every append the writer made to this file,

@@ -25,6 +25,8 @@ import Testing
         "class_b_public": "605a725d2a4adfeeb1a29e17edd621c1b7593ee8cdbc44ac6c4ab6e2f805d23c",
         "class_b_ephemeral_public": "dc2cca31e8e43bbd91dff7e475cca3347eb478107d5bd765aba4ae4a30c35d44",
         "class_b_wrapped_file_key": "1a71ab96b47011f465e87b516c490eba8f197a45417bb940eca536817f7956b607547ecefd89c1d8",
+        "header_v2": "894450460d0a1a0a000200a0030c0000606162636465666768696a6b6c6d6e6f00112233445566778899aabbccddeeff9b169301e574abf4cb4bd821e878c57a73ba8f9a6b1c544c36e22a8d5ac054e7d685929ed5632a3900000000000000000000000000000000000000000000000000000000000000000000000000000000e9d3d8926f9bedd3c8102b0a09b2d1a3a5325e191465fe08d75df26b12a79584",
+        "header_v2_truncating": "894450460d0a1a0a000200a0030c0600606162636465666768696a6b6c6d6e6f00112233445566778899aabbccddeeff9b169301e574abf4cb4bd821e878c57a73ba8f9a6b1c544c36e22a8d5ac054e7d685929ed5632a3900000000000000000000000000000000000000000000000000000000000000000000000000001388830b646c6823767412bb59c9633ecc62c3a61ba429e9e5c583bc9a91b36da997",
     ]
 
     static func bytes(_ range: ClosedRange<UInt8>) -> [UInt8] { Array(range) }
@@ -43,6 +45,12 @@ import Testing
             wrappedKey: WrappedFileKey(protectionClass: .completeUntilFirstUserAuthentication,
                                        keybagID: UUID(uuidString: "00112233-4455-6677-8899-AABBCCDDEEFF")!,
                                        wrappedKey: wrapped, ephemeralPublicKey: nil))
+        var pageAligned = header
+        pageAligned.version = ProtectedFileHeader.pageAlignedVersion
+        pageAligned.segmentSizeLog2 = 12
+        var truncating = pageAligned
+        truncating.beingWritten = true
+        truncating.truncatingTo = 5000
         let cipher = SegmentCipher(key: keys.contentKey, fileID: fileID)
         var segment: [UInt8] = []
         try Array("hello, data protection".utf8).withUnsafeBytes {
@@ -67,6 +75,8 @@ import Testing
             "class_b_public": Array(bPrivate.publicKey.rawRepresentation).hex,
             "class_b_ephemeral_public": ephemeralPublic.hex,
             "class_b_wrapped_file_key": bWrapped.hex,
+            "header_v2": pageAligned.encoded(keys: keys).hex,
+            "header_v2_truncating": truncating.encoded(keys: keys).hex,
         ]
     }
 

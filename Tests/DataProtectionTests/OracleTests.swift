@@ -45,9 +45,10 @@ import Testing
         let files = ProtectedFileManager(keybag: keybag)
         for cls in ProtectionClass.allCases {
             for size in [0, 5, 65_536, 150_001] {
-                let url = base.appendingPathComponent("\(cls.shortName)-\(size)")
+              for access in [ProtectedFileAccessPattern.sequential, .randomAccess] {   // formats 1 and 2
+                let url = base.appendingPathComponent("\(cls.shortName)-\(size)-\(access)")
                 let data = randomData(size)
-                try await files.write(data, to: url, protection: cls)
+                try await files.write(data, to: url, protection: cls, access: access)
                 // Exercise rewrites too: random-access writes re-seal segments with fresh nonces.
                 if size > 10 {
                     let handle = try await files.openHandle(forUpdating: url)
@@ -58,8 +59,21 @@ import Testing
                 let result = try Self.oracle(["decrypt", root, url.path] + (passcode.map { ["--passcode", $0] } ?? []))
                 #expect(result.status == 0, "\(cls) \(size): \(result.err)")
                 #expect(result.out == expected, "\(cls) \(size)")
+              }
             }
         }
+        // A format-2 file left being written and being truncated (its writer killed): the oracle
+        // reads it as the library does.
+        let url = base.appendingPathComponent("being-written")
+        let handle = try await files.createFile(at: url, protection: .noProtection)
+        try await handle.write(randomData(30_000), at: 0)
+        try await handle.truncate(atOffset: 12_345)
+        let expected = try await files.contents(of: url)
+        #expect(expected.count == 12_345)
+        let result = try Self.oracle(["decrypt", root, url.path] + (passcode.map { ["--passcode", $0] } ?? []))
+        #expect(result.status == 0, "\(result.err)")
+        #expect(result.out == expected)
+        try await handle.close()
         // The oracle reads the keybag's fields as the library wrote them.
         let fields = try JSONSerialization.jsonObject(with: try Self.oracle(["keybag", root]).out) as? [String: Any]
         #expect(fields?["uuid"] as? String == keybag.id.uuidString)

@@ -82,6 +82,8 @@ import Testing
 @Suite struct AccessPatternTests {
     /// Bytes on disk of a file of `size` plaintext bytes in segments of `segment`.
     static func sealedSize(_ size: Int, segment: Int) -> Int { 160 + size + 28 * max(1, (size + segment - 1) / segment) }
+    /// Format 2 (FORMAT.md §3): segment 0 holds 3,908 bytes, every other one 4,068 (one page each).
+    static func pageAlignedSize(_ size: Int) -> Int { 160 + size + 28 * (size <= 3_908 ? 1 : 1 + (size - 3_908 + 4_067) / 4_068) }
 
     @Test func segmentSizeFollowsTheAccessPattern() async throws {
         let device = try await TestDevice.make()
@@ -97,8 +99,8 @@ import Testing
         try await streaming.close()
         func onDisk(_ url: URL) throws -> Int { try Data(contentsOf: url).count }
         #expect(try onDisk(whole) == Self.sealedSize(data.count, segment: 65_536))
-        #expect(try onDisk(random) == Self.sealedSize(data.count, segment: 4096))
-        #expect(try onDisk(created) == Self.sealedSize(data.count, segment: 4096))
+        #expect(try onDisk(random) == Self.pageAlignedSize(data.count))
+        #expect(try onDisk(created) == Self.pageAlignedSize(data.count))
         #expect(try onDisk(streamed) == Self.sealedSize(data.count, segment: 65_536))
         for url in [whole, random, created, streamed] {
             #expect(try await device.files.contents(of: url) == data)
@@ -110,7 +112,7 @@ import Testing
         // A copy is used as its source was: same segment size, new key.
         let copy = device.url("copy")
         try await device.files.copyItem(at: random, to: copy)
-        #expect(try onDisk(copy) == Self.sealedSize(data.count, segment: 4096))
+        #expect(try onDisk(copy) == Self.pageAlignedSize(data.count))
         #expect(try await device.files.contents(of: copy) == data)
     }
 
@@ -119,11 +121,12 @@ import Testing
         let url = device.url("random")
         try await device.files.write(randomData(20_000), to: url, protection: .noProtection, access: .randomAccess)
         var bytes = [UInt8](try Data(contentsOf: url))
-        bytes[160 + 2 * (4096 + 28) + 50] ^= 0x80
+        // Format 2: segment 2 is page 2 (segments 0 and 1 hold 3,908 and 4,068 bytes).
+        bytes[2 * 4096 + 50] ^= 0x80
         try Data(bytes).write(to: url)
         let handle = try await device.files.openHandle(forReadingFrom: url)
-        #expect(try await handle.read(at: 0, count: 8192).count == 8192, "segments 0 and 1 are intact")
-        await #expect { _ = try await handle.read(at: 8192, count: 1) } throws: { error in
+        #expect(try await handle.read(at: 0, count: 7976).count == 7976, "segments 0 and 1 are intact")
+        await #expect { _ = try await handle.read(at: 7976, count: 1) } throws: { error in
             guard case ProtectedFileError.damaged(_, let reason) = error else { return false }
             return reason.contains("segment 2")
         }

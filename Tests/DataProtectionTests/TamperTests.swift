@@ -132,8 +132,8 @@ import Testing
         try await expectRejected(device, url, [0x89, 0x44, 0x50, 0x46, 0x0D, 0x0A, 0x1A, 0x0A] + (0..<500).map { _ in UInt8.random(in: 0...255) }, "magic + garbage")
         // Future version.
         var future = [UInt8](try Data(contentsOf: device.url("victim")).prefix(0))
-        future = [0x89, 0x44, 0x50, 0x46, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x02, 0x00, 0xA0] + [UInt8](repeating: 0, count: 300)
+        future = [0x89, 0x44, 0x50, 0x46, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x03, 0x00, 0xA0] + [UInt8](repeating: 0, count: 300)
         try Data(future).write(to: url)
-        await #expect(throws: ProtectedFileError.unsupportedVersion(path: url.path, version: 2)) { _ = try await device.files.contents(of: url) }
+        await #expect(throws: ProtectedFileError.unsupportedVersion(path: url.path, version: 3)) { _ = try await device.files.contents(of: url) }
     }
 }

@@ -153,30 +153,83 @@ def unwrap_file_key(header, keys, b_public, secret=None):
     return aes_key_unwrap(kek, wrapped)
 
 
+def segment_starts(version, log2):
+    """Plaintext capacities of segment 0 and the others, and where segment i starts on disk
+    (FORMAT.md §3: format 1 back to back; format 2 page-aligned, segment 0 after the header)."""
+    unit = 1 << log2
+    first, cap = (unit, unit) if version == 1 else (unit - 188, unit - 28)
+    def start(i):
+        return 160 if i == 0 else 160 + first + 28 + (i - 1) * (cap + 28)
+    return first, cap, start
+
+
+def split_segments(length, version, log2):
+    """The (offset, sealed length) of each segment of a file `length` bytes long."""
+    first, cap, start = segment_starts(version, log2)
+    out, i = [], 0
+    while True:
+        begin = start(i)
+        size = (first if i == 0 else cap) + 28
+        if begin + size >= length:
+            if length - begin < 28:
+                raise FormatError("segment cut inside its nonce or tag")
+            out.append((begin, length - begin))
+            return out
+        out.append((begin, size))
+        i += 1
+
+
+def file_length(plain, version, log2):
+    """The length on disk of a file of `plain` plaintext bytes."""
+    first, cap, start = segment_starts(version, log2)
+    last = 0 if plain <= first else 1 + (plain - first - 1) // cap
+    before = 0 if last == 0 else first + (last - 1) * cap
+    return start(last) + (plain - before) + 28
+
+
 def decrypt_file(data, keys, b_public, secret=None):
     if data[:8] != FILE_MAGIC:
         raise FormatError("not a protected file")
     version, hlen = struct.unpack(">HH", data[8:12])
-    if version != 1 or hlen != 160:
+    if version not in (1, 2) or hlen != 160:
         raise FormatError("bad version/length")
     header = data[:160]
-    seg_size = 1 << header[13]
+    log2, flags = header[13], header[14]
+    if flags & ~(1 if version == 1 else 7):
+        raise FormatError("unknown flags")
+    truncating = struct.unpack(">Q", header[120:128])[0]
+    if not flags & 4 and truncating != 0:
+        raise FormatError("reserved bytes not zero")
     file_id = header[16:32]
     file_key = unwrap_file_key(header, keys, b_public, secret)
     content_key, header_key = file_keys(file_key, file_id)
     if hmac_sha256(header_key, header[:128]) != header[128:160]:
         raise FormatError("header MAC")
-    body = data[160:]
-    sealed = seg_size + 28
-    count = (len(body) + sealed - 1) // sealed
-    if count == 0:
-        raise FormatError("no segment")
     aead = AESGCM(content_key)
-    out = bytearray()
-    for i in range(count):
-        seg = body[i * sealed:(i + 1) * sealed]
-        out += aead.decrypt(seg[:12], seg[12:], segment_aad(file_id, i, i == count - 1))
-    return bytes(out)
+
+    def read(length, last_may_be_open):
+        segments = split_segments(length, version, log2)
+        out = bytearray()
+        for i, (begin, size) in enumerate(segments):
+            seg = data[begin:begin + size]
+            final = i == len(segments) - 1
+            try:
+                out += aead.decrypt(seg[:12], seg[12:], segment_aad(file_id, i, final))
+            except Exception:
+                if not (final and last_may_be_open):
+                    raise
+                out += aead.decrypt(seg[:12], seg[12:], segment_aad(file_id, i, False))
+        return bytes(out)
+
+    if flags & 4 and file_length(truncating, version, log2) <= len(data):
+        # A truncation under way (flag bit 2): the file as it was being cut to, if its new final
+        # segment is there.
+        try:
+            return read(file_length(truncating, version, log2), False)
+        except Exception:
+            pass
+    # Being written (flag bit 1): a write cut short may have left the last segment non-final.
+    return read(len(data), bool(flags & 2))
 
 
 # ---- test vectors -------------------------------------------------------------------------
@@ -203,7 +256,15 @@ def vectors():
     e_public = X25519PrivateKey.from_private_bytes(ephemeral).public_key().public_bytes_raw()
     shared = X25519PrivateKey.from_private_bytes(ephemeral).exchange(X25519PublicKey.from_public_bytes(b_public))
     b_kek = hkdf(shared, e_public + b_public, b"DataProtection v1 class B file key wrap")
+    header_v2 = (FILE_MAGIC + struct.pack(">HHBBBB", 2, 160, 3, 12, 0, 0) + file_id + keybag_id + wrapped
+                 + bytes(32) + bytes(8))
+    header_v2 += hmac_sha256(header_key, header_v2)
+    header_v2_cut = (FILE_MAGIC + struct.pack(">HHBBBB", 2, 160, 3, 12, 6, 0) + file_id + keybag_id + wrapped
+                     + bytes(32) + struct.pack(">Q", 5000))
+    header_v2_cut += hmac_sha256(header_key, header_v2_cut)
     return {
+        "header_v2": header_v2.hex(),
+        "header_v2_truncating": header_v2_cut.hex(),
         "keybag_mac_key": hkdf(secret, b"", b"DataProtection v1 keybag MAC").hex(),
         "class_d_kek": hkdf(secret, b"", b"DataProtection v1 class D KEK").hex(),
         "no_passcode_kek": hkdf(secret, b"", b"DataProtection v1 class KEK without passcode").hex(),
