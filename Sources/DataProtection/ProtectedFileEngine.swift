@@ -42,6 +42,15 @@ package final class ProtectedFileEngine: @unchecked Sendable {
     /// Ends a run of writes (at an fsync, at the last close): the file's end is authenticated
     /// again (FORMAT.md §3, "Writing in place"). Cheap when nothing was written.
     package func settle() throws { try file.settle() }
+
+    /// Writes a class change (a new wrapping of this file's key) through this engine, whose
+    /// header it is: one header write, the engine's marks kept.
+    package func apply(_ rewrap: Rewrap) throws {
+        guard rewrap.fileID == file.header.fileID else {
+            throw ProtectedFileError.damaged(path: file.path, reason: "its header changed during the class change")
+        }
+        try file.replaceWrapping(rewrap.wrappedKey)
+    }
 }
 
 extension ProtectedFileManager {
@@ -69,23 +78,45 @@ extension ProtectedFileManager {
         }
     }
 
-    /// Gives the protected file at `fd` a new wrapping of its key for `protection` (the content is
-    /// not re-encrypted), as ``setProtection(_:ofItemAt:)`` does for a path.
-    package func rewrap(fd: FileDescriptor, path: String, to protection: ProtectionClass) async throws {
+    /// A new wrapping of the key of the protected file at `fd` for `protection` (the content is
+    /// not re-encrypted), as ``setProtection(_:ofItemAt:)`` makes for a path; `nil` when it has
+    /// that class already. Nothing is written: ``Rewrap/apply(fd:path:)`` or
+    /// ``ProtectedFileEngine/apply(_:)`` writes it, where the caller serializes header writes.
+    package func prepareRewrap(fd: FileDescriptor, path: String, to protection: ProtectionClass) async throws -> Rewrap? {
         try await ProtectedFileError.translating(path: path, writing: true) {
             let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
             guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
-            var header = try ProtectedFileHeader.parse(headerBytes, path: path)
-            guard header.protectionClass != protection else { return }
+            let header = try ProtectedFileHeader.parse(headerBytes, path: path)
+            guard header.protectionClass != protection else { return nil }
             let key = try await keybag.unwrapFileKey(header.wrappedKey)
             let keys = FileKeys(fileKey: key, fileID: header.fileID)
             guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
                 throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
             }
-            header.wrappedKey = try await keybag.wrap(key, for: protection, thisDeviceOnly: header.wrappedKey.thisDeviceOnly)
-            try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
-            try POSIXFile.sync(fd, path: path)
+            let wrapped = try await keybag.wrap(key, for: protection, thisDeviceOnly: header.wrappedKey.thisDeviceOnly)
+            return Rewrap(fileID: header.fileID, keys: keys, wrappedKey: wrapped)
         }
+    }
+}
+
+/// A file key's new wrapping, ready to be written into its header (see
+/// ``ProtectedFileManager/prepareRewrap(fd:path:to:)``).
+package struct Rewrap: Sendable {
+    let fileID: [UInt8]
+    let keys: FileKeys
+    let wrappedKey: WrappedFileKey
+
+    /// Writes the new wrapping into the header on disk as it is now (its marks kept), then
+    /// flushes it. For a file no engine holds open.
+    package func apply(fd: FileDescriptor, path: String) throws {
+        let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+        var header = try ProtectedFileHeader.parse(headerBytes, path: path)
+        guard header.fileID == fileID, ProtectedFileHeader.verify(headerBytes, keys: keys) else {
+            throw ProtectedFileError.damaged(path: path, reason: "its header changed during the class change")
+        }
+        header.wrappedKey = wrappedKey
+        try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
+        try POSIXFile.sync(fd, path: path)
     }
 }
 

@@ -89,6 +89,8 @@ public actor ProtectedFileHandle {
         do {
             generation = try await keybag.generation(of: protectionClass)
         } catch let error as KeybagError {
+            // The class locked: the file key goes, after the file's end is settled (FORMAT.md §3).
+            if isWritable { try? engine?.settle() }
             engine = nil
             throw ProtectedFileError.translate(error, path: path, writing: writing)
         }

@@ -111,6 +111,8 @@ package struct ProtectedFileHeader: Sendable, Equatable {
             guard let cls = ProtectionClass(rawValue: try r.u8("class")) else { throw damaged("unknown protection class") }
             let log2 = try r.u8("segment size")
             guard segmentSizeLog2Range.contains(log2) else { throw damaged("implausible segment size 2^\(log2)") }
+            // Format 2's segments are pages: 4 KiB, the page every writer of this format has.
+            guard version == Self.version || log2 == randomAccessSegmentSizeLog2 else { throw damaged("implausible page size 2^\(log2)") }
             let flags = try r.u8("flags")
             guard flags & ~(version == Self.version ? 1 : 7) == 0 else { throw damaged("unknown flags \(flags)") }
             guard try r.u8("reserved") == 0 else { throw damaged("reserved byte not zero") }

@@ -24,6 +24,8 @@ final class SegmentedFile {
     /// Whether the file on disk runs past its last segment (a truncation cut short): the excess
     /// is cut off before the next change.
     private var diskRunsPastEnd = false
+    /// A change failed part-way and left the file unreadable: it is never settled.
+    private var damagedByFailure = false
     private var cache: (index: Int, plaintext: Data)?
     /// Sealed bytes read from the file, reused by every read (grown to the largest one).
     private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
@@ -63,55 +65,78 @@ final class SegmentedFile {
     /// Opens an existing file: checks the header MAC and authenticates the last segment as
     /// final, which fixes the plaintext length (truncation and extension show up here).
     ///
-    /// A format-2 file marked as being written may also end in a segment sealed non-final (a
-    /// write that extended it, cut short when its writer was killed), or — while a truncation
+    /// A format-2 file marked as being written may also end in a full segment sealed non-final
+    /// (a write that extended it, cut short when its writer was killed), or — while a truncation
     /// was under way — hold its new final segment with the old bytes still after it.
     static func open(fd: FileDescriptor, path: String, headerBytes: [UInt8], header: ProtectedFileHeader, keys: FileKeys) throws -> SegmentedFile {
         guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
             throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
         }
         let file = SegmentedFile(fd: fd, path: path, header: header, keys: keys, size: 0)
-        let layout = file.layout
+        try file.loadEnd()
+        return file
+    }
+
+    /// Reads where the file ends from the disk and its header (see ``open(fd:path:headerBytes:header:keys:)``).
+    private func loadEnd() throws {
+        cache = nil
+        diskRunsPastEnd = false
+        lastSealedFinal = true
         let fileSize = try POSIXFile.size(fd, path: path)
-        // A truncation under way: the file as it was meant to become.
-        func truncated() throws -> SegmentedFile? {
-            guard let target = header.truncatingTo, layout.fileSize(plaintextSize: target) <= fileSize else { return nil }
+        // A truncation under way comes first: its new final segment may already be written, over
+        // a file whose old end still authenticates.
+        if let target = header.truncatingTo, layout.fileSize(plaintextSize: target) <= fileSize {
             let last = layout.lastIndex(size: target)
             let length = layout.plaintextLength(ofSegment: last, size: target)
             let raw = try POSIXFile.read(fd, count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
-            guard let plaintext = file.cipher.open(raw[...], index: last, final: true) else { return nil }
-            file.size = target
-            file.cache = (last, plaintext)
-            file.diskRunsPastEnd = layout.fileSize(plaintextSize: target) < fileSize
-            return file
+            if let plaintext = cipher.open(raw[...], index: last, final: true) {
+                size = target
+                cache = (last, plaintext)
+                diskRunsPastEnd = layout.fileSize(plaintextSize: target) < fileSize
+                return
+            }
         }
-        // A truncation under way comes first: its new final segment may already be written, over
-        // a file whose old end still authenticates.
-        if let file = try truncated() { return file }
         guard fileSize - Int64(ProtectedFileHeader.size) >= Int64(SegmentCipher.overhead) else {
             throw ProtectedFileError.damaged(path: path, reason: "truncated: no complete segment after the header")
         }
         guard let (plainSize, count) = layout.plaintextSize(fileSize: fileSize) else {
-            throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(layout.segment(containing: max(0, fileSize - 1 - Int64(ProtectedFileHeader.size))))")
+            throw ProtectedFileError.damaged(path: path, reason: "truncated inside its last segment")
         }
         let last = count - 1
         let lastLength = layout.plaintextLength(ofSegment: last, size: plainSize)
         let raw = try POSIXFile.read(fd, count: lastLength + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
-        file.size = plainSize
-        if let plaintext = file.cipher.open(raw[...], index: last, final: true) {
-            file.cache = (last, plaintext)
-            return file
+        if let plaintext = cipher.open(raw[...], index: last, final: true) {
+            size = plainSize
+            cache = (last, plaintext)
+            return
         }
-        if let plaintext = file.cipher.open(raw[...], index: last, final: false) {
-            guard header.beingWritten else {
+        if let plaintext = cipher.open(raw[...], index: last, final: false) {
+            // A write that extended the file, cut short: what it wrote is there, in whole segments
+            // (a segment sealed non-final is always full).
+            guard header.beingWritten, lastLength == layout.capacity(ofSegment: last) else {
                 throw ProtectedFileError.damaged(path: path, reason: "truncated: segment \(last) is not the final segment")
             }
-            // A write that extended the file, cut short: what it wrote is there, in whole segments.
-            file.lastSealedFinal = false
-            file.cache = (last, plaintext)
-            return file
+            size = plainSize
+            lastSealedFinal = false
+            cache = (last, plaintext)
+            return
         }
         throw ProtectedFileError.damaged(path: path, reason: "segment \(last) failed authentication (modified, extended or reordered)")
+    }
+
+    /// After a change that failed part-way (a full disk, an I/O error): what the file now is,
+    /// read again from the disk, so that nothing later — a settle above all — acts on what the
+    /// change meant to do. A file that no longer opens stays marked as being written.
+    private func recover() {
+        cache = nil
+        guard let bytes = try? POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path),
+              let onDisk = try? ProtectedFileHeader.parse(bytes, path: path), onDisk.fileID == header.fileID,
+              ProtectedFileHeader.verify(bytes, keys: keys) else {
+            damagedByFailure = true
+            return
+        }
+        header = onDisk
+        do { try loadEnd() } catch { damagedByFailure = true }
     }
 
     deinit { scratch.deallocate() }
@@ -153,8 +178,9 @@ final class SegmentedFile {
     private func beginChange() throws {
         guard header.version >= ProtectedFileHeader.pageAlignedVersion else { return }
         if !header.beingWritten {
-            header.beingWritten = true
-            try writeHeader()
+            var next = header
+            next.beingWritten = true
+            header = try writeHeader(next)
         }
         if diskRunsPastEnd {
             try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
@@ -162,39 +188,72 @@ final class SegmentedFile {
         }
     }
 
-    /// Writes the header's marks over the header as it is on disk now (a class change rewraps
-    /// the key in place while the file may be open: that wrapping is kept).
-    private func writeHeader() throws {
+    /// Writes `next` (its marks, and its key's wrapping as the disk has it now: a class change
+    /// made by another writer is kept) and returns what was written.
+    private func writeHeader(_ next: ProtectedFileHeader) throws -> ProtectedFileHeader {
+        var next = next
         let current = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
         if let onDisk = try? ProtectedFileHeader.parse(current, path: path), onDisk.fileID == header.fileID,
            ProtectedFileHeader.verify(current, keys: keys) {
-            header.wrappedKey = onDisk.wrappedKey
+            next.wrappedKey = onDisk.wrappedKey
         }
-        try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
+        try POSIXFile.write(fd, next.encoded(keys: keys), at: 0, path: path)
+        return next
     }
 
-    /// Ends a run of changes in place: the last segment is sealed final again if a write cut
-    /// short left it otherwise, and the header's mark is cleared, so that the file's end is
+    /// Gives the file's key a new wrapping (a class change) with one header write, keeping its
+    /// marks, then flushes it.
+    func replaceWrapping(_ wrapped: WrappedFileKey) throws {
+        var next = header
+        next.wrappedKey = wrapped
+        try POSIXFile.write(fd, next.encoded(keys: keys), at: 0, path: path)
+        header = next
+        try POSIXFile.sync(fd, path: path)
+    }
+
+    /// Ends a run of changes in place: bytes a truncation cut short left are cut off, the last
+    /// segment is sealed final again if a write cut short left it otherwise, and — once the end
+    /// on disk authenticates as final — the header's marks are cleared, so that the file's end is
     /// authenticated again. Called when the writer is done (a close, an fsync); cheap when
     /// nothing changed.
     func settle() throws {
-        guard header.beingWritten || header.truncatingTo != nil else { return }
-        if diskRunsPastEnd {
-            try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
-            diskRunsPastEnd = false
+        guard header.beingWritten || header.truncatingTo != nil || !lastSealedFinal || diskRunsPastEnd else { return }
+        guard !damagedByFailure else {
+            throw ProtectedFileError.damaged(path: path, reason: "a write failed part-way; the file is left marked as being written")
         }
-        if !lastSealedFinal {
+        do {
+            if diskRunsPastEnd {
+                try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
+                diskRunsPastEnd = false
+            }
+            if !lastSealedFinal {
+                let last = lastIndex
+                let plaintext = [UInt8](try segment(last))
+                var sealed = [UInt8]()
+                try plaintext.withUnsafeBytes { try cipher.seal($0, index: last, final: true, into: &sealed) }
+                try POSIXFile.write(fd, sealed, at: layout.offset(ofSegment: last), path: path)
+                lastSealedFinal = true
+                cache = nil
+                // On the disk before the mark goes (a power cut could otherwise keep the header only).
+                try POSIXFile.system("fdatasync", path) { guard fdatasync(fd.rawValue) == 0 else { throw Errno(rawValue: errno) } }
+            }
+            guard header.beingWritten || header.truncatingTo != nil else { return }
+            // The end, as a reader will find it, must authenticate as final before the mark goes.
             let last = lastIndex
-            let plaintext = [UInt8](try segment(last))
-            var sealed = [UInt8]()
-            try plaintext.withUnsafeBytes { try cipher.seal($0, index: last, final: true, into: &sealed) }
-            try POSIXFile.write(fd, sealed, at: layout.offset(ofSegment: last), path: path)
-            lastSealedFinal = true
-            cache = nil
+            let length = layout.plaintextLength(ofSegment: last, size: size)
+            guard try POSIXFile.size(fd, path: path) == layout.fileSize(plaintextSize: size),
+                  cipher.open(try POSIXFile.read(fd, count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)[...],
+                              index: last, final: true) != nil else {
+                throw ProtectedFileError.damaged(path: path, reason: "its end does not authenticate; it stays marked as being written")
+            }
+            var next = header
+            next.beingWritten = false
+            next.truncatingTo = nil
+            header = try writeHeader(next)
+        } catch {
+            recover()
+            throw error
         }
-        header.beingWritten = false
-        header.truncatingTo = nil
-        try writeHeader()
     }
 
     /// Reads up to `count` bytes at `offset` (fewer at the end of the file).
@@ -241,6 +300,15 @@ final class SegmentedFile {
         guard offset >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset") }
         if offset > size { try fillZeros(upTo: offset) }
         guard bytes.count > 0 else { return }
+        do {
+            try writeSegments(bytes, at: offset)
+        } catch {
+            recover()
+            throw error
+        }
+    }
+
+    private func writeSegments(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
         try beginChange()
         let oldLast = lastIndex
         let newSize = max(size, offset + Int64(bytes.count))
@@ -251,15 +319,23 @@ final class SegmentedFile {
         let perWindow = max(Self.batchBytes / layout.capacity, 1)
         var plain = [UInt8]()
         defer { try? writer.finish() }
-        // The old final segment will not be the last one: reseal it as non-final first, so that
-        // a write cut short leaves a file ending in whole segments (format 2 opens it).
-        if oldLast < first, newLast != oldLast {
-            let old = [UInt8](try segment(oldLast))
+        // The old final segment will not be the last one: it is resealed as non-final — in
+        // format 2 first, so that a write cut short leaves a file ending in whole segments
+        // (which opens: FORMAT.md §3); in format 1 last, as it always was.
+        let resealsOldLast = oldLast < first && newLast != oldLast
+        var oldLastPlaintext: [UInt8]?
+        if resealsOldLast { oldLastPlaintext = [UInt8](try segment(oldLast)) }
+        func resealOldLast() throws {
+            guard let old = oldLastPlaintext else { return }
             var resealed = [UInt8]()
             try old.withUnsafeBytes { try cipher.seal($0, index: oldLast, final: false, into: &resealed) }
             try POSIXFile.write(fd, resealed, at: layout.offset(ofSegment: oldLast), path: path)
-            lastSealedFinal = false
             cache = nil
+        }
+        let resealFirst = header.version >= ProtectedFileHeader.pageAlignedVersion
+        if resealFirst, resealsOldLast {
+            try resealOldLast()
+            lastSealedFinal = false
         }
 
         var windowStart = first
@@ -309,6 +385,7 @@ final class SegmentedFile {
             windowStart = windowEnd + 1
         }
         try writer.finish()
+        if !resealFirst { try resealOldLast() }
         size = newSize
         if lastTouched == newLast { lastSealedFinal = true }
     }
@@ -385,20 +462,37 @@ final class SegmentedFile {
     func truncate(to newSize: Int64) throws {
         guard newSize >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative size") }
         if newSize >= size { return try fillZeros(upTo: newSize) }
+        do {
+            try cut(to: newSize)
+        } catch {
+            recover()
+            throw error
+        }
+    }
+
+    private func cut(to newSize: Int64) throws {
         try beginChange()
         let newLast = layout.lastIndex(size: newSize)
         let keep = layout.plaintextLength(ofSegment: newLast, size: newSize)
         let plaintext = [UInt8](try segment(newLast))
-        if header.version >= ProtectedFileHeader.pageAlignedVersion {
-            header.truncatingTo = newSize
-            try writeHeader()
+        let pageAligned = header.version >= ProtectedFileHeader.pageAlignedVersion
+        if pageAligned {
+            var next = header
+            next.truncatingTo = newSize
+            header = try writeHeader(next)
         }
         var sealed = [UInt8]()
         try plaintext.withUnsafeBytes { try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[0..<keep]), index: newLast, final: true, into: &sealed) }
         try POSIXFile.write(fd, sealed, at: layout.offset(ofSegment: newLast), path: path)
-        try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.offset(ofSegment: newLast) + Int64(sealed.count)) }
         cache = nil
+        try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.offset(ofSegment: newLast) + Int64(sealed.count)) }
         size = newSize
         lastSealedFinal = true
+        if pageAligned {
+            // Done: the truncation mark goes (the file stays marked as being written).
+            var next = header
+            next.truncatingTo = nil
+            header = try writeHeader(next)
+        }
     }
 }

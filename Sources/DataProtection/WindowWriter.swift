@@ -53,6 +53,8 @@ final class WindowWriter: @unchecked Sendable {
         let bytes = SendableRawBuffer(UnsafeRawBufferPointer(buffer))
         inFlight[slot].enter()
         queue.async { [self, group = inFlight[slot]] in
+            // After a failed window, none that follows is written (no hole in the middle).
+            if failure.withLock({ $0 != nil }) { group.leave(); return }
             do {
                 try POSIXFile.write(fd, bytes.buffer, at: offset, path: path)
             } catch {

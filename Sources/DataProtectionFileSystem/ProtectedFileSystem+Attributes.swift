@@ -137,13 +137,18 @@ extension ProtectedFileSystem {
         defer { detach(node) }
         let fd = node.open.withLock { $0.descriptor }
         do {
-            try runBlocking { [files] in try await files.rewrap(fd: FileDescriptor(rawValue: fd), path: self.describe(node), to: cls) }
+            // The new wrapping is made outside the file's lock (it may ask keybagd); it is written
+            // under it, through the open engine if there is one: one writer of the header at a
+            // time, whose marks are kept (FORMAT.md §3).
+            let path = describe(node)
+            guard let rewrap = try runBlocking({ [files] in try await files.prepareRewrap(fd: FileDescriptor(rawValue: fd), path: path, to: cls) }) else { return }
+            try node.open.withLock { file in
+                if let engine = file.engine { try engine.apply(rewrap) } else { try rewrap.apply(fd: FileDescriptor(rawValue: fd), path: path) }
+                file.protectionClass = cls
+                if cls == .complete { file.mayHavePages = true }
+            }
         } catch {
             throw Self.errorCode(error)
-        }
-        node.open.withLock { file in
-            file.protectionClass = cls
-            if cls == .complete { file.mayHavePages = true }
         }
         kinds.forget(node.identity)
     }

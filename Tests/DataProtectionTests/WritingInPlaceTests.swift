@@ -1,14 +1,59 @@
-import DataProtection
+import Crypto
+@testable import DataProtection
+@testable import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
+import SystemPackage
 import Testing
 
 /// Format 2 (FORMAT.md §3, "Writing in place"): a change cut short the way the kernel cuts a
 /// write when its writer is killed — at a page boundary — leaves a file that opens, holding for
 /// every byte its old value or its new one, never a torn segment. The cuts are made on copies of
-/// the file's bytes: every page boundary of the change, in the order its writes were made.
+/// the file's bytes: every page boundary of the change (its writes go in increasing page order),
+/// and each step of a truncation.
 @Suite struct WritingInPlaceTests {
     static let page = 4096
+
+    /// A format-2 file key and header, without a keybag (the file's own keys are all that count).
+    struct Fixture {
+        let directory = temporaryDirectory()
+        let keys: FileKeys
+        let header: ProtectedFileHeader
+
+        init() {
+            let fileID = [UInt8](randomData(16))
+            keys = FileKeys(fileKey: SymmetricKey(size: .bits256), fileID: fileID)
+            header = ProtectedFileHeader(version: ProtectedFileHeader.pageAlignedVersion, segmentSizeLog2: 12, fileID: fileID,
+                                         wrappedKey: WrappedFileKey(protectionClass: .complete, keybagID: UUID(), wrappedKey: [UInt8](repeating: 7, count: 40),
+                                                                    ephemeralPublicKey: nil))
+        }
+
+        func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
+
+        /// A new file holding `initial`, settled (its end authenticated), open for writing.
+        func file(_ name: String, holding initial: [UInt8]) throws -> SegmentedFile {
+            let fd = try POSIXFile.open(path(name), .readWrite, options: [.create, .truncate], permissions: FilePermissions(rawValue: 0o600))
+            let file = try SegmentedFile.create(fd: fd, path: path(name), header: header, keys: keys, inPlace: true)
+            file.threads = 1
+            try initial.withUnsafeBytes { try file.write($0, at: 0) }
+            try file.settle()
+            return file
+        }
+
+        /// The plaintext of `image`, opened as a reader would.
+        func read(_ image: [UInt8]) throws -> [UInt8] {
+            let name = path("image")
+            try Data(image).write(to: URL(fileURLWithPath: name))
+            let fd = try POSIXFile.open(name, .readOnly)
+            defer { try? fd.close() }
+            let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: name)
+            let file = try SegmentedFile.open(fd: fd, path: name, headerBytes: headerBytes,
+                                              header: try ProtectedFileHeader.parse(headerBytes, path: name), keys: keys)
+            return [UInt8](try file.read(at: 0, count: Int(file.size)))
+        }
+
+        func bytes(_ name: String) throws -> [UInt8] { [UInt8](try Data(contentsOf: URL(fileURLWithPath: path(name)))) }
+    }
 
     /// The file as a write cut at page boundary `cut` leaves it: pages before `cut` as after the
     /// change, the rest as before; the length as far as the write got.
@@ -18,30 +63,20 @@ import Testing
         return (0..<length).map { i in i < boundary ? after[i] : (i < before.count ? before[i] : after[i]) }
     }
 
-    /// Opens `image` as a file and returns its plaintext (or the error).
-    static func read(_ image: [UInt8], on device: TestDevice, name: String) async throws -> Data {
-        let url = device.url(name)
-        try Data(image).write(to: url)
-        return try await device.files.contents(of: url)
-    }
-
     /// Applies `change` to a settled file holding `initial`, then checks every cut of it.
-    func checkCuts(initial: [UInt8], _ change: (ProtectedFileHandle) async throws -> Void,
-                   expected: [UInt8], device: TestDevice, sourceLocation: SourceLocation = #_sourceLocation) async throws {
-        let url = device.url("file")
-        try? FileManager.default.removeItem(at: url)
-        let handle = try await device.files.createFile(at: url, protection: .complete)
-        try await handle.write(Data(initial), at: 0)
-        try await handle.synchronize()   // settled: its end authenticated
-        let before = [UInt8](try Data(contentsOf: url))
-        try await change(handle)
-        let after = [UInt8](try Data(contentsOf: url))   // not settled yet: the handle is open
-        #expect(try await device.files.contents(of: url) == Data(expected), sourceLocation: sourceLocation)
-        for cut in 0...((max(before.count, after.count) + Self.page - 1) / Self.page) {
-            let image = Self.cut(before: before, after: after, at: cut)
+    func checkCuts(initial: [UInt8], expected: [UInt8], cuts: ((Int) -> [Int])? = nil,
+                   sourceLocation: SourceLocation = #_sourceLocation, _ change: (SegmentedFile) throws -> Void) throws {
+        let fixture = Fixture()
+        let file = try fixture.file("file", holding: initial)
+        let before = try fixture.bytes("file")
+        try change(file)
+        let after = try fixture.bytes("file")   // not settled yet
+        #expect(try fixture.read(after) == expected, sourceLocation: sourceLocation)
+        let pages = (max(before.count, after.count) + Self.page - 1) / Self.page
+        for cut in cuts?(pages) ?? Array(0...pages) {
             let content: [UInt8]
             do {
-                content = [UInt8](try await Self.read(image, on: device, name: "cut"))
+                content = try fixture.read(Self.cut(before: before, after: after, at: cut))
             } catch {
                 Issue.record("cut at page \(cut): \(error)", sourceLocation: sourceLocation)
                 continue
@@ -52,80 +87,125 @@ import Testing
             }
             #expect(mixed, "cut at page \(cut): a byte that is neither old nor new", sourceLocation: sourceLocation)
         }
-        try await handle.close()
-        #expect(try await device.files.contents(of: url) == Data(expected), sourceLocation: sourceLocation)
+        try file.settle()
+        #expect(try fixture.read(try fixture.bytes("file")) == expected, sourceLocation: sourceLocation)
     }
 
-    @Test func appendsCutShortOpen() async throws {
-        let device = try await TestDevice.make()
+    @Test func appendsCutShortOpen() throws {
         let initial = [UInt8](randomData(5_000))
         let tail = [UInt8](randomData(20_000))
-        try await checkCuts(initial: initial, { try await $0.write(Data(tail), at: Int64(initial.count)) },
-                            expected: initial + tail, device: device)
+        try checkCuts(initial: initial, expected: initial + tail) { file in
+            try tail.withUnsafeBytes { try file.write($0, at: Int64(initial.count)) }
+        }
         // From a full final segment (3,908 bytes: segment 0 exactly), which is resealed first.
         let full = [UInt8](randomData(3_908))
-        try await checkCuts(initial: full, { try await $0.write(Data(tail), at: Int64(full.count)) },
-                            expected: full + tail, device: device)
+        try checkCuts(initial: full, expected: full + tail) { file in
+            try tail.withUnsafeBytes { try file.write($0, at: Int64(full.count)) }
+        }
     }
 
-    @Test func overwritesCutShortOpen() async throws {
-        let device = try await TestDevice.make()
+    /// Writes of several windows (1 MiB each, sealed and written one after another), and a
+    /// write past the end (zeros sealed first): cut at page boundaries around every window edge.
+    @Test func longWritesAndWritesPastTheEndCutShortOpen() throws {
+        let initial = [UInt8](randomData(6_000))
+        let long = [UInt8](randomData(2_600_000))
+        let windowPages = (1 << 20) / 4_068
+        try checkCuts(initial: initial, expected: initial + long, cuts: { pages in
+            Array(Set((0..<4).flatMap { w in (-2...2).map { w * windowPages + $0 } } + Array(stride(from: 0, through: pages, by: 97)) + [pages])
+                .filter { (0...pages).contains($0) }).sorted()
+        }) { file in
+            try long.withUnsafeBytes { try file.write($0, at: Int64(initial.count)) }
+        }
+        let past = [UInt8](randomData(300))
+        try checkCuts(initial: initial, expected: initial + [UInt8](repeating: 0, count: 20_000 - initial.count) + past) { file in
+            try past.withUnsafeBytes { try file.write($0, at: 20_000) }
+        }
+    }
+
+    @Test func overwritesCutShortOpen() throws {
         let initial = [UInt8](randomData(40_000))
         let patch = [UInt8](randomData(17_000))
         var expected = initial
         expected.replaceSubrange(10_000..<27_000, with: patch)
-        try await checkCuts(initial: initial, { try await $0.write(Data(patch), at: 10_000) }, expected: expected, device: device)
+        try checkCuts(initial: initial, expected: expected) { file in
+            try patch.withUnsafeBytes { try file.write($0, at: 10_000) }
+        }
         // Over the end: part overwrite, part append.
         var longer = initial
         longer.replaceSubrange(35_000..<40_000, with: patch[0..<5_000])
         longer += patch[5_000...]
-        try await checkCuts(initial: initial, { try await $0.write(Data(patch), at: 35_000) }, expected: longer, device: device)
+        try checkCuts(initial: initial, expected: longer) { file in
+            try patch.withUnsafeBytes { try file.write($0, at: 35_000) }
+        }
     }
 
-    /// A truncation whose new final segment is written but whose cut is not made: it opens at
-    /// its new length (header bit 2).
-    @Test func aTruncationCutShortOpensAtItsNewLength() async throws {
-        let device = try await TestDevice.make()
+    /// Each step of a truncation (FORMAT.md §3: the target in the header, the new final
+    /// segment, the cut, the mark cleared), cut short after each: the old file or the new one.
+    @Test(arguments: [0, 100, 3_908, 5_000, 7_976, 10_000, 29_999])
+    func aTruncationCutShortOpensAtItsOldOrNewLength(target: Int) throws {
+        let fixture = Fixture()
         let initial = [UInt8](randomData(30_000))
-        let url = device.url("file")
-        let handle = try await device.files.createFile(at: url, protection: .complete)
-        try await handle.write(Data(initial), at: 0)
-        try await handle.synchronize()
-        let before = [UInt8](try Data(contentsOf: url))
-        try await handle.truncate(atOffset: 10_000)
-        let after = [UInt8](try Data(contentsOf: url))
+        let file = try fixture.file("file", holding: initial)
+        let before = try fixture.bytes("file")
+        try file.truncate(to: Int64(target))
+        let after = try fixture.bytes("file")
         #expect(after.count < before.count)
-        // Every write made, the cut not: the new bytes over the old file, at its old length.
-        let uncut = after + before[after.count...]
-        #expect(try await Self.read(uncut, on: device, name: "uncut") == Data(initial[0..<10_000]))
-        // Only the header written (bits 1 and 2): the old file.
-        let headerOnly = after[0..<160] + before[160...]
-        #expect(try await Self.read(Array(headerOnly), on: device, name: "header-only") == Data(initial))
-        try await handle.close()
+        #expect(after[14] & 6 == 2, "being written; the truncation mark gone once the cut is made")
+        #expect(try fixture.read(after) == Array(initial[0..<target]))
+        // The header as it was during the truncation: bits 1 and 2, the target length.
+        var marking = fixture.header
+        marking.beingWritten = true
+        marking.truncatingTo = Int64(target)
+        let marked = marking.encoded(keys: fixture.keys)
+        // Only the header written: the old file.
+        #expect(try fixture.read(marked + before[160...]) == initial)
+        // The new final segment written, the cut not: the new bytes over the old file, at its old length.
+        #expect(try fixture.read(marked + after[160...] + before[after.count...]) == Array(initial[0..<target]))
+        // The cut made, the mark not yet cleared.
+        #expect(try fixture.read(marked + after[160...]) == Array(initial[0..<target]))
+        try file.settle()
+        #expect(try fixture.bytes("file")[14] & 6 == 0)
     }
 
     /// Once settled (fsync, close), a file's end is authenticated again: cut at a segment
     /// boundary, it is reported damaged — while being written, the same cut opens.
-    @Test func aSettledFileDetectsTruncationAtASegmentBoundary() async throws {
-        let device = try await TestDevice.make()
-        let url = device.url("file")
-        let handle = try await device.files.createFile(at: url, protection: .complete)
-        try await handle.write(Data(randomData(20_000)), at: 0)
-        let beingWritten = [UInt8](try Data(contentsOf: url))
+    @Test func aSettledFileDetectsTruncationAtASegmentBoundary() throws {
+        let fixture = Fixture()
+        let file = try fixture.file("file", holding: [])
+        let data = [UInt8](randomData(20_000))
+        try data.withUnsafeBytes { try file.write($0, at: 0) }
+        let beingWritten = try fixture.bytes("file")
         #expect(Array(beingWritten[8..<10]) == [0, 2], "format 2")
         #expect(beingWritten[14] & 2 != 0, "marked as being written")
         // Page 2 and after cut off: segments 0 and 1 remain, whole.
-        #expect(try await Self.read(Array(beingWritten[0..<(2 * Self.page)]), on: device, name: "open-cut").count == 3_908 + 4_068)
-        try await handle.close()
-        let settled = [UInt8](try Data(contentsOf: url))
-        #expect(settled[14] & 6 == 0, "settled at close")
-        await #expect(throws: ProtectedFileError.self) {
-            _ = try await Self.read(Array(settled[0..<(2 * Self.page)]), on: device, name: "settled-cut")
-        }
+        #expect(try fixture.read(Array(beingWritten[0..<(2 * Self.page)])) == Array(data[0..<(3_908 + 4_068)]))
+        // A short segment sealed non-final is never one the writer leaves: refused.
+        #expect(throws: ProtectedFileError.self) { _ = try fixture.read(Array(beingWritten[0..<(2 * Self.page - 100)])) }
+        try file.settle()
+        let settled = try fixture.bytes("file")
+        #expect(settled[14] & 6 == 0, "settled")
+        #expect(throws: ProtectedFileError.self) { _ = try fixture.read(Array(settled[0..<(2 * Self.page)])) }
         // The layout: segment 1 is page 1 — a flipped byte at 4096 fails segment 1.
         var flipped = settled
         flipped[Self.page] ^= 1
-        await #expect(throws: ProtectedFileError.self) { _ = try await Self.read(flipped, on: device, name: "flipped") }
+        #expect(throws: ProtectedFileError.self) { _ = try fixture.read(flipped) }
         #expect(settled.count == 4 * Self.page + (20_000 - 3_908 - 3 * 4_068) + 28)
+    }
+
+    /// A file whose end no longer authenticates (a failed write, a foreign change) is never
+    /// settled: its mark stays, and settling says why.
+    @Test func aFileWhoseEndDoesNotAuthenticateIsNotSettled() throws {
+        let fixture = Fixture()
+        let file = try fixture.file("file", holding: [UInt8](randomData(10_000)))
+        try [UInt8](randomData(100)).withUnsafeBytes { try file.write($0, at: 10_000) }
+        // Another writer flips a byte of the last segment behind the engine's back.
+        let fd = try POSIXFile.open(fixture.path("file"), .readWrite)
+        defer { try? fd.close() }
+        let size = try POSIXFile.size(fd, path: "file")
+        var byte = try POSIXFile.read(fd, count: 1, at: size - 1, path: "file")
+        byte[0] ^= 1
+        try POSIXFile.write(fd, byte, at: size - 1, path: "file")
+        #expect(throws: ProtectedFileError.self) { try file.settle() }
+        #expect(try fixture.bytes("file")[14] & 2 != 0, "still marked as being written")
     }
 }
