@@ -9,8 +9,8 @@
 /// Segment 0 may hold fewer plaintext bytes than the others (`firstCapacity`); every other
 /// segment holds `capacity`. Every segment but the last is full.
 struct SegmentLayout: Sendable, Equatable {
-    static let headerSize = 160
-    static let overhead = 28   // nonce + tag
+    static let headerSize = ProtectedFileHeader.size
+    static let overhead = SegmentCipher.overhead   // nonce + tag
 
     /// Plaintext bytes of segment 0.
     let firstCapacity: Int

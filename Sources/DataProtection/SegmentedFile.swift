@@ -182,10 +182,14 @@ final class SegmentedFile {
             next.beingWritten = true
             header = try writeHeader(next)
         }
-        if diskRunsPastEnd {
-            try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
-            diskRunsPastEnd = false
-        }
+        try cutOffExcess()
+    }
+
+    /// Cuts off what a truncation cut short left past the file's end, if anything.
+    private func cutOffExcess() throws {
+        guard diskRunsPastEnd else { return }
+        try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
+        diskRunsPastEnd = false
     }
 
     /// Writes `next` (its marks, and its key's wrapping as the disk has it now: a class change
@@ -222,10 +226,7 @@ final class SegmentedFile {
             throw ProtectedFileError.damaged(path: path, reason: "a write failed part-way; the file is left marked as being written")
         }
         do {
-            if diskRunsPastEnd {
-                try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
-                diskRunsPastEnd = false
-            }
+            try cutOffExcess()
             if !lastSealedFinal {
                 let last = lastIndex
                 let plaintext = [UInt8](try segment(last))
