@@ -73,7 +73,7 @@ extension ProtectedFileManager {
     package func createEngine(fd: FileDescriptor, path: String, protection: ProtectionClass) async throws -> ProtectedFileEngine {
         try await ProtectedFileError.translating(path: path, writing: true) {
             let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: randomAccessSegmentSizeLog2, path: path)
-            let file = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys, inPlace: true)
+            let file = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
             return ProtectedFileEngine(file: file, fd: fd)
         }
     }

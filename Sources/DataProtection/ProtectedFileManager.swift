@@ -221,7 +221,7 @@ public struct ProtectedFileManager: Sendable {
     /// writing its header and its one empty final segment.
     func newFileHandle(owning fd: FileDescriptor, url: URL, header: ProtectedFileHeader, keys: FileKeys) async throws -> ProtectedFileHandle {
         let cls = header.protectionClass
-        let engine = try SegmentedFile.create(fd: fd, path: url.path, header: header, keys: keys, inPlace: true)
+        let engine = try SegmentedFile.create(fd: fd, path: url.path, header: header, keys: keys)
         let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
         return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, header: header,
                                    engine: engine, keyGeneration: generation, writable: true)

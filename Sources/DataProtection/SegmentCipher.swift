@@ -91,7 +91,7 @@ extension SegmentCipher {
     /// `output` must hold exactly their sealed forms. The last one is sealed final when
     /// `lastIsFinal`. An empty `plaintext` gives one empty segment.
     func sealSegments(_ plaintext: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, lastIsFinal: Bool,
-                      into output: UnsafeMutableRawBufferPointer, threads: Int = ProcessInfo.processInfo.activeProcessorCount) throws {
+                      into output: UnsafeMutableRawBufferPointer, threads: Int = processorCount) throws {
         let plainBase = layout.plaintextStart(ofSegment: firstIndex)
         let sealedBase = layout.offset(ofSegment: firstIndex)
         let count = plaintext.count == 0 ? 1 : layout.segment(containing: plainBase + Int64(plaintext.count) - 1) - firstIndex + 1
@@ -122,7 +122,7 @@ extension SegmentCipher {
     /// into `output` (their plaintext, back to back); segment `finalIndex` is opened as final.
     /// Returns the file index of a segment that fails authentication, or `nil`.
     func openSegments(_ sealed: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, finalIndex: Int,
-                      into output: UnsafeMutableRawBufferPointer, threads: Int = ProcessInfo.processInfo.activeProcessorCount) -> Int? {
+                      into output: UnsafeMutableRawBufferPointer, threads: Int = processorCount) -> Int? {
         let plainBase = layout.plaintextStart(ofSegment: firstIndex)
         let sealedBase = layout.offset(ofSegment: firstIndex)
         var count = 0
@@ -147,8 +147,12 @@ extension SegmentCipher {
     }
 }
 
+/// The cores this process may use, read once: `ProcessInfo.activeProcessorCount` reads the
+/// cgroup's files on every call (six system calls), too much for each file a server opens.
+let processorCount = ProcessInfo.processInfo.activeProcessorCount
+
 /// Runs `body` for 0..<count on up to `threads` threads (all cores by default).
-func parallelForEach(_ count: Int, threads: Int = ProcessInfo.processInfo.activeProcessorCount, _ body: @Sendable (Int) -> Void) {
+func parallelForEach(_ count: Int, threads: Int = processorCount, _ body: @Sendable (Int) -> Void) {
     let threads = min(threads, count)
     if threads <= 1 {
         for i in 0..<count { body(i) }

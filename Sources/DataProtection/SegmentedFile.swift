@@ -31,7 +31,7 @@ final class SegmentedFile {
     private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     /// Threads that seal and open a run of segments: every core, unless the caller already
     /// runs many requests at once (a file system server sets 1).
-    var threads = ProcessInfo.processInfo.activeProcessorCount
+    var threads = processorCount
     /// Reused by every write, so its buffers are allocated once per open file.
     private lazy var writer: WindowWriter = {
         let writer = WindowWriter(fd: fd, path: path)
@@ -49,12 +49,11 @@ final class SegmentedFile {
         self.size = size
     }
 
-    /// Writes a header and one empty final segment to a new, empty file. `inPlace`: the file
-    /// will be written in place (a format-2 file is then marked as being written from the start,
-    /// which spares a header write at its first change).
-    static func create(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys, inPlace: Bool = false) throws -> SegmentedFile {
+    /// Writes a header and one empty final segment to a new, empty file (one page: in format 2
+    /// it is marked as being written only when a change first reaches past that page).
+    static func create(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys) throws -> SegmentedFile {
         var header = header
-        header.beingWritten = inPlace && header.version >= ProtectedFileHeader.pageAlignedVersion
+        header.beingWritten = false
         var bytes = header.encoded(keys: keys)
         let cipher = SegmentCipher(key: keys.contentKey, fileID: header.fileID)
         try [UInt8]().withUnsafeBytes { try cipher.seal($0, index: 0, final: true, into: &bytes) }
@@ -175,9 +174,13 @@ final class SegmentedFile {
     /// Before a change in place: a format-2 file is marked as being written (one header write,
     /// the first time), so that a change cut short leaves a file that still opens; and bytes
     /// left past the end by a truncation cut short are cut off.
-    private func beginChange() throws {
+    ///
+    /// `withinFirstPage`: the change rewrites segment 0 only, in a file that ends in it before and
+    /// after — one write inside the header's page, which a kill never cuts (FORMAT.md §3): no
+    /// mark is needed, and a small file is never marked, nor settled.
+    private func beginChange(withinFirstPage: Bool = false) throws {
         guard header.version >= ProtectedFileHeader.pageAlignedVersion else { return }
-        if !header.beingWritten {
+        if !header.beingWritten, !withinFirstPage {
             var next = header
             next.beingWritten = true
             header = try writeHeader(next)
@@ -310,10 +313,10 @@ final class SegmentedFile {
     }
 
     private func writeSegments(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
-        try beginChange()
         let oldLast = lastIndex
         let newSize = max(size, offset + Int64(bytes.count))
         let newLast = layout.lastIndex(size: newSize)
+        try beginChange(withinFirstPage: newLast == 0 && lastSealedFinal)
         let end = offset + Int64(bytes.count)
         let first = layout.segment(containing: offset)
         let lastTouched = layout.segment(containing: end - 1)

@@ -11,7 +11,7 @@ import SystemPackage
 /// failure; no write is left running after it returns.
 final class WindowWriter: @unchecked Sendable {
     /// Threads left for sealing while one core writes.
-    static let sealingThreads = ProcessInfo.processInfo.activeProcessorCount
+    static let sealingThreads = processorCount
 
     private let fd: FileDescriptor
     private let path: String

@@ -23,6 +23,8 @@ struct FileSystemBenchmark: AsyncParsableCommand {
     @Option(help: "Files in the tree that is untarred, listed and removed.") var files = 10_000
     @Option(help: "Interleaved runs (the median is kept).") var runs = 3
     @Option(help: "SQLite rows inserted (in transactions of 1,000).") var rows = 100_000
+    @Option(help: "Where every place keeps its files (default: /dev/shm when present — a tmpfs, as the reference figures were measured, so that what is timed is each file system's own cost; give a directory on a disk to time the disk too).")
+    var dir: String?
 
     struct Place {
         let name: String
@@ -32,7 +34,8 @@ struct FileSystemBenchmark: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-bench-fs-\(UUID().uuidString.prefix(8))").path
+        let work = dir ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
+        let base = URL(fileURLWithPath: work).appendingPathComponent("dp-bench-fs-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: base) }
         for name in ["plain", "data", "mnt", "gocryptfs-cipher", "gocryptfs-mnt"] {
@@ -69,7 +72,7 @@ struct FileSystemBenchmark: AsyncParsableCommand {
         }
         defer { if gocryptfs != nil { _ = runTool("fusermount3", ["-u", base + "/gocryptfs-mnt"], discardOutput: true) } }
         let cold = geteuid() == 0
-        print("dp-bench fs: \(megabytes) MiB sequential, \(files) small files, \(rows) SQLite rows; median of \(runs) interleaved runs; page cache \(cold ? "dropped before cold reads" : "not dropped (not root)")")
+        print("dp-bench fs: files in \(work) (\(fileSystemName(work))); \(megabytes) MiB sequential, \(files) small files, \(rows) SQLite rows; median of \(runs) interleaved runs; page cache \(cold ? "dropped before cold reads" : "not dropped (not root)")")
 
         // A tree to untar: `files` files of 0–8 KiB in 100 directories.
         let tree = base + "/tree.tar"
@@ -221,4 +224,20 @@ struct FileSystemBenchmark: AsyncParsableCommand {
     }
 
     private func pythonString(_ text: String) -> String { "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'" }
+}
+
+/// The kind of file system holding `path` (`tmpfs`, `ext4`, …), as /proc/mounts names it.
+private func fileSystemName(_ path: String) -> String {
+    guard let mounts = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return "unknown" }
+    let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+    var best: (point: String, type: String) = ("", "unknown")
+    for line in mounts.split(separator: "\n") {
+        let fields = line.split(separator: " ")
+        guard fields.count > 2 else { continue }
+        let point = String(fields[1])
+        if (resolved == point || resolved.hasPrefix(point == "/" ? "/" : point + "/")), point.count >= best.point.count {
+            best = (point, String(fields[2]))
+        }
+    }
+    return best.type
 }

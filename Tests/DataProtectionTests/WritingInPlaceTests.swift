@@ -33,7 +33,7 @@ import Testing
         /// A new file holding `initial`, settled (its end authenticated), open for writing.
         func file(_ name: String, holding initial: [UInt8]) throws -> SegmentedFile {
             let fd = try POSIXFile.open(path(name), .readWrite, options: [.create, .truncate], permissions: FilePermissions(rawValue: 0o600))
-            let file = try SegmentedFile.create(fd: fd, path: path(name), header: header, keys: keys, inPlace: true)
+            let file = try SegmentedFile.create(fd: fd, path: path(name), header: header, keys: keys)
             file.threads = 1
             try initial.withUnsafeBytes { try file.write($0, at: 0) }
             try file.settle()
@@ -194,6 +194,20 @@ import Testing
 
     /// A file whose end no longer authenticates (a failed write, a foreign change) is never
     /// settled: its mark stays, and settling says why.
+    @Test func aFileThatStaysInItsFirstPageIsNeverMarked() throws {
+        let fixture = Fixture()
+        let file = try fixture.file("file", holding: [])
+        let small = [UInt8](randomData(3_908))
+        try small.withUnsafeBytes { try file.write($0, at: 0) }
+        #expect(try fixture.bytes("file")[14] & 2 == 0, "a change inside page 0 needs no mark")
+        #expect(try fixture.bytes("file").count == Self.page)
+        try [UInt8](randomData(1)).withUnsafeBytes { try file.write($0, at: 3_908) }
+        #expect(try fixture.bytes("file")[14] & 2 != 0, "a change past page 0 is marked first")
+        try file.settle()
+        #expect(try fixture.bytes("file")[14] & 2 == 0)
+        #expect(try fixture.read(try fixture.bytes("file")).count == 3_909)
+    }
+
     @Test func aFileWhoseEndDoesNotAuthenticateIsNotSettled() throws {
         let fixture = Fixture()
         let file = try fixture.file("file", holding: [UInt8](randomData(10_000)))
