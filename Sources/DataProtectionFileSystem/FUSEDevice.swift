@@ -50,7 +50,12 @@ struct FUSEDevice: Sendable {
         guard stat(mountPoint, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw FileSystemServerError.badMountPoint(mountPoint, "is not a directory")
         }
-        let options = "rw,nosuid,nodev,default_permissions,fsname=\(fsName),subtype=\(fsName)" + (allowOther ? ",allow_other" : "")
+        // No `default_permissions`: without `allow_other` every caller has this server's user ID,
+        // so the backing file system checks each call as the kernel would (the server makes the
+        // same call on the same inode), and ACCESS answers `access`/`chdir`. With it, the kernel
+        // asks for a directory's attributes again before each create and remove (one round trip
+        // more per file); with `allow_other` it is needed and set.
+        let options = "rw,nosuid,nodev,fsname=\(fsName),subtype=\(fsName)" + (allowOther ? ",allow_other,default_permissions" : "")
         if let fusermount = fusermount() {
             return try mountThroughFusermount(fusermount, at: mountPoint, options: options + ",auto_unmount")
         }
@@ -59,7 +64,7 @@ struct FUSEDevice: Sendable {
         }
         let fd = open("/dev/fuse", O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.system("open /dev/fuse", errno) }
-        let data = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid()),default_permissions" + (allowOther ? ",allow_other" : "")
+        let data = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid())" + (allowOther ? ",allow_other,default_permissions" : "")
         guard Glibc.mount(fsName, mountPoint, "fuse." + fsName, UInt(MS_NOSUID | MS_NODEV), data) == 0 else {
             let code = errno
             close(fd)

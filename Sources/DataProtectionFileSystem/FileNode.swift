@@ -108,7 +108,9 @@ final class NodeTable: Sendable {
         var st = stat()
         guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
         self.floorOfDirectory = floorOfDirectory
-        let descriptors = DescriptorLimit.raise() * 3 / 4
+        // A node holds a descriptor, and a second while open as a file: both within three
+        // quarters of the limit, the rest left for the server's own short-lived ones.
+        let descriptors = DescriptorLimit.raise() * 3 / 8
         capacity = max(64, min(descriptors, maxNodes ?? descriptors))
         root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE),
                         floor: floorOfDirectory?(rootDescriptor))

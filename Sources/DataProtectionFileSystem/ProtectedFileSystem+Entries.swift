@@ -60,8 +60,11 @@ extension ProtectedFileSystem {
                 close(fd)
             }
         }
-        kinds.record(found ?? .plain, for: st)
-        return found ?? .plain
+        // A file that could not be read now (no descriptor left, no right to read it) is asked
+        // again next time, not remembered as plain.
+        guard let kind = found else { return .plain }
+        kinds.record(kind, for: st)
+        return kind
     }
 
     /// What the file `name` in `parent` (that `st` describes) is, read through that name: one
@@ -101,6 +104,16 @@ extension ProtectedFileSystem {
 
     func getAttributes(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         try replyAttributes(try nodes.node(request.nodeID), request, replier)
+    }
+
+    /// `access`, `faccessat` and `chdir`: the backing inode's own answer for this server's user
+    /// (every caller's, the mount not being shared with other users).
+    func checkAccess(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
+        let node = try nodes.node(request.nodeID)
+        let argument = try request.argument(fuse_access_in.self)
+        let mask = Int32(argument.mask) & (R_OK | W_OK | X_OK)
+        guard faccessat(AT_FDCWD, node.reopenPath, mask, AT_EACCESS) == 0 else { throw FUSEErrno(errno) }
+        replier.reply(request.unique)
     }
 
     private func replyAttributes(_ node: FileNode, _ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
@@ -273,15 +286,20 @@ extension ProtectedFileSystem {
     func openDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let node = try nodes.node(request.nodeID)
         guard node.isDirectory else { throw FUSEErrno(ENOTDIR) }
+        // Opened here for the caller's right to read it; each READDIR opens it again (an open
+        // directory holds no descriptor: a program holding thousands of them open costs the
+        // server none, and leaves the others their descriptors).
         let fd = open(node.reopenPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw FUSEErrno(errno) }
+        guard fd >= 0 else { throw FUSEErrno(errno == EMFILE ? ENFILE : errno) }
+        close(fd)
         var out = fuse_open_out()
-        out.fh = handles.add(.directory(DirectoryHandle(fd: fd)))
+        out.fh = handles.add(.directory(DirectoryHandle()))
         replier.reply(request.unique, out)
     }
 
     /// Entries from the backing directory's offset the kernel asks for (`getdents64`'s own
-    /// `d_off` values), as many as fit in the size it asks for. With `plus` (READDIRPLUS), each
+    /// `d_off` values, which hold across descriptors: each READDIR opens the directory again), as
+    /// many as fit in the size it asks for. With `plus` (READDIRPLUS), each
     /// entry but `.` and `..` comes with its node and attributes, as LOOKUP gives them (a lookup
     /// counted for each: an entry is looked up only once it is sure to fit).
     func readDirectory(_ request: FUSERequest, _ replier: FUSEReplier, plus: Bool) throws(FUSEErrno) {
@@ -293,9 +311,12 @@ extension ProtectedFileSystem {
         var out = [UInt8]()
         out.reserveCapacity(wanted)
         try directory.lock.withLock { _ throws(FUSEErrno) in
-            guard lseek(directory.fd, off_t(Int64(bitPattern: argument.offset)), SEEK_SET) >= 0 else { throw FUSEErrno(errno) }
+            let fd = open(parent.reopenPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { throw FUSEErrno(errno == EMFILE ? ENFILE : errno) }
+            defer { close(fd) }
+            guard lseek(fd, off_t(Int64(bitPattern: argument.offset)), SEEK_SET) >= 0 else { throw FUSEErrno(errno) }
             var raw = [UInt8](repeating: 0, count: wanted)
-            let n = raw.withUnsafeMutableBytes { cfuse_getdents64(directory.fd, $0.baseAddress, UInt(wanted)) }
+            let n = raw.withUnsafeMutableBytes { cfuse_getdents64(fd, $0.baseAddress, UInt(wanted)) }
             guard n >= 0 else { throw FUSEErrno(errno) }
             var at = 0
             while at + 19 <= n {
@@ -338,8 +359,11 @@ extension ProtectedFileSystem {
 
     func synchronizeDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let argument = try request.argument(fuse_fsync_in.self)
-        let directory = try handles.directory(argument.fh)
-        guard fsync(directory.fd) == 0 else { throw FUSEErrno(errno) }
+        _ = try handles.directory(argument.fh)
+        let fd = open(try nodes.node(request.nodeID).reopenPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw FUSEErrno(errno == EMFILE ? ENFILE : errno) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw FUSEErrno(errno) }
         replier.reply(request.unique)
     }
 

@@ -113,16 +113,23 @@ extension ProtectedFileSystem {
         // A file replaced or removed beside the mount (another process wrote the directory) while
         // the kernel still had its name: ESTALE makes the kernel look the name up again and open
         // what is there now.
-        guard (try node.status()).st_nlink > 0 else { throw FUSEErrno(ESTALE) }
+        // A file this mount holds open is the one the caller means, linked or not (a reopen
+        // through /proc/self/fd of an unlinked file).
+        guard (try node.status()).st_nlink > 0 || node.open.withLock({ $0.handles > 0 }) else { throw FUSEErrno(ESTALE) }
         // The class: the open file's, else from the header on a descriptor opened now.
         var fd: Int32 = -1, writable = false, cls: ProtectionClass?
-        if let open = node.open.withLock({ $0.handles > 0 && $0.descriptor >= 0 ? $0.protectionClass : Optional<ProtectionClass?>.none }) {
-            cls = open
+        if let open = node.open.withLock({ $0.handles > 0 && $0.descriptor >= 0 ? ($0.protectionClass, $0.writable) : nil }) {
+            cls = open.0
             if cls == nil, writing { throw FUSEErrno(EACCES) }   // a plain file, read-only
+            // The caller's own right to write, as the backing file has it now.
+            if writing, !open.1, faccessat(AT_FDCWD, node.reopenPath, W_OK, AT_EACCESS) != 0 { throw FUSEErrno(errno) }
         } else {
             fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
             writable = true
             if fd < 0, errno == EACCES || errno == EROFS || errno == ETXTBSY {
+                // Opened for writing: the caller may not write it (every caller has this server's
+                // user ID: the backing file's answer is the caller's).
+                if writing { throw FUSEErrno(errno) }
                 fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
                 writable = false
             }

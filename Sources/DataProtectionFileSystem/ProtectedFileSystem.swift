@@ -64,9 +64,10 @@ public final class ProtectedFileSystem: Sendable {
     ///     the directory's change time moves.
     ///   - refusesSetID: refuse set-user-ID and set-group-ID bits (`EPERM`), as apps need.
     ///   - reservedNames: names no program may make, remove, rename or link through the mount.
-    ///   - maxNodes: the most inodes served at once (each holds a descriptor; default: three
-    ///     quarters of the descriptor limit). Past half of it, the least recently found are given
-    ///     back to the kernel.
+    ///   - maxNodes: the most inodes served at once (each holds a descriptor, and one more while
+    ///     it is open as a file; default: three eighths of the descriptor limit, so that both stay
+    ///     within three quarters of it). Past half of it, the least recently found are given back
+    ///     to the kernel.
     public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
                 refusesSetID: Bool = false, reservedNames: Set<String> = [], maxNodes: Int? = nil) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
@@ -115,6 +116,7 @@ public final class ProtectedFileSystem: Sendable {
                 }
             case FUSE_LOOKUP: try lookup(request, replier)
             case FUSE_GETATTR: try getAttributes(request, replier)
+            case FUSE_ACCESS: try checkAccess(request, replier)
             case FUSE_SETATTR: try setAttributes(request, replier)
             case FUSE_READLINK: try readLink(request, replier)
             case FUSE_SYMLINK: try symbolicLink(request, replier)
@@ -224,10 +226,8 @@ final class HandleTable: Sendable {
     func remove(_ id: UInt64) -> Handle? { state.withLock { $0.handles.removeValue(forKey: id) } }
 }
 
-/// An open directory: its descriptor, read with `getdents64` from the offsets the kernel asks.
+/// An open directory. It holds no descriptor: each READDIR opens the directory again and reads
+/// it with `getdents64` from the offset the kernel asks (one READDIR of a handle at a time).
 final class DirectoryHandle: Sendable {
-    let fd: Int32
     let lock = Mutex(())
-    init(fd: Int32) { self.fd = fd }
-    deinit { close(fd) }
 }

@@ -23,7 +23,7 @@ struct FileSystemBenchmark: AsyncParsableCommand {
     @Option(help: "Files in the tree that is untarred, listed and removed.") var files = 10_000
     @Option(help: "Interleaved runs (the median is kept).") var runs = 3
     @Option(help: "SQLite rows inserted (in transactions of 1,000).") var rows = 100_000
-    @Option(help: "Where every place keeps its files (default: /dev/shm when present — a tmpfs, as the reference figures were measured, so that what is timed is each file system's own cost; give a directory on a disk to time the disk too).")
+    @Option(help: "Where every place keeps its files (default, as root: a tmpfs mounted for the run — as the reference figures were measured, so that what is timed is each file system's own cost; else the temporary directory). Give a directory on a disk to time the disk too.")
     var dir: String?
 
     struct Place {
@@ -34,10 +34,14 @@ struct FileSystemBenchmark: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let work = dir ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
-        let base = URL(fileURLWithPath: work).appendingPathComponent("dp-bench-fs-\(UUID().uuidString.prefix(8))").path
+        let base = URL(fileURLWithPath: dir ?? NSTemporaryDirectory()).appendingPathComponent("dp-bench-fs-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: base) }
+        // A tmpfs of the run's own (not /dev/shm: apps may not keep their containers below /dev).
+        let ownTmpfs = dir == nil && geteuid() == 0
+            && runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=16g,mode=0755", "dp-bench-fs", base], discardOutput: true) != nil
+        defer { if ownTmpfs { _ = runTool("/bin/umount", ["-l", base], discardOutput: true) } }
+        let work = base
         for name in ["plain", "data", "mnt", "gocryptfs-cipher", "gocryptfs-mnt"] {
             try FileManager.default.createDirectory(atPath: base + "/" + name, withIntermediateDirectories: true)
         }

@@ -191,6 +191,36 @@ struct HostileProgramTests {
         let write = try ChildProcess.run("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/bin/sh", "-c",
                                                                "echo 'nobody marker' > '\(mountPoint)/n.txt' && cat '\(mountPoint)/n.txt'"])
         #expect(write.out == "nobody marker\n", "\(write.err)")
+        // Permissions as the kernel's own file system gives them to the user (the mount has no
+        // `default_permissions`: the backing file system decides): the same script on the mount
+        // and in a plain directory of the user's says the same. (A name already looked up below a
+        // directory whose search bit was just taken stays reachable until its entry expires, 1 s,
+        // as on gocryptfs: FORMAT.md §14.)
+        let plain = cli.file("plain")
+        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true)
+        #expect(chown(plain, 65534, 65534) == 0)
+        let script = """
+            cd "$1"
+            r() { if "$@" 2>/dev/null; then echo "ok: $*"; else echo "refused: $*"; fi; }
+            echo x > ro; chmod 444 ro
+            r sh -c 'echo y > ro'; r sh -c 'echo y >> ro'; r test -w ro; r test -r ro; r cat ro; r truncate -s 0 ro
+            r python3 -c 'import os; os.open("ro", os.O_RDWR)'
+            r python3 -c 'import os,sys; sys.exit(0 if os.access("ro", os.W_OK) else 1)'
+            chmod 644 ro; r sh -c 'echo z >> ro'; r cat ro
+            chmod 000 ro; r cat ro; r test -r ro; chmod 600 ro
+            mkdir d; touch d/in; chmod 500 d
+            r touch d/new; r rm -f d/in; r ls d; r test -w d
+            chmod 000 d; r ls d; r cd d; r stat d/unseen; r test -x d
+            chmod 700 d
+            printf '#!/bin/sh\necho ran\n' > s; chmod 644 s; r ./s; r test -x s; chmod 755 s; r ./s
+            mkdir -m 1777 sticky; r touch sticky/mine; r rm sticky/mine
+            """
+        let asNobody = { (dir: String) throws -> String in
+            try ChildProcess.run("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/bin/sh", "-c", script, "sh", dir]).out
+        }
+        let onMount = try asNobody(mountPoint), onPlain = try asNobody(plain)
+        #expect(onMount == onPlain)
+        #expect(onMount.contains("refused: sh -c echo y > ro") && onMount.contains("refused: ls d") && onMount.contains("ok: ./s"), "\(onMount)")
         // Root is not let in (no allow_other): the mount is the user's.
         #expect(access(mountPoint + "/n.txt", R_OK) != 0)
         let unmounted = try ChildProcess.run("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CLI.executable.path, "umount", mountPoint])
@@ -244,6 +274,40 @@ struct ReviewFindingsTests {
         #expect(try ChildProcess.run("/usr/bin/touch", ["-d", "@-1", mount.data + "/old-on-disk"]).status == 0)
         let result = try mount.shell("touch t && touch -d @-100 t && stat -c %Y t old-on-disk")
         #expect(result.status == 0 && result.out == "-100\n-1\n", "\(result.out) \(result.err)")
+        try mount.unmount()
+    }
+
+    /// An open directory costs the server no descriptor (a program holding thousands open leaves
+    /// the others theirs), listings through them still work, and a file unlinked while open is
+    /// reopened through /proc/self/fd and given attributes (no ESTALE).
+    @Test func openDirectoriesHoldNoDescriptorsAndUnlinkedOpenFilesReopen() throws {
+        let world = try AppWorld.make()
+        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
+        let server = mount.process.processIdentifier
+        let script = """
+            import os, sys
+            def served(): return len(os.listdir(f"/proc/{sys.argv[1]}/fd"))
+            for d in range(10):
+                os.mkdir(f"d{d}")
+                for f in range(30): open(f"d{d}/f{f}", "w").close()
+            before = served()
+            held = [os.open(f"d{i % 10}", os.O_RDONLY | os.O_DIRECTORY) for i in range(2000)]
+            names = sum(len(os.listdir(fd)) for fd in held[:20])
+            after = served()
+            fd = os.open("gone", os.O_RDWR | os.O_CREAT, 0o600)
+            os.write(fd, b"still here")
+            os.unlink("gone")
+            again = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)
+            os.setxattr(fd, "user.note", b"kept")
+            print(before, after, names, os.pread(again, 100, 0).decode(), os.getxattr(fd, "user.note").decode())
+            """
+        let result = try mount.shell("python3 -c '\(script)' \(server)")
+        let fields = result.out.split(separator: " ").map(String.init)
+        #expect(result.status == 0 && fields.count == 6, "\(result.out) \(result.err)")
+        if fields.count == 6, let before = Int(fields[0]), let after = Int(fields[1]) {
+            #expect(after - before < 100, "2,000 open directories cost the server \(after - before) descriptors")
+            #expect(fields[2] == "600" && fields[3] == "still" && fields[4] == "here" && fields[5] == "kept\n")
+        }
         try mount.unmount()
     }
 
