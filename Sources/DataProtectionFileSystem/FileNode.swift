@@ -34,9 +34,13 @@ final class FileNode: Sendable {
     /// was found in — an item never leaves the subtree of its floor through the mount (a
     /// container is a mount of its own in a sandbox: a rename out of it is `EXDEV`).
     let floor: ProtectionClass?
+    /// Whose share of the table the node counts in (the PID namespace of the program whose
+    /// request made it, when the table shares itself out: ``NodeTable``).
+    let owner: UInt64
 
-    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?) {
+    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?, owner: UInt64 = 0) {
         self.floor = floor
+        self.owner = owner
         self.id = id
         self.fd = fd
         self.identity = InodeIdentity(st)
@@ -88,6 +92,8 @@ final class NodeTable: Sendable {
         var tick: UInt64 = 0
         /// Whether ``overflowing`` was signalled and no pass has run since.
         var evictionPending = false
+        /// Nodes held, by owner (only when the table is shared out).
+        var held: [UInt64: Int] = [:]
     }
     private let state = Mutex(State())
     let root: FileNode
@@ -103,11 +109,20 @@ final class NodeTable: Sendable {
     var lowWater: Int { capacity * 3 / 8 }
     /// Signalled when the table passes ``highWater``.
     let overflowing = DispatchSemaphore(value: 0)
+    /// Whether directories — the nodes never given back to the kernel (see
+    /// ``ProtectedFileSystem/evictUnused(_:)``) — are shared out among the programs' PID
+    /// namespaces (apps: one each), so that one app's flood of them leaves room for the others:
+    /// with *k* owners holding directories, each may have new ones while it holds fewer than
+    /// 2/(*k* + 2) of ``capacity`` (alone, two thirds; a newcomer finds at least a third). Other
+    /// nodes are given back, least recently found first, whoever made them.
+    let sharedByRequester: Bool
 
-    init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil) throws {
+    init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil,
+         sharedByRequester: Bool = false) throws {
         var st = stat()
         guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
         self.floorOfDirectory = floorOfDirectory
+        self.sharedByRequester = sharedByRequester
         // A node holds a descriptor, and a second while open as a file: both within three
         // quarters of the limit, the rest left for the server's own short-lived ones.
         let descriptors = DescriptorLimit.raise() * 3 / 8
@@ -156,10 +171,13 @@ final class NodeTable: Sendable {
         }
         var floor = parent.floor
         if st.st_mode & S_IFMT == S_IFDIR, let own = floorOfDirectory?(fd) { floor = max(floor ?? own, own) }
+        let shared = sharedByRequester && st.st_mode & S_IFMT == S_IFDIR
+        let owner = shared ? Requester.namespace : 0
         let (node, adopted) = state.withLock { state -> (FileNode?, Bool) in
             if let known = Self.counted(identity, st, parent: parent.id, name: name, in: &state) { return (known, false) }
-            guard state.nodes.count < capacity else { return (nil, false) }
-            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor)
+            guard state.nodes.count < capacity, !shared || hasRoom(for: owner, in: state) else { return (nil, false) }
+            if shared { state.held[owner, default: 0] += 1 }
+            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, owner: owner)
             state.next += 1
             state.tick += 1
             node.lastSeen.withLock { $0 = (name, state.tick) }
@@ -174,6 +192,22 @@ final class NodeTable: Sendable {
         if !adopted { close(fd) }
         guard let node else { throw FUSEErrno(ENFILE) }
         return node
+    }
+
+    /// Whether `owner` may have one more directory (``sharedByRequester``).
+    private func hasRoom(for owner: UInt64, in state: State) -> Bool {
+        let owners = state.held.count + (state.held[owner] == nil ? 1 : 0)
+        return state.held[owner, default: 0] < capacity * 2 / (owners + 2)
+    }
+
+    /// Refuses (`ENFILE`) before anything is made on disk when the table has no room for a new
+    /// node — for a directory, of the program asking —: the make (create, mkdir…) would be done,
+    /// and its node refused.
+    func requireRoom(directory: Bool = false) throws(FUSEErrno) {
+        let owner = sharedByRequester && directory ? Requester.namespace : 0
+        guard state.withLock({ $0.nodes.count < capacity && (!sharedByRequester || !directory || hasRoom(for: owner, in: $0)) }) else {
+            throw FUSEErrno(ENFILE)
+        }
     }
 
     /// The node the kernel holds for `identity` (of the same kind), with one more lookup counted.
@@ -195,14 +229,16 @@ final class NodeTable: Sendable {
     /// An eviction pass is over: the next node beyond ``highWater`` signals again.
     func evictionDone() { state.withLock { $0.evictionPending = false } }
 
-    /// The least recently found nodes beyond ``lowWater`` (never the root), oldest first, with
+    /// The least recently found nodes beyond ``lowWater`` (never the root nor a directory), oldest first, with
     /// the parent and name to ask the kernel to forget; those open are left to the caller to skip.
     func evictionCandidates() -> [(node: FileNode, parent: UInt64, name: [UInt8])] {
         let all = state.withLock { state -> [FileNode] in
             state.nodes.count > lowWater ? state.nodes.values.map(\.node) : []
         }
         guard all.count > lowWater else { return [] }
-        let seen = all.filter { $0.id != root.id }.map { node in (node, node.lastSeen.withLock { $0 }) }
+        // Directories are never given back (see ProtectedFileSystem.evictUnused): the others,
+        // oldest first, however many directories are older.
+        let seen = all.filter { $0.id != root.id && !$0.isDirectory }.map { node in (node, node.lastSeen.withLock { $0 }) }
             .filter { !$0.1.name.isEmpty }
             .sorted { $0.1.tick < $1.1.tick }
         return seen.prefix(all.count - lowWater).map { ($0.0, $0.0.parent.withLock { $0 }, $0.1.name) }
@@ -232,6 +268,9 @@ final class NodeTable: Sendable {
             if entry.lookups == 0 {
                 state.nodes[id] = nil
                 if state.byIdentity[entry.node.identity] == id { state.byIdentity[entry.node.identity] = nil }
+                if sharedByRequester, entry.node.isDirectory, let count = state.held[entry.node.owner] {
+                    state.held[entry.node.owner] = count > 1 ? count - 1 : nil
+                }
                 return entry.node
             }
             state.nodes[id] = entry

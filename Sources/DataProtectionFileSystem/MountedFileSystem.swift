@@ -119,6 +119,7 @@ public final class MountedFileSystem: Sendable {
             }
             if n == 0 { return }
             guard let request = FUSERequest(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) else { continue }
+            Requester.begin(pid: request.pid)
             fileSystem.handle(request, replier: replier)
         }
     }

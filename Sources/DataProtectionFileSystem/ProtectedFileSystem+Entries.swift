@@ -184,6 +184,7 @@ extension ProtectedFileSystem {
         let argument = try request.argument(fuse_mkdir_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mkdir_in.self))
         try refuseReserved(name)
+        try nodes.requireRoom(directory: true)
         guard withName(name, { mkdirat(parent.fd, $0, argument.mode & 0o7777) }) == 0 else { throw FUSEErrno(errno) }
         let (node, st) = try nodes.lookup(name, in: parent)
         replier.reply(request.unique, entry(node, st))
@@ -194,6 +195,7 @@ extension ProtectedFileSystem {
         let argument = try request.argument(fuse_mknod_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mknod_in.self))
         try refuseReserved(name)
+        try nodes.requireRoom()
         try refuseSetID(argument.mode, argument.mode & S_IFMT)
         switch argument.mode & S_IFMT {
         case S_IFREG:
@@ -215,6 +217,7 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(request.nodeID)
         let (name, rest) = try FUSERequest.name(in: request.body)
         try refuseReserved(name)
+        try nodes.requireRoom()
         guard let end = rest.firstIndex(of: 0) else { throw FUSEErrno(EINVAL) }
         let target = Array(rest[rest.startIndex..<end])
         guard !target.isEmpty, target.count < Int(PATH_MAX) else { throw FUSEErrno(target.isEmpty ? ENOENT : ENAMETOOLONG) }

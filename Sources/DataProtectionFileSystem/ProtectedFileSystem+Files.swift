@@ -40,6 +40,7 @@ extension ProtectedFileSystem {
         let argument = try request.argument(fuse_create_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_create_in.self))
         try refuseReserved(name)
+        try nodes.requireRoom()
         try refuseSetID(argument.mode, S_IFREG)
         let exclusive = argument.flags & UInt32(O_EXCL) != 0
         let ((node, st), created) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: exclusive)

@@ -64,18 +64,22 @@ public final class ProtectedFileSystem: Sendable {
     ///     the directory's change time moves.
     ///   - refusesSetID: refuse set-user-ID and set-group-ID bits (`EPERM`), as apps need.
     ///   - reservedNames: names no program may make, remove, rename or link through the mount.
+    ///   - sharesNodesAmongApps: share the directories served out among the programs' PID
+    ///     namespaces (each sandboxed app has its own), so that one app's flood of directories
+    ///     leaves room for the others (``NodeTable/sharedByRequester``).
     ///   - maxNodes: the most inodes served at once (each holds a descriptor, and one more while
     ///     it is open as a file; default: three eighths of the descriptor limit, so that both stay
     ///     within three quarters of it). Past half of it, the least recently found are given back
     ///     to the kernel.
     public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
-                refusesSetID: Bool = false, reservedNames: Set<String> = [], maxNodes: Int? = nil) throws {
+                refusesSetID: Bool = false, reservedNames: Set<String> = [], sharesNodesAmongApps: Bool = false, maxNodes: Int? = nil) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
         self.directory = absolute
         self.files = files
-        self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory, maxNodes: maxNodes)
+        self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory, maxNodes: maxNodes,
+                                   sharedByRequester: sharesNodesAmongApps)
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID

@@ -40,7 +40,8 @@ extension ContainerFileSystem {
         let socketPath = socketPath(for: layout)
         let fileSystem = try ProtectedFileSystem(directory: layout.containers, files: ProtectedFileManager(keybag: manager.files.keybag),
                                                  floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true,
-                                                 reservedNames: [DataRootLayout.containerMetadataFileName], maxNodes: maxNodes)
+                                                 reservedNames: [DataRootLayout.containerMetadataFileName], sharesNodesAmongApps: true,
+                                                 maxNodes: maxNodes)
         // The socket first: it makes the 0700 directory the mount point lives in.
         let listener: Int32
         do { listener = try UnixSocket.listen(on: socketPath) } catch let error as IPCError { throw unavailable(error.description) }
