@@ -235,6 +235,10 @@ struct AppFileSystemTests {
         let world = try AppWorld.make()
         let container = try world.install("com.example.store")   // class C by default: the database asks for A
         let db = container + "/Library/Application Support/store.db"
+        // Another program made the database and its WAL files first, empty, at the directory's
+        // class C: opening the database gives all three the class it asks for before any page.
+        let early = try world.shell("com.example.store", "cd 'Library/Application Support' && : > store.db && : > store.db-wal && : > store.db-shm && getfattr --only-values -n user.dataprotection.class store.db-wal")
+        #expect(early.out == "until-first-unlock", "\(early.out) \(early.stderr)")
         let made = try world.testApp("com.example.store", ["database", db, "marker-row"])
         #expect(made.out == "rows 100 served yes class complete\n", "\(made.out) \(made.stderr)")
         let again = try world.testApp("com.example.store", ["database", db, "marker-row"])

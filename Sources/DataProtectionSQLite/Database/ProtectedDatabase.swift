@@ -359,17 +359,25 @@ public final class ProtectedDatabase: Sendable {
 
     /// A database inside an app whose containers the protected file system serves: plain SQLite
     /// pages through it (it seals them in the file's segments: never encrypted twice), in WAL
-    /// mode, the database and its WAL files made with the class asked for before SQLite opens
-    /// them (so no page is ever written under a weaker class). No key file, no key.
+    /// mode, the database and its WAL files of the class asked for before SQLite opens them —
+    /// made so, or given that class when they exist with another (made before by another member
+    /// of a group, or another program): no page is ever written under a weaker class. No key
+    /// file, no key.
     private static func openServed(at url: URL, keybag: Keybag, protection: ProtectionClass?, mode: Mode, format: SQLCipherFormat,
                                    configuration: Configuration) async throws -> ProtectedDatabase {
         var files = ProtectedFileManager(keybag: keybag)
         files.servedByFileSystem = true
         let existing = try? files.protection(ofItemAt: url)
         let protectionClass = protection ?? existing?.fileClass ?? files.defaultProtection(forNewItemAt: url)
-        for path in [url.path] + sidecars(of: url.path) where !FileManager.default.fileExists(atPath: path) {
-            let handle = try await files.createFile(at: URL(fileURLWithPath: path), protection: protectionClass)
-            try await handle.close()
+        for path in [url.path] + sidecars(of: url.path) {
+            let file = URL(fileURLWithPath: path)
+            if !FileManager.default.fileExists(atPath: path) {
+                let handle = try await files.createFile(at: file, protection: protectionClass)
+                try await handle.close()
+            } else if let current = try files.protection(ofItemAt: file).fileClass, current != protectionClass {
+                // The file system rewraps its key (a class below the container's is refused).
+                try await files.setProtection(protectionClass, ofItemAt: file)
+            }
         }
         var configuration = configuration
         configuration.prepareDatabase { db in   // after the caller's own (GRDB runs them in order)
