@@ -202,3 +202,8 @@ long long cshim_file_system_type(int fd) {
     struct statfs st;
     return fstatfs(fd, &st) == 0 ? (long long)st.f_type : -errno;
 }
+
+long long cshim_path_file_system_type(const char *path) {
+    struct statfs st;
+    return statfs(path, &st) == 0 ? (long long)st.f_type : -errno;
+}

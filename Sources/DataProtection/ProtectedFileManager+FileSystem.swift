@@ -19,7 +19,11 @@ extension ProtectedFileManager {
         guard let st = POSIXFile.status(path) else { throw ProtectedFileError.noSuchFile(path: path) }
         switch st.st_mode & S_IFMT {
         case S_IFDIR: return .directory(defaultClass: try wrapFS { try DirectoryDefault.get(path) })
-        case S_IFREG: return try wrapFS { try DirectoryDefault.get(path) }.map { .protected($0) } ?? .plain
+        case S_IFREG:
+            // The class attribute means something only where the file system serves it: elsewhere
+            // (an app's /tmp) anyone may set it on a plain file, and the file is what its bytes are.
+            guard Self.isOnProtectedFileSystem(path: path) else { return try ItemInspector.protection(ofItemAt: url) }
+            return try wrapFS { try DirectoryDefault.get(path) }.map { .protected($0) } ?? .plain
         default: return .other
         }
     }
@@ -62,9 +66,15 @@ extension ProtectedFileManager {
         return MountTable.mount(covering: absolute)?.type == "fuse.dataprotection"
     }
 
-    /// Whether `fd` is a file of a FUSE file system (the protected file system is one).
+    /// Whether `fd` is a file of a FUSE file system (the protected file system is one; a
+    /// sandboxed app sees no other).
     static func isOnProtectedFileSystem(_ fd: FileDescriptor) -> Bool {
         cshim_file_system_type(fd.rawValue) == 0x6573_5546   // FUSE_SUPER_MAGIC
+    }
+
+    /// Whether the item at `path` is on a FUSE file system (`statfs`).
+    static func isOnProtectedFileSystem(path: String) -> Bool {
+        cshim_path_file_system_type(path) == 0x6573_5546   // FUSE_SUPER_MAGIC
     }
 
     /// A new, empty file through the file system, of `cls`, opened for writing.
@@ -86,6 +96,10 @@ extension ProtectedFileManager {
     /// Gives the file at `fd` class `cls` through the file system's attribute; one below the
     /// container's is refused there (`EPERM`) and the file keeps the container's class.
     static func setServedClass(_ cls: ProtectionClass, of fd: FileDescriptor, path: String) throws {
+        // Elsewhere the attribute would be a label on plaintext.
+        guard isOnProtectedFileSystem(fd) else {
+            throw FileSystemError("protect (outside the protected file system, which serves an app's containers)", path: path, errno: .notSupported)
+        }
         let value = Array(cls.shortName.utf8)
         let done = value.withUnsafeBytes { fsetxattr(fd.rawValue, DirectoryDefault.attribute, $0.baseAddress, $0.count, 0) }
         if done != 0, errno != EPERM { throw FileSystemError("fsetxattr", path: path, errno: Errno(rawValue: errno)) }

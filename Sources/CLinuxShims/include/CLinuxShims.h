@@ -84,6 +84,8 @@ int cshim_namespace_parent(int fd);
 
 /// `fstatfs(fd)`'s file system type (`f_type`: `FUSE_SUPER_MAGIC` …), or -errno.
 long long cshim_file_system_type(int fd);
+/// statfs(2)'s f_type for a path (followed if a link), or -errno.
+long long cshim_path_file_system_type(const char *path);
 
 /// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)`: a descriptor of a new memory file, or -errno.
 int cshim_memfd_create(const char *name);
