@@ -255,6 +255,14 @@ struct AppFileSystemTests {
         let grep = try ChildProcess.run("/bin/grep", ["-rl", "marker-row", world.cli.root])
         #expect(grep.out.isEmpty, "plaintext under the data root: \(grep.out)")
         #expect(!FileManager.default.fileExists(atPath: db + "-dpkey"), "no key file: the database has no key of its own")
+        // A WAL file planted as a link to another file is refused, and the file it leads to is
+        // left as it was.
+        let planted = try world.shell("com.example.store", "cd 'Library/Application Support' && echo other > other.txt && ln -s other.txt trap.db-wal && getfattr --only-values -n user.dataprotection.class other.txt")
+        #expect(planted.out == "until-first-unlock", "\(planted.out) \(planted.stderr)")
+        let trapped = try world.testApp("com.example.store", ["database", container + "/Library/Application Support/trap.db", "marker-row"])
+        #expect(trapped.status != 0 && trapped.stderr.contains("symbolic link"), "\(trapped.out) \(trapped.stderr)")
+        let untouched = try world.shell("com.example.store", "getfattr --only-values -n user.dataprotection.class 'Library/Application Support/other.txt'")
+        #expect(untouched.out == "until-first-unlock")
     }
 
     /// A device from before the file system: a plaintext file in a container (as a shell in an

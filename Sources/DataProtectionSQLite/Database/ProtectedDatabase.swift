@@ -359,23 +359,34 @@ public final class ProtectedDatabase: Sendable {
 
     /// A database inside an app whose containers the protected file system serves: plain SQLite
     /// pages through it (it seals them in the file's segments: never encrypted twice), in WAL
-    /// mode, the database and its WAL files of the class asked for before SQLite opens them —
-    /// made so, or given that class when they exist with another (made before by another member
-    /// of a group, or another program): no page is ever written under a weaker class. No key
-    /// file, no key.
+    /// mode, the database and its WAL files of at least the class asked for (and of the
+    /// database's own, when it exists and is stronger) before SQLite opens them — made so, or
+    /// raised when they exist with a weaker one (made before by another member of a group, or
+    /// another program); never lowered. A WAL file that is a link or not a regular file is refused.
+    /// No key file, no key.
     private static func openServed(at url: URL, keybag: Keybag, protection: ProtectionClass?, mode: Mode, format: SQLCipherFormat,
                                    configuration: Configuration) async throws -> ProtectedDatabase {
         var files = ProtectedFileManager(keybag: keybag)
         files.servedByFileSystem = true
         let existing = try? files.protection(ofItemAt: url)
-        let protectionClass = protection ?? existing?.fileClass ?? files.defaultProtection(forNewItemAt: url)
+        let asked = protection ?? existing?.fileClass ?? files.defaultProtection(forNewItemAt: url)
+        let protectionClass = max(asked, existing?.fileClass ?? asked)
         for path in [url.path] + sidecars(of: url.path) {
             let file = URL(fileURLWithPath: path)
-            if !FileManager.default.fileExists(atPath: path) {
+            var st = stat()
+            if lstat(path, &st) != 0 {
+                guard errno == ENOENT else { throw ProtectedFileError.fileSystem(FileSystemError("lstat", path: path, errno: Errno(rawValue: errno))) }
                 let handle = try await files.createFile(at: file, protection: protectionClass)
                 try await handle.close()
-            } else if let current = try files.protection(ofItemAt: file).fileClass, current != protectionClass {
-                // The file system rewraps its key (a class below the container's is refused).
+                continue
+            }
+            // Planted by another member of a group: a link (its target would be rewrapped, and
+            // SQLite's pages go wherever it leads) or something SQLite cannot use as its file.
+            guard st.st_mode & S_IFMT == S_IFREG else {
+                throw ProtectedFileError.notARegularFile(path: path, kind: st.st_mode & S_IFMT == S_IFLNK ? "symbolic link" : "special file")
+            }
+            if let current = try files.protection(ofItemAt: file).fileClass, current < protectionClass {
+                // The file system rewraps its key.
                 try await files.setProtection(protectionClass, ofItemAt: file)
             }
         }
