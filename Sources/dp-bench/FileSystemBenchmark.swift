@@ -41,7 +41,6 @@ struct FileSystemBenchmark: AsyncParsableCommand {
         let ownTmpfs = dir == nil && geteuid() == 0
             && runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=16g,mode=0755", "dp-bench-fs", base], discardOutput: true) != nil
         defer { if ownTmpfs { _ = runTool("/bin/umount", ["-l", base], discardOutput: true) } }
-        let work = base
         for name in ["plain", "data", "mnt", "gocryptfs-cipher", "gocryptfs-mnt"] {
             try FileManager.default.createDirectory(atPath: base + "/" + name, withIntermediateDirectories: true)
         }
@@ -76,7 +75,7 @@ struct FileSystemBenchmark: AsyncParsableCommand {
         }
         defer { if gocryptfs != nil { _ = runTool("fusermount3", ["-u", base + "/gocryptfs-mnt"], discardOutput: true) } }
         let cold = geteuid() == 0
-        print("dp-bench fs: files in \(work) (\(fileSystemName(work))); \(megabytes) MiB sequential, \(files) small files, \(rows) SQLite rows; median of \(runs) interleaved runs; page cache \(cold ? "dropped before cold reads" : "not dropped (not root)")")
+        print("dp-bench fs: files in \(base) (\(fileSystemName(base))); \(megabytes) MiB sequential, \(files) small files, \(rows) SQLite rows; median of \(runs) interleaved runs; page cache \(cold ? "dropped before cold reads" : "not dropped (not root)")")
 
         // A tree to untar: `files` files of 0–8 KiB in 100 directories.
         let tree = base + "/tree.tar"

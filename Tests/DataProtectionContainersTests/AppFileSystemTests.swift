@@ -292,18 +292,8 @@ struct AppFileSystemTests {
         let world = try AppWorld.make()
         try world.install("com.example.flood")
         try world.install("com.example.victim")
-        let small = ["DATAPROTECTION_FS_MAX_NODES": "400"]
         func start(_ id: String, _ script: String, input: Pipe? = nil) throws -> (Process, Pipe) {
-            let process = Process()
-            process.executableURL = CLI.executable
-            process.arguments = ["--root", world.cli.root, "app", "run", id, "--passcode-file", world.passcode, "--", "/bin/sh", "-c", script]
-            process.environment = ProcessInfo.processInfo.environment.merging(small) { $1 }
-            let out = Pipe()
-            process.standardOutput = out
-            process.standardError = Pipe()
-            if let input { process.standardInput = input }
-            try process.run()
-            return (process, out)
+            try startOnSmallServer(world, id, script, input: input, capturingErrors: true)
         }
         // The victim is in its container before the flood, and looks again after it: what the
         // sandbox mounted (its container, its metadata) and its working directory are still there.
@@ -341,17 +331,8 @@ struct AppFileSystemTests {
         let world = try AppWorld.make()
         try world.install("com.example.flood")
         try world.install("com.example.victim")
-        let small = ["DATAPROTECTION_FS_MAX_NODES": "400"]
         func start(_ id: String, _ script: String, input: Pipe? = nil) throws -> (Process, Pipe) {
-            let process = Process()
-            process.executableURL = CLI.executable
-            process.arguments = ["--root", world.cli.root, "app", "run", id, "--passcode-file", world.passcode, "--", "/bin/sh", "-c", script]
-            process.environment = ProcessInfo.processInfo.environment.merging(small) { $1 }
-            let out = Pipe()
-            process.standardOutput = out
-            if let input { process.standardInput = input }
-            try process.run()
-            return (process, out)
+            try startOnSmallServer(world, id, script, input: input)
         }
         let go = Pipe()
         let (victim, victimOut) = try start("com.example.victim", """
@@ -398,6 +379,22 @@ struct AppFileSystemTests {
         #expect(try holder.await("read Documents/secret.txt", "DIRTY A secret") == "DIRTY A secret")
         holder.close()
         #expect(holder.process.terminationStatus == 0)
+    }
+
+    /// `sh -c script` running as app `id`, its containers served by a server allowed 400 nodes;
+    /// its standard output (and, if asked, its standard error, as `standardError`) in pipes.
+    private func startOnSmallServer(_ world: AppWorld, _ id: String, _ script: String, input: Pipe? = nil,
+                                    capturingErrors: Bool = false) throws -> (Process, Pipe) {
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", id, "--passcode-file", world.passcode, "--", "/bin/sh", "-c", script]
+        process.environment = ProcessInfo.processInfo.environment.merging(["DATAPROTECTION_FS_MAX_NODES": "400"]) { $1 }
+        let out = Pipe()
+        process.standardOutput = out
+        if capturingErrors { process.standardError = Pipe() }
+        if let input { process.standardInput = input }
+        try process.run()
+        return (process, out)
     }
 
     private func pythonString(_ text: String) -> String { "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'" }
