@@ -126,6 +126,8 @@ extension ProtectedFileSystem {
     /// below the floor of where the item is (`EPERM`).
     func setClass(_ cls: ProtectionClass, of node: FileNode) throws(FUSEErrno) {
         if let floor = node.floor, cls < floor { throw FUSEErrno(EPERM) }
+        // As for any `user.` attribute: the caller must be allowed to write the item.
+        guard faccessat(AT_FDCWD, node.reopenPath, W_OK, AT_EACCESS) == 0 else { throw FUSEErrno(errno) }
         if node.isDirectory {
             let value = Array(cls.shortName.utf8)
             guard setxattr(node.reopenPath, Self.classAttribute, value, value.count, 0) == 0 else { throw FUSEErrno(errno) }
@@ -133,7 +135,7 @@ extension ProtectedFileSystem {
             return
         }
         guard node.isRegularFile, try currentClass(of: node) != nil else { throw FUSEErrno(ENOTSUP) }
-        try attach(node, writing: false)
+        try attach(node, writing: false, reading: false)
         defer { detach(node) }
         let fd = node.open.withLock { $0.descriptor }
         do {

@@ -184,9 +184,10 @@ extension ProtectedFileSystem {
         let argument = try request.argument(fuse_mkdir_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mkdir_in.self))
         try refuseReserved(name)
-        try nodes.requireRoom(directory: true)
+        let room = try nodes.reserve()
+        defer { nodes.release(room) }
         guard withName(name, { mkdirat(parent.fd, $0, argument.mode & 0o7777) }) == 0 else { throw FUSEErrno(errno) }
-        let (node, st) = try nodes.lookup(name, in: parent)
+        let (node, st) = try nodes.lookup(name, in: parent, reservation: room)
         replier.reply(request.unique, entry(node, st))
     }
 
@@ -195,12 +196,13 @@ extension ProtectedFileSystem {
         let argument = try request.argument(fuse_mknod_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mknod_in.self))
         try refuseReserved(name)
-        try nodes.requireRoom()
         try refuseSetID(argument.mode, argument.mode & S_IFMT)
+        let room = try nodes.reserve()
+        defer { nodes.release(room) }
         switch argument.mode & S_IFMT {
         case S_IFREG:
             // An empty regular file: a protected file of its directory's class, as CREATE makes.
-            let (node, st) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: true).node
+            let (node, st) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: true, reservation: room).node
             detach(node)   // made, not opened: no handle holds it
             replier.reply(request.unique, entry(node, st))
             return
@@ -209,7 +211,7 @@ extension ProtectedFileSystem {
         default:
             throw FUSEErrno(EPERM)   // no device files among data
         }
-        let (node, st) = try nodes.lookup(name, in: parent)
+        let (node, st) = try nodes.lookup(name, in: parent, reservation: room)
         replier.reply(request.unique, entry(node, st))
     }
 
@@ -217,13 +219,14 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(request.nodeID)
         let (name, rest) = try FUSERequest.name(in: request.body)
         try refuseReserved(name)
-        try nodes.requireRoom()
         guard let end = rest.firstIndex(of: 0) else { throw FUSEErrno(EINVAL) }
         let target = Array(rest[rest.startIndex..<end])
         guard !target.isEmpty, target.count < Int(PATH_MAX) else { throw FUSEErrno(target.isEmpty ? ENOENT : ENAMETOOLONG) }
+        let room = try nodes.reserve()
+        defer { nodes.release(room) }
         let made = withName(target) { targetPath in withName(name) { symlinkat(targetPath, parent.fd, $0) } }
         guard made == 0 else { throw FUSEErrno(errno) }
-        let (node, st) = try nodes.lookup(name, in: parent)
+        let (node, st) = try nodes.lookup(name, in: parent, reservation: room)
         replier.reply(request.unique, entry(node, st))
     }
 

@@ -20,7 +20,7 @@ extension ProtectedFileSystem {
         guard node.isRegularFile else { throw FUSEErrno(node.isDirectory ? EISDIR : ENXIO) }
         let access = argument.flags & UInt32(O_ACCMODE)
         let writable = access != UInt32(O_RDONLY)
-        try attach(node, writing: writable || argument.flags & UInt32(O_TRUNC) != 0)
+        try attach(node, writing: writable || argument.flags & UInt32(O_TRUNC) != 0, reading: access != UInt32(O_WRONLY))
         do throws(FUSEErrno) {
             if argument.flags & UInt32(O_TRUNC) != 0, writable {
                 try truncateOpen(node, to: 0)
@@ -40,10 +40,12 @@ extension ProtectedFileSystem {
         let argument = try request.argument(fuse_create_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_create_in.self))
         try refuseReserved(name)
-        try nodes.requireRoom()
         try refuseSetID(argument.mode, S_IFREG)
+        let room = try nodes.reserve()
+        defer { nodes.release(room) }
         let exclusive = argument.flags & UInt32(O_EXCL) != 0
-        let ((node, st), created) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: exclusive)
+        let ((node, st), created) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: exclusive,
+                                                            reservation: room)
         do throws(FUSEErrno) {
             if !created {
                 try attach(node, writing: argument.flags & UInt32(O_ACCMODE) != UInt32(O_RDONLY) || argument.flags & UInt32(O_TRUNC) != 0)
@@ -62,12 +64,13 @@ extension ProtectedFileSystem {
 
     /// Makes `name` in `parent` a new, empty protected file of the directory's default class,
     /// attached (one handle counted) — or, when it exists and `exclusive` is false, looks it up.
-    func createProtectedFile(_ name: [UInt8], in parent: FileNode, mode: UInt32, exclusive: Bool) throws(FUSEErrno) -> (node: (FileNode, stat), created: Bool) {
+    func createProtectedFile(_ name: [UInt8], in parent: FileNode, mode: UInt32, exclusive: Bool,
+                             reservation: NodeTable.Reservation) throws(FUSEErrno) -> (node: (FileNode, stat), created: Bool) {
         let fd = withName(name) { openat(parent.fd, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
         if fd < 0 {
             let code = errno
             guard code == EEXIST, !exclusive else { throw FUSEErrno(code) }
-            return (try nodes.lookup(name, in: parent), false)
+            return (try nodes.lookup(name, in: parent, reservation: reservation), false)
         }
         let cls = newFileClass(named: name, in: parent)
         let engine: ProtectedFileEngine
@@ -87,7 +90,7 @@ extension ProtectedFileSystem {
             throw FUSEErrno(code)
         }
         let node: FileNode
-        do { node = try nodes.adopt(pathFD, st, parent: parent, name: name) } catch {
+        do { node = try nodes.adopt(pathFD, st, parent: parent, name: name, reservation: reservation) } catch {
             close(fd)
             throw error
         }
@@ -101,16 +104,16 @@ extension ProtectedFileSystem {
     /// header does not parse (`EIO`). A plain file is served read-only (`EACCES` for writing:
     /// nothing plain is written through the mount), except an empty one, which becomes a
     /// protected file of its directory's class when opened for writing.
-    func attach(_ node: FileNode, writing: Bool) throws(FUSEErrno) {
+    func attach(_ node: FileNode, writing: Bool, reading: Bool = true) throws(FUSEErrno) {
         for _ in 0..<8 {
-            if try attachOnce(node, writing: writing) { return }
+            if try attachOnce(node, writing: writing, reading: reading) { return }
         }
         throw FUSEErrno(EAGAIN)   // opened and closed by others at every try
     }
 
     /// One try of ``attach(_:writing:)``; `false` when the file's last other handle closed while
     /// this one was being counted (try again).
-    private func attachOnce(_ node: FileNode, writing: Bool) throws(FUSEErrno) -> Bool {
+    private func attachOnce(_ node: FileNode, writing: Bool, reading: Bool) throws(FUSEErrno) -> Bool {
         // A file replaced or removed beside the mount (another process wrote the directory) while
         // the kernel still had its name: ESTALE makes the kernel look the name up again and open
         // what is there now.
@@ -122,8 +125,11 @@ extension ProtectedFileSystem {
         if let open = node.open.withLock({ $0.handles > 0 && $0.descriptor >= 0 ? ($0.protectionClass, $0.writable) : nil }) {
             cls = open.0
             if cls == nil, writing { throw FUSEErrno(EACCES) }   // a plain file, read-only
-            // The caller's own right to write, as the backing file has it now.
-            if writing, !open.1, faccessat(AT_FDCWD, node.reopenPath, W_OK, AT_EACCESS) != 0 { throw FUSEErrno(errno) }
+            // The caller's own rights, as the backing file has them now: another handle's
+            // descriptor says nothing of them (its mode may have changed since, or its opener
+            // asked for other rights).
+            let rights = (writing ? W_OK : 0) | (reading ? R_OK : 0)
+            if rights != 0, faccessat(AT_FDCWD, node.reopenPath, rights, AT_EACCESS) != 0 { throw FUSEErrno(errno) }
         } else {
             fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
             writable = true

@@ -111,8 +111,7 @@ extension ProtectedFileSystem {
     /// their metadata), and a directory may be a program's working directory.
     func evictUnused(_ replier: FUSEReplier) {
         defer { nodes.evictionDone() }
-        for candidate in nodes.evictionCandidates() where !candidate.node.isDirectory && !reservedNames.contains(candidate.name)
-            && candidate.node.open.withLock({ $0.handles == 0 }) {
+        for candidate in nodes.evictionCandidates(sparing: { reservedNames.contains($0) }) {
             replier.invalidate(entry: candidate.name, in: candidate.parent)
         }
     }

@@ -47,6 +47,9 @@ public final class ProtectedFileSystem: Sendable {
     let floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)?
     /// Whether set-user-ID and set-group-ID bits are refused (`EPERM`) rather than kept.
     let refusesSetID: Bool
+    /// Whether requests are answered without the capabilities that pass by files' owners and
+    /// modes (``init(directory:files:floorOfDirectory:refusesSetID:reservedNames:sharesNodesAmongApps:servesWithoutPrivileges:maxNodes:)``).
+    let servesWithoutPrivileges: Bool
     /// Names no program may make, remove, rename or link through the mount (`EPERM`), anywhere:
     /// what the server reads its floors from (a container's metadata).
     let reservedNames: Set<[UInt8]>
@@ -64,15 +67,22 @@ public final class ProtectedFileSystem: Sendable {
     ///     the directory's change time moves.
     ///   - refusesSetID: refuse set-user-ID and set-group-ID bits (`EPERM`), as apps need.
     ///   - reservedNames: names no program may make, remove, rename or link through the mount.
-    ///   - sharesNodesAmongApps: share the directories served out among the programs' PID
-    ///     namespaces (each sandboxed app has its own), so that one app's flood of directories
-    ///     leaves room for the others (``NodeTable/sharedByRequester``).
+    ///   - sharesNodesAmongApps: share the inodes served out among the programs' PID
+    ///     namespaces (each sandboxed app has its own), so that one app's flood of directories,
+    ///     or of files it keeps open or pinned, leaves room for the others
+    ///     (``NodeTable/sharedByRequester``).
+    ///   - servesWithoutPrivileges: answer requests without the capabilities that pass by files'
+    ///     owners and modes (`CAP_DAC_OVERRIDE`, `CAP_FOWNER`, `CAP_CHOWN`…): a server run as
+    ///     root then decides as the capability-less processes it serves (sandboxed apps), not as
+    ///     root — a file its user made read-only stays so. Without `default_permissions`, the
+    ///     server's own access is every caller's.
     ///   - maxNodes: the most inodes served at once (each holds a descriptor, and one more while
     ///     it is open as a file; default: three eighths of the descriptor limit, so that both stay
     ///     within three quarters of it). Past half of it, the least recently found are given back
     ///     to the kernel.
     public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
-                refusesSetID: Bool = false, reservedNames: Set<String> = [], sharesNodesAmongApps: Bool = false, maxNodes: Int? = nil) throws {
+                refusesSetID: Bool = false, reservedNames: Set<String> = [], sharesNodesAmongApps: Bool = false,
+                servesWithoutPrivileges: Bool = false, maxNodes: Int? = nil) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
@@ -83,6 +93,7 @@ public final class ProtectedFileSystem: Sendable {
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID
+        self.servesWithoutPrivileges = servesWithoutPrivileges
         self.reservedNames = Set(reservedNames.map { Array($0.utf8) })
     }
 

@@ -44,6 +44,19 @@ enum Requester {
         return found
     }
 
+    /// A descriptor of the requesting process's PID namespace, if it is still `namespace`: held,
+    /// it keeps the namespace's inode number from going to another while its owner is charged
+    /// (``NodeTable``). -1 when the process is gone or now in another.
+    static func pin(_ namespace: UInt64) -> Int32 {
+        let pid = current.pid
+        guard pid != 0, namespace != 0 else { return -1 }
+        let fd = open("/proc/\(pid)/ns/pid", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return -1 }
+        var st = stat()
+        guard fstat(fd, &st) == 0, UInt64(st.st_ino) == namespace else { close(fd); return -1 }
+        return fd
+    }
+
     private static func namespace(of pid: UInt32) -> UInt64 {
         guard pid != 0 else { return 0 }
         var buffer = [CChar](repeating: 0, count: 64)

@@ -41,7 +41,7 @@ extension ContainerFileSystem {
         let fileSystem = try ProtectedFileSystem(directory: layout.containers, files: ProtectedFileManager(keybag: manager.files.keybag),
                                                  floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true,
                                                  reservedNames: [DataRootLayout.containerMetadataFileName], sharesNodesAmongApps: true,
-                                                 maxNodes: maxNodes)
+                                                 servesWithoutPrivileges: true, maxNodes: maxNodes)
         // The socket first: it makes the 0700 directory the mount point lives in.
         let listener: Int32
         do { listener = try UnixSocket.listen(on: socketPath) } catch let error as IPCError { throw unavailable(error.description) }

@@ -1,0 +1,118 @@
+@testable import DataProtectionFileSystem
+import CFUSEKernel
+import DataProtectionTestSupport
+import Foundation
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The server's table of inodes: room reserved before anything is made, shares by PID
+/// namespace, and eviction that never asks twice for what a program pins.
+struct NodeTableTests {
+    /// A directory of `count` empty files, and a table serving it.
+    private func table(files count: Int, maxNodes: Int = 64, shared: Bool = false) throws -> (NodeTable, String) {
+        let directory = temporaryDirectory().path
+        for index in 0..<count { #expect(FileManager.default.createFile(atPath: directory + "/f\(index)", contents: nil)) }
+        let fd = open(directory, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
+        return (try NodeTable(rootDescriptor: fd, maxNodes: maxNodes, sharedByRequester: shared), directory)
+    }
+
+    private func lookUp(_ table: NodeTable, _ index: Int) throws(FUSEErrno) -> FileNode {
+        try table.lookup(Array("f\(index)".utf8), in: table.root).0
+    }
+
+    /// A reservation holds its room until a node takes it or it is given back: makes running at
+    /// once can never leave the table beyond its capacity.
+    @Test func roomIsReservedBeforeAnythingIsMade() throws {
+        let (table, _) = try self.table(files: 2)
+        var reservations: [NodeTable.Reservation] = []
+        while let reservation = try? table.reserve() { reservations.append(reservation) }
+        #expect(reservations.count == 63)   // 64, the root's node among them
+        #expect(throws: FUSEErrno.self) { try lookUp(table, 0) }
+        // A node takes its reservation: no more room than before.
+        let node = try table.lookup(Array("f0".utf8), in: table.root, reservation: reservations[0]).0
+        table.release(reservations[0])
+        #expect((try? table.reserve()) == nil)
+        // A reservation given back is room again; the node forgotten, too.
+        table.release(reservations[1])
+        #expect(try lookUp(table, 1).id != node.id)
+        table.forget(node.id, count: 1)
+        let again = try table.reserve()
+        table.release(again)
+    }
+
+    /// Shared, the table counts every node in the share of the PID namespace that asked for it:
+    /// alone, a program gets two thirds; another namespace still finds the third left, and once
+    /// the first forgets its nodes, it holds nothing and weighs on nobody.
+    @Test func eachPIDNamespaceHasAShare() throws {
+        let (table, _) = try self.table(files: 80, shared: true)
+        Requester.begin(pid: UInt32(getpid()))
+        var mine: [FileNode] = []
+        for index in 0..<80 { guard let node = try? lookUp(table, index) else { break }; mine.append(node) }
+        #expect(mine.count == 42, "64 × 2/3")
+        let other = try ProcessInOwnPIDNamespace()
+        defer { other.stop() }
+        Requester.begin(pid: other.pid)
+        var found: [FileNode] = []   // the first's, found again (no new node), then new ones
+        for index in 0..<80 {
+            guard let node = try? lookUp(table, index) else { break }
+            found.append(node)
+        }
+        #expect(found.count - mine.count == 21, "what the first left")
+        for node in mine + found { table.forget(node.id, count: 1) }
+        Requester.begin(pid: other.pid)
+        var now = 0
+        for index in 0..<80 where (try? lookUp(table, index)) != nil { now += 1 }
+        #expect(now == 42)
+    }
+
+    /// A node the kernel was asked to forget and still holds (a program pins it) is not asked
+    /// for again until it is found again; files open are never candidates.
+    @Test func evictionDoesNotAskTwiceForWhatIsPinned() throws {
+        let (table, _) = try self.table(files: 60)
+        var nodes: [FileNode] = []
+        for index in 0..<40 { nodes.append(try lookUp(table, index)) }
+        nodes[0].open.withLock { $0.handles = 1 }
+        defer { nodes[0].open.withLock { $0.handles = 0 } }
+        // Asked for, the oldest go first; those still held are not asked for again, so the
+        // next pass asks for others, until none is left to ask for.
+        let first = table.evictionCandidates(sparing: { _ in false })
+        #expect(first.map(\.node.id) == nodes[1...(41 - table.lowWater)].map(\.id))
+        var asked = Set(first.map(\.node.id))
+        for _ in 0..<4 {
+            let next = table.evictionCandidates(sparing: { _ in false })
+            #expect(asked.isDisjoint(with: next.map(\.node.id)))
+            asked.formUnion(next.map(\.node.id))
+        }
+        #expect(asked == Set(nodes.dropFirst().map(\.id)), "every file but the open one")
+        #expect(table.evictionCandidates(sparing: { _ in false }).isEmpty)
+        _ = try lookUp(table, 1)   // found again
+        #expect(table.evictionCandidates(sparing: { _ in false }).map(\.node.id) == [nodes[1].id])
+    }
+}
+
+/// A process alone in a PID namespace of its own (`unshare --user --map-root-user --pid --fork`),
+/// known by its process ID here.
+private struct ProcessInOwnPIDNamespace {
+    let process = Process()
+    let pid: UInt32
+
+    init() throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        process.arguments = ["--user", "--map-root-user", "--pid", "--fork", "--kill-child", "/bin/sh", "-c",
+                             "read -r stat < /proc/self/stat; echo ${stat%% *}; exec sleep 600"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let line = try readLine(out.fileHandleForReading)
+        pid = UInt32(line) ?? 0
+        #expect(pid != 0, "unshare said \(line)")
+    }
+
+    func stop() {
+        kill(process.processIdentifier, SIGKILL)   // its child, by --kill-child
+        process.waitUntilExit()
+    }
+}
