@@ -189,15 +189,6 @@ int cshim_namespace_parent(int fd) {
     return parent;
 }
 
-int cshim_memfd_create(const char *name) {
-    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    return fd >= 0 ? fd : -errno;
-}
-
-int cshim_seal_read_only(int fd) {
-    return fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
-}
-
 long long cshim_file_system_type(int fd) {
     struct statfs st;
     return fstatfs(fd, &st) == 0 ? (long long)st.f_type : -errno;

@@ -53,6 +53,51 @@ import Testing
         #expect(original == "v2", "the receiver's write attempts changed nothing")
     }
 
+    /// A snapshot shared with an app on the protected file system keeps its class there: the
+    /// recipient's descriptor reads it while the device is unlocked, gets `EACCES` after lock +
+    /// grace (class A; nothing decrypted was handed over), and reads again after the next unlock.
+    @Test func aSnapshotKeepsItsClassInTheRecipientAcrossTheLock() throws {
+        var world = try AppWorld.make()
+        let a = try world.install(sender, ["--default-protection", "complete"])
+        try world.install(receiver)
+        let daemon = try KeybagdProcess(cli: world.cli)
+        defer { daemon.stop() }
+        world.environment = daemon.environment
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        let doc = a + "/Documents/doc.txt"
+        #expect(try world.dpctl(["write", doc], input: Data("secret".utf8)).status == 0)
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", receiver, "--", AppWorld.testApp, "hold-shared"]
+        process.environment = ProcessInfo.processInfo.environment.merging(daemon.environment) { $1 }
+        let input = Pipe(), output = Pipe()
+        (process.standardInput, process.standardOutput) = (input, output)
+        try process.run()
+        #expect(try readLine(output.fileHandleForReading) == "listening")
+        let shared = try world.testApp(sender, ["share", doc, receiver])
+        #expect(shared.out == "shared\n", "\(shared.stderr)")
+        #expect(try readLine(output.fileHandleForReading) == "held: secret")
+        #expect(try world.dpctl(["lock"]).status == 0)
+        try daemon.advance(3600, root: world.cli.root)
+        // The file system hears of the lock from keybagd: asked again until it has.
+        func readAgain(until expected: String) throws -> String {
+            var line = ""
+            for _ in 0..<2000 where line != expected {
+                input.fileHandleForWriting.write(Data("again\n".utf8))
+                line = try readLine(output.fileHandleForReading)
+            }
+            return line
+        }
+        #expect(try readAgain(until: "again: errno \(EACCES)") == "again: errno \(EACCES)")
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        #expect(try readAgain(until: "again: secret") == "again: secret")
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.cli.root + "/Containers").allSatisfy { !$0.hasPrefix(".dataprotection-snapshot") },
+                "the name the snapshot was opened by is gone")
+    }
+
     func expectReadOnlyAndEnded(_ lines: [String]) throws {
         #expect(lines.count == 5, "\(lines)")
         guard lines.count == 5 else { return }

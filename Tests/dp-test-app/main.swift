@@ -368,6 +368,27 @@ case "wait-shared":
         _ = item.startAccessingSecurityScopedResource() ? print("restart: started") : print("restart: refused")
     } catch { fail("\(error)", status: 6) }
 
+case "hold-shared":
+    // Waits for one shared item, opens its descriptor and reads it ("held: …"); at each line on
+    // stdin, reads the same descriptor again ("again: …", or "again: errno N").
+    guard let app = CurrentApp.shared else { fail("not an app") }
+    FileHandle.standardOutput.write(Data("listening\n".utf8))
+    let watchdog = Task { try await Task.sleep(for: .seconds(30)); fail("nothing shared within 30 s", status: 2) }
+    var items = app.sharedItems.makeAsyncIterator()
+    guard let item = await items.next() else { fail("the supervisor ended") }
+    watchdog.cancel()
+    guard item.startAccessingSecurityScopedResource() else { fail("could not start access", status: 5) }
+    do {
+        let fd = try item.openDescriptor()
+        func readAll() -> String {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = pread(fd.rawValue, &buffer, buffer.count, 0)
+            return n < 0 ? "errno \(errno)" : String(decoding: buffer[0..<n], as: UTF8.self)
+        }
+        FileHandle.standardOutput.write(Data("held: \(readAll())\n".utf8))
+        while readLine() != nil { FileHandle.standardOutput.write(Data("again: \(readAll())\n".utf8)) }
+    } catch { fail("\(error)", status: 6) }
+
 case "granted-ops":
     // On a granted directory: tries every operation, and the escapes, one line each.
     guard arguments.count == 2, let app = CurrentApp.shared, let id = UUID(uuidString: arguments[1]) else { fail("usage: granted-ops GRANT-ID") }

@@ -87,13 +87,6 @@ long long cshim_file_system_type(int fd);
 /// statfs(2)'s f_type for a path (followed if a link), or -errno.
 long long cshim_path_file_system_type(const char *path);
 
-/// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)`: a descriptor of a new memory file, or -errno.
-int cshim_memfd_create(const char *name);
-
-/// Seals a memory file against every change (`F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK |
-/// F_SEAL_SEAL`): 0, or -1 with errno set.
-int cshim_seal_read_only(int fd);
-
 /// `fcntl(F_OFD_GETLK)` for a write lock on the whole file, without taking anything: 1 when another
 /// open file description holds a lock on it, 0 when none does, or -errno.
 int cshim_ofd_is_locked(int fd);

@@ -17,6 +17,10 @@ extension DataRootLayout {
     /// Each container's metadata file (the `.com.apple.mobile_container_manager.metadata.plist`
     /// analogue): readable by the app, never writable by it.
     public static let containerMetadataFileName = ".dataprotection-container.plist"
+    /// The start of the name a share's snapshot is linked by in `ROOT/Containers` for a moment,
+    /// to be opened through the protected file system (in no sandbox; one left by a killed
+    /// supervisor is removed when the file system next starts).
+    public static let servedSnapshotPrefix = ".dataprotection-snapshot-"
 
     /// `ROOT/Containers`.
     public var containers: String { path(Self.containersEntry) }

@@ -33,6 +33,13 @@ extension ContainerFileSystem {
         }
     }
 
+    /// Removes the names shares' snapshots were opened by that a killed supervisor left
+    /// (``DataRootLayout/servedSnapshotPrefix``): the snapshot itself stays where it is.
+    private static func removeStraySnapshotNames(_ layout: DataRootLayout) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: layout.containers) else { return }
+        for name in names where name.hasPrefix(DataRootLayout.servedSnapshotPrefix) { unlink(layout.containers + "/" + name) }
+    }
+
     private static func serveAnnouncing(_ manager: ContainerManager, linger: Duration, maxNodes: Int?, ready: () -> Void) async throws {
         let layout = manager.layout
         let logger = Logger(label: "dataprotection.containers.filesystem")
@@ -42,6 +49,7 @@ extension ContainerFileSystem {
                                                  floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true,
                                                  reservedNames: [DataRootLayout.containerMetadataFileName], sharesNodesAmongApps: true,
                                                  servesWithoutPrivileges: true, maxNodes: maxNodes)
+        removeStraySnapshotNames(layout)
         // The socket first: it makes the 0700 directory the mount point lives in.
         let listener: Int32
         do { listener = try UnixSocket.listen(on: socketPath) } catch let error as IPCError { throw unavailable(error.description) }

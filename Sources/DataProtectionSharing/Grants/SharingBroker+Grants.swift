@@ -169,7 +169,8 @@ extension SharingBroker {
         }
         if let snapshot = grant.snapshot {
             guard subpath.isEmpty, !writable else { throw SharingError.notGranted(id, "write") }
-            return servedPath == nil ? try openSnapshot(snapshot) : try openSnapshotPlaintext(snapshot)
+            guard let servedPath else { return try openSnapshot(snapshot) }
+            return try openServedSnapshot(snapshot, servedPath: servedPath)
         }
         let relative = subpath.isEmpty ? grant.path : grant.path + "/" + subpath
         let (base, inside) = try locate(relative, in: provider)

@@ -94,39 +94,30 @@ extension SharingBroker {
         return try BeneathOpen.open(name, beneath: directory, flags: O_RDONLY, path: path)
     }
 
-    /// A snapshot's plaintext, for a recipient on the protected file system (which reads
-    /// plaintext and holds no key): decrypted into a sealed memory file, never onto a disk.
-    func openSnapshotPlaintext(_ name: String) throws -> FileDescriptor {
+    /// A snapshot opened through the protected file system, for a recipient there (which reads
+    /// plaintext and holds no key): linked for a moment into the directory the file system serves
+    /// (`.dataprotection-snapshot-<random>` beside the containers, in no sandbox; a ciphertext
+    /// copy when the two are on different file systems), opened read-only through the mount, the
+    /// name removed. The file system decrypts each read and enforces the snapshot's class at
+    /// every one, as for the recipient's own files (class A after lock + grace: `EACCES`); nothing
+    /// decrypted is held anywhere but the page cache it drops at a lock.
+    func openServedSnapshot(_ name: String, servedPath: @Sendable (String) -> String) throws -> FileDescriptor {
         let snapshot = try openSnapshot(name)
         defer { try? snapshot.close() }
         let path = manager.layout.snapshots + "/" + name
-        let memory = cshim_memfd_create("dataprotection-snapshot")
-        guard memory >= 0 else { throw FileSystemError("memfd_create", path: path, errno: Errno(rawValue: -memory)) }
-        let target = FileDescriptor(rawValue: memory)
-        do {
-            let files = self.files
-            try runBlocking {
-                let handle = try await files.openHandle(forReadingFrom: snapshot, url: URL(fileURLWithPath: path))
-                defer { Task { try? await handle.close() } }
-                var offset: Int64 = 0
-                let size = try await handle.size()
-                while offset < size {
-                    let chunk = try await handle.read(at: offset, count: 1 << 20)
-                    if chunk.isEmpty { break }
-                    _ = try chunk.withUnsafeBytes { try target.writeAll(toAbsoluteOffset: offset, $0) }
-                    offset += Int64(chunk.count)
-                }
+        let backing = manager.layout.containers + "/" + DataRootLayout.servedSnapshotPrefix + UUID().uuidString
+        if linkat(AT_FDCWD, path, AT_FDCWD, backing, 0) != 0 {   // never following a link
+            guard errno == EXDEV || errno == EPERM || errno == EMLINK else {
+                throw FileSystemError("link", path: backing, errno: Errno(rawValue: errno))
             }
-            guard cshim_seal_read_only(memory) == 0 else { throw FileSystemError("fcntl", path: path, errno: Errno(rawValue: errno)) }
-            // A read-only descriptor of it: a write gets EBADF, as on the snapshot itself.
-            let readOnly = open("/proc/self/fd/\(memory)", O_RDONLY | O_CLOEXEC)
-            guard readOnly >= 0 else { throw FileSystemError("open", path: path, errno: Errno(rawValue: errno)) }
-            try? target.close()
-            return FileDescriptor(rawValue: readOnly)
-        } catch {
-            try? target.close()
-            throw error
+            // Not the same file system (or no hard links there): a copy.
+            try copySnapshot(snapshot, size: try POSIXFile.size(snapshot, path: path), to: backing)
         }
+        let served = servedPath(backing)
+        defer { if unlink(served) != 0 { unlink(backing) } }
+        let fd = open(served, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw FileSystemError("open", path: served, errno: Errno(rawValue: errno)) }
+        return FileDescriptor(rawValue: fd)
     }
 
     /// Copies `size` bytes of `source` into a new file `path` (0400), flushed.
