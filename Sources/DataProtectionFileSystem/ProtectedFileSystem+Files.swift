@@ -307,9 +307,10 @@ extension ProtectedFileSystem {
         let offset = Int64(bitPattern: argument.offset)
         if argument.write_flags & cfuse_write_kill_suidgid != 0 { clearSetID(node) }
         if let engine = try engine(of: node, writing: true) {
-            try requireRoomForZeros(engine, upTo: offset)
-            try extendWithZeros(node, engine, to: offset, request: request.unique)
-            do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
+            try withRoomForZeros(engine, upTo: offset) { () throws(FUSEErrno) in
+                try extendWithZeros(node, engine, to: offset, request: request.unique)
+                do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
+            }
         } else {
             throw FUSEErrno(EACCES)   // a plain file is read-only through the mount
         }
@@ -341,9 +342,10 @@ extension ProtectedFileSystem {
             // Space is not reserved (a protected file's segments are written when sealed); the
             // size grows as asked unless KEEP_SIZE.
             if argument.mode & keepSize == 0, end > engine.size {
-                try requireRoomForZeros(engine, upTo: end)
-                try extendWithZeros(node, engine, to: end, request: request.unique)
-                do { try node.open.withLock { _ in try engine.truncate(to: end) } } catch { throw Self.errorCode(error) }
+                try withRoomForZeros(engine, upTo: end) { () throws(FUSEErrno) in
+                    try extendWithZeros(node, engine, to: end, request: request.unique)
+                    do { try node.open.withLock { _ in try engine.truncate(to: end) } } catch { throw Self.errorCode(error) }
+                }
             }
         } else {
             throw FUSEErrno(EACCES)
@@ -362,9 +364,10 @@ extension ProtectedFileSystem {
     /// Truncates a file that has a handle open.
     func truncateOpen(_ node: FileNode, to size: Int64, request: UInt64 = 0) throws(FUSEErrno) {
         if let engine = try engine(of: node, writing: true) {
-            try requireRoomForZeros(engine, upTo: size)
-            try extendWithZeros(node, engine, to: size, request: request)
-            do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch { throw Self.errorCode(error) }
+            try withRoomForZeros(engine, upTo: size) { () throws(FUSEErrno) in
+                try extendWithZeros(node, engine, to: size, request: request)
+                do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch { throw Self.errorCode(error) }
+            }
         } else {
             throw FUSEErrno(EACCES)
         }
@@ -374,17 +377,21 @@ extension ProtectedFileSystem {
     /// truncation or `fallocate` up): its zeros are sealed segments, not holes.
     static let maxZeroFill: Int64 = 4 << 30
 
-    /// Refuses to extend `engine`'s file to `size` with zeros beyond ``maxZeroFill`` (`EFBIG`)
-    /// or beyond the free space of the disk (`ENOSPC`), before anything is written.
-    func requireRoomForZeros(_ engine: ProtectedFileEngine, upTo size: Int64) throws(FUSEErrno) {
+    /// Runs `body`, which extends `engine`'s file to `size` with zeros, once the fill has room:
+    /// refused beyond ``maxZeroFill`` (`EFBIG`), beyond the disk's free space less what fills
+    /// under way will take (`ENOSPC`), or past the requesting program's long fills (`EAGAIN`,
+    /// ``ZeroFills``), before anything is written.
+    func withRoomForZeros(_ engine: ProtectedFileEngine, upTo size: Int64, _ body: () throws(FUSEErrno) -> Void) throws(FUSEErrno) {
         let gap = size - engine.size
-        guard gap > 0 else { return }
+        guard gap > 0 else { return try body() }
         guard gap <= Self.maxZeroFill else { throw FUSEErrno(EFBIG) }
         var st = statvfs()
-        guard fstatvfs(engine.fd.rawValue, &st) == 0 else { return }
+        guard fstatvfs(engine.fd.rawValue, &st) == 0 else { throw FUSEErrno(errno) }
         let free = Int64(st.f_bavail) * Int64(st.f_frsize)
         let needed = gap + gap / 4096 * 28 + 64 << 20   // sealed zeros, and room left for others
-        guard needed <= free else { throw FUSEErrno(ENOSPC) }
+        let fill = try fills.begin(bytes: needed, free: free, long: gap > Self.zeroFillStep, program: Requester.namespace)
+        defer { fills.end(fill) }
+        try body()
     }
 
     /// Zeros are sealed in steps of this many bytes, each under the file's lock, so that a long

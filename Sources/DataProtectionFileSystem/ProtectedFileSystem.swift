@@ -38,6 +38,8 @@ public final class ProtectedFileSystem: Sendable {
     let nodes: NodeTable
     let handles = HandleTable()
     let gate = ClassGate()
+    /// Zero fills under way (``withRoomForZeros(_:upTo:_:)``).
+    let fills = ZeroFills()
     /// What regular files are by their first bytes, kept beyond the kernel's nodes.
     let kinds = FileKindCache()
     /// The default class of new files at the directory's root (the nearest default above it).

@@ -270,7 +270,7 @@ struct ReviewFindingsTests {
     @Test func timesBefore1970NeitherCrashNorChange() throws {
         let world = try AppWorld.make()
         let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
-        FileManager.default.createFile(atPath: mount.data + "/old-on-disk", contents: Data())
+        #expect(FileManager.default.createFile(atPath: mount.data + "/old-on-disk", contents: Data()))
         #expect(try ChildProcess.run("/usr/bin/touch", ["-d", "@-1", mount.data + "/old-on-disk"]).status == 0)
         let result = try mount.shell("touch t && touch -d @-100 t && stat -c %Y t old-on-disk")
         #expect(result.status == 0 && result.out == "-100\n-1\n", "\(result.out) \(result.err)")
@@ -315,7 +315,7 @@ struct ReviewFindingsTests {
         let world = try AppWorld.make()
         let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
         // An empty file made on disk, then written through the mount: protected.
-        FileManager.default.createFile(atPath: mount.data + "/empty", contents: Data())
+        #expect(FileManager.default.createFile(atPath: mount.data + "/empty", contents: Data()))
         #expect(try mount.shell("echo 'MARKER one' > empty && cat empty").out == "MARKER one\n")
         // A protected file emptied on disk behind the mount's back, then appended to.
         #expect(try mount.shell("echo hello > b").status == 0)
