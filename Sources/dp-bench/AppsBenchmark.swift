@@ -14,7 +14,7 @@ struct AppsBenchmark: AsyncParsableCommand {
         commandName: "apps",
         abstract: "Sandboxed launches, opens and preferences vs peers.",
         usage: "dp-bench apps [<options>]",
-        discussion: "Sandboxed launch latency beside bubblewrap alone and an unconfined start; opens inside vs outside; preferences vs UserDefaults.")
+        discussion: "Sandboxed launch latency beside bubblewrap alone and an unconfined start; opens inside vs outside, alone and beside another app's flood; preferences vs UserDefaults.")
 
     @Option(help: "Launches of /bin/true measured per way of launching.") var launches = 100
     @Option(help: "File opens + 4 KiB reads measured inside and outside the sandbox.") var opens = 50_000
@@ -30,6 +30,10 @@ struct AppsBenchmark: AsyncParsableCommand {
         let app = try await manager.install(id)
         let requirements = try SandboxRequirements.probe()
         let supervisor = AppSupervisor(manager: manager)
+        // The containers' file system served for the whole run, as keybagd's linger keeps it for
+        // `dpctl app run`: every launch below takes a lease on a server already running.
+        let served = try ContainerFileSystem.lease(manager.layout, launch: supervisor.fileSystem)
+        defer { withExtendedLifetime(served) {} }
         print("dp-bench apps: \(launches) launches of /bin/true each way, \(opens) opens of a 4 KiB file, \(preferences) preference rounds; Landlock ABI \(requirements.landlockABI)")
 
         // Launch latency, median of `launches`.
@@ -57,9 +61,10 @@ struct AppsBenchmark: AsyncParsableCommand {
             return run.seconds
         } : nil
 
-        // Opens + 4 KiB reads, by this executable run as a probe, outside then inside.
+        // Opens + 4 KiB reads of a protected file, by this executable run as a probe: outside (on
+        // the mount, unconfined), then inside (the sandbox, the same mount).
         let file = app.documents.appendingPathComponent("probe.bin")
-        try Data(repeating: 7, count: 4096).write(to: file)
+        try await files.write(Data(repeating: 7, count: 4096), to: file)
         let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let result = app.temporaryDirectory.appendingPathComponent("probe-result")
         func probe(_ sandboxed: Bool) async throws -> Double {
@@ -67,13 +72,28 @@ struct AppsBenchmark: AsyncParsableCommand {
             if sandboxed {
                 guard try await supervisor.run(id, command: command) == 0 else { throw ValidationError("the sandboxed probe failed") }
             } else {
-                guard runTool(me, Array(command.dropFirst()), discardOutput: true) != nil else { throw ValidationError("the probe failed") }
+                let outside = ["apps-probe", served.served(file.path, layout: manager.layout), String(opens), result.path]
+                guard runTool(me, outside, discardOutput: true) != nil else { throw ValidationError("the probe failed") }
             }
             guard let text = try? String(contentsOf: result, encoding: .utf8), let ns = Double(text) else { throw ValidationError("no probe result") }
             return ns
         }
         let outsideNs = try await probe(false)
         let insideNs = try await probe(true)
+
+        // The same probe while another app floods the file system with creates and removes: what
+        // one app's load costs another (on two cores, the flood also takes one of them).
+        let flooder = try AppIdentifier("com.example.flood")
+        let flood = try await manager.install(flooder)
+        let stop = flood.temporaryDirectory.appendingPathComponent("stop")
+        let flooding = Task {
+            try await supervisor.run(flooder, command: ["/bin/sh", "-c", """
+                i=0; while [ ! -e tmp/stop ]; do i=$((i + 1)); printf x > Library/Caches/f$i; mkdir Library/Caches/d$i; done
+                """])
+        }
+        let besideFloodNs = try await probe(true)
+        FileManager.default.createFile(atPath: stop.path, contents: nil)
+        _ = try await flooding.value
 
         // Preferences: set + synchronize, ours (a protected property list) and Foundation's.
         let defaults = ProtectedUserDefaults(url: app.preferences.appendingPathComponent("com.example.bench.plist"), files: files)
@@ -93,13 +113,14 @@ struct AppsBenchmark: AsyncParsableCommand {
             Row(metric: "  the same, through `dpctl app run`", ours: viaCLI ?? .nan, peerName: "bubblewrap alone, same mounts", peer: bwrapAlone, unit: "ms", higherIsBetter: false),
             Row(metric: "  bubblewrap alone", ours: bwrapAlone, peerName: "unconfined /bin/true", peer: unconfined, unit: "ms", higherIsBetter: false),
             Row(metric: "open + 4 KiB read, inside the sandbox", ours: insideNs / 1000, peerName: "outside (unconfined)", peer: outsideNs / 1000, unit: "µs", higherIsBetter: false),
+            Row(metric: "  the same, beside another app's flood", ours: besideFloodNs / 1000, peerName: "alone", peer: insideNs / 1000, unit: "µs", higherIsBetter: false),
             Row(metric: "preferences set + synchronize", ours: oursRate, peerName: "Foundation UserDefaults", peer: foundationRate, unit: "/s"),
         ]
         printTable(rows)
         print("")
         print("targets: launch ≤ 2× bubblewrap's (\(String(format: "%.2f", supervised / bwrapAlone))×), opens ≤ 1.3× unconfined (\(String(format: "%.2f", insideNs / outsideNs))×)")
-        print(String(format: "summary: launch_ms=%.2f dpctl_launch_ms=%.2f bwrap_ms=%.2f unconfined_ms=%.2f launch_vs_bwrap=%.2f open_inside_us=%.2f open_outside_us=%.2f open_ratio=%.2f prefs_per_s=%.0f userdefaults_per_s=%.0f",
-                     supervised, viaCLI ?? -1, bwrapAlone, unconfined, supervised / bwrapAlone, insideNs / 1000, outsideNs / 1000, insideNs / outsideNs, oursRate, foundationRate))
+        print(String(format: "summary: launch_ms=%.2f dpctl_launch_ms=%.2f bwrap_ms=%.2f unconfined_ms=%.2f launch_vs_bwrap=%.2f open_inside_us=%.2f open_outside_us=%.2f open_ratio=%.2f open_beside_flood_us=%.2f prefs_per_s=%.0f userdefaults_per_s=%.0f",
+                     supervised, viaCLI ?? -1, bwrapAlone, unconfined, supervised / bwrapAlone, insideNs / 1000, outsideNs / 1000, insideNs / outsideNs, besideFloodNs / 1000, oursRate, foundationRate))
     }
 }
 

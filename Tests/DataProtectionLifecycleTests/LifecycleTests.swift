@@ -28,7 +28,10 @@ final class Lab: @unchecked Sendable {
     func launch(_ id: String) async throws -> LabApp {
         let identifier = try AppIdentifier(id)
         if (try? manager.app(identifier)) == nil { _ = try await manager.install(identifier) }
-        let app = try LabApp(identifier: identifier, container: try manager.app(identifier).url.path)
+        let container = try manager.app(identifier).url.path
+        // What the app writes there is read back through the containers' file system.
+        let served = ContainerFileSystem.mountPoint(for: manager.layout) + container.dropFirst(manager.layout.containers.count)
+        let app = try LabApp(identifier: identifier, container: container, served: served)
         let supervisor = self.supervisor
         let (input, output) = (app.input.fileHandleForReading.fileDescriptor, app.output.fileHandleForWriting.fileDescriptor)
         app.run = Task {
@@ -52,12 +55,15 @@ final class Lab: @unchecked Sendable {
 final class LabApp: @unchecked Sendable {
     let identifier: AppIdentifier
     let container: String
+    /// The container through the file system serving it (while the app runs).
+    let served: String
     let input = Pipe(), output = Pipe()
     var run: Task<Int32, any Error>?
 
-    init(identifier: AppIdentifier, container: String) throws {
+    init(identifier: AppIdentifier, container: String, served: String) throws {
         self.identifier = identifier
         self.container = container
+        self.served = served
     }
 
     /// The app's next line, read on a thread of its own (never blocking the tasks the
@@ -81,7 +87,7 @@ final class LabApp: @unchecked Sendable {
         return try await run!.value
     }
     /// The count `dp-test-app`'s `counter` command keeps writing.
-    func counter() -> Int { Int((try? String(contentsOfFile: container + "/tmp/counter", encoding: .utf8)) ?? "") ?? 0 }
+    func counter() -> Int { Int((try? String(contentsOfFile: served + "/tmp/counter", encoding: .utf8)) ?? "") ?? 0 }
 }
 
 /// Waits (bounded) until `condition` holds: for a real process to make progress we do not control.

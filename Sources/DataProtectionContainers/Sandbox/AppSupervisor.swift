@@ -35,16 +35,19 @@ public final class AppSupervisor: Sendable {
     /// frozen whole); `false` suspends apps with `SIGSTOP` everywhere.
     public let usesCgroups: Bool
     /// Starts the server of the protected file system that serves the containers to sandboxed
-    /// apps (``ContainerFileSystem``); `nil`: their directories are bound as they are, and only
-    /// what the app writes through ``CurrentApp/files`` is protected.
-    public let fileSystem: ContainerFileSystem.Launcher?
+    /// apps (``ContainerFileSystem``): every regular file any program of theirs writes is a
+    /// protected file of its container's class.
+    public let fileSystem: ContainerFileSystem.Launcher
 
+    /// - Parameter fileSystem: how the containers' file system is started when no server runs
+    ///   for the data root; by default, in this process (``ContainerFileSystem/inProcess(_:)``:
+    ///   it serves while this process's apps run). `dpctl` starts a process of its own.
     public init(manager: ContainerManager, services: [any AppSupervisorService] = [], usesCgroups: Bool = true,
                 fileSystem: ContainerFileSystem.Launcher? = nil) {
         self.manager = manager
         self.services = services
         self.usesCgroups = usesCgroups
-        self.fileSystem = fileSystem
+        self.fileSystem = fileSystem ?? ContainerFileSystem.inProcess(manager)
     }
 
     /// Runs `command` (a path, or a name looked up on `PATH`) as `identifier` and returns its exit
@@ -78,7 +81,7 @@ public final class AppSupervisor: Sendable {
 
         // The containers through the protected file system, held while the app runs.
         var lease: ContainerFileSystem.Lease?
-        if requirements != nil, let fileSystem { lease = try ContainerFileSystem.lease(manager.layout, launch: fileSystem) }
+        if requirements != nil { lease = try ContainerFileSystem.lease(manager.layout, launch: fileSystem) }
         defer { withExtendedLifetime(lease) {} }
 
         var appEnvironment = Self.appEnvironment(app, passing: environment)
