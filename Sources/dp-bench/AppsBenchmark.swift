@@ -67,15 +67,16 @@ struct AppsBenchmark: AsyncParsableCommand {
         try await files.write(Data(repeating: 7, count: 4096), to: file)
         let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let result = app.temporaryDirectory.appendingPathComponent("probe-result")
+        let servedResult = served.served(result.path, layout: manager.layout)   // read and written through the mount
         func probe(_ sandboxed: Bool) async throws -> Double {
             let command = [me, "apps-probe", file.path, String(opens), result.path]
             if sandboxed {
                 guard try await supervisor.run(id, command: command) == 0 else { throw ValidationError("the sandboxed probe failed") }
             } else {
-                let outside = ["apps-probe", served.served(file.path, layout: manager.layout), String(opens), result.path]
+                let outside = ["apps-probe", served.served(file.path, layout: manager.layout), String(opens), servedResult]
                 guard runTool(me, outside, discardOutput: true) != nil else { throw ValidationError("the probe failed") }
             }
-            guard let text = try? String(contentsOf: result, encoding: .utf8), let ns = Double(text) else { throw ValidationError("no probe result") }
+            guard let text = try? String(contentsOfFile: servedResult, encoding: .utf8), let ns = Double(text) else { throw ValidationError("no probe result") }
             return ns
         }
         let outsideNs = try await probe(false)
