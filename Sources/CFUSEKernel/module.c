@@ -1,6 +1,5 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <linux/falloc.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -21,18 +20,6 @@ int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char 
 
 long cfuse_getdents64(int fd, void *buffer, unsigned long size) {
     return syscall(SYS_getdents64, fd, buffer, size);
-}
-
-int cfuse_drop_file_capabilities(void) {
-    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
-    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
-    if (syscall(SYS_capget, &header, data) != 0) return -1;
-    const int dropped[] = { CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID,
-                            CAP_LINUX_IMMUTABLE, CAP_MKNOD, CAP_SYS_RESOURCE };
-    for (unsigned i = 0; i < sizeof dropped / sizeof dropped[0]; i++) {
-        data[CAP_TO_INDEX(dropped[i])].effective &= ~CAP_TO_MASK(dropped[i]);
-    }
-    return (int)syscall(SYS_capset, &header, data);
 }
 
 uint32_t cfuse_header_minor(void) { return FUSE_KERNEL_MINOR_VERSION; }

@@ -44,7 +44,10 @@ struct FUSEDevice: Sendable {
     }
 
     /// Mounts a new FUSE file system at `mountPoint` and returns its device.
-    static func mount(at mountPoint: String, allowOther: Bool = false) throws -> FUSEDevice {
+    ///
+    /// - Parameter kernelChecksPermissions: `default_permissions`, the kernel checking modes and
+    ///   owners with each caller's own credentials and capabilities before a request is sent.
+    static func mount(at mountPoint: String, allowOther: Bool = false, kernelChecksPermissions: Bool = false) throws -> FUSEDevice {
         try checkAvailability()
         var st = stat()
         guard stat(mountPoint, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
@@ -54,8 +57,10 @@ struct FUSEDevice: Sendable {
         // so the backing file system checks each call as the kernel would (the server makes the
         // same call on the same inode), and ACCESS answers `access`/`chdir`. With it, the kernel
         // asks for a directory's attributes again before each create and remove (one round trip
-        // more per file); with `allow_other` it is needed and set.
-        let options = "rw,nosuid,nodev,fsname=\(fsName),subtype=\(fsName)" + (allowOther ? ",allow_other,default_permissions" : "")
+        // more per file); with `allow_other` it is needed and set, and so it is when asked (a
+        // server run as root for callers without capabilities: see ProtectedFileSystem).
+        let checks = (allowOther ? ",allow_other" : "") + (allowOther || kernelChecksPermissions ? ",default_permissions" : "")
+        let options = "rw,nosuid,nodev,fsname=\(fsName),subtype=\(fsName)" + checks
         if let fusermount = fusermount() {
             return try mountThroughFusermount(fusermount, at: mountPoint, options: options + ",auto_unmount")
         }
@@ -64,7 +69,7 @@ struct FUSEDevice: Sendable {
         }
         let fd = open("/dev/fuse", O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.system("open /dev/fuse", errno) }
-        let data = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid())" + (allowOther ? ",allow_other,default_permissions" : "")
+        let data = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid())" + checks
         guard Glibc.mount(fsName, mountPoint, "fuse." + fsName, UInt(MS_NOSUID | MS_NODEV), data) == 0 else {
             let code = errno
             close(fd)

@@ -41,10 +41,13 @@ final class FileNode: Sendable {
     /// Whose share of the table the node counts in (the PID namespace of the program whose
     /// request made it, when the table shares itself out: ``NodeTable``).
     let owner: UInt64
+    /// Whether the item may not be changed through the mount at all (``NodeTable/readOnlyPrefixes``).
+    let isReadOnly: Bool
 
-    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?, owner: UInt64 = 0) {
+    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?, owner: UInt64 = 0, isReadOnly: Bool = false) {
         self.floor = floor
         self.owner = owner
+        self.isReadOnly = isReadOnly
         self.id = id
         self.fd = fd
         self.identity = InodeIdentity(st)

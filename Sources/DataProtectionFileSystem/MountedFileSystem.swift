@@ -102,10 +102,6 @@ public final class MountedFileSystem: Sendable {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
         let replier = FUSEReplier(fd: device.fd)
-        // Threads started by this one inherit what it dropped.
-        if fileSystem.servesWithoutPrivileges, cfuse_drop_file_capabilities() != 0 {
-            fileSystem.logger.warning("the file system's capabilities could not be dropped: \(String(cString: strerror(errno)))")
-        }
         while true {
             pool.withLock { $0.idle += 1 }
             let n = Glibc.read(device.fd, buffer.baseAddress, size)

@@ -50,13 +50,18 @@ final class NodeTable: Sendable {
     /// ``ProtectedFileSystem/evictUnused(_:)``), and files it keeps open or pinned — leave the
     /// others without room (``NodeTable/charge(_:in:)``).
     let sharedByRequester: Bool
+    /// Items found at the root under a name that starts with one of these (a share's snapshot,
+    /// linked there for a moment to be opened) are read-only through the mount for as long as
+    /// the kernel holds them: no write, truncation, mode, owner, time or attribute change (`EPERM`).
+    let readOnlyPrefixes: [[UInt8]]
 
     init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil,
-         sharedByRequester: Bool = false) throws {
+         sharedByRequester: Bool = false, readOnlyPrefixes: [[UInt8]] = []) throws {
         var st = stat()
         guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
         self.floorOfDirectory = floorOfDirectory
         self.sharedByRequester = sharedByRequester
+        self.readOnlyPrefixes = readOnlyPrefixes
         // A node holds a descriptor, and a second while open as a file: both within three
         // quarters of the limit, the rest left for the server's own short-lived ones.
         let descriptors = DescriptorLimit.raise() * 3 / 8
@@ -96,7 +101,8 @@ final class NodeTable: Sendable {
     /// The node for a descriptor just opened (an existing node for the same inode keeps its own
     /// descriptor, and this one is closed), with one more lookup counted.
     ///
-    /// A new node's floor is its parent's, raised by its own when it is a directory with one. It
+    /// A new node's floor is its parent's, raised by its own when it is a directory found (not
+    /// just made) with one. It
     /// takes `reservation` if given; else, with no room (``capacity``, or the requester's share),
     /// `ENFILE` (the descriptor is closed).
     func adopt(_ fd: Int32, _ st: stat, parent: FileNode, name: [UInt8], reservation: Reservation? = nil) throws(FUSEErrno) -> FileNode {
@@ -106,8 +112,11 @@ final class NodeTable: Sendable {
             return known
         }
         var floor = parent.floor
-        if st.st_mode & S_IFMT == S_IFDIR, let own = floorOfDirectory?(fd) { floor = max(floor ?? own, own) }
+        // A directory made through the mount (a reservation) holds no metadata of its own: the
+        // name is reserved there. Only one found can have a floor of its own.
+        if reservation == nil, st.st_mode & S_IFMT == S_IFDIR, let own = floorOfDirectory?(fd) { floor = max(floor ?? own, own) }
         let claimant = reservation == nil ? claimant() : nil
+        let readOnly = parent === root && readOnlyPrefixes.contains { name.starts(with: $0) }
         let (node, adopted) = state.withLock { state -> (FileNode?, Bool) in
             if let known = Self.counted(identity, st, parent: parent.id, name: name, in: &state) { return (known, false) }
             let owner: UInt64
@@ -119,7 +128,7 @@ final class NodeTable: Sendable {
             } else {
                 return (nil, false)
             }
-            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, owner: owner)
+            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, owner: owner, isReadOnly: readOnly)
             state.next += 1
             state.tick += 1
             node.lastSeen.withLock { $0 = (name, state.tick) }

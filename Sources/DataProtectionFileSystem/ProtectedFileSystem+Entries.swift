@@ -142,6 +142,7 @@ extension ProtectedFileSystem {
 
     func setAttributes(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let node = try nodes.node(request.nodeID)
+        guard !node.isReadOnly else { throw FUSEErrno(EPERM) }
         let change = try request.argument(fuse_setattr_in.self)
         let valid = change.valid
         if valid & cfuse_fattr_mode != 0 {
@@ -269,6 +270,7 @@ extension ProtectedFileSystem {
             var st = stat()
             if withName(name, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, let moved = nodes.existing(InodeIdentity(st)) {
                 moved.parent.withLock { $0 = directory.id }
+                moved.lastSeen.withLock { $0.name = name }   // the name an eviction asks the kernel to forget
             }
         }
         replier.reply(request.unique)

@@ -105,6 +105,7 @@ extension ProtectedFileSystem {
     /// nothing plain is written through the mount), except an empty one, which becomes a
     /// protected file of its directory's class when opened for writing.
     func attach(_ node: FileNode, writing: Bool, reading: Bool = true) throws(FUSEErrno) {
+        if writing, node.isReadOnly { throw FUSEErrno(EPERM) }
         for _ in 0..<8 {
             if try attachOnce(node, writing: writing, reading: reading) { return }
         }

@@ -49,8 +49,7 @@ public final class ProtectedFileSystem: Sendable {
     let floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)?
     /// Whether set-user-ID and set-group-ID bits are refused (`EPERM`) rather than kept.
     let refusesSetID: Bool
-    /// Whether requests are answered without the capabilities that pass by files' owners and
-    /// modes (``init(directory:files:floorOfDirectory:refusesSetID:reservedNames:sharesNodesAmongApps:servesWithoutPrivileges:maxNodes:)``).
+    /// Whether callers may lack this server's capabilities (``init(directory:files:floorOfDirectory:refusesSetID:reservedNames:sharesNodesAmongApps:servesWithoutPrivileges:readOnlyPrefixes:maxNodes:)``).
     let servesWithoutPrivileges: Bool
     /// Names no program may make, remove, rename or link through the mount (`EPERM`), anywhere:
     /// what the server reads its floors from (a container's metadata).
@@ -73,25 +72,29 @@ public final class ProtectedFileSystem: Sendable {
     ///     namespaces (each sandboxed app has its own), so that one app's flood of directories,
     ///     or of files it keeps open or pinned, leaves room for the others
     ///     (``NodeTable/sharedByRequester``).
-    ///   - servesWithoutPrivileges: answer requests without the capabilities that pass by files'
-    ///     owners and modes (`CAP_DAC_OVERRIDE`, `CAP_FOWNER`, `CAP_CHOWN`…): a server run as
-    ///     root then decides as the capability-less processes it serves (sandboxed apps), not as
-    ///     root — a file its user made read-only stays so. Without `default_permissions`, the
-    ///     server's own access is every caller's.
+    ///   - servesWithoutPrivileges: callers may lack the capabilities of this server's user
+    ///     (sandboxed apps: root without `CAP_DAC_OVERRIDE`, `CAP_FOWNER`…): a server run as root
+    ///     then has the kernel check modes and owners with each caller's own credentials
+    ///     (`default_permissions`, one round trip more per created or removed file), so that a
+    ///     file its user made read-only stays so. Not as root, every caller already has this
+    ///     server's user ID and no capability, and the backing file system's answer is theirs.
+    ///   - readOnlyPrefixes: items found at the directory's root under a name starting with one
+    ///     of these cannot be changed through the mount (`EPERM`): no write, truncation, mode,
+    ///     owner, time or attribute change, whoever holds a descriptor of them.
     ///   - maxNodes: the most inodes served at once (each holds a descriptor, and one more while
     ///     it is open as a file; default: three eighths of the descriptor limit, so that both stay
     ///     within three quarters of it). Past half of it, the least recently found are given back
     ///     to the kernel.
     public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
                 refusesSetID: Bool = false, reservedNames: Set<String> = [], sharesNodesAmongApps: Bool = false,
-                servesWithoutPrivileges: Bool = false, maxNodes: Int? = nil) throws {
+                servesWithoutPrivileges: Bool = false, readOnlyPrefixes: Set<String> = [], maxNodes: Int? = nil) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
         self.directory = absolute
         self.files = files
         self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory, maxNodes: maxNodes,
-                                   sharedByRequester: sharesNodesAmongApps)
+                                   sharedByRequester: sharesNodesAmongApps, readOnlyPrefixes: readOnlyPrefixes.map { Array($0.utf8) })
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID
@@ -107,7 +110,7 @@ public final class ProtectedFileSystem: Sendable {
         if absolute == directory || absolute.hasPrefix(directory + "/") {
             throw FileSystemServerError.badMountPoint(absolute, "is inside the directory it would serve")
         }
-        let device = try FUSEDevice.mount(at: absolute)
+        let device = try FUSEDevice.mount(at: absolute, kernelChecksPermissions: servesWithoutPrivileges && geteuid() == 0)
         return MountedFileSystem(fileSystem: self, device: device)
     }
 

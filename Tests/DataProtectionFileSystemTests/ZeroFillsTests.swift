@@ -17,7 +17,7 @@ struct ZeroFillsTests {
         fills.end(try fills.begin(bytes: 600, free: 1000, long: false, program: 2))
     }
 
-    @Test func oneProgramHasOnlyAFewLongFillsAtOnce() throws {
+    @Test func oneProgramHasOnlyAFewFillsAtOnce() throws {
         let fills = ZeroFills()
         let held = try (0..<ZeroFills.longFillsPerProgram).map { _ in try fills.begin(bytes: 1, free: 1 << 40, long: true, program: 7) }
         do {
@@ -26,7 +26,11 @@ struct ZeroFillsTests {
         } catch {
             #expect(error.code == EAGAIN)
         }
-        fills.end(try fills.begin(bytes: 1, free: 1 << 40, long: false, program: 7))   // a short one still goes
+        var short = try (0..<(ZeroFills.fillsPerProgram - ZeroFills.longFillsPerProgram)).map { _ in
+            try fills.begin(bytes: 1, free: 1 << 40, long: false, program: 7)   // short ones still go, up to the limit
+        }
+        #expect(throws: FUSEErrno.self) { _ = try fills.begin(bytes: 1, free: 1 << 40, long: false, program: 7) }
+        fills.end(short.removeLast())
         fills.end(try fills.begin(bytes: 1, free: 1 << 40, long: true, program: 8))    // and another program's
         fills.end(held[0])
         fills.end(try fills.begin(bytes: 1, free: 1 << 40, long: true, program: 7))

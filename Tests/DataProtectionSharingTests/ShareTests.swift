@@ -55,7 +55,8 @@ import Testing
 
     /// A snapshot shared with an app on the protected file system keeps its class there: the
     /// recipient's descriptor reads it while the device is unlocked, gets `EACCES` after lock +
-    /// grace (class A; nothing decrypted was handed over), and reads again after the next unlock.
+    /// grace (class A; nothing decrypted was handed over), and reads again after the next unlock;
+    /// its mode and class cannot be changed through the descriptor.
     @Test func aSnapshotKeepsItsClassInTheRecipientAcrossTheLock() throws {
         var world = try AppWorld.make()
         let a = try world.install(sender, ["--default-protection", "complete"])
@@ -77,6 +78,9 @@ import Testing
         let shared = try world.testApp(sender, ["share", doc, receiver])
         #expect(shared.out == "shared\n", "\(shared.stderr)")
         #expect(try readLine(output.fileHandleForReading) == "held: secret")
+        let changes = try readLine(output.fileHandleForReading)
+        // The class: EACCES from the kernel (a 0400 file) before EPERM from the server.
+        #expect(changes.hasPrefix("chmod: errno \(EPERM), class: errno "), "a snapshot stays as shared: \(changes)")
         #expect(try world.dpctl(["lock"]).status == 0)
         try daemon.advance(3600, root: world.cli.root)
         // The file system hears of the lock from keybagd: asked again until it has.

@@ -369,8 +369,9 @@ case "wait-shared":
     } catch { fail("\(error)", status: 6) }
 
 case "hold-shared":
-    // Waits for one shared item, opens its descriptor and reads it ("held: …"); at each line on
-    // stdin, reads the same descriptor again ("again: …", or "again: errno N").
+    // Waits for one shared item, opens its descriptor and reads it ("held: …"), tries to change
+    // its mode and class ("chmod: …, class: …"); at each line on stdin, reads the same descriptor
+    // again ("again: …", or "again: errno N").
     guard let app = CurrentApp.shared else { fail("not an app") }
     FileHandle.standardOutput.write(Data("listening\n".utf8))
     let watchdog = Task { try await Task.sleep(for: .seconds(30)); fail("nothing shared within 30 s", status: 2) }
@@ -386,6 +387,11 @@ case "hold-shared":
             return n < 0 ? "errno \(errno)" : String(decoding: buffer[0..<n], as: UTF8.self)
         }
         FileHandle.standardOutput.write(Data("held: \(readAll())\n".utf8))
+        // What a read-only share must refuse: a mode change and a class change on the descriptor.
+        let chmodded = fchmod(fd.rawValue, 0o644) == 0 ? "ok" : "errno \(errno)"
+        let none = Array("none".utf8)
+        let reclassed = setAttributeOfDescriptor(fd.rawValue, "user.dataprotection.class", none, none.count, 0) == 0 ? "ok" : "errno \(errno)"
+        FileHandle.standardOutput.write(Data("chmod: \(chmodded), class: \(reclassed)\n".utf8))
         while readLine() != nil { FileHandle.standardOutput.write(Data("again: \(readAll())\n".utf8)) }
     } catch { fail("\(error)", status: 6) }
 
@@ -500,3 +506,7 @@ func rawRequest(op: UInt8, body: [UInt8]) -> Never {
     print(answer[0..<total].map { String(format: "%02x", $0) }.joined())
     exit(0)
 }
+
+/// `fsetxattr(2)` (not in Swift's Glibc module).
+@_silgen_name("fsetxattr")
+func setAttributeOfDescriptor(_ fd: Int32, _ name: UnsafePointer<CChar>, _ value: UnsafeRawPointer, _ size: Int, _ flags: Int32) -> Int32

@@ -61,12 +61,6 @@ int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char 
 /// `getdents64(2)`: directory entries from the descriptor's offset.
 long cfuse_getdents64(int fd, void *buffer, unsigned long size);
 
-/// Drops, from the calling thread's effective set only, the capabilities that let a process
-/// pass by files' owners and modes (`CAP_CHOWN`, `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`,
-/// `CAP_FOWNER`, `CAP_FSETID`, `CAP_LINUX_IMMUTABLE`, `CAP_MKNOD`, `CAP_SYS_RESOURCE`):
-/// `capget(2)` then `capset(2)`. 0, or -1 with errno.
-int cfuse_drop_file_capabilities(void);
-
 /// The protocol minor version of the installed header (for the build's record).
 uint32_t cfuse_header_minor(void);
 

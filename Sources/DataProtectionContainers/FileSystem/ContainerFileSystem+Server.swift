@@ -48,7 +48,8 @@ extension ContainerFileSystem {
         let fileSystem = try ProtectedFileSystem(directory: layout.containers, files: ProtectedFileManager(keybag: manager.files.keybag),
                                                  floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true,
                                                  reservedNames: [DataRootLayout.containerMetadataFileName], sharesNodesAmongApps: true,
-                                                 servesWithoutPrivileges: true, maxNodes: maxNodes)
+                                                 servesWithoutPrivileges: true, readOnlyPrefixes: [DataRootLayout.servedSnapshotPrefix],
+                                                 maxNodes: maxNodes)
         removeStraySnapshotNames(layout)
         // The socket first: it makes the 0700 directory the mount point lives in.
         let listener: Int32
