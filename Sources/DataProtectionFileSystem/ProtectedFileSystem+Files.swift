@@ -342,12 +342,7 @@ extension ProtectedFileSystem {
         if let engine = try engine(of: node, writing: true) {
             // Space is not reserved (a protected file's segments are written when sealed); the
             // size grows as asked unless KEEP_SIZE.
-            if argument.mode & keepSize == 0, end > engine.size {
-                try withRoomForZeros(engine, upTo: end) { () throws(FUSEErrno) in
-                    try extendWithZeros(node, engine, to: end, request: request.unique)
-                    do { try node.open.withLock { _ in try engine.truncate(to: end) } } catch { throw Self.errorCode(error) }
-                }
-            }
+            if argument.mode & keepSize == 0, end > engine.size { try truncateOpen(node, to: end, request: request.unique) }
         } else {
             throw FUSEErrno(EACCES)
         }
@@ -380,8 +375,8 @@ extension ProtectedFileSystem {
 
     /// Runs `body`, which extends `engine`'s file to `size` with zeros, once the fill has room:
     /// refused beyond ``maxZeroFill`` (`EFBIG`), beyond the disk's free space less what fills
-    /// under way will take (`ENOSPC`), or past the requesting program's long fills (`EAGAIN`,
-    /// ``ZeroFills``), before anything is written.
+    /// under way will take (`ENOSPC`), or past the fills the requesting program may have at once
+    /// (`EAGAIN`, ``ZeroFills``), before anything is written.
     func withRoomForZeros(_ engine: ProtectedFileEngine, upTo size: Int64, _ body: () throws(FUSEErrno) -> Void) throws(FUSEErrno) {
         let gap = size - engine.size
         guard gap > 0 else { return try body() }

@@ -347,13 +347,7 @@ case "share":
 case "wait-shared":
     // Waits for one shared item; reads it ("shared: …"), waits for a line on stdin, reads it again
     // ("again: …"), tries write(2) on its descriptor, ends the share and tries once more.
-    guard let app = CurrentApp.shared else { fail("not an app") }
-    FileHandle.standardOutput.write(Data("listening\n".utf8))
-    let watchdog = Task { try await Task.sleep(for: .seconds(30)); fail("nothing shared within 30 s", status: 2) }
-    var items = app.sharedItems.makeAsyncIterator()
-    guard let item = await items.next() else { fail("the supervisor ended") }
-    watchdog.cancel()
-    guard item.startAccessingSecurityScopedResource() else { fail("could not start access", status: 5) }
+    let item = await firstSharedItem()
     do {
         FileHandle.standardOutput.write(Data("shared by \(item.provider): \(String(decoding: try await item.contents(), as: UTF8.self))\n".utf8))
         _ = readLine()
@@ -372,13 +366,7 @@ case "hold-shared":
     // Waits for one shared item, opens its descriptor and reads it ("held: …"), tries to change
     // its mode and class ("chmod: …, class: …"); at each line on stdin, reads the same descriptor
     // again ("again: …", or "again: errno N").
-    guard let app = CurrentApp.shared else { fail("not an app") }
-    FileHandle.standardOutput.write(Data("listening\n".utf8))
-    let watchdog = Task { try await Task.sleep(for: .seconds(30)); fail("nothing shared within 30 s", status: 2) }
-    var items = app.sharedItems.makeAsyncIterator()
-    guard let item = await items.next() else { fail("the supervisor ended") }
-    watchdog.cancel()
-    guard item.startAccessingSecurityScopedResource() else { fail("could not start access", status: 5) }
+    let item = await firstSharedItem()
     do {
         let fd = try item.openDescriptor()
         func readAll() -> String {
@@ -510,3 +498,16 @@ func rawRequest(op: UInt8, body: [UInt8]) -> Never {
 /// `fsetxattr(2)` (not in Swift's Glibc module).
 @_silgen_name("fsetxattr")
 func setAttributeOfDescriptor(_ fd: Int32, _ name: UnsafePointer<CChar>, _ value: UnsafeRawPointer, _ size: Int, _ flags: Int32) -> Int32
+
+/// Says "listening", waits (at most 30 s) for the first item shared with this app and starts
+/// accessing it.
+func firstSharedItem() async -> SecurityScopedURL {
+    guard let app = CurrentApp.shared else { fail("not an app") }
+    FileHandle.standardOutput.write(Data("listening\n".utf8))
+    let watchdog = Task { try await Task.sleep(for: .seconds(30)); fail("nothing shared within 30 s", status: 2) }
+    var items = app.sharedItems.makeAsyncIterator()
+    guard let item = await items.next() else { fail("the supervisor ended") }
+    watchdog.cancel()
+    guard item.startAccessingSecurityScopedResource() else { fail("could not start access", status: 5) }
+    return item
+}
