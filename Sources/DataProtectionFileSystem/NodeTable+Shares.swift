@@ -6,11 +6,13 @@ import Glibc
 
 /// Sharing the table among apps (``NodeTable/sharedByRequester``).
 ///
-/// Every node counts in the share of the program whose request made it, known by its PID
-/// namespace — an app's, since every sandbox has one of its own and may not make more (no user
-/// namespace is left to it); the host's for every program outside a sandbox. While it holds
-/// nodes, the server keeps a descriptor of that namespace, so that its inode number never goes
-/// to another namespace meanwhile (a new app never inherits a gone one's count).
+/// Every node counts in the share of the program whose request made it: an admitted app's
+/// (``ServedApps``: one share for all its runs, so a relaunched app finds its earlier runs'
+/// directories the kernel still holds in its own share), else its PID namespace's — each
+/// sandbox has one of its own and may not make more (no user namespace is left to it); the
+/// host's for every program outside a sandbox. While a namespace holds nodes, the server keeps
+/// a descriptor of it, so that its inode number never goes to another namespace meanwhile (a
+/// new sandbox never inherits a gone one's count).
 ///
 /// A program may make a node while it holds fewer than 2/(*k* + 2) of ``NodeTable/capacity``,
 /// *k* counting it and every other program holding at least a sixteenth of the table: alone,
@@ -21,22 +23,24 @@ import Glibc
 extension NodeTable {
     /// A program charged with nodes.
     struct Owner {
-        /// Its PID namespace's inode number (0: not known).
-        let namespace: UInt64
+        /// Its key: its PID namespace's inode number (0: not known), or its app's
+        /// (``ServedApps/appOwnerBit`` set).
+        let key: UInt64
         /// Nodes it holds, and nodes reserved for its makes under way.
         var held: Int
-        /// A descriptor of the namespace while it holds any (-1 if none could be opened).
+        /// A descriptor of the namespace while it holds any (-1 if none could be opened, or
+        /// for an app's key).
         let pin: Int32
     }
 
     /// The program whose request this thread answers, with a descriptor pinning its namespace if
     /// it is not charged with anything yet (closed unless the program becomes an owner).
     final class Claimant: Sendable {
-        let namespace: UInt64
+        let key: UInt64
         private let pin: Mutex<Int32>
 
-        init(namespace: UInt64, pin: Int32) {
-            self.namespace = namespace
+        init(key: UInt64, pin: Int32) {
+            self.key = key
             self.pin = Mutex(pin)
         }
 
@@ -61,9 +65,10 @@ extension NodeTable {
     /// The program asking, when the table is shared.
     func claimant() -> Claimant? {
         guard sharedByRequester else { return nil }
+        if let app = apps.requesting { return Claimant(key: app.owner, pin: -1) }
         let namespace = Requester.namespace
-        if state.withLock({ $0.serials[namespace] != nil }) { return Claimant(namespace: namespace, pin: -1) }
-        return Claimant(namespace: namespace, pin: Requester.pin(namespace))
+        if state.withLock({ $0.serials[namespace] != nil }) { return Claimant(key: namespace, pin: -1) }
+        return Claimant(key: namespace, pin: Requester.pin(namespace))
     }
 
     /// Charges one node to `claimant` if the table and its share have room: its owner's serial
@@ -71,10 +76,10 @@ extension NodeTable {
     func charge(_ claimant: Claimant?, in state: inout State) -> UInt64? {
         guard state.nodes.count + state.reserved < capacity else { return nil }
         guard sharedByRequester, let claimant else { return 0 }
-        let serial = state.serials[claimant.namespace]
+        let serial = state.serials[claimant.key]
         let mine = serial.flatMap { state.owners[$0]?.held } ?? 0
         let significant = max(1, capacity / 16)
-        let others = state.owners.values.count { $0.namespace != claimant.namespace && $0.held >= significant }
+        let others = state.owners.values.count { $0.key != claimant.key && $0.held >= significant }
         guard mine < capacity * 2 / (others + 3) else { return nil }
         if let serial {
             state.owners[serial]?.held += 1
@@ -82,8 +87,8 @@ extension NodeTable {
         }
         let made = state.nextSerial
         state.nextSerial += 1
-        state.owners[made] = Owner(namespace: claimant.namespace, held: 1, pin: claimant.takePin())
-        state.serials[claimant.namespace] = made
+        state.owners[made] = Owner(key: claimant.key, held: 1, pin: claimant.takePin())
+        state.serials[claimant.key] = made
         return made
     }
 
@@ -96,7 +101,7 @@ extension NodeTable {
             return
         }
         state.owners[serial] = nil
-        if state.serials[owner.namespace] == serial { state.serials[owner.namespace] = nil }
+        if state.serials[owner.key] == serial { state.serials[owner.key] = nil }
         if owner.pin >= 0 { close(owner.pin) }
     }
 

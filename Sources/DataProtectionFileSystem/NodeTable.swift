@@ -26,7 +26,7 @@ final class NodeTable: Sendable {
         var reserved = 0
         /// The programs charged with nodes, by serial (``FileNode/owner``).
         var owners: [UInt64: Owner] = [:]
-        /// The serial of each charged program's PID namespace.
+        /// The serial of each charged program's key (its PID namespace, or its app's key).
         var serials: [UInt64: UInt64] = [:]
         var nextSerial: UInt64 = 1
     }
@@ -54,14 +54,18 @@ final class NodeTable: Sendable {
     /// linked there for a moment to be opened) are read-only through the mount for as long as
     /// the kernel holds them: no write, truncation, mode, owner, time or attribute change (`EPERM`).
     let readOnlyPrefixes: [[UInt8]]
+    /// The apps admitted to the mount: each one's nodes count in one share, whichever of its
+    /// runs made them.
+    let apps: ServedApps
 
     init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil,
-         sharedByRequester: Bool = false, readOnlyPrefixes: [[UInt8]] = []) throws {
+         sharedByRequester: Bool = false, readOnlyPrefixes: [[UInt8]] = [], apps: ServedApps = ServedApps()) throws {
         var st = stat()
         guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
         self.floorOfDirectory = floorOfDirectory
         self.sharedByRequester = sharedByRequester
         self.readOnlyPrefixes = readOnlyPrefixes
+        self.apps = apps
         // A node holds a descriptor, and a second while open as a file: both within three
         // quarters of the limit, the rest left for the server's own short-lived ones.
         let descriptors = DescriptorLimit.raise() * 3 / 8

@@ -81,6 +81,7 @@ extension ProtectedFileSystem {
     func setExtendedAttribute(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let node = try nodes.node(request.nodeID)
         guard !node.isReadOnly else { throw FUSEErrno(EPERM) }
+        try requireTerritory(node)
         guard request.body.count >= Self.setAttributeHeader else { throw FUSEErrno(EINVAL) }
         let size = Int(request.body.loadUnaligned(as: UInt32.self))
         let flags = request.body.loadUnaligned(fromByteOffset: 4, as: UInt32.self)
@@ -103,6 +104,7 @@ extension ProtectedFileSystem {
     func removeExtendedAttribute(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let node = try nodes.node(request.nodeID)
         guard !node.isReadOnly else { throw FUSEErrno(EPERM) }
+        try requireTerritory(node)
         let (name, _) = try Self.attributeName(in: request.body)
         guard Self.isServed(name), node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
         if name == Array(Self.classAttribute.utf8) {

@@ -144,6 +144,7 @@ extension ProtectedFileSystem {
         let node = try nodes.node(request.nodeID)
         guard !node.isReadOnly else { throw FUSEErrno(EPERM) }
         let change = try request.argument(fuse_setattr_in.self)
+        try requireTerritory(node, change: change)
         let valid = change.valid
         if valid & cfuse_fattr_mode != 0 {
             guard node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
@@ -182,6 +183,7 @@ extension ProtectedFileSystem {
 
     func makeDirectory(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let parent = try nodes.node(request.nodeID)
+        try requireTerritory(parent, else: EACCES)
         let argument = try request.argument(fuse_mkdir_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mkdir_in.self))
         try refuseReserved(name)
@@ -194,6 +196,7 @@ extension ProtectedFileSystem {
 
     func makeNode(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let parent = try nodes.node(request.nodeID)
+        try requireTerritory(parent, else: EACCES)
         let argument = try request.argument(fuse_mknod_in.self)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_mknod_in.self))
         try refuseReserved(name)
@@ -218,6 +221,7 @@ extension ProtectedFileSystem {
 
     func symbolicLink(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let parent = try nodes.node(request.nodeID)
+        try requireTerritory(parent, else: EACCES)
         let (name, rest) = try FUSERequest.name(in: request.body)
         try refuseReserved(name)
         guard let end = rest.firstIndex(of: 0) else { throw FUSEErrno(EINVAL) }
@@ -241,6 +245,7 @@ extension ProtectedFileSystem {
 
     func remove(_ request: FUSERequest, _ replier: FUSEReplier, directory: Bool) throws(FUSEErrno) {
         let parent = try nodes.node(request.nodeID)
+        try requireTerritory(parent, else: EACCES)
         let (name, _) = try FUSERequest.name(in: request.body)
         try refuseReserved(name)
         guard withName(name, { unlinkat(parent.fd, $0, directory ? AT_REMOVEDIR : 0) }) == 0 else { throw FUSEErrno(errno) }
@@ -258,6 +263,8 @@ extension ProtectedFileSystem {
             (newParentID, flags, names) = (argument.newdir, 0, try request.tail(after: fuse_rename_in.self))
         }
         let newParent = try nodes.node(newParentID)
+        try requireTerritory(parent, else: EACCES)
+        try requireTerritory(newParent, else: EACCES)
         let (old, rest) = try FUSERequest.name(in: names)
         let (new, _) = try FUSERequest.name(in: rest)
         try refuseReserved(old)
@@ -280,6 +287,8 @@ extension ProtectedFileSystem {
         let argument = try request.argument(fuse_link_in.self)
         let node = try nodes.node(argument.oldnodeid)
         let newParent = try nodes.node(request.nodeID)
+        try requireTerritory(node)
+        try requireTerritory(newParent, else: EACCES)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_link_in.self))
         try refuseReserved(name)
         guard !node.isDirectory else { throw FUSEErrno(EPERM) }

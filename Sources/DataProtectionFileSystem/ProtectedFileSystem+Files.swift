@@ -20,6 +20,7 @@ extension ProtectedFileSystem {
         guard node.isRegularFile else { throw FUSEErrno(node.isDirectory ? EISDIR : ENXIO) }
         let access = argument.flags & UInt32(O_ACCMODE)
         let writable = access != UInt32(O_RDONLY)
+        if writable || argument.flags & UInt32(O_TRUNC) != 0 { try requireTerritory(node, else: EACCES) }
         try attach(node, writing: writable || argument.flags & UInt32(O_TRUNC) != 0, reading: access != UInt32(O_WRONLY))
         do throws(FUSEErrno) {
             if argument.flags & UInt32(O_TRUNC) != 0, writable {
@@ -38,6 +39,7 @@ extension ProtectedFileSystem {
     func createFile(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let parent = try nodes.node(request.nodeID)
         let argument = try request.argument(fuse_create_in.self)
+        try requireTerritory(parent, else: EACCES)
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_create_in.self))
         try refuseReserved(name)
         try refuseSetID(argument.mode, S_IFREG)

@@ -54,6 +54,10 @@ public final class ProtectedFileSystem: Sendable {
     /// Names no program may make, remove, rename or link through the mount (`EPERM`), anywhere:
     /// what the server reads its floors from (a container's metadata).
     let reservedNames: Set<[UInt8]>
+    /// The sandboxed apps served, when the mount is shared among apps: what each may change
+    /// outside its own containers (nothing but through a descriptor it was handed), and whose
+    /// share of the inodes its nodes count in.
+    public let apps = ServedApps()
     let logger = Logger(label: "dataprotection.filesystem")
     /// Requests the kernel asked to interrupt (their program got a signal) while they run: a
     /// long one (a zero fill) stops at its next step and answers `EINTR`.
@@ -94,7 +98,8 @@ public final class ProtectedFileSystem: Sendable {
         self.directory = absolute
         self.files = files
         self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory, maxNodes: maxNodes,
-                                   sharedByRequester: sharesNodesAmongApps, readOnlyPrefixes: readOnlyPrefixes.map { Array($0.utf8) })
+                                   sharedByRequester: sharesNodesAmongApps, readOnlyPrefixes: readOnlyPrefixes.map { Array($0.utf8) },
+                                   apps: apps)
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID

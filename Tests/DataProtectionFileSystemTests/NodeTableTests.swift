@@ -68,6 +68,32 @@ struct NodeTableTests {
         #expect(now == 42)
     }
 
+    /// An admitted app's runs, each in a sandbox (a PID namespace) of its own, share one share:
+    /// a relaunched app finds what its earlier runs left the kernel holding in its own share,
+    /// not in a new one; another app still has its own.
+    @Test func everyRunOfAnAppSharesItsShare() throws {
+        let directory = temporaryDirectory().path
+        for index in 0..<80 { #expect(FileManager.default.createFile(atPath: directory + "/f\(index)", contents: nil)) }
+        let apps = ServedApps()
+        let table = try NodeTable(rootDescriptor: open(directory, cfuse_o_path | O_DIRECTORY | O_CLOEXEC), maxNodes: 64,
+                                  sharedByRequester: true, apps: apps)
+        let (first, second, other) = (try ProcessInOwnPIDNamespace(), try ProcessInOwnPIDNamespace(), try ProcessInOwnPIDNamespace())
+        defer { first.stop(); second.stop(); other.stop() }
+        let admissions = try [(first, "A"), (second, "A"), (other, "B")].map { process, app in
+            try apps.admit(sandboxProcess: Int32(process.pid), app: app, territories: [directory])
+        }
+        defer { admissions.forEach { $0.end() } }
+        func newNodes(asking pid: UInt32, from start: Int) -> Int {
+            Requester.begin(pid: pid)
+            var made = 0
+            for index in start..<80 where (try? lookUp(table, index)) != nil { made += 1 }
+            return made
+        }
+        #expect(newNodes(asking: first.pid, from: 0) == 42, "64 × 2/3")
+        #expect(newNodes(asking: second.pid, from: 42) == 0, "the same app: its share is full")
+        #expect(newNodes(asking: other.pid, from: 42) == 21, "another app: what the first left")
+    }
+
     /// A node the kernel was asked to forget and still holds (a program pins it) is not asked
     /// for again until it is found again; files open are never candidates.
     @Test func evictionDoesNotAskTwiceForWhatIsPinned() throws {

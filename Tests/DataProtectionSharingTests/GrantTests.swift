@@ -1,3 +1,4 @@
+import CLinuxShims
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
@@ -52,6 +53,33 @@ import Testing
         // The provider's directory is still invisible to the editor: only descriptors cross.
         let peek = try world.shell(editor, attempt("read", "cat '\(p)/Documents/BBB.txt'"))
         #expect(outcomes(peek.out)["read"] == "denied")
+    }
+
+    /// The descriptor a grant hands out is all the recipient gets: reopening it for writing
+    /// through `/proc/self/fd` (a new open the kernel would allow, the file being the user's),
+    /// truncating it by that path, or changing its mode, class, times or attributes is refused
+    /// by the file system, which knows the file is outside the recipient's containers. A
+    /// writable grant's descriptor writes; the rest stays refused.
+    @Test(arguments: [false, true]) func aGrantsDescriptorCannotBeMadeMoreThanItIs(writable: Bool) throws {
+        let (world, p, _) = try world()
+        let path = p + "/Documents/BBB.txt"
+        let before = try #require(POSIXFile.status(path))
+        let beforeAttributes = try world.dpctl(["ls", p + "/Documents", "--passcode-file", world.passcode]).out
+        let id = try grant(world, "Documents/BBB.txt", writable ? ["--write"] : ["--read"])
+        let result = try asEditor(world, ["granted-exceed", id])
+        #expect(result.status == 0, "\(result.stderr)")
+        let lines = Dictionary(uniqueKeysWithValues: result.out.split(separator: "\n").map { line in
+            let parts = line.split(separator: ":", maxSplits: 1)
+            return (String(parts[0]), parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : "")
+        })
+        for name in ["reopen-write", "reopen-append", "reopen-truncate", "truncate-path", "chmod", "class", "attribute", "times"] {
+            #expect(lines[name]?.hasPrefix("errno") == true, "\(name): \(lines[name] ?? "missing") (\(result.out))")
+        }
+        #expect(try contents(world, path) == "CCCC")
+        let after = try #require(POSIXFile.status(path))
+        #expect(after.st_mode == before.st_mode && after.st_mtim.tv_sec == before.st_mtim.tv_sec)
+        #expect(try world.dpctl(["ls", p + "/Documents", "--passcode-file", world.passcode]).out == beforeAttributes)
+        #expect(getxattr(path, "user.example", nil, 0) < 0)
     }
 
     @Test func aWriteGrantWritesInPlaceAndKeepsTheClass() throws {

@@ -425,6 +425,32 @@ case "granted":
     guard let app = CurrentApp.shared else { fail("not an app") }
     for item in try await app.grantedItems() { print("\(item.id) \(item.provider) \(item.capabilities) \(item.url.path)") }
 
+case "granted-exceed":
+    // On a grant's descriptor, tries what no grant allows, one line each ("NAME: ok" or
+    // "NAME: errno N"): reopening it for writing through /proc, truncating it by that path,
+    // changing its mode, class, times and attributes.
+    guard arguments.count == 2, let app = CurrentApp.shared, let id = UUID(uuidString: arguments[1]) else { fail("usage: granted-exceed GRANT-ID") }
+    guard let item = try await app.grantedItems().first(where: { $0.id == id }), item.startAccessingSecurityScopedResource() else {
+        fail("grant not usable", status: 5)
+    }
+    do {
+        let fd = try item.openDescriptor().rawValue
+        let path = "/proc/self/fd/\(fd)"
+        func line(_ name: String, _ result: Int32) { print("\(name): \(result >= 0 ? "ok" : "errno \(errno)")") }
+        let reopened = open(path, O_RDWR)
+        line("reopen-write", reopened)
+        if reopened >= 0 { _ = write(reopened, "PWND", 4); close(reopened) }
+        line("reopen-append", { let fd = open(path, O_WRONLY | O_APPEND); if fd >= 0 { close(fd) }; return fd }())
+        line("reopen-truncate", { let fd = open(path, O_RDONLY | O_TRUNC); if fd >= 0 { close(fd) }; return fd }())
+        line("truncate-path", truncate(path, 0))
+        line("chmod", fchmod(fd, 0o604))
+        let raised = Array("A".utf8), mark = Array("1".utf8)
+        line("class", setAttributeOfDescriptor(fd, "user.dataprotection.class", raised, raised.count, 0))
+        line("attribute", setAttributeOfDescriptor(fd, "user.example", mark, mark.count, 0))
+        var times = [timespec(tv_sec: 1_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000, tv_nsec: 0)]
+        line("times", futimens(fd, &times))
+    } catch { fail("\(error)", status: 6) }
+
 case "granted-read", "granted-write", "granted-raw-write", "granted-read-unstarted", "granted-hold":
     // Uses grant ID: read it; write TEXT through the broker's descriptor; write(2) straight on
     // a read descriptor (prints the errno); read without starting; or start, say "started",

@@ -77,13 +77,35 @@ extension ContainerFileSystem {
                 let line = Array((greeting + " " + mountPoint + "\n").utf8)
                 _ = line.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
                 Thread {
-                    // The lease lasts until the client closes its end (or ends).
-                    var byte: UInt8 = 0
-                    while true {
-                        let n = read(client, &byte, 1)
+                    // The lease lasts until the client closes its end (or ends), and so do the
+                    // admissions made on it.
+                    var admissions: [ServedApps.Admission] = []
+                    var line: [UInt8] = []
+                    var buffer = [UInt8](repeating: 0, count: 4096)
+                    reading: while true {
+                        let n = buffer.withUnsafeMutableBytes { read(client, $0.baseAddress, $0.count) }
                         if n < 0, errno == EINTR { continue }
                         if n <= 0 { break }
+                        for byte in buffer[0..<n] {
+                            guard byte == 0x0A else {
+                                line.append(byte)
+                                if line.count > 64 * 1024 { break reading }   // no client of ours says that much
+                                continue
+                            }
+                            let reply: String
+                            do {
+                                guard admissions.count < 64 else { throw unavailable("too many admissions on one lease") }
+                                admissions.append(try admit(line, to: fileSystem.apps, layout: layout))
+                                reply = "ok"
+                            } catch {
+                                reply = "error: \(error)"
+                            }
+                            line = []
+                            let bytes = Array((reply + "\n").utf8)
+                            _ = bytes.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
+                        }
                     }
+                    for admission in admissions { admission.end() }
                     close(client)
                     leases.closed()
                 }.start()
@@ -109,6 +131,29 @@ extension ContainerFileSystem {
         try? mounted.unmount()
         await serving.value
         logger.debug("stopped serving \(layout.containers): no app uses it")
+    }
+
+    /// Admits an app's sandbox on a lease's line (FORMAT.md §10.6):
+    /// `admit PID APP TERRITORY…`, each territory a directory's path relative to
+    /// `ROOT/Containers` (an app's container, a group's).
+    private static func admit(_ line: [UInt8], to apps: ServedApps, layout: DataRootLayout) throws -> ServedApps.Admission {
+        let words = String(decoding: line, as: UTF8.self).split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+        guard words.count >= 3, words[0] == "admit", let pid = Int32(words[1]), pid > 0, !words[2].isEmpty else {
+            throw unavailable("a lease's request is not one this server knows")
+        }
+        var territories: [String] = []
+        for relative in words[3...] {
+            let components = relative.split(separator: "/", omittingEmptySubsequences: false)
+            guard !components.isEmpty, !components.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+                throw unavailable("\(relative) is not a directory inside the containers")
+            }
+            territories.append(layout.containers + "/" + relative)
+        }
+        do {
+            return try apps.admit(sandboxProcess: pid, app: words[2], territories: territories)
+        } catch let error as FileSystemServerError {
+            throw unavailable("the app's sandbox could not be admitted: \(error)")
+        }
     }
 
     /// An empty directory to mount on, made 0700; a mount left by a server that died is removed.

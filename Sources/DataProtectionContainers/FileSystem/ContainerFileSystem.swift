@@ -66,6 +66,34 @@ public enum ContainerFileSystem {
             mountPoint + path.dropFirst(layout.containers.count)
         }
 
+        /// Tells the server that the sandbox whose process `pid` is runs `app`, owning the
+        /// subtrees of `territories` (its container, its groups' containers): what the app
+        /// reaches outside them it may use only as the descriptor it was handed allows
+        /// (``ServedApps``). Ends with the lease.
+        ///
+        /// - Throws: ``ContainerError/launchFailed(_:)`` when the server refuses or does not answer.
+        public func admit(sandboxProcess pid: Int32, app: UUID, territories: [String], layout: DataRootLayout) throws {
+            var line = "admit \(pid) \(app.uuidString)"
+            for territory in territories {
+                guard territory.hasPrefix(layout.containers + "/") else {
+                    throw ContainerError.launchFailed("\(territory) is not inside the containers the file system serves")
+                }
+                line += " " + territory.dropFirst(layout.containers.count + 1)
+            }
+            let bytes = Array((line + "\n").utf8)
+            var sent = 0
+            while sent < bytes.count {
+                let n = bytes[sent...].withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { throw ContainerError.launchFailed("the containers' file system server went away (\(String(cString: strerror(errno))))") }
+                sent += n
+            }
+            guard let reply = ContainerFileSystem.readLine(connection, timeout: 30) else {
+                throw ContainerError.launchFailed("the containers' file system server did not answer within 30 s")
+            }
+            guard reply == "ok" else { throw ContainerError.launchFailed(reply.hasPrefix("error: ") ? String(reply.dropFirst(7)) : reply) }
+        }
+
         deinit { close(connection) }
     }
 

@@ -143,6 +143,7 @@ public final class AppSupervisor: Sendable {
         if let info, let block, let requirements {
             do {
                 let sandbox = try SandboxNamespace.read(info: info)
+                try lease?.admit(sandboxProcess: sandbox.pid, app: app.uuid, territories: [app.url.path] + groups.map(\.url.path), layout: layout)
                 try await sandbox.limitInotify(limits, sandboxExec: requirements.sandboxExec, errors: errors)
                 if let slirp4netns { network = try UserModeNetwork.attach(slirp4netns: slirp4netns, sandbox: sandbox, errors: errors) }
             } catch {

@@ -1,0 +1,44 @@
+import CFUSEKernel
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What an admitted app may do outside its territories (``ServedApps``): no more than the
+/// descriptor it was handed allows.
+extension ProtectedFileSystem {
+    /// Throws `code` when the request comes from an admitted app and `node` is outside its
+    /// territories.
+    func requireTerritory(_ node: FileNode, else code: Int32 = EPERM) throws(FUSEErrno) {
+        guard let app = apps.requesting, !isWithin(node, app.territories) else { return }
+        throw FUSEErrno(code)
+    }
+
+    /// Whether `node` is one of `territories` or below one, by the parents the kernel found it
+    /// in (a node the kernel holds has its parents held too). Names never cross from one
+    /// territory to another through the mount: each is a mount of its own in a sandbox. A
+    /// chain longer than the table is a loop (parents seen at different times), and outside.
+    func isWithin(_ node: FileNode, _ territories: Set<InodeIdentity>) -> Bool {
+        var current = node
+        for _ in 0...nodes.capacity {
+            if territories.contains(current.identity) { return true }
+            if current.id == nodes.root.id { return false }
+            guard let parent = try? nodes.node(current.parent.withLock({ $0 })) else { return false }
+            current = parent
+        }
+        return false
+    }
+
+    /// A SETATTR outside the requester's territories may only change the size and touch the
+    /// times to now, through a handle open for writing (what `ftruncate` sends on a writable
+    /// grant's descriptor): never a mode, an owner or explicit times.
+    func requireTerritory(_ node: FileNode, change: fuse_setattr_in) throws(FUSEErrno) {
+        guard let app = apps.requesting, !isWithin(node, app.territories) else { return }
+        let valid = change.valid
+        let touchesOnly = (valid & cfuse_fattr_atime == 0 || valid & cfuse_fattr_atime_now != 0)
+            && (valid & cfuse_fattr_mtime == 0 || valid & cfuse_fattr_mtime_now != 0)
+        guard valid & (cfuse_fattr_mode | cfuse_fattr_uid | cfuse_fattr_gid) == 0, touchesOnly, valid & cfuse_fattr_fh != 0,
+              let (held, writable) = try? handles.file(change.fh), held === node, writable else { throw FUSEErrno(EPERM) }
+    }
+}

@@ -1,0 +1,127 @@
+import CFUSEKernel
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The sandboxed apps a shared mount serves (``ProtectedFileSystem/apps``), each known by its
+/// sandbox's PID namespace, with its *territories*: the directories (an app's container, its
+/// groups' containers) below which it works as the owner of what it finds.
+///
+/// Outside its territories an app reaches only what it was handed as a descriptor (a grant, a
+/// share), and it may do no more than the descriptor allows: read it, write it if it was opened
+/// for writing (and truncate it, and touch its times, through it). Reopening it for writing
+/// through `/proc/self/fd`, changing its mode, owner, explicit times, class or attributes, and
+/// making or removing names beside it are refused (`EACCES`, `EPERM`) — though the file's mode
+/// and owner would let the kernel allow them.
+///
+/// An admitted app's nodes also count in one share of the inode table whichever run made them
+/// (``NodeTable``): a relaunched app finds its earlier runs' directories in its own share.
+/// Programs of no admitted app (outside every sandbox) are not limited here.
+public final class ServedApps: Sendable {
+    /// An admitted app, as a request from its sandbox finds it.
+    struct App: Sendable {
+        /// The admission it came with (one per sandbox).
+        let admission: UInt64
+        /// Its key in the inode table's shares: the same for every run of the app.
+        let owner: UInt64
+        /// The backing directories it owns the subtrees of, by device and inode.
+        let territories: Set<InodeIdentity>
+    }
+
+    private struct State {
+        /// By PID namespace (inode number), each with the descriptor that keeps the number from
+        /// going to another namespace while admitted.
+        var byNamespace: [UInt64: (app: App, pin: Int32)] = [:]
+        /// The table key of each app name ever admitted.
+        var owners: [String: UInt64] = [:]
+        var nextAdmission: UInt64 = 1
+    }
+    private let state = Mutex(State())
+
+    /// Table keys of apps have the top bit set: PID namespace numbers (the key of programs of no
+    /// admitted app) never do.
+    static let appOwnerBit: UInt64 = 1 << 63
+
+    public init() {}
+
+    /// An app's stay: its sandbox is served as the app until ``end()`` (or until this is freed).
+    public final class Admission: Sendable {
+        private let apps: ServedApps
+        private let id: UInt64
+        private let namespace: UInt64
+
+        fileprivate init(apps: ServedApps, id: UInt64, namespace: UInt64) {
+            self.apps = apps
+            self.id = id
+            self.namespace = namespace
+        }
+
+        /// Ends the admission: requests from the sandbox are then those of any program.
+        public func end() { apps.remove(namespace: namespace, admission: id) }
+
+        deinit { end() }
+    }
+
+    /// Admits the sandbox whose process `pid` is (its PID namespace: every process of the app)
+    /// as `app`, owning the subtrees of `territories` (directories of the served tree, by their
+    /// backing paths). A second admission of the same namespace replaces the first.
+    ///
+    /// - Throws: ``FileSystemServerError/system(_:_:)`` when the process is gone, or a territory
+    ///   is not a directory.
+    public func admit(sandboxProcess pid: Int32, app: String, territories: [String]) throws -> Admission {
+        var identities = Set<InodeIdentity>()
+        for path in territories {
+            let fd = open(path, cfuse_o_path | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw FileSystemServerError.system("open \(path)", errno) }
+            var st = stat()
+            let found = fstat(fd, &st)
+            close(fd)
+            guard found == 0 else { throw FileSystemServerError.system("stat \(path)", errno) }
+            identities.insert(InodeIdentity(st))
+        }
+        let pin = open("/proc/\(pid)/ns/pid", O_RDONLY | O_CLOEXEC)
+        guard pin >= 0 else { throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", errno) }
+        var st = stat()
+        guard fstat(pin, &st) == 0 else { let code = errno; close(pin); throw FileSystemServerError.system("stat of a PID namespace", code) }
+        let namespace = UInt64(st.st_ino)
+        let (id, replaced) = state.withLock { state -> (UInt64, Int32?) in
+            let id = state.nextAdmission
+            state.nextAdmission += 1
+            let owner: UInt64
+            if let known = state.owners[app] {
+                owner = known
+            } else {
+                owner = Self.appOwnerBit | UInt64(state.owners.count + 1)
+                state.owners[app] = owner
+            }
+            let replaced = state.byNamespace[namespace]?.pin
+            state.byNamespace[namespace] = (App(admission: id, owner: owner, territories: identities), pin)
+            return (id, replaced)
+        }
+        if let replaced { close(replaced) }
+        return Admission(apps: self, id: id, namespace: namespace)
+    }
+
+    fileprivate func remove(namespace: UInt64, admission: UInt64) {
+        let pin = state.withLock { state -> Int32? in
+            guard let entry = state.byNamespace[namespace], entry.app.admission == admission else { return nil }
+            state.byNamespace[namespace] = nil
+            return entry.pin
+        }
+        if let pin { close(pin) }
+    }
+
+    /// The app admitted with PID namespace `namespace`, if any.
+    func app(inNamespace namespace: UInt64) -> App? {
+        guard namespace != 0 else { return nil }
+        return state.withLock { $0.byNamespace.isEmpty ? nil : $0.byNamespace[namespace]?.app }
+    }
+
+    /// The app whose request this serving thread answers, if it is an admitted one.
+    var requesting: App? {
+        if state.withLock({ $0.byNamespace.isEmpty }) { return nil }
+        return app(inNamespace: Requester.namespace)
+    }
+}
