@@ -87,7 +87,10 @@ extension NodeTable {
         }
         let made = state.nextSerial
         state.nextSerial += 1
-        state.owners[made] = Owner(key: claimant.key, held: 1, pin: claimant.takePin())
+        var pin = claimant.takePin()
+        // Its owner was known when asked and has gone since: pinned now (rarely, under the lock).
+        if pin < 0, claimant.key & ServedApps.appOwnerBit == 0 { pin = Requester.pin(claimant.key) }
+        state.owners[made] = Owner(key: claimant.key, held: 1, pin: pin)
         state.serials[claimant.key] = made
         return made
     }

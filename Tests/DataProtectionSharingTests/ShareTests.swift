@@ -102,6 +102,42 @@ import Testing
                 "the name the snapshot was opened by is gone")
     }
 
+    /// Snapshots on another file system than the containers (a mount of its own) cannot be
+    /// linked beside them: one ciphertext copy is made for the share, whatever the number of
+    /// opens, and goes when the share ends.
+    @Test(.enabled(if: geteuid() == 0, "mounts a tmpfs")) func aSnapshotOnAnotherFileSystemIsCopiedOnce() throws {
+        let world = try AppWorld.make()
+        let a = try world.install(sender)
+        try world.install(receiver)
+        let sharing = world.cli.root + "/Sharing"
+        try FileManager.default.createDirectory(atPath: sharing, withIntermediateDirectories: true)
+        guard mount("tmpfs", sharing, "tmpfs", 0, "mode=0700") == 0 else { throw TestFailure("mount tmpfs: \(errno)") }
+        defer { umount2(sharing, Int32(MNT_DETACH)) }
+        let doc = a + "/Documents/doc.txt"
+        #expect(try world.dpctl(["write", doc, "--passcode-file", world.passcode], input: Data("copied".utf8)).status == 0)
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", receiver, "--passcode-file", world.passcode, "--", AppWorld.testApp, "hold-shared"]
+        let input = Pipe(), output = Pipe()
+        (process.standardInput, process.standardOutput) = (input, output)
+        try process.run()
+        #expect(try readLine(output.fileHandleForReading) == "listening")
+        #expect(try world.testApp(sender, ["share", doc, receiver], extra: ["--passcode-file", world.passcode]).out == "shared\n")
+        #expect(try readLine(output.fileHandleForReading) == "held: copied")
+        _ = try readLine(output.fileHandleForReading)   // chmod, class
+        for _ in 0..<5 {
+            input.fileHandleForWriting.write(Data("open\n".utf8))
+            #expect(try readLine(output.fileHandleForReading) == "opened: copied")
+        }
+        let copies = { try FileManager.default.contentsOfDirectory(atPath: world.cli.root + "/Containers").filter { $0.hasPrefix(".dataprotection-snapshot") } }
+        let made = try copies()
+        #expect(made.count == 1, "\(made)")
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(try copies().isEmpty, "the share ended with the run: its copy is gone")
+    }
+
     func expectReadOnlyAndEnded(_ lines: [String]) throws {
         #expect(lines.count == 5, "\(lines)")
         guard lines.count == 5 else { return }

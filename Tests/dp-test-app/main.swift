@@ -365,7 +365,7 @@ case "wait-shared":
 case "hold-shared":
     // Waits for one shared item, opens its descriptor and reads it ("held: …"), tries to change
     // its mode and class ("chmod: …, class: …"); at each line on stdin, reads the same descriptor
-    // again ("again: …", or "again: errno N").
+    // again ("again: …", or "again: errno N"), or at "open" opens and reads another ("opened: …").
     let item = await firstSharedItem()
     do {
         let fd = try item.openDescriptor()
@@ -380,7 +380,19 @@ case "hold-shared":
         let none = Array("none".utf8)
         let reclassed = setAttributeOfDescriptor(fd.rawValue, "user.dataprotection.class", none, none.count, 0) == 0 ? "ok" : "errno \(errno)"
         FileHandle.standardOutput.write(Data("chmod: \(chmodded), class: \(reclassed)\n".utf8))
-        while readLine() != nil { FileHandle.standardOutput.write(Data("again: \(readAll())\n".utf8)) }
+        var held: [FileDescriptor] = [fd]
+        while let line = readLine() {
+            if line == "open" {   // one more descriptor of the item, read from its start
+                guard let again = try? item.openDescriptor() else { FileHandle.standardOutput.write(Data("opened: refused\n".utf8)); continue }
+                held.append(again)
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                let n = pread(again.rawValue, &buffer, buffer.count, 0)
+                FileHandle.standardOutput.write(Data("opened: \(n < 0 ? "errno \(errno)" : String(decoding: buffer[0..<n], as: UTF8.self))\n".utf8))
+                continue
+            }
+            FileHandle.standardOutput.write(Data("again: \(readAll())\n".utf8))
+        }
+        withExtendedLifetime(held) {}
     } catch { fail("\(error)", status: 6) }
 
 case "granted-ops":

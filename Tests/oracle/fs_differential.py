@@ -75,11 +75,16 @@ class SameAsTmpfs(RuleBasedStateMachine):
 
     @initialize()
     def fresh_roots(self):
+        # Each example starts from nothing: the roots are one level below what is removed, so
+        # that a link to "../a" (made at a root) lands in it too, never in what the next example
+        # finds (Hypothesis requires the same steps to give the same states).
         self.roots = []
         for base in (MOUNTED, REFERENCE):
-            root = os.path.join(base, "case")
-            if os.path.lexists(root):
-                shutil.rmtree(root)
+            case = os.path.join(base, "case")
+            if os.path.lexists(case):
+                shutil.rmtree(case)
+            os.mkdir(case)
+            root = os.path.join(case, "root")
             os.mkdir(root)
             self.roots.append(root)
 

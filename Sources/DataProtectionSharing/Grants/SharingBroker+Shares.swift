@@ -83,7 +83,10 @@ extension SharingBroker {
     /// Removes a grant and its snapshot.
     func removeGrant(_ grant: Grant) {
         GrantStore(layout: manager.layout).remove(grant.id)
-        if let snapshot = grant.snapshot { _ = try? POSIXFile.call("unlink", manager.layout.snapshots + "/" + snapshot) { unlink($0) } }
+        if let snapshot = grant.snapshot {
+            _ = try? POSIXFile.call("unlink", manager.layout.snapshots + "/" + snapshot) { unlink($0) }
+            unlink(servedCopyPath(snapshot))
+        }
     }
 
     /// Opens a share's snapshot, read-only.
@@ -96,28 +99,50 @@ extension SharingBroker {
 
     /// A snapshot opened through the protected file system, for a recipient there (which reads
     /// plaintext and holds no key): linked for a moment into the directory the file system serves
-    /// (`.dataprotection-snapshot-<random>` beside the containers, in no sandbox; a ciphertext
-    /// copy when the two are on different file systems), opened read-only through the mount, the
-    /// name removed. The file system decrypts each read and enforces the snapshot's class at
+    /// (`.dataprotection-snapshot-<random>` beside the containers, in no sandbox), opened
+    /// read-only through the mount, the name removed. When the two are on different file systems,
+    /// one ciphertext copy of the snapshot is kept there instead until the share ends (a copy per
+    /// open would let a recipient fill the disk by opening again and again). The file system decrypts each read and enforces the snapshot's class at
     /// every one, as for the recipient's own files (class A after lock + grace: `EACCES`); nothing
     /// decrypted is held anywhere but the page cache it drops at a lock.
     func openServedSnapshot(_ name: String, servedPath: @Sendable (String) -> String) throws -> FileDescriptor {
         let snapshot = try openSnapshot(name)
         defer { try? snapshot.close() }
         let path = manager.layout.snapshots + "/" + name
-        let backing = manager.layout.containers + "/" + DataRootLayout.servedSnapshotPrefix + UUID().uuidString
+        var backing = manager.layout.containers + "/" + DataRootLayout.servedSnapshotPrefix + UUID().uuidString
+        var linked = true
         if linkat(AT_FDCWD, path, AT_FDCWD, backing, 0) != 0 {   // never following a link
             guard errno == EXDEV || errno == EPERM || errno == EMLINK else {
                 throw FileSystemError("link", path: backing, errno: Errno(rawValue: errno))
             }
-            // Not the same file system (or no hard links there): a copy.
-            try copySnapshot(snapshot, size: try POSIXFile.size(snapshot, path: path), to: backing)
+            // Not the same file system (or no hard links there): the share's one copy.
+            backing = try servedCopy(of: snapshot, name: name, path: path, temporary: backing)
+            linked = false
         }
         let served = servedPath(backing)
-        defer { if unlink(served) != 0 { unlink(backing) } }
+        defer { if linked, unlink(served) != 0 { unlink(backing) } }
         let fd = open(served, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemError("open", path: served, errno: Errno(rawValue: errno)) }
         return FileDescriptor(rawValue: fd)
+    }
+
+    /// Where a snapshot's copy beside the containers is kept (``openServedSnapshot(_:servedPath:)``).
+    func servedCopyPath(_ name: String) -> String {
+        manager.layout.containers + "/" + DataRootLayout.servedSnapshotPrefix + "copy-" + name
+    }
+
+    /// The snapshot's copy beside the containers: made once (at `temporary`, then renamed
+    /// without replacing one an open at the same time made first).
+    private func servedCopy(of snapshot: FileDescriptor, name: String, path: String, temporary: String) throws -> String {
+        let copy = servedCopyPath(name)
+        if let st = POSIXFile.linkStatus(copy), st.st_mode & S_IFMT == S_IFREG { return copy }
+        try copySnapshot(snapshot, size: try POSIXFile.size(snapshot, path: path), to: temporary)
+        let renamed = cshim_rename_noreplace(AT_FDCWD, temporary, AT_FDCWD, copy)
+        if renamed != 0 {
+            unlink(temporary)
+            guard -renamed == EEXIST else { throw FileSystemError("rename", path: copy, errno: Errno(rawValue: -renamed)) }
+        }
+        return copy
     }
 
     /// Copies `size` bytes of `source` into a new file `path` (0400), flushed.
