@@ -65,7 +65,7 @@ extension NodeTable {
     /// The program asking, when the table is shared.
     func claimant() -> Claimant? {
         guard sharedByRequester else { return nil }
-        if let app = apps.requesting { return Claimant(key: app.owner, pin: -1) }
+        if case .app(let app) = apps.requesting { return Claimant(key: app.owner, pin: -1) }
         let namespace = Requester.namespace
         if state.withLock({ $0.serials[namespace] != nil }) { return Claimant(key: namespace, pin: -1) }
         return Claimant(key: namespace, pin: Requester.pin(namespace))

@@ -10,9 +10,16 @@ import Glibc
 extension ProtectedFileSystem {
     /// Throws `code` when the request comes from an admitted app and `node` is outside its
     /// territories.
+    ///
+    /// A request whose process ended while it was under way (its namespace can no longer be
+    /// read) is refused while any app is admitted: an app must not get past this check by
+    /// ending the thread that asks.
     func requireTerritory(_ node: FileNode, else code: Int32 = EPERM) throws(FUSEErrno) {
-        guard let app = apps.requesting, !isWithin(node, app.territories) else { return }
-        throw FUSEErrno(code)
+        switch apps.requesting {
+        case .unconfined: return
+        case .unknown: throw FUSEErrno(code)
+        case .app(let app): if !isWithin(node, app.territories) { throw FUSEErrno(code) }
+        }
     }
 
     /// Whether `node` is one of `territories` or below one, by the parents the kernel found it
@@ -34,7 +41,11 @@ extension ProtectedFileSystem {
     /// times to now, through a handle open for writing (what `ftruncate` sends on a writable
     /// grant's descriptor): never a mode, an owner or explicit times.
     func requireTerritory(_ node: FileNode, change: fuse_setattr_in) throws(FUSEErrno) {
-        guard let app = apps.requesting, !isWithin(node, app.territories) else { return }
+        switch apps.requesting {
+        case .unconfined: return
+        case .unknown: throw FUSEErrno(EPERM)
+        case .app(let app): if isWithin(node, app.territories) { return }
+        }
         let valid = change.valid
         let touchesOnly = (valid & cfuse_fattr_atime == 0 || valid & cfuse_fattr_atime_now != 0)
             && (valid & cfuse_fattr_mtime == 0 || valid & cfuse_fattr_mtime_now != 0)

@@ -119,9 +119,20 @@ public final class ServedApps: Sendable {
         return state.withLock { $0.byNamespace.isEmpty ? nil : $0.byNamespace[namespace]?.app }
     }
 
-    /// The app whose request this serving thread answers, if it is an admitted one.
-    var requesting: App? {
-        if state.withLock({ $0.byNamespace.isEmpty }) { return nil }
-        return app(inNamespace: Requester.namespace)
+    /// Who sent the request this serving thread answers, as far as apps go.
+    enum Requesting {
+        /// No app is admitted, or the request comes from outside every admitted sandbox.
+        case unconfined
+        case app(App)
+        /// Apps are admitted and the process cannot be told any more (it ended while its
+        /// request was under way): it may have been one of them.
+        case unknown
+    }
+
+    var requesting: Requesting {
+        if state.withLock({ $0.byNamespace.isEmpty }) { return .unconfined }
+        let namespace = Requester.namespace
+        guard namespace != 0 else { return .unknown }
+        return app(inNamespace: namespace).map { .app($0) } ?? .unconfined
     }
 }
