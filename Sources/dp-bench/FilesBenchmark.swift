@@ -72,11 +72,11 @@ struct FilesBenchmark: AsyncParsableCommand {
         // offsets, interleaved in rounds so that the machine's noise falls on all three alike.
         let blocks = (sizeMiB << 20) / 4096
         let offsets = (0..<randomReads).map { _ in Int64(Int.random(in: 0..<blocks) * 4096) }
-        var ourLatencies: [Double] = [], largeSegmentLatencies: [Double] = [], plainLatencies: [Double] = []
+        var ourLatencies: [Double] = [], largeSegmentLatencies: [Double] = [], plainLatencies: [Double] = [], twoPageLatencies: [Double] = []
         let handle = try await files.openHandle(forReadingFrom: randomAccess)
         let largeSegmentHandle = try await files.openHandle(forReadingFrom: protected)
         let raw = try FileDescriptor.open(FilePath(plain.path), .readOnly)
-        var buffer = [UInt8](repeating: 0, count: 4096)
+        var buffer = [UInt8](repeating: 0, count: 4096), twoPages = [UInt8](repeating: 0, count: 8192)
         let round = 1000
         for start in stride(from: 0, to: offsets.count, by: round) {
             let slice = offsets[start..<min(start + round, offsets.count)]
@@ -87,6 +87,13 @@ struct FilesBenchmark: AsyncParsableCommand {
             for offset in slice {
                 let t = try await seconds { _ = try await handle.read(at: offset, count: 4096) }
                 ourLatencies.append(t * 1e6)
+            }
+            // What the format reads for each: a 4 KiB read spans two segments, each in a page of
+            // its own (format 2, FORMAT.md §3), so two pages come from the kernel.
+            for offset in slice {
+                let at = min(offset, Int64(sizeMiB << 20) - 8192)
+                let t = try await seconds { _ = try twoPages.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: at, into: $0) } }
+                twoPageLatencies.append(t * 1e6)
             }
             for offset in slice.prefix(round / 10) {
                 let t = try await seconds { _ = try await largeSegmentHandle.read(at: offset, count: 4096) }
@@ -153,11 +160,14 @@ struct FilesBenchmark: AsyncParsableCommand {
             Row(metric: "  context: sequential read, random-access file", ours: mb / randomAccessReadSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
             Row(metric: "random 4 KiB read p50 (random-access file)", ours: percentile(ourLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
             Row(metric: "random 4 KiB read p99 (random-access file)", ours: percentile(ourLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
+            Row(metric: "  context: plain pread of 8 KiB p50 (two pages)", ours: percentile(twoPageLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
             Row(metric: "  context: random 4 KiB read p50, 64 KiB segments", ours: percentile(largeSegmentLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
             Row(metric: "  context: random 4 KiB read p99, 64 KiB segments", ours: percentile(largeSegmentLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
-            Row(metric: "dpctl write F < pipe (512 MiB or --size)", ours: cli.map { mb / $0.write } ?? .nan, peerName: "cp, same bytes, same file system", peer: cli.map { mb / $0.cp }, unit: "MB/s"),
-            Row(metric: "dpctl cat F > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "our library's sequential read", peer: mb / readSeconds, unit: "MB/s"),
-            Row(metric: "dpctl cat F > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "cat, same bytes", peer: cli.map { mb / $0.plainCat }, unit: "MB/s"),
+            Row(metric: "dpctl write G < pipe", ours: cli.map { mb / $0.write } ?? .nan, peerName: "cat F | dd of=G bs=1M conv=fsync", peer: cli.map { mb / $0.ddFsync }, unit: "MB/s"),
+            Row(metric: "  context: dpctl write G < pipe", ours: cli.map { mb / $0.write } ?? .nan, peerName: "cp, same bytes, same file system", peer: cli.map { mb / $0.cp }, unit: "MB/s"),
+            Row(metric: "dpctl cat G | cat > /dev/null (class D)", ours: cli.map { mb / $0.catPipe } ?? .nan, peerName: "cat F | cat > /dev/null", peer: cli.map { mb / $0.plainCatPipe }, unit: "MB/s"),
+            Row(metric: "dpctl cat G > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "our library's sequential read", peer: mb / readSeconds, unit: "MB/s"),
+            Row(metric: "  context: dpctl cat G > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "cat, same bytes", peer: cli.map { mb / $0.plainCat }, unit: "MB/s"),
             Row(metric: "class changes (rewrap, 4 KiB files)", ours: Double(classChanges) / rewrapSeconds, peerName: "re-encrypting each file", peer: Double(reencryptCount) / reencryptSeconds, unit: "files/s"),
         ]
         print("(our sequential figures: the median of three runs each)")
@@ -169,6 +179,10 @@ struct FilesBenchmark: AsyncParsableCommand {
         let readRatio = rows[2].ratio.map { String(format: "%.2f", $0) } ?? "na"
         print("target: sequential read and write ≥ 0.60× openssl (new-file write \(writeRatio)×, in-place write \(overwriteRatio)×, read \(readRatio)×)")
         print("new-file writes are bound by the kernel's page allocation: compare with the plain copy above.")
+        let p99Ratio = percentile(ourLatencies, 99) / percentile(plainLatencies, 99)
+        print("targets (issue 33): random 4 KiB p99 ≤ 2× plain pread (\(String(format: "%.2f", p99Ratio))×)"
+            + (cli.map { String(format: ", dpctl cat pipe ≤ 1.25× (%.2f×), dpctl write ≤ 1.25× dd conv=fsync (%.2f×)",
+                                $0.catPipe / $0.plainCatPipe, $0.write / $0.ddFsync) } ?? ""))
         print("summary: " + [
             "write_mbs=\(format(mb / writeSeconds))", "read_mbs=\(format(mb / readSeconds))",
             "openssl_gcm16k_mbs=\(opensslMBs.map(format) ?? "na")",
@@ -180,15 +194,22 @@ struct FilesBenchmark: AsyncParsableCommand {
             "random_access_file_read_mbs=\(format(mb / randomAccessReadSeconds))",
             "class_changes_per_s=\(format(Double(classChanges) / rewrapSeconds))",
             "dpctl_write_s=\(cli.map { String(format: "%.3f", $0.write) } ?? "na")", "cp_s=\(cli.map { String(format: "%.3f", $0.cp) } ?? "na")",
+            "dd_fsync_s=\(cli.map { String(format: "%.3f", $0.ddFsync) } ?? "na")",
+            "dpctl_write_vs_dd_fsync_time=\(cli.map { String(format: "%.2f", $0.write / $0.ddFsync) } ?? "na")",
             "dpctl_write_vs_cp_time=\(cli.map { String(format: "%.2f", $0.write / $0.cp) } ?? "na")",
+            "dpctl_cat_pipe_s=\(cli.map { String(format: "%.3f", $0.catPipe) } ?? "na")",
+            "cat_pipe_s=\(cli.map { String(format: "%.3f", $0.plainCatPipe) } ?? "na")",
+            "dpctl_cat_pipe_vs_cat_pipe_time=\(cli.map { String(format: "%.2f", $0.catPipe / $0.plainCatPipe) } ?? "na")",
             "dpctl_cat_mbs=\(cli.map { format(mb / $0.cat) } ?? "na")", "dpctl_cat_vs_library_read=\(cli.map { String(format: "%.2f", readSeconds / $0.cat) } ?? "na")",
             "plain_copy_mbs=\(format(mb / kernelWriteSeconds))", "swiftcrypto_seal64k_mbs=\(format(sealMBs))", "swiftcrypto_open64k_mbs=\(format(openMBs))",
         ].joined(separator: " "))
     }
 
-    /// `dpctl write` from a pipe, `cp`, `dpctl cat` and `cat`, seconds each (median of 3,
-    /// alternated), or nil when dpctl is not beside this binary.
-    func cliFigures(plain: URL, base: URL, root: String) throws -> (write: Double, cp: Double, cat: Double, plainCat: Double)? {
+    /// Through the CLI, seconds each (median of 3, alternated), or nil when dpctl is not beside
+    /// this binary: `dpctl write` from a pipe and the same pipe into a write as durable
+    /// (`cat F | dd of=G bs=1M conv=fsync`); `cp`; `dpctl cat` to /dev/null and `cat`; and
+    /// `dpctl cat G | cat > /dev/null` (G of class D) beside `cat F | cat > /dev/null`.
+    func cliFigures(plain: URL, base: URL, root: String) throws -> CLIFigures? {
         let dpctl = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("dpctl").path
         guard FileManager.default.isExecutableFile(atPath: dpctl) else {
             print("note: no dpctl beside dp-bench; `swift build -c release` builds both for the CLI figures")
@@ -196,25 +217,36 @@ struct FilesBenchmark: AsyncParsableCommand {
         }
         func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
         let target = base.appendingPathComponent("cli.bin").path, copy = base.appendingPathComponent("cp.bin").path
-        var write: [Double] = [], cp: [Double] = [], cat: [Double] = [], plainCat: [Double] = []
+        let classD = base.appendingPathComponent("cli-d.bin").path
+        guard runTool("sh", ["-c", "\(quoted(dpctl)) write --root \(quoted(root)) --class D \(quoted(classD)) < \(quoted(plain.path))"]) != nil else {
+            print("note: dpctl write failed")
+            return nil
+        }
+        var figures: [[Double]] = Array(repeating: [], count: 7)
         for _ in 0..<3 {
             try? FileManager.default.removeItem(atPath: copy)
             guard let c = runTool("cp", [plain.path, copy]) else { return nil }
-            cp.append(c.seconds)
+            try? FileManager.default.removeItem(atPath: copy)
+            guard let d = runTool("sh", ["-c", "cat \(quoted(plain.path)) | dd of=\(quoted(copy)) bs=1M conv=fsync status=none"]) else { return nil }
             try? FileManager.default.removeItem(atPath: target)
             guard let w = runTool("sh", ["-c", "cat \(quoted(plain.path)) | \(quoted(dpctl)) write --root \(quoted(root)) --class complete \(quoted(target))"]) else {
                 print("note: dpctl write failed")
                 return nil
             }
-            write.append(w.seconds)
-            guard let r = runTool(dpctl, ["cat", "--root", root, target], discardOutput: true) else { return nil }
-            cat.append(r.seconds)
-            guard let p = runTool("cat", [plain.path], discardOutput: true) else { return nil }
-            plainCat.append(p.seconds)
+            guard let r = runTool(dpctl, ["cat", "--root", root, target], discardOutput: true),
+                  let p = runTool("cat", [plain.path], discardOutput: true),
+                  let rp = runTool("sh", ["-c", "\(quoted(dpctl)) cat --root \(quoted(root)) \(quoted(classD)) | cat > /dev/null"]),
+                  let pp = runTool("sh", ["-c", "cat \(quoted(plain.path)) | cat > /dev/null"]) else { return nil }
+            for (index, run) in [c, d, w, r, p, rp, pp].enumerated() { figures[index].append(run.seconds) }
         }
-        try? FileManager.default.removeItem(atPath: copy)
-        try? FileManager.default.removeItem(atPath: target)
-        return (percentile(write, 50), percentile(cp, 50), percentile(cat, 50), percentile(plainCat, 50))
+        for path in [copy, target, classD] { try? FileManager.default.removeItem(atPath: path) }
+        let median = figures.map { percentile($0, 50) }
+        return CLIFigures(cp: median[0], ddFsync: median[1], write: median[2], cat: median[3], plainCat: median[4],
+                          catPipe: median[5], plainCatPipe: median[6])
+    }
+
+    struct CLIFigures {
+        let cp, ddFsync, write, cat, plainCat, catPipe, plainCatPipe: Double
     }
 
     /// Reads a protected file front to back in 1 MiB reads.
