@@ -198,3 +198,20 @@ long long cshim_path_file_system_type(const char *path) {
     struct statfs st;
     return statfs(path, &st) == 0 ? (long long)st.f_type : -errno;
 }
+
+int cshim_pidfd_open(int pid) {
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0) return -errno;
+    fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    return (int)fd;
+}
+
+int cshim_pidfd_alive(int fd) {
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+    return syscall(SYS_pidfd_send_signal, fd, 0, NULL, 0) == 0 ? 0 : -errno;
+}

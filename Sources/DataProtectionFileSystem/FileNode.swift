@@ -43,9 +43,15 @@ final class FileNode: Sendable {
     let owner: UInt64
     /// Whether the item may not be changed through the mount at all (``NodeTable/readOnlyPrefixes``).
     let isReadOnly: Bool
+    /// The directory whose floor the node is under — the nearest found with a floor of its own (a
+    /// container's root), fixed like ``floor`` when the node is made — or `nil` outside every one:
+    /// what decides whether an app owns it (``ServedApps``), in one step.
+    let zone: InodeIdentity?
 
-    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?, owner: UInt64 = 0, isReadOnly: Bool = false) {
+    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?, zone: InodeIdentity? = nil,
+         owner: UInt64 = 0, isReadOnly: Bool = false) {
         self.floor = floor
+        self.zone = zone
         self.owner = owner
         self.isReadOnly = isReadOnly
         self.id = id

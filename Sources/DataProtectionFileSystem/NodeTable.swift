@@ -70,8 +70,9 @@ final class NodeTable: Sendable {
         // quarters of the limit, the rest left for the server's own short-lived ones.
         let descriptors = DescriptorLimit.raise() * 3 / 8
         capacity = max(64, min(descriptors, maxNodes ?? descriptors))
+        let rootFloor = floorOfDirectory?(rootDescriptor)
         root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE),
-                        floor: floorOfDirectory?(rootDescriptor))
+                        floor: rootFloor, zone: rootFloor == nil ? nil : InodeIdentity(st))
         state.withLock {
             $0.nodes[root.id] = (root, 1)
             $0.byIdentity[root.identity] = root.id
@@ -115,10 +116,13 @@ final class NodeTable: Sendable {
             close(fd)
             return known
         }
-        var floor = parent.floor
+        var floor = parent.floor, zone = parent.zone
         // A directory made through the mount (a reservation) holds no metadata of its own: the
         // name is reserved there. Only one found can have a floor of its own.
-        if reservation == nil, st.st_mode & S_IFMT == S_IFDIR, let own = floorOfDirectory?(fd) { floor = max(floor ?? own, own) }
+        if reservation == nil, st.st_mode & S_IFMT == S_IFDIR, let own = floorOfDirectory?(fd) {
+            floor = max(floor ?? own, own)
+            zone = identity
+        }
         let claimant = reservation == nil ? claimant() : nil
         let readOnly = parent === root && readOnlyPrefixes.contains { name.starts(with: $0) }
         let (node, adopted) = state.withLock { state -> (FileNode?, Bool) in
@@ -132,7 +136,7 @@ final class NodeTable: Sendable {
             } else {
                 return (nil, false)
             }
-            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, owner: owner, isReadOnly: readOnly)
+            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, zone: zone, owner: owner, isReadOnly: readOnly)
             state.next += 1
             state.tick += 1
             node.lastSeen.withLock { $0 = (name, state.tick) }

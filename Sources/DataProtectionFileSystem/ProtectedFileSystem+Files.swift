@@ -303,7 +303,8 @@ extension ProtectedFileSystem {
 
     func write(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let argument = try request.argument(fuse_write_in.self)
-        let (node, _) = try handles.file(argument.fh)
+        let (node, writable) = try handles.file(argument.fh)
+        guard writable else { throw FUSEErrno(EBADF) }   // the kernel sends none: checked all the same
         let data = try request.tail(after: fuse_write_in.self)
         guard data.count >= Int(argument.size) else { throw FUSEErrno(EINVAL) }
         let bytes = UnsafeRawBufferPointer(rebasing: data[0..<Int(argument.size)])
@@ -324,12 +325,14 @@ extension ProtectedFileSystem {
 
     func synchronize(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let argument = try request.argument(fuse_fsync_in.self)
-        let (node, _) = try handles.file(argument.fh)
+        let (node, handleWritable) = try handles.file(argument.fh)
         let (fd, engine, writable) = node.open.withLock { ($0.descriptor, $0.engine, $0.writable) }
         guard (argument.fsync_flags & 1 != 0 ? fdatasync(fd) : fsync(fd)) == 0 else { throw FUSEErrno(errno) }
         // The data is on the disk: the file's end is authenticated again (FORMAT.md §3), its
         // header written back with the next writeback or fsync.
-        if writable, let engine {
+        // Only through a handle that may write: a reader (another app's grant) never finishes
+        // the owner's run of writes.
+        if writable, handleWritable, let engine {
             do { try node.open.withLock { _ in try engine.settle() } } catch { throw Self.errorCode(error) }
         }
         replier.reply(request.unique)
@@ -337,7 +340,8 @@ extension ProtectedFileSystem {
 
     func allocate(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let argument = try request.argument(fuse_fallocate_in.self)
-        let (node, _) = try handles.file(argument.fh)
+        let (node, writable) = try handles.file(argument.fh)
+        guard writable else { throw FUSEErrno(EBADF) }
         let keepSize = UInt32(cfuse_falloc_keep_size)
         guard argument.mode & ~keepSize == 0 else { throw FUSEErrno(EOPNOTSUPP) }
         let end = Int64(bitPattern: argument.offset) + Int64(bitPattern: argument.length)
@@ -354,6 +358,9 @@ extension ProtectedFileSystem {
     /// SETATTR's size: through the given handle's file, or the file opened for the call.
     func truncate(_ node: FileNode, to size: Int64, handle: UInt64?, request: UInt64) throws(FUSEErrno) {
         guard size >= 0 else { throw FUSEErrno(EINVAL) }
+        if let handle {
+            guard let (held, writable) = try? handles.file(handle), held === node, writable else { throw FUSEErrno(EBADF) }
+        }
         if handle == nil { try attach(node, writing: true) }
         defer { if handle == nil { detach(node) } }
         try truncateOpen(node, to: size, request: request)

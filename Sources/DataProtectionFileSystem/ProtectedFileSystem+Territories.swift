@@ -22,11 +22,15 @@ extension ProtectedFileSystem {
         }
     }
 
-    /// Whether `node` is one of `territories` or below one, by the parents the kernel found it
-    /// in (a node the kernel holds has its parents held too). Names never cross from one
-    /// territory to another through the mount: each is a mount of its own in a sandbox. A
-    /// chain longer than the table is a loop (parents seen at different times), and outside.
+    /// Whether `node` is one of `territories` or below one. Territories are directories with a
+    /// floor of their own (containers' roots): a node under one has it as its ``FileNode/zone``,
+    /// fixed when the node was made (names never cross from one container to another through
+    /// the mount: each is a mount of its own in a sandbox) — one step, however deep the node.
+    /// A node under no floor (outside every container: a share's snapshot, the directories
+    /// above the containers) is outside, unless a territory above it is found by the parents
+    /// the kernel found it in. A chain longer than the table is a loop, and outside.
     func isWithin(_ node: FileNode, _ territories: Set<InodeIdentity>) -> Bool {
+        if let zone = node.zone { return territories.contains(zone) }
         var current = node
         for _ in 0...nodes.capacity {
             if territories.contains(current.identity) { return true }

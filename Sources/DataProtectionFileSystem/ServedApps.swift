@@ -1,4 +1,5 @@
 import CFUSEKernel
+import CLinuxShims
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -33,7 +34,7 @@ public final class ServedApps: Sendable {
     private struct State {
         /// By PID namespace (inode number), each with the descriptor that keeps the number from
         /// going to another namespace while admitted.
-        var byNamespace: [UInt64: (app: App, pin: Int32)] = [:]
+        var byNamespace: [UInt64: (app: App, pins: [Int32])] = [:]
         /// The table key of each app name ever admitted.
         var owners: [String: UInt64] = [:]
         var nextAdmission: UInt64 = 1
@@ -46,20 +47,43 @@ public final class ServedApps: Sendable {
 
     public init() {}
 
-    /// An app's stay: its sandbox is served as the app until ``end()`` (or until this is freed).
+    /// An app's stay: its sandbox is served as the app until ``end()`` (or until this is freed)
+    /// and the sandbox has ended.
     public final class Admission: Sendable {
         private let apps: ServedApps
         private let id: UInt64
         private let namespace: UInt64
+        /// A descriptor of the sandbox's first process: when it has ended, so has every process
+        /// of the sandbox (the first process of a PID namespace ends last).
+        private let process: Mutex<Int32>
 
-        fileprivate init(apps: ServedApps, id: UInt64, namespace: UInt64) {
+        fileprivate init(apps: ServedApps, id: UInt64, namespace: UInt64, process: Int32) {
             self.apps = apps
             self.id = id
             self.namespace = namespace
+            self.process = Mutex(process)
         }
 
-        /// Ends the admission: requests from the sandbox are then those of any program.
-        public func end() { apps.remove(namespace: namespace, admission: id) }
+        /// Ends the admission once the sandbox has ended: requests from it are then those of any
+        /// program. A supervisor that dies closes its lease before its sandbox is killed; until
+        /// the sandbox's last process is gone, it stays served as the app.
+        public func end() {
+            let process = process.withLock { let fd = $0; $0 = -1; return fd }
+            guard process >= 0 else { return }
+            let (apps, namespace, id) = (self.apps, self.namespace, self.id)
+            var poller = pollfd(fd: process, events: Int16(POLLIN), revents: 0)
+            if poll(&poller, 1, 0) == 1 || cshim_pidfd_alive(process) != 0 {
+                apps.remove(namespace: namespace, admission: id)
+                close(process)
+                return
+            }
+            Thread {
+                var poller = pollfd(fd: process, events: Int16(POLLIN), revents: 0)
+                while poll(&poller, 1, -1) < 0, errno == EINTR {}
+                apps.remove(namespace: namespace, admission: id)
+                close(process)
+            }.start()
+        }
 
         deinit { end() }
     }
@@ -71,22 +95,40 @@ public final class ServedApps: Sendable {
     /// - Throws: ``FileSystemServerError/system(_:_:)`` when the process is gone, or a territory
     ///   is not a directory.
     public func admit(sandboxProcess pid: Int32, app: String, territories: [String]) throws -> Admission {
-        var identities = Set<InodeIdentity>()
+        // Each territory held open while admitted: its inode number never goes to another
+        // directory meanwhile.
+        var identities = Set<InodeIdentity>(), held: [Int32] = []
+        var admitted = false
+        defer { if !admitted { held.forEach { close($0) } } }
         for path in territories {
             let fd = open(path, cfuse_o_path | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { throw FileSystemServerError.system("open \(path)", errno) }
+            held.append(fd)
             var st = stat()
-            let found = fstat(fd, &st)
-            close(fd)
-            guard found == 0 else { throw FileSystemServerError.system("stat \(path)", errno) }
+            guard fstat(fd, &st) == 0 else { throw FileSystemServerError.system("stat \(path)", errno) }
             identities.insert(InodeIdentity(st))
         }
+        // The process first, then its namespace, then the process checked alive: the namespace
+        // read is that process's, not one whose number went to another meanwhile.
+        let process = cshim_pidfd_open(pid)
+        guard process >= 0 else { throw FileSystemServerError.system("the sandbox's process \(pid)", -process) }
         let pin = open("/proc/\(pid)/ns/pid", O_RDONLY | O_CLOEXEC)
-        guard pin >= 0 else { throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", errno) }
-        var st = stat()
-        guard fstat(pin, &st) == 0 else { let code = errno; close(pin); throw FileSystemServerError.system("stat of a PID namespace", code) }
+        guard pin >= 0 else { let code = errno; close(process); throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", code) }
+        var st = stat(), own = stat()
+        guard fstat(pin, &st) == 0, cshim_pidfd_alive(process) == 0 else {
+            close(pin); close(process)
+            throw FileSystemServerError.system("the sandbox's process \(pid)", ESRCH)
+        }
+        // A sandbox has a PID namespace of its own: never admit the server's (every program
+        // outside a sandbox would then count as the app).
+        guard stat("/proc/self/ns/pid", &own) == 0, own.st_ino != st.st_ino else {
+            close(pin); close(process)
+            throw FileSystemServerError.system("process \(pid) is not in a sandbox of its own", EINVAL)
+        }
         let namespace = UInt64(st.st_ino)
-        let (id, replaced) = state.withLock { state -> (UInt64, Int32?) in
+        admitted = true
+        let pins = held + [pin]
+        let (id, replaced) = state.withLock { state -> (UInt64, [Int32]) in
             let id = state.nextAdmission
             state.nextAdmission += 1
             let owner: UInt64
@@ -96,21 +138,21 @@ public final class ServedApps: Sendable {
                 owner = Self.appOwnerBit | UInt64(state.owners.count + 1)
                 state.owners[app] = owner
             }
-            let replaced = state.byNamespace[namespace]?.pin
-            state.byNamespace[namespace] = (App(admission: id, owner: owner, territories: identities), pin)
+            let replaced = state.byNamespace[namespace]?.pins ?? []
+            state.byNamespace[namespace] = (App(admission: id, owner: owner, territories: identities), pins)
             return (id, replaced)
         }
-        if let replaced { close(replaced) }
-        return Admission(apps: self, id: id, namespace: namespace)
+        replaced.forEach { close($0) }
+        return Admission(apps: self, id: id, namespace: namespace, process: process)
     }
 
     fileprivate func remove(namespace: UInt64, admission: UInt64) {
-        let pin = state.withLock { state -> Int32? in
-            guard let entry = state.byNamespace[namespace], entry.app.admission == admission else { return nil }
+        let pins = state.withLock { state -> [Int32] in
+            guard let entry = state.byNamespace[namespace], entry.app.admission == admission else { return [] }
             state.byNamespace[namespace] = nil
-            return entry.pin
+            return entry.pins
         }
-        if let pin { close(pin) }
+        pins.forEach { close($0) }
     }
 
     /// The app admitted with PID namespace `namespace`, if any.

@@ -119,6 +119,41 @@ struct NodeTableTests {
     }
 }
 
+/// Admissions: a sandbox is served as its app for as long as any of its processes lives, even
+/// once its supervisor's lease ended (a supervisor that dies closes its lease first); never the
+/// server's own namespace, never a process gone.
+struct ServedAppsTests {
+    @Test func anAdmissionOutlivesItsLeaseUntilTheSandboxEnds() throws {
+        let apps = ServedApps()
+        let sandbox = try ProcessInOwnPIDNamespace()
+        let namespace = try #require(Self.namespace(of: sandbox.pid))
+        let admission = try apps.admit(sandboxProcess: Int32(sandbox.pid), app: "A", territories: [])
+        admission.end()   // the lease is gone; the sandbox is not
+        #expect(apps.app(inNamespace: namespace) != nil, "still served as the app while it runs")
+        sandbox.stop()
+        // The admission goes once the kernel reports the process ended (an event, not a delay).
+        var waited = 0
+        while apps.app(inNamespace: namespace) != nil && waited < 10_000 { usleep(1000); waited += 1 }
+        #expect(apps.app(inNamespace: namespace) == nil)
+    }
+
+    @Test func neitherTheServersOwnNamespaceNorAProcessGoneIsAdmitted() throws {
+        let apps = ServedApps()
+        #expect(throws: FileSystemServerError.self) { try apps.admit(sandboxProcess: getpid(), app: "A", territories: []) }
+        let gone = try ProcessInOwnPIDNamespace()
+        let pid = gone.pid
+        gone.stop()
+        var waited = 0   // until the kernel has reaped it (its SIGKILL is delivered after unshare's)
+        while kill(pid_t(pid), 0) == 0 && waited < 10_000 { usleep(1000); waited += 1 }
+        #expect(throws: FileSystemServerError.self) { try apps.admit(sandboxProcess: Int32(pid), app: "A", territories: []) }
+    }
+
+    static func namespace(of pid: UInt32) -> UInt64? {
+        var st = stat()
+        return stat("/proc/\(pid)/ns/pid", &st) == 0 ? UInt64(st.st_ino) : nil
+    }
+}
+
 /// A process alone in a PID namespace of its own (`unshare --user --map-root-user --pid --fork`),
 /// known by its process ID here.
 private struct ProcessInOwnPIDNamespace {

@@ -91,4 +91,9 @@ long long cshim_path_file_system_type(const char *path);
 /// open file description holds a lock on it, 0 when none does, or -errno.
 int cshim_ofd_is_locked(int fd);
 
+/// `pidfd_open(pid, 0)`: a descriptor of the process (close-on-exec), or -errno.
+int cshim_pidfd_open(int pid);
+/// `pidfd_send_signal(fd, 0)`: 0 while the process lives, or -errno (-ESRCH: it has ended).
+int cshim_pidfd_alive(int fd);
+
 #endif

@@ -98,7 +98,7 @@ extension ContainerFileSystem {
                                 admissions.append(try admit(line, to: fileSystem.apps, layout: layout))
                                 reply = "ok"
                             } catch {
-                                reply = "error: \(error)"
+                                reply = "error: " + "\(error)".map { $0.isNewline ? " " : $0 }.reduce(into: "") { $0.append($1) }
                             }
                             line = []
                             let bytes = Array((reply + "\n").utf8)
