@@ -7,7 +7,7 @@ extension ObjectContext {
 
     /// Checks required values of the objects to save.
     func validate() throws {
-        for id in inserted.union(updated) {
+        for id in insertedThenUpdated {
             guard let object = registered[id], !object.isDeleted, let entity = object.entity else { continue }
             for (i, attribute) in entity.attributes.enumerated() where !attribute.isOptional && object.values[i].isNull {
                 throw ObjectGraphError.missingValue(object: id.description, property: attribute.name)
@@ -28,6 +28,10 @@ extension ObjectContext {
             }
         }
     }
+
+    /// The inserted objects' IDs, then the updated ones' not inserted (`inserted.union(updated)`
+    /// without a copy of every inserted ID).
+    var insertedThenUpdated: InsertedThenUpdated { InsertedThenUpdated(inserted: inserted, updated: updated) }
 
     /// Gives inserted objects their permanent IDs (the store's keys) now.
     public func obtainPermanentIDs(for objects: [ManagedObject]) throws {
@@ -54,11 +58,14 @@ extension ObjectContext {
             }
         }
         inserted = OrderedSet(inserted.map(swap))
+        // Only temporary IDs can be swapped: permanent ones are not looked up.
+        func swapsAny<S: Sequence<ObjectID>>(_ ids: S) -> Bool { ids.contains { $0.isTemporaryID && mapping[$0] != nil } }
         for object in registered.values {
-            if object.toOne.contains(where: { $0.map { mapping[$0] != nil } ?? false }) {
+            if object.toOne.contains(where: { $0.map { $0.isTemporaryID && mapping[$0] != nil } ?? false }) {
                 object.toOne = object.toOne.map { $0.map(swap) }
             }
-            for (index, state) in object.toMany {
+            for (index, state) in object.toMany
+            where swapsAny(state.added) || swapsAny(state.removed) || state.loaded.map(swapsAny) == true {
                 var state = state
                 state.loaded = state.loaded.map { OrderedSet($0.map(swap)) }
                 state.added = OrderedSet(state.added.map(swap))
@@ -109,7 +116,7 @@ extension ObjectContext {
             request.deleted.append(StoreObjectChange(objectID: id, values: [], toOne: [], expectedVersion: overwrite || object.isFault ? nil : object.version,
                                                      newVersion: 0))
         }
-        for id in inserted.union(updated) {
+        for id in insertedThenUpdated {
             guard let object = registered[id], !object.isDeleted, let entity = object.entity else { continue }
             for (index, state) in object.toMany where !state.added.isEmpty || !state.removed.isEmpty {
                 let relationship = entity.relationships[index]
@@ -123,7 +130,7 @@ extension ObjectContext {
     }
 
     func didSave() {
-        for id in inserted.union(updated) {
+        for id in insertedThenUpdated {
             guard let object = registered[id] else { continue }
             if object.isInserted { object.version = 1 } else if !object.changedAttributes.isEmpty || !object.changedToOne.isEmpty { object.version += 1 }
             object.isInserted = false
@@ -224,4 +231,28 @@ extension ObjectContext {
         deleted = []
         deferredError = nil
     }
+}
+
+/// The IDs of a save: every inserted one, then every updated one not inserted.
+struct InsertedThenUpdated: Sequence {
+    let inserted: OrderedSet<ObjectID>
+    let updated: OrderedSet<ObjectID>
+
+    struct Iterator: IteratorProtocol {
+        let inserted: OrderedSet<ObjectID>
+        let updated: OrderedSet<ObjectID>
+        var index = 0
+
+        mutating func next() -> ObjectID? {
+            while index < inserted.count + updated.count {
+                defer { index += 1 }
+                if index < inserted.count { return inserted[index] }
+                let id = updated[index - inserted.count]
+                if !inserted.contains(id) { return id }
+            }
+            return nil
+        }
+    }
+
+    func makeIterator() -> Iterator { Iterator(inserted: inserted, updated: updated) }
 }
