@@ -130,6 +130,7 @@ extension ContainerFileSystem {
         shutdown(listener, Int32(SHUT_RDWR))
         try? mounted.unmount()
         await serving.value
+        rmdir(mountPoint)   // empty once unmounted: a directory per data root served is not left behind
         logger.debug("stopped serving \(layout.containers): no app uses it")
     }
 

@@ -150,10 +150,19 @@ final class AppCgroup: Sendable {
         return rmdir(path) == 0
     }
 
+    /// Removes a cgroup's directory, waiting (at most a second) while the kernel still counts a
+    /// process in it.
+    private static func removeDirectory(_ path: String) {
+        for _ in 0..<200 {
+            if rmdir(path) == 0 || errno != EBUSY { return }
+            usleep(5_000)
+        }
+    }
+
     /// The v1 cgroups, once the app's processes are gone (their `cgroup.procs` empty).
     private func removeLegacy() {
         for group in legacy {
-            for _ in 0..<200 where rmdir(group.path) != 0 && errno == EBUSY { usleep(5_000) }
+            Self.removeDirectory(group.path)
         }
     }
 
@@ -174,7 +183,7 @@ final class AppCgroup: Sendable {
             let orphan = AppCgroup(path: home + "/" + name, home: home, legacy: legacy)
             orphan.kill()
             // cgroup.kill is asynchronous: the directory goes once the last process has exited.
-            for _ in 0..<200 where rmdir(orphan.path) != 0 && errno == EBUSY { usleep(5_000) }
+            Self.removeDirectory(orphan.path)
             orphan.removeLegacy()
         }
     }
