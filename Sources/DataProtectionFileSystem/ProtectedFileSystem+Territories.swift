@@ -15,10 +15,16 @@ extension ProtectedFileSystem {
     /// read) is refused while any app is admitted: an app must not get past this check by
     /// ending the thread that asks.
     func requireTerritory(_ node: FileNode, else code: Int32 = EPERM) throws(FUSEErrno) {
+        if isOutsideRequestersTerritories(node) { throw FUSEErrno(code) }
+    }
+
+    /// Whether the request comes from an admitted app (or a process that can no longer be told)
+    /// and `node` is outside its territories.
+    private func isOutsideRequestersTerritories(_ node: FileNode) -> Bool {
         switch apps.requesting {
-        case .unconfined: return
-        case .unknown: throw FUSEErrno(code)
-        case .app(let app): if !isWithin(node, app.territories) { throw FUSEErrno(code) }
+        case .unconfined: false
+        case .unknown: true
+        case .app(let app): !isWithin(node, app.territories)
         }
     }
 
@@ -45,11 +51,7 @@ extension ProtectedFileSystem {
     /// times to now, through a handle open for writing (what `ftruncate` sends on a writable
     /// grant's descriptor): never a mode, an owner or explicit times.
     func requireTerritory(_ node: FileNode, change: fuse_setattr_in) throws(FUSEErrno) {
-        switch apps.requesting {
-        case .unconfined: return
-        case .unknown: throw FUSEErrno(EPERM)
-        case .app(let app): if isWithin(node, app.territories) { return }
-        }
+        guard isOutsideRequestersTerritories(node) else { return }
         let valid = change.valid
         let touchesOnly = (valid & cfuse_fattr_atime == 0 || valid & cfuse_fattr_atime_now != 0)
             && (valid & cfuse_fattr_mtime == 0 || valid & cfuse_fattr_mtime_now != 0)

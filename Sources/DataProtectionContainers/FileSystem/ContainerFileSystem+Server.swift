@@ -101,8 +101,7 @@ extension ContainerFileSystem {
                                 reply = "error: " + "\(error)".map { $0.isNewline ? " " : $0 }.reduce(into: "") { $0.append($1) }
                             }
                             line = []
-                            let bytes = Array((reply + "\n").utf8)
-                            _ = bytes.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
+                            try? IPCFrame.sendBytes(client, Array((reply + "\n").utf8))
                         }
                     }
                     for admission in admissions { admission.end() }

@@ -80,13 +80,8 @@ public enum ContainerFileSystem {
                 }
                 line += " " + territory.dropFirst(layout.containers.count + 1)
             }
-            let bytes = Array((line + "\n").utf8)
-            var sent = 0
-            while sent < bytes.count {
-                let n = bytes[sent...].withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
-                if n < 0, errno == EINTR { continue }
-                guard n > 0 else { throw ContainerError.launchFailed("the containers' file system server went away (\(String(cString: strerror(errno))))") }
-                sent += n
+            do { try IPCFrame.sendBytes(connection, Array((line + "\n").utf8)) } catch let error as IPCError {
+                throw ContainerError.launchFailed("the containers' file system server went away (\(error.description))")
             }
             guard let reply = ContainerFileSystem.readLine(connection, timeout: 30) else {
                 throw ContainerError.launchFailed("the containers' file system server did not answer within 30 s")
