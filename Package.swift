@@ -189,7 +189,7 @@ let package = Package(
             ]
         ),
         // The last step into a sandbox: Landlock, then exec (C: no runtime on every launch).
-        .executableTarget(name: "dp-sandbox-exec"),
+        .executableTarget(name: "dp-sandbox-exec", linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
         .macro(
             name: "DataProtectionObjectsMacros",
             dependencies: [

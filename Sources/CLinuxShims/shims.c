@@ -15,6 +15,10 @@
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
+#include <pthread.h>
+#include <sched.h>
+#include <linux/sched.h>
 #include "CLinuxShims.h"
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
@@ -145,6 +149,226 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return error;
+}
+
+/// Writes `text` to `file` (a cgroup control file); 0 or -1. Only async-signal-safe calls.
+static int write_control(const char *file, const char *text) {
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t length = (ssize_t)strlen(text);
+    ssize_t n = write(fd, text, (size_t)length);
+    close(fd);
+    return n == length ? 0 : -1;
+}
+
+/// What ``cshim_spawn_in_cgroup`` asks of its child, and what the child answers: the child shares
+/// this memory (`CLONE_VM`) while its parent waits (`CLONE_VFORK`), as `posix_spawn`'s does.
+struct spawn_request {
+    const char *path; char *const *argv; char *const *envp; const int *sources; int count;
+    const char *enter;                          // cgroup.procs to write itself into (no CLONE_INTO_CGROUP)
+    const char *home;                           // the caller's cgroup.procs, to go back to
+    const char *const *legacy; int legacyCount; // v1 cgroup directories to enter
+    int refused;                                // the cgroup refused the child: it stays outside
+    int placed, error;                          // answers
+};
+
+/// Writes "0" to `directory`/`file` (a cgroup's control file): the calling thread or process moves
+/// there. 0 or -1.
+static int enter_cgroup(const char *directory, size_t length, const char *file) {
+    char path[4096];
+    size_t name = strlen(file);
+    if (length + 1 + name + 1 > sizeof path) return -1;
+    memcpy(path, directory, length);
+    path[length] = '/';
+    memcpy(path + length + 1, file, name + 1);
+    return write_control(path, "0");
+}
+
+/// The child's side of ``cshim_spawn_in_cgroup``, from `clone` to `execve`: a process of its own
+/// on its own stack, every signal blocked. Only async-signal-safe calls; it writes no memory of
+/// the parent's but the request's answers.
+static int spawn_child(void *argument) {
+    struct spawn_request *request = argument;
+    int count = request->count, outside = request->refused;
+    if (!outside && request->enter && write_control(request->enter, "0") != 0) outside = 1;
+    // A v1 cgroup is entered by moving this thread (`tasks`): immediate, where moving a process
+    // (`cgroup.procs`) waits for an RCU grace period. This process has one thread.
+    for (int i = 0; i < request->legacyCount && !outside; i++) {
+        if (enter_cgroup(request->legacy[i], strlen(request->legacy[i]), "tasks") != 0) outside = 1;
+    }
+    if (outside) {
+        // Not held to every limit: the app runs outside its cgroups altogether (as the caller
+        // does with an app it could not place), and says so.
+        if (!request->refused) write_control(request->home, "0");
+        for (int i = 0; i < request->legacyCount; i++) {
+            const char *slash = strrchr(request->legacy[i], '/');
+            if (slash) enter_cgroup(request->legacy[i], (size_t)(slash - request->legacy[i]), "tasks");
+        }
+    }
+    request->placed = !outside;
+    // Sources are first copied above every target (never onto one), then put in place; every
+    // other descriptor is closed at the exec.
+    int moved[256];
+    for (int i = 0; i < count; i++) {
+        moved[i] = fcntl(request->sources[i], F_DUPFD_CLOEXEC, count);
+        if (moved[i] < 0) goto failed;
+    }
+    for (int i = 0; i < count; i++) if (dup2(moved[i], i) < 0) goto failed;
+    if (syscall(SYS_close_range, (unsigned)count, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) != 0) {
+        for (int fd = count; fd < 65536; fd++) close(fd);
+    }
+    // Every signal at its default action and none blocked: a signal the supervisor ignores
+    // would otherwise stay ignored through every exec, and a program could not even trap it.
+    struct sigaction standard = {.sa_handler = SIG_DFL};
+    for (int sig = 1; sig < NSIG; sig++) if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &standard, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(request->path, request->argv, request->envp);
+failed:
+    request->error = errno ? errno : ENOEXEC;
+    _exit(127);
+}
+
+/// `clone3(args)` whose child runs `run(argument)` on the stack `args` gives it and exits with
+/// its result; the parent gets the child's pid or -errno. glibc has no public clone3 wrapper
+/// that runs a function (the child of a raw system call would return into its parent's frames
+/// on a stack it no longer has), hence these few instructions per architecture. Elsewhere -ENOSYS.
+static long clone3_running(struct clone_args *args, int (*run)(void *), void *argument) {
+#if defined(__x86_64__)
+    register long result __asm__("rax") = SYS_clone3;
+    register void *a0 __asm__("rdi") = args;
+    register unsigned long a1 __asm__("rsi") = sizeof *args;
+    register int (*function)(void *) __asm__("r12") = run;
+    register void *data __asm__("r13") = argument;
+    __asm__ volatile(
+        "syscall\n\t"
+        "test %%rax, %%rax\n\t"
+        "jnz 1f\n\t"
+        "xor %%ebp, %%ebp\n\t"
+        "mov %%r13, %%rdi\n\t"
+        "call *%%r12\n\t"
+        "mov %%eax, %%edi\n\t"
+        "mov $60, %%eax\n\t"          // exit
+        "syscall\n\t"
+        "hlt\n"
+        "1:"
+        : "+r"(result)
+        : "r"(a0), "r"(a1), "r"(function), "r"(data)
+        : "rcx", "r11", "memory");
+    return result;
+#elif defined(__aarch64__)
+    register long x0 __asm__("x0") = (long)args;
+    register unsigned long x1 __asm__("x1") = sizeof *args;
+    register long x8 __asm__("x8") = SYS_clone3;
+    register int (*function)(void *) __asm__("x19") = run;
+    register void *data __asm__("x20") = argument;
+    __asm__ volatile(
+        "svc #0\n\t"
+        "cbnz x0, 1f\n\t"
+        "mov x29, xzr\n\t"
+        "mov x0, x20\n\t"
+        "blr x19\n\t"
+        "mov x8, #93\n\t"              // exit
+        "svc #0\n"
+        "1:"
+        : "+r"(x0)
+        : "r"(x1), "r"(x8), "r"(function), "r"(data)
+        : "memory");
+    return x0;
+#else
+    (void)args; (void)run; (void)argument;
+    return -ENOSYS;
+#endif
+}
+
+int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *sources, int count,
+                          int cgroup, const char *procs, const char *home, const char *const legacy[], int legacyCount,
+                          int *pid, int *placed) {
+    if (count > 256) return EINVAL;
+    struct spawn_request request = {
+        .path = path, .argv = argv, .envp = envp, .sources = sources, .count = count,
+        .enter = NULL, .home = home, .legacy = legacy, .legacyCount = legacyCount, .refused = 0, .placed = 0, .error = 0,
+    };
+    size_t size = 256 * 1024;
+    char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return errno;
+    // The child starts with every signal blocked, so no handler of this process runs in it.
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    struct clone_args arguments = {
+        .flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
+        .stack = (unsigned long long)(uintptr_t)stack, .stack_size = size, .cgroup = (unsigned long long)cgroup,
+    };
+    long child = clone3_running(&arguments, spawn_child, &request);
+    if (child < 0) {
+        // No clone3 here, or no CLONE_INTO_CGROUP (ENOSYS, E2BIG, EINVAL): a child that moves
+        // itself in. The cgroup refused (EBUSY, EACCES, EOPNOTSUPP…): a child left outside.
+        if (child == -ENOSYS || child == -EINVAL || child == -E2BIG) request.enter = procs; else request.refused = 1;
+        child = clone(spawn_child, stack + size, CLONE_VM | CLONE_VFORK | SIGCHLD, &request);
+        if (child < 0) child = -errno;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    munmap(stack, size);
+    if (child < 0) return (int)-child;
+    if (request.error) {
+        int status;
+        while (waitpid((pid_t)child, &status, 0) < 0 && errno == EINTR) {}
+        return request.error;
+    }
+    *pid = (int)child;
+    *placed = request.placed;
+    return 0;
+}
+
+/// Writes `value` and a newline to `file`; 0 or -1. Only async-signal-safe calls.
+static int write_number(const char *file, long value) {
+    char text[24];
+    int at = (int)sizeof text;
+    text[--at] = '\n';
+    do { text[--at] = (char)('0' + value % 10); value /= 10; } while (value > 0 && at > 0);
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text + at, sizeof text - (size_t)at);
+    close(fd);
+    return n == (ssize_t)(sizeof text - (size_t)at) ? 0 : -1;
+}
+
+/// What ``cshim_limit_inotify``'s child is given, and answers.
+struct inotify_limits { int namespace; long instances, watches; int step, error; };
+
+/// ``cshim_limit_inotify``'s child: it shares this process's memory (`CLONE_VM`, the parent
+/// waits: `CLONE_VFORK`) but is a thread group of its own, as `setns` needs. It answers in `limits`.
+static int limit_inotify_child(void *argument) {
+    struct inotify_limits *limits = argument;
+    if (setns(limits->namespace, CLONE_NEWUSER) != 0) { limits->step = 1; limits->error = errno; _exit(1); }
+    if (write_number("/proc/sys/user/max_inotify_instances", limits->instances) != 0) { limits->step = 2; limits->error = errno; _exit(1); }
+    if (write_number("/proc/sys/user/max_inotify_watches", limits->watches) != 0) { limits->step = 3; limits->error = errno; _exit(1); }
+    _exit(0);
+}
+
+int cshim_limit_inotify(int namespace, long instances, long watches, int *step) {
+    if (instances < 0 || watches < 0) return EINVAL;
+    struct inotify_limits limits = {.namespace = namespace, .instances = instances, .watches = watches, .step = 0, .error = 0};
+    size_t size = 64 * 1024;
+    void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) { *step = 0; return errno; }
+    // Every signal blocked in the child: no handler of this process runs on its stack.
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    pid_t child = clone(limit_inotify_child, (char *)stack + size, CLONE_VM | CLONE_VFORK | SIGCHLD, &limits);
+    int error = child < 0 ? errno : 0;
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (child > 0) {
+        int status;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+    }
+    munmap(stack, size);
+    if (error) { *step = 0; return error; }
+    if (limits.step) { *step = limits.step; return limits.error ? limits.error : EIO; }
+    return 0;
 }
 
 long cshim_copy_file_range(int in_fd, long long in_offset, int out_fd, long long out_offset, unsigned long length) {

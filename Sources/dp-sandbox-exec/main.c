@@ -8,7 +8,6 @@
 //
 //   dp-sandbox-exec [--status-fd N] [--stderr-fd N] [--scope] [--max-tasks N]
 //                   [--allow RIGHTS:PATH]... -- PROGRAM [ARGUMENTS...]
-//   dp-sandbox-exec --limit-namespace FD --inotify-instances N --inotify-watches N
 //
 // RIGHTS is one of:
 //   exec    read files and directories, execute files      (the system, the runtime, the app)
@@ -34,12 +33,6 @@
 // (5.14 and later) counts only the app's processes and threads against it — a per-app budget,
 // not the user's. (The kernel never applies RLIMIT_NPROC to root: there the supervisor's pids
 // cgroup holds.)
-//
-// The second form is not a sandbox step: the supervisor runs it outside the sandbox, before the
-// app starts, with FD the sandbox's user namespace (/proc/PID/ns/user). It joins that namespace
-// (its owner has every capability there) and sets the namespace's own inotify budget
-// (/proc/sys/user/max_inotify_instances and max_inotify_watches): the kernel charges an app's
-// inotify instances to the namespace and to the user, so one app cannot take all of the user's.
 //
 // The status descriptor (if given) tells the supervisor how it went: "R" once the restrictions
 // are in force, just before the exec (which closes the descriptor: it is close-on-exec); on any
@@ -269,36 +262,15 @@ static long parse_count(const char *text) {
     return value;
 }
 
-/// Writes `value` to the sysctl `name` below /proc/sys/user.
-static void set_user_sysctl(const char *name, long value) {
-    char path[128], text[32];
-    snprintf(path, sizeof path, "/proc/sys/user/%s", name);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) fail("%s: %s", path, strerror(errno));
-    int n = snprintf(text, sizeof text, "%ld\n", value);
-    if (write(fd, text, (size_t)n) != n) fail("%s: %s", path, strerror(errno));
-    close(fd);
-}
-
-/// The second form: the inotify budget of the sandbox's user namespace.
-static int limit_namespace(int argc, char **argv) {
-    int namespace_fd = -1;
-    long instances = 0, watches = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--limit-namespace") == 0) namespace_fd = parse_fd(argv[i + 1]);
-        else if (strcmp(argv[i], "--inotify-instances") == 0) instances = parse_count(argv[i + 1]);
-        else if (strcmp(argv[i], "--inotify-watches") == 0) watches = parse_count(argv[i + 1]);
-        else fail("unknown argument: %s", argv[i]);
-    }
-    if (argc % 2 == 0 || namespace_fd < 0 || !instances || !watches) fail("expected --limit-namespace FD --inotify-instances N --inotify-watches N");
-    if (setns(namespace_fd, CLONE_NEWUSER) != 0) fail("joining the sandbox's user namespace: %s", strerror(errno));
-    set_user_sysctl("max_inotify_instances", instances);
-    set_user_sysctl("max_inotify_watches", watches);
-    return 0;
-}
+// SwiftPM links every executable with the Swift runtime's image registration (swiftrt.o), which
+// calls into libswiftCore. This helper has no Swift in it: these two no-op definitions satisfy
+// the registration, so that, linked with the static standard library (Package.swift), nothing
+// of the runtime is linked in and no libswiftCore.so is loaded. The helper runs at every app
+// launch: loading the runtime cost it half a millisecond of its one.
+void swift_addNewDSOImage(const void *image) { (void)image; }
+int _swift_backtrace_isThunkFunction(const char *name) { (void)name; return 0; }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "--limit-namespace") == 0) return limit_namespace(argc, argv);
     int stderr_fd = -1, scope = 0, first_rule = 0, rule_count = 0, program = -1;
     long max_tasks = 0;
     for (int i = 1; i < argc; i++) {

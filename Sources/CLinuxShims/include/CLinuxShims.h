@@ -45,6 +45,25 @@ long cshim_landlock_abi(void);
 /// descriptor `i`) and every other descriptor closed. Returns 0 and the pid, or an errno.
 int cshim_spawn(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid);
 
+/// ``cshim_spawn`` with the child born in a cgroup: `clone3(CLONE_INTO_CGROUP)` into the cgroup v2
+/// directory `cgroup` (a descriptor), so that no process is ever moved there (a move into a cgroup
+/// waits for an RCU grace period: milliseconds). Before it runs `path`, the child, then a single
+/// thread, also enters each cgroup v1 directory in `legacy` (hybrid systems' `pids` and `memory`
+/// hierarchies) by writing `0` to its `tasks`: moving only the calling thread is immediate.
+/// `*placed` is 1 when the child runs in every one of them, 0 when one refused it (it then runs
+/// in `home`'s `cgroup.procs`, the caller's own cgroup v2). Where the kernel lacks
+/// `CLONE_INTO_CGROUP` (before 5.7) the child writes itself into `cgroup`'s `cgroup.procs`
+/// instead, given as `procs`. Returns 0 and the pid, or an errno.
+int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *sources, int count,
+                          int cgroup, const char *procs, const char *home, const char *const legacy[], int legacyCount,
+                          int *pid, int *placed);
+
+/// Sets the inotify budget of the user namespace `namespace` (a descriptor of `/proc/PID/ns/user`):
+/// a forked child (one thread, as `setns` needs) joins it — its owner has every capability there —
+/// and writes `/proc/sys/user/max_inotify_instances` and `max_inotify_watches`. Returns 0, or an
+/// errno with `*step` 1 (joining), 2 (instances) or 3 (watches).
+int cshim_limit_inotify(int namespace, long instances, long watches, int *step);
+
 /// `openat2(2)` (no libc wrapper): opens `path` relative to `dirfd` with `flags` and `mode`,
 /// resolving it under the `RESOLVE_*` rules in `resolve`. Returns the descriptor or -errno.
 int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigned long long resolve);

@@ -1,6 +1,5 @@
 import DataProtectionKeybag
 import Foundation
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +16,7 @@ import Glibc
 final class AppCgroup: Sendable {
     /// The cgroup's directory.
     let path: String
-    /// The supervisor's own cgroup directory, which it returns to after a spawn.
+    /// The supervisor's own cgroup directory.
     let home: String
     /// The app's cgroups in v1 hierarchies (hybrid systems), with the supervisor's own there.
     private let legacy: [(path: String, home: String)]
@@ -36,15 +35,10 @@ final class AppCgroup: Sendable {
         self.memoryEvents = memoryEvents
     }
 
-    /// Spawns are serialized: the supervisor process stands in the new app's cgroup while it
-    /// spawns (the child starts there, before it can fork), and nowhere else.
-    private static let spawning = Mutex(())
-
     /// Creates `name` below this process's cgroup, with `limits`, or `nil` where cgroup v2 is
     /// missing or not writable by this user.
-    static func make(name: String, limits: AppResourceLimits? = nil) -> AppCgroup? {
-        guard let mount = cgroup2Mount(), let own = ownCgroup(in: "0::") else { return nil }
-        let home = mount + (own == "/" ? "" : own)
+    static func make(name: String, limits: AppResourceLimits? = nil, in hierarchies: Hierarchies = .current()) -> AppCgroup? {
+        guard let home = hierarchies.unified else { return nil }
         let path = home + "/" + name
         guard mkdir(path, 0o755) == 0 || errno == EEXIST else { return nil }
         guard access(path + "/cgroup.freeze", W_OK) == 0, access(path + "/cgroup.procs", W_OK) == 0,
@@ -61,7 +55,7 @@ final class AppCgroup: Sendable {
         var legacy: [(path: String, home: String)] = []
         for (controller, file, value) in [("pids", "pids.max", String(limits.tasks)), ("memory", "memory.limit_in_bytes", String(limits.memoryBytes))] {
             if controller == "pids" ? tasks : memory { continue }
-            guard let v1 = legacyHierarchy(controller) else { continue }
+            guard let v1 = hierarchies.legacy[controller] else { continue }
             let directory = v1 + "/" + name
             guard mkdir(directory, 0o755) == 0 || errno == EEXIST else { continue }
             guard write(value, to: directory + "/" + file), access(directory + "/cgroup.procs", W_OK) == 0,
@@ -81,20 +75,25 @@ final class AppCgroup: Sendable {
         return text.split(separator: "\n").contains { $0.hasPrefix("oom_kill ") && $0 != "oom_kill 0" }
     }
 
-    /// Runs `spawn` with this process inside the cgroup, so the child it starts is born there;
-    /// moves back afterwards. Throws what `spawn` throws; returns whether the child was born
-    /// inside (`false`: the move itself failed, and it was spawned outside).
-    func spawn(_ spawn: () throws -> Void) rethrows -> Bool {
-        try Self.spawning.withLock { _ in
-            let me = String(getpid())
-            let entered = Self.write(me, to: path + "/cgroup.procs")
-            defer { if entered { _ = Self.write(me, to: home + "/cgroup.procs") } }
-            // The v1 cgroups too: a process that could not enter one is outside its limit.
-            let enteredLegacy = legacy.filter { Self.write(me, to: $0.path + "/cgroup.procs") }
-            defer { for group in enteredLegacy { _ = Self.write(me, to: group.home + "/cgroup.procs") } }
-            try spawn()
-            return entered && enteredLegacy.count == legacy.count
-        }
+    /// Where a child is born inside this cgroup (``ChildProcess/start(in:)``): its directory,
+    /// open while `body` runs, and its v1 cgroups. No process is ever moved into the cgroup — a
+    /// move waits for the kernel's RCU grace period, milliseconds each — and the supervisor never
+    /// stands in it.
+    func withBirthplace<T>(_ body: (Birthplace) throws -> T) throws -> T {
+        let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw ContainerError.launchFailed("\(path): \(String(cString: strerror(errno)))") }
+        defer { close(directory) }
+        return try body(Birthplace(directory: directory, procs: path + "/cgroup.procs", home: home + "/cgroup.procs", legacy: legacy.map(\.path)))
+    }
+
+    /// What ``cshim_spawn_in_cgroup`` needs to start a child inside an app's cgroups.
+    struct Birthplace {
+        /// The cgroup v2 directory, open (`CLONE_INTO_CGROUP`).
+        let directory: Int32
+        /// Its `cgroup.procs`, and the supervisor's own, for kernels without `CLONE_INTO_CGROUP`.
+        let procs: String, home: String
+        /// The v1 cgroups (hybrid systems), which the child enters itself before it runs.
+        let legacy: [String]
     }
 
     /// Freezes (`true`) or thaws the cgroup; `false` when the kernel refused.
@@ -150,12 +149,17 @@ final class AppCgroup: Sendable {
         return rmdir(path) == 0
     }
 
-    /// Removes a cgroup's directory, waiting (at most a second) while the kernel still counts a
-    /// process in it.
+    /// Removes a cgroup's directory, waiting (about a second at most) while the kernel still
+    /// counts a process in it: an exited process leaves a v1 cgroup a moment after its parent has
+    /// reaped it, so the first waits are short (0.1 ms, doubling to 5 ms).
     private static func removeDirectory(_ path: String) {
-        for _ in 0..<200 {
+        var pause: UInt32 = 100
+        var waited: UInt32 = 0
+        while waited < 1_000_000 {
             if rmdir(path) == 0 || errno != EBUSY { return }
-            usleep(5_000)
+            usleep(pause)
+            waited += pause
+            pause = min(pause * 2, 5_000)
         }
     }
 
@@ -171,14 +175,13 @@ final class AppCgroup: Sendable {
     /// left alone while the supervisor its name records (`dataprotection-UUID-PID-…`) still runs
     /// (even under an exclusive running lock: another data root copied from this one has the
     /// same app UUIDs). Only cgroups below this process's own are seen.
-    static func reapOrphans(ofApp uuid: UUID) {
-        guard let mount = cgroup2Mount(), let own = ownCgroup(in: "0::") else { return }
-        let home = mount + (own == "/" ? "" : own)
+    static func reapOrphans(ofApp uuid: UUID, in hierarchies: Hierarchies = .current()) {
+        guard let home = hierarchies.unified else { return }
         let prefix = "dataprotection-\(uuid.uuidString)-"
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: home)) ?? [] where name.hasPrefix(prefix) {
+        for name in directoryNames(home, prefix: prefix) {
             guard let pid = pid_t(name.dropFirst(prefix.count).split(separator: "-").first ?? "") else { continue }
             if pid == getpid() || Glibc.kill(pid, 0) == 0 || errno == EPERM { continue }
-            let legacy = ["pids", "memory"].compactMap(legacyHierarchy).map { (path: $0 + "/" + name, home: $0) }
+            let legacy = ["pids", "memory"].compactMap { hierarchies.legacy[$0] }.map { (path: $0 + "/" + name, home: $0) }
                 .filter { access($0.path, F_OK) == 0 }
             let orphan = AppCgroup(path: home + "/" + name, home: home, legacy: legacy)
             orphan.kill()
@@ -197,30 +200,49 @@ final class AppCgroup: Sendable {
         return text.withCString { Glibc.write(fd, $0, strlen($0)) } == text.utf8.count
     }
 
-    /// This process's cgroup in the v1 hierarchy of `controller` (hybrid systems), when one is
-    /// mounted.
-    private static func legacyHierarchy(_ controller: String) -> String? {
-        for entry in MountTable.entries() ?? [] where entry.type == "cgroup" && entry.superOptions.contains(controller) {
-            guard entry.root == "/", let own = ownCgroup(in: ":\(controller):") else { continue }
-            return entry.mountPoint + (own == "/" ? "" : own)
+    /// The names in `directory` that start with `prefix` (`readdir`: a cgroup directory lists
+    /// its control files too, and this runs at every launch).
+    private static func directoryNames(_ directory: String, prefix: String) -> [String] {
+        guard let stream = opendir(directory) else { return [] }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name.hasPrefix(prefix) { names.append(name) }
         }
-        return nil
+        return names
     }
 
-    /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `…/unified` on a hybrid system).
-    private static func cgroup2Mount() -> String? {
-        MountTable.entries()?.first { $0.type == "cgroup2" }?.mountPoint
-    }
+    /// Where this process stands in the cgroup hierarchies: its cgroup v2 directory (below
+    /// `/sys/fs/cgroup`, or `…/unified` on a hybrid system) and, on a hybrid system, its
+    /// directories in the v1 hierarchies of the `pids` and `memory` controllers. Read once per
+    /// launch (`/proc/self/mountinfo` and `/proc/self/cgroup`).
+    struct Hierarchies {
+        var unified: String?
+        var legacy: [String: String] = [:]
 
-    /// This process's cgroup path in a hierarchy of `/proc/self/cgroup`: `0::` for cgroup v2,
-    /// `:pids:` for a v1 controller's (the line `N:pids:/path`).
-    private static func ownCgroup(in hierarchy: String) -> String? {
-        guard let text = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8) else { return nil }
-        for line in text.split(separator: "\n") {
-            if hierarchy == "0::" { if line.hasPrefix("0::") { return String(line.dropFirst(3)) } ; continue }
-            guard let range = line.range(of: hierarchy) else { continue }
-            return String(line[range.upperBound...])
+        static func current() -> Hierarchies {
+            var hierarchies = Hierarchies()
+            guard let mounts = MountTable.entries(),
+                  let text = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8) else { return hierarchies }
+            // Lines `ID:CONTROLLERS:PATH` (`0::PATH` for cgroup v2).
+            var own: [String: String] = [:]
+            for line in text.split(separator: "\n") {
+                let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+                guard fields.count == 3 else { continue }
+                let path = fields[2] == "/" ? "" : String(fields[2])
+                if fields[0] == "0" && fields[1].isEmpty { own[""] = path; continue }
+                for controller in fields[1].split(separator: ",") { own[String(controller)] = path }
+            }
+            if let mount = mounts.first(where: { $0.type == "cgroup2" }), let path = own[""] {
+                hierarchies.unified = mount.mountPoint + path
+            }
+            for controller in ["pids", "memory"] {
+                guard let path = own[controller],
+                      let mount = mounts.first(where: { $0.type == "cgroup" && $0.root == "/" && $0.superOptions.contains(controller) }) else { continue }
+                hierarchies.legacy[controller] = mount.mountPoint + path
+            }
+            return hierarchies
         }
-        return nil
     }
 }

@@ -119,8 +119,9 @@ public final class AppSupervisor: Sendable {
             descriptors = [input, output, errors, control.app]
         }
         // What a supervisor killed outright left of this app (processes, perhaps frozen) ends now.
-        if usesCgroups { AppCgroup.reapOrphans(ofApp: app.uuid) }
-        let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))", limits: limits) : nil
+        let hierarchies = usesCgroups ? AppCgroup.Hierarchies.current() : AppCgroup.Hierarchies()
+        if usesCgroups { AppCgroup.reapOrphans(ofApp: app.uuid, in: hierarchies) }
+        let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))", limits: limits, in: hierarchies) : nil
         let run = RunningApp(app: app, cgroup: cgroup, limits: limits, ownUserNamespace: sandboxed, servedPath: servedPath)
         defer {
             run.ended()
@@ -135,7 +136,7 @@ public final class AppSupervisor: Sendable {
         defer { service.stop() }
 
         let child = ChildProcess(path: argv[0], arguments: argv, environment: requirements == nil ? appEnvironment : [:], descriptors: descriptors)
-        let spawned = try run.spawn { try child.start() }
+        let spawned = try run.spawn(child)
         control.closeAppEnd()
         status.closeWriteEnd()
         bwrapErrors.closeWriteEnd()
@@ -144,7 +145,7 @@ public final class AppSupervisor: Sendable {
             do {
                 let sandbox = try SandboxNamespace.read(info: info)
                 try lease?.admit(sandboxProcess: sandbox.pid, app: app.uuid, territories: [app.url.path] + groups.map(\.url.path), layout: layout)
-                try await sandbox.limitInotify(limits, sandboxExec: requirements.sandboxExec, errors: errors)
+                try sandbox.limitInotify(limits)
                 if let slirp4netns { network = try UserModeNetwork.attach(slirp4netns: slirp4netns, sandbox: sandbox, errors: errors) }
             } catch {
                 if let pid = child.pid { kill(pid, SIGKILL) }

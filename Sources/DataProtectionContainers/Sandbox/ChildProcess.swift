@@ -27,13 +27,18 @@ final class ChildProcess: Sendable {
         self.descriptors = descriptors
     }
 
-    /// Starts the child; returns once it exists (or throws why it could not).
-    func start() throws {
+    /// Starts the child, born in `birthplace` when given; returns once it runs the program (or
+    /// throws why it could not), and whether it was born in every cgroup of `birthplace`.
+    @discardableResult
+    func start(in birthplace: AppCgroup.Birthplace? = nil) throws -> Bool {
         let started = DispatchSemaphore(value: 0)
         let failure = Mutex<Int32>(0)
+        let placed = Mutex(false)
         let thread = Thread { [self] in
             var pid: pid_t = 0
-            let error = spawn(&pid)
+            var inside: Int32 = 0
+            let error = spawn(&pid, in: birthplace, placed: &inside)
+            placed.withLock { $0 = inside == 1 }
             if error != 0 {
                 failure.withLock { $0 = error }
                 started.signal()
@@ -56,9 +61,10 @@ final class ChildProcess: Sendable {
         started.wait()
         let error = failure.withLock { $0 }
         guard error == 0 else { throw ContainerError.launchFailed("\(path): \(String(cString: strerror(error)))") }
+        return placed.withLock { $0 }
     }
 
-    private func spawn(_ pid: inout pid_t) -> Int32 {
+    private func spawn(_ pid: inout pid_t, in birthplace: AppCgroup.Birthplace?, placed: inout Int32) -> Int32 {
         let argv = arguments.map { strdup($0) } + [nil]
         let envp = environment.sorted { $0.key < $1.key }.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
@@ -66,7 +72,13 @@ final class ChildProcess: Sendable {
             envp.forEach { free($0) }
         }
         return descriptors.withUnsafeBufferPointer { fds in
-            cshim_spawn(path, argv, envp, fds.baseAddress, Int32(fds.count), &pid)
+            guard let birthplace else { return cshim_spawn(path, argv, envp, fds.baseAddress, Int32(fds.count), &pid) }
+            let legacy = birthplace.legacy.map { UnsafePointer(strdup($0)) }
+            defer { legacy.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
+            return legacy.withUnsafeBufferPointer { legacy in
+                cshim_spawn_in_cgroup(path, argv, envp, fds.baseAddress, Int32(fds.count), birthplace.directory, birthplace.procs,
+                                      birthplace.home, legacy.baseAddress, Int32(legacy.count), &pid, &placed)
+            }
         }
     }
 

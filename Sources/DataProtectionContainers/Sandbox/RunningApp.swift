@@ -106,14 +106,14 @@ public final class RunningApp: Sendable {
         return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last.flatMap { pid_t($0) }
     }
 
-    /// Runs `start` (which spawns the app) inside the run's cgroup, if it has one; returns
-    /// whether the app was born there.
-    func spawn(_ start: () throws -> Void) throws -> Bool {
+    /// Starts `child` (the app) inside the run's cgroup, if it has one; returns whether the app
+    /// was born there.
+    func spawn(_ child: ChildProcess) throws -> Bool {
         guard let cgroup else {
-            try start()
+            try child.start()
             return false
         }
-        return try cgroup.spawn(start)
+        return try cgroup.withBirthplace { try child.start(in: $0) }
     }
 
     func launched(pid: pid_t, inCgroup: Bool) {

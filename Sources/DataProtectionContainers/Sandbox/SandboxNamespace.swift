@@ -1,3 +1,4 @@
+import CLinuxShims
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -44,20 +45,16 @@ struct SandboxNamespace {
         return fd
     }
 
-    /// Gives the app's user namespace its own inotify budget: `dp-sandbox-exec --limit-namespace`
-    /// joins it (a single-threaded process can; this one cannot) and sets
-    /// `/proc/sys/user/max_inotify_instances` and `max_inotify_watches` there.
-    func limitInotify(_ limits: AppResourceLimits, sandboxExec: String, errors: Int32) async throws {
+    /// Gives the app's user namespace its own inotify budget (``cshim_limit_inotify``: a forked
+    /// child — one thread, as `setns` needs; this process has many — joins it and sets
+    /// `/proc/sys/user/max_inotify_instances` and `max_inotify_watches` there).
+    func limitInotify(_ limits: AppResourceLimits) throws {
         let namespace = try openUserNamespace()
         defer { close(namespace) }
-        let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
-        defer { if devNull >= 0 { close(devNull) } }
-        let helper = ChildProcess(path: sandboxExec, arguments: [
-            sandboxExec, "--limit-namespace", "3",
-            "--inotify-instances", String(limits.inotifyInstances), "--inotify-watches", String(limits.inotifyWatches),
-        ], environment: [:], descriptors: [devNull, devNull, errors, namespace])
-        try helper.start()
-        let status = await helper.exitStatus()
-        guard status == 0 else { throw ContainerError.launchFailed("the app's inotify budget could not be set (see the message above)") }
+        var step: Int32 = 0
+        let error = cshim_limit_inotify(namespace, limits.inotifyInstances, limits.inotifyWatches, &step)
+        guard error != 0 else { return }
+        let what = ["starting a helper", "joining the sandbox's user namespace", "max_inotify_instances", "max_inotify_watches"][Int(min(max(step, 0), 3))]
+        throw ContainerError.launchFailed("the app's inotify budget could not be set: \(what): \(String(cString: strerror(error)))")
     }
 }

@@ -19,14 +19,14 @@ package enum MountTable {
     package static func entries() -> [MountEntry]? {
         guard let bytes = try? POSIXFile.readAll("/proc/self/mountinfo") else { return nil }
         return String(decoding: bytes, as: UTF8.self).split(separator: "\n").compactMap { line in
-            // mount ID, parent ID, major:minor, root, mount point, options, optional fields… " - " type source super-options
-            let halves = line.components(separatedBy: " - ")
-            let fields = halves[0].split(separator: " ")
-            guard halves.count >= 2, fields.count > 4 else { return nil }
-            let tail = halves[1].split(separator: " ")
+            // mount ID, parent ID, major:minor, root, mount point, options, optional fields… "-" type source super-options
+            // (a field never holds a space: they are escaped).
+            let all = line.split(separator: " ")
+            guard let separator = all.indices.first(where: { $0 >= 6 && all[$0] == "-" }) else { return nil }
+            let fields = all[..<separator], tail = all[(separator + 1)...]
             guard let type = tail.first else { return nil }
             return MountEntry(root: unescaped(fields[3]), mountPoint: unescaped(fields[4]), type: String(type),
-                              superOptions: tail.count > 2 ? tail[tail.count - 1].split(separator: ",").map(String.init) : [])
+                              superOptions: tail.count > 2 ? tail[tail.endIndex - 1].split(separator: ",").map(String.init) : [])
         }
     }
 
