@@ -46,6 +46,36 @@ import Testing
         #expect(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "notified: note = hello\n")
     }
 
+    /// A preferences directory swapped for a link (to another app's, say) is refused, however
+    /// deep the link is in the path, and nothing is written through it; a file that another
+    /// process replaced since the last write is read again, not overwritten from memory.
+    @Test func aLinkedDirectoryIsRefusedAndAnotherWritersFileIsMerged() async throws {
+        let dir = temporaryDirectory()
+        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let real = dir.appendingPathComponent("real/Preferences"), elsewhere = dir.appendingPathComponent("elsewhere")
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+        let url = real.appendingPathComponent("com.example.plist")
+        let one = ProtectedUserDefaults(url: url, files: files), two = ProtectedUserDefaults(url: url, files: files)
+        one.set(1, forKey: "a")
+        try one.synchronizeOrThrow()
+        two.set(2, forKey: "b")
+        try two.synchronizeOrThrow()
+        one.set(3, forKey: "c")   // `one` last wrote the file; `two` replaced it since
+        try one.synchronizeOrThrow()
+        let third = ProtectedUserDefaults(url: url, files: files)
+        #expect(third.integer(forKey: "a") == 1 && third.integer(forKey: "b") == 2 && third.integer(forKey: "c") == 3)
+
+        // `real` itself becomes a link, one level above the file's directory.
+        try FileManager.default.moveItem(at: dir.appendingPathComponent("real"), to: dir.appendingPathComponent("moved"))
+        try FileManager.default.createDirectory(at: elsewhere.appendingPathComponent("Preferences"), withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(at: dir.appendingPathComponent("real"), withDestinationURL: elsewhere)
+        one.set(4, forKey: "d")
+        #expect(throws: ContainerError.self) { try one.synchronizeOrThrow() }
+        #expect(!FileManager.default.fileExists(atPath: elsewhere.appendingPathComponent("Preferences/com.example.plist").path))
+    }
+
     @Test func theUserDefaultsShapeBehavesAsFoundations() async throws {
         let dir = temporaryDirectory()
         let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)

@@ -1,3 +1,4 @@
+import CLinuxShims
 import DataProtection
 import DataProtectionKeybag
 import Foundation
@@ -17,6 +18,9 @@ final class PreferencesStore: @unchecked Sendable {
 
     let url: URL?
     let files: ProtectedFileManager?
+    /// The property list's path, its directory's and its lock file's (worked out once: each
+    /// write needs them).
+    private let path: String, directory: String, lockPath: String
     let logger = Logger(label: "preferences")
     weak var owner: ProtectedUserDefaults?
 
@@ -31,12 +35,18 @@ final class PreferencesStore: @unchecked Sendable {
     private var lastError: (any Error)?
     private var stopped = false
     private var knownFile: FileIdentity?
+    /// The values in the file as last read or written (``knownFile``'s): a write that finds the
+    /// file unchanged since needs not read it again.
+    private var knownValues: [String: Any]?
     private var streams: [UUID: AsyncStream<Void>.Continuation] = [:]
     private var wake: [Int32] = [-1, -1]
 
     init(url: URL?, files: ProtectedFileManager?) {
         self.url = url
         self.files = files
+        path = url?.path ?? ""
+        directory = url?.deletingLastPathComponent().path ?? ""
+        lockPath = url.map { $0.deletingLastPathComponent().appendingPathComponent(Self.lockFileName(forPlistNamed: $0.lastPathComponent)).path } ?? ""
     }
 
     /// Loads the file, then starts the worker and the watcher.
@@ -124,10 +134,10 @@ final class PreferencesStore: @unchecked Sendable {
             let ticket = requested
             let changes = pending
             pending = [:]
-            let known = knownFile
+            let known = knownFile.map { ($0, knownValues ?? [:]) }
             condition.unlock()
 
-            let outcome = merge(changes, knownFile: known)
+            let outcome = merge(changes, known: known)
 
             condition.lock()
             var changedElsewhere = false
@@ -140,6 +150,7 @@ final class PreferencesStore: @unchecked Sendable {
                 changedElsewhere = !NSDictionary(dictionary: stored).isEqual(to: view)
                 stored = view
                 knownFile = outcome.identity
+                knownValues = outcome.identity == nil ? nil : values
             }
             if !outcome.ok {
                 // Not written (a locked class, a full disk): kept for the next attempt, unless
@@ -164,15 +175,14 @@ final class PreferencesStore: @unchecked Sendable {
     /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
     /// Returns the values now in the file (`nil` when they could not be read) and whether all
     /// went well. An unreadable file is never overwritten.
-    private func merge(_ changes: [String: Change], knownFile: FileIdentity?) -> (values: [String: Any]?, identity: FileIdentity?, ok: Bool, error: (any Error)?) {
+    private func merge(_ changes: [String: Change], known: (file: FileIdentity, values: [String: Any])?) -> (values: [String: Any]?, identity: FileIdentity?, ok: Bool, error: (any Error)?) {
         guard let url, let files else { return (nil, nil, true, nil) }
         // The file and its directory are the app's: never follow a link planted there (to another
         // app's preferences, or out of the container), never read a FIFO or a device.
-        if let refusal = refusal(url) {
+        if let refusal = refusal() {
             logger.notice("\(refusal)")
             return (nil, nil, false, refusal)
         }
-        let lockPath = url.deletingLastPathComponent().appendingPathComponent(Self.lockFileName(forPlistNamed: url.lastPathComponent)).path
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard lock >= 0 else {
             let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
@@ -187,9 +197,11 @@ final class PreferencesStore: @unchecked Sendable {
         while flock(lock, LOCK_EX) != 0 && errno == EINTR {}
 
         var values: [String: Any] = [:]
-        let before = identity(url.path)
-        if before != nil {
-            if changes.isEmpty, before == knownFile { return (nil, knownFile, true, nil) }   // nothing new on either side
+        let before = identity(path)
+        if let before, let known, before == known.file {
+            if changes.isEmpty { return (nil, known.file, true, nil) }   // nothing new on either side
+            values = known.values   // nobody wrote it since: what it holds is known
+        } else if before != nil {
             // Opened without following a link, checked to be a regular file, then read through
             // that very descriptor (/proc/self/fd/N): a link swapped in afterwards changes nothing.
             let fd = open(url.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -225,19 +237,24 @@ final class PreferencesStore: @unchecked Sendable {
             logger.notice("\(url.path): cannot be written: \(error)")
             return (nil, nil, false, error)
         }
-        return (values, identity(url.path), true, nil)
+        return (values, identity(path), true, nil)
     }
 
-    /// Why `url` must not be touched: its directory is reached through a link, or it is there
-    /// and is not a regular file (a link, a FIFO, a directory).
-    private func refusal(_ url: URL) -> ContainerError? {
-        let directory = url.deletingLastPathComponent().standardizedFileURL
-        if directory.resolvingSymlinksInPath().path != directory.path {
-            return .refusedItem(path: directory.path, reason: "is reached through a symbolic link")
+    /// Why the file must not be touched: its directory is reached through a link (`openat2` with
+    /// `RESOLVE_NO_SYMLINKS`: one call, where resolving the path walked it in Swift), or it is
+    /// there and is not a regular file (a link, a FIFO, a directory).
+    private func refusal() -> ContainerError? {
+        let fd = (try? LosslessPath.withCString(directory) {
+            cshim_openat2(AT_FDCWD, $0, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, UInt64(CSHIM_RESOLVE_NO_SYMLINKS))
+        }) ?? -ELOOP
+        guard fd >= 0 else {
+            if fd == -ELOOP || fd == -ENOTDIR { return .refusedItem(path: directory, reason: "is reached through a symbolic link") }
+            return nil   // missing, or openat2 unknown to this kernel: the write itself says what is wrong
         }
+        close(fd)
         var st = stat()
-        if lstat(url.path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
-            return .refusedItem(path: url.path, reason: "is not a regular file")
+        if lstat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
+            return .refusedItem(path: path, reason: "is not a regular file")
         }
         return nil
     }
