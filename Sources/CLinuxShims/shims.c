@@ -18,7 +18,22 @@
 #include <sys/wait.h>
 #include <pthread.h>
 #include <sched.h>
-#include <linux/sched.h>
+#include <sys/resource.h>
+
+// What clone3 takes (linux/sched.h has it only from Linux 5.7's headers; the layout is the
+// kernel's ABI, extended only at its end), and the numbers older headers lack.
+struct dp_clone_args {
+    unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
 #include "CLinuxShims.h"
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
@@ -168,7 +183,6 @@ struct spawn_request {
     const char *enter;                          // cgroup.procs to write itself into (no CLONE_INTO_CGROUP)
     const char *home;                           // the caller's cgroup.procs, to go back to
     const char *const *legacy; int legacyCount; // v1 cgroup directories to enter
-    int refused;                                // the cgroup refused the child: it stays outside
     int placed, error;                          // answers
 };
 
@@ -189,8 +203,10 @@ static int enter_cgroup(const char *directory, size_t length, const char *file) 
 /// the parent's but the request's answers.
 static int spawn_child(void *argument) {
     struct spawn_request *request = argument;
-    int count = request->count, outside = request->refused;
-    if (!outside && request->enter && write_control(request->enter, "0") != 0) outside = 1;
+    int count = request->count, outside = 0, entered = 0;
+    if (request->enter) {
+        if (write_control(request->enter, "0") != 0) outside = 1; else entered = 1;
+    }
     // A v1 cgroup is entered by moving this thread (`tasks`): immediate, where moving a process
     // (`cgroup.procs`) waits for an RCU grace period. This process has one thread.
     for (int i = 0; i < request->legacyCount && !outside; i++) {
@@ -198,11 +214,13 @@ static int spawn_child(void *argument) {
     }
     if (outside) {
         // Not held to every limit: the app runs outside its cgroups altogether (as the caller
-        // does with an app it could not place), and says so.
-        if (!request->refused) write_control(request->home, "0");
+        // does with an app it could not place), and says so. Where it cannot get out again, it
+        // does not run at all: its state would be neither.
+        int born_inside = !request->enter;   // CLONE_INTO_CGROUP
+        if ((born_inside || entered) && write_control(request->home, "0") != 0) goto failed;
         for (int i = 0; i < request->legacyCount; i++) {
             const char *slash = strrchr(request->legacy[i], '/');
-            if (slash) enter_cgroup(request->legacy[i], (size_t)(slash - request->legacy[i]), "tasks");
+            if (!slash || enter_cgroup(request->legacy[i], (size_t)(slash - request->legacy[i]), "tasks") != 0) goto failed;
         }
     }
     request->placed = !outside;
@@ -214,8 +232,11 @@ static int spawn_child(void *argument) {
         if (moved[i] < 0) goto failed;
     }
     for (int i = 0; i < count; i++) if (dup2(moved[i], i) < 0) goto failed;
-    if (syscall(SYS_close_range, (unsigned)count, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) != 0) {
-        for (int fd = count; fd < 65536; fd++) close(fd);
+    if (syscall(SYS_close_range, (unsigned)count, ~0U, 4U /* CLOSE_RANGE_CLOEXEC, Linux 5.11 */) != 0 &&
+        syscall(SYS_close_range, (unsigned)count, ~0U, 0U /* Linux 5.9 */) != 0) {
+        struct rlimit limit;
+        long last = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_max != RLIM_INFINITY ? (long)limit.rlim_max : 1L << 20;
+        for (long fd = count; fd < last; fd++) close((int)fd);
     }
     // Every signal at its default action and none blocked: a signal the supervisor ignores
     // would otherwise stay ignored through every exec, and a program could not even trap it.
@@ -234,7 +255,7 @@ failed:
 /// its result; the parent gets the child's pid or -errno. glibc has no public clone3 wrapper
 /// that runs a function (the child of a raw system call would return into its parent's frames
 /// on a stack it no longer has), hence these few instructions per architecture. Elsewhere -ENOSYS.
-static long clone3_running(struct clone_args *args, int (*run)(void *), void *argument) {
+static long clone3_running(struct dp_clone_args *args, int (*run)(void *), void *argument) {
 #if defined(__x86_64__)
     register long result __asm__("rax") = SYS_clone3;
     register void *a0 __asm__("rdi") = args;
@@ -288,24 +309,26 @@ int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp
     if (count > 256) return EINVAL;
     struct spawn_request request = {
         .path = path, .argv = argv, .envp = envp, .sources = sources, .count = count,
-        .enter = NULL, .home = home, .legacy = legacy, .legacyCount = legacyCount, .refused = 0, .placed = 0, .error = 0,
+        .enter = NULL, .home = home, .legacy = legacy, .legacyCount = legacyCount, .placed = 0, .error = 0,
     };
     size_t size = 256 * 1024;
     char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) return errno;
-    // The child starts with every signal blocked, so no handler of this process runs in it.
+    // The child starts with every signal blocked (but glibc's own two, whose handlers act only on
+    // signals from this process), so no handler of this process runs in it.
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
-    struct clone_args arguments = {
+    struct dp_clone_args arguments = {
         .flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
         .stack = (unsigned long long)(uintptr_t)stack, .stack_size = size, .cgroup = (unsigned long long)cgroup,
     };
     long child = clone3_running(&arguments, spawn_child, &request);
-    if (child < 0) {
-        // No clone3 here, or no CLONE_INTO_CGROUP (ENOSYS, E2BIG, EINVAL): a child that moves
-        // itself in. The cgroup refused (EBUSY, EACCES, EOPNOTSUPP…): a child left outside.
-        if (child == -ENOSYS || child == -EINVAL || child == -E2BIG) request.enter = procs; else request.refused = 1;
+    if (child < 0 && child != -EAGAIN && child != -ENOMEM) {
+        // No clone3 here, no CLONE_INTO_CGROUP, clone3 refused by a filter (ENOSYS, E2BIG,
+        // EINVAL, EPERM…), or the cgroup refused: a child that writes itself in, as the kernel
+        // lets it. A cgroup that refuses that too leaves it outside, and it says so.
+        request.enter = procs;
         child = clone(spawn_child, stack + size, CLONE_VM | CLONE_VFORK | SIGCHLD, &request);
         if (child < 0) child = -errno;
     }
@@ -361,13 +384,17 @@ int cshim_limit_inotify(int namespace, long instances, long watches, int *step) 
     pid_t child = clone(limit_inotify_child, (char *)stack + size, CLONE_VM | CLONE_VFORK | SIGCHLD, &limits);
     int error = child < 0 ? errno : 0;
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    int status = -1;
     if (child > 0) {
-        int status;
-        while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+        pid_t reaped;
+        while ((reaped = waitpid(child, &status, 0)) < 0 && errno == EINTR) {}
+        if (reaped != child) status = -1;
     }
     munmap(stack, size);
     if (error) { *step = 0; return error; }
     if (limits.step) { *step = limits.step; return limits.error ? limits.error : EIO; }
+    // Only a helper seen to finish counts: one killed before it answered set nothing.
+    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) { *step = 0; return ECHILD; }
     return 0;
 }
 

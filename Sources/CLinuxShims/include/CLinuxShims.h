@@ -51,9 +51,10 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
 /// thread, also enters each cgroup v1 directory in `legacy` (hybrid systems' `pids` and `memory`
 /// hierarchies) by writing `0` to its `tasks`: moving only the calling thread is immediate.
 /// `*placed` is 1 when the child runs in every one of them, 0 when one refused it (it then runs
-/// in `home`'s `cgroup.procs`, the caller's own cgroup v2). Where the kernel lacks
-/// `CLONE_INTO_CGROUP` (before 5.7) the child writes itself into `cgroup`'s `cgroup.procs`
-/// instead, given as `procs`. Returns 0 and the pid, or an errno.
+/// in `home`'s `cgroup.procs`, the caller's own cgroup v2; a child that cannot get out again
+/// is not run: an error). Where `clone3` fails (no `CLONE_INTO_CGROUP` before Linux 5.7, a
+/// system-call filter) the child writes itself into `cgroup`'s `cgroup.procs`, given as `procs`,
+/// instead. Returns 0 and the pid, or an errno.
 int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *sources, int count,
                           int cgroup, const char *procs, const char *home, const char *const legacy[], int legacyCount,
                           int *pid, int *placed);

@@ -58,8 +58,9 @@ final class AppCgroup: Sendable {
             guard let v1 = hierarchies.legacy[controller] else { continue }
             let directory = v1 + "/" + name
             guard mkdir(directory, 0o755) == 0 || errno == EEXIST else { continue }
-            guard write(value, to: directory + "/" + file), access(directory + "/cgroup.procs", W_OK) == 0,
-                  access(v1 + "/cgroup.procs", W_OK) == 0 else {
+            // The child enters through `tasks` (one thread), and leaves the same way if it must.
+            guard write(value, to: directory + "/" + file), access(directory + "/tasks", W_OK) == 0,
+                  access(v1 + "/tasks", W_OK) == 0 else {
                 rmdir(directory)
                 continue
             }
