@@ -119,7 +119,7 @@ struct AppsBenchmark: AsyncParsableCommand {
         ]
         printTable(rows)
         print("")
-        print("targets: launch ≤ 2× bubblewrap's (\(String(format: "%.2f", supervised / bwrapAlone))×), opens ≤ 1.3× unconfined (\(String(format: "%.2f", insideNs / outsideNs))×)")
+        print("targets: launch ≤ 2× bubblewrap's (\(String(format: "%.2f", supervised / bwrapAlone))×; through dpctl \(String(format: "%.2f", (viaCLI ?? .nan) / bwrapAlone))×), opens ≤ 1.3× unconfined (\(String(format: "%.2f", insideNs / outsideNs))×), preferences ≥ 1.0× Foundation's (\(String(format: "%.2f", oursRate / foundationRate))×)")
         print(String(format: "summary: launch_ms=%.2f dpctl_launch_ms=%.2f bwrap_ms=%.2f unconfined_ms=%.2f launch_vs_bwrap=%.2f open_inside_us=%.2f open_outside_us=%.2f open_ratio=%.2f open_beside_flood_us=%.2f prefs_per_s=%.0f userdefaults_per_s=%.0f",
                      supervised, viaCLI ?? -1, bwrapAlone, unconfined, supervised / bwrapAlone, insideNs / 1000, outsideNs / 1000, insideNs / outsideNs, besideFloodNs / 1000, oursRate, foundationRate))
     }
