@@ -345,17 +345,14 @@ int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp
     return 0;
 }
 
-/// Writes `value` and a newline to `file`; 0 or -1. Only async-signal-safe calls.
+/// Writes `value` and a newline to `file` (``write_control``); 0 or -1. Only async-signal-safe calls.
 static int write_number(const char *file, long value) {
     char text[24];
     int at = (int)sizeof text;
+    text[--at] = 0;
     text[--at] = '\n';
     do { text[--at] = (char)('0' + value % 10); value /= 10; } while (value > 0 && at > 0);
-    int fd = open(file, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = write(fd, text + at, sizeof text - (size_t)at);
-    close(fd);
-    return n == (ssize_t)(sizeof text - (size_t)at) ? 0 : -1;
+    return write_control(file, text + at);
 }
 
 /// What ``cshim_limit_inotify``'s child is given, and answers.

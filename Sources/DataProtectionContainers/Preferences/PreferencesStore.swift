@@ -247,11 +247,19 @@ final class PreferencesStore: @unchecked Sendable {
         let fd = (try? LosslessPath.withCString(directory) {
             cshim_openat2(AT_FDCWD, $0, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, UInt64(CSHIM_RESOLVE_NO_SYMLINKS))
         }) ?? -ELOOP
-        guard fd >= 0 else {
+        if fd == -ENOSYS {
+            // A kernel before openat2 (5.6): the directory's resolved path must be its own.
+            guard let resolved = realpath(directory, nil) else { return nil }
+            defer { free(resolved) }
+            if String(cString: resolved) != URL(fileURLWithPath: directory).standardizedFileURL.path {
+                return .refusedItem(path: directory, reason: "is reached through a symbolic link")
+            }
+        } else if fd < 0 {
             if fd == -ELOOP || fd == -ENOTDIR { return .refusedItem(path: directory, reason: "is reached through a symbolic link") }
-            return nil   // missing, or openat2 unknown to this kernel: the write itself says what is wrong
+            // Missing or unreadable: the write itself says what is wrong.
+        } else {
+            close(fd)
         }
-        close(fd)
         var st = stat()
         if lstat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
             return .refusedItem(path: path, reason: "is not a regular file")
