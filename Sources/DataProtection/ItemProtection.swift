@@ -42,11 +42,11 @@ package enum DirectoryDefault {
 
     /// The default of the nearest ancestor of `path` that has one (unreadable ancestors are skipped).
     package static func inherited(forNewItemAt path: String) -> ProtectionClass? {
-        var directory = URL(fileURLWithPath: path).standardizedFileURL.deletingLastPathComponent()
+        var directory = POSIXFile.split(URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path).directory
         while true {
-            if let cls = try? get(directory.path) { return cls }
-            if directory.path == "/" { return nil }
-            directory = directory.deletingLastPathComponent()
+            if let cls = try? get(directory) { return cls }
+            if directory == "/" || directory == "." { return nil }
+            directory = POSIXFile.split(directory).directory
         }
     }
 }

@@ -31,13 +31,13 @@ extension ProtectedFileManager {
     /// Writes a file atomically through the file system: a temporary sibling given `cls` (the
     /// file system refuses a class below the container's: the file keeps the container's then),
     /// filled, flushed, renamed over `url`.
-    func writeServedAtomically(to url: URL, protection cls: ProtectionClass, keepingMode: Bool,
+    func writeServedAtomically(to url: URL, protection cls: ProtectionClass, keepingMode: Bool, replacement: POSIXFile.Replacement = .durable,
                                _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws {
         let path = url.path
         try await servedTranslating(path: path, writing: true, protection: cls) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             try ProtectedFileError.checkReplaceable(path)
-            try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
+            try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600), replacement: replacement) { fd, temp in
                 try Self.setServedClass(cls, of: fd, path: temp)
                 try fill(PlainFileStorage(fd: fd, path: temp))
             }

@@ -87,8 +87,17 @@ public struct ProtectedFileManager: Sendable {
     /// (``ProtectedFileAccessPattern``).
     public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil,
                       access: ProtectedFileAccessPattern = .sequential) async throws {
+        try await write(data, to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: .durable)
+    }
+
+    /// ``write(_:to:protection:thisDeviceOnly:access:)`` put in place as `replacement` says
+    /// (unflushed, keeping the replaced file: preferences). Returns the class the file got and
+    /// whether its key is bound to this device.
+    @discardableResult
+    package func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool?,
+                       access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement) async throws -> (ProtectionClass, thisDeviceOnly: Bool) {
         let bytes = Array(data)
-        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access) { file in
+        return try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: replacement) { file in
             var offset = 0
             try file.writeStream { buffer in
                 let n = min(buffer.count, bytes.count - offset)
@@ -118,24 +127,28 @@ public struct ProtectedFileManager: Sendable {
         return inherited
     }
 
+    @discardableResult
     func writeAtomically(to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil, keepingMode: Bool = true,
-                         access: ProtectedFileAccessPattern = .sequential,
-                         _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws {
+                         access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement = .durable,
+                         _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws -> (ProtectionClass, thisDeviceOnly: Bool) {
         let path = url.path
         if servedByFileSystem {
-            return try await writeServedAtomically(to: url, protection: resolveClass(for: url, explicit: protection), keepingMode: keepingMode, fill)
+            let cls = resolveClass(for: url, explicit: protection)
+            try await writeServedAtomically(to: url, protection: cls, keepingMode: keepingMode, replacement: replacement, fill)
+            return (cls, false)
         }
-        try await ProtectedFileError.translating(path: path, writing: true) {
+        return try await ProtectedFileError.translating(path: path, writing: true) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             try ProtectedFileError.checkReplaceable(path)
             let cls = resolveClass(for: url, explicit: protection)
             let deviceOnly = thisDeviceOnly ?? ((try? ItemInspector.isThisDeviceOnly(url)) ?? false)
             let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
-            try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600)) { fd, temp in
+            try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600), replacement: replacement) { fd, temp in
                 let file = try SegmentedFile.create(fd: fd, path: temp, header: header, keys: keys)
                 try fill(file)
                 try file.settle()
             }
+            return (cls, deviceOnly)
         }
     }
 

@@ -12,6 +12,8 @@ import SystemPackage
 final class WindowWriter: @unchecked Sendable {
     /// Threads left for sealing while one core writes.
     static let sealingThreads = processorCount
+    /// Windows up to this size are written on the caller's thread.
+    static let writtenInline = 64 << 10
 
     private let fd: FileDescriptor
     private let path: String
@@ -46,7 +48,9 @@ final class WindowWriter: @unchecked Sendable {
         }
         let buffer = UnsafeMutableRawBufferPointer(rebasing: buffers[slot][0..<length])
         try fill(buffer)
-        if synchronous {
+        // A small window (a small file, a file's last bytes) is written here: handing it to the
+        // queue and waiting for it costs more than the write.
+        if synchronous || length <= Self.writtenInline {
             try POSIXFile.write(fd, UnsafeRawBufferPointer(buffer), at: offset, path: path)
             return
         }

@@ -76,6 +76,70 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: elsewhere.appendingPathComponent("Preferences/com.example.plist").path))
     }
 
+    /// A write is visible at once and flushed later (within a second, or when the defaults go
+    /// away); meanwhile the last flushed version is kept, and a plist a power cut left torn is
+    /// restored from it — the unflushed writes are lost, never the file. Without a kept version
+    /// a torn plist is an error and is left as it is.
+    @Test func aPowerCutBeforeTheFlushLosesOnlyTheUnflushedWritesNeverTheFile() async throws {
+        let dir = temporaryDirectory()
+        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let fm = FileManager.default
+        let preferences = dir.appendingPathComponent("Preferences")
+        try fm.createDirectory(at: preferences, withIntermediateDirectories: true)
+        let url = preferences.appendingPathComponent("com.example.plist")
+        let kept = preferences.appendingPathComponent(".com.example.plist.durable")
+
+        var defaults: ProtectedUserDefaults? = ProtectedUserDefaults(url: url, files: files)
+        defaults!.set(1, forKey: "a")
+        try defaults!.synchronizeOrThrow()
+        #expect(!fm.fileExists(atPath: kept.path))   // a first file is flushed at once
+        defaults!.set(2, forKey: "a")
+        try defaults!.synchronizeOrThrow()
+        defaults!.set(3, forKey: "a")
+        try defaults!.synchronizeOrThrow()
+        #expect(fm.fileExists(atPath: kept.path))    // not flushed yet: the flushed version is kept
+        #expect(try ItemInspector.protection(ofItemAt: kept) == .protected(.completeUntilFirstUserAuthentication))
+
+        // The disk as a power cut now could leave it: the newest plist torn, the kept one whole.
+        func crashedCopy(tearing: Bool, keeping: Bool) throws -> URL {
+            let copy = dir.appendingPathComponent("after-\(UUID().uuidString.prefix(8))/Preferences")
+            try fm.createDirectory(at: copy, withIntermediateDirectories: true)
+            var bytes = try Data(contentsOf: url)
+            if tearing { bytes = bytes.prefix(bytes.count / 2) + Data(count: bytes.count - bytes.count / 2) }
+            try bytes.write(to: copy.appendingPathComponent("com.example.plist"))
+            if keeping { try fm.copyItem(at: kept, to: copy.appendingPathComponent(kept.lastPathComponent)) }
+            return copy
+        }
+        let torn = try crashedCopy(tearing: true, keeping: true)
+        let whole = try crashedCopy(tearing: false, keeping: true)
+        let lost = try crashedCopy(tearing: true, keeping: false)
+        let lostBytes = try Data(contentsOf: lost.appendingPathComponent("com.example.plist"))
+
+        // Torn: the flushed version (a = 1) comes back, the plist is rewritten whole, nothing kept.
+        let restored = ProtectedUserDefaults(url: torn.appendingPathComponent("com.example.plist"), files: files)
+        #expect(restored.integer(forKey: "a") == 1)
+        #expect(!fm.fileExists(atPath: torn.appendingPathComponent(kept.lastPathComponent).path))
+        #expect(ProtectedUserDefaults(url: torn.appendingPathComponent("com.example.plist"), files: files).integer(forKey: "a") == 1)
+        // Whole (the writes had reached the disk): the newest is read; the kept copy is dropped
+        // once the plist is flushed (here when the defaults go away).
+        var survivor: ProtectedUserDefaults? = ProtectedUserDefaults(url: whole.appendingPathComponent("com.example.plist"), files: files)
+        #expect(survivor!.integer(forKey: "a") == 3)
+        survivor = nil
+        #expect(!fm.fileExists(atPath: whole.appendingPathComponent(kept.lastPathComponent).path))
+        // Torn with nothing kept: an error, and the file is not overwritten.
+        let refused = ProtectedUserDefaults(url: lost.appendingPathComponent("com.example.plist"), files: files)
+        refused.set(4, forKey: "a")
+        #expect(throws: (any Error).self) { try refused.synchronizeOrThrow() }
+        #expect(try Data(contentsOf: lost.appendingPathComponent("com.example.plist")) == lostBytes)
+
+        // The original, let go: flushed, the kept version dropped, the newest value there.
+        defaults = nil
+        #expect(!fm.fileExists(atPath: kept.path))
+        #expect(ProtectedUserDefaults(url: url, files: files).integer(forKey: "a") == 3)
+        #expect((try fm.contentsOfDirectory(atPath: preferences.path)).filter { !$0.hasSuffix(".lock") } == ["com.example.plist"])
+    }
+
     @Test func theUserDefaultsShapeBehavesAsFoundations() async throws {
         let dir = temporaryDirectory()
         let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)

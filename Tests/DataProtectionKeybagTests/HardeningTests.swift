@@ -72,6 +72,21 @@ import Testing
         #expect(LosslessPath.display(LosslessPath.string(fromBytes: Array("lat".utf8) + [0xE9])) == "lat\\xE9")
         #expect(throws: KeybagError.self) { try LosslessPath.withCString("a\0b") { _ in 0 } }
     }
+
+    /// A path's directory and name, split without touching the file system, as `dirname` and
+    /// `basename` would; a temporary sibling stays in the same directory, hidden.
+    @Test func pathsSplitAtTheirLastSlash() {
+        #expect(POSIXFile.split("/a/b") == ("/a", "b"))
+        #expect(POSIXFile.split("/a/b/") == ("/a", "b"))
+        #expect(POSIXFile.split("/a") == ("/", "a"))
+        #expect(POSIXFile.split("a") == (".", "a"))
+        #expect(POSIXFile.split("/") == ("/", "/"))
+        let odd = "/d/" + LosslessPath.string(fromBytes: [0x79, 0xFE, 0x2F - 1])
+        #expect(POSIXFile.split(odd).name == LosslessPath.string(fromBytes: [0x79, 0xFE, 0x2E]))
+        let sibling = POSIXFile.temporarySibling(of: "/d/settings.plist")
+        #expect(sibling.hasPrefix("/d/.settings.plist.dp-tmp-"))
+        #expect(POSIXFile.temporarySibling(of: "/top").hasPrefix("/.top.dp-tmp-"))
+    }
 }
 
 /// Mutated keybags: every one is refused with `corruptKeybag` (none is accepted, none traps).

@@ -11,6 +11,12 @@ import Glibc
 /// The machinery behind ``ProtectedUserDefaults``: the values in memory, a worker thread that
 /// merges pending changes into the file key by key under `flock`, and a watcher (inotify on the
 /// directory) that has the worker read back what other processes wrote.
+///
+/// Durability is deferred, as `cfprefsd` defers it on iOS: a write is whole and visible to every
+/// process when ``synchronize()`` returns, and flushed to the disk within ``flushDelay`` (at once
+/// when the store stops or the process exits). Until then the last flushed version is kept
+/// beside the plist (`.ID.plist.durable`, swapped out by `RENAME_EXCHANGE`), and a plist a power
+/// cut left unreadable is restored from it (FORMAT.md §10.4).
 final class PreferencesStore: @unchecked Sendable {
     enum Change { case set(Any), remove }
     /// What identifies one version of the file without reading it.
@@ -18,9 +24,11 @@ final class PreferencesStore: @unchecked Sendable {
 
     let url: URL?
     let files: ProtectedFileManager?
-    /// The property list's path, its directory's and its lock file's (worked out once: each
-    /// write needs them).
-    private let path: String, directory: String, lockPath: String
+    /// The property list's path, its directory's, its lock file's and its last flushed
+    /// version's (worked out once: each write needs them).
+    private let path: String, directory: String, lockPath: String, durablePath: String
+    /// How long a write may stay unflushed.
+    static let flushDelay: TimeInterval = 1
     let logger = Logger(label: "preferences")
     weak var owner: ProtectedUserDefaults?
 
@@ -38,8 +46,20 @@ final class PreferencesStore: @unchecked Sendable {
     /// The values in the file as last read or written (``knownFile``'s): a write that finds the
     /// file unchanged since needs not read it again.
     private var knownValues: [String: Any]?
+    /// The class and device binding of the file as this process last wrote it (``knownFile``):
+    /// the next write needs not read its header again.
+    private var knownProtection: (ProtectionClass, thisDeviceOnly: Bool)?
     private var streams: [UUID: AsyncStream<Void>.Continuation] = [:]
     private var wake: [Int32] = [-1, -1]
+    /// A round (a merge, or a flush) is running, on the worker or on a thread in ``synchronize()``.
+    private var busy = false
+    private var workerRunning = false
+    private var worker: Thread?
+    /// When the writes not yet flushed must be (`nil`: none).
+    private var flushDue: Date?
+    /// Whether the file system can swap two names (`RENAME_EXCHANGE`): where it cannot, every
+    /// write is flushed before ``synchronize()`` returns.
+    private var canDeferFlush = true
 
     init(url: URL?, files: ProtectedFileManager?) {
         self.url = url
@@ -47,6 +67,7 @@ final class PreferencesStore: @unchecked Sendable {
         path = url?.path ?? ""
         directory = url?.deletingLastPathComponent().path ?? ""
         lockPath = url.map { $0.deletingLastPathComponent().appendingPathComponent(Self.lockFileName(forPlistNamed: $0.lastPathComponent)).path } ?? ""
+        durablePath = url.map { $0.deletingLastPathComponent().appendingPathComponent(Self.durableCopyName(forPlistNamed: $0.lastPathComponent)).path } ?? ""
     }
 
     /// Loads the file, then starts the worker and the watcher.
@@ -56,11 +77,21 @@ final class PreferencesStore: @unchecked Sendable {
         for fd in wake { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let worker = Thread { [self] in work() }
         worker.name = "preferences"
+        condition.lock(); self.worker = worker; workerRunning = true; condition.unlock()
         worker.start()
+        Self.flushedAtExit.add(self)
         let watcher = Thread { [self] in watch() }
         watcher.name = "preferences watcher"
         watcher.start()
         _ = synchronize()
+        // A version kept by a run that did not flush (a killed process, a power cut): the plist,
+        // read (or restored from it) just now, is flushed soon and the kept version dropped.
+        if POSIXFile.linkStatus(durablePath) != nil {
+            condition.lock()
+            if flushDue == nil { flushDue = Date() }
+            condition.broadcast()
+            condition.unlock()
+        }
     }
 
     deinit {
@@ -103,7 +134,10 @@ final class PreferencesStore: @unchecked Sendable {
         requested += 1
         let ticket = requested
         condition.broadcast()
-        while completed < ticket && !stopped { condition.wait() }
+        while completed < ticket && !stopped {
+            // No round running: this thread runs it (no hand-over to the worker and back).
+            if busy { condition.wait() } else { performRound() }
+        }
         if !lastOK { throw lastError ?? ContainerError.launchFailed("preferences could not be written") }
     }
 
@@ -127,42 +161,73 @@ final class PreferencesStore: @unchecked Sendable {
     // MARK: - The worker
 
     private func work() {
-        while true {
-            condition.lock()
-            while completed >= requested && !stopped { condition.wait() }
-            if stopped { condition.unlock(); return }
-            let ticket = requested
-            let changes = pending
-            pending = [:]
-            let known = knownFile.map { ($0, knownValues ?? [:]) }
-            condition.unlock()
-
-            let outcome = merge(changes, known: known)
-
-            condition.lock()
-            var changedElsewhere = false
-            if let values = outcome.values {
-                // What others wrote, with what this process set since (still pending) on top.
-                var view = values
-                for (key, change) in pending {
-                    switch change { case .set(let value): view[key] = value; case .remove: view[key] = nil }
+        condition.lock()
+        while !stopped {
+            if busy {
+                condition.wait()
+            } else if completed < requested {
+                performRound()
+            } else if let due = flushDue {
+                if Date() >= due {
+                    busy = true
+                    flushDue = nil
+                    condition.unlock()
+                    flush()
+                    condition.lock()
+                    busy = false
+                    condition.broadcast()
+                } else {
+                    _ = condition.wait(until: due)
                 }
-                changedElsewhere = !NSDictionary(dictionary: stored).isEqual(to: view)
-                stored = view
-                knownFile = outcome.identity
-                knownValues = outcome.identity == nil ? nil : values
+            } else {
+                condition.wait()
             }
-            if !outcome.ok {
-                // Not written (a locked class, a full disk): kept for the next attempt, unless
-                // set again since.
-                for (key, change) in changes where pending[key] == nil { pending[key] = change }
+        }
+        workerRunning = false
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// One merge of what is pending with the file: called and returns with `condition` locked.
+    private func performRound() {
+        busy = true
+        let ticket = requested
+        let changes = pending
+        pending = [:]
+        let known = knownFile.map { (file: $0, values: knownValues ?? [:], protection: knownProtection) }
+        condition.unlock()
+
+        let outcome = merge(changes, known: known)
+
+        condition.lock()
+        var changedElsewhere = false
+        if let values = outcome.values {
+            // What others wrote, with what this process set since (still pending) on top.
+            var view = values
+            for (key, change) in pending {
+                switch change { case .set(let value): view[key] = value; case .remove: view[key] = nil }
             }
-            lastOK = outcome.ok
-            lastError = outcome.error
-            completed = ticket
-            condition.broadcast()
+            changedElsewhere = !NSDictionary(dictionary: stored).isEqual(to: view)
+            stored = view
+            knownFile = outcome.identity
+            knownValues = outcome.identity == nil ? nil : values
+            knownProtection = outcome.identity == nil ? nil : outcome.protection
+        }
+        if !outcome.ok {
+            // Not written (a locked class, a full disk): kept for the next attempt, unless
+            // set again since.
+            for (key, change) in changes where pending[key] == nil { pending[key] = change }
+        }
+        if outcome.unflushed, flushDue == nil { flushDue = Date(timeIntervalSinceNow: Self.flushDelay) }
+        lastOK = outcome.ok
+        lastError = outcome.error
+        completed = ticket
+        busy = false
+        condition.broadcast()
+        if changedElsewhere {
             condition.unlock()
-            if changedElsewhere { announce() }
+            announce()
+            condition.lock()
         }
     }
 
@@ -172,72 +237,244 @@ final class PreferencesStore: @unchecked Sendable {
     /// Whether `name` is such a lock file's name.
     static func isLockFileName(_ name: String) -> Bool { name.hasPrefix(".") && name.hasSuffix(".plist.lock") }
 
+    /// The plist's last flushed version, kept beside it while newer writes are not yet flushed
+    /// (`.ID.plist.durable`): a protected file of the plist's class, as the plist itself was.
+    static func durableCopyName(forPlistNamed name: String) -> String { "." + name + ".durable" }
+
+    /// What one merge did.
+    struct MergeOutcome {
+        /// The values now in the file (`nil` when they could not be read).
+        var values: [String: Any]?
+        var identity: FileIdentity?
+        /// The class and device binding it was written with (`nil`: not written by this merge).
+        var protection: (ProtectionClass, thisDeviceOnly: Bool)?
+        var ok = true
+        var error: (any Error)?
+        /// Written without a flush: one is due within ``flushDelay``.
+        var unflushed = false
+
+        static func failed(_ error: any Error) -> MergeOutcome { MergeOutcome(values: nil, identity: nil, ok: false, error: error) }
+    }
+
     /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
-    /// Returns the values now in the file (`nil` when they could not be read) and whether all
-    /// went well. An unreadable file is never overwritten.
-    private func merge(_ changes: [String: Change], known: (file: FileIdentity, values: [String: Any])?) -> (values: [String: Any]?, identity: FileIdentity?, ok: Bool, error: (any Error)?) {
-        guard let url, let files else { return (nil, nil, true, nil) }
+    /// An unreadable file is never overwritten — unless a power cut left it so while its last
+    /// flushed version was kept (`.ID.plist.durable`): that version is restored, changes on top.
+    private func merge(_ changes: [String: Change], known: (file: FileIdentity, values: [String: Any], protection: (ProtectionClass, thisDeviceOnly: Bool)?)?) -> MergeOutcome {
+        guard let url, let files else { return MergeOutcome() }
+        // Nothing to write and the file as this process left it: nothing to read either (one
+        // `lstat`, no lock: a writer that replaces it meanwhile is seen by the watcher).
+        let unlocked = identity(path)
+        if changes.isEmpty, let known, unlocked == known.file { return MergeOutcome(values: nil, identity: known.file) }
         // The file and its directory are the app's: never follow a link planted there (to another
         // app's preferences, or out of the container), never read a FIFO or a device.
         if let refusal = refusal() {
             logger.notice("\(refusal)")
-            return (nil, nil, false, refusal)
+            return .failed(refusal)
         }
+        guard let lock = lockFile() else { return .failed(lastLockError ?? ContainerError.refusedItem(path: lockPath, reason: "cannot be locked")) }
+        defer { close(lock) }
+
+        var values: [String: Any] = [:]
+        var restored = false
+        var protection: (ProtectionClass, thisDeviceOnly: Bool)?
+        let before = identity(path)
+        if let before, let known, before == known.file {
+            if changes.isEmpty { return MergeOutcome(values: nil, identity: known.file) }   // nothing new on either side
+            values = known.values   // nobody wrote it since: what it holds is known
+            protection = known.protection
+        } else if before != nil {
+            do {
+                values = try readValues(path)
+            } catch {
+                guard Self.mayBeTornByPowerCut(error), POSIXFile.linkStatus(durablePath) != nil, let kept = try? readValues(durablePath) else {
+                    logger.notice("\(path): cannot be read: \(error)")
+                    return .failed(error)
+                }
+                logger.notice("\(error) — as a power cut can leave a file not yet flushed: its last flushed version (\(Self.durableCopyName(forPlistNamed: url.lastPathComponent))) is restored")
+                values = kept
+                restored = true
+            }
+        }
+        guard !changes.isEmpty || restored else { return MergeOutcome(values: values, identity: before) }
+        for (key, change) in changes {
+            switch change { case .set(let value): values[key] = value; case .remove: values[key] = nil }
+        }
+        // Nothing the class resolution would raise is lowered: the class is the stronger of the
+        // one this process wrote and the directory's.
+        let explicit = protection.map { max($0.0, files.defaultProtection(forNewItemAt: url)) }
+        let written: (ProtectionClass, thisDeviceOnly: Bool)
+        var unflushed = false
+        do {
+            let data = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
+            let windowOpen = !restored && POSIXFile.linkStatus(durablePath) != nil
+            if restored || !canDeferFlush || before == nil {
+                // A first file, or one restored: flushed before anything relies on it.
+                written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly, .durable)
+            } else if windowOpen {
+                // The last flushed version is kept already (by this process or another).
+                written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly, POSIXFile.Replacement(flushes: false))
+                unflushed = true
+            } else {
+                do {
+                    written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly,
+                                        POSIXFile.Replacement(flushes: false, keepingReplacedAt: durablePath))
+                    unflushed = true
+                } catch let error as ProtectedFileError where Self.cannotExchange(error) {
+                    logger.notice("\(directory): the file system cannot swap two names (RENAME_EXCHANGE): preferences are flushed at every write")
+                    canDeferFlush = false
+                    written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly, .durable)
+                }
+            }
+        } catch {
+            logger.notice("\(path): cannot be written: \(error)")
+            return .failed(error)
+        }
+        let after = identity(path)
+        if !unflushed { flushLocked(verified: after) }   // flushed: a kept version is not needed any more
+        return MergeOutcome(values: values, identity: after, protection: written, unflushed: unflushed)
+    }
+
+    private var lastLockError: (any Error)?
+
+    /// The lock file, opened (never through a link) and `flock`ed: `nil` when it cannot be.
+    private func lockFile() -> Int32? {
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard lock >= 0 else {
             let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
             logger.notice("\(error)")
-            return (nil, nil, false, error)
+            lastLockError = error
+            return nil
         }
-        defer { close(lock) }
         var lockStatus = stat()
         guard fstat(lock, &lockStatus) == 0, lockStatus.st_mode & S_IFMT == S_IFREG else {
-            return (nil, nil, false, ContainerError.refusedItem(path: lockPath, reason: "is not a regular file"))
+            close(lock)
+            lastLockError = ContainerError.refusedItem(path: lockPath, reason: "is not a regular file")
+            return nil
         }
         while flock(lock, LOCK_EX) != 0 && errno == EINTR {}
+        return lock
+    }
 
-        var values: [String: Any] = [:]
-        let before = identity(path)
-        if let before, let known, before == known.file {
-            if changes.isEmpty { return (nil, known.file, true, nil) }   // nothing new on either side
-            values = known.values   // nobody wrote it since: what it holds is known
-        } else if before != nil {
-            // Opened without following a link, checked to be a regular file, then read through
-            // that very descriptor (/proc/self/fd/N): a link swapped in afterwards changes nothing.
-            let fd = open(url.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-            var st = stat()
-            guard fd >= 0, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
-                if fd >= 0 { close(fd) }
-                let error = ContainerError.refusedItem(path: url.path, reason: "is not a regular file")
-                logger.notice("\(error)")
-                return (nil, nil, false, error)
-            }
-            defer { close(fd) }
-            do {
-                let data = try runBlocking { try await files.contents(of: URL(fileURLWithPath: "/proc/self/fd/\(fd)")) }
-                guard let dictionary = try PropertyListSerialization.propertyList(from: data, options: [], format: nil) as? [String: Any] else {
-                    throw ContainerError.refusedItem(path: url.path, reason: "is not a property-list dictionary")
-                }
-                values = dictionary
-            } catch {
-                // Errors name the preferences file, not the descriptor it was read through.
-                let error = (error as? ProtectedFileError)?.naming(url.path) ?? error
-                logger.notice("\(url.path): cannot be read: \(error)")
-                return (nil, nil, false, error)
-            }
+    /// Writes `data` as the plist (see ``ProtectedFileManager/write(_:to:protection:thisDeviceOnly:access:replacement:)``).
+    private func write(_ data: Data, files: ProtectedFileManager, explicit: ProtectionClass?, deviceOnly: Bool?,
+                       _ replacement: POSIXFile.Replacement) throws -> (ProtectionClass, thisDeviceOnly: Bool) {
+        guard let url else { throw ContainerError.refusedItem(path: path, reason: "has no file") }
+        return try runBlocking { try await files.write(data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement) }
+    }
+
+    /// The dictionary in the plist at `path`: opened without following a link, checked to be a
+    /// regular file, then read through that very descriptor (/proc/self/fd/N), so a link swapped
+    /// in afterwards changes nothing.
+    private func readValues(_ path: String) throws -> [String: Any] {
+        guard let files else { return [:] }
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        var st = stat()
+        guard fd >= 0, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            if fd >= 0 { close(fd) }
+            throw ContainerError.refusedItem(path: path, reason: "is not a regular file")
         }
-        guard !changes.isEmpty else { return (values, before, true, nil) }
-        for (key, change) in changes {
-            switch change { case .set(let value): values[key] = value; case .remove: values[key] = nil }
+        defer { close(fd) }
+        do {
+            let data = try runBlocking { try await files.contents(of: URL(fileURLWithPath: "/proc/self/fd/\(fd)")) }
+            guard let dictionary = try? PropertyListSerialization.propertyList(from: data, options: [], format: nil) as? [String: Any] else {
+                throw ContainerError.refusedItem(path: path, reason: "is not a property-list dictionary")
+            }
+            return dictionary
+        } catch {
+            // Errors name the preferences file, not the descriptor it was read through.
+            throw (error as? ProtectedFileError)?.naming(path) ?? error
+        }
+    }
+
+    /// Whether a read failed as a file a power cut caught unflushed can make it fail: damaged
+    /// (torn, zeroed, cut short) or no property list at all (empty, plain zeros) — not a locked
+    /// class, a foreign keybag, a link or a FIFO.
+    static func mayBeTornByPowerCut(_ error: any Error) -> Bool {
+        switch error {
+        case ProtectedFileError.damaged: true
+        case ContainerError.refusedItem(_, let reason): reason == "is not a property-list dictionary"
+        default: false
+        }
+    }
+
+    /// Whether a write failed because the file system cannot swap names.
+    static func cannotExchange(_ error: ProtectedFileError) -> Bool {
+        guard case .fileSystem(let failure) = error, failure.operation == "renameat2" else { return false }
+        return [Errno.invalidArgument, .notSupported, .noFunction].contains(failure.errno)
+    }
+
+    // MARK: - Flushing
+
+    /// Flushes the plist and drops its kept version, under the file's lock.
+    private func flush() {
+        guard url != nil, refusal() == nil, let lock = lockFile() else { return }
+        defer { close(lock) }
+        condition.lock(); let verified = knownFile; condition.unlock()
+        flushLocked(verified: verified)
+    }
+
+    /// ``flush()`` with the lock held: `fsync` the plist, then its directory (the renames), and
+    /// only then remove `.ID.plist.durable` (and flush that too). Only when the plist is the one
+    /// this process last read whole or wrote (`verified`): the kept version is never dropped for
+    /// a plist nobody has read since a power cut — another writer, who changed it since, flushes it.
+    private func flushLocked(verified: FileIdentity?) {
+        guard POSIXFile.linkStatus(durablePath) != nil, let verified, identity(path) == verified else { return }
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        if fd >= 0 {
+            var st = stat()
+            let flushed = fstat(fd, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && fsync(fd) == 0
+            close(fd)
+            guard flushed else {
+                logger.notice("\(path): cannot be flushed: \(String(cString: strerror(errno)))")
+                return
+            }
+        } else if errno != ENOENT {
+            return
         }
         do {
-            let data = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
-            try runBlocking { try await files.write(data, to: url) }
+            try POSIXFile.syncDirectory(directory)
+            // Gone already: another process flushed between the check and here (a lock through
+            // another path to the same directory).
+            try POSIXFile.call("unlink", durablePath) { unlink($0) == 0 || errno == ENOENT ? 0 : -1 }
+            try POSIXFile.syncDirectory(directory)
         } catch {
-            logger.notice("\(url.path): cannot be written: \(error)")
-            return (nil, nil, false, error)
+            logger.notice("\(error)")
         }
-        return (values, identity(path), true, nil)
+    }
+
+    /// Stores whose writes are flushed when the process exits (`atexit`).
+    static let flushedAtExit = LiveStores()
+
+    final class LiveStores: @unchecked Sendable {
+        private let lock = NSLock()
+        private var stores: [ObjectIdentifier: Weak] = [:]
+        private var registered = false
+        struct Weak { weak var store: PreferencesStore? }
+
+        func add(_ store: PreferencesStore) {
+            lock.lock(); defer { lock.unlock() }
+            stores[ObjectIdentifier(store)] = Weak(store: store)
+            if !registered {
+                registered = true
+                atexit { PreferencesStore.flushedAtExit.flushAll() }
+            }
+        }
+
+        func remove(_ store: PreferencesStore) {
+            lock.lock(); defer { lock.unlock() }
+            stores[ObjectIdentifier(store)] = nil
+        }
+
+        func flushAll() {
+            lock.lock(); let live = stores.values.compactMap(\.store); lock.unlock()
+            for store in live where store.hasUnflushedWrites { store.flush() }
+        }
+    }
+
+    /// Whether this store wrote something not yet flushed.
+    var hasUnflushedWrites: Bool {
+        condition.lock(); defer { condition.unlock() }
+        return flushDue != nil
     }
 
     /// Why the file must not be touched: its directory is reached through a link (`openat2` with
@@ -298,9 +535,23 @@ final class PreferencesStore: @unchecked Sendable {
         }
     }
 
-    /// Stops the worker and the watcher (the defaults object went away).
+    /// Stops the worker and the watcher (the defaults object went away), and flushes what was
+    /// written unflushed.
     func stop() {
-        condition.lock(); stopped = true; condition.broadcast(); condition.unlock()
-        if wake[1] >= 0 { var byte: UInt8 = 1; _ = write(wake[1], &byte, 1) }
+        Self.flushedAtExit.remove(self)
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        // The worker finishes the round it runs (unless this is the worker: a notification's
+        // observer let the defaults go).
+        if Thread.current !== worker {
+            while busy || workerRunning { condition.wait() }
+        }
+        let unflushed = flushDue != nil
+        flushDue = nil
+        condition.unlock()
+        if unflushed { flush() }
+        if wake[1] >= 0 { var byte: UInt8 = 1; _ = Glibc.write(wake[1], &byte, 1) }
     }
 }
+

@@ -234,12 +234,47 @@ package enum POSIXFile {
     /// A name for a temporary sibling of `path`, hidden and unique: `.NAME.dp-tmp-RANDOM`, or
     /// `.dp-tmp-RANDOM` when NAME is too long for that to fit in NAME_MAX (255 bytes).
     package static func temporarySibling(of path: String) -> String {
-        let url = URL(fileURLWithPath: path)
+        let (directory, name) = split(path)
         let random = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        let name = url.lastPathComponent
         let withName = ".\(name).dp-tmp-\(random)"
         let fits = LosslessPath.bytes(of: withName).count <= Int(NAME_MAX)
-        return url.deletingLastPathComponent().appendingPathComponent(fits ? withName : ".dp-tmp-\(random)").path
+        return (directory == "/" ? "/" : directory + "/") + (fits ? withName : ".dp-tmp-\(random)")
+    }
+
+    /// A path's directory and last name, by its last `/` (no `stat`, unlike `URL(fileURLWithPath:)`):
+    /// `("/a", "b")` for `/a/b` and `/a/b/`, `("/", "a")` for `/a`, `(".", "a")` for `a`, `("/", "/")` for `/`.
+    package static func split(_ path: String) -> (directory: String, name: String) {
+        var trimmed = Substring(path)
+        while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        if trimmed == "/" { return ("/", "/") }
+        guard let slash = trimmed.lastIndex(of: "/") else { return (".", String(trimmed)) }
+        let directory = trimmed[..<slash]
+        return (directory.isEmpty ? "/" : String(directory), String(trimmed[trimmed.index(after: slash)...]))
+    }
+
+    /// Whether `/proc/self/fd` is there (an unnamed file can be linked through it).
+    private static let canLinkUnnamed = access("/proc/self/fd", F_OK) == 0
+
+    /// How ``replaceAtomically(_:permissions:replacement:_:)`` puts the new file in place.
+    package struct Replacement: Sendable {
+        /// Flush the new file (`fsync`) before it takes the name, and the directory after: the
+        /// new content is durable when the call returns. Without, it is visible and whole to
+        /// every process at once, and reaches the disk when the caller flushes it (or the
+        /// kernel writes it back): a power cut before that may leave the name on a file whose
+        /// data never reached the disk.
+        package var flushes = true
+        /// Keep the file being replaced under this path (a sibling, which must not exist): the
+        /// new file is linked there and the two swapped in one `renameat2(RENAME_EXCHANGE)`, so
+        /// the old content stays whole under the second name. Throws `EINVAL`/`ENOTSUP` where
+        /// the file system cannot swap names (nothing is replaced then).
+        package var keepingReplacedAt: String?
+
+        /// Flushed before returning: the default.
+        package static let durable = Replacement()
+        package init(flushes: Bool = true, keepingReplacedAt: String? = nil) {
+            self.flushes = flushes
+            self.keepingReplacedAt = keepingReplacedAt
+        }
     }
 
     /// Replaces `path` atomically: a crash leaves either the old content or the new, never a mix.
@@ -250,21 +285,21 @@ package enum POSIXFile {
     /// most, between link and rename, a complete hidden `.NAME.dp-tmp-*`). Where `O_TMPFILE`
     /// is not supported a named hidden temporary file is used. On any failure `path` is
     /// untouched. The new file gets `permissions`, or the old file's mode (0644 for a new file).
-    package static func replaceAtomically(_ path: String, permissions: FilePermissions? = nil,
+    /// `replacement` can leave the flushing to the caller and keep the old file (``Replacement``).
+    package static func replaceAtomically(_ path: String, permissions: FilePermissions? = nil, replacement: Replacement = .durable,
                                           _ fill: (FileDescriptor, String) throws -> Void) throws {
         var mode = permissions ?? FilePermissions(rawValue: 0o644)
-        if permissions == nil {
-            if let st = status(path) { mode = FilePermissions(rawValue: st.st_mode & 0o7777) }
-        }
-        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
-        let temp = temporarySibling(of: path)
+        let replaced = status(path)
+        if permissions == nil, let replaced { mode = FilePermissions(rawValue: replaced.st_mode & 0o7777) }
+        let directory = split(path).directory
+        let temp = replacement.keepingReplacedAt ?? temporarySibling(of: path)
         // The replaced file's user attributes go with its content (the do-not-back-up mark among
         // them): a rewrite, a conversion or a class change never drops a mark.
-        let keptAttributes = status(path) != nil ? try userAttributes(path) : []
+        let keptAttributes = replaced != nil ? try userAttributes(path) : []
 
         var fd: FileDescriptor
         var isUnnamed = false
-        let canLinkUnnamed = access("/proc/self/fd", F_OK) == 0
+        let canLinkUnnamed = Self.canLinkUnnamed
         let raw = canLinkUnnamed ? ((try? LosslessPath.withCString(directory) { Glibc.open($0, cshim_o_tmpfile() | O_RDWR | O_CLOEXEC, mode.rawValue) }) ?? -1) : -1
         if raw >= 0 {
             fd = FileDescriptor(rawValue: raw)
@@ -284,7 +319,7 @@ package enum POSIXFile {
                 try check("fsetxattr", path) { value.withUnsafeBytes { fsetxattr(fd.rawValue, name, $0.baseAddress, $0.count, 0) } }
             }
             try fill(fd, path)
-            try sync(fd, path: path)
+            if replacement.flushes { try sync(fd, path: path) }
             if isUnnamed {
                 try call("linkat", temp) { linkat(AT_FDCWD, "/proc/self/fd/\(fd.rawValue)", AT_FDCWD, $0, AT_SYMLINK_FOLLOW) }
             }
@@ -295,12 +330,20 @@ package enum POSIXFile {
             throw error
         }
         do {
-            try call("rename", temp, path) { rename($0, $1) }
+            if replacement.keepingReplacedAt != nil {
+                try call("renameat2", temp, path) { first, second in
+                    let result = cshim_rename_exchange(first, second)
+                    if result < 0 { errno = -result; return -1 }
+                    return 0
+                }
+            } else {
+                try call("rename", temp, path) { rename($0, $1) }
+            }
         } catch {
             _ = try? call("unlink", temp) { unlink($0) }
             throw error
         }
-        try? syncDirectory(directory)
+        if replacement.flushes { try? syncDirectory(directory) }
     }
 
     /// Creates `path` with `bytes` (refusing to replace anything), flushed; removed again on failure.
