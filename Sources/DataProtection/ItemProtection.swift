@@ -82,6 +82,15 @@ public enum ItemInspector {
         return header.layout.plaintextSize(fileSize: Int64(st.st_size))?.size ?? 0
     }
 
+    /// A regular file's class and device binding from one read of its header; `nil` for a file
+    /// that is not protected. Readable without a key.
+    package static func classAndDeviceBinding(ofFileAt path: String) throws -> (ProtectionClass, thisDeviceOnly: Bool)? {
+        let prefix = try wrapFS { try readPrefix(path) }
+        guard ProtectedFileHeader.looksProtected(prefix) else { return nil }
+        let header = try ProtectedFileHeader.parse(prefix, path: path)
+        return (header.protectionClass, header.wrappedKey.thisDeviceOnly)
+    }
+
     /// Whether a protected file is bound to this device ("this device only"); `false` for
     /// anything else. Readable without a key.
     public static func isThisDeviceOnly(_ url: URL) throws -> Bool {

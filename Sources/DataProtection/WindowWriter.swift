@@ -51,6 +51,11 @@ final class WindowWriter: @unchecked Sendable {
         // A small window (a small file, a file's last bytes) is written here: handing it to the
         // queue and waiting for it costs more than the write.
         if synchronous || length <= Self.writtenInline {
+            // After the other window's write, and not after a failed one (no hole in the middle).
+            if !synchronous {
+                inFlight[slot ^ 1].wait()
+                try rethrowFailure()
+            }
             try POSIXFile.write(fd, UnsafeRawBufferPointer(buffer), at: offset, path: path)
             return
         }

@@ -78,8 +78,8 @@ import Testing
 
     /// A write is visible at once and flushed later (within a second, or when the defaults go
     /// away); meanwhile the last flushed version is kept, and a plist a power cut left torn is
-    /// restored from it — the unflushed writes are lost, never the file. Without a kept version
-    /// a torn plist is an error and is left as it is.
+    /// restored from it, with its class — the unflushed writes are lost, never the file. Without
+    /// a kept version a torn plist is an error and is left as it is.
     @Test func aPowerCutBeforeTheFlushLosesOnlyTheUnflushedWritesNeverTheFile() async throws {
         let dir = temporaryDirectory()
         let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
@@ -87,57 +87,81 @@ import Testing
         let fm = FileManager.default
         let preferences = dir.appendingPathComponent("Preferences")
         try fm.createDirectory(at: preferences, withIntermediateDirectories: true)
+        try await files.setProtection(.complete, ofItemAt: preferences)   // not the default class
         let url = preferences.appendingPathComponent("com.example.plist")
-        let kept = preferences.appendingPathComponent(".com.example.plist.durable")
+        let keptName = ".com.example.plist.durable"
+        let kept = preferences.appendingPathComponent(keptName)
+        // An hour: nothing is flushed by the clock during the test, only by what it does.
+        func open(_ url: URL) -> ProtectedUserDefaults { ProtectedUserDefaults(url: url, files: files, flushDelay: 3600) }
 
-        var defaults: ProtectedUserDefaults? = ProtectedUserDefaults(url: url, files: files)
+        var defaults: ProtectedUserDefaults? = open(url)
         defaults!.set(1, forKey: "a")
         try defaults!.synchronizeOrThrow()
         #expect(!fm.fileExists(atPath: kept.path))   // a first file is flushed at once
+        let flushed = try Data(contentsOf: url)
         defaults!.set(2, forKey: "a")
         try defaults!.synchronizeOrThrow()
         defaults!.set(3, forKey: "a")
         try defaults!.synchronizeOrThrow()
-        #expect(fm.fileExists(atPath: kept.path))    // not flushed yet: the flushed version is kept
-        #expect(try ItemInspector.protection(ofItemAt: kept) == .protected(.completeUntilFirstUserAuthentication))
+        // Not flushed yet: the flushed version is kept, byte for byte, with its class.
+        #expect(try Data(contentsOf: kept) == flushed)
+        #expect(try ItemInspector.protection(ofItemAt: kept) == .protected(.complete))
 
-        // The disk as a power cut now could leave it: the newest plist torn, the kept one whole.
-        func crashedCopy(tearing: Bool, keeping: Bool) throws -> URL {
+        // The disk as a power cut now could leave it: the newest plist torn (zeros, or cut
+        // short), or whole; the kept one whole.
+        enum Tear { case zeros, halfZeros, none }
+        func crashedCopy(_ tear: Tear, keeping: Bool) async throws -> URL {
             let copy = dir.appendingPathComponent("after-\(UUID().uuidString.prefix(8))/Preferences")
             try fm.createDirectory(at: copy, withIntermediateDirectories: true)
+            try await files.setProtection(.complete, ofItemAt: copy)
             var bytes = try Data(contentsOf: url)
-            if tearing { bytes = bytes.prefix(bytes.count / 2) + Data(count: bytes.count - bytes.count / 2) }
+            switch tear {
+            case .zeros: bytes = Data(count: bytes.count)
+            case .halfZeros: bytes = bytes.prefix(bytes.count / 2) + Data(count: bytes.count - bytes.count / 2)
+            case .none: break
+            }
             try bytes.write(to: copy.appendingPathComponent("com.example.plist"))
-            if keeping { try fm.copyItem(at: kept, to: copy.appendingPathComponent(kept.lastPathComponent)) }
+            if keeping { try fm.copyItem(at: kept, to: copy.appendingPathComponent(keptName)) }
             return copy
         }
-        let torn = try crashedCopy(tearing: true, keeping: true)
-        let whole = try crashedCopy(tearing: false, keeping: true)
-        let lost = try crashedCopy(tearing: true, keeping: false)
-        let lostBytes = try Data(contentsOf: lost.appendingPathComponent("com.example.plist"))
-
-        // Torn: the flushed version (a = 1) comes back, the plist is rewritten whole, nothing kept.
-        let restored = ProtectedUserDefaults(url: torn.appendingPathComponent("com.example.plist"), files: files)
-        #expect(restored.integer(forKey: "a") == 1)
-        #expect(!fm.fileExists(atPath: torn.appendingPathComponent(kept.lastPathComponent).path))
-        #expect(ProtectedUserDefaults(url: torn.appendingPathComponent("com.example.plist"), files: files).integer(forKey: "a") == 1)
+        for tear in [Tear.zeros, .halfZeros] {
+            let torn = try await crashedCopy(tear, keeping: true)
+            let plist = torn.appendingPathComponent("com.example.plist")
+            let restored = open(plist)
+            #expect(restored.integer(forKey: "a") == 1, "\(tear)")
+            #expect(!fm.fileExists(atPath: torn.appendingPathComponent(keptName).path))
+            #expect(try ItemInspector.protection(ofItemAt: plist) == .protected(.complete))
+            #expect(try Data(contentsOf: plist) == flushed)
+        }
         // Whole (the writes had reached the disk): the newest is read; the kept copy is dropped
-        // once the plist is flushed (here when the defaults go away).
-        var survivor: ProtectedUserDefaults? = ProtectedUserDefaults(url: whole.appendingPathComponent("com.example.plist"), files: files)
+        // once the plist is flushed — here when the defaults go away.
+        let whole = try await crashedCopy(.none, keeping: true)
+        var survivor: ProtectedUserDefaults? = open(whole.appendingPathComponent("com.example.plist"))
         #expect(survivor!.integer(forKey: "a") == 3)
+        #expect(fm.fileExists(atPath: whole.appendingPathComponent(keptName).path))
         survivor = nil
-        #expect(!fm.fileExists(atPath: whole.appendingPathComponent(kept.lastPathComponent).path))
+        #expect(!fm.fileExists(atPath: whole.appendingPathComponent(keptName).path))
         // Torn with nothing kept: an error, and the file is not overwritten.
-        let refused = ProtectedUserDefaults(url: lost.appendingPathComponent("com.example.plist"), files: files)
+        let lost = try await crashedCopy(.zeros, keeping: false)
+        let lostBytes = try Data(contentsOf: lost.appendingPathComponent("com.example.plist"))
+        let refused = open(lost.appendingPathComponent("com.example.plist"))
         refused.set(4, forKey: "a")
         #expect(throws: (any Error).self) { try refused.synchronizeOrThrow() }
         #expect(try Data(contentsOf: lost.appendingPathComponent("com.example.plist")) == lostBytes)
 
-        // The original, let go: flushed, the kept version dropped, the newest value there.
+        // A second writer beside the first one's kept version flushes the plist before replacing
+        // it: the version kept is then the newest the first one wrote (a = 3), not the older one.
+        var second: ProtectedUserDefaults? = open(url)
+        second!.set(5, forKey: "b")
+        try second!.synchronizeOrThrow()
+        #expect(try Data(contentsOf: kept) != flushed)
+        // Both let go (the first flushes the second's plist if its watcher read it whole first,
+        // else leaves it to the second): flushed, the kept version dropped, the newest values there.
         defaults = nil
-        #expect(!fm.fileExists(atPath: kept.path))
-        #expect(ProtectedUserDefaults(url: url, files: files).integer(forKey: "a") == 3)
+        second = nil
         #expect((try fm.contentsOfDirectory(atPath: preferences.path)).filter { !$0.hasSuffix(".lock") } == ["com.example.plist"])
+        let last = open(url)
+        #expect(last.integer(forKey: "a") == 3 && last.integer(forKey: "b") == 5)
     }
 
     @Test func theUserDefaultsShapeBehavesAsFoundations() async throws {

@@ -15,8 +15,8 @@ import Glibc
 /// Durability is deferred, as `cfprefsd` defers it on iOS: a write is whole and visible to every
 /// process when ``synchronize()`` returns, and flushed to the disk within ``flushDelay`` (at once
 /// when the store stops or the process exits). Until then the last flushed version is kept
-/// beside the plist (`.ID.plist.durable`, swapped out by `RENAME_EXCHANGE`), and a plist a power
-/// cut left unreadable is restored from it (FORMAT.md §10.4).
+/// beside the plist (`.ID.plist.durable`, a second link to it made before the first unflushed
+/// write replaces it), and a plist a power cut left unreadable is restored from it (FORMAT.md §10.4).
 final class PreferencesStore: @unchecked Sendable {
     enum Change { case set(Any), remove }
     /// What identifies one version of the file without reading it.
@@ -27,8 +27,8 @@ final class PreferencesStore: @unchecked Sendable {
     /// The property list's path, its directory's, its lock file's and its last flushed
     /// version's (worked out once: each write needs them).
     private let path: String, directory: String, lockPath: String, durablePath: String
-    /// How long a write may stay unflushed.
-    static let flushDelay: TimeInterval = 1
+    /// How long a write may stay unflushed (1 s; tests lengthen it to see the flush at stop).
+    let flushDelay: TimeInterval
     let logger = Logger(label: "preferences")
     weak var owner: ProtectedUserDefaults?
 
@@ -46,24 +46,25 @@ final class PreferencesStore: @unchecked Sendable {
     /// The values in the file as last read or written (``knownFile``'s): a write that finds the
     /// file unchanged since needs not read it again.
     private var knownValues: [String: Any]?
-    /// The class and device binding of the file as this process last wrote it (``knownFile``):
-    /// the next write needs not read its header again.
-    private var knownProtection: (ProtectionClass, thisDeviceOnly: Bool)?
+    /// The plist as this process last wrote it unflushed, while the version it kept is there:
+    /// its next write may replace it unflushed too. Any other plist beside a kept version (another
+    /// process wrote it, or a run that ended before flushing) is flushed before it is replaced.
+    private var ownUnflushedFile: FileIdentity?
     private var streams: [UUID: AsyncStream<Void>.Continuation] = [:]
     private var wake: [Int32] = [-1, -1]
     /// A round (a merge, or a flush) is running, on the worker or on a thread in ``synchronize()``.
     private var busy = false
-    private var workerRunning = false
     private var worker: Thread?
     /// When the writes not yet flushed must be (`nil`: none).
     private var flushDue: Date?
-    /// Whether the file system can swap two names (`RENAME_EXCHANGE`): where it cannot, every
-    /// write is flushed before ``synchronize()`` returns.
+    /// Whether the file system can give the plist a second name (`link(2)`): where it cannot,
+    /// every write is flushed before ``synchronize()`` returns. Used by rounds only (one at a time).
     private var canDeferFlush = true
 
-    init(url: URL?, files: ProtectedFileManager?) {
+    init(url: URL?, files: ProtectedFileManager?, flushDelay: TimeInterval = 1) {
         self.url = url
         self.files = files
+        self.flushDelay = flushDelay
         path = url?.path ?? ""
         directory = url?.deletingLastPathComponent().path ?? ""
         lockPath = url.map { $0.deletingLastPathComponent().appendingPathComponent(Self.lockFileName(forPlistNamed: $0.lastPathComponent)).path } ?? ""
@@ -77,21 +78,13 @@ final class PreferencesStore: @unchecked Sendable {
         for fd in wake { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let worker = Thread { [self] in work() }
         worker.name = "preferences"
-        condition.lock(); self.worker = worker; workerRunning = true; condition.unlock()
+        condition.lock(); self.worker = worker; condition.unlock()
         worker.start()
         Self.flushedAtExit.add(self)
         let watcher = Thread { [self] in watch() }
         watcher.name = "preferences watcher"
         watcher.start()
         _ = synchronize()
-        // A version kept by a run that did not flush (a killed process, a power cut): the plist,
-        // read (or restored from it) just now, is flushed soon and the kept version dropped.
-        if POSIXFile.linkStatus(durablePath) != nil {
-            condition.lock()
-            if flushDue == nil { flushDue = Date() }
-            condition.broadcast()
-            condition.unlock()
-        }
     }
 
     deinit {
@@ -172,8 +165,10 @@ final class PreferencesStore: @unchecked Sendable {
                     busy = true
                     flushDue = nil
                     condition.unlock()
-                    flush()
+                    let flushed = flush()
                     condition.lock()
+                    // Not flushed (no lock, an I/O error): tried again later, not forgotten.
+                    if !flushed, flushDue == nil { flushDue = Date(timeIntervalSinceNow: flushDelay) }
                     busy = false
                     condition.broadcast()
                 } else {
@@ -183,8 +178,6 @@ final class PreferencesStore: @unchecked Sendable {
                 condition.wait()
             }
         }
-        workerRunning = false
-        condition.broadcast()
         condition.unlock()
     }
 
@@ -194,10 +187,11 @@ final class PreferencesStore: @unchecked Sendable {
         let ticket = requested
         let changes = pending
         pending = [:]
-        let known = knownFile.map { (file: $0, values: knownValues ?? [:], protection: knownProtection) }
+        let known = knownFile.map { (file: $0, values: knownValues ?? [:]) }
+        let ownUnflushed = ownUnflushedFile
         condition.unlock()
 
-        let outcome = merge(changes, known: known)
+        let outcome = merge(changes, known: known, ownUnflushed: ownUnflushed)
 
         condition.lock()
         var changedElsewhere = false
@@ -211,14 +205,14 @@ final class PreferencesStore: @unchecked Sendable {
             stored = view
             knownFile = outcome.identity
             knownValues = outcome.identity == nil ? nil : values
-            knownProtection = outcome.identity == nil ? nil : outcome.protection
         }
+        if outcome.wrote { ownUnflushedFile = outcome.unflushed ? outcome.identity : nil }
         if !outcome.ok {
             // Not written (a locked class, a full disk): kept for the next attempt, unless
             // set again since.
             for (key, change) in changes where pending[key] == nil { pending[key] = change }
         }
-        if outcome.unflushed, flushDue == nil { flushDue = Date(timeIntervalSinceNow: Self.flushDelay) }
+        if outcome.flushSoon, flushDue == nil { flushDue = Date(timeIntervalSinceNow: flushDelay) }
         lastOK = outcome.ok
         lastError = outcome.error
         completed = ticket
@@ -246,42 +240,42 @@ final class PreferencesStore: @unchecked Sendable {
         /// The values now in the file (`nil` when they could not be read).
         var values: [String: Any]?
         var identity: FileIdentity?
-        /// The class and device binding it was written with (`nil`: not written by this merge).
-        var protection: (ProtectionClass, thisDeviceOnly: Bool)?
         var ok = true
         var error: (any Error)?
-        /// Written without a flush: one is due within ``flushDelay``.
-        var unflushed = false
+        /// Whether this merge wrote the file, and whether without a flush.
+        var wrote = false, unflushed = false
+        /// A version is kept beside the plist: a flush is due within ``flushDelay``.
+        var flushSoon = false
 
         static func failed(_ error: any Error) -> MergeOutcome { MergeOutcome(values: nil, identity: nil, ok: false, error: error) }
     }
 
     /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
     /// An unreadable file is never overwritten — unless a power cut left it so while its last
-    /// flushed version was kept (`.ID.plist.durable`): that version is restored, changes on top.
-    private func merge(_ changes: [String: Change], known: (file: FileIdentity, values: [String: Any], protection: (ProtectionClass, thisDeviceOnly: Bool)?)?) -> MergeOutcome {
+    /// flushed version was kept (`.ID.plist.durable`): that version takes its place.
+    private func merge(_ changes: [String: Change], known: (file: FileIdentity, values: [String: Any])?, ownUnflushed: FileIdentity?) -> MergeOutcome {
         guard let url, let files else { return MergeOutcome() }
         // Nothing to write and the file as this process left it: nothing to read either (one
         // `lstat`, no lock: a writer that replaces it meanwhile is seen by the watcher).
-        let unlocked = identity(path)
-        if changes.isEmpty, let known, unlocked == known.file { return MergeOutcome(values: nil, identity: known.file) }
+        if changes.isEmpty, let known, identity(path) == known.file { return MergeOutcome(values: nil, identity: known.file) }
         // The file and its directory are the app's: never follow a link planted there (to another
         // app's preferences, or out of the container), never read a FIFO or a device.
         if let refusal = refusal() {
             logger.notice("\(refusal)")
             return .failed(refusal)
         }
-        guard let lock = lockFile() else { return .failed(lastLockError ?? ContainerError.refusedItem(path: lockPath, reason: "cannot be locked")) }
+        let lock: Int32
+        switch lockFile() {
+        case .success(let fd): lock = fd
+        case .failure(let error): return .failed(error)
+        }
         defer { close(lock) }
 
         var values: [String: Any] = [:]
-        var restored = false
-        var protection: (ProtectionClass, thisDeviceOnly: Bool)?
-        let before = identity(path)
+        var before = identity(path)
         if let before, let known, before == known.file {
             if changes.isEmpty { return MergeOutcome(values: nil, identity: known.file) }   // nothing new on either side
             values = known.values   // nobody wrote it since: what it holds is known
-            protection = known.protection
         } else if before != nil {
             do {
                 values = try readValues(path)
@@ -290,39 +284,56 @@ final class PreferencesStore: @unchecked Sendable {
                     logger.notice("\(path): cannot be read: \(error)")
                     return .failed(error)
                 }
+                // The kept version (flushed, whole, with its own class, mode and attributes) is
+                // the plist again.
+                do {
+                    try POSIXFile.call("rename", durablePath, path) { rename($0, $1) }
+                    try POSIXFile.syncDirectory(directory)
+                } catch {
+                    logger.notice("\(path): cannot be restored: \(error)")
+                    return .failed(error)
+                }
                 logger.notice("\(error) — as a power cut can leave a file not yet flushed: its last flushed version (\(Self.durableCopyName(forPlistNamed: url.lastPathComponent))) is restored")
                 values = kept
-                restored = true
+                before = identity(path)
             }
         }
-        guard !changes.isEmpty || restored else { return MergeOutcome(values: values, identity: before) }
+        let kept = POSIXFile.linkStatus(durablePath) != nil
+        guard !changes.isEmpty else { return MergeOutcome(values: values, identity: before, flushSoon: kept) }
         for (key, change) in changes {
             switch change { case .set(let value): values[key] = value; case .remove: values[key] = nil }
         }
-        // Nothing the class resolution would raise is lowered: the class is the stronger of the
-        // one this process wrote and the directory's.
-        let explicit = protection.map { max($0.0, files.defaultProtection(forNewItemAt: url)) }
-        let written: (ProtectionClass, thisDeviceOnly: Bool)
         var unflushed = false
         do {
             let data = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
-            let windowOpen = !restored && POSIXFile.linkStatus(durablePath) != nil
-            if restored || !canDeferFlush || before == nil {
-                // A first file, or one restored: flushed before anything relies on it.
-                written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly, .durable)
+            // The class: the stronger of the file's own (its header, read again: a class change
+            // rewraps it in place) and the directory's. Nothing is lowered.
+            let own = before == nil ? nil : try ItemInspector.classAndDeviceBinding(ofFileAt: path)
+            let explicit = own.map { max($0.0, files.defaultProtection(forNewItemAt: url)) }
+            let deviceOnly = own?.thisDeviceOnly ?? false
+            if kept, before != nil, before != ownUnflushed {
+                // Beside a version kept by another writer (or by a run that ended before it
+                // flushed), a plist not written by this process: flushed first (it was read
+                // whole just now), so the version kept from now on is this one.
+                guard flushLocked(verified: before) else { throw ContainerError.refusedItem(path: path, reason: "cannot be flushed") }
+            }
+            let windowOpen = POSIXFile.linkStatus(durablePath) != nil
+            if !canDeferFlush || before == nil {
+                // A first file: flushed before anything relies on it.
+                try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, .durable)
             } else if windowOpen {
-                // The last flushed version is kept already (by this process or another).
-                written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly, POSIXFile.Replacement(flushes: false))
+                // This process's own unflushed plist, the flushed version kept already.
+                try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, POSIXFile.Replacement(flushes: false))
                 unflushed = true
             } else {
                 do {
-                    written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly,
-                                        POSIXFile.Replacement(flushes: false, keepingReplacedAt: durablePath))
+                    try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly,
+                              POSIXFile.Replacement(flushes: false, keepingReplacedAt: durablePath))
                     unflushed = true
-                } catch let error as ProtectedFileError where Self.cannotExchange(error) {
-                    logger.notice("\(directory): the file system cannot swap two names (RENAME_EXCHANGE): preferences are flushed at every write")
+                } catch let error as ProtectedFileError where Self.cannotLink(error) {
+                    logger.notice("\(directory): the file system cannot link the plist a second time: preferences are flushed at every write")
                     canDeferFlush = false
-                    written = try write(data, files: files, explicit: explicit, deviceOnly: protection?.thisDeviceOnly, .durable)
+                    try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, .durable)
                 }
             }
         } catch {
@@ -330,36 +341,32 @@ final class PreferencesStore: @unchecked Sendable {
             return .failed(error)
         }
         let after = identity(path)
-        if !unflushed { flushLocked(verified: after) }   // flushed: a kept version is not needed any more
-        return MergeOutcome(values: values, identity: after, protection: written, unflushed: unflushed)
+        if !unflushed { _ = flushLocked(verified: after) }   // flushed: a kept version is not needed any more
+        return MergeOutcome(values: values, identity: after, wrote: true, unflushed: unflushed, flushSoon: unflushed)
     }
 
-    private var lastLockError: (any Error)?
-
-    /// The lock file, opened (never through a link) and `flock`ed: `nil` when it cannot be.
-    private func lockFile() -> Int32? {
+    /// The lock file, opened (never through a link) and `flock`ed.
+    private func lockFile() -> Result<Int32, any Error> {
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard lock >= 0 else {
             let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
             logger.notice("\(error)")
-            lastLockError = error
-            return nil
+            return .failure(error)
         }
         var lockStatus = stat()
         guard fstat(lock, &lockStatus) == 0, lockStatus.st_mode & S_IFMT == S_IFREG else {
             close(lock)
-            lastLockError = ContainerError.refusedItem(path: lockPath, reason: "is not a regular file")
-            return nil
+            return .failure(ContainerError.refusedItem(path: lockPath, reason: "is not a regular file"))
         }
         while flock(lock, LOCK_EX) != 0 && errno == EINTR {}
-        return lock
+        return .success(lock)
     }
 
     /// Writes `data` as the plist (see ``ProtectedFileManager/write(_:to:protection:thisDeviceOnly:access:replacement:)``).
-    private func write(_ data: Data, files: ProtectedFileManager, explicit: ProtectionClass?, deviceOnly: Bool?,
-                       _ replacement: POSIXFile.Replacement) throws -> (ProtectionClass, thisDeviceOnly: Bool) {
-        guard let url else { throw ContainerError.refusedItem(path: path, reason: "has no file") }
-        return try runBlocking { try await files.write(data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement) }
+    private func write(_ data: Data, files: ProtectedFileManager, explicit: ProtectionClass?, deviceOnly: Bool,
+                       _ replacement: POSIXFile.Replacement) throws {
+        guard let url else { return }
+        try runBlocking { _ = try await files.write(data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement) }
     }
 
     /// The dictionary in the plist at `path`: opened without following a link, checked to be a
@@ -397,39 +404,41 @@ final class PreferencesStore: @unchecked Sendable {
         }
     }
 
-    /// Whether a write failed because the file system cannot swap names.
-    static func cannotExchange(_ error: ProtectedFileError) -> Bool {
-        guard case .fileSystem(let failure) = error, failure.operation == "renameat2" else { return false }
-        return [Errno.invalidArgument, .notSupported, .noFunction].contains(failure.errno)
+    /// Whether a write failed because the file system cannot give a file a second name.
+    static func cannotLink(_ error: ProtectedFileError) -> Bool {
+        guard case .fileSystem(let failure) = error, failure.operation == "link" else { return false }
+        return [Errno.notPermitted, .notSupported, .noFunction, .tooManyLinks, .improperLink].contains(failure.errno)
     }
 
     // MARK: - Flushing
 
-    /// Flushes the plist and drops its kept version, under the file's lock.
-    private func flush() {
-        guard url != nil, refusal() == nil, let lock = lockFile() else { return }
+    /// Flushes the plist and drops its kept version, under the file's lock. `false` when it
+    /// could not (it is tried again later); `true` too when it was not this process's to flush.
+    private func flush() -> Bool {
+        guard url != nil, refusal() == nil, case .success(let lock) = lockFile() else { return false }
         defer { close(lock) }
         condition.lock(); let verified = knownFile; condition.unlock()
-        flushLocked(verified: verified)
+        return flushLocked(verified: verified)
     }
 
     /// ``flush()`` with the lock held: `fsync` the plist, then its directory (the renames), and
     /// only then remove `.ID.plist.durable` (and flush that too). Only when the plist is the one
     /// this process last read whole or wrote (`verified`): the kept version is never dropped for
-    /// a plist nobody has read since a power cut — another writer, who changed it since, flushes it.
-    private func flushLocked(verified: FileIdentity?) {
-        guard POSIXFile.linkStatus(durablePath) != nil, let verified, identity(path) == verified else { return }
+    /// a plist nobody has read since a power cut — another writer, who changed it since, or the
+    /// reader this process becomes when the watcher sees the change, flushes it.
+    @discardableResult
+    private func flushLocked(verified: FileIdentity?) -> Bool {
+        guard POSIXFile.linkStatus(durablePath) != nil else { return true }
+        guard let verified, identity(path) == verified else { return true }
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        if fd >= 0 {
-            var st = stat()
-            let flushed = fstat(fd, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && fsync(fd) == 0
-            close(fd)
-            guard flushed else {
-                logger.notice("\(path): cannot be flushed: \(String(cString: strerror(errno)))")
-                return
-            }
-        } else if errno != ENOENT {
-            return
+        guard fd >= 0 else { return false }
+        var st = stat()
+        let flushed = fstat(fd, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && fsync(fd) == 0
+        let failure = errno
+        close(fd)
+        guard flushed else {
+            logger.notice("\(path): cannot be flushed: \(String(cString: strerror(failure)))")
+            return false
         }
         do {
             try POSIXFile.syncDirectory(directory)
@@ -439,7 +448,10 @@ final class PreferencesStore: @unchecked Sendable {
             try POSIXFile.syncDirectory(directory)
         } catch {
             logger.notice("\(error)")
+            return false
         }
+        condition.lock(); ownUnflushedFile = nil; condition.unlock()
+        return true
     }
 
     /// Stores whose writes are flushed when the process exits (`atexit`).
@@ -467,7 +479,7 @@ final class PreferencesStore: @unchecked Sendable {
 
         func flushAll() {
             lock.lock(); let live = stores.values.compactMap(\.store); lock.unlock()
-            for store in live where store.hasUnflushedWrites { store.flush() }
+            for store in live where store.hasUnflushedWrites { _ = store.flush() }
         }
     }
 
@@ -542,15 +554,16 @@ final class PreferencesStore: @unchecked Sendable {
         condition.lock()
         stopped = true
         condition.broadcast()
-        // The worker finishes the round it runs (unless this is the worker: a notification's
-        // observer let the defaults go).
+        // The round running finishes (unless this is the worker: a notification's observer let
+        // the defaults go); no other starts once stopped. The worker itself is not waited for: it
+        // may be posting a notification that waits for this very thread.
         if Thread.current !== worker {
-            while busy || workerRunning { condition.wait() }
+            while busy { condition.wait() }
         }
         let unflushed = flushDue != nil
         flushDue = nil
         condition.unlock()
-        if unflushed { flush() }
+        if unflushed { _ = flush() }
         if wake[1] >= 0 { var byte: UInt8 = 1; _ = Glibc.write(wake[1], &byte, 1) }
     }
 }

@@ -58,9 +58,15 @@ public final class ProtectedUserDefaults: Sendable {
 
     /// The preferences in the property list at `url`, read and written with `files`' keys
     /// (tools outside an app: `dpctl defaults`).
-    public init(url: URL, files: ProtectedFileManager) {
+    public convenience init(url: URL, files: ProtectedFileManager) {
+        self.init(url: url, files: files, flushDelay: 1)
+    }
+
+    /// ``init(url:files:)`` with writes flushed `flushDelay` seconds after them at the latest
+    /// (tests lengthen it to see the flush when the defaults go away).
+    package init(url: URL, files: ProtectedFileManager, flushDelay: TimeInterval) {
         self.url = url
-        self.store = PreferencesStore(url: url, files: files)
+        self.store = PreferencesStore(url: url, files: files, flushDelay: flushDelay)
         store.owner = self
         store.start()
     }

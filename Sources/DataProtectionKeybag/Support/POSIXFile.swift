@@ -263,10 +263,10 @@ package enum POSIXFile {
         /// kernel writes it back): a power cut before that may leave the name on a file whose
         /// data never reached the disk.
         package var flushes = true
-        /// Keep the file being replaced under this path (a sibling, which must not exist): the
-        /// new file is linked there and the two swapped in one `renameat2(RENAME_EXCHANGE)`, so
-        /// the old content stays whole under the second name. Throws `EINVAL`/`ENOTSUP` where
-        /// the file system cannot swap names (nothing is replaced then).
+        /// Keep the file being replaced under this path too (a sibling, which must not exist):
+        /// it is linked there (`link(2)`) before the new file is renamed over it, so the second
+        /// name only ever holds the old file, whole. Throws `EEXIST` when something is there,
+        /// `EPERM`/`ENOTSUP`/`EMLINK` where the file system cannot link it (nothing is replaced).
         package var keepingReplacedAt: String?
 
         /// Flushed before returning: the default.
@@ -292,7 +292,7 @@ package enum POSIXFile {
         let replaced = status(path)
         if permissions == nil, let replaced { mode = FilePermissions(rawValue: replaced.st_mode & 0o7777) }
         let directory = split(path).directory
-        let temp = replacement.keepingReplacedAt ?? temporarySibling(of: path)
+        let temp = temporarySibling(of: path)
         // The replaced file's user attributes go with its content (the do-not-back-up mark among
         // them): a rewrite, a conversion or a class change never drops a mark.
         let keptAttributes = replaced != nil ? try userAttributes(path) : []
@@ -330,15 +330,10 @@ package enum POSIXFile {
             throw error
         }
         do {
-            if replacement.keepingReplacedAt != nil {
-                try call("renameat2", temp, path) { first, second in
-                    let result = cshim_rename_exchange(first, second)
-                    if result < 0 { errno = -result; return -1 }
-                    return 0
-                }
-            } else {
-                try call("rename", temp, path) { rename($0, $1) }
+            if let kept = replacement.keepingReplacedAt {
+                try call("link", path, kept) { link($0, $1) }
             }
+            try call("rename", temp, path) { rename($0, $1) }
         } catch {
             _ = try? call("unlink", temp) { unlink($0) }
             throw error
