@@ -286,7 +286,7 @@ public struct BackupEngine: Sendable {
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "UTC")
         formatter.dateFormat = idDateFormat
-        return formatter.string(from: Date()) + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        return formatter.string(from: Date()) + "-" + String(format: "%08x", UInt32.random(in: 0...UInt32.max))
     }
 
     /// How a backup ID starts: the UTC time it was made, to the second.

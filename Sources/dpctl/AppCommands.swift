@@ -49,7 +49,7 @@ struct AppInstall: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: ArgumentHelp("The app's identifier: \(AppIdentifier.rule).", valueName: "id")) var identifier: String
-    @Option(help: ArgumentHelp("The container's default class (complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, or A-D).", valueName: "class"))
+    @Option(help: ArgumentHelp("The container's default class: \(ProtectionClass.spellings).", valueName: "class"))
     var defaultProtection: ProtectionClass = .default
     @Option(name: .customLong("group"), help: ArgumentHelp("An App Group the app belongs to (repeatable): \(AppGroupIdentifier.rule).", valueName: "group-id"))
     var groups: [String] = []
@@ -238,7 +238,7 @@ struct AppSetProtection: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
-    @Argument(help: ArgumentHelp("The class (complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, or A-D).", valueName: "class"))
+    @Argument(help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class"))
     var protectionClass: ProtectionClass
     @Flag(help: "Re-protect the files already in the container too.") var reprotect = false
 
@@ -297,7 +297,7 @@ struct GroupSetProtection: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("The group's identifier.", valueName: "group-id")) var identifier: String
-    @Argument(help: ArgumentHelp("The class.", valueName: "class")) var protectionClass: ProtectionClass
+    @Argument(help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class")) var protectionClass: ProtectionClass
     @Flag(help: "Re-protect the files already in the group container too.") var reprotect = false
 
     func run() async throws {

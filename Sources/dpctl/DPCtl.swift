@@ -38,6 +38,10 @@ struct DPCtl: AsyncParsableCommand {
                                                                count: strlen(CommandLine.unsafeArgv[index]!)))
         }
         let arguments = hoistingGlobalOptions(raw)
+        if let message = CommandSuggestion.message(for: arguments, root: Self.self) {
+            FileHandle.standardError.write(Data("dpctl: \(message)\n".utf8))
+            Foundation.exit(ExitStatus.usage.rawValue)
+        }
         var command: any ParsableCommand
         do {
             command = try parseAsRoot(arguments)

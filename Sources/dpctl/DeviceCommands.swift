@@ -148,7 +148,9 @@ struct Unlock: AsyncParsableCommand {
             passcode = try readPasscode(passcodeFile)
         } else {
             guard let typed = PasscodePrompt.typedPasscode() else {
-                throw CLIError("no passcode given (on a terminal, or with --passcode-file FILE)")
+                // Nothing unlocked: protected data stays unavailable, as for any command that
+                // needs a passcode and has no terminal to ask it on.
+                throw CLIError("no passcode given (on a terminal, or with --passcode-file FILE)", status: .unavailable)
             }
             passcode = typed
         }
@@ -294,7 +296,7 @@ struct Erase: AsyncParsableCommand {
         guard !yes else { return }
         // No terminal, no implied consent: `dpctl erase </dev/null` in a script erases nothing.
         guard isatty(STDIN_FILENO) == 1 else {
-            throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(root) from a script")
+            throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(root) from a script", status: .usage)
         }
         FileHandle.standardError.write(Data("Erase \(root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
         guard readLine() == "ERASE" else { throw CLIError("not erased") }

@@ -20,7 +20,7 @@ struct Write: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The file to write.") var path: String
-    @Option(name: .customLong("class"), help: "complete | complete-unless-open | until-first-unlock | none")
+    @Option(name: .customLong("class"), help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class"))
     var protectionClass: ProtectionClass?
     @Flag(help: "Bind the file to this device too (like the keychain's ThisDeviceOnly): no backup restores it elsewhere.")
     var thisDeviceOnly = false
@@ -349,7 +349,7 @@ struct Protect: AsyncParsableCommand {
     @Flag(name: .customShort("R"), help: "Re-protect whole trees.") var recursive = false
     @OptionGroup var quiet: QuietOption
     @Argument(help: "Files or directories.") var paths: [String]
-    @Option(name: .customLong("class"), help: "complete | complete-unless-open | until-first-unlock | none")
+    @Option(name: .customLong("class"), help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class"))
     var protectionClass: ProtectionClass
     @OptionGroup var unlock: UnlockOptions
 

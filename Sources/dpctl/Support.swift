@@ -109,13 +109,24 @@ func requireOneStandardInput(_ files: String?...) throws {
 /// A plain message for the user.
 struct CLIError: Error, CustomStringConvertible {
     let description: String
-    init(_ description: String) { self.description = description }
+    /// The exit status it gives (1 unless said).
+    let status: ExitStatus
+    init(_ description: String, status: ExitStatus = .failure) {
+        self.description = description
+        self.status = status
+    }
 }
 
 extension ProtectionClass: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
-    /// Every spelling accepted: the short names, iOS's names, the letters.
-    public static var allValueStrings: [String] {
+    /// What every class option and argument says about its spellings.
+    static let spellings = "complete (A), complete-unless-open (B), until-first-unlock (C, the default), none (D), "
+        + "or as iOS writes them (completeUnlessOpen, completeUntilFirstUserAuthentication, NSFileProtectionComplete…), in any case"
+    /// Shell completion offers every spelling (the short names, iOS's names, the letters); the
+    /// help says them in words (``spellings``), not as a list of eleven values, nor the raw numbers.
+    public static var allValueStrings: [String] { [] }
+    public static var defaultCompletionKind: CompletionKind { .list(completionValues) }
+    static var completionValues: [String] {
         var seen = Set<String>()
         return (allCases.map(\.shortName) + allCases.map(\.iOSName) + allCases.map(\.letter)).filter { seen.insert($0).inserted }
     }
@@ -189,6 +200,8 @@ enum ExitStatus: Int32, CaseIterable {
              BackupError.wrongBackupPassword:
             self = .wrongPasscode
         case ContainerError.invalidIdentifier: self = .usage   // a malformed app or group identifier argument
+        case KeybagError.invalidArgument: self = .usage   // an empty --root, a NUL in a name, a grace period out of range
+        case let error as CLIError: self = error.status
         case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
         default: self = .failure
         }

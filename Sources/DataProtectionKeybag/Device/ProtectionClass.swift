@@ -57,8 +57,11 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
     /// Parses a short name (see ``shortName``), the name iOS code writes (``iOSName``), a
     /// Foundation raw value (`NSFileProtectionComplete` …) or a class letter.
     public init?(name: String) {
+        // In any case: `Complete`, `COMPLETE`, `nsfileprotectioncomplete` (no two spellings of
+        // different classes differ only by case).
+        let folded = name.lowercased()
         for candidate in ProtectionClass.allCases
-        where [candidate.shortName, candidate.iOSName, candidate.fileProtectionType.rawValue, candidate.letter, candidate.letter.lowercased()].contains(name) {
+        where [candidate.shortName, candidate.iOSName, candidate.fileProtectionType.rawValue, candidate.letter].contains(where: { $0.lowercased() == folded }) {
             self = candidate
             return
         }

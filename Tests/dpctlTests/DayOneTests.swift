@@ -1,0 +1,67 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// What a new user hit on day one: exit statuses that disagreed with the documented table, a
+/// mistyped command answered with the parser's words about `--root`, class names accepted in one
+/// case only and not listed in the help.
+@Suite struct DayOneTests {
+    static func device() throws -> (CLI, String) {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "1234")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        return (cli, passcode)
+    }
+
+    /// `--root ''` and `DP_ROOT=` are usage errors (64); `erase` with nobody to confirm is one too
+    /// and erases nothing; `unlock` with no passcode and no terminal leaves protected data
+    /// unavailable (3), as every command that needs a passcode does without a terminal.
+    @Test func exitStatusesFollowTheDocumentedTable() throws {
+        let (cli, _) = try Self.device()
+        let emptyRoot = try ChildProcess.run(CLI.executable.path, ["--root", "", "status"])
+        #expect(emptyRoot.status == 64 && emptyRoot.err.contains("empty path"), "\(emptyRoot.err)")
+        let emptyVariable = try ChildProcess.run(CLI.executable.path, ["status"], environment: ["DP_ROOT": ""])
+        #expect(emptyVariable.status == 64 && emptyVariable.err.contains("DP_ROOT"), "\(emptyVariable.err)")
+
+        let erase = try cli.run(["erase"])
+        #expect(erase.status == 64 && erase.stderr.contains("--yes"), "\(erase.stderr)")
+        #expect(try cli.run(["status"]).status == 0)   // nothing erased
+
+        let daemon = try KeybagdProcess(cli: cli)
+        defer { daemon.stop() }
+        let unlock = try cli.run(["unlock"], environment: daemon.environment)
+        #expect(unlock.status == 3 && unlock.stderr.contains("no passcode given"), "\(unlock.stderr)")
+    }
+
+    /// A mistyped command, or a group's subcommand, is named as such with the nearest commands
+    /// (git's "did you mean"), exit 64; a word near nothing gets no guess.
+    @Test func aMistypedCommandIsAnsweredWithTheNearestOnes() throws {
+        let (cli, _) = try Self.device()
+        let typo = try cli.run(["statsu"])
+        #expect(typo.status == 64, "\(typo.stderr)")
+        #expect(typo.stderr.hasPrefix("dpctl: 'statsu' is not a dpctl command. See 'dpctl --help'.") && typo.stderr.contains("\n\tstatus\n"), "\(typo.stderr)")
+        #expect(!typo.stderr.contains("--root"))
+        let group = try cli.run(["app", "lsit"])
+        #expect(group.status == 64 && group.stderr.contains("'lsit' is not a dpctl app command") && group.stderr.contains("\tlist"), "\(group.stderr)")
+        let far = try cli.run(["frobnicate"])
+        #expect(far.status == 64 && !far.stderr.contains("most similar") && far.stderr.split(separator: "\n").count == 1, "\(far.stderr)")
+        // Known commands, options and help are not second-guessed.
+        #expect(try cli.run(["status"]).status == 0)
+        #expect(try cli.run(["help", "status"]).status == 0)
+    }
+
+    /// Every spelling of a class, in any case, and the help says which.
+    @Test func classesAreAcceptedInEverySpellingAndTheHelpSaysWhich() throws {
+        let (cli, passcode) = try Self.device()
+        for (index, spelling) in ["Complete", "NSFileProtectionComplete", "nsfileprotectioncomplete", "COMPLETE", "a"].enumerated() {
+            let path = cli.file("f\(index)")
+            let write = try cli.run(["write", path, "--class", spelling, "--passcode-file", passcode], input: Data("x".utf8))
+            #expect(write.status == 0, "\(spelling): \(write.stderr)")
+            #expect(try cli.run(["ls", path]).out.contains("complete (A)"), "\(spelling)")
+        }
+        #expect(try cli.run(["write", cli.file("bad"), "--class", "Completely"], input: Data("x".utf8)).status == 64)
+        let help = try cli.run(["write", "--help"]).out
+        #expect(help.contains("until-first-unlock (C, the default)") && help.contains("NSFileProtectionComplete") && help.contains("in any case"), "\(help)")
+        #expect(!help.contains("(values:"))
+    }
+}
