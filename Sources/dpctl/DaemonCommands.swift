@@ -56,12 +56,12 @@ struct DaemonInstall: AsyncParsableCommand {
         abstract: "Write systemd user units running keybagd.",
         usage: "dpctl daemon install [<options>]",
         discussion: """
-        Writes the template $XDG_CONFIG_HOME/systemd/user/keybagd@.service (default ~/.config/...),
-        running the keybagd next to this dpctl, and for this root a drop-in with its idle lock; the
-        root is the unit's instance (keybagd@home-me-.local-share-dataprotection.service), so every
-        root gets its own. With --socket-activation it also writes keybagd@INSTANCE.socket: systemd
-        then listens on the root's socket and starts keybagd on the first connection. It prints the
-        systemctl commands that start it. An existing unit with other content is left alone unless
+        Writes the template $XDG_CONFIG_HOME/systemd/user/keybagd@.service (default ~/.config/...), \
+        running the keybagd next to this dpctl, and for this root a drop-in with its idle lock; the \
+        root is the unit's instance (keybagd@home-me-.local-share-dataprotection.service), so every \
+        root gets its own. With --socket-activation it also writes keybagd@INSTANCE.socket: systemd \
+        then listens on the root's socket and starts keybagd on the first connection. It prints the \
+        systemctl commands that start it. An existing unit with other content is left alone unless \
         --force is given. `dpctl daemon uninstall` removes this root's units.
         """)
 

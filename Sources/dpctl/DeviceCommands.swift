@@ -17,7 +17,7 @@ struct Init: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: ArgumentHelp(
         "Seconds between a lock and the discarding of class A keys (0 to \(Int(PasscodePolicy.maximumGracePeriod))).", valueName: "seconds"))
     var gracePeriod: Seconds = Seconds(10)
-    @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes (default: off).")
+    @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes.")
     var eraseAfterTenFailures = false
     @Flag(inversion: .prefixedNo, help: ArgumentHelp(
         "Seal the device secret by the TPM (--no-tpm: keep it in a file, the default).",

@@ -179,7 +179,7 @@ struct List: AsyncParsableCommand {
     @Flag(name: .customShort("R"), help: "List subdirectories recursively.") var recursive = false
     @Flag(help: "Print JSON: an array of {name, class, backup, size} (size in bytes, null for directories).") var json = false
     @Flag(help: "Sizes in bytes instead of 76.3 MiB.") var bytes = false
-    @Argument(help: "Files or directories (default: the current directory).") var paths: [String] = ["."]
+    @Argument(help: "Files or directories.") var paths: [String] = ["."]
 
     func validate() throws { try requirePaths(paths) }
 

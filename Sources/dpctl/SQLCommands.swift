@@ -10,25 +10,25 @@ struct SQL: AsyncParsableCommand {
         commandName: "sql",
         abstract: "Run SQL (plain, class-managed or SQLCipher databases).",
         discussion: """
-        Without SQL on the command line, the SQL is read from --read FILE or from standard
-        input (dpctl sql notes.db < schema.sql). Statements run in autocommit mode;
+        Without SQL on the command line, the SQL is read from --read FILE or from standard \
+        input (dpctl sql notes.db < schema.sql). Statements run in autocommit mode; \
         BEGIN and COMMIT work. sqlite3's dot-commands (.tables, .schema) are not taken.
 
-        Output, as the sqlite3 shell's modes (one dash or two): --list (the default: fields
-        separated by a tab, with tab, newline, CR and backslash escaped as \\t \\n \\r \\\\),
-        --csv, --json, --line, --column; --header shows column names (--column always
-        does, unless --noheader). NULL prints as --nullvalue's text (empty by default; null
+        Output, as the sqlite3 shell's modes (one dash or two): --list (the default: fields \
+        separated by a tab, with tab, newline, CR and backslash escaped as \\t \\n \\r \\\\), \
+        --csv, --json, --line, --column; --header shows column names (--column always \
+        does, unless --noheader). NULL prints as --nullvalue's text (empty by default; null \
         in JSON). A blob prints as its SQL literal, X'00ff'.
 
         Which database:
-          class-managed  DB-dpkey beside DB, or --class creates one: its key is wrapped
-                         by the device keybag under the class (unlock first).
-          SQLCipher      --passphrase-file, --raw-key-hex or --raw-key-file: a database
-                         SQLCipher's tools open with the same key.
-          plain SQLite   otherwise: NOT encrypted (said on standard error when created).
+          class-managed  DB-dpkey beside DB, or --class creates one: its key is
+                         wrapped by the device keybag under the class (unlock first).
+          SQLCipher      --passphrase-file, --raw-key-hex or --raw-key-file: a
+                         database SQLCipher's tools open with the same key.
+          plain SQLite   otherwise: NOT encrypted (said on standard error).
 
-        --import-plaintext encrypts an existing plain SQLite database in place: class-managed
-        (--class, or the directory's default class) or SQLCipher (a key option). Its old
+        --import-plaintext encrypts an existing plain SQLite database in place: class-managed \
+        (--class, or the directory's default class) or SQLCipher (a key option). Its old \
         pages may remain in the file system's free blocks, journal or snapshots.
 
         Examples:
@@ -286,13 +286,14 @@ struct SQLKey: AsyncParsableCommand {
         abstract: "Print a class-managed database's raw SQLCipher key.",
         usage: "dpctl sql-key <database> [<options>]",
         discussion: """
-        Prints 64 hex digits. Open the database elsewhere with PRAGMA key = "x'<hex>'" in
-        SQLCipher 4 or later (the database is in SQLCipher 4's format; Debian 12's
-        sqlcipher 3.4.1 opens only --cipher-compat 3 databases). Refused while the
+        Prints 64 hex digits. Open the database elsewhere with PRAGMA key = "x'<hex>'" in \
+        SQLCipher 4 or later (the database is in SQLCipher 4's format; Debian 12's \
+        sqlcipher 3.4.1 opens only --cipher-compat 3 databases). Refused while the \
         database's class is unavailable (unlock first).
 
         Example:
-          sqlcipher notes.db "PRAGMA key = \\"x'$(dpctl sql-key notes.db --passcode-file pc)'\\"; SELECT * FROM note"
+          K=$(dpctl sql-key notes.db --passcode-file pc)
+          sqlcipher notes.db "PRAGMA key = \\"x'$K'\\"; SELECT * FROM note"
         """)
 
     @OptionGroup var device: DeviceOptions

@@ -14,16 +14,16 @@ struct Keybagd: AsyncParsableCommand {
         abstract: "Hold a data root's class keys, so one lock state governs every process.",
         usage: "keybagd [--root <dir>] [<options>]",
         discussion: """
-        keybagd plays the part of iOS's Secure Enclave and keybagd for one user and one data root.
-        It starts before first unlock (a restart is a reboot). Processes of the same user that open
+        keybagd plays the part of iOS's Secure Enclave and keybagd for one user and one data root. \
+        It starts before first unlock (a restart is a reboot). Processes of the same user that open \
         the root find it through its socket and use it instead of their own keybag:
 
           keybagd --root ~/.local/share/dataprotection &
-          dpctl unlock            # passcode from the terminal, or --passcode-file FILE
-          dpctl lock              # every process loses class A after the grace period
+          dpctl unlock     # the passcode from the terminal, or --passcode-file FILE
+          dpctl lock       # every process loses class A after the grace period
 
-        The socket is $XDG_RUNTIME_DIR/dataprotection/keybagd-<root hash>.sock (mode 0600 in a 0700
-        directory); connections from other users are refused. Key pages are locked in memory and
+        The socket is $XDG_RUNTIME_DIR/dataprotection/keybagd-<root hash>.sock (mode 0600 in a 0700 \
+        directory); connections from other users are refused. Key pages are locked in memory and \
         the process cannot be dumped or traced by other processes of the user.
         """,
         version: DataProtectionVersion.string)
