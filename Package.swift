@@ -201,20 +201,22 @@ let package = Package(
         ),
         .executableTarget(
             name: "chat-example",
-            dependencies: ["DataProtectionObjects", "DataProtection"]
+            dependencies: ["DataProtectionObjects", "DataProtection", .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
             name: "notes-example",
-            dependencies: ["DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec"]
+            dependencies: ["DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec",
+                           .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
             name: "sharing-example",
             dependencies: ["DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec",
-                           .product(name: "SystemPackage", package: "swift-system")]
+                           .product(name: "SystemPackage", package: "swift-system"), .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
             name: "queue-example",
-            dependencies: ["DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec"]
+            dependencies: ["DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dp-sandbox-exec",
+                           .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
             name: "dpctl",

@@ -1,6 +1,14 @@
 import DataProtection
 import DataProtectionObjects
 import Foundation
+import Logging
+
+// The libraries' log lines (unlocked, locked…) are not the example's output: warnings only.
+LoggingSystem.bootstrap { label in
+    var handler = StreamLogHandler.standardError(label: label)
+    handler.logLevel = .warning
+    return handler
+}
 
 // A chat app on the encrypted object store: accounts, conversations, messages with
 // attachments, kept in a class-A (`.complete`) SQLCipher database that follows the lock.

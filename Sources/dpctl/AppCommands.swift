@@ -255,7 +255,7 @@ struct AppSetProtection: AsyncParsableCommand {
         bar.finish()
         printOut("\(identifier): default class \(protectionClass) for new files")
         if let report {
-            printOut("re-protected \(report.filesChanged) files (\(report.filesUnchanged) already \(protectionClass.shortName)), \(report.failures.count) failed")
+            printOut("re-protected \(counted(report.filesChanged, "file")) (\(report.filesUnchanged) already \(protectionClass.shortName)), \(report.failures.count) failed")
             for (path, why) in report.failures.sorted(by: { $0.key < $1.key }) { printOut("  failed: \(path): \(why)") }
             if !report.failures.isEmpty { throw ExitCode(ExitStatus.unavailable.rawValue) }
         }
@@ -308,7 +308,7 @@ struct GroupSetProtection: AsyncParsableCommand {
         }
         printOut("\(identifier): default class \(protectionClass) for new files")
         if let report {
-            printOut("re-protected \(report.filesChanged) files, \(report.failures.count) failed")
+            printOut("re-protected \(counted(report.filesChanged, "file")), \(report.failures.count) failed")
             if !report.failures.isEmpty { throw ExitCode(ExitStatus.unavailable.rawValue) }
         }
     }

@@ -169,8 +169,8 @@ struct Backup: AsyncParsableCommand {
         if json {
             printJSON(summary)
         } else if !dryRun, !quiet.quiet {
-            printOut("backup \(summary.backup): \(summary.files) files (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(humanSize(summary.bytesCopied))), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place"
-                     + (summary.skippedDeviceFiles > 0 ? "; left out \(summary.skippedDeviceFiles) files of a data root (the device's keys and keybag are never backed up)" : ""))
+            printOut("backup \(summary.backup): \(counted(summary.files, "file")) (\(summary.protectedFiles) protected), \(summary.filesCopied) copied (\(humanSize(summary.bytesCopied))), skipped \(summary.skippedByAttribute) marked and \(summary.skippedByPolicy) excluded by place"
+                     + (summary.skippedDeviceFiles > 0 ? "; left out \(counted(summary.skippedDeviceFiles, "file")) of a data root (the device's keys and keybag are never backed up)" : ""))
         }
     }
 }
@@ -219,8 +219,8 @@ struct Restore: AsyncParsableCommand {
         if json {
             printJSON(summary)
         } else if !quiet.quiet {
-            printOut("restored \(summary.files) files, \(summary.directories) directories, \(summary.symlinks) links; \(summary.adoptedFiles) protected files rewrapped for this device"
-                     + (summary.skippedOutwardLinks > 0 ? "; \(summary.skippedOutwardLinks) links leading outside left out" : ""))
+            printOut("restored \(counted(summary.files, "file")), \(counted(summary.directories, "directory", "directories")), \(counted(summary.symlinks, "link")); \(counted(summary.adoptedFiles, "protected file")) rewrapped for this device"
+                     + (summary.skippedOutwardLinks > 0 ? "; \(counted(summary.skippedOutwardLinks, "link")) leading outside left out" : ""))
         }
     }
 }

@@ -45,7 +45,7 @@ struct Init: AsyncParsableCommand {
         let status = await keybag.status
         printOut("initialized \(status.root) (keybag \(status.keybagID))")
         printOut(status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive")
-        printOut(status.deviceSecret.consequence)
+        printOut("device secret " + status.deviceSecret.consequence)
     }
 }
 

@@ -3,6 +3,11 @@ import Synchronization
 
 /// A size as people read it: `512 B`, `76.3 MiB` (binary units, one decimal), as `ls -h` and
 /// restic print them.
+/// `1 file`, `2 files`: a count with its noun in the right number.
+func counted(_ n: Int, _ singular: String, _ plural: String? = nil) -> String {
+    "\(n) " + (n == 1 ? singular : plural ?? singular + "s")
+}
+
 func humanSize(_ bytes: Int64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
     var value = Double(bytes)

@@ -11,6 +11,14 @@ import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
 import Foundation
+import Logging
+
+// The libraries' log lines (unlocked, locked…) are not the example's output: warnings only.
+LoggingSystem.bootstrap { label in
+    var handler = StreamLogHandler.standardError(label: label)
+    handler.logLevel = .warning
+    return handler
+}
 
 let group = "group.com.example.notes"
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -16,6 +16,14 @@ import DataProtectionKeybag
 import DataProtectionLifecycle
 import Foundation
 import SystemPackage
+import Logging
+
+// The libraries' log lines (unlocked, locked…) are not the example's output: warnings only.
+LoggingSystem.bootstrap { label in
+    var handler = StreamLogHandler.standardError(label: label)
+    handler.logLevel = .warning
+    return handler
+}
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 

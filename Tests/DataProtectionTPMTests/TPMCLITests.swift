@@ -22,7 +22,7 @@ import Testing
         #expect(init_.out.contains("sealed by the TPM"))
 
         let status = try cli.run(["status"], environment: env)
-        #expect(status.out.contains("device secret:    device secret sealed by the TPM"))
+        #expect(status.out.contains("device secret:    sealed by the TPM"))
         #expect(status.out.contains("TPM lockout:      0 of 3 failures counted, 3 left"))
         let object = try json(try cli.run(["status", "--json"], environment: env))
         let secret = try #require(object["deviceSecret"] as? [String: Any])
@@ -52,7 +52,7 @@ import Testing
         let file = cli.file("secret.txt")
         #expect(try cli.run(["write", file, "--class", "complete", "--passcode-file", passcode], input: Data("kept".utf8), environment: env).status == 0)
         let before = try cli.run(["status"], environment: env)
-        #expect(before.out.contains("device secret stored in a file: a copy of the data root can be attacked offline"))
+        #expect(before.out.contains("device secret:    stored in a file: a copy of the data root can be attacked offline"))
 
         let enroll = try cli.run(["tpm", "enroll", "--passcode-file", passcode], environment: env)
         #expect(enroll.status == 0, "\(enroll.stderr)")

@@ -64,4 +64,29 @@ import Testing
         #expect(help.contains("until-first-unlock (C, the default)") && help.contains("NSFileProtectionComplete") && help.contains("in any case"), "\(help)")
         #expect(!help.contains("(values:"))
     }
+
+    /// Messages without internals: no doubled subject ("device secret: device secret …",
+    /// "keybagd: keybagd serves"), no library log line without -v, counts in the right number.
+    @Test func messagesSayThingsOnceAndInTheRightNumber() throws {
+        let (cli, passcode) = try Self.device()
+        let status = try cli.run(["status"]).out
+        #expect(status.contains("device secret:    stored in a file: a copy") && !status.contains("device secret stored"), "\(status)")
+
+        let daemon = try KeybagdProcess(cli: cli)
+        let again = try cli.run(["init", "--passcode-file", passcode], environment: daemon.environment)
+        daemon.stop()
+        #expect(again.stderr.contains("keybagd serves") && !again.stderr.contains("keybagd: keybagd"), "\(again.stderr)")
+
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try Data("one".utf8).write(to: URL(fileURLWithPath: source + "/a.txt"))
+        let backup = try cli.run(["backup", source, cli.file("repo")])
+        #expect(backup.status == 0 && backup.out.contains(": 1 file (") && !backup.out.contains("1 files"), "\(backup.out) \(backup.stderr)")
+        let restore = try cli.run(["restore", cli.file("repo"), cli.file("out"), "--passcode-file", passcode])
+        #expect(restore.status == 0 && restore.out.contains("restored 1 file, 0 directories, 0 links; 0 protected files"), "\(restore.out) \(restore.stderr)")
+
+        let erase = try cli.run(["erase", "--yes"])
+        #expect(erase.status == 0 && erase.stderr.isEmpty, "\(erase.stderr)")
+    }
 }
+

@@ -18,7 +18,7 @@ extension EmbeddedKeybag {
         for cls in ProtectionClass.allCases { discard(cls) }
         isErased = true
         state = .beforeFirstUnlock
-        logger.warning("device erased")
+        logger.notice("device erased")
         emit(.willBecomeUnavailable)
         if let tpmFailure {
             logger.error("the TPM objects of the erased device could not be removed: \(tpmFailure)")

@@ -90,7 +90,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
         case .io(let path, let reason):
             "\(path): \(reason)"
         case .daemon(let why):
-            "keybagd: \(why)"
+            // "keybagd serves …" says who already.
+            why.hasPrefix("keybagd") ? why : "keybagd: \(why)"
         case .invalidArgument(let why):
             "invalid value: \(why)"
         case .notPermitted(let what):

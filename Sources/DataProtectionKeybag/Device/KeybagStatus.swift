@@ -38,13 +38,14 @@ public enum DeviceSecretLocation: Sendable, Equatable {
     /// attempts are counted where no file copy can reset them.
     case tpm(pcrs: TPMPCRSelection?)
 
-    /// What this means for the user, in one sentence.
+    /// Where the device secret is and what this means for the user, in one sentence without a
+    /// subject ("stored in a file: …"), to follow "device secret".
     public var consequence: String {
         switch self {
         case .file:
-            "device secret stored in a file: a copy of the data root can be attacked offline; the failed-attempt count can be rolled back"
+            "stored in a file: a copy of the data root can be attacked offline; the failed-attempt count can be rolled back"
         case .tpm(let pcrs):
-            "device secret sealed by the TPM\(pcrs.map { " (bound to PCR \($0))" } ?? ""): passcodes are checked and failures counted by the TPM; a copy of the data root is useless elsewhere"
+            "sealed by the TPM\(pcrs.map { " (bound to PCR \($0))" } ?? ""): passcodes are checked and failures counted by the TPM; a copy of the data root is useless elsewhere"
         }
     }
 }
