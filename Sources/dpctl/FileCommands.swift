@@ -302,7 +302,10 @@ struct ProtectionProbe {
         do {
             switch try ItemInspector.protection(ofItemAt: url) {
             case .directory(let cls):
-                return ["dir default: " + (cls?.shortName ?? "inherited"), "-", name + "/"]
+                // Which class is inherited, and that it is: the nearest ancestor's default, or
+                // iOS's default when none has one.
+                let inherited = (DirectoryDefault.inherited(forNewItemAt: url.path) ?? .default).shortName
+                return ["dir default: " + (cls?.shortName ?? "inherited (\(inherited))"), "-", name + "/"]
             case .protected(let cls):
                 let deviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true ? ", this device only" : ""
                 return ["\(cls.shortName) (\(cls.letter))\(deviceOnly)", "\(try ItemInspector.plaintextSize(ofItemAt: url))", name]
@@ -399,7 +402,7 @@ struct Copy: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "Source.") var source: String
-    @Argument(help: "Destination (must not exist).") var destination: String
+    @Argument(help: "Destination: a new name, or an existing directory to copy into (as cp does).") var destination: String
     @Option(name: .customLong("class"), help: "Give the copy this class instead (the only way to lower it).")
     var protectionClass: ProtectionClass?
     @OptionGroup var unlock: UnlockOptions
@@ -409,6 +412,23 @@ struct Copy: AsyncParsableCommand {
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         try await PasscodePrompt.unlockIfNeeded(files.keybag, reading: PasscodePrompt.classes(below: source))
-        try await files.copyItem(at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: destination), protection: protectionClass)
+        try await files.copyItem(at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: Self.target(of: source, at: destination)), protection: protectionClass)
+    }
+
+    /// Where the copy goes: into `destination` when it is a directory (or a link to one), under
+    /// the source's name, as `cp` does; else `destination` itself. A `DIR/` that is no directory
+    /// is an error, never a file named so.
+    static func target(of source: String, at destination: String) throws -> String {
+        if let st = POSIXFile.status(destination), st.st_mode & S_IFMT == S_IFDIR {
+            let name = POSIXFile.split(source).name
+            guard name != "/", name != ".", name != ".." else {
+                throw CLIError("\(LosslessPath.display(source)): name the copy (\(LosslessPath.display(destination))/NAME)", status: .usage)
+            }
+            return (destination.hasSuffix("/") ? destination : destination + "/") + name
+        }
+        if destination.hasSuffix("/") {
+            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: LosslessPath.display(destination), errno: POSIXFile.linkStatus(destination) == nil ? .noSuchFileOrDirectory : .notDirectory))
+        }
+        return destination
     }
 }

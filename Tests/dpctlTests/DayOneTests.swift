@@ -88,5 +88,31 @@ import Testing
         let erase = try cli.run(["erase", "--yes"])
         #expect(erase.status == 0 && erase.stderr.isEmpty, "\(erase.stderr)")
     }
+
+    /// `cp FILE DIR/` copies into the directory, as every cp does; a `DIR/` that is not one is
+    /// an error. `ls` says which class a directory without its own default inherits.
+    @Test func copyIntoADirectoryAndTheInheritedClassNamed() throws {
+        let (cli, passcode) = try Self.device()
+        let file = cli.file("note.txt")
+        #expect(try cli.run(["write", file, "--class", "complete", "--passcode-file", passcode], input: Data("hi".utf8)).status == 0)
+        let directory = cli.file("box")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        for destination in [directory + "/", directory] {
+            let copy = try cli.run(["cp", file, destination, "--passcode-file", passcode])
+            #expect(copy.status == 0, "\(destination): \(copy.stderr)")
+            #expect(try cli.run(["cat", directory + "/note.txt", "--passcode-file", passcode]).out == "hi")
+            try FileManager.default.removeItem(atPath: directory + "/note.txt")
+        }
+        let missing = try cli.run(["cp", file, cli.file("nowhere") + "/", "--passcode-file", passcode])
+        #expect(missing.status == 1 && missing.stderr.contains("No such file or directory"), "\(missing.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: cli.file("nowhere")))
+
+        let listed = try cli.run(["ls", cli.work.path]).out
+        #expect(listed.contains("dir default: inherited (until-first-unlock)"), "\(listed)")
+        #expect(try cli.run(["protect", directory, "--class", "complete", "--passcode-file", passcode]).status == 0)
+        let inner = directory + "/inner"
+        try FileManager.default.createDirectory(atPath: inner, withIntermediateDirectories: true)
+        #expect(try cli.run(["ls", directory]).out.contains("dir default: inherited (complete)"))
+    }
 }
 
