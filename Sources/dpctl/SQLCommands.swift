@@ -107,6 +107,9 @@ struct SQL: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // A key on the command line is in the process list (`ps`, /proc/PID/cmdline) for every
+        // user of the machine, and in shell history.
+        if rawKeyHex != nil { note("warning: --raw-key-hex puts the key where every user can read it (ps); --raw-key-file FILE keeps it in a file") }
         var format = try SQLCipherFormat(compatibility: cipherCompat)
         if let pageSize { format = try format.withPageSize(pageSize) }
         if importPlaintext { return try await encryptInPlace(format: format) }

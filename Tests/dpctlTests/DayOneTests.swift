@@ -114,5 +114,17 @@ import Testing
         try FileManager.default.createDirectory(atPath: inner, withIntermediateDirectories: true)
         #expect(try cli.run(["ls", directory]).out.contains("dir default: inherited (complete)"))
     }
+
+    /// A raw key given on the command line works, with a warning that it is visible to every user
+    /// and where to put it instead; from a file, no warning.
+    @Test func aKeyOnTheCommandLineIsWarnedAbout() throws {
+        let (cli, _) = try Self.device()
+        let key = String(repeating: "2b", count: 32)
+        let onLine = try cli.run(["sql", cli.file("k.db"), "--raw-key-hex", key, "CREATE TABLE t(x)"])
+        #expect(onLine.status == 0 && onLine.stderr.contains("--raw-key-hex puts the key where every user can read it") && onLine.stderr.contains("--raw-key-file"), "\(onLine.stderr)")
+        let keyFile = cli.writeFile("key", key)
+        let fromFile = try cli.run(["sql", cli.file("k.db"), "--raw-key-file", keyFile, "SELECT count(*) FROM t"])
+        #expect(fromFile.status == 0 && fromFile.out == "0\n" && !fromFile.stderr.contains("warning"), "\(fromFile.stderr)")
+    }
 }
 
