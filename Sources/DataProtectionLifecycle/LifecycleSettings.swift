@@ -7,7 +7,7 @@ import Foundation
 /// ```
 public struct LifecycleSettings: Sendable, Equatable {
     /// Time a background app may run its background tasks per trip to the background (iOS
-    /// today: about 30 s; iOS 4–6, in the seed: 10 minutes).
+    /// today: about 30 s; iOS 4–6: 10 minutes).
     public var backgroundTimeBudget: TimeInterval
     /// How long before the budget ends every running task's expiration handler is called.
     public var expirationWarning: TimeInterval
