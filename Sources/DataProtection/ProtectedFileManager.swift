@@ -91,13 +91,11 @@ public struct ProtectedFileManager: Sendable {
     }
 
     /// ``write(_:to:protection:thisDeviceOnly:access:)`` put in place as `replacement` says
-    /// (unflushed, keeping the replaced file: preferences). Returns the class the file got and
-    /// whether its key is bound to this device.
-    @discardableResult
+    /// (unflushed, keeping the replaced file: preferences).
     package func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool?,
-                       access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement) async throws -> (ProtectionClass, thisDeviceOnly: Bool) {
+                       access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement) async throws {
         let bytes = Array(data)
-        return try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: replacement) { file in
+        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: replacement) { file in
             var offset = 0
             try file.writeStream { buffer in
                 let n = min(buffer.count, bytes.count - offset)
@@ -127,17 +125,15 @@ public struct ProtectedFileManager: Sendable {
         return inherited
     }
 
-    @discardableResult
     func writeAtomically(to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil, keepingMode: Bool = true,
                          access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement = .durable,
-                         _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws -> (ProtectionClass, thisDeviceOnly: Bool) {
+                         _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws {
         let path = url.path
         if servedByFileSystem {
-            let cls = resolveClass(for: url, explicit: protection)
-            try await writeServedAtomically(to: url, protection: cls, keepingMode: keepingMode, replacement: replacement, fill)
-            return (cls, false)
+            return try await writeServedAtomically(to: url, protection: resolveClass(for: url, explicit: protection), keepingMode: keepingMode,
+                                                   replacement: replacement, fill)
         }
-        return try await ProtectedFileError.translating(path: path, writing: true) {
+        try await ProtectedFileError.translating(path: path, writing: true) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             try ProtectedFileError.checkReplaceable(path)
             let cls = resolveClass(for: url, explicit: protection)
@@ -148,7 +144,6 @@ public struct ProtectedFileManager: Sendable {
                 try fill(file)
                 try file.settle()
             }
-            return (cls, deviceOnly)
         }
     }
 

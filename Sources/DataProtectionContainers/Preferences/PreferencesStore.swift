@@ -298,7 +298,7 @@ final class PreferencesStore: @unchecked Sendable {
                 before = identity(path)
             }
         }
-        let kept = POSIXFile.linkStatus(durablePath) != nil
+        var kept = POSIXFile.linkStatus(durablePath) != nil
         guard !changes.isEmpty else { return MergeOutcome(values: values, identity: before, flushSoon: kept) }
         for (key, change) in changes {
             switch change { case .set(let value): values[key] = value; case .remove: values[key] = nil }
@@ -316,12 +316,12 @@ final class PreferencesStore: @unchecked Sendable {
                 // flushed), a plist not written by this process: flushed first (it was read
                 // whole just now), so the version kept from now on is this one.
                 guard flushLocked(verified: before) else { throw ContainerError.refusedItem(path: path, reason: "cannot be flushed") }
+                kept = false
             }
-            let windowOpen = POSIXFile.linkStatus(durablePath) != nil
             if !canDeferFlush || before == nil {
                 // A first file: flushed before anything relies on it.
                 try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, .durable)
-            } else if windowOpen {
+            } else if kept {
                 // This process's own unflushed plist, the flushed version kept already.
                 try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, POSIXFile.Replacement(flushes: false))
                 unflushed = true
@@ -366,7 +366,7 @@ final class PreferencesStore: @unchecked Sendable {
     private func write(_ data: Data, files: ProtectedFileManager, explicit: ProtectionClass?, deviceOnly: Bool,
                        _ replacement: POSIXFile.Replacement) throws {
         guard let url else { return }
-        try runBlocking { _ = try await files.write(data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement) }
+        try runBlocking { try await files.write(data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement) }
     }
 
     /// The dictionary in the plist at `path`: opened without following a link, checked to be a
