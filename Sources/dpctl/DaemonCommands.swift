@@ -57,7 +57,7 @@ struct DaemonInstall: AsyncParsableCommand {
         usage: "dpctl daemon install [<options>]",
         discussion: """
         Writes the template $XDG_CONFIG_HOME/systemd/user/keybagd@.service (default ~/.config/...), \
-        running the keybagd next to this dpctl, and for this root a drop-in with its idle lock; the \
+        running the keybagd installed next to this dpctl (one in a build directory is refused), and for this root a drop-in with its idle lock; the \
         root is the unit's instance (keybagd@home-me-.local-share-dataprotection.service), so every \
         root gets its own. With --socket-activation it also writes keybagd@INSTANCE.socket: systemd \
         then listens on the root's socket and starts keybagd on the first connection. It prints the \
@@ -76,11 +76,18 @@ struct DaemonInstall: AsyncParsableCommand {
     @Flag(help: "Replace an existing unit.")
     var force = false
 
+    @Flag(help: "Use a keybagd inside a build directory (a development set-up: the next clean or build breaks the unit).")
+    var fromBuildDirectory = false
+
     func run() async throws {
         let dpctl = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
         let keybagd = dpctl.deletingLastPathComponent().appendingPathComponent("keybagd").path
         guard FileManager.default.isExecutableFile(atPath: keybagd) else {
-            throw CLIError("no keybagd next to dpctl (\(keybagd)): build it with `swift build -c release --product keybagd`")
+            throw CLIError("no keybagd next to dpctl (\(keybagd)): install both with scripts/install")
+        }
+        if let why = Self.buildDirectoryReason(keybagd: keybagd), !fromBuildDirectory {
+            throw CLIError("\(keybagd) is \(why); install with scripts/install and run the installed dpctl, "
+                           + "or pass --from-build-directory", status: .usage)
         }
         let root = try device.resolvedRoot
         let units = UserUnits(root: root)
@@ -103,6 +110,18 @@ struct DaemonInstall: AsyncParsableCommand {
         let start = socketActivation ? units.socket : units.service
         printOut("start it:  systemctl --user daemon-reload && systemctl --user enable --now '\(start)'")
         printOut("then:      dpctl --root \(root) unlock")
+    }
+
+    /// Why a keybagd is no place for a unit to point at: inside a SwiftPM build directory
+    /// (`.build`, `.build-static` …), or a debug build (this dpctl's, which `swift build` makes
+    /// beside it). `nil` for an installed one.
+    static func buildDirectoryReason(keybagd: String) -> String? {
+        if keybagd.split(separator: "/").contains(where: { $0.hasPrefix(".build") }) { return "inside a build directory (`swift package clean` or the next build would break the unit)" }
+        #if DEBUG
+        return "a debug build (slow, and it loads the Swift runtime from the toolchain that built it)"
+        #else
+        return nil
+        #endif
     }
 
     /// The template: one keybagd per instance, the instance being the escaped root (`%f` is it unescaped).

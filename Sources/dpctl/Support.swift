@@ -193,7 +193,7 @@ enum ExitStatus: Int32, CaseIterable {
     init(for error: any Error) {
         switch error {
         case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: self = .unavailable
-        case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag,
+        case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag, KeybagError.newerKeybagFormat,
              DatabaseCipherError.damaged, BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: self = .damaged
         case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, KeybagError.tpmLockout, KeybagError.wrongBackupPassword,
              DatabaseCipherError.wrongKeyOrFormat,

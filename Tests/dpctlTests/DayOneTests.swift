@@ -126,5 +126,26 @@ import Testing
         let fromFile = try cli.run(["sql", cli.file("k.db"), "--raw-key-file", keyFile, "SELECT count(*) FROM t"])
         #expect(fromFile.status == 0 && fromFile.out == "0\n" && !fromFile.stderr.contains("warning"), "\(fromFile.stderr)")
     }
-}
 
+    /// A keybag a newer DataProtection wrote (its version field above ours, whatever its size) is
+    /// named as such, with the versions this build reads, exit 4; the file is left as it was.
+    @Test func aKeybagFromANewerVersionIsRefusedByName() throws {
+        let (cli, passcode) = try Self.device()
+        let path = cli.root + "/keybag"
+        let original = try Data(contentsOf: URL(fileURLWithPath: path))
+        for extra in [0, 64] {
+            var newer = original
+            newer[9] = 3   // version 3, big-endian u16 after the 8-byte magic
+            newer.append(Data(repeating: 0, count: extra))
+            try newer.write(to: URL(fileURLWithPath: path))
+            for arguments in [["status"], ["unlock", "--passcode-file", passcode]] {
+                let result = try cli.run(arguments)
+                #expect(result.status == 4, "\(arguments): \(result.stderr)")
+                #expect(result.stderr.contains("format version 3, written by a newer DataProtection")
+                        && result.stderr.contains("reads versions 1 and 2") && result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+                #expect(!result.stderr.contains("modified") && !result.stderr.contains("corrupt"), "\(result.stderr)")
+            }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == newer)   // nothing was changed
+        }
+    }
+}

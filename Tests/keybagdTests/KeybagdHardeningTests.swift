@@ -263,3 +263,20 @@ import Testing
         }
     }
 }
+
+/// Errors cross the daemon's socket as they were raised: a keybag in a newer format is named so
+/// through keybagd too (FORMAT §8, error tag 24), and an unknown tag is a protocol error.
+@Suite struct KeybagWireErrorTests {
+    @Test func errorsRoundTripThroughTheWireFormat() throws {
+        for error: KeybagError in [.newerKeybagFormat(version: 3, readable: [1, 2]), .wrongBackupPassword,
+                                   .tpmLockout(failedTries: 4, recoveryInterval: 600), .corruptKeybag("x")] {
+            var writer = ByteWriter()
+            KeybagWire.error(&writer, error)
+            var reader = ByteReader(writer.bytes)
+            #expect(try KeybagWire.error(&reader) == error)
+            #expect(reader.remaining == 0)
+        }
+        var unknown = ByteReader([200])
+        #expect(throws: (any Error).self) { try KeybagWire.error(&unknown) }
+    }
+}

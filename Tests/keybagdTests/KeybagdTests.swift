@@ -344,7 +344,7 @@ import Testing
         let cli = CLI.make()
         let config = cli.file("config")
         let env = ["XDG_CONFIG_HOME": config]
-        let result = try cli.run(["daemon", "install", "--idle-lock", "600"], environment: env)
+        let result = try cli.run(["daemon", "install", "--idle-lock", "600", "--from-build-directory"], environment: env)
         #expect(result.status == 0, "\(result.stderr)")
         let units = config + "/systemd/user/"
         let template = try String(contentsOfFile: units + "keybagd@.service", encoding: .utf8)
@@ -357,7 +357,7 @@ import Testing
         #expect(result.out.contains("systemctl --user enable --now 'keybagd@\(escaped).service'"))
         // A second root installs beside the first.
         let other = cli.file("other root")
-        let second = try cli.run(["--root", other, "daemon", "install"], environment: env)
+        let second = try cli.run(["--root", other, "daemon", "install", "--from-build-directory"], environment: env)
         #expect(second.status == 0, "\(second.stderr)")
         let otherEscaped = try ChildProcess.run("systemd-escape", ["--path", other]).out.trimmingCharacters(in: .newlines)
         #expect(FileManager.default.fileExists(atPath: units + "keybagd@\(otherEscaped).service.d/dpctl.conf"))
@@ -377,10 +377,43 @@ import Testing
         #expect(try cli.run(["daemon", "uninstall"], environment: env).status == 1)
     }
 
+    /// A keybagd in a build directory (this test's own, a debug build) is no place for a unit:
+    /// refused (64) and nothing written, unless asked for; uninstall disables the units through
+    /// systemctl before it removes them (a stand-in systemctl on PATH records what it saw).
+    @Test func aBuildDirectoryIsRefusedAndUninstallDisablesFirst() throws {
+        let cli = CLI.make()
+        let config = cli.file("config")
+        let refused = try cli.run(["daemon", "install"], environment: ["XDG_CONFIG_HOME": config])
+        #expect(refused.status == 64, "\(refused.stderr)")
+        #expect(refused.stderr.contains("inside a build directory") && refused.stderr.contains("scripts/install")
+                && refused.stderr.contains("--from-build-directory"), "\(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: config + "/systemd"))
+
+        #expect(try cli.run(["daemon", "install", "--from-build-directory"], environment: ["XDG_CONFIG_HOME": config]).status == 0)
+        let escaped = try ChildProcess.run("systemd-escape", ["--path", cli.root]).out.trimmingCharacters(in: .newlines)
+        let dropIn = config + "/systemd/user/keybagd@\(escaped).service.d/dpctl.conf"
+        let fakeBin = cli.file("fake-bin")
+        try FileManager.default.createDirectory(atPath: fakeBin, withIntermediateDirectories: true)
+        let log = cli.file("systemctl.log")
+        try """
+        #!/bin/sh
+        if [ -e '\(dropIn)' ]; then state=present; else state=absent; fi
+        echo "$* units:$state" >>'\(log)'
+        """.write(toFile: fakeBin + "/systemctl", atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: fakeBin + "/systemctl")
+        let path = fakeBin + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        let uninstall = try cli.run(["daemon", "uninstall"], environment: ["XDG_CONFIG_HOME": config, "PATH": path])
+        #expect(uninstall.status == 0, "\(uninstall.stderr)")
+        let calls = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(calls.first == "--user disable --now keybagd@\(escaped).service keybagd@\(escaped).socket units:present", "\(calls)")
+        #expect(calls.last == "--user daemon-reload units:absent", "\(calls)")
+        #expect(!FileManager.default.fileExists(atPath: dropIn))
+    }
+
     @Test func socketActivationAddsASocketUnitOnThisRootsPath() throws {
         let cli = CLI.make()
         let config = cli.file("config")
-        let result = try cli.run(["daemon", "install", "--socket-activation"], environment: ["XDG_CONFIG_HOME": config])
+        let result = try cli.run(["daemon", "install", "--socket-activation", "--from-build-directory"], environment: ["XDG_CONFIG_HOME": config])
         #expect(result.status == 0, "\(result.stderr)")
         let escaped = try ChildProcess.run("systemd-escape", ["--path", cli.root]).out.trimmingCharacters(in: .newlines)
         let socketUnit = try String(contentsOfFile: config + "/systemd/user/keybagd@\(escaped).socket", encoding: .utf8)

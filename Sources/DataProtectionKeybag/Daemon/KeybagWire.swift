@@ -237,6 +237,8 @@ package enum KeybagWire {
         case .tpm(let why): w.u8(21); string(&w, why)
         case .tpmLockout(let failures, let interval): w.u8(22); w.u32(UInt32(clamping: failures)); w.u32(UInt32(clamping: interval))
         case .wrongBackupPassword: w.u8(23)
+        case .newerKeybagFormat(let version, let readable):
+            w.u8(24); w.u16(version); w.u8(UInt8(clamping: readable.count)); for v in readable.prefix(255) { w.u16(v) }
         }
     }
 
@@ -265,6 +267,10 @@ package enum KeybagWire {
         case 21: return .tpm(try string(&r, "why"))
         case 22: return .tpmLockout(failedTries: Int(try r.u32("failures")), recoveryInterval: Int(try r.u32("interval")))
         case 23: return .wrongBackupPassword
+        case 24:
+            let version = try r.u16("version")
+            let count = Int(try r.u8("count"))
+            return .newerKeybagFormat(version: version, readable: try (0..<count).map { _ in try r.u16("readable") })
         default: throw ProtocolError("unknown error")
         }
     }

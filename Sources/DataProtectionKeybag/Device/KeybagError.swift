@@ -52,6 +52,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     case tpmLockout(failedTries: Int, recoveryInterval: Int)
     /// The backup password does not open the backup keybag (or the backup keybag was modified).
     case wrongBackupPassword
+    /// The keybag is in a format version newer than this build reads: a newer DataProtection
+    /// wrote it (an upgrade rewrites the keybag in its own version). Nothing was changed.
+    case newerKeybagFormat(version: UInt16, readable: [UInt16])
 
     public var description: String {
         switch self {
@@ -61,6 +64,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "\(root) already holds a keybag; erase it first to start over"
         case .corruptKeybag(let why):
             "keybag rejected: \(why)"
+        case .newerKeybagFormat(let version, let readable):
+            "the keybag is in format version \(version), written by a newer DataProtection; this one (\(DataProtectionVersion.string)) "
+                + "reads versions \(readable.map(String.init).joined(separator: " and ")): run the newer version (nothing was changed)"
         case .badDeviceSecret(let why):
             "device secret unusable: \(why)"
         case .wrongPasscode(let n):

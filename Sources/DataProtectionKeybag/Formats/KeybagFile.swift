@@ -136,15 +136,20 @@ struct KeybagFile: Sendable, Equatable {
         return w.bytes
     }
 
-    /// Parses and authenticates a keybag. Never traps; every defect is a `corruptKeybag` error.
+    /// Parses and authenticates a keybag. Never traps; every defect is a `corruptKeybag` error, a newer version `newerKeybagFormat`.
     static func decode(_ bytes: [UInt8], macKey: SymmetricKey) throws -> KeybagFile {
         func reject(_ why: String) -> KeybagError { .corruptKeybag(why) }
         // The MAC first (FORMAT.md §2): no field is read from unauthenticated bytes. Only the
         // file's size is needed to find it (each version has its own size).
+        // Unauthenticated bytes choose only the wording of the error, never what is trusted: a
+        // newer version is named as such whatever its size (its MAC may be computed otherwise).
+        if bytes.count >= 10, Array(bytes[0..<8]) == magic {
+            let version = UInt16(bytes[8]) << 8 | UInt16(bytes[9])
+            if version > Self.version { throw KeybagError.newerKeybagFormat(version: version, readable: [1, Self.version]) }
+        }
         guard bytes.count == totalSize || bytes.count == totalSizeV1 else {
-            // Unauthenticated bytes choose only the wording of the error, never what is trusted.
-            if bytes.count >= 10, Array(bytes[0..<8]) == magic, bytes[8] != 0 || bytes[9] > UInt8(Self.version) || bytes[9] == 0 {
-                throw reject("keybag format version \(UInt16(bytes[8]) << 8 | UInt16(bytes[9])) is not supported (this build reads versions 1 and \(Self.version))")
+            if bytes.count >= 10, Array(bytes[0..<8]) == magic, bytes[8] == 0, bytes[9] == 0 {
+                throw reject("keybag format version 0 is not a version")
             }
             throw reject("wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
         }
