@@ -129,8 +129,14 @@ public struct RestoreEngine: Sendable {
         defer { try? FileManager.default.removeItem(at: directory) }
         let copy = directory.appendingPathComponent(BackupManifest.fileName)
         try POSIXFile.writeAtomically(copy.path, authenticated.sealedManifest, permissions: .ownerReadWrite)
-        if let keys = authenticated.backupKeys { try await files.adoptFile(at: copy, from: keys) }
-        var bytes = try await files.contents(of: copy)
+        // Errors name the manifest in the repository, never the private copy.
+        var bytes: Data
+        do {
+            if let keys = authenticated.backupKeys { try await files.adoptFile(at: copy, from: keys) }
+            bytes = try await files.contents(of: copy)
+        } catch let error as ProtectedFileError where error.path == copy.path {
+            throw error.naming(file(BackupManifest.fileName))
+        }
         defer { bytes.resetBytes(in: 0..<bytes.count) }
         let manifest = try BackupManifest.deserialize([UInt8](bytes), path: file(BackupManifest.fileName))
         guard try manifest.meta("id") == authenticated.id else {

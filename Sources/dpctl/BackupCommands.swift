@@ -101,17 +101,19 @@ struct BackupPassword: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup-password",
         abstract: "Set the password that restores backups elsewhere.",
-        usage: "dpctl backup-password --password-file <file> [<options>]",
-        discussion: "The class keys are wrapped under it into the data root's backup keybag. Needs the device unlocked (--passcode-file when a passcode is set). Backups carry this keybag, so they restore on another device with the password, even when they were taken while locked.")
+        usage: "dpctl backup-password [--password-file <file>] [<options>]",
+        discussion: "The class keys are wrapped under it into the data root's backup keybag. Needs the device unlocked (--passcode-file when a passcode is set, or the passcode asked on the terminal). Backups carry this keybag, so they restore on another device with the password, even when they were taken while locked.")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
-    @Option(help: ArgumentHelp("File holding the new backup password.", valueName: "file")) var passwordFile: String
+    @Option(help: ArgumentHelp("File holding the new backup password (default: asked twice on the terminal).", valueName: "file")) var passwordFile: String?
 
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
-        let password = try readPasscode(passwordFile)
+        // The passcode first (when the device is locked and a terminal can ask), then the password.
+        try await PasscodePrompt.ask(keybag)
+        let password = try PasscodePrompt.newSecret("backup password", file: passwordFile, option: "--password-file")
         try await PasscodePrompt.retrying(keybag) { try await keybag.setBackupPassword(password) }
         printOut("backup keybag written: \(keybag.backupKeybagURL.path)")
     }

@@ -10,7 +10,7 @@ struct Init: AsyncParsableCommand {
         discussion: "Writes the device secret, the class keys and the keybag. scrypt parameters are calibrated so one passcode attempt costs at least 80 ms on this machine.")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("File holding the passcode (\"-\" for standard input).", valueName: "file"))
+    @Option(help: ArgumentHelp("File holding the passcode (\"-\" for standard input); without it and --no-passcode, it is asked twice on the terminal.", valueName: "file"))
     var passcodeFile: String?
     @Flag(help: "No passcode: data protection stays inactive (everything is always available).")
     var noPasscode = false
@@ -27,8 +27,8 @@ struct Init: AsyncParsableCommand {
     var tpmPcrs: String?
 
     func validate() throws {
-        if (passcodeFile == nil) == !noPasscode {
-            throw ValidationError("give exactly one of --passcode-file F and --no-passcode")
+        if passcodeFile != nil, noPasscode {
+            throw ValidationError("give one of --passcode-file F and --no-passcode, not both")
         }
         if tpmPcrs != nil, !tpm { throw ValidationError("--tpm-pcrs needs --tpm") }
         if let tpmPcrs, TPMPCRSelection(parsing: tpmPcrs) == nil {
@@ -38,9 +38,14 @@ struct Init: AsyncParsableCommand {
 
     func run() async throws {
         device.bootstrapLogging()
-        let passcode = try passcodeFile.map(readPasscode)
+        let root = try device.resolvedRoot
+        // A root already set up is said before a passcode is asked for nothing.
+        if !noPasscode, passcodeFile == nil, FileManager.default.fileExists(atPath: root + "/keybag") {
+            throw KeybagError.alreadyInitialized(root: root)
+        }
+        let passcode = noPasscode ? nil : try PasscodePrompt.newSecret("passcode", file: passcodeFile, option: "--passcode-file (or --no-passcode)")
         let binding = tpm ? TPMBinding(pcrs: tpmPcrs.flatMap(TPMPCRSelection.init(parsing:))) : nil
-        let keybag = try await Keybag.create(root: try device.resolvedRoot, passcode: passcode, gracePeriod: gracePeriod.value,
+        let keybag = try await Keybag.create(root: root, passcode: passcode, gracePeriod: gracePeriod.value,
                                              eraseAfterTenFailures: eraseAfterTenFailures, tpm: binding)
         let status = await keybag.status
         printOut("initialized \(status.root) (keybag \(status.keybagID))")
@@ -207,12 +212,13 @@ struct SetPasscode: AsyncParsableCommand {
         abstract: "Set a passcode: data protection becomes active.")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("File holding the new passcode.", valueName: "file"))
-    var newPasscodeFile: String
+    @Option(help: ArgumentHelp("File holding the new passcode (default: asked twice on the terminal).", valueName: "file"))
+    var newPasscodeFile: String?
 
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: nil)
-        try await keybag.setPasscode(try readPasscode(newPasscodeFile))
+        if await keybag.status.passcodeSet { throw KeybagError.passcodeAlreadySet }
+        try await keybag.setPasscode(try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file"))
         printOut("passcode set: class A, B and C keys are now wrapped by it")
     }
 }
@@ -221,19 +227,29 @@ struct ChangePasscode: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "change-passcode",
         abstract: "Change the passcode (no file is rewritten).",
-        usage: "dpctl change-passcode --passcode-file <file> --new-passcode-file <file>",
-        discussion: "Only the class keys are rewrapped under the new passcode.")
+        usage: "dpctl change-passcode [--passcode-file <file>] [--new-passcode-file <file>]",
+        discussion: "Only the class keys are rewrapped under the new passcode. Without the files, both are asked on the terminal (the new one twice).")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("File holding the current passcode.", valueName: "file"))
-    var passcodeFile: String
-    @Option(help: ArgumentHelp("File holding the new passcode.", valueName: "file"))
-    var newPasscodeFile: String
+    @Option(help: ArgumentHelp("File holding the current passcode (default: asked on the terminal).", valueName: "file"))
+    var passcodeFile: String?
+    @Option(help: ArgumentHelp("File holding the new passcode (default: asked twice on the terminal).", valueName: "file"))
+    var newPasscodeFile: String?
 
     func run() async throws {
         try requireOneStandardInput(passcodeFile, newPasscodeFile)
         let keybag = try await device.openDevice(passcodeFile: nil)
-        try await keybag.changePasscode(from: try readPasscode(passcodeFile), to: try readPasscode(newPasscodeFile))
+        guard await keybag.status.passcodeSet else { throw KeybagError.noPasscodeSet }
+        let current: String
+        if let passcodeFile {
+            current = try readPasscode(passcodeFile)
+        } else if let typed = PasscodePrompt.typedPasscode(prompt: "Current passcode: ") {
+            current = typed
+        } else {
+            throw CLIError("no terminal to ask for the current passcode on: give --passcode-file FILE (nothing was changed)", status: .usage)
+        }
+        let new = try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file")
+        try await keybag.changePasscode(from: current, to: new)
         printOut("passcode changed")
     }
 }

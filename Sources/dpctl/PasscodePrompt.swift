@@ -62,10 +62,34 @@ enum PasscodePrompt {
 
     /// A passcode typed on the terminal (for `unlock`, `tpm enroll` and `tpm remove`, which
     /// always need one); `nil` without a terminal or when nothing was typed.
-    static func typedPasscode() -> String? {
-        guard var typed = readHidden(prompt: "Passcode: ") else { return nil }
+    static func typedPasscode(prompt: String = "Passcode: ") -> String? {
+        guard ProcessInfo.processInfo.environment[disableVariable] != "0" else { return nil }
+        guard var typed = readHidden(prompt: prompt) else { return nil }
         defer { typed.resetBytes(in: 0..<typed.count) }
         return typed.isEmpty ? nil : String(bytes: typed, encoding: .utf8)
+    }
+
+    /// A new passcode or password (`what`), typed twice on the terminal as cryptsetup and
+    /// gocryptfs ask for one; `nil` when nobody can be asked (no terminal, `DP_TERMINAL_PROMPT=0`).
+    /// An empty answer or two different ones change nothing: an error says which.
+    static func typedNewSecret(_ what: String) throws -> String? {
+        guard ProcessInfo.processInfo.environment[disableVariable] != "0" else { return nil }
+        guard var first = readHidden(prompt: "New \(what): ") else { return nil }
+        defer { first.resetBytes(in: 0..<first.count) }
+        guard !first.isEmpty else { throw CLIError("no \(what) typed: nothing was changed", status: .usage) }
+        guard var second = readHidden(prompt: "Repeat the new \(what): ") else { return nil }
+        defer { second.resetBytes(in: 0..<second.count) }
+        guard first == second else { throw CLIError("the two \(what)s typed differ: nothing was changed", status: .usage) }
+        guard let secret = String(bytes: first, encoding: .utf8) else { throw CLIError("the \(what) typed is not UTF-8: nothing was changed", status: .usage) }
+        return secret
+    }
+
+    /// The new secret from `file` when one is given, else typed twice; without either, a usage
+    /// error naming the option (`nothing was changed`).
+    static func newSecret(_ what: String, file: String?, option: String) throws -> String {
+        if let file { return try readPasscode(file) }
+        if let typed = try typedNewSecret(what) { return typed }
+        throw CLIError("no terminal to ask for the new \(what) on: give \(option) FILE (nothing was changed)", status: .usage)
     }
 
     /// Reads one line from the terminal with echo off; echo comes back however the read ends,

@@ -148,4 +148,82 @@ import Testing
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == newer)   // nothing was changed
         }
     }
+
+    /// Runs `dpctl --root ROOT args…` on a terminal of its own, typing each answer once its
+    /// prompt shows (Tests/oracle/answer_on_terminal.py).
+    static func onTerminal(_ cli: CLI, _ answers: [(prompt: String, answer: String)], _ arguments: [String]) throws -> ChildProcess {
+        let script = packageRoot.appendingPathComponent("Tests/oracle/answer_on_terminal.py").path
+        return try ChildProcess.run(oraclePython, [script] + answers.map { "\($0.prompt)=\($0.answer)" } + ["--", CLI.executable.path, "--root", cli.root] + arguments)
+    }
+
+    /// init, change-passcode and backup-password ask on a terminal, a new secret twice, without
+    /// echo; two different answers or an empty one change nothing (64); without a terminal the
+    /// option to use is named (64).
+    @Test func newSecretsAreAskedTwiceOnATerminal() throws {
+        let cli = CLI.make()
+        let keybag = cli.root + "/keybag"
+        let differ = try Self.onTerminal(cli, [("New passcode: ", "s3cret-pass"), ("Repeat the new passcode: ", "s3cret-pasS")], ["init"])
+        #expect(differ.status == 64 && differ.out.contains("the two passcodes typed differ: nothing was changed"), "\(differ.out)")
+        let empty = try Self.onTerminal(cli, [("New passcode: ", "")], ["init"])
+        #expect(empty.status == 64 && empty.out.contains("no passcode typed"), "\(empty.out)")
+        #expect(!FileManager.default.fileExists(atPath: keybag))
+        let noTerminal = try cli.run(["init"])
+        #expect(noTerminal.status == 64 && noTerminal.stderr.contains("--passcode-file") && noTerminal.stderr.contains("--no-passcode"), "\(noTerminal.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: keybag))
+
+        let made = try Self.onTerminal(cli, [("New passcode: ", "s3cret-pass"), ("Repeat the new passcode: ", "s3cret-pass")], ["init"])
+        #expect(made.status == 0 && made.out.contains("passcode set"), "\(made.out)")
+        #expect(!made.out.contains("s3cret-pass"))   // not echoed
+        let typed = cli.writeFile("typed", "s3cret-pass")
+        #expect(try cli.run(["write", cli.file("a"), "--class", "complete", "--passcode-file", typed], input: Data("x".utf8)).status == 0)
+
+        let change = try Self.onTerminal(cli, [("Current passcode: ", "s3cret-pass"), ("New passcode: ", "n3w-pass"), ("Repeat the new passcode: ", "n3w-pass")],
+                                         ["change-passcode"])
+        #expect(change.status == 0 && change.out.contains("passcode changed"), "\(change.out)")
+        let newFile = cli.writeFile("new", "n3w-pass")
+        #expect(try cli.run(["cat", cli.file("a"), "--passcode-file", newFile]).out == "x")
+        let noTerminalChange = try cli.run(["change-passcode", "--passcode-file", newFile])
+        #expect(noTerminalChange.status == 64 && noTerminalChange.stderr.contains("--new-passcode-file"), "\(noTerminalChange.stderr)")
+
+        // The passcode first (the device is locked in this new run), then the password twice.
+        let backup = try Self.onTerminal(cli, [("Passcode: ", "n3w-pass"), ("New backup password: ", "b4ckup"), ("Repeat the new backup password: ", "b4ckup")],
+                                         ["backup-password"])
+        #expect(backup.status == 0 && backup.out.contains("backup keybag written"), "\(backup.out)")
+        if let passcode = backup.out.range(of: "Passcode: "), let password = backup.out.range(of: "New backup password: ") {
+            #expect(passcode.lowerBound < password.lowerBound)
+        }
+        #expect(FileManager.default.fileExists(atPath: cli.root + "/backup-keybag"))
+    }
+
+    /// The README's quick start, as written (files instead of the terminal, a grace period of 0
+    /// instead of waiting 10 s): init, keybagd, unlock, write, lock, cat refused, unlock, backup
+    /// password, backup, restore. A restore while locked names the repository's manifest, not a
+    /// private copy of it.
+    @Test func theQuickStartWorksAsWritten() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "123456")
+        let password = cli.writeFile("b", "backup password")
+        #expect(try cli.run(["init", "--passcode-file", passcode, "--grace-period", "0"]).status == 0)
+        let daemon = try KeybagdProcess(cli: cli)
+        defer { daemon.stop() }
+        let env = daemon.environment
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: env).status == 0)
+        let documents = cli.file("Documents")
+        try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
+        #expect(try cli.run(["write", documents + "/notes.txt", "--class", "complete"], input: Data("my notes\n".utf8), environment: env).status == 0)
+        #expect(try cli.run(["lock"], environment: env).status == 0)
+        #expect(try cli.run(["cat", documents + "/notes.txt"], environment: env).status == 3)
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: env).status == 0)
+        #expect(try cli.run(["backup-password", "--password-file", password], environment: env).status == 0)
+        let repo = cli.file("backup-repo"), restored = cli.file("restored")
+        #expect(try cli.run(["backup", documents, repo], environment: env).status == 0)
+        #expect(try cli.run(["lock"], environment: env).status == 0)
+        let locked = try cli.run(["restore", repo, cli.file("too-early")], environment: env)
+        #expect(locked.status == 3 && locked.stderr.contains(repo + "/backups/") && !locked.stderr.contains("dp-manifest"), "\(locked.stderr)")
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: env).status == 0)
+        let restore = try cli.run(["restore", repo, restored], environment: env)
+        #expect(restore.status == 0, "\(restore.stderr)")
+        #expect(try cli.run(["cat", restored + "/notes.txt"], environment: env).out == "my notes\n")
+    }
 }
+
