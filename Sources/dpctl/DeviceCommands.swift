@@ -209,7 +209,8 @@ struct Policy: AsyncParsableCommand {
 struct SetPasscode: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "set-passcode",
-        abstract: "Set a passcode: data protection becomes active.")
+        abstract: "Set a passcode: data protection becomes active.",
+        usage: "dpctl set-passcode [<options>]")
 
     @OptionGroup var device: DeviceOptions
     @Option(help: ArgumentHelp("File holding the new passcode (default: asked twice on the terminal).", valueName: "file"))
@@ -227,7 +228,7 @@ struct ChangePasscode: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "change-passcode",
         abstract: "Change the passcode (no file is rewritten).",
-        usage: "dpctl change-passcode [--passcode-file <file>] [--new-passcode-file <file>]",
+        usage: "dpctl change-passcode [<options>]",
         discussion: "Only the class keys are rewrapped under the new passcode. Without the files, both are asked on the terminal (the new one twice).")
 
     @OptionGroup var device: DeviceOptions
@@ -245,6 +246,8 @@ struct ChangePasscode: AsyncParsableCommand {
             current = try readPasscode(passcodeFile)
         } else if let typed = PasscodePrompt.typedPasscode(prompt: "Current passcode: ") {
             current = typed
+        } else if PasscodePrompt.canAsk {
+            throw CLIError("no current passcode typed: nothing was changed", status: .usage)
         } else {
             throw CLIError("no terminal to ask for the current passcode on: give --passcode-file FILE (nothing was changed)", status: .usage)
         }
@@ -274,7 +277,7 @@ extension KeybagError {
     /// Errors after which the device cannot be opened but can still be erased.
     var preventsOpeningButNotErasing: Bool {
         switch self {
-        case .tpm, .corruptKeybag, .badDeviceSecret: true
+        case .tpm, .corruptKeybag, .newerKeybagFormat, .badDeviceSecret: true
         default: false
         }
     }

@@ -11,6 +11,9 @@ import Synchronization
 /// asked and the command fails as before (exit 3, with a hint). One question per run: a wrong
 /// answer is one failed attempt, as at the lock screen; an empty one is none.
 enum PasscodePrompt {
+    /// Whether a question would be asked: a terminal, and `DP_TERMINAL_PROMPT` not 0.
+    static var canAsk: Bool { ProcessInfo.processInfo.environment[disableVariable] != "0" && terminalAvailable }
+
     /// Whether a person can be asked: this process has a controlling terminal.
     static var terminalAvailable: Bool {
         let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
@@ -114,15 +117,18 @@ enum PasscodePrompt {
         }
         guard tcsetattr(fd, TCSAFLUSH, &hidden) == 0 else { return nil }
         _ = prompt.withCString { Glibc.write(fd, $0, strlen($0)) }
-        var line = Data()
+        // Sized once and capped: a growing buffer would leave copies of the secret behind.
+        var line = Data(capacity: maximumLength)
         var byte: UInt8 = 0
         while Glibc.read(fd, &byte, 1) == 1, byte != 0x0A {
-            if byte != 0x0D { line.append(byte) }
+            if byte != 0x0D, line.count < maximumLength { line.append(byte) }
         }
         return line
     }
 
     private static let asked = Mutex(false)
+    /// The longest answer kept (longer lines are cut, as a terminal's own line buffer does).
+    private static let maximumLength = 4096
 
     /// The classes of the protected files at `path` and below it (links not followed), read
     /// from their headers without any key.

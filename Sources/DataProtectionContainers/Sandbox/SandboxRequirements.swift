@@ -27,16 +27,21 @@ public struct SandboxRequirements: Sendable, Equatable {
     public var scopesSockets: Bool { landlockABI >= Self.scopingLandlockABI }
 
     /// Finds the parts. `environment` may name them: `DATAPROTECTION_BWRAP`,
-    /// `DATAPROTECTION_SANDBOX_EXEC` (default: beside the running executable, then `PATH`).
+    /// `DATAPROTECTION_SANDBOX_EXEC` (default: beside the running executable, then
+    /// `../libexec/dataprotection/`, then `PATH`).
     public static func probe(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> SandboxRequirements {
         guard let bwrap = environment["DATAPROTECTION_BWRAP"].map({ $0 }) ?? findInPath("bwrap", environment: environment),
               isExecutable(bwrap) else {
             throw ContainerError.sandboxUnavailable("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
         }
-        let besideUs = URL(fileURLWithPath: currentExecutable()).deletingLastPathComponent().appendingPathComponent("dp-sandbox-exec").path
-        let exec = environment["DATAPROTECTION_SANDBOX_EXEC"] ?? (isExecutable(besideUs) ? besideUs : findInPath("dp-sandbox-exec", environment: environment))
+        // Beside us (a build directory), then where an installation keeps helpers (PREFIX/bin/dpctl:
+        // PREFIX/libexec/dataprotection/), then PATH.
+        let directory = URL(fileURLWithPath: currentExecutable()).deletingLastPathComponent()
+        let installed = [directory.appendingPathComponent("dp-sandbox-exec").path,
+                         directory.deletingLastPathComponent().appendingPathComponent("libexec/dataprotection/dp-sandbox-exec").path]
+        let exec = environment["DATAPROTECTION_SANDBOX_EXEC"] ?? installed.first(where: isExecutable) ?? findInPath("dp-sandbox-exec", environment: environment)
         guard let exec, isExecutable(exec) else {
-            throw ContainerError.sandboxUnavailable("dp-sandbox-exec was not found beside \(currentExecutable()) nor on PATH (it is built with this package)")
+            throw ContainerError.sandboxUnavailable("dp-sandbox-exec was not found beside \(currentExecutable()), in ../libexec/dataprotection, nor on PATH (it is built and installed with this package)")
         }
         let abi = Int(cshim_landlock_abi())
         if abi == -Int(ENOSYS) { throw ContainerError.sandboxUnavailable("this kernel has no Landlock (Linux 5.13 or later, CONFIG_SECURITY_LANDLOCK)") }

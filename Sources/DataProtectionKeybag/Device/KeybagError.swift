@@ -52,8 +52,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     case tpmLockout(failedTries: Int, recoveryInterval: Int)
     /// The backup password does not open the backup keybag (or the backup keybag was modified).
     case wrongBackupPassword
-    /// The keybag is in a format version newer than this build reads: a newer DataProtection
-    /// wrote it (an upgrade rewrites the keybag in its own version). Nothing was changed.
+    /// The keybag claims a format version newer than this build reads (a claim: the field is
+    /// read before the MAC, which a newer format may compute otherwise): a newer DataProtection
+    /// wrote it, or it was modified. Nothing was changed.
     case newerKeybagFormat(version: UInt16, readable: [UInt16])
 
     public var description: String {
@@ -65,8 +66,9 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
         case .corruptKeybag(let why):
             "keybag rejected: \(why)"
         case .newerKeybagFormat(let version, let readable):
-            "the keybag is in format version \(version), written by a newer DataProtection; this one (\(DataProtectionVersion.string)) "
-                + "reads versions \(readable.map(String.init).joined(separator: " and ")): run the newer version (nothing was changed)"
+            "the keybag claims format version \(version), newer than this DataProtection (\(DataProtectionVersion.string)) reads "
+                + "(versions \(readable.map(String.init).joined(separator: " and "))): if a newer version wrote it, run that one; "
+                + "if none did, the keybag was modified (nothing was changed)"
         case .badDeviceSecret(let why):
             "device secret unusable: \(why)"
         case .wrongPasscode(let n):

@@ -142,19 +142,20 @@ struct KeybagFile: Sendable, Equatable {
         // The MAC first (FORMAT.md §2): no field is read from unauthenticated bytes. Only the
         // file's size is needed to find it (each version has its own size).
         // Unauthenticated bytes choose only the wording of the error, never what is trusted: a
-        // newer version is named as such whatever its size (its MAC may be computed otherwise).
-        if bytes.count >= 10, Array(bytes[0..<8]) == magic {
-            let version = UInt16(bytes[8]) << 8 | UInt16(bytes[9])
-            if version > Self.version { throw KeybagError.newerKeybagFormat(version: version, readable: [1, Self.version]) }
-        }
+        // version above ours is a claim, named as one (a newer DataProtection, or a modification).
+        let claimedVersion: UInt16? = bytes.count >= 10 && Array(bytes[0..<8]) == magic ? UInt16(bytes[8]) << 8 | UInt16(bytes[9]) : nil
+        let claimsNewer = (claimedVersion ?? 0) > Self.version
         guard bytes.count == totalSize || bytes.count == totalSizeV1 else {
-            if bytes.count >= 10, Array(bytes[0..<8]) == magic, bytes[8] == 0, bytes[9] == 0 {
-                throw reject("keybag format version 0 is not a version")
-            }
+            if claimsNewer, let claimedVersion { throw KeybagError.newerKeybagFormat(version: claimedVersion, readable: [1, Self.version]) }
+            if claimedVersion == 0 { throw reject("keybag format version 0 is not a version") }
             throw reject("wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
         }
         let bodySize = bytes.count - 32
         guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[bodySize...]), authenticating: bytes[0..<bodySize], using: macKey) else {
+            if claimsNewer, let claimedVersion {
+                throw reject("authentication failed: the keybag was modified, or belongs to another device secret, or a newer "
+                             + "DataProtection wrote it (it claims format version \(claimedVersion); this one reads versions 1 and \(Self.version))")
+            }
             throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
         }
         guard Array(bytes[0..<8]) == magic else { throw reject("not a DataProtection keybag (bad magic)") }
