@@ -104,6 +104,30 @@ import Testing
         #expect(member?["group:group.com.example.notes"] == group)
     }
 
+    /// A program in any language finds its groups' containers in DATAPROTECTION_GROUP_CONTAINERS
+    /// (one GROUP=PATH line each, sorted), and uses them: a shell script writes into one, a
+    /// member of that group reads it; an app in no group gets no variable.
+    @Test func appsInAnyLanguageFindTheirGroupContainers() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.shell", ["--group", "group.com.example.b", "--group", "group.com.example.a"])
+        try world.install("com.example.member", ["--group", "group.com.example.b"])
+        try world.install("com.example.alone")
+        let a = try world.groupContainer(of: "com.example.shell", "group.com.example.a")
+        let b = try world.groupContainer(of: "com.example.shell", "group.com.example.b")
+        let listed = try world.shell("com.example.shell", "printf '%s' \"$DATAPROTECTION_GROUP_CONTAINERS\"")
+        #expect(listed.out == "group.com.example.a=\(a)\ngroup.com.example.b=\(b)", "\(listed.out) \(listed.stderr)")
+        let write = try world.shell("com.example.shell", """
+            printf '%s\\n' "$DATAPROTECTION_GROUP_CONTAINERS" | while IFS='=' read -r id path; do
+                [ "$id" = group.com.example.b ] && echo "from a shell script" > "$path/note.txt"
+            done; true
+            """)
+        #expect(write.status == 0, "\(write.stderr)")
+        let read = try world.shell("com.example.member", "cat \"${DATAPROTECTION_GROUP_CONTAINERS#*=}/note.txt\"")
+        #expect(read.out == "from a shell script\n", "\(read.stderr)")
+        let alone = try world.shell("com.example.alone", "echo \"${DATAPROTECTION_GROUP_CONTAINERS-unset}\"")
+        #expect(alone.out == "unset\n", "\(alone.out)")
+    }
+
     @Test func unmodifiedFoundationFindsTheContainersPlaces() throws {
         let world = try AppWorld.make()
         let a = try world.install("com.example.a")

@@ -84,7 +84,7 @@ public final class AppSupervisor: Sendable {
         if requirements != nil { lease = try ContainerFileSystem.lease(manager.layout, launch: fileSystem) }
         defer { withExtendedLifetime(lease) {} }
 
-        var appEnvironment = Self.appEnvironment(app, passing: environment)
+        var appEnvironment = Self.appEnvironment(app, groups: groups, passing: environment)
         appEnvironment[SupervisorProtocol.descriptorVariable] = String(SandboxProfile.supervisorDescriptor)
         let description = AppDescription(identifier: app.identifier.rawValue, container: app.url.path,
                                          groups: Dictionary(uniqueKeysWithValues: groups.map { ($0.identifier.rawValue, $0.url.path) }),
@@ -173,9 +173,10 @@ public final class AppSupervisor: Sendable {
         return await child.exitStatus()
     }
 
-    /// The app's environment: its places (so unmodified Foundation code finds them), a plain
-    /// `PATH`, and the user's locale and terminal; nothing else of the caller's.
-    package static func appEnvironment(_ app: AppContainer, passing caller: [String: String]) -> [String: String] {
+    /// The app's environment: its places (so unmodified Foundation code finds them, and programs
+    /// in any language their App Groups' containers), a plain `PATH`, and the user's locale and
+    /// terminal; nothing else of the caller's.
+    package static func appEnvironment(_ app: AppContainer, groups: [GroupContainer] = [], passing caller: [String: String]) -> [String: String] {
         var env: [String: String] = [
             "HOME": app.url.path,
             "CFFIXED_USER_HOME": app.url.path,                         // NSHomeDirectory()
@@ -188,6 +189,10 @@ public final class AppSupervisor: Sendable {
             SupervisorProtocol.appVariable: app.identifier.rawValue,
             SupervisorProtocol.containerVariable: app.url.path,
         ]
+        if !groups.isEmpty {
+            env[SupervisorProtocol.groupContainersVariable] = groups.sorted { $0.identifier.rawValue < $1.identifier.rawValue }
+                .map { "\($0.identifier.rawValue)=\($0.url.path)" }.joined(separator: "\n")
+        }
         for key in ["LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "TZ", "COLUMNS", "LINES", "NO_COLOR"] {
             if let value = caller[key] { env[key] = value }
         }

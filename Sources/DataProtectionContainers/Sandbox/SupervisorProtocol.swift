@@ -26,6 +26,9 @@ enum SupervisorProtocol {
     static let descriptorVariable = "DATAPROTECTION_SUPERVISOR_FD"
     static let appVariable = "DATAPROTECTION_APP_ID"
     static let containerVariable = "DATAPROTECTION_CONTAINER"
+    /// The app's App Group containers for programs without the Swift API: one `GROUP-ID=PATH`
+    /// line per group, sorted by identifier (absent for an app in no group).
+    static let groupContainersVariable = "DATAPROTECTION_GROUP_CONTAINERS"
 }
 
 /// What the supervisor tells its app about itself (`describe`).
