@@ -16,7 +16,18 @@ struct DeviceOptions: ParsableArguments {
     @Flag(name: .shortAndLong, help: "Log what the keybag does (lock, unlock, discarded keys) to standard error.")
     var verbose = false
 
-    var resolvedRoot: String { get throws { try DataRoot.resolve(root) } }
+    var resolvedRoot: String { get throws { try Self.resolve(root) } }
+
+    /// The data root; inside an app (`dpctl app run`), where the default would be a device in
+    /// the app's own container, a plain refusal unless a root is named.
+    static func resolve(_ root: String?) throws -> String {
+        let environment = ProcessInfo.processInfo.environment
+        if root == nil, environment["DP_ROOT"] == nil, let app = environment["DATAPROTECTION_APP_ID"] {
+            throw CLIError("inside the app \(app) (dpctl app run) there is no device: the app's files are protected by the file system "
+                           + "already, so plain tools (cat, cp, sqlite3) read and write them; run device commands outside the app")
+        }
+        return try DataRoot.resolve(root)
+    }
 
     func bootstrapLogging() { Self.bootstrapLogging(verbose: verbose) }
 

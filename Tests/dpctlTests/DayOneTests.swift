@@ -227,5 +227,22 @@ import Testing
         #expect(restore.status == 0, "\(restore.stderr)")
         #expect(try cli.run(["cat", restored + "/notes.txt"], environment: env).out == "my notes\n")
     }
+
+    /// dpctl inside an app (its environment) says plainly that there is no device there, instead
+    /// of offering to set one up in the app's container; a named root still works (and `ls`,
+    /// which needs no device, works on the app's files).
+    @Test func dpctlInsideAnAppSaysThereIsNoDeviceThere() throws {
+        let (cli, _) = try Self.device()
+        let home = cli.file("app-home")
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        let inside = ["-u", "DP_ROOT", "-u", "XDG_DATA_HOME", "HOME=\(home)", "DATAPROTECTION_APP_ID=com.example.notes", CLI.executable.path]
+        for arguments in [["status"], ["init", "--no-passcode"], ["lock"]] {
+            let result = try ChildProcess.run("/usr/bin/env", inside + arguments)
+            #expect(result.status == 1 && result.err.contains("inside the app com.example.notes (dpctl app run) there is no device")
+                    && result.err.split(separator: "\n").count == 1, "\(arguments): \(result.err)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: home).isEmpty)   // no device made in the app's home
+        #expect(try ChildProcess.run("/usr/bin/env", inside + ["--root", cli.root, "status"]).status == 0)
+    }
 }
 
