@@ -26,7 +26,7 @@ struct App: AsyncParsableCommand {
             containers and the system, nothing else of the data root or of your home.
             """,
         subcommands: [AppInstall.self, AppList.self, AppInfo.self, AppRun.self, AppBackground.self, AppForeground.self, AppState.self, AppStop.self,
-                      AppSetProtection.self, AppUninstall.self, AppServeFileSystem.self])
+                      AppSetProtection.self, AppSetDocumentBrowser.self, AppUninstall.self, AppServeFileSystem.self])
 }
 
 /// Opens the device (locked, unless a passcode file is given) and the container manager.
@@ -259,6 +259,30 @@ struct AppSetProtection: AsyncParsableCommand {
             for (path, why) in report.failures.sorted(by: { $0.key < $1.key }) { printOut("  failed: \(path): \(why)") }
             if !report.failures.isEmpty { throw ExitCode(ExitStatus.unavailable.rawValue) }
         }
+    }
+}
+
+struct AppSetDocumentBrowser: AsyncParsableCommand {
+    enum Setting: String, ExpressibleByArgument, CaseIterable { case on, off }
+
+    static let configuration = CommandConfiguration(
+        commandName: "set-document-browser",
+        abstract: "Expose an app's Documents to other apps, or stop.",
+        usage: "dpctl app set-document-browser <id> on|off",
+        discussion: """
+            UISupportsDocumentBrowser, changed without a reinstall: the container is kept. On, you \
+            can grant other apps items of its Documents (dpctl grant); off, the grants you made \
+            start no new access (the app's own grants are not affected).
+            """)
+    @OptionGroup var device: DeviceOptions
+    @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+    @Argument(help: ArgumentHelp("on or off.", valueName: "on|off")) var setting: Setting
+
+    func run() async throws {
+        let manager = try await containerManager(device)
+        try manager.setSupportsDocumentBrowser(setting == .on, ofApp: try appIdentifier(identifier))
+        printOut("\(identifier): document browser \(setting.rawValue)" + (setting == .on
+            ? " (Documents is exposed: you can grant other apps its items)" : " (the grants you made start no new access)"))
     }
 }
 

@@ -37,6 +37,32 @@ import Testing
         try world.dpctl(["cat", path, "--passcode-file", world.passcode]).out
     }
 
+    /// The document browser is changed without a reinstall (the container and its files kept):
+    /// on, the user may grant Documents' items; off again, those grants start no access and no
+    /// new one is made.
+    @Test func theDocumentBrowserTurnsOnAndOffKeepingTheContainer() throws {
+        let world = try AppWorld.make()
+        let p = try world.install(provider)
+        try world.install(editor)
+        #expect(try world.dpctl(["write", p + "/Documents/BBB.txt", "--passcode-file", world.passcode], input: Data("CCCC".utf8)).status == 0)
+        let refused = try world.dpctl(["grant", "--from", provider, "--to", editor, "Documents/BBB.txt"])
+        #expect(refused.status != 0 && refused.stderr.contains("does not expose its Documents"), "\(refused.stderr)")
+
+        let on = try world.dpctl(["app", "set-document-browser", provider, "on"])
+        #expect(on.status == 0 && on.out.contains("document browser on"), "\(on.stderr)")
+        #expect(try world.dpctl(["app", "info", provider]).out.contains("document browser: yes"))
+        let id = try grant(world, "Documents/BBB.txt", ["--read", "--persistent"])
+        #expect(try asEditor(world, ["granted-read", id]).out == "CCCC\n")
+
+        #expect(try world.dpctl(["app", "set-document-browser", provider, "off"]).status == 0)
+        let after = try asEditor(world, ["granted-read", id])
+        #expect(after.status != 0 && after.stderr.contains("could not start access"), "\(after.out) \(after.stderr)")
+        #expect(try world.dpctl(["grant", "--from", provider, "--to", editor, "Documents/BBB.txt"]).status != 0)
+        #expect(try world.dpctl(["app", "info", provider]).out.contains("container:        \(p)"))
+        #expect(try contents(world, p + "/Documents/BBB.txt") == "CCCC")
+        #expect(try world.dpctl(["app", "set-document-browser", provider, "maybe"]).status == 64)
+    }
+
     @Test func aReadOnlyGrantHandsOutReadOnlyDescriptors() throws {
         let (world, p, _) = try world()
         let id = try grant(world, "Documents/BBB.txt", ["--read", "--persistent"])

@@ -37,6 +37,17 @@ extension ContainerManager {
         }
     }
 
+    /// Turns an app's document browser (`UISupportsDocumentBrowser`: the user may grant other
+    /// apps items of its `Documents`) on or off, keeping its container. Off, grants the user made
+    /// through it start no new access (descriptors already handed out stay valid, as for a revoked grant).
+    public func setSupportsDocumentBrowser(_ supports: Bool, ofApp identifier: AppIdentifier) throws {
+        let app = try app(identifier)
+        var metadata = app.metadata
+        guard metadata.documentBrowser != supports else { return }
+        metadata.documentBrowser = supports
+        try metadata.write(container: app.url.path)
+    }
+
     /// Sets an App Group container's class (as on iOS: the app's entitlement does not reach shared
     /// containers; until this is called they are at iOS's default, class C). New files get it;
     /// `reprotect: true` re-protects the existing ones too.

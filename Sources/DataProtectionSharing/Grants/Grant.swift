@@ -52,6 +52,10 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
     public var snapshot: String? = nil
     /// Whether this is a share (crossing 2: read-only, ended by the recipient or its exit).
     public var isShare: Bool = false
+    /// Whether the user made it through the provider's document browser (`true`), or the
+    /// provider itself (`false`); `nil` for a grant recorded before this was kept. A grant the
+    /// user made starts no access once the provider stops exposing its Documents.
+    public var byUser: Bool? = nil
 
     public func isExpired(at now: Date) -> Bool { expires.map { now >= $0 } ?? false }
 
@@ -60,7 +64,7 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
         var moved = Grant(id: id, provider: provider, providerContainer: providerContainer, path: path, device: device, inode: inode, recipient: recipient,
                           recipientContainer: recipientContainer, capabilities: capabilities, created: created, expires: expires, persistent: persistent,
                           snapshot: snapshot, isShare: isShare)
-        (moved.version, moved.birthTime, moved.isDirectory) = (version, birthTime, isDirectory)
+        (moved.version, moved.birthTime, moved.isDirectory, moved.byUser) = (version, birthTime, isDirectory, byUser)
         return moved
     }
 
@@ -68,7 +72,7 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
         case version = "Version", id = "ID", provider = "Provider", providerContainer = "ProviderContainer", path = "Path",
              device = "Device", inode = "Inode", recipient = "Recipient", recipientContainer = "RecipientContainer",
              capabilities = "Capabilities", created = "Created", expires = "Expires", persistent = "Persistent",
-             snapshot = "Snapshot", isShare = "Share", birthTime = "BirthTime", isDirectory = "Directory"
+             snapshot = "Snapshot", isShare = "Share", birthTime = "BirthTime", isDirectory = "Directory", byUser = "ByUser"
     }
 
     public init(id: UUID, provider: String, providerContainer: UUID, path: String, device: UInt64, inode: UInt64, recipient: String,
@@ -99,5 +103,6 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
         isShare = try c.decodeIfPresent(Bool.self, forKey: .isShare) ?? false
         birthTime = try c.decodeIfPresent(String.self, forKey: .birthTime)
         isDirectory = try c.decodeIfPresent(Bool.self, forKey: .isDirectory)
+        byUser = try c.decodeIfPresent(Bool.self, forKey: .byUser)
     }
 }

@@ -58,6 +58,7 @@ extension SharingBroker {
                           persistent: persistent)
         let identity = ItemIdentity(descriptor: item.descriptor, status: st)
         (grant.birthTime, grant.isDirectory) = (identity.birthTime, identity.isDirectory)
+        grant.byUser = grantor == .user
         let store = GrantStore(layout: manager.layout)
         try store.requireRoom(forGrantsOf: from, at: now)
         try store.save(grant)
@@ -130,7 +131,12 @@ extension SharingBroker {
             throw SharingError.noSuchGrant(id)
         }
         if grant.isExpired(at: clock.now()) { throw SharingError.grantExpired(id) }
-        return (grant, try provider(of: grant))
+        let provider = try provider(of: grant)
+        // The user granted through the document browser: it holds while the provider exposes its Documents.
+        if grant.byUser == true, !provider.supportsDocumentBrowser {
+            throw SharingError.refused("\(provider.identifier) no longer exposes its Documents (its document browser was turned off): grant \(id) starts no access")
+        }
+        return (grant, provider)
     }
 
     /// The providing app of `grant`, still in the container it granted from.
