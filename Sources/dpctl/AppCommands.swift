@@ -134,6 +134,8 @@ struct AppReport: Encodable {
         var identifier: String
         var container: String?
         var defaultProtection: String?
+        /// The class's short name, as every dpctl JSON writes a class (FORMAT §5.0).
+        var protection: String?
         var protectionSet: Bool
     }
     var identifier: String
@@ -141,6 +143,9 @@ struct AppReport: Encodable {
     var container: String
     var defaultProtection: String
     var entitledProtection: String
+    /// `defaultProtection`'s short name, as every dpctl JSON writes a class (FORMAT §5.0);
+    /// `defaultProtection` and `entitledProtection` keep Apple's names, as Info.plist has them.
+    var protection: String
     var documentBrowser: Bool
     var usesProtectedFiles: Bool
     var network: Bool
@@ -156,6 +161,7 @@ struct AppReport: Encodable {
         container = app.url.path
         defaultProtection = app.defaultProtection.iOSName
         entitledProtection = app.entitledProtection.iOSName
+        protection = app.defaultProtection.shortName
         documentBrowser = app.supportsDocumentBrowser
         usesProtectedFiles = app.metadata.usesProtectedFiles == true
         network = app.metadata.network == true
@@ -165,7 +171,8 @@ struct AppReport: Encodable {
         created = ISO8601DateFormatter().string(from: app.metadata.created)
         groups = app.groups.map { id in
             let group = try? manager.group(id)
-            return Group(identifier: id.rawValue, container: group?.url.path, defaultProtection: group?.defaultProtection.iOSName, protectionSet: group?.isProtectionSet ?? false)
+            return Group(identifier: id.rawValue, container: group?.url.path, defaultProtection: group?.defaultProtection.iOSName,
+                         protection: group?.defaultProtection.shortName, protectionSet: group?.isProtectionSet ?? false)
         }
         entitlements = app.metadata.entitlements
     }

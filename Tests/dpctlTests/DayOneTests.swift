@@ -244,5 +244,33 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: home).isEmpty)   // no device made in the app's home
         #expect(try ChildProcess.run("/usr/bin/env", inside + ["--root", cli.root, "status"]).status == 0)
     }
+
+    /// Scripts get one machine form per concept: a class as its short name in ls, status and
+    /// app info; a kind; backup inclusion as a boolean with its reason; the labels apart.
+    @Test func jsonGivesOneMachineFormPerConcept() throws {
+        let (cli, passcode) = try Self.device()
+        let directory = cli.file("tree")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        #expect(try cli.run(["write", directory + "/a.txt", "--class", "A", "--passcode-file", passcode], input: Data("abc".utf8)).status == 0)
+        try Data("plain".utf8).write(to: URL(fileURLWithPath: directory + "/p.txt"))
+        #expect(try cli.run(["exclude", directory + "/p.txt"]).status == 0)
+        let listed = try JSONSerialization.jsonObject(with: try cli.run(["ls", "--json", directory]).stdout) as? [[String: Any]] ?? []
+        let byName = Dictionary(uniqueKeysWithValues: listed.compactMap { item in (item["name"] as? String).map { ($0, item) } })
+        let dir = byName["./"], a = byName["a.txt"], p = byName["p.txt"]
+        #expect(dir?["kind"] as? String == "directory" && dir?["protection"] as? String == "until-first-unlock" && dir?["inherited"] as? Bool == true, "\(listed)")
+        #expect(dir?["class"] as? String == "dir default: inherited (until-first-unlock)")
+        #expect(a?["kind"] as? String == "protected-file" && a?["protection"] as? String == "complete" && a?["size"] as? Int == 3, "\(listed)")
+        #expect(a?["class"] as? String == "complete (A)" && a?["included"] as? Bool == true && a?["excludedBy"] is NSNull)
+        #expect(p?["kind"] as? String == "plain-file" && p?["protection"] is NSNull, "\(listed)")
+        #expect(p?["included"] as? Bool == false && p?["excludedBy"] as? String == "attribute" && p?["backup"] as? String == "no (marked)")
+
+        let status = try JSONSerialization.jsonObject(with: try cli.run(["status", "--json"]).stdout) as? [String: Any]
+        #expect(status?["available"] as? [String] == ["none"])
+        #expect(try cli.run(["app", "install", "com.example.json", "--default-protection", "complete"]).status == 0)
+        let info = try JSONSerialization.jsonObject(with: try cli.run(["app", "info", "com.example.json", "--json"]).stdout) as? [String: Any]
+        #expect(info?["protection"] as? String == "complete" && info?["defaultProtection"] as? String == "complete", "\(String(describing: info))")
+        let list = try JSONSerialization.jsonObject(with: try cli.run(["app", "list", "--json"]).stdout) as? [[String: Any]]
+        #expect(list?.first?["protection"] as? String == "complete", "\(String(describing: list))")
+    }
 }
 
