@@ -12,7 +12,10 @@ import Synchronization
 /// answer is one failed attempt, as at the lock screen; an empty one is none.
 enum PasscodePrompt {
     /// Whether a question would be asked: a terminal, and `DP_TERMINAL_PROMPT` not 0.
-    static var canAsk: Bool { ProcessInfo.processInfo.environment[disableVariable] != "0" && terminalAvailable }
+    static var canAsk: Bool { questionsAllowed && terminalAvailable }
+
+    /// `DP_TERMINAL_PROMPT` is not 0.
+    private static var questionsAllowed: Bool { ProcessInfo.processInfo.environment[disableVariable] != "0" }
 
     /// Whether a person can be asked: this process has a controlling terminal.
     static var terminalAvailable: Bool {
@@ -49,7 +52,7 @@ enum PasscodePrompt {
     /// `DP_TERMINAL_PROMPT=0`, asked already) or nothing was typed.
     @discardableResult
     static func ask(_ keybag: Keybag) async throws -> Bool {
-        guard ProcessInfo.processInfo.environment[disableVariable] != "0",
+        guard questionsAllowed,
               await keybag.lockState != .unlocked, await keybag.status.passcodeSet, terminalAvailable,
               asked.withLock({ let before = $0; $0 = true; return !before }) else { return false }
         guard var typed = readHidden(prompt: "Passcode: ") else { return false }
@@ -66,7 +69,7 @@ enum PasscodePrompt {
     /// A passcode typed on the terminal (for `unlock`, `tpm enroll` and `tpm remove`, which
     /// always need one); `nil` without a terminal or when nothing was typed.
     static func typedPasscode(prompt: String = "Passcode: ") -> String? {
-        guard ProcessInfo.processInfo.environment[disableVariable] != "0" else { return nil }
+        guard questionsAllowed else { return nil }
         guard var typed = readHidden(prompt: prompt) else { return nil }
         defer { typed.resetBytes(in: 0..<typed.count) }
         return typed.isEmpty ? nil : String(bytes: typed, encoding: .utf8)
@@ -76,7 +79,7 @@ enum PasscodePrompt {
     /// gocryptfs ask for one; `nil` when nobody can be asked (no terminal, `DP_TERMINAL_PROMPT=0`).
     /// An empty answer or two different ones change nothing: an error says which.
     static func typedNewSecret(_ what: String) throws -> String? {
-        guard ProcessInfo.processInfo.environment[disableVariable] != "0" else { return nil }
+        guard questionsAllowed else { return nil }
         guard var first = readHidden(prompt: "New \(what): ") else { return nil }
         defer { first.resetBytes(in: 0..<first.count) }
         guard !first.isEmpty else { throw CLIError("no \(what) typed: nothing was changed", status: .usage) }

@@ -37,9 +37,9 @@ public struct SandboxRequirements: Sendable, Equatable {
         // Beside us (a build directory), then where an installation keeps helpers (PREFIX/bin/dpctl:
         // PREFIX/libexec/dataprotection/), then PATH.
         let directory = URL(fileURLWithPath: currentExecutable()).deletingLastPathComponent()
-        let installed = [directory.appendingPathComponent("dp-sandbox-exec").path,
+        let candidates = [directory.appendingPathComponent("dp-sandbox-exec").path,
                          directory.deletingLastPathComponent().appendingPathComponent("libexec/dataprotection/dp-sandbox-exec").path]
-        let exec = environment["DATAPROTECTION_SANDBOX_EXEC"] ?? installed.first(where: isExecutable) ?? findInPath("dp-sandbox-exec", environment: environment)
+        let exec = environment["DATAPROTECTION_SANDBOX_EXEC"] ?? candidates.first(where: isExecutable) ?? findInPath("dp-sandbox-exec", environment: environment)
         guard let exec, isExecutable(exec) else {
             throw ContainerError.sandboxUnavailable("dp-sandbox-exec was not found beside \(currentExecutable()), in ../libexec/dataprotection, nor on PATH (it is built and installed with this package)")
         }

@@ -144,17 +144,17 @@ struct KeybagFile: Sendable, Equatable {
         // Unauthenticated bytes choose only the wording of the error, never what is trusted: a
         // version above ours is a claim, named as one (a newer DataProtection, or a modification).
         let claimedVersion: UInt16? = bytes.count >= 10 && Array(bytes[0..<8]) == magic ? UInt16(bytes[8]) << 8 | UInt16(bytes[9]) : nil
-        let claimsNewer = (claimedVersion ?? 0) > Self.version
+        let newerClaim = claimedVersion.flatMap { $0 > Self.version ? $0 : nil }
         guard bytes.count == totalSize || bytes.count == totalSizeV1 else {
-            if claimsNewer, let claimedVersion { throw KeybagError.newerKeybagFormat(version: claimedVersion, readable: [1, Self.version]) }
+            if let newerClaim { throw KeybagError.newerKeybagFormat(version: newerClaim, readable: [1, Self.version]) }
             if claimedVersion == 0 { throw reject("keybag format version 0 is not a version") }
             throw reject("wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
         }
         let bodySize = bytes.count - 32
         guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[bodySize...]), authenticating: bytes[0..<bodySize], using: macKey) else {
-            if claimsNewer, let claimedVersion {
+            if let newerClaim {
                 throw reject("authentication failed: the keybag was modified, or belongs to another device secret, or a newer "
-                             + "DataProtection wrote it (it claims format version \(claimedVersion); this one reads versions 1 and \(Self.version))")
+                             + "DataProtection wrote it (it claims format version \(newerClaim); this one reads versions 1 and \(Self.version))")
             }
             throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
         }
