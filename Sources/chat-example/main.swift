@@ -26,8 +26,8 @@ let clock = ManualClock()
 let root = directory.appendingPathComponent("device").path
 let keybag = FileManager.default.fileExists(atPath: root)
     ? try await Keybag.open(root: root, clock: clock)
-    : try await Keybag.create(root: root, passcode: "1234", clock: clock)
-if await keybag.lockState != .unlocked { try await keybag.unlock(passcode: "1234") }
+    : try await Keybag.create(root: root, passcode: "123456", clock: clock)
+if await keybag.lockState != .unlocked { try await keybag.unlock(passcode: "123456") }
 
 let model = try ObjectModel(types: [Account.self, Conversation.self, Message.self, Attachment.self])
 let storeURL = directory.appendingPathComponent("Chat.sqlite")
@@ -89,7 +89,7 @@ do {
 }
 
 section("Unlock: the same store and context work again")
-try await keybag.unlock(passcode: "1234")
+try await keybag.unlock(passcode: "123456")
 try await store.restoreAccess()
 print("  messages: \(try reader.fetchCount(FetchDescriptor<Message>()))")
 

@@ -25,7 +25,7 @@ struct DaemonBenchmark: AsyncParsableCommand {
         try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         defer { try? FileManager.default.removeItem(at: base) }
         let root = base.appendingPathComponent("root").path
-        let embedded = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting)
+        let embedded = try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting)
         let files = ProtectedFileManager(keybag: embedded)
         var urls: [URL] = []
         for i in 0..<1000 {
@@ -50,7 +50,7 @@ struct DaemonBenchmark: AsyncParsableCommand {
         let ready = String(decoding: line, as: UTF8.self)
         guard ready.hasPrefix("ready ") else { throw ValidationError("keybagd (\(daemonBinary.path)) did not start: \(ready)") }
         let remote = try Keybag.open(root: root, daemonSocket: String(ready.dropFirst(6)))
-        try await remote.unlock(passcode: "1234")
+        try await remote.unlock(passcode: "123456")
         print("dp-bench daemon: keybagd pid \(process.processIdentifier), \(unwraps) unwraps (class A keys: a round trip each), \(opens) opens of 4 KiB class C files, then of class A files")
 
         // Class A keys are never cached in a client: each unwrap is a real round trip. Class C

@@ -68,7 +68,7 @@ struct ObjectsBenchmark: AsyncParsableCommand {
         let dir = directory ?? NSTemporaryDirectory() + "dp-bench-objects-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { if directory == nil { try? FileManager.default.removeItem(atPath: dir) } }
-        let keybag = try await Keybag.create(root: dir + "/root", passcode: "1234", kdf: .insecureFastForTesting)
+        let keybag = try await Keybag.create(root: dir + "/root", passcode: "123456", kdf: .insecureFastForTesting)
         let conversations = max(objects / 100, 1)
         let messages = objects - conversations
         let base = Date(timeIntervalSinceReferenceDate: 800_000_000)

@@ -234,7 +234,7 @@ struct SQLiteBenchmark: AsyncParsableCommand {
     /// Median time to open an existing class-managed database and read one row, device unlocked.
     func classManagedOpenTime(_ dir: String) async throws -> Double {
         let root = dir + "/root"
-        let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting)
+        let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting)
         let url = URL(fileURLWithPath: dir + "/managed.db")
         let first = try await ProtectedDatabase.open(at: url, keybag: keybag, protection: .complete, mode: .queue)
         try await first.write { db in try db.execute(sql: "CREATE TABLE t(x); INSERT INTO t VALUES (1)") }

@@ -45,8 +45,8 @@ struct TPMBenchmark: AsyncParsableCommand {
         let kdf = try PasscodeKDF.calibrated()
         let fileRoot = base.appendingPathComponent("file").path
         let tpmRoot = base.appendingPathComponent("tpm").path
-        _ = try await Keybag.create(root: fileRoot, passcode: "1234", kdf: kdf)
-        _ = try await Keybag.create(root: tpmRoot, passcode: "1234", kdf: kdf, tpm: TPMBinding(tcti: tcti))
+        _ = try await Keybag.create(root: fileRoot, passcode: "123456", kdf: kdf)
+        _ = try await Keybag.create(root: tpmRoot, passcode: "123456", kdf: kdf, tpm: TPMBinding(tcti: tcti))
         print("dp-bench tpm: \(rounds) opens and unlocks on each side, alternated; passcode KDF \(kdf) on both; TPM: \(tcti)")
 
         func milliseconds(_ d: Duration) -> Double { Double(d.components.seconds) * 1e3 + Double(d.components.attoseconds) / 1e15 }
@@ -56,7 +56,7 @@ struct TPMBenchmark: AsyncParsableCommand {
             for (root, opens, unlocks) in [(fileRoot, 0, 0), (tpmRoot, 1, 1)] {
                 var keybag: Keybag?
                 let open = try await clock.measure { keybag = try await Keybag.open(root: root, tpmTCTI: tcti) }
-                let unlock = try await clock.measure { try await keybag!.unlock(passcode: "1234") }
+                let unlock = try await clock.measure { try await keybag!.unlock(passcode: "123456") }
                 if opens == 0 { openFile.append(milliseconds(open)) } else { openTPM.append(milliseconds(open)) }
                 if unlocks == 0 { unlockFile.append(milliseconds(unlock)) } else { unlockTPM.append(milliseconds(unlock)) }
             }

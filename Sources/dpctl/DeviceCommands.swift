@@ -19,6 +19,10 @@ struct Init: AsyncParsableCommand {
     var gracePeriod: Seconds = Seconds(10)
     @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes.")
     var eraseAfterTenFailures = false
+    @Option(help: ArgumentHelp(
+        "The passcode policy: passcodes shorter than this are refused (\(PasscodePolicy.minimumLengthRange.lowerBound) to \(PasscodePolicy.minimumLengthRange.upperBound)).",
+        valueName: "characters"))
+    var minPasscodeLength = PasscodePolicy.defaultMinimumLength
     @Flag(inversion: .prefixedNo, help: ArgumentHelp(
         "Seal the device secret by the TPM (--no-tpm: keep it in a file, the default).",
         discussion: "The TPM is reached through $\(TPMBinding.tctiEnvironmentVariable) (default device:/dev/tpmrm0)."))
@@ -31,6 +35,7 @@ struct Init: AsyncParsableCommand {
             throw ValidationError("give one of --passcode-file F and --no-passcode, not both")
         }
         if tpmPcrs != nil, !tpm { throw ValidationError("--tpm-pcrs needs --tpm") }
+        try validatePasscodeRule(minPasscodeLength)
         if let tpmPcrs, TPMPCRSelection(parsing: tpmPcrs) == nil {
             throw ValidationError("--tpm-pcrs takes PCR numbers 0…23 joined by + or , (e.g. 7 or 0+7)")
         }
@@ -43,10 +48,12 @@ struct Init: AsyncParsableCommand {
         if !noPasscode, passcodeFile == nil, FileManager.default.fileExists(atPath: root + "/keybag") {
             throw KeybagError.alreadyInitialized(root: root)
         }
-        let passcode = noPasscode ? nil : try PasscodePrompt.newSecret("passcode", file: passcodeFile, option: "--passcode-file (or --no-passcode)")
+        let passcode = noPasscode ? nil : try PasscodePrompt.newSecret("passcode", file: passcodeFile, option: "--passcode-file (or --no-passcode)",
+                                                                       minimumLength: minPasscodeLength)
         let binding = tpm ? TPMBinding(pcrs: tpmPcrs.flatMap(TPMPCRSelection.init(parsing:))) : nil
         let keybag = try await Keybag.create(root: root, passcode: passcode, gracePeriod: gracePeriod.value,
-                                             eraseAfterTenFailures: eraseAfterTenFailures, tpm: binding)
+                                             eraseAfterTenFailures: eraseAfterTenFailures, minimumPasscodeLength: minPasscodeLength,
+                                             tpm: binding)
         let status = await keybag.status
         printOut("initialized \(status.root) (keybag \(status.keybagID))")
         printOut(status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive")
@@ -81,6 +88,7 @@ struct Status: AsyncParsableCommand {
                 "passcodeSet": s.passcodeSet, "protectionActive": s.protectionActive,
                 "failedAttempts": s.failedAttempts, "delayRemainingSeconds": s.delayRemaining ?? 0,
                 "gracePeriodSeconds": s.gracePeriod, "eraseAfterTenFailures": s.eraseAfterTenFailures,
+                "minimumPasscodeLength": s.minimumPasscodeLength,
                 "kdf": ["algorithm": "scrypt", "logN": Int(s.kdf.logN), "r": Int(s.kdf.r), "p": Int(s.kdf.p)],
                 "available": s.available.map(\.shortName),
                 "protectedDataAvailable": s.available.contains(.complete),
@@ -114,6 +122,7 @@ struct Status: AsyncParsableCommand {
             ["next attempt:", s.delayRemaining.map { "in \(Int($0.rounded(.up))) s" } ?? "allowed now"],
             ["grace period:", "\(s.gracePeriod) s" + (s.graceRemaining.map { "; class A discarded in \(Int($0.rounded(.up))) s" } ?? "")],
             ["erase after 10:", s.eraseAfterTenFailures ? "on" : "off"],
+            ["passcode policy:", "at least \(s.minimumPasscodeLength) characters"],
             ["passcode KDF:", "\(s.kdf)"],
             ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
             ["keys held by:", keybag.daemonSocket.map { "keybagd (\($0))" } ?? "this process only (no keybagd serves this root; each dpctl run starts before first unlock)"],
@@ -181,8 +190,10 @@ struct Lock: AsyncParsableCommand {
 }
 
 struct Policy: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "policy", abstract: "Change the grace period or erase-after-10-failures.",
-        usage: "dpctl policy [<options>]")
+    static let configuration = CommandConfiguration(commandName: "policy",
+        abstract: "Show or change the passcode and lock policy.",
+        usage: "dpctl policy [<options>]",
+        discussion: "A change needs the device unlocked. The passcode rule applies when a passcode is next set or changed: the current one still unlocks.")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -191,18 +202,28 @@ struct Policy: AsyncParsableCommand {
     var gracePeriod: Seconds?
     @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes, or not (as on init).")
     var eraseAfterTenFailures: Bool?
+    @Option(help: ArgumentHelp(
+        "Refuse new passcodes shorter than this (\(PasscodePolicy.minimumLengthRange.lowerBound) to \(PasscodePolicy.minimumLengthRange.upperBound); default \(PasscodePolicy.defaultMinimumLength)).",
+        valueName: "characters"))
+    var minPasscodeLength: Int?
+
+    func validate() throws {
+        if let minPasscodeLength { try validatePasscodeRule(minPasscodeLength) }
+    }
 
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
-        if gracePeriod != nil || eraseAfterTenFailures != nil {
+        if gracePeriod != nil || eraseAfterTenFailures != nil || minPasscodeLength != nil {
             // A change needs the device unlocked; it is checked before anything is written.
             try await PasscodePrompt.retrying(keybag) {
                 if let gracePeriod { try await keybag.setGracePeriod(gracePeriod.value) }
                 if let eraseAfterTenFailures { try await keybag.setEraseAfterTenFailures(eraseAfterTenFailures) }
+                if let minPasscodeLength { try await keybag.setMinimumPasscodeLength(minPasscodeLength) }
             }
         }
         let s = await keybag.status
-        printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off")")
+        printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off"); "
+                 + "passcodes of at least \(s.minimumPasscodeLength) characters")
     }
 }
 
@@ -219,7 +240,9 @@ struct SetPasscode: AsyncParsableCommand {
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: nil)
         if await keybag.status.passcodeSet { throw KeybagError.passcodeAlreadySet }
-        try await keybag.setPasscode(try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file"))
+        let minimum = await keybag.status.minimumPasscodeLength
+        try await keybag.setPasscode(try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file",
+                                                                  minimumLength: minimum))
         printOut("passcode set: class A, B and C keys are now wrapped by it")
     }
 }
@@ -251,7 +274,8 @@ struct ChangePasscode: AsyncParsableCommand {
         } else {
             throw CLIError("no terminal to ask for the current passcode on: give --passcode-file FILE (nothing was changed)", status: .usage)
         }
-        let new = try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file")
+        let minimum = await keybag.status.minimumPasscodeLength
+        let new = try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file", minimumLength: minimum)
         try await keybag.changePasscode(from: current, to: new)
         printOut("passcode changed")
     }
@@ -319,5 +343,13 @@ struct Erase: AsyncParsableCommand {
         }
         FileHandle.standardError.write(Data("Erase \(root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
         guard readLine() == "ERASE" else { throw CLIError("not erased") }
+    }
+}
+
+/// A usage error for a minimum passcode length outside the policy's range.
+func validatePasscodeRule(_ length: Int) throws {
+    guard PasscodePolicy.minimumLengthRange.contains(length) else {
+        let range = PasscodePolicy.minimumLengthRange
+        throw ValidationError("--min-passcode-length takes \(range.lowerBound) to \(range.upperBound) characters")
     }
 }

@@ -77,12 +77,17 @@ enum PasscodePrompt {
 
     /// A new passcode or password (`what`), typed twice on the terminal as cryptsetup and
     /// gocryptfs ask for one; `nil` when nobody can be asked (no terminal, `DP_TERMINAL_PROMPT=0`).
-    /// An empty answer or two different ones change nothing: an error says which.
-    static func typedNewSecret(_ what: String) throws -> String? {
+    /// An empty answer or two different ones change nothing: an error says which. With a
+    /// `minimumLength` (the device's passcode policy), a shorter first answer is refused with the
+    /// rule before it is asked again.
+    static func typedNewSecret(_ what: String, minimumLength: Int? = nil) throws -> String? {
         guard questionsAllowed else { return nil }
         guard var first = readHidden(prompt: "New \(what): ") else { return nil }
         defer { first.resetBytes(in: 0..<first.count) }
         guard !first.isEmpty else { throw CLIError("no \(what) typed: nothing was changed", status: .usage) }
+        if let minimumLength, first.reduce(0, { $0 + ($1 & 0xC0 == 0x80 ? 0 : 1) }) < minimumLength {
+            throw KeybagError.passcodeTooShort(minimumLength: minimumLength)
+        }
         guard var second = readHidden(prompt: "Repeat the new \(what): ") else { return nil }
         defer { second.resetBytes(in: 0..<second.count) }
         guard first == second else { throw CLIError("the two \(what)s typed differ: nothing was changed", status: .usage) }
@@ -92,9 +97,9 @@ enum PasscodePrompt {
 
     /// The new secret from `file` when one is given, else typed twice; without either, a usage
     /// error naming the option (`nothing was changed`).
-    static func newSecret(_ what: String, file: String?, option: String) throws -> String {
+    static func newSecret(_ what: String, file: String?, option: String, minimumLength: Int? = nil) throws -> String {
         if let file { return try readPasscode(file) }
-        if let typed = try typedNewSecret(what) { return typed }
+        if let typed = try typedNewSecret(what, minimumLength: minimumLength) { return typed }
         throw CLIError("no terminal to ask for the new \(what) on: give \(option) FILE (nothing was changed)", status: .usage)
     }
 

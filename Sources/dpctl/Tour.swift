@@ -25,7 +25,7 @@ struct Tour: AsyncParsableCommand {
 /// The tour's steps. Every claim it prints is the outcome of a real call on the library.
 struct TourScript {
     let base: URL
-    let passcode = "1234"
+    let passcode = "123456"
     let clock = ManualClock()
 
     func section(_ title: String) { printOut("\n== \(title)\n") }

@@ -71,8 +71,8 @@ default:
     } else {
         root = NSTemporaryDirectory() + "notes-example-" + UUID().uuidString
     }
-    let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .calibrated())
-    try await keybag.unlock(passcode: "1234")
+    let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .calibrated())
+    try await keybag.unlock(passcode: "123456")
     let manager = ContainerManager(files: ProtectedFileManager(keybag: keybag))
     let writer = try await manager.install(try AppIdentifier("com.example.notes.writer"), defaultProtection: .complete,
                                            groups: [try AppGroupIdentifier(group)])

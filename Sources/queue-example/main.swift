@@ -117,8 +117,8 @@ func runDemo() async throws {
     var root = NSTemporaryDirectory() + "queue-example-" + UUID().uuidString
     if let index = arguments.firstIndex(of: "--root"), index + 1 < arguments.count { root = arguments[index + 1] }
     let clock = ManualClock()
-    let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .calibrated(), gracePeriod: 10, clock: clock)
-    try await keybag.unlock(passcode: "1234")
+    let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .calibrated(), gracePeriod: 10, clock: clock)
+    try await keybag.unlock(passcode: "123456")
     let files = ProtectedFileManager(keybag: keybag)
     let manager = ContainerManager(files: files)
     let queue = try await manager.install(try AppIdentifier("com.example.queue"))
@@ -208,7 +208,7 @@ func runDemo() async throws {
         }
         if badge == -1 {
             say("\(stamp())            the user unlocks (the app was sent home, so it stays in the background), then stops it")
-            try await keybag.unlock(passcode: "1234")
+            try await keybag.unlock(passcode: "123456")
             lifecycle.terminateAll()
         }
         return nil

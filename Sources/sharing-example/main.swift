@@ -109,8 +109,8 @@ default:
 func runAll() async throws {
     var root = NSTemporaryDirectory() + "sharing-example-" + UUID().uuidString
     if let index = arguments.firstIndex(of: "--root"), index + 1 < arguments.count { root = arguments[index + 1] }
-    let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .calibrated())
-    try await keybag.unlock(passcode: "1234")
+    let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .calibrated())
+    try await keybag.unlock(passcode: "123456")
     let manager = ContainerManager(files: ProtectedFileManager(keybag: keybag))
     for n in [6, 7, 8, 9, 10, 12] { _ = try await manager.install(try AppIdentifier("com.example.test\(n)")) }
     _ = try await manager.install(try AppIdentifier("com.example.test11"), documentBrowser: true)

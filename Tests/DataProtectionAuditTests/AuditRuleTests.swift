@@ -14,7 +14,7 @@ import Testing
     /// A WAL that SQLCipher (our VFS) wrote holds sealed pages: not reported. A plaintext page is.
     @Test func anEncryptedWALIsNotMistakenForAPlaintextOne() async throws {
         let device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let path = device.dir.appendingPathComponent("store.sqlite")
         let database = try await ProtectedDatabase.open(at: path, keybag: device.keybag, protection: .completeUntilFirstUserAuthentication)
         try await database.write { db in
@@ -106,7 +106,7 @@ import Testing
 @Suite struct AuditAttackTests {
     @Test func aFixNeverFollowsALinkSwappedInAfterTheAudit() async throws {
         let device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let manager = ContainerManager(files: device.files)
         let app = try await manager.install(AppIdentifier("com.example.swapper"), usesProtectedFiles: true)   // its DP101 is fixed automatically
         let victim = device.dir.appendingPathComponent("victim.txt").path

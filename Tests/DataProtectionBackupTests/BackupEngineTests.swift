@@ -22,7 +22,7 @@ import Testing
     static func scenario() async throws -> Scenario {
         let base = temporaryDirectory()
         let root = base.appendingPathComponent("device-1").path
-        let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting, clock: ManualClock())
+        let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting, clock: ManualClock())
         let files = ProtectedFileManager(keybag: keybag)
         let container = base.appendingPathComponent("container")
         let fm = FileManager.default
@@ -89,7 +89,7 @@ import Testing
         }
 
         // A second device: other device secret, other keybag.
-        let keybag2 = try await Keybag.create(root: s.base.appendingPathComponent("device-2").path, passcode: "5678",
+        let keybag2 = try await Keybag.create(root: s.base.appendingPathComponent("device-2").path, passcode: "567890",
                                               kdf: .insecureFastForTesting, clock: ManualClock())
         let files2 = ProtectedFileManager(keybag: keybag2)
         let restored = s.base.appendingPathComponent("restored")

@@ -81,7 +81,7 @@ import Glibc
     /// A data root of the ordinary user `nobody`, with apps installed by it.
     static func nobodysWorld(installing apps: [(String, [String])]) throws -> CLI {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         #expect(chown(cli.work.path, 65534, 65534) == 0 && chown(passcode, 65534, 65534) == 0)
         let initialized = try cli.run(["init", "--passcode-file", passcode], asUser: "nobody")
         guard initialized.status == 0 else { throw TestFailure("init as nobody: \(initialized.stderr)") }

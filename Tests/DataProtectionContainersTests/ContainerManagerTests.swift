@@ -10,7 +10,7 @@ import Testing
 @Suite struct ContainerManagerTests {
     func device() async throws -> (ContainerManager, Keybag, URL) {
         let dir = temporaryDirectory()
-        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: "1234", kdf: .insecureFastForTesting)
+        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: "123456", kdf: .insecureFastForTesting)
         return (ContainerManager(files: ProtectedFileManager(keybag: keybag)), keybag, dir)
     }
 
@@ -85,7 +85,7 @@ import Testing
 
     @Test func aChangedDefaultReachesNewFilesOnlyUnlessReprotected() async throws {
         let (manager, keybag, _) = try await device()
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         let files = ProtectedFileManager(keybag: keybag)
         let id = try AppIdentifier("com.example.notes")
         let app = try await manager.install(id)
@@ -125,7 +125,7 @@ import Testing
 
     @Test func eraseRemovesEveryContainer() async throws {
         let (manager, keybag, _) = try await device()
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         _ = try await manager.install(try AppIdentifier("com.example.notes"))
         try await keybag.erase()
         #expect(!FileManager.default.fileExists(atPath: keybag.root + "/Containers"))

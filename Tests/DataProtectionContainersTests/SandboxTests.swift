@@ -146,7 +146,7 @@ import Testing
     @Test func anAppCannotUnlockLockOrEraseTheDevice() throws {
         let world = try AppWorld.make()
         try world.install("com.example.a")
-        let run = try world.testApp("com.example.a", ["attack-keybag", "1234"], extra: ["--passcode-file", world.passcode])
+        let run = try world.testApp("com.example.a", ["attack-keybag", "123456"], extra: ["--passcode-file", world.passcode])
         #expect(run.status == 0, "\(run.out)\(run.stderr)")
         #expect(!run.out.contains("ALLOWED"))
         #expect(run.out.contains("unlock: refused: not permitted"))

@@ -12,7 +12,7 @@ struct ClassesOnTheMountTests {
     /// A data root unlocked through its keybagd, and a mount following it.
     func setUp() throws -> (CLI, KeybagdProcess, MountedDirectory, String) {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         guard try cli.run(["init", "--passcode-file", passcode]).status == 0 else { throw TestFailure("init") }
         let daemon = try KeybagdProcess(cli: cli)
         let unlocked = try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment)
@@ -73,7 +73,7 @@ struct ClassesOnTheMountTests {
 
     @Test func classCOpensOnlyAfterTheFirstUnlockAndClassDAlways() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         // Files written before: class C and D.
         let data = cli.file("data")

@@ -172,7 +172,7 @@ struct HostileProgramTests {
     @Test(.enabled(if: getuid() == 0, "needs root to become nobody"))
     func anOrdinaryUserMountsThroughFusermount() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         for path in [cli.work.path, passcode] { #expect(chown(path, 65534, 65534) == 0) }
         #expect(try cli.run(["init", "--passcode-file", passcode], asUser: "nobody").status == 0)
         let data = cli.file("data"), mountPoint = cli.file("mnt")

@@ -38,7 +38,7 @@ import Testing
         let keybag = try await Keybag.open(root: root, clock: clock)
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: Int(UInt32.max))) { try await keybag.unlock(passcode: "wrong") }
         clock.advance(by: 3601)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         #expect(await keybag.lockState == .unlocked)
     }
 

@@ -92,7 +92,7 @@ import Testing
         await #expect(throws: KeybagError.notInitialized(root: missing)) { _ = try await Keybag.open(root: missing) }
         let (_, _, root) = try await makeDevice()
         await #expect(throws: KeybagError.alreadyInitialized(root: root)) {
-            _ = try await Keybag.create(root: root, passcode: "x", kdf: .insecureFastForTesting)
+            _ = try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting)
         }
     }
 }
@@ -104,7 +104,7 @@ import Testing
         let (key, wrapped) = try await keybag.wrapNewFileKey(for: .completeUnlessOpen)
         #expect(wrapped.ephemeralPublicKey?.count == 32)
         await #expect(throws: KeybagError.classUnavailable(.completeUnlessOpen, .beforeFirstUnlock)) { _ = try await keybag.unwrapFileKey(wrapped) }
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         #expect(try await keybag.unwrapFileKey(wrapped) == key)
     }
 

@@ -18,7 +18,7 @@ import Testing
     @Test func availabilityPerClassAcrossStates() async throws {
         let (_, clock, root) = try await makeDevice(grace: 10)
         let keybag = try await Keybag.open(root: root, clock: clock)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         #expect(await keybag.lockState == .unlocked)
         for cls in ProtectionClass.allCases { #expect(await keybag.isAvailable(cls)) }
 
@@ -38,7 +38,7 @@ import Testing
         #expect(await !keybag.canCreate(.complete))
         #expect(await keybag.isProtectedDataAvailable == false)
 
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         for cls in ProtectionClass.allCases { #expect(await keybag.isAvailable(cls)) }
     }
 
@@ -46,7 +46,7 @@ import Testing
         let (keybag, clock, root) = try await makeDevice(grace: 10)
         try await keybag.setGracePeriod(0)
         let reopened = try await Keybag.open(root: root, clock: clock)
-        try await reopened.unlock(passcode: "1234")
+        try await reopened.unlock(passcode: "123456")
         await reopened.lock()
         #expect(await !reopened.isAvailable(.complete))
     }
@@ -57,10 +57,10 @@ import Testing
         let stream = await keybag.events()
         let received = EventLog()
         await keybag.addObserver { received.append($0) }
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         await keybag.lock()
         clock.advance(by: 10)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         var iterator = stream.makeAsyncIterator()
         #expect(await iterator.next() == .didBecomeAvailable)
         #expect(await iterator.next() == .willBecomeUnavailable)
@@ -71,7 +71,7 @@ import Testing
     @Test func statusAfterTheGracePeriodShowsOnlyCAndD() async throws {
         let (_, clock, root) = try await makeDevice(grace: 10)
         let keybag = try await Keybag.open(root: root, clock: clock)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         await keybag.lock()
         clock.advance(by: 10)
         #expect(await keybag.status.graceRemaining == nil)

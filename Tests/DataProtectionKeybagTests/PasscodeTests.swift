@@ -11,8 +11,41 @@ import Testing
         // The same wrong passcode again does not count.
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 2)) { try await keybag.unlock(passcode: "0001") }
         #expect(await keybag.lockState == .beforeFirstUnlock)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         #expect(await keybag.status.failedAttempts == 0)
+    }
+
+    /// The passcode policy in the keybag: 6 characters unless changed (4 to 64), counted as
+    /// characters, not bytes; a keybag with a non-default rule is format version 3 (byte 33),
+    /// with the default rule version 2; a refused new passcode costs no attempt.
+    @Test func thePasscodePolicyIsKeptInTheKeybag() async throws {
+        let root = temporaryDirectory() + "/policy"
+        await #expect(throws: KeybagError.passcodeTooShort(minimumLength: 6)) {
+            _ = try await Keybag.create(root: root, passcode: "12345", kdf: .insecureFastForTesting)
+        }
+        await #expect(throws: KeybagError.invalidArgument("minimum passcode length 3: it must be from 4 to 64 characters")) {
+            _ = try await Keybag.create(root: root, passcode: "12345", kdf: .insecureFastForTesting, minimumPasscodeLength: 3)
+        }
+        #expect(!FileManager.default.fileExists(atPath: root + "/keybag"))
+        let clock = ManualClock()
+        let keybag = try await Keybag.create(root: root, passcode: "ééé1", kdf: .insecureFastForTesting, minimumPasscodeLength: 4, clock: clock)
+        func header() throws -> [UInt8] { Array(try [UInt8](Data(contentsOf: URL(fileURLWithPath: root + "/keybag")))[0..<36]) }
+        #expect(try header()[9] == 3 && header()[33] == 4)
+        #expect(await keybag.status.minimumPasscodeLength == 4)
+        await #expect(throws: KeybagError.passcodeTooShort(minimumLength: 4)) { try await keybag.changePasscode(from: "ééé1", to: "ééé") }
+        try await keybag.setMinimumPasscodeLength(10)
+        let reopened = try await Keybag.open(root: root, clock: clock)
+        #expect(await reopened.status.minimumPasscodeLength == 10)
+        await #expect(throws: KeybagError.deviceLocked(.beforeFirstUnlock)) { try await reopened.setMinimumPasscodeLength(4) }
+        try await reopened.unlock(passcode: "ééé1")   // a rule raised later does not lock the current passcode out
+        await #expect(throws: KeybagError.passcodeTooShort(minimumLength: 10)) { try await reopened.changePasscode(from: "wrong", to: "123456789") }
+        #expect(await reopened.status.failedAttempts == 0)
+        try await reopened.changePasscode(from: "ééé1", to: "1234567890")
+        try await reopened.removePasscode(current: "1234567890")
+        await #expect(throws: KeybagError.passcodeTooShort(minimumLength: 10)) { try await reopened.setPasscode("123456") }
+        try await reopened.setMinimumPasscodeLength(6)
+        #expect(try header()[9] == 2 && header()[33] == 0)
+        try await reopened.setPasscode("123456")
     }
 
     @Test func delaysEscalateAndSurviveRestarts() async throws {
@@ -25,9 +58,9 @@ import Testing
         keybag = try await Keybag.open(root: root, clock: clock)
         #expect(await keybag.status.failedAttempts == 5)
         #expect(await keybag.status.delayRemaining == 60)
-        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 60, failedAttempts: 5)) { try await keybag.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 60, failedAttempts: 5)) { try await keybag.unlock(passcode: "123456") }
         clock.advance(by: 59)
-        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 1, failedAttempts: 5)) { try await keybag.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 1, failedAttempts: 5)) { try await keybag.unlock(passcode: "123456") }
         clock.advance(by: 1)
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 6)) { try await keybag.unlock(passcode: "bad6") }
         #expect(await keybag.status.delayRemaining == 300)
@@ -44,7 +77,7 @@ import Testing
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 10)) { try await keybag.unlock(passcode: "bad10") }
         #expect(await keybag.status.delayRemaining == 3600)
         clock.advance(by: 3600)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         #expect(await keybag.status.failedAttempts == 0)
     }
 
@@ -59,26 +92,26 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: root + "/keybag"))
         #expect(!FileManager.default.fileExists(atPath: root + "/device.secret"))
         await #expect(throws: KeybagError.notInitialized(root: root)) { _ = try await Keybag.open(root: root, clock: clock) }
-        await #expect(throws: KeybagError.erased) { try await keybag.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.erased) { try await keybag.unlock(passcode: "123456") }
     }
 
     @Test func changeAndRemovePasscodeRewrapOnlyTheClassKeys() async throws {
         let (keybag, clock, root) = try await makeDevice()
         let (fileKey, wrapped) = try await keybag.wrapNewFileKey(for: .complete)
-        try await keybag.changePasscode(from: "1234", to: "abcd")
+        try await keybag.changePasscode(from: "123456", to: "abcdef")
         var reopened = try await Keybag.open(root: root, clock: clock)
-        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 1)) { try await reopened.unlock(passcode: "1234") }
-        try await reopened.unlock(passcode: "abcd")
+        await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 1)) { try await reopened.unlock(passcode: "123456") }
+        try await reopened.unlock(passcode: "abcdef")
         #expect(try await reopened.unwrapFileKey(wrapped) == fileKey)
 
-        try await reopened.removePasscode(current: "abcd")
+        try await reopened.removePasscode(current: "abcdef")
         reopened = try await Keybag.open(root: root, clock: clock)
         #expect(await reopened.lockState == .unlocked)
         #expect(try await reopened.unwrapFileKey(wrapped) == fileKey)
 
-        try await reopened.setPasscode("9999")
+        try await reopened.setPasscode("999999")
         reopened = try await Keybag.open(root: root, clock: clock)
-        try await reopened.unlock(passcode: "9999")
+        try await reopened.unlock(passcode: "999999")
         #expect(try await reopened.unwrapFileKey(wrapped) == fileKey)
     }
 
@@ -93,10 +126,10 @@ import Testing
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 4)) { try await second.unlock(passcode: "d") }
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 5)) { try await first.unlock(passcode: "e") }
         // The delay the first process caused binds the second one too.
-        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 60, failedAttempts: 5)) { try await second.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 60, failedAttempts: 5)) { try await second.unlock(passcode: "123456") }
         clock.advance(by: 60)
-        try await second.unlock(passcode: "1234")
-        try await first.unlock(passcode: "1234")
+        try await second.unlock(passcode: "123456")
+        try await first.unlock(passcode: "123456")
     }
 
     @Test func anEraseByAnotherProcessIsNoticed() async throws {
@@ -104,16 +137,16 @@ import Testing
         let first = try await Keybag.open(root: root, clock: clock)
         let second = try await Keybag.open(root: root, clock: clock)
         try await second.erase()
-        await #expect(throws: KeybagError.erased) { try await first.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.erased) { try await first.unlock(passcode: "123456") }
     }
 
     @Test func passcodeCanBeChangedRightAfterARestart() async throws {
         let (_, clock, root) = try await makeDevice()
         let keybag = try await Keybag.open(root: root, clock: clock)
-        try await keybag.changePasscode(from: "1234", to: "5678")
+        try await keybag.changePasscode(from: "123456", to: "567890")
         let reopened = try await Keybag.open(root: root, clock: clock)
-        try await reopened.unlock(passcode: "5678")
-        await #expect(throws: KeybagError.emptyPasscode) { try await reopened.changePasscode(from: "5678", to: "") }
+        try await reopened.unlock(passcode: "567890")
+        await #expect(throws: KeybagError.emptyPasscode) { try await reopened.changePasscode(from: "567890", to: "") }
     }
 
     @Test func calibratedKDFCostsAtLeast80ms() throws {

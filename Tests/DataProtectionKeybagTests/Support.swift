@@ -9,7 +9,7 @@ func temporaryDirectory(_ function: String = #function) -> String {
 }
 
 /// A device with a passcode, weak scrypt parameters and a virtual clock.
-func makeDevice(passcode: String? = "1234", grace: TimeInterval = 10, erasePolicy: Bool = false)
+func makeDevice(passcode: String? = "123456", grace: TimeInterval = 10, erasePolicy: Bool = false)
     async throws -> (Keybag, ManualClock, String) {
     let root = temporaryDirectory() + "/root"
     let clock = ManualClock()

@@ -17,7 +17,7 @@ final class Lab: @unchecked Sendable {
 
     init(settings: LifecycleSettings = LifecycleSettings(), environment: [String: String] = [:], usesCgroups: Bool = true) async throws {
         device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         manager = ContainerManager(files: device.files)
         service = LifecycleService(manager: manager, settings: settings, clock: device.clock,
                                    environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
@@ -119,14 +119,14 @@ extension RealProcessLifecycleTests {
         await lab.device.keybag.lock()
         try await app.expectLines(["event willResignActive", "event didEnterBackground"])
         #expect(throws: LifecycleError.self) { try lab.service.moveToForeground(app.identifier) }
-        try await lab.device.keybag.unlock(passcode: "1234")
+        try await lab.device.keybag.unlock(passcode: "123456")
         try await app.expectLines(["event willEnterForeground", "event didBecomeActive"])
 
         // An app the user sent to the background stays there across a lock and an unlock.
         lab.service.moveToBackground(app.identifier)
         try await app.expectLines(["event willResignActive", "event didEnterBackground"])
         await lab.device.keybag.lock()
-        try await lab.device.keybag.unlock(passcode: "1234")
+        try await lab.device.keybag.unlock(passcode: "123456")
         #expect(try await app.ask("state") == "state background")
         try lab.service.moveToForeground(app.identifier)
         try await app.expectLines(["event willEnterForeground", "event didBecomeActive"])
@@ -282,7 +282,7 @@ extension RealProcessLifecycleTests {
         await lab.service.wait(until: app.identifier, is: .suspended)
         #expect(await lab.device.keybag.isProtectedDataAvailable == false, "tasks postpone nothing in the keybag")
 
-        try await lab.device.keybag.unlock(passcode: "1234")
+        try await lab.device.keybag.unlock(passcode: "123456")
         try await app.expectLines(["event willEnterForeground", "event didBecomeActive"])
         #expect(try await app.ask("read " + secret.path) == "read class A")
         #expect(try String(decoding: await lab.device.files.contents(of: URL(fileURLWithPath: app.container + "/Documents/journal")), as: UTF8.self)

@@ -177,7 +177,7 @@ extension Entity {
         other.rollback()
 
         // Unlock: the same store and contexts work again, without reopening.
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         try await store.restoreAccess()
         try context.save()
         #expect(faults[0].text == "changed while locked")

@@ -41,7 +41,7 @@ final class StatementCounter: Sendable {
     }
 }
 
-/// A device with passcode "1234", weak scrypt parameters and a virtual clock.
+/// A device with passcode "123456", weak scrypt parameters and a virtual clock.
 struct Fixture {
     let store: any PersistentStore
     let counter = StatementCounter()

@@ -27,7 +27,7 @@ import Testing
         let backup = try FileManager.default.contentsOfDirectory(at: repository.url.appendingPathComponent("backups"), includingPropertiesForKeys: nil)
             .first { !$0.lastPathComponent.hasSuffix(".incomplete") }!
 
-        let other = try await Keybag.create(root: device.dir.appendingPathComponent("device-2").path, passcode: "5678",
+        let other = try await Keybag.create(root: device.dir.appendingPathComponent("device-2").path, passcode: "567890",
                                             kdf: .insecureFastForTesting, clock: ManualClock())
         let restored = device.dir.appendingPathComponent("restored")
         _ = try await RestoreEngine(backup: backup).restore(to: restored, files: ProtectedFileManager(keybag: other), password: "backup password")

@@ -36,7 +36,7 @@ import Testing
         // Plain GRDB on the same connections is refused too, by the VFS.
         #expect(throws: DatabaseError.self) { try db.writer.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM note") } }
         // Unlock: the same object works again, nothing was lost.
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         #expect(try await Self.count(db) == 200)
         try await Self.makeNotes(db, 1)
         #expect(try await Self.count(db) == 201)
@@ -66,7 +66,7 @@ import Testing
         await #expect { _ = try await ProtectedDatabase.open(at: device.url("c.db"), keybag: rebooted.keybag) } throws: { isUnavailable($0) }
         let d = try await ProtectedDatabase.open(at: device.url("d.db"), keybag: rebooted.keybag)
         #expect(try await Self.count(d) == 200)
-        try await rebooted.keybag.unlock(passcode: "1234")
+        try await rebooted.keybag.unlock(passcode: "123456")
         let c = try await ProtectedDatabase.open(at: device.url("c.db"), keybag: rebooted.keybag)
         await rebooted.lockPastGrace()
         #expect(try await Self.count(c) == 200)

@@ -43,7 +43,7 @@ enum SQLCipher3 {
     }
 }
 
-/// A device with passcode "1234", weak scrypt parameters and a virtual clock.
+/// A device with passcode "123456", weak scrypt parameters and a virtual clock.
 func isUnavailable(_ error: any Error, writing: Bool? = nil) -> Bool {
     guard case ProtectedFileError.unavailable(_, _, _, let w) = error else { return false }
     return writing == nil || writing == w

@@ -212,7 +212,7 @@ import Testing
 
     @Test func expiryIsOnTheKeybagsClock() async throws {
         let device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let manager = ContainerManager(files: device.files)
         let files = try await manager.install(AppIdentifier(provider), documentBrowser: true)
         let editorApp = try await manager.install(AppIdentifier(editor))
@@ -233,7 +233,7 @@ import Testing
     /// deletes it, and never reaches, makes or replaces its Inbox.
     @Test func aGrantOfDocumentsNeverReachesItsInboxOrTheDirectoryItself() async throws {
         let device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let manager = ContainerManager(files: device.files)
         let files = try await manager.install(AppIdentifier(provider), documentBrowser: true)
         let editorApp = try await manager.install(AppIdentifier(editor))
@@ -278,7 +278,7 @@ import Testing
     /// again only when the birth time and kind are the granted item's too.
     @Test func aGrantNeverFollowsItsInodeNumberToANewItem() async throws {
         let device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let manager = ContainerManager(files: device.files)
         let files = try await manager.install(AppIdentifier(provider), documentBrowser: true)
         let editorApp = try await manager.install(AppIdentifier(editor))
@@ -377,7 +377,7 @@ import Testing
 @Suite struct GrantBoundsTests {
     @Test func grantsAreCappedPerProviderAndEachAppReadsOnlyItsOwn() async throws {
         let device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let manager = ContainerManager(files: device.files)
         let flooder = try await manager.install(AppIdentifier("com.example.flooder"), documentBrowser: true)
         _ = try await manager.install(AppIdentifier("com.example.sink"))

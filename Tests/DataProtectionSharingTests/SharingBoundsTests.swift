@@ -12,7 +12,7 @@ import Testing
 @Suite struct SharingBoundsTests {
     func setUp() async throws -> (TestDevice, ContainerManager, SharingBroker) {
         let device = try await TestDevice.make()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let manager = ContainerManager(files: device.files)
         for id in ["com.example.flood", "com.example.friend", "com.example.target"] { try await manager.install(AppIdentifier(id)) }
         return (device, manager, SharingBroker(manager: manager))

@@ -38,7 +38,7 @@ import Testing
 
     @Test func aVersionOneKeybagOpensAndIsRewrittenAsVersionTwo() async throws {
         let root = temporaryDirectory().appendingPathComponent("root").path
-        _ = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting)
+        _ = try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting)
         let path = root + "/keybag"
         let macKey = try DeviceSecret.load(from: root).derive(KeybagFile.macLabel)
         var v2 = try POSIXFile.readAll(path)
@@ -50,7 +50,7 @@ import Testing
         v1 += Array(HMAC<SHA256>.authenticationCode(for: v1, using: macKey))
         try Data(v1).write(to: URL(fileURLWithPath: path))
         let keybag = try await Keybag.open(root: root)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         v2 = try POSIXFile.readAll(path)
         #expect(v2.count == 504 && v2[9] == 2)
 

@@ -16,7 +16,7 @@ import Testing
         try tpm.setDictionaryAttackParameters(maxTries: 3)
         let cli = CLI.make()
         let env = tpm.environment
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         let init_ = try cli.run(["init", "--tpm", "--passcode-file", passcode], environment: env)
         #expect(init_.status == 0, "\(init_.stderr)")
         #expect(init_.out.contains("sealed by the TPM"))
@@ -47,7 +47,7 @@ import Testing
         let tpm = try SoftwareTPM()
         let cli = CLI.make()
         let env = tpm.environment
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode], environment: env).status == 0)
         let file = cli.file("secret.txt")
         #expect(try cli.run(["write", file, "--class", "complete", "--passcode-file", passcode], input: Data("kept".utf8), environment: env).status == 0)
@@ -69,7 +69,7 @@ import Testing
         let tpm = try SoftwareTPM()
         let cli = CLI.make()
         let env = tpm.environment
-        #expect(try cli.run(["init", "--tpm", "--tpm-pcrs", "16", "--passcode-file", cli.writeFile("p", "1234")], environment: env).status == 0)
+        #expect(try cli.run(["init", "--tpm", "--tpm-pcrs", "16", "--passcode-file", cli.writeFile("p", "123456")], environment: env).status == 0)
         try tpm.tool("tpm2_pcrextend", ["16:sha256=" + String(repeating: "ef", count: 32)])
         let status = try cli.run(["status"], environment: env)
         #expect(status.status == 1 && status.stderr.contains("PCRs"))
@@ -82,7 +82,7 @@ import Testing
 
     @Test func withoutATPMInitSaysWhereItLooked() throws {
         let cli = CLI.make()
-        let result = try cli.run(["init", "--tpm", "--passcode-file", cli.writeFile("p", "1234")],
+        let result = try cli.run(["init", "--tpm", "--passcode-file", cli.writeFile("p", "123456")],
                                  environment: ["DATAPROTECTION_TPM_TCTI": "swtpm:path=" + cli.file("no-tpm")])
         #expect(result.status == 1)
         #expect(result.stderr.hasPrefix("dpctl: TPM: sealing the device secret: no TPM answers on swtpm:path="))
@@ -93,7 +93,7 @@ import Testing
     /// Without a TPM the file can be rolled back across restarts, but not under a running keybagd.
     @Test func keybagdRefusesAKeybagOlderThanOneItHasSeen() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.stop() }

@@ -7,8 +7,8 @@ import Testing
 /// The device secret sealed by a TPM, against a software TPM of each test's own (swtpm), attacked
 /// as someone holding a copy of the data root, or the root's files, would.
 @Suite struct TPMKeybagTests {
-    /// A device with passcode "1234" on `tpm`, with a virtual clock.
-    func makeDevice(_ tpm: SoftwareTPM, passcode: String? = "1234", pcrs: TPMPCRSelection? = nil,
+    /// A device with passcode "123456" on `tpm`, with a virtual clock.
+    func makeDevice(_ tpm: SoftwareTPM, passcode: String? = "123456", pcrs: TPMPCRSelection? = nil,
                     eraseAfterTen: Bool = false) async throws -> (Keybag, ManualClock, String) {
         let root = temporaryDirectory().appendingPathComponent("root").path
         let clock = ManualClock()
@@ -30,7 +30,7 @@ import Testing
         let restarted = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
         #expect(await restarted.lockState == .beforeFirstUnlock)
         #expect(await restarted.isAvailable(.noProtection))   // class D needs no passcode
-        try await restarted.unlock(passcode: "1234")
+        try await restarted.unlock(passcode: "123456")
         #expect(try await restarted.unwrapFileKey(wrapped) == key)
         let status = await restarted.status
         #expect(status.tpmLockout?.failedTries == 0)
@@ -48,7 +48,7 @@ import Testing
         }
         #expect(await keybag.status.tpmLockout?.failedTries == 3)
         #expect(await keybag.status.tpmLockout?.remainingTries == 7)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         #expect(await keybag.status.failedAttempts == 0)
     }
 
@@ -81,8 +81,8 @@ import Testing
         let keybag = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
         // Correct unlocks after the copy was taken are not counted as failures when it comes back.
         _ = try? await keybag.unlock(passcode: "b1")
-        try await keybag.unlock(passcode: "1234")
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
+        try await keybag.unlock(passcode: "123456")
         for guess in ["a1", "a2", "a3", "a4", "a5"] {
             _ = try? await keybag.unlock(passcode: guess)
         }
@@ -96,9 +96,9 @@ import Testing
         #expect(status.failedAttempts == 5)
         #expect(status.delayRemaining == 60)   // and the delay starts again
         #expect(status.lastRollback != nil)
-        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 60, failedAttempts: 5)) { try await reopened.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.passcodeDelayed(retryAfter: 60, failedAttempts: 5)) { try await reopened.unlock(passcode: "123456") }
         clock.advance(by: 60)
-        try await reopened.unlock(passcode: "1234")
+        try await reopened.unlock(passcode: "123456")
     }
 
     @Test func lockoutRefusesEvenTheRightPasscodeUntilTheOwnerResetsIt() async throws {
@@ -109,12 +109,12 @@ import Testing
         _ = try? await keybag.unlock(passcode: "0000")
         _ = try? await keybag.unlock(passcode: "1111")
         #expect(await keybag.status.tpmLockout?.inLockout == true)
-        await #expect(throws: KeybagError.tpmLockout(failedTries: 2, recoveryInterval: 600)) { try await keybag.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.tpmLockout(failedTries: 2, recoveryInterval: 600)) { try await keybag.unlock(passcode: "123456") }
         #expect(await keybag.status.failedAttempts == 2)   // a refused attempt is not counted
         #expect(await keybag.isAvailable(.noProtection))   // class D still opens
 
         try tpm.clearLockout()
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         #expect(await keybag.lockState == .unlocked)
     }
 
@@ -152,32 +152,32 @@ import Testing
         let tpm = try SoftwareTPM()
         let root = temporaryDirectory().appendingPathComponent("root").path
         let clock = ManualClock()
-        let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting, clock: clock)
+        let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting, clock: clock)
         let (keyA, wrappedA) = try await keybag.wrapNewFileKey(for: .complete)
         let (keyD, wrappedD) = try await keybag.wrapNewFileKey(for: .noProtection)
         let oldSecret = try Data(contentsOf: URL(fileURLWithPath: root + "/device.secret"))
 
         await #expect(throws: KeybagError.wrongPasscode(failedAttempts: 1)) {
-            try await keybag.enrollTPM(passcode: "9999", TPMBinding(tcti: tpm.tcti))
+            try await keybag.enrollTPM(passcode: "999999", TPMBinding(tcti: tpm.tcti))
         }
-        try await keybag.enrollTPM(passcode: "1234", TPMBinding(tcti: tpm.tcti))
+        try await keybag.enrollTPM(passcode: "123456", TPMBinding(tcti: tpm.tcti))
         #expect(!FileManager.default.fileExists(atPath: root + "/device.secret"))
         #expect(await keybag.status.deviceSecret == .tpm(pcrs: nil))
 
         let reopened = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
         #expect(try await reopened.unwrapFileKey(wrappedD) == keyD)
-        try await reopened.unlock(passcode: "1234")
+        try await reopened.unlock(passcode: "123456")
         #expect(try await reopened.unwrapFileKey(wrappedA) == keyA)
 
         // The old secret file, put back, opens nothing of the enrolled keybag.
         try oldSecret.write(to: URL(fileURLWithPath: root + "/device.secret.old"))
 
-        try await reopened.removeTPM(passcode: "1234")
+        try await reopened.removeTPM(passcode: "123456")
         #expect(try tpm.persistentHandles().isEmpty)
         #expect(try tpm.nvIndices().isEmpty)
         let back = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
         #expect(await back.status.deviceSecret == .file)
-        try await back.unlock(passcode: "1234")
+        try await back.unlock(passcode: "123456")
         #expect(try await back.unwrapFileKey(wrappedA) == keyA)
         #expect(try Data(contentsOf: URL(fileURLWithPath: root + "/device.secret")) != oldSecret)
     }
@@ -187,13 +187,13 @@ import Testing
         let (keybag, clock, root) = try await makeDevice(tpm)
         let before = try tpm.persistentHandles()
         let oldKeybag = try Data(contentsOf: URL(fileURLWithPath: root + "/keybag"))
-        try await keybag.changePasscode(from: "1234", to: "5678")
+        try await keybag.changePasscode(from: "123456", to: "567890")
         let after = try tpm.persistentHandles()
         #expect(after.count == 2 && Set(after) != Set(before))
         // The old keybag with the old passcode: its passcode object is gone.
         try oldKeybag.write(to: URL(fileURLWithPath: root + "/keybag"))
         let old = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
-        await #expect(throws: KeybagError.self) { try await old.unlock(passcode: "1234") }
+        await #expect(throws: KeybagError.self) { try await old.unlock(passcode: "123456") }
     }
 
     @Test func boundToAPCRItOpensOnlyWhileThePCRHoldsItsValue() async throws {
@@ -207,7 +207,7 @@ import Testing
         }
         try tpm.tool("tpm2_pcrreset", ["16"])
         let keybag = try await Keybag.open(root: root, clock: clock, tpmTCTI: tpm.tcti)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
     }
 
     @Test func aDeviceThatNoLongerOpensCanStillBeErased() async throws {
@@ -224,11 +224,11 @@ import Testing
     @Test func withoutATPMCreationFailsCleanlyAndFileDevicesSaySo() async throws {
         let root = temporaryDirectory().appendingPathComponent("root").path
         await #expect(throws: KeybagError.self) {
-            try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting,
+            try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting,
                                     tpm: TPMBinding(tcti: "swtpm:path=/nonexistent/sock"))
         }
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).isEmpty)
-        let keybag = try await Keybag.create(root: root, passcode: "1234", kdf: .insecureFastForTesting)
+        let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .insecureFastForTesting)
         let status = await keybag.status
         #expect(status.deviceSecret == .file)
         #expect(status.deviceSecret.consequence.contains("attacked offline"))

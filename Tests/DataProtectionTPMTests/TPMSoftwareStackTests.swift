@@ -49,7 +49,7 @@ import Testing
     func withoutTheStackTPMCommandsSayWhatIsMissing() throws {
         let tpm = try SoftwareTPM()
         let sealed = CLI.make()
-        let passcode = sealed.writeFile("passcode", "1234\n")
+        let passcode = sealed.writeFile("passcode", "123456\n")
         let made = try sealed.run(["init", "--tpm", "--passcode-file", passcode], environment: tpm.environment)
         try #require(made.status == 0, "\(made.stderr)")
 

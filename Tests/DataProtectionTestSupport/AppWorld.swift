@@ -9,7 +9,7 @@ public struct AppWorld: Sendable {
 
     public static func make() throws -> AppWorld {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         let world = AppWorld(cli: cli, passcode: passcode)
         let result = try cli.run(["init", "--passcode-file", passcode])
         guard result.status == 0 else { throw TestFailure("init: \(result.stderr)") }

@@ -24,7 +24,7 @@ public var oraclePython: String {
     return FileManager.default.isExecutableFile(atPath: venv) ? venv : "python3"
 }
 
-/// A device with passcode "1234", weak scrypt parameters and a virtual clock, plus a directory
+/// A device with passcode "123456", weak scrypt parameters and a virtual clock, plus a directory
 /// for its files.
 public struct TestDevice: Sendable {
     public let keybag: Keybag
@@ -33,7 +33,7 @@ public struct TestDevice: Sendable {
     public let files: ProtectedFileManager
     public let dir: URL
 
-    public static func make(grace: TimeInterval = 10, passcode: String? = "1234") async throws -> TestDevice {
+    public static func make(grace: TimeInterval = 10, passcode: String? = "123456") async throws -> TestDevice {
         let base = temporaryDirectory()
         let clock = ManualClock()
         let root = base.appendingPathComponent("root").path

@@ -66,7 +66,7 @@ import Testing
         #expect(try ItemInspector.isThisDeviceOnly(url))
         #expect(try await source.files.contents(of: url) == data)
         // The independent reader needs the device secret for it.
-        let oracle = try OracleTests.oracle(["decrypt", source.root, url.path, "--passcode", "1234"])
+        let oracle = try OracleTests.oracle(["decrypt", source.root, url.path, "--passcode", "123456"])
         #expect(oracle.status == 0, "\(oracle.err)")
         #expect(oracle.out == data)
         // Class changes and overwrites keep the binding; a copy keeps it too.

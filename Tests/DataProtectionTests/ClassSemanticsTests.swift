@@ -44,7 +44,7 @@ import Testing
 
     @Test func unlockedEverythingWorks() async throws {
         let (device, urls) = try await deviceWithOneFilePerClass()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         for cls in ProtectionClass.allCases {
             #expect(await canRead(device, urls[cls]!))
             #expect(await canCreate(device, cls))
@@ -53,7 +53,7 @@ import Testing
 
     @Test func lockedWithinGraceEverythingWorksAfterGraceOnlyCAndD() async throws {
         let (device, urls) = try await deviceWithOneFilePerClass()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         await device.keybag.lock()
         device.clock.advance(by: 5)
         for cls in ProtectionClass.allCases { #expect(await canRead(device, urls[cls]!)) }
@@ -70,7 +70,7 @@ import Testing
 
     @Test func openClassAHandleFailsAfterGraceAndRecoversAfterUnlock() async throws {
         let (device, urls) = try await deviceWithOneFilePerClass()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let handle = try await device.files.openHandle(forUpdating: urls[.complete]!)
         await device.keybag.lock()
         device.clock.advance(by: 9)
@@ -78,14 +78,14 @@ import Testing
         device.clock.advance(by: 1)
         await #expect { _ = try await handle.read(at: 0, count: 100) } throws: { isUnavailable($0, writing: false) }
         await #expect { try await handle.write(Data("x".utf8), at: 0) } throws: { isUnavailable($0, writing: true) }
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         #expect(try await handle.read(at: 0, count: 100) == Data("complete".utf8))
         try await handle.close()
     }
 
     @Test func classBHandleOpenedWhileUnlockedSurvivesLockButReopenNeedsUnlock() async throws {
         let (device, urls) = try await deviceWithOneFilePerClass()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         let handle = try await device.files.openHandle(forUpdating: urls[.completeUnlessOpen]!)
         await device.keybag.lock()
         device.clock.advance(by: 3600)
@@ -93,13 +93,13 @@ import Testing
         #expect(try await handle.read(at: 0, count: 100) == Data("complete-unless-open more".utf8))
         try await handle.close()
         await #expect { _ = try await device.files.openHandle(forReadingFrom: urls[.completeUnlessOpen]!) } throws: { isUnavailable($0) }
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         #expect(try await device.files.contents(of: urls[.completeUnlessOpen]!) == Data("complete-unless-open more".utf8))
     }
 
     @Test func classBFileCreatedWhileLockedIsWritableUntilClosedThenNeedsUnlock() async throws {
         let (device, _) = try await deviceWithOneFilePerClass()
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         await device.keybag.lock()
         device.clock.advance(by: 10)
         let url = device.url("download.part")
@@ -110,7 +110,7 @@ import Testing
         #expect(try await handle.read(at: 0, count: payload.count) == payload)
         try await handle.close()
         await #expect { _ = try await device.files.contents(of: url) } throws: { isUnavailable($0) }
-        try await device.keybag.unlock(passcode: "1234")
+        try await device.keybag.unlock(passcode: "123456")
         #expect(try await device.files.contents(of: url) == payload)
     }
 

@@ -37,7 +37,7 @@ import Testing
         }
     }
 
-    @Test(arguments: [nil, "1234"] as [String?])
+    @Test(arguments: [nil, "123456"] as [String?])
     func oracleDecryptsEveryClass(passcode: String?) async throws {
         let base = temporaryDirectory()
         let root = base.appendingPathComponent("root").path
@@ -79,6 +79,13 @@ import Testing
         #expect(fields?["uuid"] as? String == keybag.id.uuidString)
         #expect(fields?["passcode_set"] as? Bool == (passcode != nil))
         #expect(fields?["grace_ms"] as? Int == 10_000)
+        #expect(fields?["minimum_passcode_length"] as? Int == 6)
+        // A passcode policy other than the default makes it version 3, which the oracle reads too.
+        try await keybag.setMinimumPasscodeLength(9)
+        let policy = try JSONSerialization.jsonObject(with: try Self.oracle(["keybag", root]).out) as? [String: Any]
+        #expect(policy?["minimum_passcode_length"] as? Int == 9)
+        let decrypted = try Self.oracle(["decrypt", root, url.path] + (passcode.map { ["--passcode", $0] } ?? []))
+        #expect(decrypted.status == 0 && decrypted.out == expected, "\(decrypted.err)")
     }
 
     @Test func oracleRejectsATamperedFileToo() async throws {

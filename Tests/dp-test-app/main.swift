@@ -193,10 +193,10 @@ case "attack-keybag":
             print("\(name): refused: \(error)")
         }
     }
-    let passcode = arguments.count > 1 ? arguments[1] : "1234"
+    let passcode = arguments.count > 1 ? arguments[1] : "123456"
     await attempt("unlock") { try await app.keybag.unlock(passcode: passcode) }
     await attempt("erase") { try await app.keybag.erase() }
-    await attempt("change-passcode") { try await app.keybag.changePasscode(from: passcode, to: "0000") }
+    await attempt("change-passcode") { try await app.keybag.changePasscode(from: passcode, to: "000000") }
     await attempt("remove-passcode") { try await app.keybag.removePasscode(current: passcode) }
     await attempt("set-grace-period") { try await app.keybag.setGracePeriod(3600) }
     await attempt("erase-after-ten-off") { try await app.keybag.setEraseAfterTenFailures(false) }

@@ -8,7 +8,7 @@ import Testing
 @Suite struct AttackerReviewTests {
     static func device() throws -> (CLI, String) {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         return (cli, passcode)
     }
@@ -248,7 +248,7 @@ import Testing
             #expect(result.status == 1 && result.stderr.contains("not a character device") && Self.isOneLine(result.stderr), "\(spelling): \(result.stderr)")
         }
         #expect(try String(contentsOfFile: victim, encoding: .utf8) == "keep me")
-        #expect(try String(contentsOfFile: passcode, encoding: .utf8) == "1234")
+        #expect(try String(contentsOfFile: passcode, encoding: .utf8) == "123456")
     }
 
     /// A supervisor killed outright (`SIGKILL`) left its app running, adopted by init (or frozen

@@ -7,7 +7,7 @@ import Testing
     /// A device with a passcode and a backup password, a source tree, and a repository with two backups.
     static func twoBackups() throws -> (cli: CLI, passcode: String, source: String, repo: String) {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         let password = cli.writeFile("bp", "backup password")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         #expect(try cli.run(["backup-password", "--passcode-file", passcode, "--password-file", password]).status == 0)

@@ -25,7 +25,7 @@ import Testing
 
     @Test func statusCheckExitsLikeSystemctlIsActive() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let locked = try cli.run(["status", "--check"])
         #expect(locked.status == 3 && locked.out == "before-first-unlock\n")
@@ -35,7 +35,7 @@ import Testing
 
     @Test func classNamesAreAcceptedAndListedAsIOSWritesThem() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let help = try cli.run(["write", "--help"]).out
         for name in ["complete", "completeUnlessOpen", "completeUntilFirstUserAuthentication", "none", "until-first-unlock", "A", "D"] {
@@ -49,7 +49,7 @@ import Testing
 
     @Test func aGracePeriodThatIsNotANumberOfSecondsIsAUsageError() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         for value in ["nan", "-5", "1e12", "inf", "ten"] {
             let result = try cli.run(["policy", "--grace-period", value, "--passcode-file", passcode])
@@ -63,7 +63,7 @@ import Testing
 
     @Test func eraseAfterTenIsSpelledTheSameOnInitAndPolicy() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode, "--erase-after-ten-failures"]).status == 0)
         #expect(try cli.run(["status"]).out.contains("erase after 10:   on"))
         #expect(try cli.run(["policy", "--no-erase-after-ten-failures", "--passcode-file", passcode]).out.contains("erase after 10 failures off"))
@@ -73,7 +73,7 @@ import Testing
 
     @Test func aPasscodeFileFromTheEnvironment() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let env = ["DP_PASSCODE_FILE": passcode]
         #expect(try cli.run(["write", cli.file("a"), "--class", "complete"], input: Data("secret".utf8), environment: env).status == 0)
@@ -84,7 +84,7 @@ import Testing
 
     @Test func theFifthWrongPasscodeSaysThatADelayStarts() throws {
         let cli = CLI.make()
-        #expect(try cli.run(["init", "--passcode-file", cli.writeFile("p", "1234")]).status == 0)
+        #expect(try cli.run(["init", "--passcode-file", cli.writeFile("p", "123456")]).status == 0)
         var fifthStarted = ContinuousClock.now
         for n in 1...5 {
             fifthStarted = ContinuousClock.now
@@ -104,7 +104,7 @@ import Testing
 
     @Test func statusShowsTheGraceCountdownUnderKeybagd() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.stop() }
@@ -125,7 +125,7 @@ import Testing
 
     @Test func aWrongBackupPasswordIsCalledThat() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         #expect(try cli.run(["backup-password", "--passcode-file", passcode, "--password-file", cli.writeFile("b", "backup pw")]).status == 0)
         let source = cli.file("src")
@@ -149,7 +149,7 @@ import Testing
 
     @Test func lsTakesSeveralPathsAndPrintsJSON() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         #expect(try cli.run(["write", cli.file("a"), "--class", "complete", "--passcode-file", passcode], input: Data("12345".utf8)).status == 0)
         let plain = cli.writeFile("b", "xy")
@@ -266,14 +266,14 @@ import Testing
     /// as fscrypt and age do; without one it fails with exit 3 as before.
     @Test func commandsAskForThePasscodeOnATerminal() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         #expect(try cli.run(["write", cli.file("a"), "--class", "complete", "--passcode-file", passcode], input: Data("secret text".utf8)).status == 0)
         #expect(try cli.run(["cat", cli.file("a")]).status == 3, "no terminal: no question")
 
-        let cat = try cli.runOnTerminal(["cat", cli.file("a")], answer: "1234")
+        let cat = try cli.runOnTerminal(["cat", cli.file("a")], answer: "123456")
         #expect(cat.status == 0 && cat.screen.contains("Passcode:") && cat.screen.contains("secret text"), "\(cat.screen)")
-        #expect(!cat.screen.contains("1234"), "the passcode is not echoed")
+        #expect(!cat.screen.contains("123456"), "the passcode is not echoed")
 
         let wrong = try cli.runOnTerminal(["cat", cli.file("a")], answer: "9999")
         #expect(wrong.status == 5 && wrong.screen.contains("wrong passcode") && !wrong.screen.contains("secret text"), "\(wrong.screen)")
@@ -281,21 +281,21 @@ import Testing
         // An empty answer is no attempt; DP_TERMINAL_PROMPT=0 asks nothing (as GIT_TERMINAL_PROMPT=0).
         let empty = try cli.runOnTerminal(["cat", cli.file("a")], answer: "")
         #expect(empty.status == 3 && !empty.screen.contains("secret text"), "\(empty.screen)")
-        let off = try cli.runOnTerminal(["cat", cli.file("a")], answer: "1234", environment: ["DP_TERMINAL_PROMPT": "0"])
+        let off = try cli.runOnTerminal(["cat", cli.file("a")], answer: "123456", environment: ["DP_TERMINAL_PROMPT": "0"])
         #expect(off.status == 3 && !off.screen.contains("Passcode:"), "\(off.screen)")
         #expect(try cli.run(["status", "--json"]).out.contains("\"failedAttempts\" : 1"), "only the wrong answer counted")
 
         // Class D needs nothing: no question.
         #expect(try cli.run(["write", cli.file("d"), "--class", "none"], input: Data("open".utf8)).status == 0)
-        let plain = try cli.runOnTerminal(["cat", cli.file("d")], answer: "1234")
+        let plain = try cli.runOnTerminal(["cat", cli.file("d")], answer: "123456")
         #expect(plain.status == 0 && !plain.screen.contains("Passcode:"), "\(plain.screen)")
 
         // A check first, then the question, then the work: protect, sql.
-        let protect = try cli.runOnTerminal(["protect", cli.file("a"), "--class", "until-first-unlock"], answer: "1234")
+        let protect = try cli.runOnTerminal(["protect", cli.file("a"), "--class", "until-first-unlock"], answer: "123456")
         #expect(protect.status == 0 && protect.screen.contains("Passcode:"), "\(protect.screen)")
         #expect(try cli.run(["cat", cli.file("a"), "--passcode-file", passcode]).out == "secret text")
         #expect(try cli.run(["sql", cli.file("n.db"), "--class", "A", "--passcode-file", passcode, "CREATE TABLE t(x); INSERT INTO t VALUES (42)"]).status == 0)
-        let sql = try cli.runOnTerminal(["sql", cli.file("n.db"), "SELECT x FROM t"], answer: "1234")
+        let sql = try cli.runOnTerminal(["sql", cli.file("n.db"), "SELECT x FROM t"], answer: "123456")
         #expect(sql.status == 0 && sql.screen.contains("Passcode:") && sql.screen.contains("42"), "\(sql.screen)")
     }
 }

@@ -5,7 +5,7 @@ import Testing
 @Suite(.serialized) struct DPCtlTests {
     @Test func initStatusWriteCatLsAcrossRuns() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let status = try cli.run(["status"])
         #expect(status.out.contains("before-first-unlock"))
@@ -47,7 +47,7 @@ import Testing
 
     @Test func wrongPasscodesAreCountedAcrossProcessesAndDelayed() throws {
         let cli = CLI.make()
-        #expect(try cli.run(["init", "--passcode-file", cli.writeFile("p", "right")]).status == 0)
+        #expect(try cli.run(["init", "--passcode-file", cli.writeFile("p", "right-passcode")]).status == 0)
         var fifthStarted = ContinuousClock.now
         for n in 1...5 {
             fifthStarted = ContinuousClock.now
@@ -76,9 +76,9 @@ import Testing
         #expect(try cli.run(["write", cli.file("a"), "--class", "complete"], input: Data("x".utf8)).status == 0)
         #expect(try cli.run(["cat", cli.file("a")]).out == "x")
         // Setting a passcode activates protection; the same file is then locked after a restart.
-        #expect(try cli.run(["set-passcode", "--new-passcode-file", cli.writeFile("p", "0000")]).status == 0)
+        #expect(try cli.run(["set-passcode", "--new-passcode-file", cli.writeFile("p", "000000")]).status == 0)
         #expect(try cli.run(["cat", cli.file("a")]).status == 3)
-        #expect(try cli.run(["change-passcode", "--passcode-file", cli.file("p"), "--new-passcode-file", cli.writeFile("q", "1111")]).status == 0)
+        #expect(try cli.run(["change-passcode", "--passcode-file", cli.file("p"), "--new-passcode-file", cli.writeFile("q", "111111")]).status == 0)
         #expect(try cli.run(["cat", cli.file("a"), "--passcode-file", cli.file("q")]).out == "x")
         #expect(try cli.run(["remove-passcode", "--passcode-file", cli.file("q")]).status == 0)
         #expect(try cli.run(["cat", cli.file("a")]).out == "x")
@@ -86,7 +86,7 @@ import Testing
 
     @Test func protectRecursiveCopyAndErase() throws {
         let cli = CLI.make()
-        let p = cli.writeFile("p", "1234")
+        let p = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", p]).status == 0)
         let tree = cli.work.appendingPathComponent("tree")
         try FileManager.default.createDirectory(at: tree.appendingPathComponent("sub"), withIntermediateDirectories: true)
@@ -119,7 +119,7 @@ import Testing
         #expect(missing.status == 1)
         #expect(missing.stderr.contains("no keybag"))
         #expect(missing.stderr.split(separator: "\n").count == 1)
-        let p = cli.writeFile("p", "1234")
+        let p = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", p]).status == 0)
         #expect(try cli.run(["init", "--passcode-file", p]).status == 1)
         // Missing file, directory as file.
@@ -205,7 +205,7 @@ import Testing
 
     @Test func backupRestoreVerifyAcrossDevices() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234")
+        let passcode = cli.writeFile("passcode", "123456")
         let password = cli.writeFile("password", "backup secret")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let c = try container(cli, passcode: passcode)

@@ -8,7 +8,7 @@ import Testing
 @Suite struct DayOneTests {
     static func device() throws -> (CLI, String) {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         return (cli, passcode)
     }
@@ -136,13 +136,13 @@ import Testing
         let original = try Data(contentsOf: URL(fileURLWithPath: path))
         for extra in [0, 64] {
             var newer = original
-            newer[9] = 3   // version 3, big-endian u16 after the 8-byte magic
+            newer[9] = 4   // version 4, big-endian u16 after the 8-byte magic
             newer.append(Data(repeating: 0, count: extra))
             try newer.write(to: URL(fileURLWithPath: path))
             for arguments in [["status"], ["unlock", "--passcode-file", passcode]] {
                 let result = try cli.run(arguments)
                 #expect(result.status == 4, "\(arguments): \(result.stderr)")
-                #expect(result.stderr.contains("claims format version 3") && result.stderr.contains("newer")
+                #expect(result.stderr.contains("claims format version 4") && result.stderr.contains("newer")
                         && result.stderr.contains("modified") && result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
             }
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == newer)   // nothing was changed
@@ -195,6 +195,48 @@ import Testing
             #expect(passcode.lowerBound < password.lowerBound)
         }
         #expect(FileManager.default.fileExists(atPath: cli.root + "/backup-keybag"))
+    }
+
+    /// A passcode policy, as iOS's: 6 characters by default, 4 at least, changed with `dpctl
+    /// policy` (unlocked), checked at init, set and change (a refused one changes nothing and
+    /// costs no attempt), asked again on a terminal only once the first answer meets it; kept
+    /// through keybagd, which a running daemon applies at once.
+    @Test func aPasscodePolicyRefusesShortPasscodesWithTheRule() throws {
+        let cli = CLI.make()
+        let keybag = cli.root + "/keybag"
+        let short = try cli.run(["init", "--passcode-file", cli.writeFile("short", "1234")])
+        #expect(short.status == 64 && short.stderr.contains("at least 6 characters"), "\(short.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: keybag))
+        let typedShort = try Self.onTerminal(cli, [("New passcode: ", "12345")], ["init"])
+        #expect(typedShort.status == 64 && typedShort.out.contains("at least 6 characters") && !typedShort.out.contains("Repeat"), "\(typedShort.out)")
+        #expect(try cli.run(["init", "--min-passcode-length", "3", "--no-passcode"]).status == 64)
+        #expect(!FileManager.default.fileExists(atPath: keybag))
+
+        let four = cli.writeFile("four", "1234")
+        #expect(try cli.run(["init", "--passcode-file", four, "--min-passcode-length", "4"]).status == 0)
+        #expect(try cli.run(["status"]).out.contains("passcode policy:  at least 4 characters"))
+        let daemon = try KeybagdProcess(cli: cli)
+        defer { daemon.stop() }
+        let env = daemon.environment
+        // Locked: the rule is not lowered or raised without the passcode.
+        let noTerminal = try cli.run(["policy", "--min-passcode-length", "8"], environment: env)
+        #expect(noTerminal.status == 3 || noTerminal.status == 64, "\(noTerminal.stderr)")
+        #expect(try cli.run(["policy", "--min-passcode-length", "8", "--passcode-file", four], environment: env).out
+            .contains("passcodes of at least 8 characters"))
+        let json = try cli.run(["status", "--json"], environment: env)
+        #expect(json.out.contains("\"minimumPasscodeLength\" : 8"), "\(json.out)")
+        let seven = cli.writeFile("seven", "1234567")
+        let refused = try cli.run(["change-passcode", "--passcode-file", four, "--new-passcode-file", seven], environment: env)
+        #expect(refused.status == 64 && refused.stderr.contains("at least 8 characters"), "\(refused.stderr)")
+        #expect(try cli.run(["status"], environment: env).out.contains("failed attempts:  0"))
+        // The current, shorter passcode still unlocks; a long enough new one is taken.
+        let eight = cli.writeFile("eight", "12345678")
+        #expect(try cli.run(["change-passcode", "--passcode-file", four, "--new-passcode-file", eight], environment: env).status == 0)
+        #expect(try cli.run(["policy", "--min-passcode-length", "65", "--passcode-file", eight], environment: env).status == 64)
+        // Back to the default: the keybag is version 2 again, readable by releases before the policy.
+        #expect(try cli.run(["policy", "--min-passcode-length", "6", "--passcode-file", eight], environment: env).status == 0)
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: keybag)))
+        #expect(bytes[8] == 0 && bytes[9] == 2 && bytes[33] == 0)
     }
 
     /// The README's quick start, as written (files instead of the terminal, a grace period of 0

@@ -126,15 +126,15 @@ import Testing
     /// refused before any attempt. A passcode file ending in `\r\n` unlocks.
     @Test func oneStandardInputCannotCarryDataAndPasscode() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let refused = try cli.run(["write", cli.file("x"), "--passcode-file", "-"], input: Data("the data\n".utf8))
         #expect(refused.status != 0 && refused.stderr.contains("standard input"), "\(refused.stderr)")
         let status = try cli.run(["status", "--json"])
         #expect(status.out.contains("\"failedAttempts\" : 0") || status.out.contains("\"failedAttempts\":0"), "\(status.out)")
-        let twice = try cli.run(["change-passcode", "--passcode-file", "-", "--new-passcode-file", "-"], input: Data("1234\n".utf8))
+        let twice = try cli.run(["change-passcode", "--passcode-file", "-", "--new-passcode-file", "-"], input: Data("123456\n".utf8))
         #expect(twice.status != 0 && twice.stderr.contains("only one"), "\(twice.stderr)")
-        let crlf = cli.writeFile("crlf", "1234\r\n")
+        let crlf = cli.writeFile("crlf", "123456\r\n")
         let written = try cli.run(["write", cli.file("y"), "--class", "complete", "--passcode-file", crlf], input: Data("ok".utf8))
         #expect(written.status == 0, "a passcode file with \\r\\n unlocks: \(written.stderr)")
     }
@@ -143,7 +143,7 @@ import Testing
     /// by a running keybagd (which every process would otherwise lose).
     @Test func outOfRangeGracePeriodsAreRefusedEverywhere() async throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         for value in ["nan", "1e300", "inf", "86401"] {
             let result = try cli.run(["policy", "--grace-period", value, "--passcode-file", passcode])
@@ -153,7 +153,7 @@ import Testing
         let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.kill() }
         let keybag = try Keybag.open(root: cli.root, daemonSocket: daemon.socket)
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         // Straight onto the wire, past the client's own check.
         let client = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket))
         for seconds in [Double.nan, 1e300, -1] {

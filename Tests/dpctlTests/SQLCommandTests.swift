@@ -7,7 +7,7 @@ import Testing
     @Test func classManagedSQLCipherAndPlainDatabases() throws {
         let cli = CLI.make()
         let passcode = cli.file("pc")
-        try "1234\n".write(toFile: passcode, atomically: true, encoding: .utf8)
+        try "123456\n".write(toFile: passcode, atomically: true, encoding: .utf8)
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
 
         // Class-managed: created with --class, found by its key file afterwards.
@@ -101,7 +101,7 @@ import Testing
 
     @Test func aKeyThatCannotFitTheFileIsRefusedBeforeAnythingRuns() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("pc", "1234")
+        let passcode = cli.writeFile("pc", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let plain = cli.file("plain.db")
         #expect(try cli.run(["sql", plain, "CREATE TABLE t(x)"]).status == 0)

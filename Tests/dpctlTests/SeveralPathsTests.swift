@@ -7,7 +7,7 @@ import Testing
 @Suite struct SeveralPathsTests {
     @Test func catProtectExcludeAndIncludeTakeSeveralPaths() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         for (name, text) in [("a", "alpha "), ("b", "beta")] {
             #expect(try cli.run(["write", cli.file(name), "--class", "C", "--passcode-file", passcode], input: Data(text.utf8)).status == 0)
@@ -63,7 +63,7 @@ import Testing
 
     @Test func protectRecursiveChecksFirstAndChangesNothingWhileLocked() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let tree = cli.file("tree")
         try FileManager.default.createDirectory(atPath: tree + "/sub", withIntermediateDirectories: true)
@@ -109,7 +109,7 @@ import Testing
 
     @Test func lsShowsADatabaseByItsClassAndWhatABackupLeavesOut() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         #expect(try cli.run(["app", "install", "com.example.ls"]).status == 0)
         let info = try JSONSerialization.jsonObject(with: try cli.run(["app", "info", "com.example.ls", "--json"]).stdout) as? [String: Any]

@@ -54,7 +54,7 @@ import Testing
         #expect(CrashAndDiskTests.shell("mount -t tmpfs -o size=256k tmpfs '\(disk)'") == 0)
         defer { CrashAndDiskTests.shell("umount '\(disk)'") }
         let cli = CLI(root: disk + "/root", work: work.work)
-        let passcode = cli.writeFile("p", "1234"), wrong = cli.writeFile("w", "9999")
+        let passcode = cli.writeFile("p", "123456"), wrong = cli.writeFile("w", "9999")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         CrashAndDiskTests.shell("dd if=/dev/zero of='\(disk)/fill' bs=4k")
         #expect(CrashAndDiskTests.shell("echo x > '\(disk)/one-more'") != 0, "the disk is not full")
@@ -94,7 +94,7 @@ import Testing
 
     @Test func restoreKeepsDirectoryDefaults() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let docs = cli.file("docs")
         try FileManager.default.createDirectory(atPath: docs + "/sub/deeper", withIntermediateDirectories: true)
@@ -132,7 +132,7 @@ import Testing
 
     @Test func aBackupNeverHoldsTheDevicesKeysWhateverTheSource() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         #expect(try cli.run(["backup-password", "--passcode-file", passcode, "--password-file", cli.writeFile("bp", "backup password")]).status == 0)
         // The data root itself, a directory above it, and another spelling of it.
@@ -158,7 +158,7 @@ import Testing
     /// `tar --exclude-caches` then backed the photos up again.
     @Test func marksSurviveProtectionAndCopies() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let docs = cli.file("docs")
         try FileManager.default.createDirectory(atPath: docs + "/photos", withIntermediateDirectories: true)
@@ -207,7 +207,7 @@ import Testing
     /// that reads them as they are: nothing any program used may stop working.
     @Test func auditFixNeverBreaksWhatAnotherProgramReads() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let tree = cli.file("tree")
         try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
@@ -257,7 +257,7 @@ import Testing
     /// and the audit's fix for a plain database was a Swift call.
     @Test func plainDatabasesAreNamedAndEncryptedInPlaceFromTheCLI() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let plain = cli.file("plain.db"), cipher = cli.file("cipher.db"), key = cli.writeFile("key", "s3cret")
         let made = try cli.run(["sql", plain, "CREATE TABLE t(x); INSERT INTO t VALUES(42)"])
@@ -332,7 +332,7 @@ import Testing
 
     @Test func eraseThroughTheDaemonEndsItAndInitWorksAfterwards() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.stop() }
@@ -349,7 +349,7 @@ import Testing
 
     @Test func aSecondDaemonForTheSameRootRefusesAndClientsSayWhereItIs() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.stop() }
@@ -376,7 +376,7 @@ import Testing
     /// A passcode file in the environment undid `dpctl lock` for every process, unseen.
     @Test func aPasscodeInTheEnvironmentNeverUnlocksTheDeviceForEveryProcess() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("p", "1234")
+        let passcode = cli.writeFile("p", "123456")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try KeybagdProcess(cli: cli)
         defer { daemon.stop() }

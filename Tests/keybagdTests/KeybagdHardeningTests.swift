@@ -9,7 +9,7 @@ import Testing
 /// idle connections, a daemon out of descriptors, and a scan of its memory after lock + grace.
 @Suite(.serialized) struct KeybagdHardeningTests {
     /// A root with a fast KDF (hundreds of unlocks) and a daemon serving it.
-    static func device(passcode: String = "1234", daemonArguments: [String] = [], captureErrors: Bool = false) async throws
+    static func device(passcode: String = "123456", daemonArguments: [String] = [], captureErrors: Bool = false) async throws
         -> (CLI, KeybagdTests.Daemon, Keybag) {
         let cli = CLI.make()
         _ = try await Keybag.create(root: cli.root, passcode: passcode, kdf: .insecureFastForTesting)
@@ -59,14 +59,14 @@ import Testing
     @Test func aSubscriberThatStopsReadingStallsNobody() async throws {
         let (_, daemon, keybag) = try await Self.device()
         defer { daemon.kill() }
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         let stuck = try Self.rawConnection(daemon)
         defer { close(stuck) }
         Self.sendFrame(stuck, [KeybagWire.version, KeybagWire.Op.subscribe.rawValue])
         // 600 events: twice what the review saw stall the daemon (about 280).
         for _ in 0..<300 {
             await keybag.lock()
-            try await keybag.unlock(passcode: "1234")
+            try await keybag.unlock(passcode: "123456")
         }
         // A brand-new client is answered (the client gives up after 5 s: a stall fails here).
         let fresh = try #require(try KeybagDaemonClient.connect(root: keybag.root, socketPath: daemon.socket))
@@ -121,7 +121,7 @@ import Testing
     @Test func randomFramesNeverTakeTheDaemonDown() async throws {
         let (cli, daemon, keybag) = try await Self.device()
         defer { daemon.kill() }
-        try await keybag.unlock(passcode: "1234")
+        try await keybag.unlock(passcode: "123456")
         var generator = SystemRandomNumberGenerator()
         let harmless = (1...40).filter { ![KeybagWire.Op.lock.rawValue, KeybagWire.Op.erase.rawValue, KeybagWire.Op.subscribe.rawValue].contains(UInt8($0)) }
         for _ in 0..<1_000 {
@@ -268,7 +268,7 @@ import Testing
 /// through keybagd too (FORMAT §8, error tag 24), and an unknown tag is a protocol error.
 @Suite struct KeybagWireErrorTests {
     @Test func errorsRoundTripThroughTheWireFormat() throws {
-        for error: KeybagError in [.newerKeybagFormat(version: 3, readable: [1, 2]), .wrongBackupPassword,
+        for error: KeybagError in [.newerKeybagFormat(version: 4, readable: [1, 2, 3]), .passcodeTooShort(minimumLength: 8), .wrongBackupPassword,
                                    .tpmLockout(failedTries: 4, recoveryInterval: 600), .corruptKeybag("x")] {
             var writer = ByteWriter()
             KeybagWire.error(&writer, error)

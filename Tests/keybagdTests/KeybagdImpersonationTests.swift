@@ -21,7 +21,7 @@ import Testing
             try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             root = home + "/root"
             passcode = home + "/passcode"
-            try Data("1234".utf8).write(to: URL(fileURLWithPath: passcode))
+            try Data("123456".utf8).write(to: URL(fileURLWithPath: passcode))
             #expect(chown(home, uid_t(uid), gid_t(uid)) == 0 && chown(passcode, uid_t(uid), gid_t(uid)) == 0)
             try? FileManager.default.removeItem(atPath: fallback)
             let made = try dpctl(["init", "--passcode-file", passcode])
@@ -87,9 +87,9 @@ import Testing
     /// to its socket): it answers with another keybag's ID, and gets nothing else.
     @Test func aDaemonServingAnotherKeybagIsRefused() throws {
         let mine = CLI.make(), theirs = CLI.make()
-        let passcode = mine.writeFile("p", "1234")
+        let passcode = mine.writeFile("p", "123456")
         #expect(try mine.run(["init", "--passcode-file", passcode]).status == 0)
-        #expect(try theirs.run(["init", "--passcode-file", theirs.writeFile("p", "1234")]).status == 0)
+        #expect(try theirs.run(["init", "--passcode-file", theirs.writeFile("p", "123456")]).status == 0)
         let daemon = try KeybagdProcess(cli: theirs)
         defer { daemon.stop() }
         let expected = (daemon.socket as NSString).deletingLastPathComponent + "/keybagd-\(KeybagSocket.rootDigest(mine.root)).sock"

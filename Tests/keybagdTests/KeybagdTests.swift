@@ -14,7 +14,7 @@ import Testing
 
     @Test func oneLockStateForEveryProcess() async throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try Daemon(cli: cli)
         defer { daemon.kill() }
@@ -112,7 +112,7 @@ import Testing
 
     @Test func idleLock() async throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try Daemon(cli: cli, arguments: ["--idle-lock", "300"])
         defer { daemon.stop() }
@@ -128,7 +128,7 @@ import Testing
 
     @Test func anotherUserIsRefusedAndToldWhy() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try Daemon(cli: cli)
         defer { daemon.kill() }
@@ -188,7 +188,7 @@ import Testing
 
     @Test func screensaverLogindAndSuspendLockTheDaemon() async throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let sessionBus = try Bus(), systemBus = try Bus()
         let buses = ["DBUS_SESSION_BUS_ADDRESS": sessionBus.address, "DBUS_SYSTEM_BUS_ADDRESS": systemBus.address]
@@ -227,7 +227,7 @@ import Testing
 
     @Test func withoutDBusTheDaemonSaysSoOnceAndKeepsWorking() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let none = ["DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent/bus", "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/system_bus_socket"]
         let daemon = try KeybagdTests.Daemon(cli: cli, extraEnvironment: none, captureErrors: true)
@@ -253,7 +253,7 @@ import Testing
     ])
     func aMalformedFrameClosesThatConnectionOnly(frame: [UInt8]) throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try KeybagdTests.Daemon(cli: cli)
         defer { daemon.stop() }
@@ -280,7 +280,7 @@ import Testing
 @Suite struct SocketActivationTests {
     @Test func systemdStartsKeybagdOnTheFirstConnection() throws {
         let cli = CLI.make()
-        let passcode = cli.writeFile("passcode", "1234\n")
+        let passcode = cli.writeFile("passcode", "123456\n")
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let runtime = cli.file("run")
         try FileManager.default.createDirectory(atPath: runtime + "/dataprotection", withIntermediateDirectories: true,

@@ -47,17 +47,18 @@ def scrypt(passcode, salt, log_n, r, p):
 # ---- keybag -------------------------------------------------------------------------------
 
 def parse_keybag(data, secret):
-    # Version 1: 424 bytes; version 2: 504 (the same 392 bytes, an 80-byte extension, the MAC).
+    # Version 1: 424 bytes; version 2: 504 (the same 392 bytes, an 80-byte extension, the MAC);
+    # version 3: version 2 with byte 33 the passcode policy's minimum length.
     if len(data) not in (424, 504) or data[:8] != KEYBAG_MAGIC:
         raise FormatError("not a keybag")
     version, length = struct.unpack(">HH", data[8:12])
-    if (version, length) not in ((1, 424), (2, 504)) or length != len(data):
+    if (version, length) not in ((1, 424), (2, 504), (3, 504)) or length != len(data):
         raise FormatError("bad version/length")
     body = len(data) - 32
     mac_key = hkdf(secret, b"", b"DataProtection v1 keybag MAC")
     if hmac_sha256(mac_key, data[:body]) != data[body:]:
         raise FormatError("keybag MAC")
-    if version == 2 and data[400] != 0:
+    if version >= 2 and data[400] != 0:
         raise FormatError("device secret sealed by a TPM: this reader takes a device.secret file")
     flags, kdf_id, log_n, r, p = data[28], data[29], data[30], data[31], data[32]
     kb = {
@@ -69,6 +70,7 @@ def parse_keybag(data, secret):
         "failed_attempts": struct.unpack(">I", data[52:56])[0],
         "last_failure_ms": struct.unpack(">q", data[56:64])[0],
         "grace_ms": struct.unpack(">I", data[80:84])[0],
+        "minimum_passcode_length": data[33] if version == 3 else 6,
         "records": {},
     }
     for i in range(4):

@@ -73,6 +73,7 @@ package enum KeybagRequests {
         WrapNewFileKey.self, UnwrapFileKey.self, RewrapFileKey.self, Wrap.self, LockStateRequest.self,
         IsProtectedDataAvailable.self, GracePeriod.self, SetGracePeriod.self, SetPasscode.self, ChangePasscode.self,
         RemovePasscode.self, SetBackupPassword.self, Erase.self, SetEraseAfterTenFailures.self, BackupAuthenticationKey.self,
+        SetMinimumPasscodeLength.self,
     ]
     package static let byOpcode: [KeybagWire.Op: any KeybagRequest.Type] = Dictionary(uniqueKeysWithValues: all.map { ($0.op, $0) })
 
@@ -163,6 +164,16 @@ package enum KeybagRequests {
         package func encode(_ w: inout ByteWriter) { w.u8(on ? 1 : 0) }
         package init(_ r: inout ByteReader) throws { on = try r.u8("on") == 1 }
         package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setEraseAfterTenFailures(on) }
+    }
+
+    package struct SetMinimumPasscodeLength: KeybagRequest {
+        package typealias Response = Void
+        package static let op = KeybagWire.Op.setMinimumPasscodeLength
+        package let length: Int
+        package init(length: Int) { self.length = length }
+        package func encode(_ w: inout ByteWriter) { w.u8(UInt8(clamping: length)) }
+        package init(_ r: inout ByteReader) throws { length = Int(try r.u8("length")) }
+        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setMinimumPasscodeLength(length) }
     }
 
     package struct Unlock: SecretKeybagRequest {

@@ -26,6 +26,7 @@ package enum KeybagWire {
         /// Tests only: moves a daemon started with `--manual-clock` forward.
         case advanceClock = 23
         case backupAuthenticationKey = 24
+        case setMinimumPasscodeLength = 25
     }
 
     package enum Status: UInt8, Sendable { case ok = 0, error = 1, event = 2 }
@@ -160,6 +161,7 @@ package enum KeybagWire {
         }
         string(&w, s.tpmProblem ?? "")
         w.u64(UInt64(bitPattern: s.lastRollback.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0))
+        w.u8(UInt8(clamping: s.minimumPasscodeLength))   // since the passcode policy
     }
 
     package static func status(_ r: inout ByteReader) throws -> KeybagStatus {
@@ -190,6 +192,9 @@ package enum KeybagWire {
         status.tpmProblem = problem.isEmpty ? nil : problem
         let rollback = Int64(bitPattern: try r.u64("last rollback"))
         status.lastRollback = rollback == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(rollback) / 1000)
+        let minimumLength = Int(try r.u8("minimum passcode length"))
+        guard PasscodePolicy.minimumLengthRange.contains(minimumLength) else { throw ProtocolError("bad minimum passcode length") }
+        status.minimumPasscodeLength = minimumLength
         return status
     }
 
@@ -239,6 +244,7 @@ package enum KeybagWire {
         case .wrongBackupPassword: w.u8(23)
         case .newerKeybagFormat(let version, let readable):
             w.u8(24); w.u16(version); w.u8(UInt8(clamping: readable.count)); for v in readable.prefix(255) { w.u16(v) }
+        case .passcodeTooShort(let minimum): w.u8(25); w.u8(UInt8(clamping: minimum))
         }
     }
 
@@ -271,6 +277,7 @@ package enum KeybagWire {
             let version = try r.u16("version")
             let count = Int(try r.u8("count"))
             return .newerKeybagFormat(version: version, readable: try (0..<count).map { _ in try r.u16("readable") })
+        case 25: return .passcodeTooShort(minimumLength: Int(try r.u8("minimum length")))
         default: throw ProtocolError("unknown error")
         }
     }

@@ -13,6 +13,7 @@ extension EmbeddedKeybag {
     package func setPasscode(_ newPasscode: SecretBytes) throws {
         guard !file.passcodeSet else { throw KeybagError.passcodeAlreadySet }
         try requireNotErased()
+        try PasscodePolicy.check(newPasscode, minimumLength: minimumPasscodeLength)
         try rewrapClassKeys(newPasscode: newPasscode)
     }
 
@@ -24,7 +25,8 @@ extension EmbeddedKeybag {
 
     package func changePasscode(from old: SecretBytes, to new: SecretBytes) throws {
         guard file.passcodeSet else { throw KeybagError.noPasscodeSet }
-        if new.isEmpty { throw KeybagError.emptyPasscode }
+        // Checked before the old passcode, so a refused new one costs no attempt.
+        try PasscodePolicy.check(new, minimumLength: minimumPasscodeLength)
         let (keys, bPrivate) = try verifyPasscode(old)
         adoptUnlockedKeys(keys, bPrivate: bPrivate)
         try rewrapClassKeys(newPasscode: new)

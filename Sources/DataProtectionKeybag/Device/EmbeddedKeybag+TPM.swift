@@ -142,7 +142,8 @@ extension EmbeddedKeybag {
     // MARK: - Creating, loading
 
     static func createSealedByTPM(root: String, passcode: String?, kdf: PasscodeKDF, graceMillis: UInt32,
-                                  eraseAfterTenFailures: Bool, tpm: TPMBinding, clock: any KeybagClock) async throws -> EmbeddedKeybag {
+                                  eraseAfterTenFailures: Bool, minimumPasscodeLength: UInt8, tpm: TPMBinding,
+                                  clock: any KeybagClock) async throws -> EmbeddedKeybag {
         let layout = DataRootLayout(root: root)
         let device = TPMDevice(tcti: tpm.tcti)
         let secret = DeviceSecret.generate()
@@ -158,6 +159,7 @@ extension EmbeddedKeybag {
             var file = KeybagFile(uuid: UUID(), passcodeSet: passcode != nil, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
                                   salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
                                   gracePeriodMillis: graceMillis, records: [], generation: 1, tpm: fields)
+            file.minimumPasscodeLength = minimumPasscodeLength
             var kek = secret.derive(labelNoPasscode)
             if let passcode {
                 let made = try newPasscodeKEK(secret: secret, binding: record, device: device, kdf: kdf, salt: file.salt,

@@ -68,8 +68,11 @@ package actor EmbeddedKeybag {
 
     package static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
                               gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
+                              minimumPasscodeLength: Int = PasscodePolicy.defaultMinimumLength,
                               tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
-        if let passcode, passcode.isEmpty { throw KeybagError.emptyPasscode }
+        let minimumLength = try PasscodePolicy.validMinimumLength(minimumPasscodeLength)
+        if let passcode { try PasscodePolicy.check(SecretBytes(utf8: passcode), minimumLength: minimumLength) }
+        let storedMinimum = UInt8(minimumLength == PasscodePolicy.defaultMinimumLength ? 0 : minimumLength)
         let graceMillis = try PasscodePolicy.gracePeriodMillis(gracePeriod)
         let layout = DataRootLayout(root: root)
         let keybagPath = layout.keybag
@@ -85,7 +88,8 @@ package actor EmbeddedKeybag {
         let kdf = try kdf ?? PasscodeKDF.calibrated()
         if let tpm {
             return try await createSealedByTPM(root: root, passcode: passcode, kdf: kdf, graceMillis: graceMillis,
-                                               eraseAfterTenFailures: eraseAfterTenFailures, tpm: tpm, clock: clock)
+                                               eraseAfterTenFailures: eraseAfterTenFailures, minimumPasscodeLength: storedMinimum,
+                                               tpm: tpm, clock: clock)
         }
         let secret = try DeviceSecret.create(in: root)
         let keys: [ProtectionClass: SymmetricKey] = [
@@ -97,6 +101,7 @@ package actor EmbeddedKeybag {
         var file = KeybagFile(uuid: UUID(), passcodeSet: false, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
                               salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
                               gracePeriodMillis: graceMillis, records: [])
+        file.minimumPasscodeLength = storedMinimum
         let dKEK = secret.derive(labelClassD)
         var kek = secret.derive(labelNoPasscode)
         if let passcode {
@@ -208,7 +213,8 @@ package actor EmbeddedKeybag {
             deviceSecret: binding.map { .tpm(pcrs: $0.pcrs) } ?? .file,
             tpmLockout: lockout,
             tpmProblem: problem,
-            lastRollback: file.lastRollbackMillis == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(file.lastRollbackMillis) / 1000))
+            lastRollback: file.lastRollbackMillis == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(file.lastRollbackMillis) / 1000),
+            minimumPasscodeLength: minimumPasscodeLength)
     }
 
 
@@ -222,6 +228,23 @@ package actor EmbeddedKeybag {
         try withKeybagLock {
             var updated = file
             updated.gracePeriodMillis = millis
+            try persist(updated)
+        }
+    }
+
+    /// The shortest new passcode this device accepts, in characters.
+    package var minimumPasscodeLength: Int {
+        file.minimumPasscodeLength == 0 ? PasscodePolicy.defaultMinimumLength : Int(file.minimumPasscodeLength)
+    }
+
+    /// Changes the passcode policy's minimum length (needs the device unlocked). The current
+    /// passcode is not checked against it; the next set or change is.
+    package func setMinimumPasscodeLength(_ length: Int) throws {
+        let length = try PasscodePolicy.validMinimumLength(length)
+        try requireUnlocked()
+        try withKeybagLock {
+            var updated = file
+            updated.minimumPasscodeLength = UInt8(length == PasscodePolicy.defaultMinimumLength ? 0 : length)
             try persist(updated)
         }
     }

@@ -9,9 +9,9 @@ import Synchronization
 /// in which case protection is inactive and everything is available at once.
 ///
 /// ```swift
-/// let keybag = try await Keybag.create(root: "/tmp/device", passcode: "1234")   // new device
+/// let keybag = try await Keybag.create(root: "/tmp/device", passcode: "123456")   // new device
 /// let keybag = try await Keybag.open(root: "/tmp/device")                        // after a restart
-/// try await keybag.unlock(passcode: "1234")
+/// try await keybag.unlock(passcode: "123456")
 /// await keybag.lock()          // class A keys are discarded after the grace period (10 s)
 /// for await event in await keybag.events() { … }   // .willBecomeUnavailable, .didBecomeAvailable
 /// ```
@@ -66,12 +66,16 @@ public final class Keybag: Sendable {
     ///   - passcode: The passcode, or `nil` for none (protection inactive, as on iOS).
     ///   - kdf: scrypt parameters; `nil` calibrates them so one attempt costs ≥ 80 ms here.
     ///   - gracePeriod: Seconds between a lock and the discarding of class-A keys.
+    ///   - minimumPasscodeLength: The passcode policy: the shortest passcode accepted now and at
+    ///     every later set or change, in characters (``PasscodePolicy``; 6 unless said, 4 at least).
     ///   - tpm: Seal the device secret by this TPM instead of storing it in `device.secret`
     ///     (``TPMBinding``): passcodes are then checked, and failures counted, by the TPM.
     /// - Returns: The keybag, unlocked.
-    /// - Throws: ``KeybagError/daemon(_:)`` while a keybagd serves `root`.
+    /// - Throws: ``KeybagError/daemon(_:)`` while a keybagd serves `root`,
+    ///   ``KeybagError/passcodeTooShort(minimumLength:)`` for a passcode the policy refuses.
     public static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
                               gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
+                              minimumPasscodeLength: Int = PasscodePolicy.defaultMinimumLength,
                               tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
         // A daemon serving the root keeps its keybag in memory: a new one made under it would be
         // one it never sees (every process would go on getting the old, perhaps erased, one).
@@ -79,7 +83,8 @@ public final class Keybag: Sendable {
             throw KeybagError.daemon("keybagd serves \(root): stop it before setting up a device there, and start it again afterwards")
         }
         return Keybag(embedded: try await EmbeddedKeybag.create(root: root, passcode: passcode, kdf: kdf, gracePeriod: gracePeriod,
-                                                         eraseAfterTenFailures: eraseAfterTenFailures, tpm: tpm, clock: clock))
+                                                         eraseAfterTenFailures: eraseAfterTenFailures,
+                                                         minimumPasscodeLength: minimumPasscodeLength, tpm: tpm, clock: clock))
     }
 
     /// Opens the device of `root` as after a reboot: *before first unlock* when a passcode is
@@ -148,6 +153,18 @@ public final class Keybag: Sendable {
     /// Turns "erase after 10 failed passcodes" on or off (needs the device unlocked).
     public func setEraseAfterTenFailures(_ on: Bool) async throws {
         try await backend.setEraseAfterTenFailures(on)
+    }
+
+    /// Changes the passcode policy: the shortest passcode a later set or change accepts, in
+    /// characters, from 4 to 64 (needs the device unlocked). The current passcode still unlocks.
+    ///
+    /// ```swift
+    /// try await keybag.setMinimumPasscodeLength(8)
+    /// try await keybag.changePasscode(from: "123456", to: "123456")   // throws passcodeTooShort(minimumLength: 8)
+    /// ```
+    public func setMinimumPasscodeLength(_ length: Int) async throws {
+        _ = try PasscodePolicy.validMinimumLength(length)
+        try await backend.setMinimumPasscodeLength(length)
     }
 
     // MARK: - Lock and unlock

@@ -14,6 +14,7 @@ package protocol KeybagBackend: Sendable {
     var gracePeriod: TimeInterval { get async }
     func setGracePeriod(_ seconds: TimeInterval) async throws
     func setEraseAfterTenFailures(_ on: Bool) async throws
+    func setMinimumPasscodeLength(_ length: Int) async throws
 
     func unlock(passcode: SecretBytes) async throws
     func lock() async
@@ -76,6 +77,9 @@ package final class DaemonKeybag: KeybagBackend {
     package var gracePeriod: TimeInterval { get async { (try? client.send(KeybagRequests.GracePeriod())) ?? 0 } }
     package func setGracePeriod(_ seconds: TimeInterval) async throws { try client.send(KeybagRequests.SetGracePeriod(seconds: seconds)) }
     package func setEraseAfterTenFailures(_ on: Bool) async throws { try client.send(KeybagRequests.SetEraseAfterTenFailures(on: on)) }
+    package func setMinimumPasscodeLength(_ length: Int) async throws {
+        try client.send(KeybagRequests.SetMinimumPasscodeLength(length: length))
+    }
 
     package func unlock(passcode: SecretBytes) async throws { try client.send(KeybagRequests.Unlock(secret: passcode)) }
     package func lock() async { _ = try? client.send(KeybagRequests.Lock()) }

@@ -56,6 +56,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
     /// read before the MAC, which a newer format may compute otherwise): a newer DataProtection
     /// wrote it, or it was modified. Nothing was changed.
     case newerKeybagFormat(version: UInt16, readable: [UInt16])
+    /// A new passcode is shorter than the device's passcode policy allows (characters).
+    case passcodeTooShort(minimumLength: Int)
 
     public var description: String {
         switch self {
@@ -67,7 +69,7 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "keybag rejected: \(why)"
         case .newerKeybagFormat(let version, let readable):
             "the keybag claims format version \(version), newer than this DataProtection (\(DataProtectionVersion.string)) reads "
-                + "(versions \(readable.map(String.init).joined(separator: " and "))): if a newer version wrote it, run that one; "
+                + "(versions \(Self.list(readable.map(String.init)))): if a newer version wrote it, run that one; "
                 + "if none did, the keybag was modified (nothing was changed)"
         case .badDeviceSecret(let why):
             "device secret unusable: \(why)"
@@ -81,6 +83,8 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
             "a passcode is already set; change it instead"
         case .emptyPasscode:
             "the passcode must not be empty"
+        case .passcodeTooShort(let minimum):
+            "the passcode is too short: this device's policy asks for at least \(minimum) characters"
         case .deviceLocked(let state):
             "the device is \(state.phrase): unlock it with the passcode first"
         case .classUnavailable(let cls, let state):
@@ -120,6 +124,12 @@ public enum KeybagError: Error, Sendable, Equatable, CustomStringConvertible {
         let delay = PasscodePolicy.delay(afterFailures: n)
         guard delay > 0 else { return "" }
         return ": a delay now starts, the next attempt is possible in \(format(delay))"
+    }
+
+    /// "1", "1 and 2", "1, 2 and 3".
+    static func list(_ items: [String]) -> String {
+        guard let last = items.last else { return "" }
+        return items.count == 1 ? last : items.dropLast().joined(separator: ", ") + " and " + last
     }
 
     static func format(_ seconds: TimeInterval) -> String {

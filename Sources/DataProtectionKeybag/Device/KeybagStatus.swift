@@ -24,6 +24,8 @@ public struct KeybagStatus: Sendable, Equatable {
     public var tpmProblem: String? = nil
     /// When a rollback of the keybag file was last detected (and undone), if ever.
     public var lastRollback: Date? = nil
+    /// The shortest passcode a set or change accepts, in characters (``PasscodePolicy``).
+    public var minimumPasscodeLength: Int = PasscodePolicy.defaultMinimumLength
 
     /// "protection inactive" when no passcode is set, as iOS's Settings says.
     public var protectionActive: Bool { passcodeSet }

@@ -11,7 +11,34 @@ import Foundation
 /// | 9 and more | 1 h |
 ///
 /// With "erase after 10 failures" on, the tenth consecutive failure crypto-erases the keybag.
+///
+/// A new passcode (at set-up, set or change) must have at least the device's minimum length:
+/// 6 characters unless changed, 4 at least, as iOS asks by default. The current passcode is not
+/// checked against a policy raised later: it still unlocks.
 public enum PasscodePolicy {
+    /// The minimum passcode length of a device whose policy was never changed (iOS's default).
+    public static let defaultMinimumLength = 6
+    /// The minimum lengths a policy may set.
+    public static let minimumLengthRange = 4...64
+
+    /// Checks a minimum length a policy is asked to set.
+    /// - Throws: ``KeybagError/invalidArgument(_:)`` outside ``minimumLengthRange``.
+    public static func validMinimumLength(_ length: Int) throws -> Int {
+        guard minimumLengthRange.contains(length) else {
+            throw KeybagError.invalidArgument("minimum passcode length \(length): it must be from \(minimumLengthRange.lowerBound) to \(minimumLengthRange.upperBound) characters")
+        }
+        return length
+    }
+
+    /// Checks a new passcode against a minimum length, counted in characters (Unicode scalars of
+    /// its UTF-8 bytes, counted in place: no copy of the passcode is made).
+    /// - Throws: ``KeybagError/emptyPasscode``, ``KeybagError/passcodeTooShort(minimumLength:)``.
+    static func check(_ passcode: SecretBytes, minimumLength: Int) throws {
+        if passcode.isEmpty { throw KeybagError.emptyPasscode }
+        let characters = passcode.withUnsafeBytes { bytes in bytes.reduce(0) { $0 + ($1 & 0xC0 == 0x80 ? 0 : 1) } }
+        if characters < minimumLength { throw KeybagError.passcodeTooShort(minimumLength: minimumLength) }
+    }
+
     /// The number of consecutive failures that erases the device when the policy is on.
     public static let eraseThreshold = 10
 

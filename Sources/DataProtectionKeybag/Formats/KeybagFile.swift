@@ -41,11 +41,17 @@ struct KeybagTPMFields: Sendable, Equatable {
 /// § Keybag; any difference from that layout, or a MAC that does not verify, is rejected.
 ///
 /// Version 2 (written since the TPM binding) appends a generation, the TPM fields and the time
-/// of the last rollback detected; version 1 files are read and rewritten as version 2.
+/// of the last rollback detected; version 1 files are read and rewritten as version 2. Version 3
+/// is version 2 with a minimum passcode length other than the default (byte 33): it is written
+/// only while such a policy is set, so a keybag with the default policy stays readable by the
+/// releases that read version 2.
 struct KeybagFile: Sendable, Equatable {
     static let fileName = "keybag"
     static let magic: [UInt8] = [0x89, 0x44, 0x50, 0x4B, 0x42, 0x0D, 0x0A, 0x1A]   // \x89 D P K B \r \n \x1a
-    static let version: UInt16 = 2
+    /// The newest version this build reads and writes.
+    static let version: UInt16 = 3
+    /// The versions this build reads.
+    static let readableVersions: [UInt16] = [1, 2, 3]
     static let recordSize = 76
     static let bodySizeV1 = 88 + 4 * recordSize   // 392
     static let totalSizeV1 = bodySizeV1 + 32        // 424
@@ -73,6 +79,12 @@ struct KeybagFile: Sendable, Equatable {
     var tpm: KeybagTPMFields? = nil
     /// When a rollback of this file was last detected (milliseconds since 1970; 0 = never).
     var lastRollbackMillis: Int64 = 0
+    /// The shortest passcode a set or change accepts, in characters; 0 = the default
+    /// (``PasscodePolicy/defaultMinimumLength``). Anything else makes the file version 3.
+    var minimumPasscodeLength: UInt8 = 0
+
+    /// The version this keybag is written as: 2 unless a non-default passcode policy needs 3.
+    var writtenVersion: UInt16 { minimumPasscodeLength == 0 ? 2 : 3 }
 
     func record(_ cls: ProtectionClass) -> ClassKeyRecord { records[Int(cls.rawValue) - 1] }
 
@@ -101,13 +113,14 @@ struct KeybagFile: Sendable, Equatable {
     func encoded(macKey: SymmetricKey) -> [UInt8] {
         var w = ByteWriter()
         w.raw(Self.magic)
-        w.u16(Self.version)
+        w.u16(writtenVersion)
         w.u16(UInt16(Self.totalSize))
         w.raw(uuid.bytes)
         w.u8((passcodeSet ? 1 : 0) | (eraseAfterTenFailures ? 2 : 0))
         w.u8(1)   // KDF: scrypt
         w.u8(kdf.logN); w.u8(kdf.r); w.u8(kdf.p)
-        w.zeros(3)
+        w.u8(minimumPasscodeLength)   // version 3; 0 in version 2
+        w.zeros(2)
         w.raw(salt)
         w.u32(failedAttempts)
         w.u64(UInt64(bitPattern: lastFailureMillis))
@@ -146,7 +159,7 @@ struct KeybagFile: Sendable, Equatable {
         let claimedVersion: UInt16? = bytes.count >= 10 && Array(bytes[0..<8]) == magic ? UInt16(bytes[8]) << 8 | UInt16(bytes[9]) : nil
         let newerClaim = claimedVersion.flatMap { $0 > Self.version ? $0 : nil }
         guard bytes.count == totalSize || bytes.count == totalSizeV1 else {
-            if let newerClaim { throw KeybagError.newerKeybagFormat(version: newerClaim, readable: [1, Self.version]) }
+            if let newerClaim { throw KeybagError.newerKeybagFormat(version: newerClaim, readable: Self.readableVersions) }
             if claimedVersion == 0 { throw reject("keybag format version 0 is not a version") }
             throw reject("wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
         }
@@ -154,7 +167,7 @@ struct KeybagFile: Sendable, Equatable {
         guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[bodySize...]), authenticating: bytes[0..<bodySize], using: macKey) else {
             if let newerClaim {
                 throw reject("authentication failed: the keybag was modified, or belongs to another device secret, or a newer "
-                             + "DataProtection wrote it (it claims format version \(newerClaim); this one reads versions 1 and \(Self.version))")
+                             + "DataProtection wrote it (it claims format version \(newerClaim); this one reads versions 1 to \(Self.version))")
             }
             throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
         }
@@ -163,8 +176,8 @@ struct KeybagFile: Sendable, Equatable {
         do {
             _ = try r.raw(8, "magic")
             let version = try r.u16("version")
-            guard version == 1 || version == Self.version else {
-                throw reject("keybag format version \(version) is not supported (this build reads versions 1 and \(Self.version))")
+            guard Self.readableVersions.contains(version) else {
+                throw reject("keybag format version \(version) is not supported (this build reads versions 1 to \(Self.version))")
             }
             let expectedSize = version == 1 ? totalSizeV1 : totalSize
             let length = try r.u16("length")
@@ -177,7 +190,15 @@ struct KeybagFile: Sendable, Equatable {
             guard try r.u8("kdf") == 1 else { throw reject("unknown KDF") }
             let kdf = PasscodeKDF(logN: try r.u8("logN"), r: try r.u8("r"), p: try r.u8("p"))
             guard kdf.isPlausible else { throw reject("implausible KDF parameters \(kdf)") }
-            guard try r.raw(3, "reserved") == [0, 0, 0] else { throw reject("reserved bytes not zero") }
+            let minimumLength = try r.u8("minimum passcode length")
+            if version == 3 {
+                guard PasscodePolicy.minimumLengthRange.contains(Int(minimumLength)), Int(minimumLength) != PasscodePolicy.defaultMinimumLength else {
+                    throw reject("minimum passcode length \(minimumLength) is outside \(PasscodePolicy.minimumLengthRange) or the default")
+                }
+            } else if minimumLength != 0 {
+                throw reject("reserved bytes not zero")
+            }
+            guard try r.raw(2, "reserved") == [0, 0] else { throw reject("reserved bytes not zero") }
             let salt = try r.raw(16, "salt")
             let failed = try r.u32("failed attempts")
             let lastFailure = Int64(bitPattern: try r.u64("last failure"))
@@ -200,6 +221,7 @@ struct KeybagFile: Sendable, Equatable {
             var file = KeybagFile(uuid: uuid, passcodeSet: passcodeSet, eraseAfterTenFailures: flags & 2 != 0, kdf: kdf,
                                   salt: salt, failedAttempts: failed, lastFailureMillis: lastFailure, lastFailedTag: tag,
                                   gracePeriodMillis: grace, records: records)
+            file.minimumPasscodeLength = minimumLength
             guard version >= 2 else { return file }
             file.generation = try r.u64("generation")
             let storage = try r.u8("secret storage")
