@@ -67,14 +67,17 @@ public struct BackupEngine: Sendable {
     public var dryRun = false
     /// What is excluded from backup besides items carrying the exclusion attribute.
     public var policy: BackupExclusionPolicy
+    /// The clock a backup's time (its ID, and the manifest's `created`) is read from.
+    public var clock: any KeybagClock
 
     public init(source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false,
-                policy: BackupExclusionPolicy = .none) {
+                policy: BackupExclusionPolicy = .none, clock: any KeybagClock = SystemClock()) {
         self.source = source.standardizedFileURL
         self.repository = repository
         self.files = files
         self.dryRun = dryRun
         self.policy = policy
+        self.clock = clock
     }
 
     /// Runs the backup. `log` receives MobileBackup-style lines; `progress` the files and bytes
@@ -91,7 +94,8 @@ public struct BackupEngine: Sendable {
             for entry in entries where entry.sha256.map(repository.hasObject) ?? true { previousByPath[entry.path] = entry }
         }
 
-        let id = Self.makeID()
+        let started = clock.now()
+        let id = Self.makeID(at: started)
         let inProgress = repository.backups.appendingPathComponent(id + BackupRepository.incompleteSuffix)
         // One backup at a time per repository; leftovers of killed runs are removed under the lock.
         try repository.requireUsableAsDestination()
@@ -239,7 +243,7 @@ public struct BackupEngine: Sendable {
         }
         // The manifest, sealed like a plain file (class B: possible while locked); the object
         // list, which reveals nothing, lets `verify` check the objects.
-        var meta = ["source": source.path, "created": ISO8601DateFormatter().string(from: Date()), "id": id]
+        var meta = ["source": source.path, "created": ISO8601DateFormatter().string(from: started), "id": id]
         if let rootDefault = try DirectoryDefault.get(source.path) { meta["defaultClass"] = "\(rootDefault.rawValue)" }
         let manifest = try BackupManifest.create(at: nil)
         try manifest.insert(entries, meta: meta)
@@ -281,12 +285,12 @@ public struct BackupEngine: Sendable {
         return URL(fileURLWithPath: files.keybag.layout.path(Self.indexDirectoryName)).appendingPathComponent("\(name).sqlite")
     }
 
-    static func makeID() -> String {
+    static func makeID(at date: Date) -> String {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "UTC")
         formatter.dateFormat = idDateFormat
-        return formatter.string(from: Date()) + "-" + String(format: "%08x", UInt32.random(in: 0...UInt32.max))
+        return formatter.string(from: date) + "-" + String(format: "%08x", UInt32.random(in: 0...UInt32.max))
     }
 
     /// How a backup ID starts: the UTC time it was made, to the second.

@@ -31,9 +31,15 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     /// A backup destination that exists, is not empty and is not a repository: it is left as it
     /// is (a repository is made only in a new or empty directory, as `restic init` does).
     case notARepository(path: String)
-    /// Another process is backing up into the repository (it holds the writer lock): busy, not
+    /// Another process is backing up into (or pruning) the repository (it holds the writer lock): busy, not
     /// damaged. `holder` names it (`pid 1234 (dpctl backup …)`) when it can be told.
     case repositoryBusy(path: String, holder: String?)
+    /// `forget` was given no rule that keeps anything: it would forget every backup.
+    case emptyRetentionPolicy
+    /// `forget` was given an ID the repository does not hold: nothing was removed.
+    case noSuchBackup(id: String)
+    /// A path given to restore (`include`) is not in the backup: nothing was restored.
+    case nothingIncluded(path: String)
 
     public var description: String {
         switch self {
@@ -51,8 +57,14 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
         case .notABackup(let path): "\(path): not a backup (REPOSITORY/backups/ID) nor a repository"
         case .notARepository(let path):
             "\(path): neither empty nor a backup repository; give a new or empty directory for a new repository (nothing was written)"
+        case .emptyRetentionPolicy:
+            "no rule keeps anything (give --keep-last, --keep-daily … or backup IDs): nothing was forgotten"
+        case .noSuchBackup(let id):
+            "\(LosslessPath.display(id)): the repository holds no such backup; nothing was forgotten"
+        case .nothingIncluded(let path):
+            "\(LosslessPath.display(path)): the backup holds no such path (paths are relative to the backed-up directory); nothing was restored"
         case .repositoryBusy(let path, let holder):
-            "\(path): another backup into this repository is running\(holder.map { " (\($0))" } ?? ""); nothing was written: try again when it ends"
+            "\(path): another backup or prune of this repository is running\(holder.map { " (\($0))" } ?? ""); nothing was written: try again when it ends"
         }
     }
     public var errorDescription: String? { description }

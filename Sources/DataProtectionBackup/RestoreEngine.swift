@@ -16,6 +16,21 @@ public struct RestoreSummary: Sendable, Equatable, Codable {
     /// of the backup's links that climbs out), left out and logged: a restore creates nothing
     /// that leads outside its destination.
     public var skippedOutwardLinks = 0
+    /// Files whose stored content is missing or damaged: left out, every other file restored
+    /// (unless ``RestoreOptions/allOrNothing``). A restore with any is not a whole one.
+    public var damagedFiles: [DamagedFile] = []
+
+    /// One file a restore left out because its stored content is missing or damaged.
+    public struct DamagedFile: Sendable, Equatable, Codable, CustomStringConvertible {
+        /// Its path in the backup (relative to the backed-up directory).
+        public var path: String
+        /// What is wrong, in words.
+        public var issue: String
+
+        public var description: String { "\(LosslessPath.display(path)): \(issue)" }
+    }
+
+    public init() {}
 }
 
 /// How a restore treats what the backup recorded.
@@ -23,8 +38,20 @@ public struct RestoreOptions: Sendable, Equatable {
     /// Apply the permission bits as backed up instead of clamping them with this process's
     /// umask. Set-user-ID, set-group-ID and sticky bits are never restored either way.
     public var keepModes: Bool
+    /// Restore only these paths of the backup (relative to the backed-up directory; a
+    /// directory with everything below it), with the directories that lead to them. Empty:
+    /// everything.
+    public var include: [String]
+    /// Restore nothing unless every file's content is intact (the first damaged one fails the
+    /// restore, which leaves nothing behind). Otherwise damaged files are left out and listed in
+    /// ``RestoreSummary/damagedFiles``, as restic and borg do.
+    public var allOrNothing: Bool
 
-    public init(keepModes: Bool = false) { self.keepModes = keepModes }
+    public init(keepModes: Bool = false, include: [String] = [], allOrNothing: Bool = false) {
+        self.keepModes = keepModes
+        self.include = include
+        self.allOrNothing = allOrNothing
+    }
 }
 
 /// Restores one backup into a new directory, and verifies backups.
@@ -52,6 +79,8 @@ public struct RestoreEngine: Sendable {
         var objects: [String]
         /// The other device's class keys, when another device made the backup.
         var backupKeys: BackupClassKeys?
+        /// The keybag of the device that made it.
+        var device: UUID
     }
 
     private func file(_ name: String) -> String { backup.appendingPathComponent(name).path }
@@ -113,7 +142,7 @@ public struct RestoreEngine: Sendable {
         guard objects.allSatisfy({ $0.utf8.count == 64 && $0.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) } }) else {
             throw BackupError.badBackup(path: backup.path, reason: "malformed object list")
         }
-        return AuthenticatedBackup(id: id, sealedManifest: manifest, objects: objects, backupKeys: backupKeys)
+        return AuthenticatedBackup(id: id, sealedManifest: manifest, objects: objects, backupKeys: backupKeys, device: record.keybagID)
     }
 
     /// Opens the authenticated, sealed manifest: with this device's class B key when this device
@@ -206,7 +235,7 @@ public struct RestoreEngine: Sendable {
         let destination = destination.standardizedFileURL
         let authenticated = try await authenticate(files: files, password: password)
         let backupManifest = try await manifest(of: authenticated, files: files)
-        let entries = try backupManifest.entries()
+        let allEntries = try backupManifest.entries()
         // SOURCE's own default class (format 3), given to DEST.
         let rootDefault: ProtectionClass?
         switch try backupManifest.meta("defaultClass") {
@@ -217,17 +246,27 @@ public struct RestoreEngine: Sendable {
             }
             rootDefault = cls
         }
-        let outwardLinks = try Self.checkTree(entries, objects: Set(authenticated.objects))
+        let outwardLinks = try Self.checkTree(allEntries, objects: Set(authenticated.objects))
+        let entries = try Self.selecting(options.include, from: allEntries)
 
-        // Before writing anything: which stored objects come from another device?
+        // Before writing anything: which stored objects come from another device, and which are missing?
         let local = files.keybag.id
         var foreignObjects: Set<[UInt8]> = []        // names, by their bytes
         var deviceOnlyElsewhere: Set<[UInt8]> = []
+        var unreadable: [[UInt8]: String] = [:]      // damaged before a byte is copied: why
         for entry in entries where entry.kind == .file {
-            guard let sha = entry.sha256, repository.hasObject(sha) else {
-                throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
+            let objectOwner: UUID
+            do {
+                guard let sha = entry.sha256, repository.hasObject(sha) else {
+                    throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
+                }
+                objectOwner = try Self.keybagID(of: repository.objectURL(sha))
+            } catch {
+                if options.allOrNothing { throw error }
+                unreadable[LosslessPath.key(entry.path)] = Self.damage(error)
+                continue
             }
-            guard try Self.keybagID(of: repository.objectURL(sha)) != local else { continue }
+            guard objectOwner != local else { continue }
             if entry.thisDeviceOnly { deviceOnlyElsewhere.insert(LosslessPath.key(entry.path)) } else { foreignObjects.insert(LosslessPath.key(entry.path)) }
         }
         // Made on this device, yet holding files of another device's keybag (copied in, never
@@ -265,7 +304,7 @@ public struct RestoreEngine: Sendable {
             let destinationDefault = POSIXFile.kind(destination.path).isDirectory ? try DirectoryDefault.get(destination.path) : nil
             if let stronger = [rootDefault, destinationDefault].compactMap({ $0 }).max() { try DirectoryDefault.set(stronger, stage.path) }
             let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects, outwardLinks: outwardLinks,
-                                             deviceOnlyElsewhere: deviceOnlyElsewhere, backupKeys: authenticated.backupKeys,
+                                             deviceOnlyElsewhere: deviceOnlyElsewhere, unreadable: unreadable, backupKeys: authenticated.backupKeys,
                                              options: options, reportingAs: destination, log: log, progress: progress)
             if POSIXFile.kind(destination.path).exists { try POSIXFile.call("rmdir", destination.path) { rmdir($0) } }
             try POSIXFile.call("rename", stage.path, destination.path) { rename($0, $1) }
@@ -282,13 +321,15 @@ public struct RestoreEngine: Sendable {
     }
 
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
-                         foreignObjects: Set<[UInt8]>, outwardLinks: Set<[UInt8]>, deviceOnlyElsewhere: Set<[UInt8]>, backupKeys: BackupClassKeys?,
+                         foreignObjects: Set<[UInt8]>, outwardLinks: Set<[UInt8]>, deviceOnlyElsewhere: Set<[UInt8]>,
+                         unreadable: [[UInt8]: String], backupKeys: BackupClassKeys?,
                          options: RestoreOptions, reportingAs finalDestination: URL,
                          log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
         var done = BackupProgress(items: 0, totalItems: entries.count, bytes: 0,
                                   totalBytes: entries.reduce(0) { $0 + ($1.kind == .file ? $1.size : 0) })
         func target(_ entry: ManifestEntry) -> String { destination.path + "/" + entry.path }
+        var damaged: Set<[UInt8]> = []
         // Directories and files first, links last: no link can redirect a later write.
         for entry in entries where entry.kind != .symlink {
             try Self.checkParents(of: entry.path, in: destination.path)
@@ -305,19 +346,32 @@ public struct RestoreEngine: Sendable {
                     continue
                 }
                 let adopt = foreignObjects.contains(LosslessPath.key(entry.path)) ? backupKeys : nil
-                if entry.sealed {
-                    // A plain file: open the sealed object and write its plaintext.
-                    let sealed = destination.path + "/.dp-restore-\(UUID().uuidString)"
-                    defer { _ = try? POSIXFile.call("unlink", sealed) { unlink($0) } }
-                    try copyObject(entry, to: sealed, expectedSize: nil)
-                    if let adopt { try await files.adoptFile(at: URL(fileURLWithPath: sealed), from: adopt) }
-                    try await writePlaintext(of: sealed, to: target(entry), expectedSize: entry.size, files: files)
-                } else {
-                    try copyObject(entry, to: target(entry), expectedSize: entry.size)
-                    if let adopt {
-                        try await files.adoptFile(at: URL(fileURLWithPath: target(entry)), from: adopt)
-                        summary.adoptedFiles += 1
+                do {
+                    if let why = unreadable[LosslessPath.key(entry.path)] { throw DamagedContent(issue: why) }
+                    if entry.sealed {
+                        // A plain file: open the sealed object and write its plaintext.
+                        let sealed = destination.path + "/.dp-restore-\(UUID().uuidString)"
+                        defer { _ = try? POSIXFile.call("unlink", sealed) { unlink($0) } }
+                        try copyObject(entry, to: sealed, expectedSize: nil)
+                        if let adopt { try await files.adoptFile(at: URL(fileURLWithPath: sealed), from: adopt) }
+                        try await writePlaintext(of: sealed, to: target(entry), expectedSize: entry.size, files: files)
+                    } else {
+                        try copyObject(entry, to: target(entry), expectedSize: entry.size)
+                        if let adopt {
+                            try await files.adoptFile(at: URL(fileURLWithPath: target(entry)), from: adopt)
+                            summary.adoptedFiles += 1
+                        }
                     }
+                } catch let error where !options.allOrNothing && Self.isContentDamage(error) {
+                    // Only this file: what was written of it goes, the rest of the backup is restored.
+                    _ = try? POSIXFile.call("unlink", target(entry)) { unlink($0) }
+                    let issue = (error as? DamagedContent)?.issue ?? Self.damage(error)
+                    log("Not restored (damaged: \(issue)): \(LosslessPath.display(finalDestination.path + "/" + entry.path))")
+                    summary.damagedFiles.append(.init(path: entry.path, issue: issue))
+                    damaged.insert(LosslessPath.key(entry.path))
+                    done.items += 1
+                    progress(done)
+                    continue
                 }
                 summary.files += 1
                 done.bytes += entry.size
@@ -343,7 +397,8 @@ public struct RestoreEngine: Sendable {
         }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
         let mask: mode_t = options.keepModes ? 0 : POSIXFile.currentUmask()
-        for entry in entries.reversed() where entry.kind != .symlink && !deviceOnlyElsewhere.contains(LosslessPath.key(entry.path)) {
+        for entry in entries.reversed() where entry.kind != .symlink && !deviceOnlyElsewhere.contains(LosslessPath.key(entry.path))
+            && !damaged.contains(LosslessPath.key(entry.path)) {
             let path = target(entry)
             let mode = mode_t(entry.mode) & 0o777 & ~mask   // never set-id or sticky bits
             try POSIXFile.call("chmod", path) { chmod($0, mode) }
@@ -398,6 +453,60 @@ public struct RestoreEngine: Sendable {
         }
         if let expectedSize, copied.size != expectedSize {
             throw BackupError.badBackup(path: backup.path, reason: "\(LosslessPath.display(entry.path)) has \(copied.size) bytes, the manifest says \(expectedSize)")
+        }
+    }
+
+    /// A file's stored content found damaged before anything was copied (its object missing, or
+    /// not a protected file's header).
+    struct DamagedContent: Error { var issue: String }
+
+    /// Whether `error` is damage of one file's stored content (missing, altered, the wrong size,
+    /// failing authentication), which a restore can leave out and go on — not a failure of the
+    /// destination or of the keys, which stops it.
+    static func isContentDamage(_ error: any Error) -> Bool {
+        switch error {
+        case is DamagedContent, BackupError.badBackup, ProtectedFileError.damaged, ProtectedFileError.unsupportedVersion,
+             ProtectedFileError.foreignKeybag, KeybagError.keyUnwrapFailed, KeybagError.foreignKeybag: true
+        default: false
+        }
+    }
+
+    /// What is wrong with a file's stored content, in words, from the error that found it.
+    static func damage(_ error: any Error) -> String {
+        switch error {
+        case BackupError.badBackup(_, let reason):
+            if reason.contains("is missing") { return "its stored content is missing" }
+            if reason.contains("was altered") { return "its stored content was altered" }
+            if reason.contains("not a regular file") { return "its stored content is not a regular file" }
+            return reason
+        case let damaged as DamagedContent: return damaged.issue
+        default: return "its stored content does not authenticate (\(error))"
+        }
+    }
+
+    /// The entries a restore of `include` takes: every entry at or below an included path, and
+    /// the directories that lead to them. Paths are compared by their bytes, component by component.
+    /// - Throws: ``BackupError/nothingIncluded(path:)`` for an included path the backup does not hold.
+    static func selecting(_ include: [String], from entries: [ManifestEntry]) throws -> [ManifestEntry] {
+        guard !include.isEmpty else { return entries }
+        var wanted: [[UInt8]] = []
+        for path in include {
+            var bytes = LosslessPath.bytes(of: path)[...]
+            while bytes.first == UInt8(ascii: "/") { bytes = bytes.dropFirst() }
+            while bytes.starts(with: [UInt8(ascii: "."), UInt8(ascii: "/")]) { bytes = bytes.dropFirst(2) }
+            while bytes.last == UInt8(ascii: "/") { bytes = bytes.dropLast() }
+            guard !bytes.isEmpty, entries.contains(where: { LosslessPath.key($0.path) == Array(bytes) }) else {
+                throw BackupError.nothingIncluded(path: path)
+            }
+            wanted.append(Array(bytes))
+        }
+        let slash = UInt8(ascii: "/")
+        return entries.filter { entry in
+            let path = LosslessPath.key(entry.path)
+            return wanted.contains { want in
+                path == want || path.starts(with: want + [slash])
+                    || (entry.kind == .directory && want.starts(with: path + [slash]))   // a directory on the way
+            }
         }
     }
 

@@ -185,7 +185,9 @@ struct Restore: AsyncParsableCommand {
         discussion: """
             BACKUP is REPOSITORY/backups/ID, or the repository itself for its latest finished \
             backup (`dpctl backups REPOSITORY` lists them). Protected files from another device \
-            are rewrapped for this one with the backup password; their content is not decrypted.
+            are rewrapped for this one with the backup password; their content is not decrypted. \
+            A file whose stored content is missing or damaged is left out and named, everything \
+            else is restored, and the exit status is 4 (--all-or-nothing restores nothing then).
             """)
 
     @OptionGroup var device: DeviceOptions
@@ -195,10 +197,15 @@ struct Restore: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Apply permission bits as backed up instead of clamping them with the umask (set-id and sticky bits are never restored).")
     var keepModes = false
+    @Option(help: ArgumentHelp("Restore only this path of the backup (relative to the backed-up directory; a directory with all below it). Repeatable.",
+                               valueName: "path"))
+    var include: [String] = []
+    @Flag(help: "Restore nothing unless every file is intact (the default restores the intact ones and names the rest).")
+    var allOrNothing = false
     @Flag(help: "Print a JSON summary.") var json = false
     @OptionGroup var quiet: QuietOption
 
-    func validate() throws { try requirePaths(backup, destination) }
+    func validate() throws { try requirePaths(backup, destination); try requirePaths(include) }
 
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
@@ -213,7 +220,7 @@ struct Restore: AsyncParsableCommand {
             logged.removeAll()
             return try await RestoreEngine(backup: backup)
                 .restore(to: URL(fileURLWithPath: destination), files: files, password: password,
-                         options: RestoreOptions(keepModes: keepModes),
+                         options: RestoreOptions(keepModes: keepModes, include: include, allOrNothing: allOrNothing),
                          log: { logged.append($0) }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
         }
         bar.finish()
@@ -223,6 +230,11 @@ struct Restore: AsyncParsableCommand {
         } else if !quiet.quiet {
             printOut("restored \(counted(summary.files, "file")), \(counted(summary.directories, "directory", "directories")), \(counted(summary.symlinks, "link")); \(counted(summary.adoptedFiles, "protected file")) rewrapped for this device"
                      + (summary.skippedOutwardLinks > 0 ? "; \(counted(summary.skippedOutwardLinks, "link")) leading outside left out" : ""))
+        }
+        if !summary.damagedFiles.isEmpty {
+            // The log named each one already; the count and the status say it was not whole.
+            printError("dpctl: \(counted(summary.damagedFiles.count, "damaged file")) not restored, everything else was (`dpctl verify` names the damaged objects)")
+            throw ExitCode(ExitStatus.damaged.rawValue)
         }
     }
 }

@@ -21,6 +21,7 @@ struct DPCtl: AsyncParsableCommand {
             Tour.self, Init.self, Status.self, Unlock.self, Lock.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self, TPM.self,
             Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self, Backups.self,
+            Forget.self, Prune.self,
             SQL.self, SQLKey.self, Daemon.self, App.self, Group.self, Defaults.self, Share.self, GrantCommand.self, Grants.self, Revoke.self,
             Audit.self, Mount.self, Unmount.self,
         ]

@@ -149,11 +149,72 @@ import Testing
             guard case BackupError.verificationFailed(let problems) = error else { return false }
             return problems.count == 2 && problems.contains { $0.contains("altered") } && problems.contains { $0.contains("missing") }
         }
-        // A restore of the damaged backup fails and leaves no half-restored tree.
+        // An all-or-nothing restore of the damaged backup fails and leaves no half-restored tree.
         let destination = s.base.appendingPathComponent("restored")
-        await #expect(throws: BackupError.self) { _ = try await RestoreEngine(backup: backup).restore(to: destination, files: s.source, password: nil) }
+        await #expect(throws: BackupError.self) {
+            _ = try await RestoreEngine(backup: backup).restore(to: destination, files: s.source, password: nil, options: RestoreOptions(allOrNothing: true))
+        }
         #expect(!FileManager.default.fileExists(atPath: destination.path))
         #expect(try FileManager.default.contentsOfDirectory(atPath: s.base.path).filter { $0.contains("dp-restore") }.isEmpty)
+    }
+
+    /// restic's and borg's behaviour: one altered object and one missing one cost their own
+    /// files only. Every other file is restored byte-exact, the two are named (and absent), and
+    /// on another device too (rewrapped with the backup password).
+    @Test func aRestorePastDamageRestoresEveryIntactFileAndNamesTheDamagedOnes() async throws {
+        let s = try await Self.scenario()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source, policy: Self.containerPolicy).run()
+        let backup = try #require(s.repository.finishedBackups().last)
+        let entries = try await RestoreEngine(backup: backup).manifest(files: s.source, password: nil).entries()
+        func object(_ path: String) throws -> URL {
+            let sha = try #require(entries.first { $0.path == path }?.sha256)
+            return s.repository.url.appendingPathComponent("objects/\(sha.prefix(2))/\(sha)")
+        }
+        var bytes = try Data(contentsOf: try object("Documents/notes.txt"))
+        bytes[bytes.count - 20] ^= 1   // inside the last segment: the header still reads
+        try bytes.write(to: try object("Documents/notes.txt"))
+        try FileManager.default.removeItem(at: try object("Documents/readme.txt"))
+        let other = try await Keybag.create(root: s.base.appendingPathComponent("device-2").path, passcode: nil, kdf: .insecureFastForTesting)
+        for (files, password) in [(s.source, nil), (ProtectedFileManager(keybag: other), "backup password")] as [(ProtectedFileManager, String?)] {
+            let destination = s.base.appendingPathComponent("restored-\(password == nil ? "here" : "elsewhere")")
+            var logged: [String] = []
+            let summary = try await RestoreEngine(backup: backup).restore(to: destination, files: files, password: password, log: { logged.append($0) })
+            #expect(summary.damagedFiles.map(\.path).sorted() == ["Documents/notes.txt", "Documents/readme.txt"])
+            #expect(summary.damagedFiles.contains { $0.path == "Documents/notes.txt" && $0.issue.contains("altered") })
+            #expect(summary.damagedFiles.contains { $0.path == "Documents/readme.txt" && $0.issue.contains("missing") })
+            #expect(logged.filter { $0.hasPrefix("Not restored (damaged") }.count == 2)
+            for name in ["Documents/notes.txt", "Documents/readme.txt"] {
+                #expect(!FileManager.default.fileExists(atPath: destination.appendingPathComponent(name).path))
+            }
+            for (name, (data, _)) in s.plaintexts where !["Documents/notes.txt", "Documents/readme.txt"].contains(name) {
+                #expect(try await files.contents(of: destination.appendingPathComponent(name)) == data, "\(name)")
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: s.base.path).filter { $0.contains("dp-restore") }.isEmpty)
+        }
+    }
+
+    /// A subset: a file and a directory with everything below it, with the directories leading
+    /// to them and nothing else; a path the backup does not hold restores nothing.
+    @Test func aRestoreOfSomePathsTakesThoseAndTheDirectoriesToThem() async throws {
+        let s = try await Self.scenario()
+        _ = try await BackupEngine(source: s.container, repository: s.repository, files: s.source, policy: Self.containerPolicy).run()
+        let backup = try #require(s.repository.finishedBackups().last)
+        let destination = s.base.appendingPathComponent("subset")
+        let summary = try await RestoreEngine(backup: backup).restore(to: destination, files: s.source, password: nil,
+                                                                      options: RestoreOptions(include: ["/Documents/notes.txt", "Library/Preferences/"]))
+        #expect(summary.files == 3 && summary.damagedFiles.isEmpty)
+        let restored = (FileManager.default.enumerator(atPath: destination.path)?.allObjects as? [String] ?? []).sorted()
+        #expect(restored == ["Documents", "Documents/notes.txt", "Library", "Library/Preferences", "Library/Preferences/app.plist",
+                             "Library/Preferences/token"])
+        #expect(try await s.source.contents(of: destination.appendingPathComponent("Documents/notes.txt")) == s.plaintexts["Documents/notes.txt"]!.0)
+        let nowhere = s.base.appendingPathComponent("nowhere")
+        await #expect(throws: BackupError.nothingIncluded(path: "Documents/nope")) {
+            _ = try await RestoreEngine(backup: backup).restore(to: nowhere, files: s.source, password: nil, options: RestoreOptions(include: ["Documents/nope"]))
+        }
+        await #expect(throws: BackupError.nothingIncluded(path: "Docu")) {   // a prefix of a name is not that name
+            _ = try await RestoreEngine(backup: backup).restore(to: nowhere, files: s.source, password: nil, options: RestoreOptions(include: ["Docu"]))
+        }
+        #expect(!FileManager.default.fileExists(atPath: nowhere.path))
     }
 
     @Test func anIncompleteBackupIsRefusedAndEarlierOnesStayIntact() async throws {

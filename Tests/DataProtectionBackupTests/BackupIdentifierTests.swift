@@ -8,7 +8,7 @@ import Testing
     @Test func everyBackupIDHasEightHexDigits() throws {
         let shape = try Regex("^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$")
         for _ in 0..<2_000 {
-            let id = BackupEngine.makeID()
+            let id = BackupEngine.makeID(at: Date())
             #expect(id.wholeMatch(of: shape) != nil, "\(id)")
         }
     }

@@ -21,6 +21,51 @@ import Testing
         return (cli, passcode, source, repo)
     }
 
+    /// forget, prune and a partial, damage-tolerant restore through dpctl, as the README shows them.
+    @Test func forgetPruneAndPartialRestoresFromTheCommandLine() throws {
+        let (cli, passcode, source, repo) = try Self.twoBackups()
+        let ids = try #require(try JSONSerialization.jsonObject(with: try cli.run(["backups", repo, "--json"]).stdout) as? [[String: Any]])
+            .compactMap { $0["id"] as? String }
+        #expect(try cli.run(["forget", repo]).status == 64)   // no rule: nothing would be kept
+        let dry = try cli.run(["forget", repo, "--keep-last", "1", "--dry-run", "--passcode-file", passcode])
+        #expect(dry.status == 0 && dry.out.contains("would remove 1 backup:") && dry.out.contains(ids[0]), "\(dry.out)\(dry.stderr)")
+        let json = try cli.run(["forget", repo, "--keep-last", "1", "--json", "--passcode-file", passcode])
+        let report = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any])
+        #expect((report["kept"] as? [[String: Any]])?.first?["reasons"] as? [String] == ["last"], "\(json.out)")
+        #expect((report["removed"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == [ids[0]])
+        #expect(try cli.run(["backups", repo, "--json"]).out.contains(ids[0]) == false)
+        // The first backup's a.txt object is shared with the second: prune has nothing to remove but the manifests' objects are not objects.
+        let pruned = try cli.run(["prune", repo, "--json"])
+        #expect(pruned.status == 0 && pruned.out.contains("\"objectsRemoved\" : 0"), "\(pruned.out)\(pruned.stderr)")
+        #expect(try cli.run(["forget", repo, "nope"]).status == 1)
+
+        // One damaged file: everything else restored, the damaged one named, exit 4.
+        let objects = try FileManager.default.subpathsOfDirectory(atPath: repo + "/objects").filter { $0.count == 67 }.sorted()
+        #expect(objects.count == 2)
+        var altered = try Data(contentsOf: URL(fileURLWithPath: repo + "/objects/" + objects[0]))
+        altered[altered.count - 1] ^= 1
+        try altered.write(to: URL(fileURLWithPath: repo + "/objects/" + objects[0]))
+        let damaged = try cli.run(["restore", repo, cli.file("out"), "--passcode-file", passcode])
+        #expect(damaged.status == 4, "\(damaged.stderr)")
+        #expect(damaged.out.contains("Not restored (damaged: its stored content was altered)"), "\(damaged.out)")
+        #expect(damaged.stderr.contains("1 damaged file not restored, everything else was"), "\(damaged.stderr)")
+        let restoredFiles = try FileManager.default.subpathsOfDirectory(atPath: cli.file("out")).filter { $0.hasSuffix(".txt") }
+        #expect(restoredFiles.count == 1)
+        let whole = try cli.run(["restore", repo, cli.file("whole"), "--all-or-nothing", "--passcode-file", passcode])
+        #expect(whole.status == 4 && !FileManager.default.fileExists(atPath: cli.file("whole")), "\(whole.stderr)")
+        try FileManager.default.removeItem(atPath: repo + "/objects/" + objects[0])
+        _ = source
+
+        // A subset: the intact file alone; a path the backup lacks restores nothing (exit 1).
+        let intact = try #require(["docs/a.txt", "docs/b.txt"].first { restoredFiles.contains($0) })
+        let subset = try cli.run(["restore", repo, cli.file("one"), "--include", intact, "--passcode-file", passcode])
+        #expect(subset.status == 0, "\(subset.stderr)")
+        #expect(try FileManager.default.subpathsOfDirectory(atPath: cli.file("one")).sorted() == ["docs", intact])
+        let missing = try cli.run(["restore", repo, cli.file("none"), "--include", "docs/c.txt", "--passcode-file", passcode])
+        #expect(missing.status == 1 && missing.stderr.contains("docs/c.txt: the backup holds no such path"), "\(missing.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: cli.file("none")))
+    }
+
     @Test func backupsListsARepositoryAndRestoreTakesItsLatest() throws {
         let (cli, passcode, _, repo) = try Self.twoBackups()
         let listed = try cli.run(["backups", repo])

@@ -311,7 +311,7 @@ import Testing
 
         let busy = try cli.run(["backup", source, repo])
         #expect(busy.status == 75, "\(busy.status) \(busy.stderr)")
-        #expect(busy.stderr.contains("another backup into this repository is running (pid \(pid) (/bin/sh -c"), "\(busy.stderr)")
+        #expect(busy.stderr.contains("another backup or prune of this repository is running (pid \(pid) (/bin/sh -c"), "\(busy.stderr)")
         #expect(!busy.stderr.contains("verify") && !busy.stderr.contains("forged"), "\(busy.stderr)")
         #expect(try cli.run(["--help"]).out.contains("75 busy"))
 
