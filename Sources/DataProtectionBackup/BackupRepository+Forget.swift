@@ -44,6 +44,9 @@ extension BackupRepository {
                        calendar: Calendar = .current, dryRun: Bool = false) async throws -> ForgetReport {
         guard policy.keepsSomething else { throw BackupError.emptyRetentionPolicy }
         try requireRepository()
+        // The writer lock, as restic's forget takes its exclusive lock: never beside a backup or a prune.
+        let lock = dryRun ? nil : try lockForWriting()
+        defer { lock?.release() }
         var report = ForgetReport(dryRun: dryRun)
         var groups: [String: [(id: String, created: Date, source: String)]] = [:]
         for backup in finishedBackups() {
@@ -53,7 +56,11 @@ extension BackupRepository {
                 authenticated = try await engine.authenticate(files: files, password: password)
             } catch let error as BackupError {
                 switch error {
-                case .notAuthentic, .badBackup, .passwordNeeded, .notABackup, .wrongBackupPassword:
+                case .passwordNeeded:
+                    report.leftAlone.append(.init(id: backup.lastPathComponent,
+                                                  reason: "made by another device: give its backup password to decide on it"))
+                    continue
+                case .notAuthentic, .badBackup, .notABackup, .wrongBackupPassword:
                     report.leftAlone.append(.init(id: backup.lastPathComponent, reason: String(describing: error)))
                     continue
                 default: throw error
@@ -61,10 +68,12 @@ extension BackupRepository {
             }
             let source = try await engine.manifest(of: authenticated, files: files).meta("source") ?? ""
             let created = Self.creationDate(ofID: authenticated.id) ?? .distantPast
-            groups["\(authenticated.device.uuidString)\u{0}\(source)", default: []].append((authenticated.id, created, source))
+            // By the directory's bytes: two spellings of one name (NFC, NFD) are two directories.
+            let key = authenticated.device.uuidString + "/" + LosslessPath.key(source).map { String(format: "%02x", $0) }.joined()
+            groups[key, default: []].append((authenticated.id, created, source))
         }
         for key in groups.keys.sorted() {
-            let members = groups[key]!
+            let members = groups[key]!   // oldest first, as the repository orders them
             let sources = Dictionary(uniqueKeysWithValues: members.map { ($0.id, $0.source) })
             for decision in policy.decide(members.map { ($0.id, $0.created) }, calendar: calendar) {
                 let item = ForgetReport.Item(id: decision.id, created: decision.created, source: sources[decision.id],
@@ -81,6 +90,9 @@ extension BackupRepository {
     /// - Throws: ``BackupError/noSuchBackup(id:)`` for an ID the repository does not hold (nothing is removed).
     public func forget(ids: [String], dryRun: Bool = false) throws -> ForgetReport {
         try requireRepository()
+        // Under the writer lock: a running backup's own `ID.incomplete` cannot be taken from under it.
+        let lock = dryRun ? nil : try lockForWriting()
+        defer { lock?.release() }
         let present = Set(backupNamesOldestFirst())
         var report = ForgetReport(dryRun: dryRun)
         for id in ids {
@@ -100,7 +112,7 @@ extension BackupRepository {
             try POSIXFile.call("rename", backups.appendingPathComponent(name).path, hidden.path) { rename($0, $1) }
         }
         try POSIXFile.syncDirectory(backups.path)
-        for name in names { try FileManager.default.removeItem(at: backups.appendingPathComponent(Self.forgottenPrefix + name)) }
+        for name in names { try POSIXFile.removeTree(backups.appendingPathComponent(Self.forgottenPrefix + name).path) }
     }
 
     /// A forgotten backup's name until it is deleted (what an interrupted deletion leaves; prune removes it).

@@ -10,8 +10,10 @@ public struct PruneReport: Sendable, Equatable, Codable {
     /// Objects some finished backup uses.
     public var objectsKept = 0
     public var bytesKept: Int64 = 0
-    /// Interrupted backups (`ID.incomplete`) and the remains of interrupted `forget`s, removed.
+    /// Interrupted backups (`ID.incomplete`), removed.
     public var incompleteBackupsRemoved: [String] = []
+    /// What interrupted `forget`s left (`.forgotten-ID`), removed.
+    public var forgottenBackupsRemoved: [String] = []
     public var dryRun: Bool
 }
 
@@ -35,11 +37,16 @@ extension BackupRepository {
     /// object. Names in `objects/` that are not objects are left alone.
     public func prune(dryRun: Bool = false) throws -> PruneReport {
         try requireRepository()
-        let lock = try lockForWriting()
-        defer { lock.release() }
+        // A dry run changes nothing, not even the lock file (a read-only repository can be asked).
+        let lock = dryRun ? nil : try lockForWriting()
+        defer { lock?.release() }
         var report = PruneReport(dryRun: dryRun)
+        // Listed strictly: a listing that fails (EACCES, EIO, a stale NFS handle) must stop the
+        // prune, never read as "no backups", which would make every object unused.
+        let names = try Self.strictEntries(of: backups.path)
         var used = Set<String>()
-        for backup in finishedBackups() {
+        for name in names where !name.hasPrefix(".") && !name.hasSuffix(Self.incompleteSuffix) {
+            let backup = backups.appendingPathComponent(name)
             let path = backup.appendingPathComponent(Self.objectListName).path
             let list: [UInt8]
             do { list = try POSIXFile.readRegularFile(path, maxSize: RestoreEngine.objectListLimit) } catch {
@@ -53,29 +60,47 @@ extension BackupRepository {
             }
             used.formUnion(lines.map(String.init))
         }
-        for name in (try? POSIXFile.directoryEntries(backups.path)) ?? []
-        where name.hasSuffix(Self.incompleteSuffix) || name.hasPrefix(Self.forgottenPrefix) {
-            report.incompleteBackupsRemoved.append(name)
-            if !dryRun { try FileManager.default.removeItem(at: backups.appendingPathComponent(name)) }
+        for name in names.sorted() where name.hasSuffix(Self.incompleteSuffix) || name.hasPrefix(Self.forgottenPrefix) {
+            if name.hasPrefix(Self.forgottenPrefix) { report.forgottenBackupsRemoved.append(name) } else { report.incompleteBackupsRemoved.append(name) }
+            // Descriptor-relative and never following a link: a planted link is removed, not what it points at.
+            if !dryRun { try POSIXFile.removeTree(backups.appendingPathComponent(name).path) }
         }
-        report.incompleteBackupsRemoved.sort()
-        for prefix in ((try? POSIXFile.directoryEntries(objects.path)) ?? []).sorted() {
-            let directory = objects.appendingPathComponent(prefix).path
-            guard prefix.utf8.count == 2, POSIXFile.kind(directory).isDirectory else { continue }
-            for name in ((try? POSIXFile.directoryEntries(directory)) ?? []).sorted() where Self.isObjectName(Substring(name)) && name.hasPrefix(prefix) {
-                guard let st = POSIXFile.linkStatus(directory + "/" + name) else { continue }
-                if used.contains(name) {
-                    report.objectsKept += 1
-                    report.bytesKept += Int64(st.st_size)
-                    continue
-                }
-                report.objectsRemoved += 1
-                report.bytesRemoved += Int64(st.st_size)
-                if !dryRun { try POSIXFile.call("unlink", directory + "/" + name) { unlink($0) } }
-            }
+        for prefix in try Self.strictEntries(of: objects.path).sorted() {
+            guard prefix.utf8.count == 2, prefix.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else { continue }
+            try pruneObjects(in: prefix, used: used, dryRun: dryRun, report: &report)
         }
         if !dryRun { try POSIXFile.syncDirectory(backups.path) }
         return report
+    }
+
+    /// Prunes `objects/PREFIX`: opened without following a link (a planted `objects/ab -> elsewhere`
+    /// is skipped, never emptied), its entries checked and removed relative to that descriptor,
+    /// and only regular files named like objects.
+    private func pruneObjects(in prefix: String, used: Set<String>, dryRun: Bool, report: inout PruneReport) throws {
+        let path = objects.appendingPathComponent(prefix).path
+        guard let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT == S_IFDIR else { return }
+        let directory = try POSIXFile.open(path, .readOnly, options: [.directory, .noFollow])
+        defer { try? directory.close() }
+        for name in try Self.strictEntries(of: "/proc/self/fd/\(directory.rawValue)").sorted()
+        where Self.isObjectName(Substring(name)) && name.hasPrefix(prefix) {
+            var entry = stat()
+            guard fstatat(directory.rawValue, name, &entry, AT_SYMLINK_NOFOLLOW) == 0, entry.st_mode & S_IFMT == S_IFREG else { continue }
+            if used.contains(name) {
+                report.objectsKept += 1
+                report.bytesKept += Int64(entry.st_size)
+                continue
+            }
+            report.objectsRemoved += 1
+            report.bytesRemoved += Int64(entry.st_size)
+            if !dryRun { try POSIXFile.check("unlink", path + "/" + name) { unlinkat(directory.rawValue, name, 0) } }
+        }
+    }
+
+    /// A directory's entries, every failure thrown.
+    static func strictEntries(of path: String) throws -> [String] {
+        do { return try POSIXFile.directoryEntries(path) } catch {
+            throw BackupError.badBackup(path: path, reason: "it cannot be listed (\(error)); nothing more was pruned")
+        }
     }
 
     /// 64 lowercase hex digits: an object's name, and a line of an object list.

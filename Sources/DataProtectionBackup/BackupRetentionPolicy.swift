@@ -34,6 +34,9 @@ public struct BackupRetentionPolicy: Sendable, Equatable {
     /// A rule's name, as `forget` prints it beside each backup it keeps.
     public enum Reason: String, Sendable, Codable, CaseIterable {
         case last, hourly, daily, weekly, monthly, yearly
+        /// The oldest backup, kept because a period rule had backups to spare (restic 0.17's
+        /// rule: with fewer periods than asked for, the oldest is kept too).
+        case oldest
     }
 
     /// One backup and what the policy decided for it.
@@ -45,16 +48,17 @@ public struct BackupRetentionPolicy: Sendable, Equatable {
         public var isKept: Bool { !reasons.isEmpty }
     }
 
-    /// Decides for each backup (`id`, `created`), returned newest first. Two backups of the same
-    /// time are ordered by ID, so a decision never depends on the order they were given in.
+    /// Decides for each backup (`id`, `created`), given oldest first, returned newest first.
+    /// Backups of the same time keep the order they were given in (a repository orders two made
+    /// in one second by when each was finished).
     public func decide(_ backups: [(id: String, created: Date)], calendar: Calendar = .current) -> [Decision] {
-        let newestFirst = backups.sorted { ($0.created, $0.id) > ($1.created, $1.id) }
+        let newestFirst = backups.enumerated().sorted { ($0.element.created, $0.offset) > ($1.element.created, $1.offset) }.map(\.element)
         var remaining: [Reason: Int] = [.last: keepLast, .hourly: keepHourly, .daily: keepDaily, .weekly: keepWeekly,
                                         .monthly: keepMonthly, .yearly: keepYearly]
         var lastPeriod: [Reason: [Int]] = [:]
-        return newestFirst.map { backup in
+        var decisions = newestFirst.map { backup in
             var reasons: [Reason] = []
-            for reason in Reason.allCases where remaining[reason, default: 0] > 0 {
+            for reason in Reason.allCases where reason != .oldest && remaining[reason, default: 0] > 0 {
                 let period = Self.period(of: backup.created, for: reason, calendar: calendar)
                 // `last` keeps every backup; the others the newest of each period.
                 if reason == .last || lastPeriod[reason] != period {
@@ -65,12 +69,18 @@ public struct BackupRetentionPolicy: Sendable, Equatable {
             }
             return Decision(id: backup.id, created: backup.created, reasons: reasons)
         }
+        // Fewer periods with a backup than a period rule asks for: the oldest is kept as well.
+        let periodRules: [Reason] = [.hourly, .daily, .weekly, .monthly, .yearly]
+        if periodRules.contains(where: { remaining[$0, default: 0] > 0 }), let oldest = decisions.indices.last, !decisions[oldest].isKept {
+            decisions[oldest].reasons = [.oldest]
+        }
+        return decisions
     }
 
     /// The calendar period a date falls in, for one rule (`last` has none: every backup is its own).
     static func period(of date: Date, for reason: Reason, calendar: Calendar) -> [Int] {
         switch reason {
-        case .last: return []
+        case .last, .oldest: return []
         case .hourly:
             let c = calendar.dateComponents([.year, .month, .day, .hour], from: date)
             return [c.year ?? 0, c.month ?? 0, c.day ?? 0, c.hour ?? 0]

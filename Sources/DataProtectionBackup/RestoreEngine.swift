@@ -249,30 +249,17 @@ public struct RestoreEngine: Sendable {
         let outwardLinks = try Self.checkTree(allEntries, objects: Set(authenticated.objects))
         let entries = try Self.selecting(options.include, from: allEntries)
 
-        // Before writing anything: which stored objects come from another device, and which are missing?
-        let local = files.keybag.id
-        var foreignObjects: Set<[UInt8]> = []        // names, by their bytes
-        var deviceOnlyElsewhere: Set<[UInt8]> = []
+        // Before writing anything: which objects are missing. Which device an object belongs to
+        // is read from its bytes only once they are copied and their SHA-256 checked.
         var unreadable: [[UInt8]: String] = [:]      // damaged before a byte is copied: why
         for entry in entries where entry.kind == .file {
-            let objectOwner: UUID
-            do {
-                guard let sha = entry.sha256, repository.hasObject(sha) else {
+            guard let sha = entry.sha256, repository.hasObject(sha) else {
+                if options.allOrNothing {
                     throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
                 }
-                objectOwner = try Self.keybagID(of: repository.objectURL(sha))
-            } catch {
-                if options.allOrNothing { throw error }
-                unreadable[LosslessPath.key(entry.path)] = Self.damage(error)
+                unreadable[LosslessPath.key(entry.path)] = DamagedContent.missing.issue
                 continue
             }
-            guard objectOwner != local else { continue }
-            if entry.thisDeviceOnly { deviceOnlyElsewhere.insert(LosslessPath.key(entry.path)) } else { foreignObjects.insert(LosslessPath.key(entry.path)) }
-        }
-        // Made on this device, yet holding files of another device's keybag (copied in, never
-        // adopted): no key here opens them.
-        if !foreignObjects.isEmpty, authenticated.backupKeys == nil {
-            throw BackupError.badBackup(path: backup.path, reason: "\(foreignObjects.count) file(s) were protected by another device's keybag and cannot be restored here")
         }
 
         if POSIXFile.kind(destination.path).exists {
@@ -303,8 +290,8 @@ public struct RestoreEngine: Sendable {
             // and the backed-up one: a restore never weakens what the destination promised.
             let destinationDefault = POSIXFile.kind(destination.path).isDirectory ? try DirectoryDefault.get(destination.path) : nil
             if let stronger = [rootDefault, destinationDefault].compactMap({ $0 }).max() { try DirectoryDefault.set(stronger, stage.path) }
-            let summary = try await restore(entries, into: stage, files: files, foreignObjects: foreignObjects, outwardLinks: outwardLinks,
-                                             deviceOnlyElsewhere: deviceOnlyElsewhere, unreadable: unreadable, backupKeys: authenticated.backupKeys,
+            let summary = try await restore(entries, into: stage, files: files, outwardLinks: outwardLinks,
+                                             unreadable: unreadable, backupKeys: authenticated.backupKeys,
                                              options: options, reportingAs: destination, log: log, progress: progress)
             if POSIXFile.kind(destination.path).exists { try POSIXFile.call("rmdir", destination.path) { rmdir($0) } }
             try POSIXFile.call("rename", stage.path, destination.path) { rename($0, $1) }
@@ -321,15 +308,15 @@ public struct RestoreEngine: Sendable {
     }
 
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
-                         foreignObjects: Set<[UInt8]>, outwardLinks: Set<[UInt8]>, deviceOnlyElsewhere: Set<[UInt8]>,
-                         unreadable: [[UInt8]: String], backupKeys: BackupClassKeys?,
+                         outwardLinks: Set<[UInt8]>, unreadable: [[UInt8]: String], backupKeys: BackupClassKeys?,
                          options: RestoreOptions, reportingAs finalDestination: URL,
                          log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
         var done = BackupProgress(items: 0, totalItems: entries.count, bytes: 0,
                                   totalBytes: entries.reduce(0) { $0 + ($1.kind == .file ? $1.size : 0) })
         func target(_ entry: ManifestEntry) -> String { destination.path + "/" + entry.path }
-        var damaged: Set<[UInt8]> = []
+        var leftOut: Set<[UInt8]> = []   // files not restored: no mode or time is set on their names
+        let local = files.keybag.id
         // Directories and files first, links last: no link can redirect a later write.
         for entry in entries where entry.kind != .symlink {
             try Self.checkParents(of: entry.path, in: destination.path)
@@ -340,35 +327,41 @@ public struct RestoreEngine: Sendable {
                 if let cls = entry.defaultClass.flatMap({ ProtectionClass(rawValue: UInt8($0)) }) { try DirectoryDefault.set(cls, target(entry)) }
                 summary.directories += 1
             case .file:
-                if deviceOnlyElsewhere.contains(LosslessPath.key(entry.path)) {
-                    log("Not restored (this device only): \(LosslessPath.display(finalDestination.path + "/" + entry.path))")
-                    summary.skippedThisDeviceOnly += 1
-                    continue
-                }
-                let adopt = foreignObjects.contains(LosslessPath.key(entry.path)) ? backupKeys : nil
                 do {
                     if let why = unreadable[LosslessPath.key(entry.path)] { throw DamagedContent(issue: why) }
-                    if entry.sealed {
-                        // A plain file: open the sealed object and write its plaintext.
-                        let sealed = destination.path + "/.dp-restore-\(UUID().uuidString)"
-                        defer { _ = try? POSIXFile.call("unlink", sealed) { unlink($0) } }
-                        try copyObject(entry, to: sealed, expectedSize: nil)
-                        if let adopt { try await files.adoptFile(at: URL(fileURLWithPath: sealed), from: adopt) }
-                        try await writePlaintext(of: sealed, to: target(entry), expectedSize: entry.size, files: files)
-                    } else {
-                        try copyObject(entry, to: target(entry), expectedSize: entry.size)
-                        if let adopt {
-                            try await files.adoptFile(at: URL(fileURLWithPath: target(entry)), from: adopt)
-                            summary.adoptedFiles += 1
-                        }
+                    // The object is copied (its SHA-256 and size checked) before any byte of it is
+                    // believed, the keybag its header names included.
+                    let copy = entry.sealed ? destination.path + "/.dp-restore-\(UUID().uuidString)" : target(entry)
+                    defer { if entry.sealed { _ = try? POSIXFile.call("unlink", copy) { unlink($0) } } }
+                    try copyObject(entry, to: copy, expectedSize: entry.sealed ? nil : entry.size)
+                    let owner = try Self.keybagID(of: URL(fileURLWithPath: copy))
+                    if owner != local, entry.thisDeviceOnly {
+                        _ = try? POSIXFile.call("unlink", copy) { unlink($0) }
+                        log("Not restored (this device only): \(LosslessPath.display(finalDestination.path + "/" + entry.path))")
+                        summary.skippedThisDeviceOnly += 1
+                        leftOut.insert(LosslessPath.key(entry.path))
+                        done.items += 1
+                        progress(done)
+                        continue
                     }
-                } catch let error where !options.allOrNothing && Self.isContentDamage(error) {
+                    if owner != local {
+                        // Made on this device, yet protected by another device's keybag (copied in, never adopted): no key here opens it.
+                        guard let backupKeys else { throw DamagedContent.otherDevice }
+                        try await files.adoptFile(at: URL(fileURLWithPath: copy), from: backupKeys)
+                        if !entry.sealed { summary.adoptedFiles += 1 }
+                    }
+                    // A plain file: the sealed object's plaintext.
+                    if entry.sealed { try await writePlaintext(of: copy, to: target(entry), expectedSize: entry.size, files: files) }
+                } catch let error where Self.isContentDamage(error) {
+                    let issue = (error as? DamagedContent)?.issue ?? DamagedContent.unauthentic.issue
+                    if options.allOrNothing {
+                        throw BackupError.badBackup(path: backup.path, reason: "\(LosslessPath.display(entry.path)): \(issue) (verify the backup)")
+                    }
                     // Only this file: what was written of it goes, the rest of the backup is restored.
                     _ = try? POSIXFile.call("unlink", target(entry)) { unlink($0) }
-                    let issue = (error as? DamagedContent)?.issue ?? Self.damage(error)
                     log("Not restored (damaged: \(issue)): \(LosslessPath.display(finalDestination.path + "/" + entry.path))")
                     summary.damagedFiles.append(.init(path: entry.path, issue: issue))
-                    damaged.insert(LosslessPath.key(entry.path))
+                    leftOut.insert(LosslessPath.key(entry.path))
                     done.items += 1
                     progress(done)
                     continue
@@ -397,8 +390,7 @@ public struct RestoreEngine: Sendable {
         }
         // Modes and times, deepest first so a directory's time is not disturbed afterwards.
         let mask: mode_t = options.keepModes ? 0 : POSIXFile.currentUmask()
-        for entry in entries.reversed() where entry.kind != .symlink && !deviceOnlyElsewhere.contains(LosslessPath.key(entry.path))
-            && !damaged.contains(LosslessPath.key(entry.path)) {
+        for entry in entries.reversed() where entry.kind != .symlink && !leftOut.contains(LosslessPath.key(entry.path)) {
             let path = target(entry)
             let mode = mode_t(entry.mode) & 0o777 & ~mask   // never set-id or sticky bits
             try POSIXFile.call("chmod", path) { chmod($0, mode) }
@@ -419,9 +411,7 @@ public struct RestoreEngine: Sendable {
         do {
             var offset: Int64 = 0
             let size = try await handle.size()
-            guard size == expectedSize else {
-                throw BackupError.badBackup(path: backup.path, reason: "\(LosslessPath.display(target)) has \(size) bytes, the manifest says \(expectedSize)")
-            }
+            guard size == expectedSize else { throw DamagedContent.wrongSize }
             while offset < size {
                 let chunk = try await handle.read(at: offset, count: 1 << 20)
                 try POSIXFile.write(output, chunk, at: offset, path: target)
@@ -435,52 +425,56 @@ public struct RestoreEngine: Sendable {
         }
     }
 
+    /// Copies a file's object to `target`, checking its SHA-256 and size on the way.
+    /// - Throws: ``DamagedContent`` when the object is missing, not a regular file, altered or
+    ///   of the wrong size; the file system's errors as they are (they stop a restore).
     private func copyObject(_ entry: ManifestEntry, to target: String, expectedSize: Int64?) throws {
-        guard let sha = entry.sha256, repository.hasObject(sha) else {
-            throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
-        }
+        guard let sha = entry.sha256 else { throw DamagedContent.missing }
         let source = repository.objectURL(sha)
-        let input = try repository.openObject(sha)
+        let input: FileDescriptor
+        do { input = try POSIXFile.openRegularFile(source.path) } catch let error as FileSystemError {
+            switch error.errno {
+            case .noSuchFileOrDirectory: throw DamagedContent.missing
+            case .tooManySymbolicLinkLevels, .invalidArgument, .isDirectory, .notDirectory: throw DamagedContent.notRegular
+            default: throw error
+            }
+        }
         defer { try? input.close() }
         let output = try POSIXFile.open(target, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
         defer { try? output.close() }
         // Never more than the manifest allows: a protected file is stored as it was; a sealed one
         // adds a header and at most 28 bytes per 4 KiB (the smallest segment).
         let limit = expectedSize ?? (160 + entry.size + 28 * (entry.size / 4096 + 1))
-        let copied = try BackupRepository.copyHashing(from: input, source.path, to: output, LosslessPath.display(target), limit: limit)
-        guard copied.sha256 == sha else {
-            throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) was altered (verify the backup)")
+        let copied: (sha256: String, size: Int64)
+        do {
+            copied = try BackupRepository.copyHashing(from: input, source.path, to: output, LosslessPath.display(target), limit: limit)
+        } catch BackupError.badBackup {
+            throw DamagedContent.wrongSize   // longer than the manifest allows
         }
-        if let expectedSize, copied.size != expectedSize {
-            throw BackupError.badBackup(path: backup.path, reason: "\(LosslessPath.display(entry.path)) has \(copied.size) bytes, the manifest says \(expectedSize)")
-        }
+        guard copied.sha256 == sha else { throw DamagedContent.altered }
+        if let expectedSize, copied.size != expectedSize { throw DamagedContent.wrongSize }
     }
 
-    /// A file's stored content found damaged before anything was copied (its object missing, or
-    /// not a protected file's header).
-    struct DamagedContent: Error { var issue: String }
+    /// What is wrong with one file's stored content: the file is left out and named, the
+    /// restore goes on (unless all or nothing was asked).
+    struct DamagedContent: Error {
+        var issue: String
+        static let missing = DamagedContent(issue: "its stored content is missing")
+        static let altered = DamagedContent(issue: "its stored content was altered")
+        static let notRegular = DamagedContent(issue: "its stored content is not a regular file")
+        static let wrongSize = DamagedContent(issue: "its stored content is not the size the backup recorded")
+        static let unauthentic = DamagedContent(issue: "its stored content does not authenticate")
+        static let otherDevice = DamagedContent(issue: "it was protected by another device's keybag, which this backup does not carry")
+    }
 
     /// Whether `error` is damage of one file's stored content (missing, altered, the wrong size,
-    /// failing authentication), which a restore can leave out and go on — not a failure of the
-    /// destination or of the keys, which stops it.
+    /// failing authentication), which a restore can leave out and go on past — not a failure of
+    /// the destination, of the repository's file system or of the keys, which stops it.
     static func isContentDamage(_ error: any Error) -> Bool {
         switch error {
-        case is DamagedContent, BackupError.badBackup, ProtectedFileError.damaged, ProtectedFileError.unsupportedVersion,
+        case is DamagedContent, ProtectedFileError.damaged, ProtectedFileError.unsupportedVersion,
              ProtectedFileError.foreignKeybag, KeybagError.keyUnwrapFailed, KeybagError.foreignKeybag: true
         default: false
-        }
-    }
-
-    /// What is wrong with a file's stored content, in words, from the error that found it.
-    static func damage(_ error: any Error) -> String {
-        switch error {
-        case BackupError.badBackup(_, let reason):
-            if reason.contains("is missing") { return "its stored content is missing" }
-            if reason.contains("was altered") { return "its stored content was altered" }
-            if reason.contains("not a regular file") { return "its stored content is not a regular file" }
-            return reason
-        case let damaged as DamagedContent: return damaged.issue
-        default: return "its stored content does not authenticate (\(error))"
         }
     }
 

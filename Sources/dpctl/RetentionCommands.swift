@@ -102,7 +102,9 @@ struct Prune: AsyncParsableCommand {
         if json { return printJSON(report) }
         let verb = dryRun ? "would remove" : "removed"
         printOut("\(verb) \(counted(report.objectsRemoved, "object")) (\(humanSize(report.bytesRemoved))) no backup uses"
-                 + " and \(counted(report.incompleteBackupsRemoved.count, "interrupted backup"));"
+                 + " and \(counted(report.incompleteBackupsRemoved.count, "interrupted backup"))"
+                 + (report.forgottenBackupsRemoved.isEmpty ? "" : " (and what \(counted(report.forgottenBackupsRemoved.count, "interrupted forget")) left)")
+                 + ";"
                  + " kept \(counted(report.objectsKept, "object")) (\(humanSize(report.bytesKept)))")
     }
 }

@@ -151,12 +151,17 @@ import Testing
         let backup = try await BackupEngineTests.handcraftedBackup([lying], objects: [object.sha: object.bytes])
         let destination = temporaryDirectory().appendingPathComponent("d")
         await #expect {
-            _ = try await RestoreEngine(backup: backup).restore(to: destination, files: BackupEngineTests.bystander(), password: nil)
+            _ = try await RestoreEngine(backup: backup).restore(to: destination, files: BackupEngineTests.bystander(), password: nil,
+                                                               options: RestoreOptions(allOrNothing: true))
         } throws: { error in
             let text = String(describing: error)
-            return (text.contains("manifest says 3") || text.contains("manifest allows")) && !text.contains("dp-restore")
+            return text.contains("f: its stored content is not the size the backup recorded") && !text.contains("dp-restore")
         }
         #expect(!FileManager.default.fileExists(atPath: destination.path))
+        // By default the file is left out and named; the rest (nothing here) restored.
+        let summary = try await RestoreEngine(backup: backup).restore(to: destination, files: BackupEngineTests.bystander(), password: nil)
+        #expect(summary.damagedFiles == [.init(path: "f", issue: "its stored content is not the size the backup recorded")])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: destination.path).isEmpty)
     }
 
     /// `a/b/c/d/e/f/hop -> ../../../../../..` then `evil -> a/b/c/d/e/f/hop/../../../../../../../etc`:
@@ -269,7 +274,8 @@ import Testing
         func expectRefused(_ what: String) async throws {
             let parent = temporaryDirectory()
             await #expect(throws: BackupError.self, Comment(rawValue: what)) {
-                _ = try await RestoreEngine(backup: backup).restore(to: parent.appendingPathComponent("d"), files: s.source, password: nil)
+                _ = try await RestoreEngine(backup: backup).restore(to: parent.appendingPathComponent("d"), files: s.source, password: nil,
+                                                                   options: RestoreOptions(allOrNothing: true))
             }
             #expect(try FileManager.default.contentsOfDirectory(atPath: parent.path).isEmpty, "\(what): something was left behind")
         }
@@ -295,6 +301,13 @@ import Testing
         try FileManager.default.removeItem(at: object)
         try FileManager.default.createSymbolicLink(atPath: object.path, withDestinationPath: "/dev/zero")
         try await expectRefused("an object -> /dev/zero")
+        // By default: that file alone is left out and named, without reading /dev/zero.
+        let past = try await RestoreEngine(backup: backup).restore(to: temporaryDirectory().appendingPathComponent("d"), files: s.source, password: nil)
+        #expect(past.damagedFiles.map(\.issue) == ["its stored content is not a regular file"])
+        try FileManager.default.removeItem(at: object)
+        #expect(mkfifo(object.path, 0o600) == 0)   // a FIFO: never opened for reading, never hangs
+        let fifo = try await RestoreEngine(backup: backup).restore(to: temporaryDirectory().appendingPathComponent("d"), files: s.source, password: nil)
+        #expect(fifo.damagedFiles.map(\.issue) == ["its stored content is not a regular file"])
         try FileManager.default.removeItem(at: object)
         try genuine.write(to: object)
 

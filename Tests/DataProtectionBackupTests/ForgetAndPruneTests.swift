@@ -26,6 +26,13 @@ import Testing
         #expect(decisions.filter(\.isKept).map(\.id) == ["c", "a"])
         #expect(BackupRetentionPolicy(keepLast: 2).decide(backups.map { (id: $0.0, created: $0.1) }).filter(\.isKept).map(\.id) == ["c", "b"])
         #expect(!BackupRetentionPolicy().keepsSomething)
+        // Fewer days with a backup than asked for: the oldest is kept too (restic 0.17).
+        let spare = BackupRetentionPolicy(keepDaily: 7).decide([("x", Self.date("2026-12-24T08:00:00Z")), ("y", Self.date("2026-12-24T12:00:00Z")),
+                                                                 ("z", Self.date("2026-12-25T12:00:00Z"))], calendar: Self.utc())
+        #expect(spare.map(\.reasons) == [[.daily], [.daily], [.oldest]])
+        // Two of the same second keep the order given (oldest first).
+        let same = Self.date("2026-12-24T08:00:00Z")
+        #expect(BackupRetentionPolicy(keepLast: 1).decide([("b", same), ("a", same)]).filter(\.isKept).map(\.id) == ["a"])
     }
 
     @Test func forgetKeepsExactlyWhatThePolicySaysPerDirectoryAndLeavesPlantedBackupsAlone() async throws {
@@ -117,8 +124,23 @@ import Testing
         let halfForgotten = repository.backups.appendingPathComponent(".forgotten-20260101T000000Z-00000001")
         for directory in [killed, halfForgotten] { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
         let pruned = try repository.prune()
-        #expect(pruned.incompleteBackupsRemoved == [".forgotten-20260101T000000Z-00000001", "20260101T000000Z-0badf00d.incomplete"])
+        #expect(pruned.incompleteBackupsRemoved == ["20260101T000000Z-0badf00d.incomplete"])
+        #expect(pruned.forgottenBackupsRemoved == [".forgotten-20260101T000000Z-00000001"])
         #expect(pruned.objectsRemoved == 0 && pruned.objectsKept == 3)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: repository.backups.path) == [summary.backup])
+
+        // A planted `objects/ab -> elsewhere` (another tool's repository, named the same way) is
+        // never emptied, nor is a planted `backups/X.incomplete -> elsewhere` followed.
+        let elsewhere = base.appendingPathComponent("restic-data")
+        try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+        let theirs = elsewhere.appendingPathComponent("ab" + String(repeating: "0", count: 62))
+        try Data("their pack".utf8).write(to: theirs)
+        try? FileManager.default.removeItem(at: repository.objects.appendingPathComponent("ab"))
+        try FileManager.default.createSymbolicLink(at: repository.objects.appendingPathComponent("ab"), withDestinationURL: elsewhere)
+        try FileManager.default.createSymbolicLink(at: repository.backups.appendingPathComponent("20260101T000000Z-00000002.incomplete"),
+                                                   withDestinationURL: elsewhere)
+        _ = try repository.prune()
+        #expect(FileManager.default.fileExists(atPath: theirs.path))
         #expect(try FileManager.default.contentsOfDirectory(atPath: repository.backups.path) == [summary.backup])
     }
 
