@@ -90,8 +90,11 @@ public struct BackupEngine: Sendable {
         // The last manifest is sealed in the repository; the device keeps its own plain copy
         // (in its data root) so that this works while locked.
         var previousByPath: [String: ManifestEntry] = [:]
-        if let entries = try? BackupManifest.open(at: indexURL).entries() {
-            for entry in entries where entry.sha256.map(repository.hasObject) ?? true { previousByPath[entry.path] = entry }
+        // The index of the last finished backup, then what an interrupted one stored since (newer).
+        for url in [indexURL, partialIndexURL] {
+            if let entries = try? BackupManifest.open(at: url).entries() {
+                for entry in entries where entry.sha256.map(repository.hasObject) ?? true { previousByPath[entry.path] = entry }
+            }
         }
 
         let started = clock.now()
@@ -179,7 +182,19 @@ public struct BackupEngine: Sendable {
         // FIFO or a device since the walk is left out (its name may now lead anywhere).
         var done = BackupProgress(items: 0, totalItems: summary.files, bytes: 0, totalBytes: totalBytes)
         var vanished = IndexSet()
+        // What this run stores is recorded on the device as it goes (in batches): an interrupted
+        // run's files are not copied again by the next one.
+        let partial = dryRun ? nil : try? Self.openPartialIndex(at: partialIndexURL, layout: files.keybag.layout)
+        var unrecorded: [ManifestEntry] = []
+        func record(force: Bool) {
+            guard let partial, !unrecorded.isEmpty, force || unrecorded.count >= 64 else { return }
+            if (try? partial.upsert(unrecorded)) != nil { unrecorded.removeAll() }
+        }
         for index in entries.indices where entries[index].kind == .file {
+            if Task.isCancelled {
+                record(force: true)
+                throw BackupError.interrupted(stored: done.items, total: summary.files)
+            }
             var entry = entries[index]
             let path = source.path + "/" + entry.path
             let url = URL(fileURLWithPath: path)
@@ -199,6 +214,9 @@ public struct BackupEngine: Sendable {
                     let stored: (sha256: String, size: Int64)
                     do {
                         stored = entry.protectionClass == nil ? try await repository.storeSealed(path, files: files) : try repository.store(path)
+                    } catch is CancellationError {
+                        record(force: true)
+                        throw BackupError.interrupted(stored: done.items, total: summary.files)
                     } catch let error as FileSystemError where error.operation == "open"
                                 && [.noSuchFileOrDirectory, .tooManySymbolicLinkLevels, .invalidArgument].contains(error.errno) {
                         log("Not backed up (changed during the backup): \(LosslessPath.display(path))")
@@ -214,6 +232,9 @@ public struct BackupEngine: Sendable {
                     entry.size = size   // what was captured, should the file have changed since lstat
                     summary.filesCopied += 1
                     summary.bytesCopied += size
+                    log("Backed up: \(LosslessPath.display(path))")
+                    unrecorded.append(entry)
+                    record(force: false)
                 }
             }
             if entry.protectionClass != nil { summary.protectedFiles += 1 }
@@ -272,7 +293,23 @@ public struct BackupEngine: Sendable {
             _ = try? POSIXFile.call("rename", indexTemp.path, indexURL.path) { rename($0, $1) }
         }
         _ = try? POSIXFile.call("unlink", indexTemp.path) { unlink($0) }
+        // The finished backup's index covers what the interrupted ones stored.
+        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(partialIndexURL.path + suffix) }
         return summary
+    }
+
+    /// `ROOT/backup-index/SHA256(repository path).partial.sqlite`: the files an unfinished
+    /// backup into that repository stored (same schema as the index), removed once one finishes.
+    var partialIndexURL: URL { indexURL.deletingPathExtension().appendingPathExtension("partial.sqlite") }
+
+    /// Opens (or makes) the partial index, in the data root's registered index directory.
+    static func openPartialIndex(at url: URL, layout: DataRootLayout) throws -> BackupManifest {
+        _ = try? layout.register(indexDirectoryName)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        if let existing = try? BackupManifest.openForUpdate(at: url) { return existing }
+        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(url.path + suffix) }
+        return try BackupManifest.create(at: url)
     }
 
     /// The data-root entry (registered, so an erase removes it) holding the incremental indexes.

@@ -34,6 +34,12 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     /// Another process is backing up into (or pruning) the repository (it holds the writer lock): busy, not
     /// damaged. `holder` names it (`pid 1234 (dpctl backup …)`) when it can be told.
     case repositoryBusy(path: String, holder: String?)
+    /// The backup was interrupted (its task cancelled: Ctrl-C in dpctl). `stored` of `total`
+    /// files are in the repository; the next backup of the same directory into it does not copy
+    /// them again. The backup itself stays incomplete.
+    case interrupted(stored: Int, total: Int)
+    /// The restore was interrupted: nothing was restored, the destination is as it was.
+    case restoreInterrupted(path: String)
     /// `forget` was given no rule that keeps anything: it would forget every backup.
     case emptyRetentionPolicy
     /// `forget` was given an ID the repository does not hold: nothing was removed.
@@ -57,6 +63,10 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
         case .notABackup(let path): "\(path): not a backup (REPOSITORY/backups/ID) nor a repository"
         case .notARepository(let path):
             "\(path): neither empty nor a backup repository; give a new or empty directory for a new repository (nothing was written)"
+        case .interrupted(let stored, let total):
+            "interrupted: \(stored) of \(total) files stored, the backup left incomplete; run the same backup again to finish (what was stored is not copied again)"
+        case .restoreInterrupted(let path):
+            "\(path): the restore was interrupted; nothing was restored and the destination is as it was: run it again"
         case .emptyRetentionPolicy:
             "no rule keeps anything (give --keep-last, --keep-daily … or backup IDs): nothing was forgotten"
         case .noSuchBackup(let id):

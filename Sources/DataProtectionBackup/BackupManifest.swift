@@ -195,6 +195,11 @@ public struct BackupManifest: Sendable {
         return try checked(DatabaseQueue(path: url.path, configuration: configuration), url.path)
     }
 
+    /// Opens a manifest on disk for adding entries (the device's partial index).
+    static func openForUpdate(at url: URL) throws -> BackupManifest {
+        try checked(DatabaseQueue(path: url.path), url.path)
+    }
+
     /// The database as bytes (`sqlite3_serialize`), to be sealed.
     func serialized() throws -> [UInt8] {
         try queue.inDatabase { db in
@@ -230,6 +235,11 @@ public struct BackupManifest: Sendable {
             throw BackupError.badBackup(path: path, reason: "manifest format \(format ?? "?") is not supported by this build (it reads formats \(readableFormats.map(String.init).joined(separator: " and ")))")
         }
         return BackupManifest(queue: queue, format: number)
+    }
+
+    /// Adds or replaces entries (by path): the partial index of an interrupted backup.
+    func upsert(_ entries: [ManifestEntry]) throws {
+        try queue.write { db in for entry in entries { try entry.insert(db, onConflict: .replace) } }
     }
 
     func insert(_ entries: [ManifestEntry], meta: [String: String]) throws {

@@ -175,6 +175,8 @@ public struct BackupRepository: Sendable {
         var size: Int64 = 0
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
+            // A cancelled task (Ctrl-C) stops a long copy between two MiB; the caller removes the copy.
+            if Task.isCancelled { throw CancellationError() }
             let n = try POSIXFile.system("read", inputPath) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
             if n == 0 { break }
             if let limit, size + Int64(n) > limit {

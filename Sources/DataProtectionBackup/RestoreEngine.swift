@@ -298,6 +298,7 @@ public struct RestoreEngine: Sendable {
             return summary
         } catch {
             try? FileManager.default.removeItem(at: stage)
+            if error is CancellationError { throw BackupError.restoreInterrupted(path: destination.path) }
             // Errors name the destination, never the hidden staging directory.
             let text = String(describing: error)
             if text.contains(stage.lastPathComponent) {
@@ -319,6 +320,8 @@ public struct RestoreEngine: Sendable {
         let local = files.keybag.id
         // Directories and files first, links last: no link can redirect a later write.
         for entry in entries where entry.kind != .symlink {
+            // Ctrl-C: the caller removes what was written, and says nothing was restored.
+            if Task.isCancelled { throw CancellationError() }
             try Self.checkParents(of: entry.path, in: destination.path)
             switch entry.kind {
             case .directory:

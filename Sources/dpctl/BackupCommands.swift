@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
 import Foundation
+import Synchronization
 
 struct Exclude: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -138,7 +139,7 @@ struct Backup: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Check that this backup password opens the backup keybag first.", valueName: "file"))
     var passwordFile: String?
     @Flag(help: "Walk and log only; write nothing.") var dryRun = false
-    @Flag(help: "Print the MobileBackup-style log: Not backed up (attribute|blacklist): PATH.") var log = false
+    @Flag(help: "Print the log: Backed up: PATH for each file copied, Not backed up (attribute|blacklist): PATH.") var log = false
     @Flag(help: "Print a JSON summary.") var json = false
     @OptionGroup var quiet: QuietOption
 
@@ -165,8 +166,20 @@ struct Backup: AsyncParsableCommand {
         // The log's lines are the progress when they are asked for: no bar to break them.
         let bar = ProgressLine(enabled: !json && !quiet.quiet && !log && !dryRun && isatty(STDERR_FILENO) == 1, unit: "files")
         // With --json on standard output, the log goes to standard error: the output stays one JSON document.
-        let summary = try await engine.run(log: { line in if log || dryRun { json ? printError(line) : printOut(line) } },
-                                           progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+        // Ctrl-C stops it between two files (or two MiB): it says how far it got, and the next run resumes.
+        let (log, json, dryRun) = (self.log, self.json, self.dryRun)
+        let summary: BackupSummary
+        do {
+            summary = try await runInterruptibly {
+                try await engine.run(log: { line in
+                    guard log || dryRun else { return }
+                    json ? printError(line) : printOut(line)
+                }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+            }
+        } catch {
+            bar.finish()
+            throw error
+        }
         bar.finish()
         if json {
             printJSON(summary)
@@ -215,16 +228,21 @@ struct Restore: AsyncParsableCommand {
         let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
         // A failed restore leaves nothing behind: asking for the passcode and trying again is
         // safe. Its log is printed once, for the attempt that restored.
-        var logged: [String] = []
+        let logged = Mutex<[String]>([])
+        let options = RestoreOptions(keepModes: keepModes, include: include, allOrNothing: allOrNothing)
+        let destination = URL(fileURLWithPath: self.destination)
         let summary = try await PasscodePrompt.retrying(files.keybag) {
-            logged.removeAll()
-            return try await RestoreEngine(backup: backup)
-                .restore(to: URL(fileURLWithPath: destination), files: files, password: password,
-                         options: RestoreOptions(keepModes: keepModes, include: include, allOrNothing: allOrNothing),
-                         log: { logged.append($0) }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+            logged.withLock { $0.removeAll() }
+            // Ctrl-C stops it; what was written goes, and it says so.
+            return try await runInterruptibly {
+                try await RestoreEngine(backup: backup)
+                    .restore(to: destination, files: files, password: password, options: options,
+                             log: { line in logged.withLock { $0.append(line) } },
+                             progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+            }
         }
         bar.finish()
-        for line in logged { json ? printError(line) : printOut(line) }
+        for line in logged.withLock({ $0 }) { json ? printError(line) : printOut(line) }
         if json {
             printJSON(summary)
         } else if !quiet.quiet {

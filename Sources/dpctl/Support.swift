@@ -184,6 +184,7 @@ enum ExitStatus: Int32, CaseIterable {
     case findings = 6
     case usage = 64
     case busy = 75
+    case interrupted = 130
 
     var meaning: String {
         switch self {
@@ -195,6 +196,7 @@ enum ExitStatus: Int32, CaseIterable {
         case .findings: "audit findings at or above --min-severity"
         case .usage: "usage error (bad option or argument)"
         case .busy: "busy (another process is using it: try again later)"
+        case .interrupted: "interrupted (Ctrl-C): running it again finishes it"
         }
     }
 
@@ -215,6 +217,7 @@ enum ExitStatus: Int32, CaseIterable {
         case KeybagError.emptyPasscode, KeybagError.passcodeTooShort: self = .usage   // a new passcode the rule refuses
         case let error as CLIError: self = error.status
         case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
+        case BackupError.interrupted, BackupError.restoreInterrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
         default: self = .failure
         }
     }
@@ -356,4 +359,23 @@ func unlockSayingSo(_ keybag: Keybag, passcode: String) async throws {
     if let socket = keybag.daemonSocket, !wasUnlocked {
         note("unlocked the device for every process (keybagd serves this root: \(socket)); `dpctl lock` locks it")
     }
+}
+
+/// Runs `body` in a task that Ctrl-C (SIGINT) and SIGTERM cancel instead of killing the process,
+/// so that a long operation can stop where it is safe and say how far it got (the library throws
+/// its own "interrupted" error). The signals' default handling is back once `body` ends.
+func runInterruptibly<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    let task = Task { try await body() }
+    let sources = [SIGINT, SIGTERM].map { number -> DispatchSourceSignal in
+        signal(number, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler { task.cancel() }
+        source.resume()
+        return source
+    }
+    defer {
+        for source in sources { source.cancel() }
+        for number in [SIGINT, SIGTERM] { signal(number, SIG_DFL) }
+    }
+    return try await task.value
 }

@@ -66,6 +66,51 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: cli.file("none")))
     }
 
+    /// Ctrl-C in the middle of a backup, at a moment the test knows: `--log` writes a line per
+    /// file into a pipe nobody reads until dpctl blocks on it; then SIGINT, then the pipe is
+    /// drained. dpctl says how far it got and exits 130; the next run copies only the rest.
+    @Test func anInterruptedBackupSaysHowFarItGotAndTheNextRunResumes() throws {
+        let cli = CLI.make()
+        #expect(try cli.run(["init", "--no-passcode"]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        let padding = String(repeating: "x", count: 120)
+        for n in 0..<1_000 { try Data("\(n)".utf8).write(to: URL(fileURLWithPath: source + "/\(n)-\(padding)")) }
+        let repo = cli.file("repo")
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", cli.root, "backup", source, repo, "--log"]
+        let stdout = Pipe(), stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // Blocked writing its log: one of its threads waits in pipe_write.
+        let pid = process.processIdentifier
+        let deadline = ContinuousClock.now + .seconds(120)
+        func blockedOnThePipe() -> Bool {
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            // `pipe_write`, or `anon_pipe_write` on newer kernels.
+            return threads.contains { (try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/wchan", encoding: .utf8))?.hasSuffix("pipe_write") == true }
+        }
+        while !blockedOnThePipe(), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(blockedOnThePipe(), "the backup did not block on its log (finished, or the kernel names the wait otherwise)")
+        kill(pid, SIGINT)
+        let errors = PipeReader(stderr.fileHandleForReading)
+        let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let message = String(decoding: errors.result(), as: UTF8.self)
+        #expect(process.terminationStatus == 130, "\(message)")
+        let stored = out.split(separator: "\n").filter { $0.hasPrefix("Backed up: ") }.count
+        #expect(stored > 0 && stored < 1_000)
+        #expect(message.contains("interrupted: \(stored) of 1000 files stored") && message.contains("run the same backup again to finish"),
+                "\(message)")
+        let resumed = try cli.run(["backup", source, repo, "--json"])
+        let summary = try #require(try JSONSerialization.jsonObject(with: resumed.stdout) as? [String: Any])
+        #expect(summary["files"] as? Int == 1_000 && summary["filesCopied"] as? Int == 1_000 - stored, "\(resumed.out)")
+        #expect(try cli.run(["verify", repo]).status == 0)
+    }
+
     @Test func backupsListsARepositoryAndRestoreTakesItsLatest() throws {
         let (cli, passcode, _, repo) = try Self.twoBackups()
         let listed = try cli.run(["backups", repo])

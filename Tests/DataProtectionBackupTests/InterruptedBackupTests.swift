@@ -1,0 +1,68 @@
+import DataProtection
+@testable import DataProtectionBackup
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// An interrupted backup (its task cancelled, as Ctrl-C does in dpctl) says how far it got, and
+/// the next run does not copy again what it stored — plain files included, which are sealed
+/// anew (with a new key) every time they are copied.
+@Suite struct InterruptedBackupTests {
+    @Test func theNextBackupResumesWithoutCopyingAgain() async throws {
+        let base = temporaryDirectory()
+        let keybag = try await Keybag.create(root: base.appendingPathComponent("device").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let repository = BackupRepository(url: base.appendingPathComponent("repo"))
+        let source = base.appendingPathComponent("src")
+        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        for n in 0..<20 {
+            if n % 2 == 0 {
+                try await files.write(Data("protected \(n)".utf8), to: source.appendingPathComponent("f\(n)"), protection: .complete)
+            } else {
+                try Data("plain \(n)".utf8).write(to: source.appendingPathComponent("f\(n)"))
+            }
+        }
+        // In a task of its own, cancelled from inside once 7 files are stored.
+        let interrupted = await Task {
+            try await BackupEngine(source: source, repository: repository, files: files).run(progress: { done in
+                if done.items == 7 { withUnsafeCurrentTask { $0?.cancel() } }
+            })
+        }.result
+        guard case .failure(BackupError.interrupted(let stored, let total)) = interrupted else {
+            Issue.record("not interrupted: \(interrupted)")
+            return
+        }
+        #expect(stored == 7 && total == 20)
+        #expect(repository.finishedBackups().isEmpty)
+        #expect(repository.listBackups().map(\.isComplete) == [false])
+        var logged: [String] = []
+        let resumed = try await BackupEngine(source: source, repository: repository, files: files).run(log: { logged.append($0) })
+        #expect(resumed.filesCopied == 13 && resumed.files == 20)
+        #expect(logged.filter { $0.hasPrefix("Backed up: ") }.count == 13)
+        #expect(try await RestoreEngine(backup: repository.finishedBackups()[0]).verify(files: files, password: nil) == 20)
+        // The finished backup's index now covers everything: no partial index is left.
+        let engine = BackupEngine(source: source, repository: repository, files: files)
+        #expect(!FileManager.default.fileExists(atPath: engine.partialIndexURL.path))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: engine.indexURL.deletingLastPathComponent().path) == [engine.indexURL.lastPathComponent])
+        let restored = base.appendingPathComponent("restored")
+        _ = try await RestoreEngine(backup: repository.finishedBackups()[0]).restore(to: restored, files: files, password: nil)
+        for n in [0, 1, 18, 19] {
+            let expected = Data((n % 2 == 0 ? "protected \(n)" : "plain \(n)").utf8)
+            #expect(try await files.contents(of: restored.appendingPathComponent("f\(n)")) == expected)
+        }
+        // An interrupted restore leaves nothing, and says so.
+        let halfway = base.appendingPathComponent("halfway")
+        let stopped = await Task {
+            try await RestoreEngine(backup: repository.finishedBackups()[0]).restore(to: halfway, files: files, password: nil, progress: { done in
+                if done.items == 5 { withUnsafeCurrentTask { $0?.cancel() } }
+            })
+        }.result
+        guard case .failure(BackupError.restoreInterrupted(let path)) = stopped else { Issue.record("not interrupted: \(stopped)"); return }
+        #expect(path == halfway.path)
+        #expect(!FileManager.default.fileExists(atPath: halfway.path))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: base.path).filter { $0.contains("dp-restore") }.isEmpty)
+        // prune then removes the interrupted backup's directory; nothing the finished one uses.
+        let pruned = try repository.prune()
+        #expect(pruned.incompleteBackupsRemoved.count == 1 && pruned.objectsRemoved == 0)
+    }
+}
