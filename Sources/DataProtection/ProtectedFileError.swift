@@ -35,6 +35,10 @@ public enum ProtectedFileError: Error, Sendable, Equatable, CustomStringConverti
     case keybag(KeybagError)
     /// A file-system call failed (permissions, a full disk …). Nothing was replaced.
     case fileSystem(FileSystemError)
+    /// Re-protecting a tree was interrupted (its task cancelled: Ctrl-C in dpctl) after
+    /// `completed` of `total` items; each item is whole (its old or its new self), and running
+    /// it again finishes the rest.
+    case interrupted(completed: Int, total: Int)
 
     public var description: String {
         switch self {
@@ -64,6 +68,8 @@ public enum ProtectedFileError: Error, Sendable, Equatable, CustomStringConverti
             "\(path): \(reason)"
         case .keybag(let error):
             error.description
+        case .interrupted(let completed, let total):
+            "interrupted: \(completed) of \(total) items done, each one whole (a file is its old or its new self); run it again to finish"
         case .fileSystem(let error):
             error.description
         }
@@ -117,7 +123,7 @@ extension ProtectedFileError: CustomNSError {
              .notProtected(let p), .noSuchFile(let p), .isDirectory(let p), .notARegularFile(let p, _), .copyIntoItself(let p, _), .closed(let p), .invalidRange(let p, _):
             p
         case .fileSystem(let e): e.path
-        case .keybag: nil
+        case .keybag, .interrupted: nil
         }
     }
 }
@@ -137,7 +143,7 @@ extension ProtectedFileError {
         case .notARegularFile(_, let kind): .notARegularFile(path: path, kind: kind)
         case .closed: .closed(path: path)
         case .invalidRange(_, let reason): .invalidRange(path: path, reason: reason)
-        case .copyIntoItself, .keybag, .fileSystem: self
+        case .copyIntoItself, .keybag, .fileSystem, .interrupted: self
         }
     }
 

@@ -38,7 +38,8 @@ extension ProtectedFileManager {
     /// locked), the call throws ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
     /// for the first file that needs it, and nothing — no file, no directory default — has
     /// changed. After that, one item's failure (a damaged file, a lock that starts half-way) is
-    /// recorded in the report and the walk goes on.
+    /// recorded in the report and the walk goes on. A cancelled task stops between two items
+    /// with ``ProtectedFileError/interrupted(completed:total:)``.
     ///
     /// ```swift
     /// let report = try await files.reprotectItems(at: documents, to: .complete) { p in
@@ -65,6 +66,8 @@ extension ProtectedFileManager {
         try await checkClassesAvailable(for: items, to: cls)
         var report = ReprotectionReport()
         for (index, item) in items.enumerated() {
+            // A cancelled task (Ctrl-C) stops between two items: each is whole.
+            if Task.isCancelled { throw ProtectedFileError.interrupted(completed: index, total: items.count) }
             do {
                 if !item.isTop, let st = POSIXFile.linkStatus(item.url.path), st.st_mode & S_IFMT != S_IFREG, st.st_mode & S_IFMT != S_IFDIR {
                     if st.st_mode & S_IFMT == S_IFLNK { report.linksSkipped += 1 }

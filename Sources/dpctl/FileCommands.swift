@@ -405,10 +405,20 @@ struct Protect: AsyncParsableCommand {
         }
         let bar = ProgressLine(enabled: !quiet.quiet && isatty(STDERR_FILENO) == 1)
         // Every tree is walked and every class checked before the first change: asking and trying again is safe.
-        let total = try await PasscodePrompt.retrying(files.keybag) {
-            try await files.reprotectItems(at: urls, to: protectionClass) { progress in
-                bar.update(done: progress.completed, total: progress.total)
+        let target = protectionClass
+        let total: ReprotectionReport
+        do {
+            total = try await PasscodePrompt.retrying(files.keybag) {
+                // Ctrl-C stops it between two files, each whole, and says how far it got.
+                try await runInterruptibly {
+                    try await files.reprotectItems(at: urls, to: target) { progress in
+                        bar.update(done: progress.completed, total: progress.total)
+                    }
+                }
             }
+        } catch {
+            bar.finish()
+            throw error
         }
         bar.finish()
         if !quiet.quiet { printOut("\(total.filesChanged) files changed, \(total.filesUnchanged) already \(protectionClass.shortName), \(total.directories) directories") }

@@ -217,7 +217,7 @@ enum ExitStatus: Int32, CaseIterable {
         case KeybagError.emptyPasscode, KeybagError.passcodeTooShort: self = .usage   // a new passcode the rule refuses
         case let error as CLIError: self = error.status
         case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
-        case BackupError.interrupted, BackupError.restoreInterrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
+        case BackupError.interrupted, BackupError.restoreInterrupted, ProtectedFileError.interrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
         default: self = .failure
         }
     }

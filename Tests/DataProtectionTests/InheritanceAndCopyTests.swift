@@ -57,6 +57,38 @@ import Testing
         #expect(try device.files.protection(ofItemAt: tree.appendingPathComponent("sub/deeper")) == .directory(defaultClass: .complete))
     }
 
+    /// Interrupted (its task cancelled, as Ctrl-C does in dpctl) after 3 of 6 items: it says
+    /// so, each item is whole, and running it again finishes the rest.
+    @Test func anInterruptedReprotectionSaysHowFarItGotAndFinishesWhenRunAgain() async throws {
+        let device = try await TestDevice.make()
+        let tree = device.url("tree")
+        try FileManager.default.createDirectory(at: tree.appendingPathComponent("sub"), withIntermediateDirectories: true)
+        for name in ["a.txt", "b.txt", "sub/c.txt", "sub/d.txt"] { try Data(name.utf8).write(to: tree.appendingPathComponent(name)) }
+        let files = device.files
+        let stopped = await Task {
+            try await files.reprotectItems(at: tree, to: .complete) { progress in
+                if progress.completed == 3 { withUnsafeCurrentTask { $0?.cancel() } }
+            }
+        }.result
+        guard case .failure(ProtectedFileError.interrupted(let completed, let total)) = stopped else {
+            Issue.record("not interrupted: \(stopped)")
+            return
+        }
+        #expect(completed == 3 && total == 6)
+        var converted = 0
+        for name in ["a.txt", "b.txt", "sub/c.txt", "sub/d.txt"] {
+            switch try files.protection(ofItemAt: tree.appendingPathComponent(name)) {
+            case .protected(.complete): converted += 1
+            case .plain: break
+            default: Issue.record("\(name) is neither its old nor its new self")
+            }
+            #expect(try await files.contents(of: tree.appendingPathComponent(name)) == Data(name.utf8))
+        }
+        #expect(converted > 0 && converted < 4)
+        let again = try await files.reprotectItems(at: tree, to: .complete)
+        #expect(again.filesUnchanged == converted && again.filesChanged == 4 - converted)
+    }
+
     @Test func aCopyGetsTheStrongerOfSourceAndDestinationDefault() async throws {
         let device = try await TestDevice.make()
         let weakDir = device.url("weak"), strongDir = device.url("strong")
