@@ -294,7 +294,7 @@ public struct BackupEngine: Sendable {
         }
         _ = try? POSIXFile.call("unlink", indexTemp.path) { unlink($0) }
         // The finished backup's index covers what the interrupted ones stored.
-        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(partialIndexURL.path + suffix) }
+        Self.removeDatabase(at: partialIndexURL)
         return summary
     }
 
@@ -308,8 +308,13 @@ public struct BackupEngine: Sendable {
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         if let existing = try? BackupManifest.openForUpdate(at: url) { return existing }
-        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(url.path + suffix) }
+        removeDatabase(at: url)   // unreadable: started again
         return try BackupManifest.create(at: url)
+    }
+
+    /// Removes an SQLite database and the files SQLite keeps beside it.
+    static func removeDatabase(at url: URL) {
+        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(url.path + suffix) }
     }
 
     /// The data-root entry (registered, so an erase removes it) holding the incremental indexes.

@@ -66,7 +66,7 @@ extension BackupRepository {
             if !dryRun { try POSIXFile.removeTree(backups.appendingPathComponent(name).path) }
         }
         for prefix in try Self.strictEntries(of: objects.path).sorted() {
-            guard prefix.utf8.count == 2, prefix.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else { continue }
+            guard prefix.utf8.count == 2 else { continue }   // only object names (hex, checked below) are looked at inside
             try pruneObjects(in: prefix, used: used, dryRun: dryRun, report: &report)
         }
         if !dryRun { try POSIXFile.syncDirectory(backups.path) }

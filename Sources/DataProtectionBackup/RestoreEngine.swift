@@ -139,7 +139,7 @@ public struct RestoreEngine: Sendable {
         }
         guard let text = String(validating: objectList, as: UTF8.self) else { throw BackupError.badBackup(path: backup.path, reason: "malformed object list") }
         let objects = text.split(separator: "\n").map(String.init)
-        guard objects.allSatisfy({ $0.utf8.count == 64 && $0.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) } }) else {
+        guard objects.allSatisfy({ BackupRepository.isObjectName(Substring($0)) }) else {
             throw BackupError.badBackup(path: backup.path, reason: "malformed object list")
         }
         return AuthenticatedBackup(id: id, sealedManifest: manifest, objects: objects, backupKeys: backupKeys, device: record.keybagID)

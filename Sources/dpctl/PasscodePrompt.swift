@@ -85,7 +85,7 @@ enum PasscodePrompt {
         guard var first = readHidden(prompt: "New \(what): ") else { return nil }
         defer { first.resetBytes(in: 0..<first.count) }
         guard !first.isEmpty else { throw CLIError("no \(what) typed: nothing was changed", status: .usage) }
-        if let minimumLength, first.reduce(0, { $0 + ($1 & 0xC0 == 0x80 ? 0 : 1) }) < minimumLength {
+        if let minimumLength, PasscodePolicy.characterCount(first) < minimumLength {
             throw KeybagError.passcodeTooShort(minimumLength: minimumLength)
         }
         guard var second = readHidden(prompt: "Repeat the new \(what): ") else { return nil }

@@ -96,12 +96,8 @@ import Testing
     /// it is refused as busy and removes nothing; the backup finishes and verifies. Incomplete
     /// backups and the remains of an interrupted forget go with the next prune.
     @Test func pruneAndBackupNeverOverlap() async throws {
-        let base = temporaryDirectory()
-        let keybag = try await Keybag.create(root: base.appendingPathComponent("device").path, passcode: nil, kdf: .insecureFastForTesting)
-        let files = ProtectedFileManager(keybag: keybag)
-        let repository = BackupRepository(url: base.appendingPathComponent("repo"))
-        let source = base.appendingPathComponent("src")
-        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        let bench = try await BackupBench.make()
+        let (base, files, repository, source) = (bench.base, bench.files, bench.repository, bench.source)
         for n in 0..<3 { try Data("file \(n)".utf8).write(to: source.appendingPathComponent("f\(n)")) }
         let first = try await BackupEngine(source: source, repository: repository, files: files).run().backup
         // Its objects are used by no finished backup once it is forgotten: fair game for a prune, but not during the next backup.

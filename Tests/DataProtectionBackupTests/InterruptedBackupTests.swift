@@ -9,12 +9,8 @@ import Testing
 /// anew (with a new key) every time they are copied.
 @Suite struct InterruptedBackupTests {
     @Test func theNextBackupResumesWithoutCopyingAgain() async throws {
-        let base = temporaryDirectory()
-        let keybag = try await Keybag.create(root: base.appendingPathComponent("device").path, passcode: nil, kdf: .insecureFastForTesting)
-        let files = ProtectedFileManager(keybag: keybag)
-        let repository = BackupRepository(url: base.appendingPathComponent("repo"))
-        let source = base.appendingPathComponent("src")
-        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        let bench = try await BackupBench.make()
+        let (base, files, repository, source) = (bench.base, bench.files, bench.repository, bench.source)
         for n in 0..<20 {
             if n % 2 == 0 {
                 try await files.write(Data("protected \(n)".utf8), to: source.appendingPathComponent("f\(n)"), protection: .complete)

@@ -1,3 +1,4 @@
+import DataProtection
 import DataProtectionBackup
 import DataProtectionTestSupport
 import Foundation
@@ -51,4 +52,22 @@ struct ToolFailure: Error, CustomStringConvertible {
     let command: String
     let status: Int32
     var description: String { "`\(command)` exited with \(status) (is it installed? scripts/test installs tar, restic, borgbackup)" }
+}
+
+/// A device without a passcode, a repository and an empty source directory, in a new temporary
+/// directory: what the forget, prune and interruption tests start from.
+struct BackupBench {
+    let base: URL
+    let files: ProtectedFileManager
+    let repository: BackupRepository
+    let source: URL
+
+    static func make() async throws -> BackupBench {
+        let base = temporaryDirectory()
+        let keybag = try await Keybag.create(root: base.appendingPathComponent("device").path, passcode: nil, kdf: .insecureFastForTesting)
+        let source = base.appendingPathComponent("src")
+        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        return BackupBench(base: base, files: ProtectedFileManager(keybag: keybag),
+                           repository: BackupRepository(url: base.appendingPathComponent("repo")), source: source)
+    }
 }

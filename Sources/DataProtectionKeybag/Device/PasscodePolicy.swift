@@ -35,8 +35,13 @@ public enum PasscodePolicy {
     /// - Throws: ``KeybagError/emptyPasscode``, ``KeybagError/passcodeTooShort(minimumLength:)``.
     static func check(_ passcode: SecretBytes, minimumLength: Int) throws {
         if passcode.isEmpty { throw KeybagError.emptyPasscode }
-        let characters = passcode.withUnsafeBytes { bytes in bytes.reduce(0) { $0 + ($1 & 0xC0 == 0x80 ? 0 : 1) } }
-        if characters < minimumLength { throw KeybagError.passcodeTooShort(minimumLength: minimumLength) }
+        if passcode.withUnsafeBytes(characterCount) < minimumLength { throw KeybagError.passcodeTooShort(minimumLength: minimumLength) }
+    }
+
+    /// The characters a passcode's UTF-8 bytes hold, as the policy counts them (Unicode scalars:
+    /// every byte that does not continue a sequence), read in place.
+    public static func characterCount(_ utf8: some Sequence<UInt8>) -> Int {
+        utf8.reduce(0) { $0 + ($1 & 0xC0 == 0x80 ? 0 : 1) }
     }
 
     /// The number of consecutive failures that erases the device when the policy is on.
