@@ -27,8 +27,12 @@ case "lifecycle":
     final class Flags: @unchecked Sendable { var exitOnTerminate = true; var handle: ProtectedFileHandle?; var tasks: [String: BackgroundTaskIdentifier] = [:] }
     let flags = Flags()
     let lock = NSLock()
+    // An event's line and a state answer are never interleaved: the state is set before its
+    // observers are called, so an answer printed after an event's line reads that event's state
+    // or a later one (an answer read just before the change but printed after the line could not).
+    let stateLock = NSLock()
     lifecycle.addObserver { event in
-        say("event \(event)")
+        stateLock.withLock { say("event \(event)") }
         if event == .willTerminate, lock.withLock({ flags.exitOnTerminate }) { exit(0) }
     }
     say("state \(lifecycle.applicationState)")
@@ -72,7 +76,7 @@ case "lifecycle":
             let left = lifecycle.backgroundTimeRemaining
             say(left == .greatestFiniteMagnitude ? "remaining unlimited" : "remaining \(Int(left.rounded()))")
         case "state":
-            say("state \(lifecycle.applicationState)")
+            stateLock.withLock { say("state \(lifecycle.applicationState)") }
         case "fork-chain":
             // fork-chain: starts a process that forever forks a successor and exits (so one of
             // the chain is always between a scan and a stop signal).
