@@ -91,6 +91,17 @@ public enum ItemInspector {
         return (header.protectionClass, header.wrappedKey.thisDeviceOnly)
     }
 
+    /// Where a protected file's sealed segments lie on disk (FORMAT.md §3): the header and
+    /// segment 0 end at `first`, and every later segment takes `stride` bytes. `nil` for a file
+    /// that is not protected. Readable without a key; a backup cuts a file's ciphertext there, so
+    /// that a rewritten segment is stored alone.
+    package static func segmentBoundaries(ofFileAt path: String) throws -> (first: Int, stride: Int)? {
+        let prefix = try wrapFS { try readPrefix(path) }
+        guard ProtectedFileHeader.looksProtected(prefix) else { return nil }
+        let layout = try ProtectedFileHeader.parse(prefix, path: path).layout
+        return (Int(layout.offset(ofSegment: 1)), layout.capacity + SegmentLayout.overhead)
+    }
+
     /// Whether a protected file is bound to this device ("this device only"); `false` for
     /// anything else. Readable without a key.
     public static func isThisDeviceOnly(_ url: URL) throws -> Bool {

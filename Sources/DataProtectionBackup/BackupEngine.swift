@@ -69,6 +69,12 @@ public struct BackupEngine: Sendable {
     public var policy: BackupExclusionPolicy
     /// The clock a backup's time (its ID, and the manifest's `created`) is read from.
     public var clock: any KeybagClock
+    /// Recognizes encrypted databases, stored as they are (in chunks) instead of sealed whole;
+    /// `nil`: every plain file is sealed.
+    public var encryptedDatabases: EncryptedDatabaseRecognizer?
+    /// Files of at least this many bytes, stored as they are (protected files, encrypted
+    /// databases), are stored in chunks (FORMAT.md §5.2): 1 MiB.
+    public static let chunkingThreshold: Int64 = 1 << 20
 
     public init(source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false,
                 policy: BackupExclusionPolicy = .none, clock: any KeybagClock = SystemClock()) {
@@ -185,6 +191,8 @@ public struct BackupEngine: Sendable {
         // What this run stores is recorded on the device as it goes (in batches): an interrupted
         // run's files are not copied again by the next one.
         let partial = dryRun ? nil : try? Self.openPartialIndex(at: partialIndexURL, layout: files.keybag.layout)
+        // Each chunked file's packs, by its list (for the object list).
+        var packsOfList: [String: [String]] = [:]
         var unrecorded: [ManifestEntry] = []
         func record(force: Bool) {
             guard let partial, !unrecorded.isEmpty, force || unrecorded.count >= 64 else { return }
@@ -198,22 +206,37 @@ public struct BackupEngine: Sendable {
             var entry = entries[index]
             let path = source.path + "/" + entry.path
             let url = URL(fileURLWithPath: path)
-            if let old = previousByPath[entry.path], old.kind == .file, old.size == entry.size, old.mtime == entry.mtime,
-               let sha = old.sha256, repository.hasObject(sha) {
+            let old = previousByPath[entry.path].flatMap { $0.kind == .file ? $0 : nil }
+            // An earlier chunked version's list (checked) whose packs are all present.
+            let oldList = old.flatMap { old in old.chunked ? previousChunkList(old) : nil }
+            if let old, old.size == entry.size, old.mtime == entry.mtime, let sha = old.sha256, repository.hasObject(sha),
+               !old.chunked || oldList != nil {
                 // Unchanged since the latest backup: nothing to read or copy.
                 entry.sha256 = sha
                 entry.protectionClass = old.protectionClass
                 entry.thisDeviceOnly = old.thisDeviceOnly
                 entry.sealed = old.sealed
+                entry.chunked = old.chunked
+                entry.encryptedDatabase = old.encryptedDatabase
+                if let oldList { packsOfList[sha] = oldList.packs }
             } else {
                 if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
                     entry.protectionClass = Int(cls.rawValue)
                     entry.thisDeviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
                 }
                 if !dryRun {
-                    let stored: (sha256: String, size: Int64)
+                    let stored: (sha256: String, size: Int64, added: Int64)
                     do {
-                        stored = entry.protectionClass == nil ? try await repository.storeSealed(path, files: files) : try repository.store(path)
+                        if let chunked = try await storeInChunks(path, entry: &entry, previous: oldList) {
+                            packsOfList[chunked.list] = chunked.packs
+                            stored = (chunked.list, chunked.size, chunked.bytesAdded)
+                        } else if entry.protectionClass == nil {
+                            let sealed = try await repository.storeSealed(path, files: files)
+                            stored = (sealed.sha256, sealed.size, sealed.size)
+                        } else {
+                            let whole = try repository.store(path)
+                            stored = (whole.sha256, whole.size, whole.size)
+                        }
                     } catch is CancellationError {
                         record(force: true)
                         throw BackupError.interrupted(stored: done.items, total: summary.files)
@@ -226,12 +249,11 @@ public struct BackupEngine: Sendable {
                         done.items += 1
                         continue
                     }
-                    let (sha, size) = stored
-                    entry.sealed = entry.protectionClass == nil
-                    entry.sha256 = sha
-                    entry.size = size   // what was captured, should the file have changed since lstat
+                    entry.sealed = entry.protectionClass == nil && !entry.encryptedDatabase
+                    entry.sha256 = stored.sha256
+                    entry.size = stored.size   // what was captured, should the file have changed since lstat
                     summary.filesCopied += 1
-                    summary.bytesCopied += size
+                    summary.bytesCopied += stored.added
                     log("Backed up: \(LosslessPath.display(path))")
                     unrecorded.append(entry)
                     record(force: false)
@@ -270,7 +292,9 @@ public struct BackupEngine: Sendable {
         try manifest.insert(entries, meta: meta)
         let manifestURL = inProgress.appendingPathComponent(BackupManifest.fileName)
         try await files.write(try manifest.serialized(), to: manifestURL, protection: .completeUnlessOpen, thisDeviceOnly: false)
-        let objectList = Array(Set(entries.compactMap(\.sha256)).sorted().map { $0 + "\n" }.joined().utf8)
+        var used = Set(entries.compactMap(\.sha256))
+        for entry in entries where entry.chunked { used.formUnion(entry.sha256.flatMap { packsOfList[$0] } ?? []) }
+        let objectList = Array(used.sorted().map { $0 + "\n" }.joined().utf8)
         try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupRepository.objectListName).path, objectList)
         // Last, what makes it authentic: a MAC only this device (or the backup password) can make.
         let contents = BackupAuthentication.Contents(backupID: id, manifest: try POSIXFile.readAll(manifestURL.path),
@@ -298,6 +322,42 @@ public struct BackupEngine: Sendable {
         return summary
     }
 
+    /// Stores a file that is kept as it is — a protected file, or an encrypted database the
+    /// recognizer vouches for — in chunks cut where its format puts segments or pages (FORMAT.md
+    /// §5.2), when it is big enough; `nil` when the file is to be stored otherwise (whole, or
+    /// sealed). Marks `entry` chunked (and an encrypted database).
+    private func storeInChunks(_ path: String, entry: inout ManifestEntry, previous: BackupChunkList?) async throws -> BackupRepository.ChunkedFile? {
+        guard entry.size >= Self.chunkingThreshold else { return nil }
+        if entry.protectionClass != nil {
+            guard let (first, stride) = try ItemInspector.segmentBoundaries(ofFileAt: path) else { return nil }
+            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: first, stride: stride), previous: previous)
+            entry.chunked = true
+            return stored
+        }
+        guard let check = await encryptedDatabases?(URL(fileURLWithPath: path)) else { return nil }
+        let pageSize = check.pageSize
+        do {
+            // Every page stored as it is must authenticate as ciphertext: one that does not (or a
+            // file that is not a whole number of pages) makes it a plain file, sealed.
+            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: pageSize, stride: pageSize), previous: previous) { page, index in
+                page.count == pageSize && check.authenticates(page, index + 1)
+            }
+            entry.chunked = true
+            entry.encryptedDatabase = true
+            return stored
+        } catch is BackupRepository.NotCiphertext {
+            return nil
+        }
+    }
+
+    /// The chunk list of an earlier version of a file, checked, when every pack it names is
+    /// present; `nil` otherwise (the file is then stored anew).
+    private func previousChunkList(_ entry: ManifestEntry) -> BackupChunkList? {
+        guard let sha = entry.sha256, let list = try? repository.chunkList(sha, size: entry.size),
+              list.packs.allSatisfy(repository.hasObject) else { return nil }
+        return list
+    }
+
     /// `ROOT/backup-index/SHA256(repository path).partial.sqlite`: the files an unfinished
     /// backup into that repository stored (same schema as the index), removed once one finishes.
     var partialIndexURL: URL { indexURL.deletingPathExtension().appendingPathExtension("partial.sqlite") }
@@ -307,7 +367,7 @@ public struct BackupEngine: Sendable {
         _ = try? layout.register(indexDirectoryName)
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
-        if let existing = try? BackupManifest.openForUpdate(at: url) { return existing }
+        if let existing = try? BackupManifest.openForUpdate(at: url), existing.format == BackupManifest.formatVersion { return existing }
         removeDatabase(at: url)   // unreadable: started again
         return try BackupManifest.create(at: url)
     }

@@ -35,10 +35,16 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
     /// A directory's default class for new files (`user.dataprotection.class`), or `nil` for none
     /// (format 3; format-2 manifests never record one).
     public var defaultClass: Int?
+    /// The object is a chunk list (FORMAT.md §5.2): the file's bytes are its chunks, in packs
+    /// (format 4; earlier manifests store every file whole).
+    public var chunked: Bool
+    /// An encrypted database of a class (its key in the protected file beside it, `-dpkey`),
+    /// stored and restored as it is: its pages are already ciphertext (format 4).
+    public var encryptedDatabase: Bool
 
     public init(path: String, kind: Kind, mode: Int, mtime: Double, size: Int64, protectionClass: Int? = nil,
                 sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false, sealed: Bool = false,
-                defaultClass: Int? = nil) {
+                defaultClass: Int? = nil, chunked: Bool = false, encryptedDatabase: Bool = false) {
         self.path = path
         self.kind = kind
         self.mode = mode
@@ -50,6 +56,8 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         self.thisDeviceOnly = thisDeviceOnly
         self.sealed = sealed
         self.defaultClass = defaultClass
+        self.chunked = chunked
+        self.encryptedDatabase = encryptedDatabase
     }
 
     public var fileClass: ProtectionClass? { protectionClass.flatMap { ProtectionClass(rawValue: UInt8($0)) } }
@@ -71,13 +79,16 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         container["thisDeviceOnly"] = thisDeviceOnly
         container["sealed"] = sealed
         container["defaultClass"] = defaultClass
+        container["chunked"] = chunked
+        container["encryptedDatabase"] = encryptedDatabase
     }
 
     /// Decodes and validates a row; every defect is ``BackupError/badBackup(path:reason:)``.
     public init(row: Row) throws {
         func bad(_ why: String) -> BackupError { .badBackup(path: "manifest", reason: why) }
         // GRDB's row subscript traps on a missing column: check first.
-        for column in ["path", "kind", "mode", "mtime", "size", "protectionClass", "sha256", "linkTarget", "thisDeviceOnly", "sealed", "defaultClass"]
+        for column in ["path", "kind", "mode", "mtime", "size", "protectionClass", "sha256", "linkTarget", "thisDeviceOnly", "sealed", "defaultClass",
+                       "chunked", "encryptedDatabase"]
         where !row.hasColumn(column) {
             throw bad("column \(column) is missing")
         }
@@ -130,21 +141,31 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
             guard kind == .directory else { throw badEntry("a default class on something that is not a directory") }
         }
         let deviceOnly = try integer("thisDeviceOnly") ?? 0, sealed = try integer("sealed") ?? 0
-        guard (0...1).contains(deviceOnly), (0...1).contains(sealed) else { throw badEntry("flag out of range") }
+        let chunked = try integer("chunked") ?? 0, database = try integer("encryptedDatabase") ?? 0
+        guard [deviceOnly, sealed, chunked, database].allSatisfy({ (0...1).contains($0) }) else { throw badEntry("flag out of range") }
         switch kind {
         case .file:
             guard sha256 != nil else { throw badEntry("a file without an object") }
-            // A plain file is always stored sealed; an unsealed entry must be a protected file.
-            guard (sealed == 1) != (protectionClass != nil) else { throw badEntry("a file must be either sealed or protected") }
+            // A plain file is stored sealed, or as it is when it is an encrypted database;
+            // anything else stored as it is must be a protected file.
+            guard [sealed == 1, protectionClass != nil, database == 1].filter({ $0 }).count == 1 else {
+                throw badEntry("a file must be one of sealed, protected or an encrypted database")
+            }
+            guard chunked == 0 || sealed == 0 else { throw badEntry("a sealed file in chunks") }
             guard targetBytes == nil else { throw badEntry("a file with a link target") }
         case .directory:
-            guard sha256 == nil, targetBytes == nil, protectionClass == nil, sealed == 0 else { throw badEntry("a directory with file fields") }
+            guard sha256 == nil, targetBytes == nil, protectionClass == nil, sealed == 0, chunked == 0, database == 0 else {
+                throw badEntry("a directory with file fields")
+            }
         case .symlink:
-            guard targetBytes != nil, sha256 == nil, protectionClass == nil, sealed == 0 else { throw badEntry("a link without a target") }
+            guard targetBytes != nil, sha256 == nil, protectionClass == nil, sealed == 0, chunked == 0, database == 0 else {
+                throw badEntry("a link without a target")
+            }
         }
         self.init(path: path, kind: kind, mode: Int(mode), mtime: mtime, size: size, protectionClass: protectionClass.map(Int.init),
                   sha256: sha256, linkTarget: targetBytes.map { LosslessPath.string(fromBytes: $0) },
-                  thisDeviceOnly: deviceOnly == 1, sealed: sealed == 1, defaultClass: defaultClass.map(Int.init))
+                  thisDeviceOnly: deviceOnly == 1, sealed: sealed == 1, defaultClass: defaultClass.map(Int.init),
+                  chunked: chunked == 1, encryptedDatabase: database == 1)
     }
 }
 
@@ -153,10 +174,12 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
 public struct BackupManifest: Sendable {
     /// The sealed manifest in a backup: a class-B protected file holding the SQLite database.
     public static let fileName = "manifest.sealed"
+    /// 4: big files in chunks (`entry.chunked`, FORMAT.md §5.2) and encrypted databases stored as
+    /// they are (`entry.encryptedDatabase`);
     /// 3: directories' default classes (`entry.defaultClass`, meta `defaultClass` for SOURCE itself);
     /// 2: paths and link targets as bytes (BLOB); backups authenticated (FORMAT.md §5). Both are read.
-    public static let formatVersion = 3
-    static let readableFormats = [2, 3]
+    public static let formatVersion = 4
+    static let readableFormats = [2, 3, 4]
 
     let queue: DatabaseQueue
     /// The format this manifest was written in.
@@ -182,6 +205,8 @@ public struct BackupManifest: Sendable {
                 t.column("thisDeviceOnly", .boolean).notNull().defaults(to: false)
                 t.column("sealed", .boolean).notNull().defaults(to: false)
                 t.column("defaultClass", .integer)
+                t.column("chunked", .boolean).notNull().defaults(to: false)
+                t.column("encryptedDatabase", .boolean).notNull().defaults(to: false)
             }
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('format', ?)", arguments: ["\(formatVersion)"])
         }
@@ -259,7 +284,8 @@ public struct BackupManifest: Sendable {
             return try queue.read { db in
                 try ManifestEntry.fetchAll(db, sql: """
                     SELECT path, kind, mode, mtime, size, protectionClass, sha256, linkTarget, thisDeviceOnly, sealed,
-                           \(format >= 3 ? "defaultClass" : "NULL AS defaultClass")
+                           \(format >= 3 ? "defaultClass" : "NULL AS defaultClass"),
+                           \(format >= 4 ? "chunked, encryptedDatabase" : "0 AS chunked, 0 AS encryptedDatabase")
                     FROM entry ORDER BY CAST(path AS BLOB)
                     """)
             }

@@ -214,7 +214,12 @@ public struct RestoreEngine: Sendable {
             do {
                 var users: [String: [String]] = [:]
                 for entry in try await manifest(of: authenticated, files: files).entries() {
-                    if let sha = entry.sha256 { users[sha, default: []].append(entry.path) }
+                    guard let sha = entry.sha256 else { continue }
+                    users[sha, default: []].append(entry.path)
+                    // A chunked file restores from its packs too (when its list is intact).
+                    if entry.chunked, let list = try? repository.chunkList(sha, size: entry.size) {
+                        for pack in list.packs { users[pack, default: []].append(entry.path) }
+                    }
                 }
                 for i in problems.indices { problems[i].files = users[problems[i].object] ?? [] }
             } catch {
@@ -292,6 +297,7 @@ public struct RestoreEngine: Sendable {
             if let stronger = [rootDefault, destinationDefault].compactMap({ $0 }).max() { try DirectoryDefault.set(stronger, stage.path) }
             let summary = try await restore(entries, into: stage, files: files, outwardLinks: outwardLinks,
                                              unreadable: unreadable, backupKeys: authenticated.backupKeys,
+                                             listedObjects: Set(authenticated.objects),
                                              options: options, reportingAs: destination, log: log, progress: progress)
             if POSIXFile.kind(destination.path).exists { try POSIXFile.call("rmdir", destination.path) { rmdir($0) } }
             try POSIXFile.call("rename", stage.path, destination.path) { rename($0, $1) }
@@ -310,7 +316,7 @@ public struct RestoreEngine: Sendable {
 
     private func restore(_ entries: [ManifestEntry], into destination: URL, files: ProtectedFileManager,
                          outwardLinks: Set<[UInt8]>, unreadable: [[UInt8]: String], backupKeys: BackupClassKeys?,
-                         options: RestoreOptions, reportingAs finalDestination: URL,
+                         listedObjects: Set<String>, options: RestoreOptions, reportingAs finalDestination: URL,
                          log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> RestoreSummary {
         var summary = RestoreSummary()
         var done = BackupProgress(items: 0, totalItems: entries.count, bytes: 0,
@@ -336,7 +342,16 @@ public struct RestoreEngine: Sendable {
                     // believed, the keybag its header names included.
                     let copy = entry.sealed ? destination.path + "/.dp-restore-\(UUID().uuidString)" : target(entry)
                     defer { if entry.sealed { _ = try? POSIXFile.call("unlink", copy) { unlink($0) } } }
-                    try copyObject(entry, to: copy, expectedSize: entry.sealed ? nil : entry.size)
+                    try copyObject(entry, to: copy, expectedSize: entry.sealed ? nil : entry.size, listedObjects: listedObjects)
+                    // An encrypted database is restored as it is: its key file, a protected file,
+                    // is what belongs to a device (and is rewrapped or left out as such).
+                    if entry.encryptedDatabase {
+                        summary.files += 1
+                        done.bytes += entry.size
+                        done.items += 1
+                        progress(done)
+                        continue
+                    }
                     let owner = try Self.keybagID(of: URL(fileURLWithPath: copy))
                     if owner != local, entry.thisDeviceOnly {
                         _ = try? POSIXFile.call("unlink", copy) { unlink($0) }
@@ -431,8 +446,16 @@ public struct RestoreEngine: Sendable {
     /// Copies a file's object to `target`, checking its SHA-256 and size on the way.
     /// - Throws: ``DamagedContent`` when the object is missing, not a regular file, altered or
     ///   of the wrong size; the file system's errors as they are (they stop a restore).
-    private func copyObject(_ entry: ManifestEntry, to target: String, expectedSize: Int64?) throws {
+    private func copyObject(_ entry: ManifestEntry, to target: String, expectedSize: Int64?, listedObjects: Set<String>) throws {
         guard let sha = entry.sha256 else { throw DamagedContent.missing }
+        if entry.chunked {
+            // The list is read whole and checked before any chunk; each chunk is checked as it is copied.
+            let list = try repository.chunkList(sha, size: entry.size)
+            let output = try POSIXFile.open(target, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .ownerReadWrite)
+            defer { try? output.close() }
+            try repository.writeChunks(of: list, listedObjects: listedObjects, to: output, path: LosslessPath.display(target))
+            return
+        }
         let source = repository.objectURL(sha)
         let input: FileDescriptor
         do { input = try POSIXFile.openRegularFile(source.path) } catch let error as FileSystemError {

@@ -2,6 +2,7 @@ import ArgumentParser
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
+import DataProtectionSQLite
 import Foundation
 import Synchronization
 
@@ -161,8 +162,13 @@ struct Backup: AsyncParsableCommand {
         let files = ProtectedFileManager(keybag: keybag)
         // What is left out by place is the container layer's knowledge, not the engine's.
         let policy = ContainerManager(files: files).backupExclusionPolicy(for: URL(fileURLWithPath: source))
-        let engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
+        var engine = BackupEngine(source: URL(fileURLWithPath: source), repository: BackupRepository(url: URL(fileURLWithPath: destination)),
                                   files: files, dryRun: dryRun, policy: policy)
+        // Class-managed databases are stored as they are (their changed pages only), not sealed whole.
+        engine.encryptedDatabases = { url in
+            await DatabasePageCheck(forDatabaseAt: url, keybag: keybag).map { EncryptedPageCheck(pageSize: $0.pageSize, authenticates: $0.authenticates) }
+        }
+        let configured = engine
         // The log's lines are the progress when they are asked for: no bar to break them.
         let bar = ProgressLine(enabled: !json && !quiet.quiet && !log && !dryRun && isatty(STDERR_FILENO) == 1, unit: "files")
         // With --json on standard output, the log goes to standard error: the output stays one JSON document.
@@ -171,7 +177,7 @@ struct Backup: AsyncParsableCommand {
         let summary: BackupSummary
         do {
             summary = try await runInterruptibly {
-                try await engine.run(log: { line in
+                try await configured.run(log: { line in
                     guard log || dryRun else { return }
                     json ? printError(line) : printOut(line)
                 }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })

@@ -134,6 +134,16 @@ extension PageCipher {
             return true
         }
 
+        /// Whether the raw page `raw` authenticates as page `pgno` (its MAC only; nothing is decrypted).
+        func authenticates(_ raw: UnsafeRawBufferPointer, pgno: UInt32) -> Bool {
+            let usable = format.usableSize
+            let start = pgno == 1 ? 16 : 0
+            guard raw.count == pageSize else { return false }
+            return mac(UnsafeRawBufferPointer(rebasing: raw[start..<usable + 16]), pgno: pgno,
+                       into: computedMAC.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                && CRYPTO_memcmp(computedMAC.baseAddress!, raw.baseAddress! + usable + 16, format.macSize) == 0
+        }
+
         private static let magic = PageCipher.sqliteMagic
 
         /// HMAC(macKey, body ‖ pgno as u32 little-endian) into `out` (64 bytes of room), from
