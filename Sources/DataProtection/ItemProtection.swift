@@ -96,7 +96,12 @@ public enum ItemInspector {
     /// that is not protected. Readable without a key; a backup cuts a file's ciphertext there, so
     /// that a rewritten segment is stored alone.
     package static func segmentBoundaries(ofFileAt path: String) throws -> (first: Int, stride: Int)? {
-        let prefix = try wrapFS { try readPrefix(path) }
+        // Never a link, a FIFO or a device, whatever was there when the caller looked.
+        let prefix = try wrapFS {
+            let fd = try POSIXFile.openRegularFile(path)
+            defer { try? fd.close() }
+            return try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+        }
         guard ProtectedFileHeader.looksProtected(prefix) else { return nil }
         let layout = try ProtectedFileHeader.parse(prefix, path: path).layout
         return (Int(layout.offset(ofSegment: 1)), layout.capacity + SegmentLayout.overhead)

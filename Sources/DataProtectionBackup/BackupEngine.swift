@@ -234,7 +234,7 @@ public struct BackupEngine: Sendable {
                             let sealed = try await repository.storeSealed(path, files: files)
                             stored = (sealed.sha256, sealed.size, sealed.size)
                         } else {
-                            let whole = try repository.store(path)
+                            let whole = try repository.store(path, requireProtected: true)
                             stored = (whole.sha256, whole.size, whole.size)
                         }
                     } catch is CancellationError {
@@ -293,7 +293,12 @@ public struct BackupEngine: Sendable {
         let manifestURL = inProgress.appendingPathComponent(BackupManifest.fileName)
         try await files.write(try manifest.serialized(), to: manifestURL, protection: .completeUnlessOpen, thisDeviceOnly: false)
         var used = Set(entries.compactMap(\.sha256))
-        for entry in entries where entry.chunked { used.formUnion(entry.sha256.flatMap { packsOfList[$0] } ?? []) }
+        for entry in entries where entry.chunked {
+            guard let list = entry.sha256, let packs = packsOfList[list] else {
+                throw BackupError.badBackup(path: repository.url.path, reason: "the packs of \(LosslessPath.display(entry.path)) are not known")
+            }
+            used.formUnion(packs)
+        }
         let objectList = Array(used.sorted().map { $0 + "\n" }.joined().utf8)
         try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupRepository.objectListName).path, objectList)
         // Last, what makes it authentic: a MAC only this device (or the backup password) can make.
@@ -329,8 +334,16 @@ public struct BackupEngine: Sendable {
     private func storeInChunks(_ path: String, entry: inout ManifestEntry, previous: BackupChunkList?) async throws -> BackupRepository.ChunkedFile? {
         guard entry.size >= Self.chunkingThreshold else { return nil }
         if entry.protectionClass != nil {
-            guard let (first, stride) = try ItemInspector.segmentBoundaries(ofFileAt: path) else { return nil }
-            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: first, stride: stride), previous: previous)
+            let boundaries: (first: Int, stride: Int)?
+            do { boundaries = try ItemInspector.segmentBoundaries(ofFileAt: path) } catch ProtectedFileError.noSuchFile(let missing) {
+                throw FileSystemError("open", path: missing, errno: .noSuchFileOrDirectory)
+            }
+            // No longer a protected file (replaced since it was looked at): never stored as it is.
+            guard let (first, stride) = boundaries else { throw FileSystemError("open", path: path, errno: .invalidArgument) }
+            // Segments longer than a chunk may be (format 1 up to 16 MiB): the file is stored whole.
+            guard max(first, stride) <= BackupChunkList.maximumChunkLength else { return nil }
+            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: first, stride: stride), previous: previous,
+                                                     requireProtected: true)
             entry.chunked = true
             return stored
         }

@@ -46,6 +46,13 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     case noSuchBackup(id: String)
     /// A path given to restore (`include`) is not in the backup: nothing was restored.
     case nothingIncluded(path: String)
+    /// A remote location that cannot be used as written.
+    case badRemote(String, reason: String)
+    /// The remote storage could not be reached or failed (rclone's last words); what this device
+    /// stored waits in its staging area and goes up on the next run.
+    case remoteFailed(String, reason: String)
+    /// A program the remote repository needs is not installed.
+    case toolMissing(String, package: String)
 
     public var description: String {
         switch self {
@@ -71,6 +78,9 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
             "no rule keeps anything (give --keep-last, --keep-daily … or backup IDs): nothing was forgotten"
         case .noSuchBackup(let id):
             "\(LosslessPath.display(id)): the repository holds no such backup; nothing was forgotten"
+        case .badRemote(let location, let reason): "\(location): not a usable remote location: \(reason)"
+        case .remoteFailed(let location, let reason): "\(location): \(reason)"
+        case .toolMissing(let tool, let package): "\(tool) is not installed (Debian: apt-get install \(package))"
         case .nothingIncluded(let path):
             "\(LosslessPath.display(path)): the backup holds no such path (paths are relative to the backed-up directory); nothing was restored"
         case .repositoryBusy(let path, let holder):

@@ -152,6 +152,7 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
                 throw badEntry("a file must be one of sealed, protected or an encrypted database")
             }
             guard chunked == 0 || sealed == 0 else { throw badEntry("a sealed file in chunks") }
+            guard database == 0 || chunked == 1 else { throw badEntry("an encrypted database not in chunks") }
             guard targetBytes == nil else { throw badEntry("a file with a link target") }
         case .directory:
             guard sha256 == nil, targetBytes == nil, protectionClass == nil, sealed == 0, chunked == 0, database == 0 else {

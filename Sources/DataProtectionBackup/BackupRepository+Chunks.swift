@@ -25,10 +25,11 @@ extension BackupRepository {
     /// where it is; the others go, in order, into one new pack. `check`, when given, is asked
     /// about each new chunk (with its index) and refusing one stops the store, which keeps nothing
     /// (``NotCiphertext``).
-    func storeChunked(_ source: String, boundaries: ChunkBoundaries, previous: BackupChunkList?,
+    func storeChunked(_ source: String, boundaries: ChunkBoundaries, previous: BackupChunkList?, requireProtected: Bool = false,
                       check: ((UnsafeRawBufferPointer, Int) -> Bool)? = nil) throws -> ChunkedFile {
         let input = try POSIXFile.openRegularFile(source)
         defer { try? input.close() }
+        if requireProtected { try Self.requireProtectedFile(input, source) }
         // What the earlier version holds, by content (packs only if still present).
         var known: [[UInt8]: (pack: String, offset: Int64)] = [:]
         if let previous {
@@ -67,11 +68,12 @@ extension BackupRepository {
                     let length = min(boundaries.length(at: offset + Int64(start), size: .max), got - start)
                     let bytes = UnsafeRawBufferPointer(rebasing: raw[start..<start + length])
                     let sha = Array(SHA256.hash(data: bytes))
+                    // Every chunk, found elsewhere or new, must pass the check.
+                    if let check, !check(bytes, chunks.count) { throw NotCiphertext() }
                     if let (name, at) = known[sha] {
                         let index = packIndex[name] ?? { packs.append(name); packIndex[name] = packs.count - 1; return packs.count - 1 }()
                         chunks.append(.init(pack: index, offset: at, length: length, sha256: sha))
                     } else {
-                        if let check, !check(bytes, chunks.count) { throw NotCiphertext() }
                         if pack == nil {
                             pack = try POSIXFile.open(packTemp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
                         }
@@ -91,8 +93,9 @@ extension BackupRepository {
             try POSIXFile.sync(written, path: packTemp.path)
             let name = Array(packHasher.finalize()).hex
             try place(packTemp, as: name)
-            packs.append(name)
-            for i in chunks.indices where chunks[i].pack == newPack { chunks[i].pack = packs.count - 1 }
+            // The same bytes as a pack already referred to (its chunks, in order): one entry for it.
+            let index = packIndex[name] ?? { packs.append(name); return packs.count - 1 }()
+            for i in chunks.indices where chunks[i].pack == newPack { chunks[i].pack = index }
             added += packSize
         }
         let list = BackupChunkList(packs: packs, chunks: chunks).encoded()
@@ -104,7 +107,7 @@ extension BackupRepository {
     /// Stores `bytes` as an object (written aside, flushed, renamed): its name.
     func storeBytes(_ bytes: [UInt8]) throws -> String {
         let name = Array(SHA256.hash(data: bytes)).hex
-        if hasObject(name) { return name }
+        if POSIXFile.linkStatus(objectURL(name).path) != nil { return name }
         let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
         defer { unlink(temp.path) }
         try POSIXFile.writeAtomically(temp.path, bytes)
@@ -115,7 +118,8 @@ extension BackupRepository {
     /// Moves a flushed temporary file into place as object `name` (dropped when that exists).
     private func place(_ temp: URL, as name: String) throws {
         let final = objectURL(name)
-        if hasObject(name) { return }
+        // Here, not elsewhere: a remote repository's staging area keeps the lists it wrote.
+        if POSIXFile.linkStatus(final.path) != nil { return }
         try FileManager.default.createDirectory(at: final.deletingLastPathComponent(), withIntermediateDirectories: true)
         try POSIXFile.check("rename", final.path) { rename(temp.path, final.path) }
     }
@@ -141,6 +145,8 @@ extension BackupRepository {
             }
         }
         defer { try? input.close() }
+        var st = stat()
+        guard fstat(input.rawValue, &st) == 0, Int64(st.st_size) <= limit else { throw RestoreEngine.DamagedContent.wrongSize }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
@@ -169,6 +175,11 @@ extension BackupRepository {
             guard objects.contains(name) else { throw RestoreEngine.DamagedContent(issue: "its chunk list names a pack the backup does not list") }
             let pack: FileDescriptor
             if let open = packs[chunk.pack] { pack = open } else {
+                // A few packs open at a time: a file many backups changed can name thousands.
+                if packs.count >= 16 {
+                    for fd in packs.values { try? fd.close() }
+                    packs.removeAll()
+                }
                 do { pack = try POSIXFile.openRegularFile(objectURL(name).path) } catch let error as FileSystemError {
                     switch error.errno {
                     case .noSuchFileOrDirectory: throw RestoreEngine.DamagedContent.missing

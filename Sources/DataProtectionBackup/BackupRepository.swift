@@ -18,6 +18,10 @@ public struct BackupRepository: Sendable {
     /// In each backup: the SHA-256 of every object it uses, one per line (for `verify`).
     static let objectListName = "objects.list"
 
+    /// Objects the repository holds that are not in this directory: a remote repository's,
+    /// whose staging area this is (``RemoteRepository``). They count as present.
+    var objectsElsewhere: Set<String> = []
+
     public init(url: URL) { self.url = url.standardizedFileURL }
 
     var objects: URL { url.appendingPathComponent("objects") }
@@ -92,7 +96,7 @@ public struct BackupRepository: Sendable {
         objects.appendingPathComponent(String(sha256.prefix(2))).appendingPathComponent(sha256)
     }
 
-    func hasObject(_ sha256: String) -> Bool { POSIXFile.linkStatus(objectURL(sha256).path) != nil }
+    func hasObject(_ sha256: String) -> Bool { objectsElsewhere.contains(sha256) || POSIXFile.linkStatus(objectURL(sha256).path) != nil }
 
     /// Opens an object for reading: a regular file, never a link, a FIFO or a device.
     func openObject(_ sha256: String) throws -> FileDescriptor {
@@ -124,10 +128,11 @@ public struct BackupRepository: Sendable {
 
     /// Copies `source` into the object store while hashing it; returns its SHA-256 and size.
     /// Nothing is copied when an object with that hash already exists.
-    func store(_ source: String) throws -> (sha256: String, size: Int64) {
+    func store(_ source: String, requireProtected: Bool = false) throws -> (sha256: String, size: Int64) {
         // Never a link, a FIFO or a device, whatever the walk saw there earlier.
         let input = try POSIXFile.openRegularFile(source)
         defer { try? input.close() }
+        if requireProtected { try Self.requireProtectedFile(input, source) }
         let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
         let output = try POSIXFile.open(temp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
         let sha: String, size: Int64
@@ -147,6 +152,13 @@ public struct BackupRepository: Sendable {
             try POSIXFile.check("rename", final.path) { rename(temp.path, final.path) }
         }
         return (sha, size)
+    }
+
+    /// Stored as it is only while it is still a protected file: one replaced by a plain file since
+    /// it was looked at is "changed during the backup" (never its plaintext stored raw).
+    static func requireProtectedFile(_ fd: FileDescriptor, _ path: String) throws {
+        let prefix = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
+        guard ProtectedFileHeader.looksProtected(prefix) else { throw FileSystemError("open", path: path, errno: .invalidArgument) }
     }
 
     /// Seals a plain file into a class-B protected object of `files`' device (possible while

@@ -20,6 +20,8 @@ public struct BackupVerification: Sendable, Equatable, Codable {
         case missing
         case notARegularFile = "not a regular file"
         case altered
+        /// A chunk list (FORMAT.md §5.2) that does not parse, or names a pack the backup does not list.
+        case malformed
     }
 
     /// One damaged object and the files of the backup whose content it holds.

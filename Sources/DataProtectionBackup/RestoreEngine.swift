@@ -210,23 +210,27 @@ public struct RestoreEngine: Sendable {
             problems.append(.init(object: sha, issue: issue, files: []))
         }
         var filesNamed = true
-        if !problems.isEmpty {
-            do {
-                var users: [String: [String]] = [:]
-                for entry in try await manifest(of: authenticated, files: files).entries() {
-                    guard let sha = entry.sha256 else { continue }
-                    users[sha, default: []].append(entry.path)
-                    // A chunked file restores from its packs too (when its list is intact).
-                    if entry.chunked, let list = try? repository.chunkList(sha, size: entry.size) {
-                        for pack in list.packs { users[pack, default: []].append(entry.path) }
-                    }
+        let listed = Set(authenticated.objects)
+        let damaged = Set(problems.map(\.object))
+        do {
+            var users: [String: [String]] = [:]
+            for entry in try await manifest(of: authenticated, files: files).entries() {
+                guard let sha = entry.sha256 else { continue }
+                users[sha, default: []].append(entry.path)
+                // A chunked file restores from its packs too: its list must parse and name only
+                // packs the backup lists (an intact list that does not is named as malformed).
+                guard entry.chunked, !damaged.contains(sha) else { continue }
+                guard let list = try? repository.chunkList(sha, size: entry.size), list.packs.allSatisfy(listed.contains) else {
+                    if !problems.contains(where: { $0.object == sha }) { problems.append(.init(object: sha, issue: .malformed, files: [])) }
+                    continue
                 }
-                for i in problems.indices { problems[i].files = users[problems[i].object] ?? [] }
-            } catch {
-                // Before the first unlock (class B unavailable), or the manifest cannot be read:
-                // the damage is still reported, by object.
-                filesNamed = false
+                for pack in list.packs { users[pack, default: []].append(entry.path) }
             }
+            for i in problems.indices { problems[i].files = users[problems[i].object] ?? [] }
+        } catch {
+            // Before the first unlock (class B unavailable), or the manifest cannot be read:
+            // the damage is still reported, by object.
+            filesNamed = problems.isEmpty
         }
         return BackupVerification(backup: authenticated.id, objectsChecked: authenticated.objects.count, filesNamed: filesNamed, problems: problems)
     }

@@ -108,6 +108,25 @@ import Testing
             .verify(files: bench.files, password: nil) >= 2)
     }
 
+    /// Segments longer than a chunk may be (format 1 allows 16 MiB) keep the file whole: it
+    /// restores, and verifies.
+    @Test func aFileOfSixteenMebibyteSegmentsIsStoredWhole() async throws {
+        let bench = try await BackupBench.make()
+        var files = bench.files
+        files.segmentSizeLog2 = 24
+        let url = bench.source.appendingPathComponent("video.bin")
+        let content = try #require(FileHandle(forReadingAtPath: "/dev/urandom")).readData(ofLength: (16 << 20) + 5000)
+        try await files.write(content, to: url, protection: .completeUntilFirstUserAuthentication)
+        let summary = try await BackupEngine(source: bench.source, repository: bench.repository, files: bench.files).run()
+        let backup = bench.repository.url.appendingPathComponent("backups/\(summary.backup)")
+        let entry = try #require(try await RestoreEngine(backup: backup).manifest(files: bench.files, password: nil).entries().first { $0.path == "video.bin" })
+        #expect(!entry.chunked)
+        #expect(try await RestoreEngine(backup: backup).verify(files: bench.files, password: nil) == 1)
+        let restored = bench.base.appendingPathComponent("restored")
+        _ = try await RestoreEngine(backup: backup).restore(to: restored, files: bench.files, password: nil)
+        #expect(try await bench.files.contents(of: restored.appendingPathComponent("video.bin")) == content)
+    }
+
     /// A backup whose manifest is in format 3 — as every release before chunks wrote it — still
     /// restores: the reader takes formats 2, 3 and 4.
     @Test func aFormatThreeBackupStillRestores() async throws {
