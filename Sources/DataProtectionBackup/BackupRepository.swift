@@ -27,6 +27,11 @@ public struct BackupRepository: Sendable {
     var objects: URL { url.appendingPathComponent("objects") }
     var backups: URL { url.appendingPathComponent("backups") }
 
+    /// The directory of the backup `id` (`REPOSITORY/backups/ID`), finished or not.
+    public func backupURL(id: String, incomplete: Bool = false) -> URL {
+        backups.appendingPathComponent(incomplete ? id + Self.incompleteSuffix : id)
+    }
+
     /// Refuses a destination that exists and is neither empty nor a repository: a repository is
     /// never made among someone's files (nothing is written then).
     public func requireUsableAsDestination() throws {

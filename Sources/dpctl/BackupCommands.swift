@@ -175,12 +175,17 @@ struct Backup: AsyncParsableCommand {
         // Ctrl-C stops it between two files (or two MiB): it says how far it got, and the next run resumes.
         let (log, json, dryRun) = (self.log, self.json, self.dryRun)
         let summary: BackupSummary
+        // A remote repository: the backup is made into this device's staging area, then sent.
+        let remote = RemoteLocation.isRemote(destination) ? try remoteRepository(destination, layout: keybag.layout).0 : nil
         do {
             summary = try await runInterruptibly {
-                try await configured.run(log: { line in
+                let printLog: (String) -> Void = { line in
                     guard log || dryRun else { return }
                     json ? printError(line) : printOut(line)
-                }, progress: { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) })
+                }
+                let progress: (BackupProgress) -> Void = { bar.update(done: $0.items, total: $0.totalItems, bytes: $0.bytes, totalBytes: $0.totalBytes) }
+                if let remote { return try await remote.backUp(with: configured, log: printLog, progress: progress) }
+                return try await configured.run(log: printLog, progress: progress)
             }
         } catch {
             bar.finish()
@@ -231,7 +236,8 @@ struct Restore: AsyncParsableCommand {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1)
         let password = try passwordFile.map(readPasscode)
-        let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
+        let (backup, remote) = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
+        defer { remote?.discardFetchedObjects() }
         // A failed restore leaves nothing behind: asking for the passcode and trying again is
         // safe. Its log is printed once, for the attempt that restored.
         let logged = Mutex<[String]>([])
@@ -290,11 +296,12 @@ struct Verify: AsyncParsableCommand {
         let password = try passwordFile.map(readPasscode)
         let result: BackupVerification
         do {
-            let backup = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
+            let (backup, remote) = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
+            defer { remote?.discardFetchedObjects() }
             result = try await RestoreEngine(backup: backup).verification(files: files, password: password)
         } catch where json {
             // A forged, incomplete or missing backup: scripts still get a JSON answer.
-            printJSON(VerificationFailure(backup: self.backup, authentic: false, error: LosslessPath.display(String(describing: error))))
+            printJSON(VerificationFailure(backup: self.backup, authentic: false, error: LosslessPath.display(DisplayedPaths.apply(String(describing: error)))))
             throw error
         }
         if json {
@@ -335,15 +342,24 @@ struct Backups: AsyncParsableCommand {
     func validate() throws { try requirePaths(repository) }
 
     func run() async throws {
-        let url = URL(fileURLWithPath: repository)
-        guard BackupRepository.isRepository(url) else {
-            throw CLIError("\(repository) is not a backup repository (it has no backups/ and objects/)")
+        var listings: [BackupListing]
+        device.bootstrapLogging()
+        if RemoteLocation.isRemote(repository) {
+            // Fetched into this device's mirror (small files only), listed with the remote's paths.
+            let keybag = try await Keybag.open(root: try device.resolvedRoot)
+            let (remote, _) = try remoteRepository(repository, layout: keybag.layout)
+            listings = try remote.fetchForReading().listBackups()
+            for i in listings.indices { listings[i].path = remote.remotePath(of: listings[i].path) }
+        } else {
+            let url = URL(fileURLWithPath: repository)
+            guard BackupRepository.isRepository(url) else {
+                throw CLIError("\(repository) is not a backup repository (it has no backups/ and objects/)")
+            }
+            listings = BackupRepository(url: url).listBackups()
         }
-        let listings = BackupRepository(url: url).listBackups()
         if json { return printJSON(listings) }
         guard !listings.isEmpty else { printOut("no backups in \(repository)"); return }
         // Only to say "this device": opened as it is, never unlocked (no attempt is counted).
-        device.bootstrapLogging()
         let thisDevice = try? await Keybag.open(root: try device.resolvedRoot).id
         let formatter = ISO8601DateFormatter()
         var rows = [["ID", "CREATED (UTC)", "OBJECTS", "ELSEWHERE", "DEVICE", "STATE"]]
@@ -360,13 +376,17 @@ struct Backups: AsyncParsableCommand {
 
 /// The backup a command was given: the backup itself, or a repository's latest one that
 /// authenticates (a newer one that does not is named on standard error and passed over).
-func resolveBackup(_ path: String, files: ProtectedFileManager, password: String?, quiet: Bool) async throws -> URL {
+func resolveBackup(_ path: String, files: ProtectedFileManager, password: String?, quiet: Bool) async throws -> (URL, RemoteRepository?) {
+    if RemoteLocation.isRemote(path) {
+        let (backup, remote) = try await fetchRemoteBackup(path, files: files, password: password, quiet: quiet)
+        return (backup, remote)
+    }
     let url = URL(fileURLWithPath: path)
     guard POSIXFile.status(url.path) != nil else { throw ProtectedFileError.noSuchFile(path: url.path) }
-    guard BackupRepository.isRepository(url) else { return url }
+    guard BackupRepository.isRepository(url) else { return (url, nil) }
     let latest = try await BackupRepository(url: url).latestAuthenticBackup(files: files, password: password) { skipped, why in
         printError("dpctl: warning: passing over \(LosslessPath.display(skipped.lastPathComponent)): \(LosslessPath.display(String(describing: why)))")
     }
     if !quiet { printError("dpctl: using the latest backup, \(LosslessPath.display(latest.lastPathComponent))") }
-    return latest
+    return (latest, nil)
 }

@@ -217,6 +217,7 @@ enum ExitStatus: Int32, CaseIterable {
         case KeybagError.emptyPasscode, KeybagError.passcodeTooShort: self = .usage   // a new passcode the rule refuses
         case let error as CLIError: self = error.status
         case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
+        case BackupError.badRemote: self = .usage   // a remote location that does not parse
         case BackupError.interrupted, BackupError.restoreInterrupted, ProtectedFileError.interrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
         default: self = .failure
         }
@@ -228,7 +229,7 @@ enum ExitStatus: Int32, CaseIterable {
 func report(_ error: any Error) -> ExitStatus {
     let status = ExitStatus(for: error)
     // One line, names shown as `\xE9` where their bytes are not UTF-8.
-    var line = LosslessPath.display(describe(error).replacingOccurrences(of: "\n", with: " "))
+    var line = LosslessPath.display(DisplayedPaths.apply(describe(error)).replacingOccurrences(of: "\n", with: " "))
     if let hint = commandHint(for: error, status: status) { line += " (\(hint))" }
     FileHandle.standardError.write(Data("dpctl: \(line)\n".utf8))
     return status

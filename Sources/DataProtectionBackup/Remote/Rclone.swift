@@ -54,13 +54,20 @@ struct Rclone: Sendable {
         process.waitUntilExit()
         guard process.terminationReason == .exit, process.terminationStatus == 0 else {
             let lines = String(decoding: (try? Data(contentsOf: err)) ?? Data(), as: UTF8.self).split(separator: "\n")
-            let last = lines.last.map { line in
-                // "2026/11/26 11:46:04 ERROR : x: message": the message.
-                line.range(of: " ERROR : ").map { String(line[$0.upperBound...]) } ?? String(line)
-            } ?? "rclone ended with status \(process.terminationStatus)"
+            let last = lines.last.map(Self.message) ?? "rclone ended with status \(process.terminationStatus)"
             throw Failure(status: process.terminationReason == .exit ? process.terminationStatus : -1, message: last)
         }
         return (try? Data(contentsOf: out)) ?? Data()
+    }
+
+    /// A line of rclone's log without its date and level: "2026/11/26 11:46:04 ERROR : x: why" → "x: why".
+    static func message(_ line: Substring) -> String {
+        var text = line
+        let stamp = text.prefix(20)
+        if stamp.count == 20, stamp.dropFirst(4).first == "/", stamp.dropFirst(10).first == " ", stamp.last == " " { text = text.dropFirst(20) }
+        for level in ["ERROR : ", "NOTICE: ", "CRITICAL: "] where text.hasPrefix(level) { text = text.dropFirst(level.count) }
+        if text.hasPrefix(": ") { text = text.dropFirst(2) }
+        return String(text)
     }
 
     /// The regular files under `relative` (recursively; paths relative to it) and their sizes;
@@ -101,8 +108,13 @@ struct Rclone: Sendable {
 
     /// Downloads the files of `relative` into the local directory `local` (those of `files` only,
     /// when given; files the remote lacks are skipped).
-    func download(_ relative: String, to local: URL, files: [String]? = nil) throws {
+    func download(_ relative: String, to local: URL, files: [String]? = nil, absentIsEmpty: Bool = false) throws {
         try withFileList(files) { list in
+            if absentIsEmpty {
+                do { try run(["copy", location.appending(relative), local.path] + (list.map { ["--files-from-raw", $0.path] } ?? [])) } catch let failure as Failure
+                    where failure.status == Self.directoryNotFound {}
+                return
+            }
             try run(["copy", location.appending(relative), local.path] + (list.map { ["--files-from-raw", $0.path] } ?? []))
         }
     }

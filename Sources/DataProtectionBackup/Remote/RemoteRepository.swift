@@ -58,6 +58,12 @@ public struct RemoteRepository: Sendable {
     ///   ``BackupError/repositoryBusy(path:holder:)`` when another writer holds a lock.
     public func backUp(with engine: BackupEngine, log: (String) -> Void = { _ in },
                        progress: (BackupProgress) -> Void = { _ in }) async throws -> BackupSummary {
+        if engine.dryRun {
+            // Walk and log only: nothing is locked, listed or sent.
+            var engine = engine
+            engine.repository = staging
+            return try await engine.run(log: log, progress: progress)
+        }
         let lock = try acquireLock(for: "backup")
         defer { releaseLock(lock) }
         try sendStaged(log: log)
@@ -70,7 +76,7 @@ public struct RemoteRepository: Sendable {
         var engine = engine
         engine.repository = staging
         let summary = try await engine.run(log: log, progress: progress)
-        if !engine.dryRun { try sendStaged(log: log) }
+        try sendStaged(log: log)
         return summary
     }
 
@@ -120,7 +126,7 @@ public struct RemoteRepository: Sendable {
         try? FileManager.default.removeItem(at: mirror.backups)
         try FileManager.default.createDirectory(at: mirror.objects, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: mirror.backups, withIntermediateDirectories: true)
-        do { try rclone.download("backups", to: mirror.backups) } catch let failure as Rclone.Failure {
+        do { try rclone.download("backups", to: mirror.backups, absentIsEmpty: true) } catch let failure as Rclone.Failure {
             throw failed(failure, "reading the repository's backups")
         }
         for name in try POSIXFile.directoryEntries(mirror.backups.path) where !name.hasPrefix(".") && !name.hasSuffix(BackupRepository.incompleteSuffix) {

@@ -1,0 +1,268 @@
+import DataProtectionTestSupport
+import Foundation
+import Testing
+
+/// A real server on loopback, run for one test and stopped with it. Spawned and reaped here
+/// (`posix_spawn`, `waitpid`), not through Foundation's `Process`, whose reaping of a child that
+/// runs for the whole test held up the reaping of the commands run meanwhile.
+final class LoopbackServer: @unchecked Sendable {
+    let pid: pid_t
+    let port: Int
+    private var reaped = false
+
+    /// Starts `executable ARGUMENTS` and reads its standard error until a line matches `ready`
+    /// (its first capture group is the port, when `port` is nil): no waiting on the clock.
+    init(_ executable: String, _ arguments: [String], port: Int? = nil, ready: String) throws {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw ServerFailed(output: "pipe failed") }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 2)
+        posix_spawn_file_actions_addclose(&actions, fds[0])
+        posix_spawn_file_actions_addclose(&actions, fds[1])
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var child: pid_t = 0
+        let spawned = posix_spawn(&child, executable, &actions, nil, argv, environ)
+        close(fds[1])
+        guard spawned == 0 else {
+            close(fds[0])
+            throw ServerFailed(output: "posix_spawn \(executable): \(String(cString: strerror(spawned)))")
+        }
+        pid = child
+        let errors = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
+        let pattern = try NSRegularExpression(pattern: ready)
+        var seen = ""
+        var found: Int?
+        while found == nil {
+            let chunk = errors.availableData
+            guard !chunk.isEmpty else { break }
+            seen += String(decoding: chunk, as: UTF8.self)
+            if let match = pattern.firstMatch(in: seen, range: NSRange(seen.startIndex..., in: seen)) {
+                found = port ?? (match.numberOfRanges > 1 ? Range(match.range(at: 1), in: seen).flatMap { Int(seen[$0]) } : nil)
+            }
+        }
+        guard let found else {
+            Glibc.kill(child, SIGKILL)
+            var status: Int32 = 0
+            waitpid(child, &status, 0)
+            throw ServerFailed(output: seen)
+        }
+        self.port = found
+        // The rest of its log is read and dropped, so it never blocks on a full pipe.
+        Thread.detachNewThread { while !errors.availableData.isEmpty {} }
+    }
+
+    struct ServerFailed: Error { var output: String }
+
+    /// Kills the server (a cut connection, as far as its clients can tell) and reaps it.
+    func kill() {
+        guard !reaped else { return }
+        reaped = true
+        Glibc.kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+    }
+
+    deinit { kill() }
+
+    /// rclone's WebDAV server over `directory`, on a port the kernel picks.
+    static func webDAV(serving directory: String) throws -> LoopbackServer {
+        try LoopbackServer("/usr/bin/rclone", ["serve", "webdav", directory, "--addr", "127.0.0.1:0", "--dir-cache-time", "0s"],
+                           ready: #"WebDav Server started on \[?http://127\.0\.0\.1:(\d+)/"#)
+    }
+
+    /// A free port on loopback (the kernel's pick, released for the server to take).
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// Backups to repositories off the device (issue 34): through rclone to a WebDAV server and to an
+/// SFTP server (OpenSSH's sshd and sftp-server), both real and on loopback. Only ciphertext and
+/// authenticated records reach them; a cut connection leaves nothing that lists as complete, and
+/// the next run sends what waited.
+@Suite(.serialized) struct RemoteBackupTests {
+    static let marker = "REMOTE-PLAINTEXT-MARKER-"
+
+    /// A device and a tree: a plain text file, a big plain file, a big protected file (chunked).
+    static func tree(_ cli: CLI) throws -> (passcode: String, source: String) {
+        let passcode = cli.file("passcode")
+        try Data("123456\n".utf8).write(to: URL(fileURLWithPath: passcode))
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source + "/docs", withIntermediateDirectories: true)
+        try Data((marker + "notes").utf8).write(to: URL(fileURLWithPath: source + "/docs/notes.txt"))
+        let big = Data(String(repeating: marker, count: 100_000).utf8)
+        try big.write(to: URL(fileURLWithPath: source + "/big.txt"))
+        let written = try cli.run(["write", source + "/journal.bin", "--class", "C", "--passcode-file", passcode], input: big)
+        #expect(written.status == 0, "\(written.stderr)")
+        return (passcode, source)
+    }
+
+    /// No file the server holds contains a byte string of the plaintext.
+    static func holdsNoPlaintext(_ directory: String) -> Bool {
+        let walker = FileManager.default.enumerator(atPath: directory)
+        while let name = walker?.nextObject() as? String {
+            if let bytes = FileManager.default.contents(atPath: directory + "/" + name), bytes.range(of: Data(marker.utf8)) != nil { return false }
+        }
+        return true
+    }
+
+    @Test func aBackupToAWebDAVServerRestoresAndACutConnectionIsResumed() throws {
+        let cli = CLI.make()
+        let (passcode, source) = try Self.tree(cli)
+        let served = cli.file("served")
+        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
+        var server = try LoopbackServer.webDAV(serving: served)
+        func remote(_ port: Int) -> [String: String] {
+            ["RCLONE_CONFIG_DAV_TYPE": "webdav", "RCLONE_CONFIG_DAV_URL": "http://127.0.0.1:\(port)/"]
+        }
+        var env = remote(server.port)
+        let repo = "rclone:dav:repo"
+
+        let first = try cli.run(["backup", source, repo, "--json"], environment: env)
+        #expect(first.status == 0, "\(first.stderr)")
+        let listed = try cli.run(["backups", repo], environment: env)
+        #expect(listed.status == 0 && listed.out.contains("complete") && !listed.out.contains("incomplete"), "\(listed.out)\(listed.stderr)")
+        #expect(try cli.run(["verify", repo], environment: env).status == 0)
+        let restored = try cli.run(["restore", repo, cli.file("out-1"), "--passcode-file", passcode], environment: env)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(FileManager.default.contentsEqual(atPath: source + "/big.txt", andPath: cli.file("out-1/big.txt")))
+        #expect(FileManager.default.contentsEqual(atPath: source + "/docs/notes.txt", andPath: cli.file("out-1/docs/notes.txt")))
+        #expect(Self.holdsNoPlaintext(served))
+        // No lock is left behind by a finished run.
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: served + "/repo/locks")) ?? []).isEmpty)
+
+        // The connection is cut while a backup runs: it is held writing its log into a pipe
+        // nobody reads (after taking the lock and listing the objects), the server is killed, the
+        // pipe drained. The backup fails and says so; nothing new lists as complete.
+        try Data("changed".utf8).write(to: URL(fileURLWithPath: source + "/docs/notes.txt"))
+        for n in 0..<400 { try Data("\(n)".utf8).write(to: URL(fileURLWithPath: source + "/docs/\(n)-" + String(repeating: "x", count: 120))) }
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", cli.root, "backup", source, repo, "--log"]
+        process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        let stdout = Pipe(), stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        let deadline = ContinuousClock.now + .seconds(120)
+        func blockedOnThePipe() -> Bool {
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return threads.contains { (try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/wchan", encoding: .utf8))?.hasSuffix("pipe_write") == true }
+        }
+        while !blockedOnThePipe(), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(blockedOnThePipe())
+        server.kill()
+        let errors = PipeReader(stderr.fileHandleForReading)
+        _ = stdout.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let message = String(decoding: errors.result(), as: UTF8.self)
+        #expect(process.terminationStatus == 1, "\(message)")
+        #expect(message.contains(repo) && message.contains("sending the backup failed"), "\(message)")
+
+        // The server comes back (elsewhere): only the first backup lists, and it is complete.
+        server = try LoopbackServer.webDAV(serving: served)
+        env = remote(server.port)
+        let between = try cli.run(["backups", repo, "--json"], environment: env)
+        let entries = try #require(try JSONSerialization.jsonObject(with: between.stdout) as? [[String: Any]])
+        #expect(entries.count == 1 && entries[0]["isComplete"] as? Bool == true, "\(between.out)")
+        // The killed run's lock (its process is gone) does not hold the next one back; the
+        // backup that waited on this device is sent, then the new one.
+        let resumed = try cli.run(["backup", source, repo, "--log"], environment: env)
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(resumed.out.components(separatedBy: "Sent: backup").count == 3, "\(resumed.out)")
+        let after = try cli.run(["backups", repo, "--json"], environment: env)
+        let all = try #require(try JSONSerialization.jsonObject(with: after.stdout) as? [[String: Any]])
+        #expect(all.count == 3 && all.allSatisfy { $0["isComplete"] as? Bool == true }, "\(after.out)")
+        #expect((all.last?["path"] as? String)?.hasPrefix(repo + "/backups/") == true, "\(after.out)")
+        #expect(try cli.run(["verify", repo], environment: env).status == 0)
+        let latest = try cli.run(["restore", repo, cli.file("out-2"), "--passcode-file", passcode], environment: env)
+        #expect(latest.status == 0, "\(latest.stderr)")
+        #expect(try String(contentsOfFile: cli.file("out-2/docs/notes.txt"), encoding: .utf8) == "changed")
+        #expect(Self.holdsNoPlaintext(served))
+
+        // A backup whose authentication record never arrived (a process killed while sending)
+        // lists as incomplete and is never restored.
+        let newest = try #require(all.last?["id"] as? String)
+        try FileManager.default.removeItem(atPath: served + "/repo/backups/\(newest)/authentication")
+        let cut = try cli.run(["backups", repo], environment: env)
+        #expect(cut.out.split(separator: "\n").contains { $0.hasPrefix(newest) && $0.contains("incomplete") }, "\(cut.out)")
+        let named = try cli.run(["restore", repo + "/backups/" + newest, cli.file("out-3"), "--passcode-file", passcode], environment: env)
+        #expect(named.status != 0 && named.stderr.contains("incomplete"), "\(named.stderr)")
+
+        // A writer's fresh lock makes a backup busy (75), naming it.
+        try FileManager.default.createDirectory(atPath: served + "/repo/locks", withIntermediateDirectories: true)
+        let lock = #"{"host":"elsewhere","pid":4242,"purpose":"prune","refreshed":"\#(ISO8601DateFormatter().string(from: Date()))"}"#
+        try Data(lock.utf8).write(to: URL(fileURLWithPath: served + "/repo/locks/other"))
+        let busy = try cli.run(["backup", source, repo], environment: env)
+        #expect(busy.status == 75 && busy.stderr.contains("prune by pid 4242 on elsewhere"), "\(busy.stderr)")
+    }
+
+    @Test func aBackupToAnSFTPServerRestores() throws {
+        let cli = CLI.make()
+        let (passcode, source) = try Self.tree(cli)
+        // sshd on loopback with its own host key, taking one key for root; sftp-server behind it.
+        let keys = cli.file("ssh")
+        try FileManager.default.createDirectory(atPath: keys, withIntermediateDirectories: true)
+        for name in ["host", "user"] {
+            #expect(try ChildProcess.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", "\(keys)/\(name)"]).status == 0)
+        }
+        try FileManager.default.copyItem(atPath: "\(keys)/user.pub", toPath: "\(keys)/authorized_keys")
+        try FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
+        let port = try LoopbackServer.freePort()
+        let config = """
+            Port \(port)
+            ListenAddress 127.0.0.1
+            HostKey \(keys)/host
+            PidFile none
+            AuthorizedKeysFile \(keys)/authorized_keys
+            StrictModes no
+            PermitRootLogin prohibit-password
+            PasswordAuthentication no
+            KbdInteractiveAuthentication no
+            UsePAM no
+            Subsystem sftp /usr/lib/openssh/sftp-server
+
+            """
+        try Data(config.utf8).write(to: URL(fileURLWithPath: "\(keys)/sshd_config"))
+        let server = try LoopbackServer("/usr/sbin/sshd", ["-D", "-e", "-f", "\(keys)/sshd_config"], port: port,
+                                        ready: "Server listening on 127\\.0\\.0\\.1 port \(port)")
+        let hostKey = try String(contentsOfFile: "\(keys)/host.pub", encoding: .utf8).split(separator: " ").prefix(2).joined(separator: " ")
+        try Data("[127.0.0.1]:\(port) \(hostKey)\n".utf8).write(to: URL(fileURLWithPath: "\(keys)/known_hosts"))
+        let env = ["RCLONE_SFTP_KNOWN_HOSTS_FILE": "\(keys)/known_hosts", "RCLONE_SFTP_KEY_FILE": "\(keys)/user", "SSH_AUTH_SOCK": ""]
+        let served = cli.file("sftp-root")
+        let repo = "sftp://root@127.0.0.1:\(port)\(served)/repo"
+
+        let backup = try cli.run(["backup", source, repo], environment: env)
+        #expect(backup.status == 0, "\(backup.stderr)")
+        #expect(try cli.run(["verify", repo], environment: env).status == 0)
+        let restored = try cli.run(["restore", repo, cli.file("out"), "--passcode-file", passcode], environment: env)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(FileManager.default.contentsEqual(atPath: source + "/big.txt", andPath: cli.file("out/big.txt")))
+        let journal = try cli.run(["cat", cli.file("out/journal.bin"), "--passcode-file", passcode])
+        #expect(journal.stdout == FileManager.default.contents(atPath: source + "/big.txt"))
+        #expect(Self.holdsNoPlaintext(served))
+
+        // A server whose key is not the recorded one is refused: never trusted on first use.
+        try Data("[127.0.0.1]:\(port) ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdB\n".utf8)
+            .write(to: URL(fileURLWithPath: "\(keys)/known_hosts"))
+        let impostor = try cli.run(["backups", repo], environment: env)
+        #expect(impostor.status != 0, "\(impostor.out)")
+        server.kill()
+    }
+}
