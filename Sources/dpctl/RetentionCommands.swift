@@ -53,10 +53,15 @@ struct Forget: AsyncParsableCommand {
             try requireOneStandardInput(unlock.passcodeFile, passwordFile)
             let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
             let password = try passwordFile.map(readPasscode)
+            let remote = RemoteLocation.isRemote(self.repository) ? try remoteRepository(self.repository, layout: files.keybag.layout).0 : nil
             // Each backup's directory is in its sealed manifest: class B, the device unlocked once.
             report = try await PasscodePrompt.retrying(files.keybag) {
-                try await repository.forget(policy: policy, files: files, password: password, dryRun: dryRun)
+                if let remote { return try await remote.forget(policy: policy, files: files, password: password, dryRun: dryRun) }
+                return try await repository.forget(policy: policy, files: files, password: password, dryRun: dryRun)
             }
+        } else if RemoteLocation.isRemote(self.repository) {
+            let keybag = try await device.openDevice(passcodeFile: nil)
+            report = try remoteRepository(self.repository, layout: keybag.layout).0.forget(ids: ids, dryRun: dryRun)
         } else {
             report = try repository.forget(ids: ids, dryRun: dryRun)
         }
@@ -98,7 +103,13 @@ struct Prune: AsyncParsableCommand {
     func validate() throws { try requirePaths(repository) }
 
     func run() async throws {
-        let report = try BackupRepository(url: URL(fileURLWithPath: repository)).prune(dryRun: dryRun)
+        let report: PruneReport
+        if RemoteLocation.isRemote(repository) {
+            let keybag = try await device.openDevice(passcodeFile: nil)
+            report = try remoteRepository(repository, layout: keybag.layout).0.prune(dryRun: dryRun)
+        } else {
+            report = try BackupRepository(url: URL(fileURLWithPath: repository)).prune(dryRun: dryRun)
+        }
         if json { return printJSON(report) }
         let verb = dryRun ? "would remove" : "removed"
         printOut("\(verb) \(counted(report.objectsRemoved, "object")) (\(humanSize(report.bytesRemoved))) no backup uses"

@@ -211,6 +211,26 @@ final class LoopbackServer: @unchecked Sendable {
         try Data(lock.utf8).write(to: URL(fileURLWithPath: served + "/repo/locks/other"))
         let busy = try cli.run(["backup", source, repo], environment: env)
         #expect(busy.status == 75 && busy.stderr.contains("prune by pid 4242 on elsewhere"), "\(busy.stderr)")
+
+        // forget and prune, remotely: the oldest backup goes, then what no backup uses, and the
+        // backup whose record never arrived; the one kept still verifies and restores.
+        try FileManager.default.removeItem(atPath: served + "/repo/locks/other")
+        let objectsBefore = FileManager.default.enumerator(atPath: served + "/repo/objects")?.allObjects.count ?? 0
+        let forgot = try cli.run(["forget", repo, "--keep-last", "1", "--passcode-file", passcode, "--json"], environment: env)
+        #expect(forgot.status == 0, "\(forgot.stderr)")
+        let forgetReport = try #require(try JSONSerialization.jsonObject(with: forgot.stdout) as? [String: Any])
+        #expect((forgetReport["removed"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == [all[0]["id"] as? String].compactMap { $0 }, "\(forgot.out)")
+        let pruned = try cli.run(["prune", repo, "--json"], environment: env)
+        #expect(pruned.status == 0, "\(pruned.stderr)")
+        let pruneReport = try #require(try JSONSerialization.jsonObject(with: pruned.stdout) as? [String: Any])
+        #expect((pruneReport["objectsRemoved"] as? Int ?? 0) > 0 && (pruneReport["incompleteBackupsRemoved"] as? [String])?.count == 1, "\(pruned.out)")
+        #expect((FileManager.default.enumerator(atPath: served + "/repo/objects")?.allObjects.count ?? 0) < objectsBefore)
+        let remaining = try #require(try JSONSerialization.jsonObject(with: try cli.run(["backups", repo, "--json"], environment: env).stdout) as? [[String: Any]])
+        #expect(remaining.count == 1 && remaining[0]["id"] as? String == all[1]["id"] as? String)
+        #expect(try cli.run(["verify", repo], environment: env).status == 0)
+        let kept = try cli.run(["restore", repo, cli.file("out-4"), "--passcode-file", passcode], environment: env)
+        #expect(kept.status == 0 && (try? String(contentsOfFile: cli.file("out-4/docs/notes.txt"), encoding: .utf8)) == "changed", "\(kept.stderr)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: served + "/repo/locks")) ?? []).isEmpty)
     }
 
     @Test func aBackupToAnSFTPServerRestores() throws {

@@ -45,8 +45,13 @@ extension RemoteRepository {
         func busyHolder(except own: String?) throws -> String? {
             for name in try rclone.listFiles("locks").keys where name != own && !name.contains("/") {
                 guard let record = try? Self.decoder().decode(LockRecord.self, from: rclone.read("locks/" + name)) else { continue }
-                if Date().timeIntervalSince(record.refreshed) > Self.staleAfter { continue }
-                if record.host == ProcessInfo.processInfo.hostName, record.pid != getpid(), kill(record.pid, 0) != 0, errno == ESRCH { continue }
+                // A stale lock — not refreshed for 30 minutes, or its process gone from this
+                // host — holds nobody back, and is removed (as restic removes them).
+                let gone = record.host == ProcessInfo.processInfo.hostName && record.pid != getpid() && kill(record.pid, 0) != 0 && errno == ESRCH
+                if gone || Date().timeIntervalSince(record.refreshed) > Self.staleAfter {
+                    try? rclone.deleteFile("locks/" + name)
+                    continue
+                }
                 return "\(record.purpose) by pid \(record.pid) on \(record.host), lock \(name)"
             }
             return nil
