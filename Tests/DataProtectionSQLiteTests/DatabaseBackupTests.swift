@@ -129,6 +129,13 @@ import Testing
                                          to: source.appendingPathComponent("forged.db-dpkey"))
         // It passes the first test: a key file that opens, and a page 1 that authenticates under it.
         #expect(await DatabasePageCheck(forDatabaseAt: source.appendingPathComponent("forged.db"), keybag: device.keybag) != nil)
+        // SQLite's lock-byte page (the one holding offset 2^30, never written) passes when it is
+        // the hole of zeros a database over 1 GiB has there, and only then.
+        let check = try #require(await DatabasePageCheck(forDatabaseAt: genuine, keybag: device.keybag))
+        let lockBytePage = (1 << 30) / check.pageSize + 1
+        #expect([UInt8](repeating: 0, count: check.pageSize).withUnsafeBytes { check.authenticates($0, number: lockBytePage) })
+        #expect(![UInt8](repeating: 0x41, count: check.pageSize).withUnsafeBytes { check.authenticates($0, number: lockBytePage) })
+        #expect(![UInt8](repeating: 0, count: check.pageSize).withUnsafeBytes { check.authenticates($0, number: 2) })
         // The same plaintext with no key file beside it.
         try Data(forged).write(to: source.appendingPathComponent("plain.db"))
 
