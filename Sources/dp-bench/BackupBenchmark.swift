@@ -7,7 +7,8 @@ import SystemPackage
 struct BackupBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "Backups of many files and of big files vs tar and restic.",
+        abstract: "Backups of many files and big files vs restic.",
+        usage: "dp-bench backup [<options>]",
         discussion: """
             The backup engine on a tree of many files: a first backup and an unchanged re-run, \
             beside tar and restic on the same tree. Then a big class-managed database and a big \
