@@ -17,12 +17,14 @@ enum DisplayedPaths {
 
 /// A remote repository argument (`rclone:REMOTE:PATH[/backups/ID]`, `sftp:…`): the repository
 /// and, when one was named, the backup's ID.
-func remoteRepository(_ argument: String, layout: DataRootLayout) throws -> (RemoteRepository, id: String?) {
+func remoteRepository(_ argument: String, layout: DataRootLayout, namingABackup: Bool = false) throws -> (RemoteRepository, id: String?) {
     var repository = argument
     var id: String?
-    if let range = argument.range(of: "/backups/", options: .backwards) {
+    // Only `restore` and `verify` take REPOSITORY/backups/ID, and only an ID's shape is split
+    // off: a repository may itself live under a directory called `backups`.
+    if namingABackup, let range = argument.range(of: "/backups/", options: .backwards) {
         let tail = argument[range.upperBound...]
-        if !tail.isEmpty, !tail.contains("/") {
+        if RemoteRepository.isBackupID(tail) {
             id = String(tail)
             repository = String(argument[..<range.lowerBound])
         }
@@ -35,7 +37,7 @@ func remoteRepository(_ argument: String, layout: DataRootLayout) throws -> (Rem
 /// A remote backup fetched for reading: the mirror's backups and, for `restore` and `verify`,
 /// the objects of the one named (or of the latest that authenticates).
 func fetchRemoteBackup(_ argument: String, files: ProtectedFileManager, password: String?, quiet: Bool) async throws -> (URL, RemoteRepository) {
-    let (remote, id) = try remoteRepository(argument, layout: files.keybag.layout)
+    let (remote, id) = try remoteRepository(argument, layout: files.keybag.layout, namingABackup: true)
     let mirror = try remote.fetchForReading()
     let backup: URL
     if let id {

@@ -150,30 +150,7 @@ final class LoopbackServer: @unchecked Sendable {
         // pipe drained. The backup fails and says so; nothing new lists as complete.
         try Data("changed".utf8).write(to: URL(fileURLWithPath: source + "/docs/notes.txt"))
         for n in 0..<400 { try Data("\(n)".utf8).write(to: URL(fileURLWithPath: source + "/docs/\(n)-" + String(repeating: "x", count: 120))) }
-        let process = Process()
-        process.executableURL = CLI.executable
-        process.arguments = ["--root", cli.root, "backup", source, repo, "--log"]
-        process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
-        let stdout = Pipe(), stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let pid = process.processIdentifier
-        let deadline = ContinuousClock.now + .seconds(120)
-        func blockedOnThePipe() -> Bool {
-            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-            return threads.contains { (try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/wchan", encoding: .utf8))?.hasSuffix("pipe_write") == true }
-        }
-        while !blockedOnThePipe(), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
-        #expect(blockedOnThePipe())
-        server.kill()
-        let errors = PipeReader(stderr.fileHandleForReading)
-        _ = stdout.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let message = String(decoding: errors.result(), as: UTF8.self)
-        #expect(process.terminationStatus == 1, "\(message)")
-        #expect(message.contains(repo) && message.contains("sending the backup failed"), "\(message)")
+        try Self.backUpWhileTheServerDies(cli, source: source, repo: repo, environment: env, server: server)
 
         // The server comes back (elsewhere): only the first backup lists, and it is complete.
         server = try LoopbackServer.webDAV(serving: served)
@@ -231,6 +208,77 @@ final class LoopbackServer: @unchecked Sendable {
         let kept = try cli.run(["restore", repo, cli.file("out-4"), "--passcode-file", passcode], environment: env)
         #expect(kept.status == 0 && (try? String(contentsOfFile: cli.file("out-4/docs/notes.txt"), encoding: .utf8)) == "changed", "\(kept.stderr)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: served + "/repo/locks")) ?? []).isEmpty)
+    }
+
+    /// Runs a backup and kills the server while it runs: the backup is held writing its log into
+    /// a pipe nobody reads (after taking the lock and listing the objects), the server is killed,
+    /// the pipe drained. The backup must fail, saying so, with the backup staged on the device.
+    static func backUpWhileTheServerDies(_ cli: CLI, source: String, repo: String, environment: [String: String],
+                                         server: LoopbackServer) throws {
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", cli.root, "backup", source, repo, "--log"]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let stdout = Pipe(), stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        let deadline = ContinuousClock.now + .seconds(120)
+        func blockedOnThePipe() -> Bool {
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return threads.contains { (try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/wchan", encoding: .utf8))?.hasSuffix("pipe_write") == true }
+        }
+        while !blockedOnThePipe(), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(blockedOnThePipe())
+        server.kill()
+        let errors = PipeReader(stderr.fileHandleForReading)
+        _ = stdout.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let message = String(decoding: errors.result(), as: UTF8.self)
+        #expect(process.terminationStatus == 1, "\(message)")
+        #expect(message.contains(repo) && message.contains("sending the backup failed"), "\(message)")
+    }
+
+    @Test func aBackupThatWaitedIsNotSentWhenAnObjectItCountsOnWasPrunedMeanwhile() throws {
+        let cli = CLI.make()
+        let (passcode, source) = try Self.tree(cli)
+        let served = cli.file("served")
+        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
+        var server = try LoopbackServer.webDAV(serving: served)
+        let env = { (port: Int) in ["RCLONE_CONFIG_DAV_TYPE": "webdav", "RCLONE_CONFIG_DAV_URL": "http://127.0.0.1:\(port)/"] }
+        let repo = "rclone:dav:repo"
+        #expect(try cli.run(["backup", source, repo], environment: env(server.port)).status == 0)
+        for n in 0..<400 { try Data("\(n)".utf8).write(to: URL(fileURLWithPath: source + "/docs/\(n)-" + String(repeating: "x", count: 120))) }
+        try Self.backUpWhileTheServerDies(cli, source: source, repo: repo, environment: env(server.port), server: server)
+
+        // Meanwhile the objects the waiting backup found on the server, and so did not send,
+        // are pruned (as another device's forget and prune would).
+        var staged = Set<String>()
+        let walker = FileManager.default.enumerator(atPath: cli.root + "/backup-remote")
+        while let name = walker?.nextObject() as? String { staged.insert((name as NSString).lastPathComponent) }
+        let objects = served + "/repo/objects"
+        var pruned = 0
+        for directory in try FileManager.default.contentsOfDirectory(atPath: objects) {
+            for name in try FileManager.default.contentsOfDirectory(atPath: objects + "/" + directory) where !staged.contains(name) {
+                try FileManager.default.removeItem(atPath: objects + "/" + directory + "/" + name)
+                pruned += 1
+            }
+        }
+        #expect(pruned > 0)
+
+        // The waiting backup is not sent (its record would vouch for what is gone); the new one
+        // stores what is missing again, and restores whole.
+        server = try LoopbackServer.webDAV(serving: served)
+        let resumed = try cli.run(["backup", source, repo, "--log"], environment: env(server.port))
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(resumed.out.contains("Not sent: backup") && resumed.out.components(separatedBy: "Sent: backup").count == 2, "\(resumed.out)")
+        #expect(try cli.run(["verify", repo], environment: env(server.port)).status == 0)
+        let restored = try cli.run(["restore", repo, cli.file("out"), "--passcode-file", passcode], environment: env(server.port))
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(FileManager.default.contentsEqual(atPath: source + "/big.txt", andPath: cli.file("out/big.txt")))
+        #expect(FileManager.default.fileExists(atPath: cli.file("out/docs/399-" + String(repeating: "x", count: 120))))
     }
 
     @Test func aBackupToAnSFTPServerRestores() throws {

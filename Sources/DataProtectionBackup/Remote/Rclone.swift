@@ -8,7 +8,7 @@ struct Rclone: Sendable {
 
     /// Flags on every call: no notices on standard error, a few retries, and timeouts so that a
     /// dead server fails the call instead of stalling it.
-    static let commonFlags = ["-q", "--retries", "3", "--low-level-retries", "3", "--contimeout", "15s", "--timeout", "60s"]
+    static let commonFlags = ["-q", "--ask-password=false", "--retries", "3", "--low-level-retries", "3", "--contimeout", "15s", "--timeout", "60s"]
 
     /// rclone's exit status for "directory not found" and "file not found".
     static let directoryNotFound: Int32 = 3
@@ -17,7 +17,9 @@ struct Rclone: Sendable {
     init(location: RemoteLocation) throws {
         self.location = location
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        guard let found = path.split(separator: ":").map({ $0 + "/rclone" }).first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+        // Absolute PATH entries only: never `./rclone` from wherever the command runs.
+        guard let found = path.split(separator: ":").filter({ $0.hasPrefix("/") }).map({ $0 + "/rclone" })
+            .first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw BackupError.toolMissing("rclone", package: "rclone")
         }
         executable = found
@@ -47,6 +49,8 @@ struct Rclone: Sendable {
         let stdin = Pipe()
         process.standardInput = input == nil ? FileHandle.nullDevice : stdin
         try process.run()
+        // rclone ending before it read its input must not end this process.
+        signal(SIGPIPE, SIG_IGN)
         if let input {
             try stdin.fileHandleForWriting.write(contentsOf: Data(input))
             try stdin.fileHandleForWriting.close()
@@ -108,11 +112,12 @@ struct Rclone: Sendable {
 
     /// Downloads the files of `relative` into the local directory `local` (those of `files` only,
     /// when given; files the remote lacks are skipped).
-    func download(_ relative: String, to local: URL, files: [String]? = nil, absentIsEmpty: Bool = false) throws {
+    func download(_ relative: String, to local: URL, files: [String]? = nil, include: [String] = [], absentIsEmpty: Bool = false) throws {
         try withFileList(files) { list in
-            if absentIsEmpty {
-                do { try run(["copy", location.appending(relative), local.path] + (list.map { ["--files-from-raw", $0.path] } ?? [])) } catch let failure as Failure
-                    where failure.status == Self.directoryNotFound {}
+            let filters = include.flatMap { ["--include", $0] }
+            if absentIsEmpty || !filters.isEmpty {
+                do { try run(["copy", location.appending(relative), local.path] + filters + (list.map { ["--files-from-raw", $0.path] } ?? [])) } catch let failure as Failure
+                    where absentIsEmpty && failure.status == Self.directoryNotFound {}
                 return
             }
             try run(["copy", location.appending(relative), local.path] + (list.map { ["--files-from-raw", $0.path] } ?? []))
@@ -144,9 +149,12 @@ struct Rclone: Sendable {
 
     private func withFileList<T>(_ files: [String]?, _ body: (URL?) throws -> T) throws -> T {
         guard let files else { return try body(nil) }
-        let list = FileManager.default.temporaryDirectory.appendingPathComponent("dp-rclone-files-\(UUID().uuidString)")
+        // In a directory only this user can enter.
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("dp-rclone-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let list = scratch.appendingPathComponent("files")
         try Data(files.map { $0 + "\n" }.joined().utf8).write(to: list)
-        defer { try? FileManager.default.removeItem(at: list) }
         return try body(list)
     }
 }

@@ -74,14 +74,16 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
         if let user { options.append("user=\(user)") }
         if let port { options.append("port=\(port)") }
         let home = environment["HOME"] ?? NSHomeDirectory()
-        if environment["RCLONE_SFTP_KNOWN_HOSTS_FILE"] == nil {
+        // An empty value is no value: an empty RCLONE_SFTP_KNOWN_HOSTS_FILE must not turn checks off.
+        func set(_ name: String) -> Bool { !(environment[name] ?? "").isEmpty }
+        if !set("RCLONE_SFTP_KNOWN_HOSTS_FILE") {
             let knownHosts = home + "/.ssh/known_hosts"
             guard FileManager.default.fileExists(atPath: knownHosts) else {
                 throw bad("no \(knownHosts) to check the server's key against: connect once with ssh to record it (or set RCLONE_SFTP_KNOWN_HOSTS_FILE)")
             }
             options.append("known_hosts_file=\(Self.quoted(knownHosts))")
         }
-        if environment["RCLONE_SFTP_KEY_FILE"] == nil, environment["SSH_AUTH_SOCK"] == nil,
+        if !set("RCLONE_SFTP_KEY_FILE"), !set("SSH_AUTH_SOCK"),
            let key = ["id_ed25519", "id_ecdsa", "id_rsa"].map({ home + "/.ssh/" + $0 }).first(where: FileManager.default.fileExists) {
             options.append("key_file=\(Self.quoted(key))")
         }

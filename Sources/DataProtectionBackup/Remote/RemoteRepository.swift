@@ -40,6 +40,17 @@ public struct RemoteRepository: Sendable {
         try FileManager.default.createDirectory(at: area, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
+    /// Whether `name` has a backup ID's shape, `yyyyMMddTHHmmssZ-` and 7 or 8 hex digits: only
+    /// such names under `backups/` are read, listed or ever deleted.
+    public static func isBackupID<S: StringProtocol>(_ name: S) -> Bool {
+        let bytes = Array(name.utf8)
+        guard bytes.count == 24 || bytes.count == 25, bytes[8] == UInt8(ascii: "T"), bytes[15] == UInt8(ascii: "Z"),
+              bytes[16] == UInt8(ascii: "-") else { return false }
+        let digits = bytes[0..<8] + bytes[9..<15]
+        return digits.allSatisfy { (0x30...0x39).contains($0) }
+            && bytes[17...].allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
     /// What a backup is written into before it is sent (a local repository).
     public var staging: BackupRepository { BackupRepository(url: area.appendingPathComponent("staging")) }
     /// What reading fetches into (a local repository, emptied of objects after each use).
@@ -91,8 +102,20 @@ public struct RemoteRepository: Sendable {
         guard !finished.isEmpty || ((try? POSIXFile.directoryEntries(staging.objects.path)) ?? []).contains(where: { !$0.hasPrefix(".") }) else { return }
         do {
             try rclone.upload(staging.objects, to: "objects", exclude: [".*", "/.*/**"])
+            // A staged backup counts on objects it found on the remote when it ran; a prune
+            // since (its run failed, the lock was let go) may have removed some. Such a backup is
+            // never sent: its record would vouch for objects that are gone. The next backup
+            // stores what is missing again (the index only trusts objects that are present).
+            let present = finished.isEmpty ? [] : Set(try rclone.listFiles("objects").keys.map { String($0.split(separator: "/").last ?? "") })
             for backup in finished {
                 let id = backup.lastPathComponent
+                let list = (try? POSIXFile.readAll(backup.appendingPathComponent(BackupRepository.objectListName).path)) ?? []
+                let needed = String(decoding: list, as: UTF8.self).split(separator: "\n").map(String.init)
+                if let missing = needed.first(where: { !present.contains($0) }) {
+                    try FileManager.default.removeItem(at: backup)
+                    log("Not sent: backup \(id): object \(missing.prefix(12))… it uses is no longer in \(location.description) (pruned since it was made); this backup stores it again")
+                    continue
+                }
                 let names = try POSIXFile.directoryEntries(backup.path).filter { $0 != BackupAuthentication.fileName && !$0.hasPrefix(".") }
                 try rclone.upload(backup, to: "backups/\(id)", files: names, sizeOnly: false)
                 try rclone.upload(backup, to: "backups/\(id)", files: [BackupAuthentication.fileName], sizeOnly: false)
@@ -126,12 +149,23 @@ public struct RemoteRepository: Sendable {
         try? FileManager.default.removeItem(at: mirror.backups)
         try FileManager.default.createDirectory(at: mirror.objects, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: mirror.backups, withIntermediateDirectories: true)
-        do { try rclone.download("backups", to: mirror.backups, absentIsEmpty: true) } catch let failure as Rclone.Failure {
+        // Only directories named as backups are fetched: anything else under backups/ is not ours.
+        let names: [String]
+        do { names = try rclone.listDirectories("backups").filter { Self.isBackupID($0) } } catch let failure as Rclone.Failure {
+            throw failed(failure, "reading the repository's backups")
+        }
+        do {
+            if !names.isEmpty {
+                try rclone.download("backups", to: mirror.backups, files: nil, include: names.map { "/\($0)/**" })
+            }
+        } catch let failure as Rclone.Failure {
             throw failed(failure, "reading the repository's backups")
         }
         for name in try POSIXFile.directoryEntries(mirror.backups.path) where !name.hasPrefix(".") && !name.hasSuffix(BackupRepository.incompleteSuffix) {
             let directory = mirror.backups.appendingPathComponent(name)
-            if POSIXFile.linkStatus(directory.appendingPathComponent(BackupAuthentication.fileName).path) == nil {
+            // Present means whole: a record cut short (a backend that writes in place) is missing.
+            let record = POSIXFile.linkStatus(directory.appendingPathComponent(BackupAuthentication.fileName).path)
+            if record.map({ Int($0.st_size) != BackupAuthentication.length }) ?? true {
                 try POSIXFile.call("rename", directory.path) { rename($0, directory.path + BackupRepository.incompleteSuffix) }
             }
         }
