@@ -46,19 +46,9 @@ extension BackupRepository {
         let names = try Self.strictEntries(of: backups.path)
         var used = Set<String>()
         for name in names where !name.hasPrefix(".") && !name.hasSuffix(Self.incompleteSuffix) {
-            let backup = backups.appendingPathComponent(name)
-            let path = backup.appendingPathComponent(Self.objectListName).path
-            let list: [UInt8]
-            do { list = try POSIXFile.readRegularFile(path, maxSize: RestoreEngine.objectListLimit) } catch {
-                throw BackupError.badBackup(path: backup.path, reason: "its object list cannot be read (\(error)); nothing was pruned: "
-                                            + "forget this backup by its ID if it is not one to keep")
+            do { used.formUnion(try Self.objectList(of: backups.appendingPathComponent(name))) } catch BackupError.badBackup(let path, let reason) {
+                throw BackupError.badBackup(path: path, reason: reason + "; nothing was pruned: forget this backup by its ID if it is not one to keep")
             }
-            let lines = String(decoding: list, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).dropLast()
-            guard list.last == UInt8(ascii: "\n") || list.isEmpty, lines.allSatisfy(Self.isObjectName) else {
-                throw BackupError.badBackup(path: backup.path, reason: "its object list is malformed; nothing was pruned: "
-                                            + "forget this backup by its ID if it is not one to keep")
-            }
-            used.formUnion(lines.map(String.init))
         }
         for name in names.sorted() where name.hasSuffix(Self.incompleteSuffix) || name.hasPrefix(Self.forgottenPrefix) {
             if name.hasPrefix(Self.forgottenPrefix) { report.forgottenBackupsRemoved.append(name) } else { report.incompleteBackupsRemoved.append(name) }
@@ -104,6 +94,21 @@ extension BackupRepository {
     }
 
     /// 64 lowercase hex digits: an object's name, and a line of an object list.
+    /// The objects `backup` lists (its `objects.list`): a regular file of whole lines, each an
+    /// object name.
+    /// - Throws: ``BackupError/badBackup(path:reason:)`` when it cannot be read or is malformed.
+    static func objectList(of backup: URL) throws -> [String] {
+        let list: [UInt8]
+        do { list = try POSIXFile.readRegularFile(backup.appendingPathComponent(objectListName).path, maxSize: RestoreEngine.objectListLimit) } catch {
+            throw BackupError.badBackup(path: backup.path, reason: "its object list cannot be read (\(error))")
+        }
+        let lines = String(decoding: list, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        guard list.last == UInt8(ascii: "\n") || list.isEmpty, lines.allSatisfy(isObjectName) else {
+            throw BackupError.badBackup(path: backup.path, reason: "its object list is malformed")
+        }
+        return lines.map(String.init)
+    }
+
     static func isObjectName(_ text: Substring) -> Bool {
         text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }

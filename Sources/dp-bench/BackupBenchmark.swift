@@ -45,7 +45,7 @@ struct BackupBenchmark: AsyncParsableCommand {
                 try Data(chunk).write(to: url)
             }
         }
-        let bytes = Double(try treeBytes(tree))
+        let bytes = Double(regularFileBytes(under: tree))
         let mb = bytes / 1e6
 
         func ours() async throws -> Double {
@@ -118,14 +118,5 @@ struct BackupBenchmark: AsyncParsableCommand {
             "db_added_pct=\(pct(big?.oursDatabase, big?.databaseBytes))", "restic_db_added_pct=\(pct(big?.resticDatabase, big?.databaseBytes))",
             "file_added_pct=\(pct(big?.oursFile, big?.fileBytes))", "restic_file_added_pct=\(pct(big?.resticFile, big?.fileBytes))",
         ].joined(separator: " "))
-    }
-
-    func treeBytes(_ tree: URL) throws -> Int64 {
-        var total: Int64 = 0
-        let enumerator = FileManager.default.enumerator(at: tree, includingPropertiesForKeys: [.fileSizeKey])
-        while let url = enumerator?.nextObject() as? URL {
-            total += Int64((try url.resourceValues(forKeys: [.fileSizeKey])).fileSize ?? 0)
-        }
-        return total
     }
 }

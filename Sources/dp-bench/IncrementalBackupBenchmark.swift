@@ -56,14 +56,14 @@ struct IncrementalBackupFigures {
                                                fileBytes: size(fileURL), oursFile: 0, resticFile: nil, oursSeconds: 0, resticSeconds: nil)
         /// What one more backup adds to each repository (all of it: packs, lists, manifest, records), and its time.
         func backUpAgain() async throws -> (ours: Int64, restic: Int64?) {
-            let oursBefore = bytes(under: engine.repository.url)
+            let oursBefore = regularFileBytes(under: engine.repository.url)
             figures.oursSeconds += try await seconds { _ = try await engine.run() }
-            let ours = bytes(under: engine.repository.url) - oursBefore
+            let ours = regularFileBytes(under: engine.repository.url) - oursBefore
             guard hasRestic else { return (ours, nil) }
-            let resticBefore = bytes(under: resticRepository)
+            let resticBefore = regularFileBytes(under: resticRepository)
             let time = try await seconds { _ = runTool("restic", ["backup", "--quiet", source.path]) }
             figures.resticSeconds = (figures.resticSeconds ?? 0) + time
-            return (ours, bytes(under: resticRepository) - resticBefore)
+            return (ours, regularFileBytes(under: resticRepository) - resticBefore)
         }
 
         // 1 % of the rows rewritten (so 1 % of the pages); then 1 % of the file's pages.
@@ -85,17 +85,6 @@ struct IncrementalBackupFigures {
         try await update.close()
         (figures.oursFile, figures.resticFile) = try await backUpAgain()
         return figures
-    }
-
-    /// The bytes of every regular file under `url`.
-    static func bytes(under url: URL) -> Int64 {
-        var total: Int64 = 0
-        let walker = FileManager.default.enumerator(at: url, includingPropertiesForKeys: [.fileSizeKey, .isRegularFileKey])
-        while let item = walker?.nextObject() as? URL {
-            let values = try? item.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey])
-            if values?.isRegularFile == true { total += Int64(values?.fileSize ?? 0) }
-        }
-        return total
     }
 
     static func size(_ url: URL) -> Int64 { Int64((try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0) }

@@ -9,17 +9,6 @@ import Testing
 /// rewritten costs about 1 % of its size in the next backup, not all of it — measured on the
 /// repository's size — and every backup restores its own version byte for byte.
 @Suite struct IncrementalBackupTests {
-    /// The bytes of every regular file under `url`.
-    static func bytes(under url: URL) -> Int64 {
-        var total: Int64 = 0
-        let walker = FileManager.default.enumerator(at: url, includingPropertiesForKeys: [.fileSizeKey, .isRegularFileKey])
-        while let item = walker?.nextObject() as? URL {
-            let values = try? item.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey])
-            if values?.isRegularFile == true { total += Int64(values?.fileSize ?? 0) }
-        }
-        return total
-    }
-
     /// Rewrites `count` distinct segments of a protected file at random (100 bytes at the start of each).
     static func rewriteSegments(of url: URL, files: ProtectedFileManager, segmentPlaintext: Int64, count: Int,
                                 into expected: inout [UInt8]) async throws {
@@ -48,7 +37,7 @@ import Testing
         let engine = BackupEngine(source: bench.source, repository: bench.repository, files: bench.files)
         let first = try await engine.run()
         #expect(first.filesCopied == 1)
-        let afterFirst = Self.bytes(under: bench.repository.url)
+        let afterFirst = regularFileBytes(under: bench.repository.url)
         #expect(afterFirst >= fileSize)
 
         // 1 % of the segments, each rewritten where it lies (new nonces there only).
@@ -60,17 +49,17 @@ import Testing
                                        count: max(1, segments / 100), into: &content)
         let second = try await engine.run()
         #expect(second.filesCopied == 1)
-        let growth = Self.bytes(under: bench.repository.url) - afterFirst
+        let growth = regularFileBytes(under: bench.repository.url) - afterFirst
         // At most 5 % of the file (the target), and at least the rewritten segments: something was stored.
         #expect(growth <= fileSize / 20, "the second backup added \(growth) bytes for a \(fileSize)-byte file")
         #expect(growth >= Int64(segments / 100) * Int64(stride))
         #expect(second.bytesCopied <= fileSize / 20)
 
         // An unchanged third run stores nothing new but its own records.
-        let beforeThird = Self.bytes(under: bench.repository.url)
+        let beforeThird = regularFileBytes(under: bench.repository.url)
         let third = try await engine.run()
         #expect(third.filesCopied == 0)
-        #expect(Self.bytes(under: bench.repository.url) - beforeThird < 64 << 10)
+        #expect(regularFileBytes(under: bench.repository.url) - beforeThird < 64 << 10)
 
         // Each backup restores its own version, byte for byte; the repository verifies.
         for (backup, expected) in [(first.backup, original), (second.backup, content)] {

@@ -42,16 +42,6 @@ import Testing
 /// backup after 1 % of its pages were rewritten adds about 1 % of its size (target: at most 5 %),
 /// and it restores byte for byte. Only pages that authenticate under the key are stored raw.
 @Suite struct IncrementalDatabaseBackupTests {
-    static func bytes(under url: URL) -> Int64 {
-        var total: Int64 = 0
-        let walker = FileManager.default.enumerator(at: url, includingPropertiesForKeys: [.fileSizeKey, .isRegularFileKey])
-        while let item = walker?.nextObject() as? URL {
-            let values = try? item.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey])
-            if values?.isRegularFile == true { total += Int64(values?.fileSize ?? 0) }
-        }
-        return total
-    }
-
     static func engine(_ device: TestDevice, source: URL, repository: BackupRepository) -> BackupEngine {
         var engine = BackupEngine(source: source, repository: repository, files: device.files)
         let keybag = device.keybag
@@ -77,7 +67,7 @@ import Testing
         let repository = BackupRepository(url: device.dir.appendingPathComponent("repo"))
         let engine = Self.engine(device, source: source, repository: repository)
         let first = try await engine.run()
-        let afterFirst = Self.bytes(under: repository.url)
+        let afterFirst = regularFileBytes(under: repository.url)
         let databaseSize = Int64(try FileManager.default.attributesOfItem(atPath: url.path)[.size] as! Int)
         #expect(databaseSize > 12 << 20)
 
@@ -90,7 +80,7 @@ import Testing
         let expected = try await reopened.read { db in try Data.fetchAll(db, sql: "SELECT body FROM message ORDER BY id") }
         try await reopened.close()
         let second = try await engine.run()
-        let growth = Self.bytes(under: repository.url) - afterFirst
+        let growth = regularFileBytes(under: repository.url) - afterFirst
         #expect(growth <= databaseSize / 20, "the second backup added \(growth) bytes for a \(databaseSize)-byte database")
         #expect(growth >= Int64(changed.count) * 4096)
 

@@ -17,6 +17,24 @@ public func temporaryDirectory() -> URL {
 /// `count` random bytes.
 public func randomData(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255) }) }
 
+/// The bytes of every regular file under `url` (a repository's size, a tree's).
+public func regularFileBytes(under url: URL) -> Int64 {
+    var total: Int64 = 0
+    let walker = FileManager.default.enumerator(at: url, includingPropertiesForKeys: [.fileSizeKey, .isRegularFileKey])
+    while let item = walker?.nextObject() as? URL {
+        let values = try? item.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey])
+        if values?.isRegularFile == true { total += Int64(values?.fileSize ?? 0) }
+    }
+    return total
+}
+
+/// Whether one of `pid`'s threads waits writing into a full pipe (`pipe_write`, or
+/// `anon_pipe_write` on newer kernels): a process held at a known point by a reader that stops.
+public func isBlockedWritingAPipe(_ pid: pid_t) -> Bool {
+    let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    return threads.contains { (try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/wchan", encoding: .utf8))?.hasSuffix("pipe_write") == true }
+}
+
 /// The Python that runs the oracles: `DP_PYTHON`, else the venv `scripts/test` makes, else `python3`.
 public var oraclePython: String {
     if let explicit = ProcessInfo.processInfo.environment["DP_PYTHON"] { return explicit }

@@ -88,13 +88,8 @@ import Testing
         // Blocked writing its log: one of its threads waits in pipe_write.
         let pid = process.processIdentifier
         let deadline = ContinuousClock.now + .seconds(120)
-        func blockedOnThePipe() -> Bool {
-            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-            // `pipe_write`, or `anon_pipe_write` on newer kernels.
-            return threads.contains { (try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/wchan", encoding: .utf8))?.hasSuffix("pipe_write") == true }
-        }
-        while !blockedOnThePipe(), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
-        #expect(blockedOnThePipe(), "the backup did not block on its log (finished, or the kernel names the wait otherwise)")
+        while !isBlockedWritingAPipe(pid), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(isBlockedWritingAPipe(pid), "the backup did not block on its log (finished, or the kernel names the wait otherwise)")
         kill(pid, SIGINT)
         let errors = PipeReader(stderr.fileHandleForReading)
         let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

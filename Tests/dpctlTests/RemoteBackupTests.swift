@@ -111,6 +111,11 @@ final class LoopbackServer: @unchecked Sendable {
         return (passcode, source)
     }
 
+    /// The environment that makes `dav:` an rclone remote for the WebDAV server on `port`.
+    static func webDAVRemote(_ port: Int) -> [String: String] {
+        ["RCLONE_CONFIG_DAV_TYPE": "webdav", "RCLONE_CONFIG_DAV_URL": "http://127.0.0.1:\(port)/"]
+    }
+
     /// No file the server holds contains a byte string of the plaintext.
     static func holdsNoPlaintext(_ directory: String) -> Bool {
         let walker = FileManager.default.enumerator(atPath: directory)
@@ -126,10 +131,7 @@ final class LoopbackServer: @unchecked Sendable {
         let served = cli.file("served")
         try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
         var server = try LoopbackServer.webDAV(serving: served)
-        func remote(_ port: Int) -> [String: String] {
-            ["RCLONE_CONFIG_DAV_TYPE": "webdav", "RCLONE_CONFIG_DAV_URL": "http://127.0.0.1:\(port)/"]
-        }
-        var env = remote(server.port)
+        var env = Self.webDAVRemote(server.port)
         let repo = "rclone:dav:repo"
 
         let first = try cli.run(["backup", source, repo, "--json"], environment: env)
@@ -154,7 +156,7 @@ final class LoopbackServer: @unchecked Sendable {
 
         // The server comes back (elsewhere): only the first backup lists, and it is complete.
         server = try LoopbackServer.webDAV(serving: served)
-        env = remote(server.port)
+        env = Self.webDAVRemote(server.port)
         let between = try cli.run(["backups", repo, "--json"], environment: env)
         let entries = try #require(try JSONSerialization.jsonObject(with: between.stdout) as? [[String: Any]])
         #expect(entries.count == 1 && entries[0]["isComplete"] as? Bool == true, "\(between.out)")
@@ -226,12 +228,8 @@ final class LoopbackServer: @unchecked Sendable {
         try process.run()
         let pid = process.processIdentifier
         let deadline = ContinuousClock.now + .seconds(120)
-        func blockedOnThePipe() -> Bool {
-            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-            return threads.contains { (try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/wchan", encoding: .utf8))?.hasSuffix("pipe_write") == true }
-        }
-        while !blockedOnThePipe(), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
-        #expect(blockedOnThePipe())
+        while !isBlockedWritingAPipe(pid), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(isBlockedWritingAPipe(pid))
         server.kill()
         let errors = PipeReader(stderr.fileHandleForReading)
         _ = stdout.fileHandleForReading.readDataToEndOfFile()
@@ -247,7 +245,7 @@ final class LoopbackServer: @unchecked Sendable {
         let served = cli.file("served")
         try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
         var server = try LoopbackServer.webDAV(serving: served)
-        let env = { (port: Int) in ["RCLONE_CONFIG_DAV_TYPE": "webdav", "RCLONE_CONFIG_DAV_URL": "http://127.0.0.1:\(port)/"] }
+        let env = Self.webDAVRemote
         let repo = "rclone:dav:repo"
         #expect(try cli.run(["backup", source, repo], environment: env(server.port)).status == 0)
         for n in 0..<400 { try Data("\(n)".utf8).write(to: URL(fileURLWithPath: source + "/docs/\(n)-" + String(repeating: "x", count: 120))) }

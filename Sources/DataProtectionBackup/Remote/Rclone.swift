@@ -112,15 +112,10 @@ struct Rclone: Sendable {
 
     /// Downloads the files of `relative` into the local directory `local` (those of `files` only,
     /// when given; files the remote lacks are skipped).
-    func download(_ relative: String, to local: URL, files: [String]? = nil, include: [String] = [], absentIsEmpty: Bool = false) throws {
+    func download(_ relative: String, to local: URL, files: [String]? = nil, include: [String] = []) throws {
         try withFileList(files) { list in
-            let filters = include.flatMap { ["--include", $0] }
-            if absentIsEmpty || !filters.isEmpty {
-                do { try run(["copy", location.appending(relative), local.path] + filters + (list.map { ["--files-from-raw", $0.path] } ?? [])) } catch let failure as Failure
-                    where absentIsEmpty && failure.status == Self.directoryNotFound {}
-                return
-            }
-            try run(["copy", location.appending(relative), local.path] + (list.map { ["--files-from-raw", $0.path] } ?? []))
+            try run(["copy", location.appending(relative), local.path] + include.flatMap { ["--include", $0] }
+                    + (list.map { ["--files-from-raw", $0.path] } ?? []))
         }
     }
 

@@ -54,11 +54,9 @@ extension RemoteRepository {
         }
         var used = Set<String>()
         for backup in mirror.finishedBackups() {
-            let path = backup.appendingPathComponent(BackupRepository.objectListName).path
-            guard let bytes = try? POSIXFile.readAll(path) else {
-                throw BackupError.badBackup(path: remotePath(of: backup.path), reason: "its object list cannot be read; nothing was pruned")
+            do { used.formUnion(try BackupRepository.objectList(of: backup)) } catch BackupError.badBackup(_, let reason) {
+                throw BackupError.badBackup(path: remotePath(of: backup.path), reason: reason + "; nothing was pruned")
             }
-            used.formUnion(String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init))
         }
         var report = PruneReport(dryRun: dryRun)
         var unused: [String] = []

@@ -80,7 +80,7 @@ public struct RemoteRepository: Sendable {
         try sendStaged(log: log)
         var staging = self.staging
         do {
-            staging.objectsElsewhere = Set(try rclone.listFiles("objects").keys.map { String($0.split(separator: "/").last ?? "") })
+            staging.objectsElsewhere = try remoteObjectNames()
         } catch let failure as Rclone.Failure {
             throw failed(failure, "listing the repository's objects")
         }
@@ -106,12 +106,10 @@ public struct RemoteRepository: Sendable {
             // since (its run failed, the lock was let go) may have removed some. Such a backup is
             // never sent: its record would vouch for objects that are gone. The next backup
             // stores what is missing again (the index only trusts objects that are present).
-            let present = finished.isEmpty ? [] : Set(try rclone.listFiles("objects").keys.map { String($0.split(separator: "/").last ?? "") })
+            let present = finished.isEmpty ? [] : try remoteObjectNames()
             for backup in finished {
                 let id = backup.lastPathComponent
-                let list = (try? POSIXFile.readAll(backup.appendingPathComponent(BackupRepository.objectListName).path)) ?? []
-                let needed = String(decoding: list, as: UTF8.self).split(separator: "\n").map(String.init)
-                if let missing = needed.first(where: { !present.contains($0) }) {
+                if let missing = ((try? BackupRepository.objectList(of: backup)) ?? []).first(where: { !present.contains($0) }) {
                     try FileManager.default.removeItem(at: backup)
                     log("Not sent: backup \(id): object \(missing.prefix(12))… it uses is no longer in \(location.description) (pruned since it was made); this backup stores it again")
                     continue
@@ -149,15 +147,10 @@ public struct RemoteRepository: Sendable {
         try? FileManager.default.removeItem(at: mirror.backups)
         try FileManager.default.createDirectory(at: mirror.objects, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: mirror.backups, withIntermediateDirectories: true)
-        // Only directories named as backups are fetched: anything else under backups/ is not ours.
-        let names: [String]
-        do { names = try rclone.listDirectories("backups").filter { Self.isBackupID($0) } } catch let failure as Rclone.Failure {
-            throw failed(failure, "reading the repository's backups")
-        }
         do {
-            if !names.isEmpty {
-                try rclone.download("backups", to: mirror.backups, files: nil, include: names.map { "/\($0)/**" })
-            }
+            // Only directories named as backups are fetched: anything else under backups/ is not ours.
+            let names = try rclone.listDirectories("backups").filter { Self.isBackupID($0) }
+            if !names.isEmpty { try rclone.download("backups", to: mirror.backups, include: names.map { "/\($0)/**" }) }
         } catch let failure as Rclone.Failure {
             throw failed(failure, "reading the repository's backups")
         }
@@ -175,8 +168,7 @@ public struct RemoteRepository: Sendable {
     /// Fetches the objects a backup of the mirror lists (those the storage has; a missing one is
     /// named as damage by the restore or verification that follows).
     public func fetchObjects(of backup: URL) throws {
-        let list = (try? POSIXFile.readAll(backup.appendingPathComponent(BackupRepository.objectListName).path)) ?? []
-        let names = String(decoding: list, as: UTF8.self).split(separator: "\n").filter { BackupRepository.isObjectName($0) }.map(String.init)
+        let names = (try? BackupRepository.objectList(of: backup)) ?? []
         do { try rclone.download("objects", to: mirror.objects, files: names.map { "\($0.prefix(2))/\($0)" }) } catch let failure as Rclone.Failure {
             throw failed(failure, "fetching the backup's objects")
         }
@@ -185,6 +177,11 @@ public struct RemoteRepository: Sendable {
     /// Empties the mirror's objects (after a restore or a verification).
     public func discardFetchedObjects() {
         try? FileManager.default.removeItem(at: mirror.objects)
+    }
+
+    /// The names of the objects the remote holds (`objects/XX/NAME`).
+    func remoteObjectNames() throws -> Set<String> {
+        Set(try rclone.listFiles("objects").keys.map { String($0.split(separator: "/").last ?? "") })
     }
 
     /// The remote path of a backup of the mirror, for messages and listings.
