@@ -92,6 +92,7 @@ let package = Package(
             name: "DataProtectionBackup",
             dependencies: [
                 "DataProtection",
+                "CLinuxShims",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -371,6 +371,16 @@ public struct BackupEngine: Sendable {
         return list
     }
 
+    /// The chunk lists the device's index (and an unfinished run's) names: those the next backup
+    /// of a big file compares with.
+    func chunkListsInIndex() -> Set<String> {
+        var lists = Set<String>()
+        for url in [indexURL, partialIndexURL] {
+            for entry in (try? BackupManifest.open(at: url).entries()) ?? [] where entry.chunked { entry.sha256.map { _ = lists.insert($0) } }
+        }
+        return lists
+    }
+
     /// `ROOT/backup-index/SHA256(repository path).partial.sqlite`: the files an unfinished
     /// backup into that repository stored (same schema as the index), removed once one finishes.
     var partialIndexURL: URL { indexURL.deletingPathExtension().appendingPathExtension("partial.sqlite") }

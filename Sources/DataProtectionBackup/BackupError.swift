@@ -51,6 +51,8 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     /// The remote storage could not be reached or failed (rclone's last words); what this device
     /// stored waits in its staging area and goes up on the next run.
     case remoteFailed(String, reason: String)
+    /// Ctrl-C or SIGTERM stopped a transfer with the remote storage (`doing`: what it was doing).
+    case remoteInterrupted(String, doing: String)
     /// A program the remote repository needs is not installed.
     case toolMissing(String, package: String)
 
@@ -80,6 +82,8 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
             "\(LosslessPath.display(id)): the repository holds no such backup; nothing was forgotten"
         case .badRemote(let location, let reason): "\(location): not a usable remote location: \(reason)"
         case .remoteFailed(let location, let reason): "\(location): \(reason)"
+        case .remoteInterrupted(let location, let doing):
+            "\(location): interrupted while \(doing); nothing there lists as complete that is not, and what was not sent goes with the next backup: run it again"
         case .toolMissing(let tool, let package): "\(tool) is not installed (Debian: apt-get install \(package))"
         case .nothingIncluded(let path):
             "\(LosslessPath.display(path)): the backup holds no such path (paths are relative to the backed-up directory); nothing was restored"

@@ -237,7 +237,7 @@ struct Restore: AsyncParsableCommand {
         let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1)
         let password = try passwordFile.map(readPasscode)
         let (backup, remote) = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
-        defer { remote?.discardFetchedObjects() }
+        defer { remote?.discardMirror() }
         // A failed restore leaves nothing behind: asking for the passcode and trying again is
         // safe. Its log is printed once, for the attempt that restored.
         let logged = Mutex<[String]>([])
@@ -297,7 +297,7 @@ struct Verify: AsyncParsableCommand {
         let result: BackupVerification
         do {
             let (backup, remote) = try await resolveBackup(self.backup, files: files, password: password, quiet: quiet.quiet)
-            defer { remote?.discardFetchedObjects() }
+            defer { remote?.discardMirror() }
             result = try await RestoreEngine(backup: backup).verification(files: files, password: password)
         } catch where json {
             // A forged, incomplete or missing backup: scripts still get a JSON answer.
@@ -348,7 +348,7 @@ struct Backups: AsyncParsableCommand {
             // Fetched into this device's mirror (small files only), listed with the remote's paths.
             let keybag = try await Keybag.open(root: try device.resolvedRoot)
             let (remote, _) = try remoteRepository(repository, layout: keybag.layout)
-            listings = try remote.fetchForReading().listBackups()
+            listings = try await remote.fetchForReading().listBackups()
             for i in listings.indices { listings[i].path = remote.remotePath(of: listings[i].path) }
         } else {
             let url = URL(fileURLWithPath: repository)

@@ -30,7 +30,7 @@ func remoteRepository(_ argument: String, layout: DataRootLayout, namingABackup:
         }
     }
     let remote = try RemoteRepository(location: RemoteLocation(repository), layout: layout)
-    DisplayedPaths.show(remote.staging.url.deletingLastPathComponent().appendingPathComponent("mirror").path, as: repository)
+    DisplayedPaths.show(remote.mirror.url.path, as: repository)
     return (remote, id)
 }
 
@@ -38,7 +38,7 @@ func remoteRepository(_ argument: String, layout: DataRootLayout, namingABackup:
 /// the objects of the one named (or of the latest that authenticates).
 func fetchRemoteBackup(_ argument: String, files: ProtectedFileManager, password: String?, quiet: Bool) async throws -> (URL, RemoteRepository) {
     let (remote, id) = try remoteRepository(argument, layout: files.keybag.layout, namingABackup: true)
-    let mirror = try remote.fetchForReading()
+    let mirror = try await remote.fetchForReading()
     let backup: URL
     if let id {
         backup = mirror.backupURL(id: id)
@@ -52,6 +52,6 @@ func fetchRemoteBackup(_ argument: String, files: ProtectedFileManager, password
         }
         if !quiet { printError("dpctl: using the latest backup, \(LosslessPath.display(backup.lastPathComponent))") }
     }
-    try remote.fetchObjects(of: backup)
+    try await remote.fetchObjects(of: backup)
     return (backup, remote)
 }

@@ -61,7 +61,7 @@ struct Forget: AsyncParsableCommand {
             }
         } else if RemoteLocation.isRemote(self.repository) {
             let keybag = try await device.openDevice(passcodeFile: nil)
-            report = try remoteRepository(self.repository, layout: keybag.layout).0.forget(ids: ids, dryRun: dryRun)
+            report = try await remoteRepository(self.repository, layout: keybag.layout).0.forget(ids: ids, dryRun: dryRun)
         } else {
             report = try repository.forget(ids: ids, dryRun: dryRun)
         }
@@ -106,7 +106,7 @@ struct Prune: AsyncParsableCommand {
         let report: PruneReport
         if RemoteLocation.isRemote(repository) {
             let keybag = try await device.openDevice(passcodeFile: nil)
-            report = try remoteRepository(repository, layout: keybag.layout).0.prune(dryRun: dryRun)
+            report = try await remoteRepository(repository, layout: keybag.layout).0.prune(dryRun: dryRun)
         } else {
             report = try BackupRepository(url: URL(fileURLWithPath: repository)).prune(dryRun: dryRun)
         }

@@ -218,7 +218,7 @@ enum ExitStatus: Int32, CaseIterable {
         case let error as CLIError: self = error.status
         case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
         case BackupError.badRemote: self = .usage   // a remote location that does not parse
-        case BackupError.interrupted, BackupError.restoreInterrupted, ProtectedFileError.interrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
+        case BackupError.interrupted, BackupError.restoreInterrupted, BackupError.remoteInterrupted, ProtectedFileError.interrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
         default: self = .failure
         }
     }

@@ -31,37 +31,66 @@ struct Rclone: Sendable {
     }
 
     /// Runs `rclone ARGUMENTS` (standard input from `input` when given); its standard output.
-    /// - Throws: ``Failure`` with the exit status and the last line rclone wrote on standard error.
+    /// A cancelled task stops it (SIGTERM) and gets `CancellationError`.
+    /// - Throws: ``Failure`` with the exit status and the last line rclone wrote on standard
+    ///   error, the location's connection string and any password in it blotted out.
     @discardableResult
-    func run(_ arguments: [String], input: [UInt8]? = nil) throws -> Data {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = Self.commonFlags + arguments
+    func run(_ arguments: [String], input: [UInt8]? = nil) async throws -> Data {
         // Output through files: neither stream can fill a pipe and stall rclone.
-        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("dp-rclone-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        let scratch = try Self.privateDirectory()
         defer { try? FileManager.default.removeItem(at: scratch) }
         let out = scratch.appendingPathComponent("out"), err = scratch.appendingPathComponent("err")
-        FileManager.default.createFile(atPath: out.path, contents: nil)
-        FileManager.default.createFile(atPath: err.path, contents: nil)
-        process.standardOutput = try FileHandle(forWritingTo: out)
-        process.standardError = try FileHandle(forWritingTo: err)
-        let stdin = Pipe()
-        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
-        try process.run()
-        // rclone ending before it read its input must not end this process.
-        signal(SIGPIPE, SIG_IGN)
-        if let input {
-            try stdin.fileHandleForWriting.write(contentsOf: Data(input))
-            try stdin.fileHandleForWriting.close()
+        let outFD = open(out.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        defer { if outFD >= 0 { close(outFD) } }
+        let errFD = open(err.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        defer { if errFD >= 0 { close(errFD) } }
+        var pipeFDs: [Int32] = [-1, -1]
+        guard outFD >= 0, errFD >= 0, input == nil || pipe(&pipeFDs) == 0 else {
+            throw Failure(status: -1, message: "cannot start rclone: \(String(cString: strerror(errno)))")
         }
-        process.waitUntilExit()
-        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+        // Not inherited by other children (the spawn gives rclone its own copy as descriptor 0).
+        if input != nil { for fd in pipeFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) } }
+        let inFD = input == nil ? open("/dev/null", O_RDONLY | O_CLOEXEC) : pipeFDs[0]
+        let process: ToolProcess
+        do {
+            defer { close(inFD) }
+            process = try ToolProcess(executable, Self.commonFlags + arguments, input: inFD, output: outFD, error: errFD)
+        } catch {
+            if input != nil { close(pipeFDs[1]) }
+            throw Failure(status: -1, message: "cannot start rclone: \(error.localizedDescription)")
+        }
+        if let input {
+            // Written by a thread of its own (a pipe's buffer may not hold it all); rclone ending
+            // before it read its input must not end this process.
+            signal(SIGPIPE, SIG_IGN)
+            let fd = pipeFDs[1]
+            Thread.detachNewThread {
+                input.withUnsafeBytes { buffer in
+                    var done = 0
+                    while done < buffer.count {
+                        let n = Glibc.write(fd, buffer.baseAddress! + done, buffer.count - done)
+                        if n < 0 && errno == EINTR { continue }
+                        if n <= 0 { break }
+                        done += n
+                    }
+                }
+                close(fd)
+            }
+        }
+        let ending = try await process.wait()
+        guard !ending.signalled, ending.status == 0 else {
             let lines = String(decoding: (try? Data(contentsOf: err)) ?? Data(), as: UTF8.self).split(separator: "\n")
-            let last = lines.last.map(Self.message) ?? "rclone ended with status \(process.terminationStatus)"
-            throw Failure(status: process.terminationReason == .exit ? process.terminationStatus : -1, message: last)
+            let last = lines.last.map { location.redacted(Self.message($0)) } ?? "rclone ended with status \(ending.status)"
+            throw Failure(status: ending.signalled ? -1 : ending.status, message: last)
         }
         return (try? Data(contentsOf: out)) ?? Data()
+    }
+
+    /// A new directory only this user can enter, for rclone's output and file lists.
+    static func privateDirectory() throws -> URL {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("dp-rclone-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        return scratch
     }
 
     /// A line of rclone's log without its date and level: "2026/11/26 11:46:04 ERROR : x: why" → "x: why".
@@ -75,10 +104,29 @@ struct Rclone: Sendable {
     }
 
     /// The regular files under `relative` (recursively; paths relative to it) and their sizes;
-    /// empty when the directory does not exist.
-    func listFiles(_ relative: String) throws -> [String: (size: Int64, modified: Date?)] {
+    /// empty when the directory does not exist. One streamed listing (`lsf --fast-list`: a
+    /// single request where the storage can list recursively), not a JSON document in memory.
+    func listFiles(_ relative: String) async throws -> [String: Int64] {
         let output: Data
-        do { output = try run(["lsjson", "-R", "--files-only", location.appending(relative)]) } catch let failure as Failure where failure.status == Self.directoryNotFound {
+        do {
+            output = try await run(["lsf", "-R", "--files-only", "--fast-list", "--format", "sp", "--separator", "\t", location.appending(relative)])
+        } catch let failure as Failure where failure.status == Self.directoryNotFound {
+            return [:]
+        }
+        var files: [String: Int64] = [:]
+        for line in output.split(separator: UInt8(ascii: "\n")) {
+            // SIZE<TAB>PATH: the size first, so that a tab in a name cannot shift it.
+            guard let tab = line.firstIndex(of: UInt8(ascii: "\t")),
+                  let size = Int64(String(decoding: line[line.startIndex..<tab], as: UTF8.self)) else { continue }
+            files[String(decoding: line[(tab + 1)...], as: UTF8.self)] = size
+        }
+        return files
+    }
+
+    /// The files right under `relative` with their sizes and times (a few: lock files).
+    func listFilesWithTimes(_ relative: String) async throws -> [String: (size: Int64, modified: Date?)] {
+        let output: Data
+        do { output = try await run(["lsjson", "--files-only", location.appending(relative)]) } catch let failure as Failure where failure.status == Self.directoryNotFound {
             return [:]
         }
         struct Item: Decodable { var Path: String; var Size: Int64; var ModTime: String? }
@@ -92,64 +140,69 @@ struct Rclone: Sendable {
     }
 
     /// The directories right under `relative` (names only); empty when it does not exist.
-    func listDirectories(_ relative: String) throws -> [String] {
+    func listDirectories(_ relative: String) async throws -> [String] {
         let output: Data
-        do { output = try run(["lsjson", "--dirs-only", location.appending(relative)]) } catch let failure as Failure where failure.status == Self.directoryNotFound {
+        do { output = try await run(["lsf", "--dirs-only", location.appending(relative)]) } catch let failure as Failure where failure.status == Self.directoryNotFound {
             return []
         }
-        struct Item: Decodable { var Name: String }
-        return try JSONDecoder().decode([Item].self, from: output).map(\.Name)
+        return output.split(separator: UInt8(ascii: "\n")).map { String(decoding: $0, as: UTF8.self) }
+            .map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
     }
 
-    /// Uploads the files under the local directory `local` to `relative`, those of `files` only
-    /// when given; a file already there with the same size is not sent again (objects are named
-    /// by their content), one of another size (a cut upload) is replaced.
-    func upload(_ local: URL, to relative: String, files: [String]? = nil, sizeOnly: Bool = true, exclude: [String] = []) throws {
-        var arguments = ["copy", local.path, location.appending(relative)] + exclude.flatMap { ["--exclude", $0] }
-        if sizeOnly { arguments.insert("--size-only", at: 1) }
-        try withFileList(files) { list in try run(arguments + (list.map { ["--files-from-raw", $0.path] } ?? [])) }
+    /// Uploads `files` (paths relative to the local directory `local`) to `relative`. Each is
+    /// looked up on its own (`--no-traverse`: a repository of a million objects is not listed
+    /// to send a few). With `sizeOnly`, a file already there with the same size is not sent
+    /// again (objects are named by their content); one of another size (a cut upload) is replaced.
+    func upload(_ local: URL, to relative: String, files: [String], sizeOnly: Bool = true) async throws {
+        guard !files.isEmpty else { return }
+        try await withFileList(files) { list in
+            try await run(["copy"] + (sizeOnly ? ["--size-only"] : []) + ["--no-traverse", "--files-from-raw", list.path,
+                                                                           local.path, location.appending(relative)])
+        }
     }
 
     /// Downloads the files of `relative` into the local directory `local` (those of `files` only,
     /// when given; files the remote lacks are skipped).
-    func download(_ relative: String, to local: URL, files: [String]? = nil, include: [String] = []) throws {
-        try withFileList(files) { list in
-            try run(["copy", location.appending(relative), local.path] + include.flatMap { ["--include", $0] }
-                    + (list.map { ["--files-from-raw", $0.path] } ?? []))
+    func download(_ relative: String, to local: URL, files: [String]? = nil, include: [String] = []) async throws {
+        let source = location.appending(relative)
+        if let files {
+            guard !files.isEmpty else { return }
+            try await withFileList(files) { list in try await run(["copy", "--no-traverse", "--files-from-raw", list.path, source, local.path]) }
+        } else {
+            try await run(["copy", source, local.path] + include.flatMap { ["--include", $0] })
         }
     }
 
     /// The bytes of the file `relative`.
-    func read(_ relative: String) throws -> Data { try run(["cat", location.appending(relative)]) }
+    func read(_ relative: String) async throws -> Data { try await run(["cat", location.appending(relative)]) }
 
     /// Writes `bytes` as the file `relative`.
-    func write(_ bytes: [UInt8], to relative: String) throws { try run(["rcat", location.appending(relative)], input: bytes) }
+    func write(_ bytes: [UInt8], to relative: String) async throws { try await run(["rcat", location.appending(relative)], input: bytes) }
 
     /// Deletes one file (absent is fine).
-    func deleteFile(_ relative: String) throws {
-        do { try run(["deletefile", location.appending(relative)]) } catch let failure as Failure
+    func deleteFile(_ relative: String) async throws {
+        do { try await run(["deletefile", location.appending(relative)]) } catch let failure as Failure
             where failure.status == Self.fileNotFound || failure.status == Self.directoryNotFound {}
     }
 
     /// Deletes the files of `relative` named in `files`.
-    func deleteFiles(in relative: String, _ files: [String]) throws {
+    func deleteFiles(in relative: String, _ files: [String]) async throws {
         guard !files.isEmpty else { return }
-        try withFileList(files) { list in try run(["delete", location.appending(relative), "--files-from-raw", list!.path]) }
+        try await withFileList(files) { list in try await run(["delete", "--files-from-raw", list.path, location.appending(relative)]) }
     }
 
     /// Deletes a directory and everything in it (absent is fine).
-    func purge(_ relative: String) throws {
-        do { try run(["purge", location.appending(relative)]) } catch let failure as Failure where failure.status == Self.directoryNotFound {}
+    func purge(_ relative: String) async throws {
+        do { try await run(["purge", location.appending(relative)]) } catch let failure as Failure where failure.status == Self.directoryNotFound {}
     }
 
-    private func withFileList<T>(_ files: [String]?, _ body: (URL?) throws -> T) throws -> T {
-        guard let files else { return try body(nil) }
-        // In a directory only this user can enter.
-        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("dp-rclone-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+    /// `body` with a file listing `files`, one per line, in a directory only this user can enter.
+    @discardableResult
+    private func withFileList<T>(_ files: [String], _ body: (URL) async throws -> T) async throws -> T {
+        let scratch = try Self.privateDirectory()
         defer { try? FileManager.default.removeItem(at: scratch) }
         let list = scratch.appendingPathComponent("files")
         try Data(files.map { $0 + "\n" }.joined().utf8).write(to: list)
-        return try body(list)
+        return try await body(list)
     }
 }

@@ -14,8 +14,12 @@ import Foundation
 public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     /// The location as rclone names it: `REMOTE:PATH`, or an on-the-fly remote (`:sftp,host=…:PATH`).
     public let rcloneTarget: String
-    /// The location as it was written.
+    /// The location as it was written, any password in it blotted out.
     public let description: String
+    /// What names the storage, whichever key or known-hosts file reaches it: the staging area
+    /// and the lock's identity are keyed by it (`sftp://USER@HOST:PORT/PATH`, or rclone's
+    /// `REMOTE:PATH`).
+    let identity: String
 
     /// Whether `argument` names a remote location (`rclone:` or `sftp:`), as opposed to a directory.
     public static func isRemote(_ argument: String) -> Bool {
@@ -25,7 +29,7 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     /// Parses a remote location.
     /// - Throws: ``BackupError/badRemote(_:reason:)`` naming what is wrong.
     public init(_ argument: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
-        description = argument
+        description = Self.redacting(argument)
         func bad(_ why: String) -> BackupError { .badRemote(argument, reason: why) }
         if argument.hasPrefix("rclone:") {
             let target = String(argument.dropFirst("rclone:".count))
@@ -35,6 +39,7 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
             }
             guard !target.contains("\n"), !target.hasPrefix("-") else { throw bad("not an rclone remote") }
             rcloneTarget = target
+            identity = target
             return
         }
         guard argument.hasPrefix("sftp:") else { throw bad("expected rclone:REMOTE:PATH or sftp:[USER@]HOST:PATH") }
@@ -88,6 +93,21 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
             options.append("key_file=\(Self.quoted(key))")
         }
         rcloneTarget = ":sftp," + options.joined(separator: ",") + ":" + path
+        identity = "sftp://\(user ?? "")@\(host):\(port ?? 22)" + (path.hasPrefix("/") ? "" : "/~/") + path
+    }
+
+    /// `text` with this location's connection string shown as the user wrote the location, and
+    /// any password in it blotted out: what rclone prints may be shown.
+    func redacted(_ text: String) -> String {
+        Self.redacting(text.replacingOccurrences(of: rcloneTarget, with: description))
+    }
+
+    /// `text` with the values of rclone's password options (`pass=`, `password=`, `key_file_pass=`,
+    /// `secret_access_key=` …) in connection strings replaced by `***`.
+    static func redacting(_ text: String) -> String {
+        guard let pattern = try? NSRegularExpression(pattern: #"(?<![A-Za-z0-9_])((?:pass|password|key_file_pass|key_pem|secret_access_key|token|client_secret|session_token|account_key|key)=)("(?:[^"]|"")*"|'[^']*'|[^,:\s]*)"#,
+                                                     options: [.caseInsensitive]) else { return text }
+        return pattern.stringByReplacingMatches(in: text, range: NSRange(text.startIndex..., in: text), withTemplate: "$1***")
     }
 
     /// A value in an rclone connection string, quoted (doubling its quotes) as rclone reads it.

@@ -1,23 +1,126 @@
+import Crypto
 import DataProtection
 import Foundation
+import Synchronization
 
 extension RemoteRepository {
-    /// A writer's lock file (`locks/ID`, FORMAT.md §5.3), kept fresh while it is held.
+    /// A writer's lock file (`locks/ID`, FORMAT.md §5.3), rewritten every 5 minutes while it is
+    /// held. A refresh that finds it gone (another process judged it stale and removed it), or
+    /// that has failed for longer than a lock stays fresh, marks it **lost**: the writer then
+    /// sends no further authentication record (``check()``).
     final class RemoteLock: Sendable {
         let name: String
-        let refresher: Task<Void, Never>
-        init(name: String, refresher: Task<Void, Never>) {
+        let record: LockRecord
+        private let lost = Mutex<String?>(nil)
+        private let refresher = Mutex<Task<Void, Never>?>(nil)
+
+        init(name: String, record: LockRecord) {
             self.name = name
-            self.refresher = refresher
+            self.record = record
+        }
+
+        /// Starts rewriting the lock every `every` (its writes are never cut short by `stop()`).
+        func startRefreshing(_ rclone: Rclone, every: Duration) {
+            let task = Task { [self] in
+                var lastWritten = ContinuousClock.now
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: every)
+                    if Task.isCancelled { break }
+                    // Not cancelled with this task: a rewrite is never left half done.
+                    let refreshed = await Task.detached { () -> Bool? in
+                        guard let bytes = try? await rclone.read("locks/" + self.name) else { return nil }
+                        guard (try? RemoteRepository.decoder().decode(LockRecord.self, from: bytes))?.sameHolder(as: self.record) == true else {
+                            return false
+                        }
+                        var fresh = self.record
+                        fresh.refreshed = Date()
+                        guard let encoded = try? RemoteRepository.encoder().encode(fresh) else { return nil }
+                        return (try? await rclone.write(Array(encoded), to: "locks/" + self.name)) == nil ? nil : true
+                    }.value
+                    switch refreshed {
+                    case true?: lastWritten = .now
+                    case false?:
+                        markLost("the repository's lock \(name) was removed by another process meanwhile")
+                        return
+                    case nil where ContinuousClock.now - lastWritten > .seconds(RemoteRepository.staleAfter * 0.8):
+                        markLost("the repository's lock \(name) could not be refreshed for \(Int(RemoteRepository.staleAfter * 0.8 / 60)) minutes")
+                        return
+                    case nil: continue
+                    }
+                }
+            }
+            refresher.withLock { $0 = task }
+        }
+
+        func markLost(_ why: String) { lost.withLock { if $0 == nil { $0 = why } } }
+
+        /// Why the lock was lost, or nil while it is held.
+        var lostReason: String? { lost.withLock { $0 } }
+
+        /// Stops refreshing, and waits for a rewrite under way to end.
+        func stop() async {
+            guard let task = refresher.withLock({ $0 }) else { return }
+            task.cancel()
+            await task.value
         }
     }
 
-    /// What a lock file holds (JSON).
-    struct LockRecord: Codable {
+    /// What a lock file holds (JSON). `machine` and `boot` are app-specific hashes of
+    /// `/etc/machine-id` and of the boot ID (never the IDs themselves); with `started` (the
+    /// process's start time, in clock ticks since boot) they tell a lock whose process is gone
+    /// on this machine from one of a live process on another machine of the same host name.
+    struct LockRecord: Codable, Sendable {
         var host: String
         var pid: Int32
         var purpose: String
         var refreshed: Date
+        var machine: String?
+        var boot: String?
+        var started: UInt64?
+
+        /// The same writer: what was written when the lock was taken (its time aside).
+        func sameHolder(as other: LockRecord) -> Bool {
+            host == other.host && pid == other.pid && purpose == other.purpose && machine == other.machine
+                && boot == other.boot && started == other.started
+        }
+
+        /// Whether the writer is known to be gone: a lock of this machine and boot whose process
+        /// has ended (or whose pid now names a process started at another time). Without the
+        /// machine and boot (or on another machine) nothing is known: only its age says.
+        var writerIsGone: Bool {
+            guard let machine, let boot, machine == LockRecord.thisMachine, boot == LockRecord.thisBoot, pid != getpid() else { return false }
+            if kill(pid, 0) != 0 && errno == ESRCH { return true }
+            guard let started, let now = LockRecord.startTime(of: pid) else { return false }
+            return now != started
+        }
+
+        /// The record of a lock taken now by this process.
+        static func now(purpose: String) -> LockRecord {
+            LockRecord(host: ProcessInfo.processInfo.hostName, pid: getpid(), purpose: purpose, refreshed: Date(),
+                       machine: thisMachine, boot: thisBoot, started: startTime(of: getpid()))
+        }
+
+        static let thisMachine = appSpecific("/etc/machine-id")
+        static let thisBoot = appSpecific("/proc/sys/kernel/random/boot_id")
+
+        /// HMAC-SHA256(ID, "DataProtection remote lock"), hex (systemd's advice: an ID is
+        /// confidential, an application-specific value derived from it is not).
+        static func appSpecific(_ file: String) -> String? {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }
+            let id = text.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "-", with: "")
+            guard id.count == 32 else { return nil }
+            let mac = HMAC<SHA256>.authenticationCode(for: Data("DataProtection remote lock".utf8), using: SymmetricKey(data: Data(id.utf8)))
+            return Array(Array(mac).prefix(16)).hex
+        }
+
+        /// `/proc/PID/stat`'s 22nd field: when the process started, in clock ticks since boot.
+        static func startTime(of pid: Int32) -> UInt64? {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return nil }
+            // After "PID (COMM)": field 3 onward; the start time is field 22.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 19 ? UInt64(fields[19]) : nil
+        }
     }
 
     /// A lock not refreshed for this long is stale: its writer is gone (restic's rule, 30 minutes).
@@ -41,49 +144,76 @@ extension RemoteRepository {
     /// Takes the writer lock: refused as busy when another writer's fresh lock is there, before
     /// or just after ours is written (then ours is removed again: two writers starting together
     /// both back off rather than both run).
-    func acquireLock(for purpose: String) throws -> RemoteLock {
-        func busyHolder(except own: String?) throws -> String? {
-            for name in try rclone.listFiles("locks").keys where name != own && !name.contains("/") {
-                guard let record = try? Self.decoder().decode(LockRecord.self, from: rclone.read("locks/" + name)) else { continue }
-                // A stale lock — not refreshed for 30 minutes, or its process gone from this
-                // host — holds nobody back, and is removed (as restic removes them).
-                let gone = record.host == ProcessInfo.processInfo.hostName && record.pid != getpid() && kill(record.pid, 0) != 0 && errno == ESRCH
-                if gone || Date().timeIntervalSince(record.refreshed) > Self.staleAfter {
-                    try? rclone.deleteFile("locks/" + name)
-                    continue
-                }
-                return "\(record.purpose) by pid \(record.pid) on \(record.host), lock \(name)"
-            }
-            return nil
-        }
-        do {
-            if let holder = try busyHolder(except: nil) { throw BackupError.repositoryBusy(path: location.description, holder: holder) }
-            let name = UUID().uuidString.lowercased()
-            let record = LockRecord(host: ProcessInfo.processInfo.hostName, pid: getpid(), purpose: purpose, refreshed: Date())
-            try rclone.write(Array(try Self.encoder().encode(record)), to: "locks/" + name)
-            if let holder = try busyHolder(except: name) {
-                try? rclone.deleteFile("locks/" + name)
+    func acquireLock(for purpose: String) async throws -> RemoteLock {
+        try await rcloneStep("taking the repository's lock") {
+            if let holder = try await busyHolder(except: nil) { throw BackupError.repositoryBusy(path: location.description, holder: holder) }
+            let lock = RemoteLock(name: UUID().uuidString.lowercased(), record: .now(purpose: purpose))
+            try await rclone.write(Array(try Self.encoder().encode(lock.record)), to: "locks/" + lock.name)
+            if let holder = try await busyHolder(except: lock.name) {
+                try? await rclone.deleteFile("locks/" + lock.name)
                 throw BackupError.repositoryBusy(path: location.description, holder: holder)
             }
-            let rclone = self.rclone
-            let refresher = Task {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: Self.refreshEvery)
-                    if Task.isCancelled { break }
-                    var fresh = record
-                    fresh.refreshed = Date()
-                    if let bytes = try? Self.encoder().encode(fresh) { try? rclone.write(Array(bytes), to: "locks/" + name) }
-                }
-            }
-            return RemoteLock(name: name, refresher: refresher)
-        } catch let failure as Rclone.Failure {
-            throw failed(failure, "taking the repository's lock")
+            lock.startRefreshing(rclone, every: Self.refreshEvery)
+            return lock
         }
     }
 
-    /// Removes the lock file (a failure leaves it to go stale).
-    func releaseLock(_ lock: RemoteLock) {
-        lock.refresher.cancel()
-        try? rclone.deleteFile("locks/" + lock.name)
+    /// Who holds the repository, other than the lock `own`: nil when nobody does. Stale locks
+    /// — not refreshed for 30 minutes, or their process gone from this machine — hold nobody
+    /// back and are removed (as restic removes them). A lock file that cannot be read or parsed
+    /// counts as held, until its file is 30 minutes old.
+    private func busyHolder(except own: String?) async throws -> String? {
+        for (name, item) in try await rclone.listFilesWithTimes("locks") where name != own && !name.contains("/") {
+            let age = item.modified.map { Date().timeIntervalSince($0) } ?? 0
+            guard let record = try? Self.decoder().decode(LockRecord.self, from: await rclone.read("locks/" + name)) else {
+                if age > Self.staleAfter {
+                    try? await rclone.deleteFile("locks/" + name)
+                    continue
+                }
+                return "an unreadable lock \(name), \(Int(age / 60)) minutes old"
+            }
+            if record.writerIsGone || Date().timeIntervalSince(record.refreshed) > Self.staleAfter {
+                try? await rclone.deleteFile("locks/" + name)
+                continue
+            }
+            return "\(record.purpose) by pid \(record.pid) on \(record.host), lock \(name)"
+        }
+        return nil
+    }
+
+    /// Throws unless `lock` is still held and its file still names this writer: checked before
+    /// each authentication record is sent, so that a writer whose lock another process removed
+    /// (judging it stale) vouches for nothing more.
+    func check(_ lock: RemoteLock) async throws {
+        if let why = lock.lostReason { throw BackupError.remoteFailed(location.description, reason: why + "; nothing more was sent: run it again") }
+        let bytes = try await rcloneStep("checking the repository's lock") {
+            do { return try await rclone.read("locks/" + lock.name) } catch let failure as Rclone.Failure
+                where failure.status == Rclone.fileNotFound || failure.status == Rclone.directoryNotFound { return Data() }
+        }
+        guard (try? Self.decoder().decode(LockRecord.self, from: bytes))?.sameHolder(as: lock.record) == true else {
+            lock.markLost("the repository's lock \(lock.name) was removed by another process meanwhile")
+            throw BackupError.remoteFailed(location.description, reason: lock.lostReason! + "; nothing more was sent: run it again")
+        }
+    }
+
+    /// Stops refreshing the lock and removes its file (a failure leaves it to go stale).
+    func releaseLock(_ lock: RemoteLock) async {
+        await lock.stop()
+        // Also after Ctrl-C: not cancelled with the task that was.
+        let rclone = self.rclone
+        await Task.detached { try? await rclone.deleteFile("locks/" + lock.name) }.value
+    }
+
+    /// Runs `body` under the lock for `purpose`, releasing it however `body` ends.
+    func withLock<T>(for purpose: String, _ body: (RemoteLock) async throws -> T) async throws -> T {
+        let lock = try await acquireLock(for: purpose)
+        do {
+            let result = try await body(lock)
+            await releaseLock(lock)
+            return result
+        } catch {
+            await releaseLock(lock)
+            throw error
+        }
     }
 }

@@ -21,12 +21,15 @@ import SystemPackage
 /// let remote = try RemoteRepository(location: RemoteLocation("rclone:s3:bucket/backups"), layout: keybag.layout)
 /// let summary = try await remote.backUp(with: BackupEngine(source: documents, repository: remote.staging, files: files))
 /// let latest = try await remote.fetchForReading().latestAuthenticBackup(files: files, password: nil)
+/// try await remote.fetchObjects(of: latest)
 /// ```
 public struct RemoteRepository: Sendable {
     public let location: RemoteLocation
     let rclone: Rclone
-    /// `ROOT/backup-remote/SHA256(location)/`: this device's staging area and mirror for it.
+    /// `ROOT/backup-remote/SHA256(identity)/`: this device's staging area and mirrors for it.
     let area: URL
+    /// This run's own mirror (removed when the last copy of this value goes).
+    private let mirrorDirectory: MirrorDirectory
 
     /// The data-root entry (registered: an erase removes it) holding staging areas and mirrors.
     static let areaDirectoryName = "backup-remote"
@@ -35,9 +38,11 @@ public struct RemoteRepository: Sendable {
         self.location = location
         rclone = try Rclone(location: location)
         _ = try? layout.register(Self.areaDirectoryName)
-        let name = Array(SHA256.hash(data: Data(location.rcloneTarget.utf8))).hex
+        // Keyed by what names the storage, not by how it is reached (key or known-hosts file).
+        let name = Array(SHA256.hash(data: Data(location.identity.utf8))).hex
         area = URL(fileURLWithPath: layout.path(Self.areaDirectoryName)).appendingPathComponent(name)
         try FileManager.default.createDirectory(at: area, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        mirrorDirectory = try MirrorDirectory(in: area.appendingPathComponent("mirrors"))
     }
 
     /// Whether `name` has a backup ID's shape, `yyyyMMddTHHmmssZ-` and 7 or 8 hex digits: only
@@ -53,11 +58,20 @@ public struct RemoteRepository: Sendable {
 
     /// What a backup is written into before it is sent (a local repository).
     public var staging: BackupRepository { BackupRepository(url: area.appendingPathComponent("staging")) }
-    /// What reading fetches into (a local repository, emptied of objects after each use).
-    var mirror: BackupRepository { BackupRepository(url: area.appendingPathComponent("mirror")) }
+    /// What reading fetches into: a local repository of this run's own, removed with it (and,
+    /// after a killed run, by the next one).
+    public var mirror: BackupRepository { BackupRepository(url: mirrorDirectory.url) }
 
-    func failed(_ failure: Rclone.Failure, _ doing: String) -> BackupError {
-        .remoteFailed(location.description, reason: "\(doing) failed (rclone: \(failure.message))")
+    /// Runs one step of rclone calls; their failures become ``BackupError/remoteFailed(_:reason:)``
+    /// ("`doing` failed (rclone: …)"), a cancellation ``BackupError/remoteInterrupted(_:doing:)``.
+    func rcloneStep<T>(_ doing: String, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let failure as Rclone.Failure {
+            throw BackupError.remoteFailed(location.description, reason: "\(doing) failed (rclone: \(failure.message))")
+        } catch is CancellationError {
+            throw BackupError.remoteInterrupted(location.description, doing: doing)
+        }
     }
 
     // MARK: - Backing up
@@ -69,44 +83,46 @@ public struct RemoteRepository: Sendable {
     ///   ``BackupError/repositoryBusy(path:holder:)`` when another writer holds a lock.
     public func backUp(with engine: BackupEngine, log: (String) -> Void = { _ in },
                        progress: (BackupProgress) -> Void = { _ in }) async throws -> BackupSummary {
-        if engine.dryRun {
-            // Walk and log only: nothing is locked, listed or sent.
-            var engine = engine
-            engine.repository = staging
-            return try await engine.run(log: log, progress: progress)
-        }
-        let lock = try acquireLock(for: "backup")
-        defer { releaseLock(lock) }
-        try sendStaged(log: log)
-        var staging = self.staging
-        do {
-            staging.objectsElsewhere = try remoteObjectNames()
-        } catch let failure as Rclone.Failure {
-            throw failed(failure, "listing the repository's objects")
-        }
         var engine = engine
         engine.repository = staging
-        let summary = try await engine.run(log: log, progress: progress)
-        try sendStaged(log: log)
-        return summary
+        if engine.dryRun {
+            // Walk and log only: nothing is locked, listed or sent.
+            return try await engine.run(log: log, progress: progress)
+        }
+        return try await withLock(for: "backup") { lock in
+            // One listing of the remote's objects serves the whole run: under the lock no prune
+            // removes any, and what this run sends is added to it.
+            var present = try await remoteObjectNames()
+            try await sendStaged(lock: lock, present: &present, log: log)
+            engine.repository.objectsElsewhere = present
+            let summary = try await engine.run(log: log, progress: progress)
+            try await sendStaged(lock: lock, present: &present, log: log, keepingChunkLists: engine.chunkListsInIndex())
+            return summary
+        }
     }
 
     /// Sends every finished backup in the staging area, oldest first: its objects (each once: one
     /// already there with its size is not sent again), then its manifest, object list and backup
-    /// keybag, then its authentication record; then removes it from the staging area. Staged
-    /// objects are removed once sent, but chunk lists, which the next backup compares with.
-    func sendStaged(log: (String) -> Void) throws {
+    /// keybag, then — the lock checked still ours — its authentication record; then removes it
+    /// from the staging area. Staged objects are removed once sent, but chunk lists, which the
+    /// next backup compares with: those of `keepingChunkLists` when given (the others go), all
+    /// of them otherwise. `present` is what the remote holds, and gains what is sent.
+    func sendStaged(lock: RemoteLock, present: inout Set<String>, log: (String) -> Void, keepingChunkLists: Set<String>? = nil) async throws {
         let staging = self.staging
         guard POSIXFile.kind(staging.backups.path).isDirectory else { return }
         let finished = staging.finishedBackups()
-        guard !finished.isEmpty || ((try? POSIXFile.directoryEntries(staging.objects.path)) ?? []).contains(where: { !$0.hasPrefix(".") }) else { return }
-        do {
-            try rclone.upload(staging.objects, to: "objects", exclude: [".*", "/.*/**"])
+        // Chunk lists sent already are listed here, so that they are not looked up again.
+        let sentListsFile = staging.url.appendingPathComponent(".sent-chunk-lists")
+        var sentLists = Set(((try? String(contentsOf: sentListsFile, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
+        let waiting = Self.stagedObjects(in: staging).filter { !sentLists.contains($0.name) }
+        guard !finished.isEmpty || !waiting.isEmpty else { return }
+        try await rcloneStep("sending the backup") {
+            try await rclone.upload(staging.objects, to: "objects", files: waiting.map(\.path))
+            present.formUnion(waiting.map(\.name))
             // A staged backup counts on objects it found on the remote when it ran; a prune
             // since (its run failed, the lock was let go) may have removed some. Such a backup is
             // never sent: its record would vouch for objects that are gone. The next backup
             // stores what is missing again (the index only trusts objects that are present).
-            let present = finished.isEmpty ? [] : try remoteObjectNames()
             for backup in finished {
                 let id = backup.lastPathComponent
                 if let missing = ((try? BackupRepository.objectList(of: backup)) ?? []).first(where: { !present.contains($0) }) {
@@ -115,44 +131,54 @@ public struct RemoteRepository: Sendable {
                     continue
                 }
                 let names = try POSIXFile.directoryEntries(backup.path).filter { $0 != BackupAuthentication.fileName && !$0.hasPrefix(".") }
-                try rclone.upload(backup, to: "backups/\(id)", files: names, sizeOnly: false)
-                try rclone.upload(backup, to: "backups/\(id)", files: [BackupAuthentication.fileName], sizeOnly: false)
+                try await rclone.upload(backup, to: "backups/\(id)", files: names, sizeOnly: false)
+                try await check(lock)
+                try await rclone.upload(backup, to: "backups/\(id)", files: [BackupAuthentication.fileName], sizeOnly: false)
                 try FileManager.default.removeItem(at: backup)
                 log("Sent: backup \(id) to \(location.description)")
             }
-        } catch let failure as Rclone.Failure {
-            throw failed(failure, "sending the backup")
         }
         // Sent: what stays is the chunk lists (small; the next backup of a big file reads its list).
+        for object in waiting {
+            let file = staging.objects.path + "/" + object.path
+            let head = (try? POSIXFile.openRegularFile(file)).flatMap { fd in
+                defer { try? fd.close() }
+                return try? POSIXFile.read(fd, count: 8, at: 0, path: file)
+            }
+            if head == BackupChunkList.magic { sentLists.insert(object.name) } else { unlink(file) }
+        }
+        if let keep = keepingChunkLists {
+            for name in sentLists.subtracting(keep) { unlink(staging.objectURL(name).path) }
+            sentLists.formIntersection(keep)
+        }
+        try? Data(sentLists.sorted().map { $0 + "\n" }.joined().utf8).write(to: sentListsFile, options: .atomic)
+    }
+
+    /// The objects in a staging area: `XX/NAME` paths and their names.
+    static func stagedObjects(in staging: BackupRepository) -> [(path: String, name: String)] {
+        var objects: [(path: String, name: String)] = []
         for directory in (try? POSIXFile.directoryEntries(staging.objects.path)) ?? [] where !directory.hasPrefix(".") {
-            let path = staging.objects.path + "/" + directory
-            for name in (try? POSIXFile.directoryEntries(path)) ?? [] {
-                let file = path + "/" + name
-                let head = (try? POSIXFile.openRegularFile(file)).flatMap { fd in
-                    defer { try? fd.close() }
-                    return try? POSIXFile.read(fd, count: 8, at: 0, path: file)
-                }
-                if head != BackupChunkList.magic { unlink(file) }
+            for name in (try? POSIXFile.directoryEntries(staging.objects.path + "/" + directory)) ?? [] where BackupRepository.isObjectName(Substring(name)) {
+                objects.append((directory + "/" + name, name))
             }
         }
+        return objects
     }
 
     // MARK: - Reading
 
-    /// Fetches the repository's backups (their small files, no objects) into the mirror and
-    /// returns it as a local repository: a backup without its authentication record reads as
-    /// incomplete there.
-    public func fetchForReading() throws -> BackupRepository {
+    /// Fetches the repository's backups (their small files, no objects) into this run's mirror
+    /// and returns it as a local repository: a backup without its authentication record reads
+    /// as incomplete there.
+    public func fetchForReading() async throws -> BackupRepository {
         let mirror = self.mirror
         try? FileManager.default.removeItem(at: mirror.backups)
         try FileManager.default.createDirectory(at: mirror.objects, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: mirror.backups, withIntermediateDirectories: true)
-        do {
+        try await rcloneStep("reading the repository's backups") {
             // Only directories named as backups are fetched: anything else under backups/ is not ours.
-            let names = try rclone.listDirectories("backups").filter { Self.isBackupID($0) }
-            if !names.isEmpty { try rclone.download("backups", to: mirror.backups, include: names.map { "/\($0)/**" }) }
-        } catch let failure as Rclone.Failure {
-            throw failed(failure, "reading the repository's backups")
+            let names = try await rclone.listDirectories("backups").filter { Self.isBackupID($0) }
+            if !names.isEmpty { try await rclone.download("backups", to: mirror.backups, include: names.map { "/\($0)/**" }) }
         }
         for name in try POSIXFile.directoryEntries(mirror.backups.path) where !name.hasPrefix(".") && !name.hasSuffix(BackupRepository.incompleteSuffix) {
             let directory = mirror.backups.appendingPathComponent(name)
@@ -167,21 +193,23 @@ public struct RemoteRepository: Sendable {
 
     /// Fetches the objects a backup of the mirror lists (those the storage has; a missing one is
     /// named as damage by the restore or verification that follows).
-    public func fetchObjects(of backup: URL) throws {
+    public func fetchObjects(of backup: URL) async throws {
         let names = (try? BackupRepository.objectList(of: backup)) ?? []
-        do { try rclone.download("objects", to: mirror.objects, files: names.map { "\($0.prefix(2))/\($0)" }) } catch let failure as Rclone.Failure {
-            throw failed(failure, "fetching the backup's objects")
+        try await rcloneStep("fetching the backup's objects") {
+            try await rclone.download("objects", to: mirror.objects, files: names.map { "\($0.prefix(2))/\($0)" })
         }
     }
 
-    /// Empties the mirror's objects (after a restore or a verification).
-    public func discardFetchedObjects() {
-        try? FileManager.default.removeItem(at: mirror.objects)
+    /// Removes this run's mirror (after a restore or a verification): what was fetched goes.
+    public func discardMirror() {
+        mirrorDirectory.remove()
     }
 
     /// The names of the objects the remote holds (`objects/XX/NAME`).
-    func remoteObjectNames() throws -> Set<String> {
-        Set(try rclone.listFiles("objects").keys.map { String($0.split(separator: "/").last ?? "") })
+    func remoteObjectNames() async throws -> Set<String> {
+        try await rcloneStep("listing the repository's objects") {
+            Set(try await rclone.listFiles("objects").keys.map { String($0.split(separator: "/").last ?? "") })
+        }
     }
 
     /// The remote path of a backup of the mirror, for messages and listings.

@@ -1,0 +1,57 @@
+import CLinuxShims
+import Foundation
+import Synchronization
+
+/// One run of an outside tool (rclone), spawned so that it can be stopped: it starts with every
+/// signal at its default action (a Ctrl-C at the terminal reaches it as it reaches dpctl, which
+/// ignores SIGINT while it stops cleanly) in this process's group, and a cancelled task sends
+/// it SIGTERM. Waiting blocks a thread of its own, never one of the cooperative pool.
+struct ToolProcess {
+    /// How a run ended.
+    struct Ending {
+        /// The exit status, or 128 + the signal that ended it.
+        var status: Int32
+        var signalled: Bool
+    }
+
+    let pid: pid_t
+
+    /// Starts `path ARGUMENTS` with standard input, output and error on the descriptors given
+    /// (the caller closes its copies).
+    /// - Throws: an `NSError` in the POSIX domain when it could not be started.
+    init(_ path: String, _ arguments: [String], input: Int32, output: Int32, error: Int32) throws {
+        var pid: pid_t = 0
+        let argv = ([path] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let sources = [input, output, error]
+        let failure = sources.withUnsafeBufferPointer { cshim_spawn(path, argv, environ, $0.baseAddress, 3, &pid) }
+        guard failure == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(failure)) }
+        self.pid = pid
+    }
+
+    /// Waits for the tool to end; a cancelled task sends it SIGTERM first.
+    /// - Throws: `CancellationError` when the task was cancelled (the tool has ended).
+    func wait() async throws -> Ending {
+        let child = pid
+        // `ended` is set once the child has exited, before it is reaped: no signal ever goes to
+        // a pid the kernel may have handed to another process.
+        let ended = Mutex(false)
+        let ending = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Ending, Never>) in
+                Thread.detachNewThread {
+                    var info = siginfo_t()
+                    while waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR {}
+                    ended.withLock { $0 = true }
+                    var status: Int32 = 0
+                    while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+                    let signalled = (status & 0x7f) != 0
+                    continuation.resume(returning: Ending(status: signalled ? 128 + (status & 0x7f) : (status >> 8) & 0xff, signalled: signalled))
+                }
+            }
+        } onCancel: {
+            ended.withLock { if !$0 { kill(child, SIGTERM) } }
+        }
+        if Task.isCancelled { throw CancellationError() }
+        return ending
+    }
+}
