@@ -93,7 +93,8 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
             options.append("key_file=\(Self.quoted(key))")
         }
         rcloneTarget = ":sftp," + options.joined(separator: ",") + ":" + path
-        identity = "sftp://\(user ?? "")@\(host):\(port ?? 22)" + (path.hasPrefix("/") ? "" : "/~/") + path
+        // A path relative to the login directory after a colon, an absolute one as it is: never the same.
+        identity = "sftp://\(user ?? "")@\(host):\(port ?? 22)" + (path.hasPrefix("/") ? "" : ":") + path
     }
 
     /// `text` with this location's connection string shown as the user wrote the location, and
