@@ -263,6 +263,8 @@ let package = Package(
                 "DataProtectionIPC",
                 "dp-sandbox-exec",
                 "dpctl",
+                // Its servers on loopback and measuring helpers, shared with the tests.
+                "DataProtectionTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

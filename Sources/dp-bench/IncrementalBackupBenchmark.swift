@@ -1,5 +1,6 @@
 import DataProtection
 import DataProtectionBackup
+import DataProtectionTestSupport
 import DataProtectionSQLite
 import Foundation
 import GRDB

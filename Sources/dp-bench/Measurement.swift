@@ -144,14 +144,3 @@ func readAll(_ handle: ProtectedFileHandle) async throws {
     }
     try await handle.close()
 }
-
-/// The bytes of every regular file under `url` (a tree's size, a repository's).
-func regularFileBytes(under url: URL) -> Int64 {
-    var total: Int64 = 0
-    let walker = FileManager.default.enumerator(at: url, includingPropertiesForKeys: [.fileSizeKey, .isRegularFileKey])
-    while let item = walker?.nextObject() as? URL {
-        let values = try? item.resourceValues(forKeys: [.fileSizeKey, .isRegularFileKey])
-        if values?.isRegularFile == true { total += Int64(values?.fileSize ?? 0) }
-    }
-    return total
-}

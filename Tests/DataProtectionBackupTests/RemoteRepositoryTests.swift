@@ -120,11 +120,14 @@ import Testing
         try FileManager.default.removeItem(at: remote.served.appendingPathComponent("locks/" + lock.name))
         var present = Set<String>()
         do {
-            try await remote.repository.sendStaged(lock: lock, present: &present, log: { _ in })
+            // Read back however recently it was seen (another process with a clock 25 minutes off).
+            try await remote.repository.sendStaged(lock: lock, present: &present, log: { _ in }, lockConfirmedWithin: .zero)
             Issue.record("a writer without its lock sent a backup")
         } catch BackupError.remoteFailed(_, let reason) {
             #expect(reason.contains("removed by another process"), "\(reason)")
         }
+        // Once lost, it stays lost: however recently it was seen, nothing more is sent.
+        await #expect(throws: BackupError.self) { try await remote.repository.check(lock) }
         await remote.repository.releaseLock(lock)
         let record = remote.served.appendingPathComponent("backups/\(summary.backup)/\(BackupAuthentication.fileName)")
         #expect(!FileManager.default.fileExists(atPath: record.path))

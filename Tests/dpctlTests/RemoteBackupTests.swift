@@ -2,93 +2,6 @@ import DataProtectionTestSupport
 import Foundation
 import Testing
 
-/// A real server on loopback, run for one test and stopped with it. Spawned and reaped here
-/// (`posix_spawn`, `waitpid`), not through Foundation's `Process`, whose reaping of a child that
-/// runs for the whole test held up the reaping of the commands run meanwhile.
-final class LoopbackServer: @unchecked Sendable {
-    let pid: pid_t
-    let port: Int
-    private var reaped = false
-
-    /// Starts `executable ARGUMENTS` and reads its standard error until a line matches `ready`
-    /// (its first capture group is the port, when `port` is nil): no waiting on the clock.
-    init(_ executable: String, _ arguments: [String], port: Int? = nil, ready: String) throws {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { throw ServerFailed(output: "pipe failed") }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 2)
-        posix_spawn_file_actions_addclose(&actions, fds[0])
-        posix_spawn_file_actions_addclose(&actions, fds[1])
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var child: pid_t = 0
-        let spawned = posix_spawn(&child, executable, &actions, nil, argv, environ)
-        close(fds[1])
-        guard spawned == 0 else {
-            close(fds[0])
-            throw ServerFailed(output: "posix_spawn \(executable): \(String(cString: strerror(spawned)))")
-        }
-        pid = child
-        let errors = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
-        let pattern = try NSRegularExpression(pattern: ready)
-        var seen = ""
-        var found: Int?
-        while found == nil {
-            let chunk = errors.availableData
-            guard !chunk.isEmpty else { break }
-            seen += String(decoding: chunk, as: UTF8.self)
-            if let match = pattern.firstMatch(in: seen, range: NSRange(seen.startIndex..., in: seen)) {
-                found = port ?? (match.numberOfRanges > 1 ? Range(match.range(at: 1), in: seen).flatMap { Int(seen[$0]) } : nil)
-            }
-        }
-        guard let found else {
-            Glibc.kill(child, SIGKILL)
-            var status: Int32 = 0
-            waitpid(child, &status, 0)
-            throw ServerFailed(output: seen)
-        }
-        self.port = found
-        // The rest of its log is read and dropped, so it never blocks on a full pipe.
-        Thread.detachNewThread { while !errors.availableData.isEmpty {} }
-    }
-
-    struct ServerFailed: Error { var output: String }
-
-    /// Kills the server (a cut connection, as far as its clients can tell) and reaps it.
-    func kill() {
-        guard !reaped else { return }
-        reaped = true
-        Glibc.kill(pid, SIGKILL)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-    }
-
-    deinit { kill() }
-
-    /// rclone's WebDAV server over `directory`, on a port the kernel picks.
-    static func webDAV(serving directory: String) throws -> LoopbackServer {
-        try LoopbackServer("/usr/bin/rclone", ["serve", "webdav", directory, "--addr", "127.0.0.1:0", "--dir-cache-time", "0s"],
-                           ready: #"WebDav Server started on \[?http://127\.0\.0\.1:(\d+)/"#)
-    }
-
-    /// A free port on loopback (the kernel's pick, released for the server to take).
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-}
-
 /// Backups to repositories off the device (issue 34): through rclone to a WebDAV server and to an
 /// SFTP server (OpenSSH's sshd and sftp-server), both real and on loopback. Only ciphertext and
 /// authenticated records reach them; a cut connection leaves nothing that lists as complete, and
@@ -283,34 +196,8 @@ final class LoopbackServer: @unchecked Sendable {
         let cli = CLI.make()
         let (passcode, source) = try Self.tree(cli)
         // sshd on loopback with its own host key, taking one key for root; sftp-server behind it.
-        let keys = cli.file("ssh")
-        try FileManager.default.createDirectory(atPath: keys, withIntermediateDirectories: true)
-        for name in ["host", "user"] {
-            #expect(try ChildProcess.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", "\(keys)/\(name)"]).status == 0)
-        }
-        try FileManager.default.copyItem(atPath: "\(keys)/user.pub", toPath: "\(keys)/authorized_keys")
-        try FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
-        let port = try LoopbackServer.freePort()
-        let config = """
-            Port \(port)
-            ListenAddress 127.0.0.1
-            HostKey \(keys)/host
-            PidFile none
-            AuthorizedKeysFile \(keys)/authorized_keys
-            StrictModes no
-            PermitRootLogin prohibit-password
-            PasswordAuthentication no
-            KbdInteractiveAuthentication no
-            UsePAM no
-            Subsystem sftp /usr/lib/openssh/sftp-server
-
-            """
-        try Data(config.utf8).write(to: URL(fileURLWithPath: "\(keys)/sshd_config"))
-        let server = try LoopbackServer("/usr/sbin/sshd", ["-D", "-e", "-f", "\(keys)/sshd_config"], port: port,
-                                        ready: "Server listening on 127\\.0\\.0\\.1 port \(port)")
-        let hostKey = try String(contentsOfFile: "\(keys)/host.pub", encoding: .utf8).split(separator: " ").prefix(2).joined(separator: " ")
-        try Data("[127.0.0.1]:\(port) \(hostKey)\n".utf8).write(to: URL(fileURLWithPath: "\(keys)/known_hosts"))
-        let env = ["RCLONE_SFTP_KNOWN_HOSTS_FILE": "\(keys)/known_hosts", "RCLONE_SFTP_KEY_FILE": "\(keys)/user", "SSH_AUTH_SOCK": ""]
+        let sftp = try LoopbackServer.sftp(keysIn: cli.file("ssh"))
+        let (server, port, env) = (sftp.server, sftp.server.port, sftp.environment)
         let served = cli.file("sftp-root")
         let repo = "sftp://root@127.0.0.1:\(port)\(served)/repo"
 
@@ -326,7 +213,7 @@ final class LoopbackServer: @unchecked Sendable {
 
         // A server whose key is not the recorded one is refused: never trusted on first use.
         try Data("[127.0.0.1]:\(port) ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdBAdB\n".utf8)
-            .write(to: URL(fileURLWithPath: "\(keys)/known_hosts"))
+            .write(to: URL(fileURLWithPath: sftp.knownHosts))
         let impostor = try cli.run(["backups", repo], environment: env)
         #expect(impostor.status != 0, "\(impostor.out)")
         server.kill()

@@ -149,15 +149,15 @@ struct Rclone: Sendable {
             .map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
     }
 
-    /// Uploads `files` (paths relative to the local directory `local`) to `relative`. Each is
-    /// looked up on its own (`--no-traverse`: a repository of a million objects is not listed
-    /// to send a few). With `sizeOnly`, a file already there with the same size is not sent
-    /// again (objects are named by their content); one of another size (a cut upload) is replaced.
+    /// Uploads `files` (paths relative to the local directory `local`) to `relative`. Only the
+    /// directories that hold them are listed (looking each file up on its own, `--no-traverse`,
+    /// measured 16 times slower over SFTP for a thousand files). With `sizeOnly`, a file
+    /// already there with the same size is not sent again (objects are named by their
+    /// content); one of another size (a cut upload) is replaced.
     func upload(_ local: URL, to relative: String, files: [String], sizeOnly: Bool = true) async throws {
         guard !files.isEmpty else { return }
         try await withFileList(files) { list in
-            try await run(["copy"] + (sizeOnly ? ["--size-only"] : []) + ["--no-traverse", "--files-from-raw", list.path,
-                                                                           local.path, location.appending(relative)])
+            try await run(["copy"] + (sizeOnly ? ["--size-only"] : []) + ["--files-from-raw", list.path, local.path, location.appending(relative)])
         }
     }
 

@@ -75,7 +75,10 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
         if let user { guard !user.isEmpty, user.allSatisfy(safe.contains) else { throw bad("the user name has characters a user name does not") } }
         guard !path.isEmpty, !path.contains("\n") else { throw bad("no path on the server") }
 
-        var options = ["host=\(host)"]
+        // rclone's check after each upload runs `md5sum` on the server, one command per file
+        // (measured: 13 times slower for a thousand objects); what is stored is named by its
+        // SHA-256 and authenticated, and `verify` checks it.
+        var options = ["host=\(host)", "disable_hashcheck=true"]
         if let user { options.append("user=\(user)") }
         if let port { options.append("port=\(port)") }
         let home = environment["HOME"] ?? NSHomeDirectory()

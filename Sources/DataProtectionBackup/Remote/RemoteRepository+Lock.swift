@@ -12,6 +12,8 @@ extension RemoteRepository {
         let name: String
         let record: LockRecord
         private let lost = Mutex<String?>(nil)
+        /// When the lock was last seen in place (taken, or found and rewritten by a refresh).
+        private let confirmed = Mutex(ContinuousClock.now)
         private let refresher = Mutex<Task<Void, Never>?>(nil)
 
         init(name: String, record: LockRecord) {
@@ -38,7 +40,9 @@ extension RemoteRepository {
                         return (try? await rclone.write(Array(encoded), to: "locks/" + self.name)) == nil ? nil : true
                     }.value
                     switch refreshed {
-                    case true?: lastWritten = .now
+                    case true?:
+                        lastWritten = .now
+                        confirm()
                     case false?:
                         markLost("the repository's lock \(name) was removed by another process meanwhile")
                         return
@@ -51,6 +55,11 @@ extension RemoteRepository {
             }
             refresher.withLock { $0 = task }
         }
+
+        func confirm() { confirmed.withLock { $0 = .now } }
+
+        /// How long ago the lock was last seen in place.
+        var sinceConfirmed: Duration { ContinuousClock.now - confirmed.withLock { $0 } }
 
         func markLost(_ why: String) { lost.withLock { if $0 == nil { $0 = why } } }
 
@@ -141,18 +150,18 @@ extension RemoteRepository {
         return decoder
     }
 
-    /// Takes the writer lock: refused as busy when another writer's fresh lock is there, before
-    /// or just after ours is written (then ours is removed again: two writers starting together
-    /// both back off rather than both run).
+    /// Takes the writer lock: ours is written, then the others are read; another writer's fresh
+    /// lock makes it busy (ours is removed again: two writers starting together both back off
+    /// rather than both run).
     func acquireLock(for purpose: String) async throws -> RemoteLock {
         try await rcloneStep("taking the repository's lock") {
-            if let holder = try await busyHolder(except: nil) { throw BackupError.repositoryBusy(path: location.description, holder: holder) }
             let lock = RemoteLock(name: UUID().uuidString.lowercased(), record: .now(purpose: purpose))
             try await rclone.write(Array(try Self.encoder().encode(lock.record)), to: "locks/" + lock.name)
             if let holder = try await busyHolder(except: lock.name) {
                 try? await rclone.deleteFile("locks/" + lock.name)
                 throw BackupError.repositoryBusy(path: location.description, holder: holder)
             }
+            lock.confirm()
             lock.startRefreshing(rclone, every: Self.refreshEvery)
             return lock
         }
@@ -183,9 +192,12 @@ extension RemoteRepository {
 
     /// Throws unless `lock` is still held and its file still names this writer: checked before
     /// each authentication record is sent, so that a writer whose lock another process removed
-    /// (judging it stale) vouches for nothing more.
-    func check(_ lock: RemoteLock) async throws {
+    /// (judging it stale) vouches for nothing more. A lock seen in place less than
+    /// `confirmedWithin` ago (5 minutes: it was taken or refreshed since) is not read again:
+    /// no process judges a lock stale that young, unless its clock is 25 minutes off.
+    func check(_ lock: RemoteLock, confirmedWithin: Duration = refreshEvery) async throws {
         if let why = lock.lostReason { throw BackupError.remoteFailed(location.description, reason: why + "; nothing more was sent: run it again") }
+        guard lock.sinceConfirmed >= confirmedWithin else { return }
         let bytes = try await rcloneStep("checking the repository's lock") {
             do { return try await rclone.read("locks/" + lock.name) } catch let failure as Rclone.Failure
                 where failure.status == Rclone.fileNotFound || failure.status == Rclone.directoryNotFound { return Data() }
@@ -194,6 +206,7 @@ extension RemoteRepository {
             lock.markLost("the repository's lock \(lock.name) was removed by another process meanwhile")
             throw BackupError.remoteFailed(location.description, reason: lock.lostReason! + "; nothing more was sent: run it again")
         }
+        lock.confirm()
     }
 
     /// Stops refreshing the lock and removes its file (a failure leaves it to go stale).

@@ -107,7 +107,8 @@ public struct RemoteRepository: Sendable {
     /// from the staging area. Staged objects are removed once sent, but chunk lists, which the
     /// next backup compares with: those of `keepingChunkLists` when given (the others go), all
     /// of them otherwise. `present` is what the remote holds, and gains what is sent.
-    func sendStaged(lock: RemoteLock, present: inout Set<String>, log: (String) -> Void, keepingChunkLists: Set<String>? = nil) async throws {
+    func sendStaged(lock: RemoteLock, present: inout Set<String>, log: (String) -> Void, keepingChunkLists: Set<String>? = nil,
+                    lockConfirmedWithin: Duration = RemoteRepository.refreshEvery) async throws {
         let staging = self.staging
         guard POSIXFile.kind(staging.backups.path).isDirectory else { return }
         let finished = staging.finishedBackups()
@@ -117,22 +118,32 @@ public struct RemoteRepository: Sendable {
         let waiting = Self.stagedObjects(in: staging).filter { !sentLists.contains($0.name) }
         guard !finished.isEmpty || !waiting.isEmpty else { return }
         try await rcloneStep("sending the backup") {
-            try await rclone.upload(staging.objects, to: "objects", files: waiting.map(\.path))
-            present.formUnion(waiting.map(\.name))
             // A staged backup counts on objects it found on the remote when it ran; a prune
             // since (its run failed, the lock was let go) may have removed some. Such a backup is
             // never sent: its record would vouch for objects that are gone. The next backup
             // stores what is missing again (the index only trusts objects that are present).
+            present.formUnion(waiting.map(\.name))
+            var sending: [URL] = []
             for backup in finished {
-                let id = backup.lastPathComponent
                 if let missing = ((try? BackupRepository.objectList(of: backup)) ?? []).first(where: { !present.contains($0) }) {
                     try FileManager.default.removeItem(at: backup)
-                    log("Not sent: backup \(id): object \(missing.prefix(12))… it uses is no longer in \(location.description) (pruned since it was made); this backup stores it again")
-                    continue
+                    log("Not sent: backup \(backup.lastPathComponent): object \(missing.prefix(12))… it uses is no longer in \(location.description) (pruned since it was made); this backup stores it again")
+                } else {
+                    sending.append(backup)
                 }
-                let names = try POSIXFile.directoryEntries(backup.path).filter { $0 != BackupAuthentication.fileName && !$0.hasPrefix(".") }
-                try await rclone.upload(backup, to: "backups/\(id)", files: names, sizeOnly: false)
-                try await check(lock)
+            }
+            // One transfer: the objects and every backup's files but its record (none of them
+            // makes anything read as complete) …
+            var files = waiting.map { "objects/" + $0.path }
+            for backup in sending {
+                files += try POSIXFile.directoryEntries(backup.path).filter { $0 != BackupAuthentication.fileName && !$0.hasPrefix(".") }
+                    .map { "backups/\(backup.lastPathComponent)/" + $0 }
+            }
+            try await rclone.upload(staging.url, to: "", files: files)
+            // … then, the lock checked still ours, each record, oldest first.
+            for backup in sending {
+                let id = backup.lastPathComponent
+                try await check(lock, confirmedWithin: lockConfirmedWithin)
                 try await rclone.upload(backup, to: "backups/\(id)", files: [BackupAuthentication.fileName], sizeOnly: false)
                 try FileManager.default.removeItem(at: backup)
                 log("Sent: backup \(id) to \(location.description)")
