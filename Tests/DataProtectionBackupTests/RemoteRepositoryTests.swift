@@ -49,14 +49,17 @@ import Testing
         let machine = try #require(RemoteRepository.LockRecord.thisMachine)
         let boot = try #require(RemoteRepository.LockRecord.thisBoot)
         let started = try #require(RemoteRepository.LockRecord.startTime(of: live.pid))
-        func record(pid: Int32, machine: String?, boot: String?, started: UInt64?) -> RemoteRepository.LockRecord {
-            .init(host: host, pid: pid, purpose: "backup", refreshed: Date(), machine: machine, boot: boot, started: started)
+        let namespace = try #require(RemoteRepository.LockRecord.thisPIDNamespace)
+        func record(pid: Int32, machine: String?, boot: String?, started: UInt64?, namespace: String? = namespace) -> RemoteRepository.LockRecord {
+            .init(host: host, pid: pid, purpose: "backup", refreshed: Date(), machine: machine, boot: boot, started: started, pidNamespace: namespace)
         }
 
         // Another machine with this host name, and a record without machine: alive for all we know.
         for (name, other) in [("other-machine", record(pid: dead, machine: String(repeating: "0", count: 32), boot: boot, started: nil)),
                               ("other-boot", record(pid: dead, machine: machine, boot: String(repeating: "0", count: 32), started: nil)),
                               ("no-machine", record(pid: dead, machine: nil, boot: nil, started: nil)),
+                              // A container of this machine: same machine and boot IDs, its own pids.
+                              ("other-namespace", record(pid: dead, machine: machine, boot: boot, started: nil, namespace: "pid:[1]")),
                               ("live", record(pid: live.pid, machine: machine, boot: boot, started: started))] {
             try Self.plant(other, as: name, in: remote)
             await #expect(throws: BackupError.self, "\(name)") { _ = try await remote.repository.acquireLock(for: "backup") }
@@ -141,6 +144,59 @@ import Testing
         #expect(try await remote.repository.fetchForReading().listBackups().map(\.isComplete) == [true])
     }
 
+    @Test func aRefreshThatFindsItsLockGoneOrAnotherWriterStayingMarksItLost() async throws {
+        let remote = try await Self.remote()
+        let lock = try await remote.repository.acquireLock(for: "backup")
+        #expect(await lock.refreshOnce(remote.repository) == .refreshed)
+        // Another writer's fresh lock: one that backs off is gone by the next refresh …
+        let other = RemoteRepository.LockRecord(host: "elsewhere", pid: 1, purpose: "prune", refreshed: Date())
+        try Self.plant(other, as: "passing", in: remote)
+        #expect(await lock.refreshOnce(remote.repository) == .refreshed)
+        #expect(lock.hasSuspects)
+        try FileManager.default.removeItem(at: remote.served.appendingPathComponent("locks/passing"))
+        #expect(await lock.refreshOnce(remote.repository) == .refreshed)
+        // … one still there holds the repository (it removed ours just before our rewrite).
+        try Self.plant(other, as: "staying", in: remote)
+        #expect(await lock.refreshOnce(remote.repository) == .refreshed)
+        guard case .lost? = Optional(await lock.refreshOnce(remote.repository)) else {
+            Issue.record("a writer that stayed was not seen")
+            return
+        }
+        try FileManager.default.removeItem(at: remote.served.appendingPathComponent("locks/staying"))
+        await remote.repository.releaseLock(lock)
+        // Its file removed: lost at once.
+        let second = try await remote.repository.acquireLock(for: "backup")
+        try FileManager.default.removeItem(at: remote.served.appendingPathComponent("locks/" + second.name))
+        guard case .lost? = Optional(await second.refreshOnce(remote.repository)) else {
+            Issue.record("a refresh recreated a removed lock")
+            return
+        }
+        #expect(!FileManager.default.fileExists(atPath: remote.served.appendingPathComponent("locks/" + second.name).path))
+        await remote.repository.releaseLock(second)
+    }
+
+    @Test func aChunkListTheRemoteLostIsSentAgainAndARunsBackupIsNeverSilentlyDropped() async throws {
+        let remote = try await Self.remote()
+        let source = remote.base.appendingPathComponent("source")
+        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        let files = ProtectedFileManager(keybag: remote.keybag)
+        // A protected file of 2 MiB: stored in chunks, its chunk list kept in the staging area.
+        try await files.write(Array(randomData(2 << 20)), to: source.appendingPathComponent("big.bin"), protection: .completeUntilFirstUserAuthentication)
+        let engine = BackupEngine(source: source, repository: remote.repository.staging, files: files)
+        _ = try await remote.repository.backUp(with: engine)
+        // The remote emptied (recreated, or another device's forget and prune).
+        try FileManager.default.removeItem(at: remote.served)
+        try FileManager.default.createDirectory(at: remote.served, withIntermediateDirectories: true)
+        let second = try await remote.repository.backUp(with: engine)
+        let mirror = try await remote.repository.fetchForReading()
+        #expect(mirror.listBackups().map(\.id) == [second.backup])
+        #expect(mirror.listBackups().allSatisfy { $0.isComplete })
+        let listed = try BackupRepository.objectList(of: mirror.backupURL(id: second.backup))
+        for name in listed {
+            #expect(FileManager.default.fileExists(atPath: remote.served.appendingPathComponent("objects/\(name.prefix(2))/\(name)").path), "\(name) missing")
+        }
+    }
+
     @Test func eachRunReadsThroughAMirrorOfItsOwnAndAKilledRunsMirrorIsSwept() async throws {
         let base = temporaryDirectory()
         let parent = base.appendingPathComponent("mirrors")
@@ -177,6 +233,14 @@ import Testing
         #expect(RemoteLocation.redacting(#":sftp,host=h,pass=hunter2,user=u:path and key_file_pass="a,""b":x"#)
                 == #":sftp,host=h,pass=***,user=u:path and key_file_pass=***:x"#)
         #expect(RemoteLocation.redacting("monkey=banana") == "monkey=banana")
+        #expect(RemoteLocation.redacting("rclone::webdav,url='https://u:pw@h/':p") == "rclone::webdav,url='https://u:***@h/':p")
+        // A location refused as written is named without its password.
+        do {
+            _ = try RemoteLocation("sftp://me:hunter2@example.org/backups", environment: [:])
+            Issue.record("a user name with a password in it was taken")
+        } catch {
+            #expect(!String(describing: error).contains("hunter2"), "\(error)")
+        }
         let base = temporaryDirectory()
         let keybag = try await Keybag.create(root: base.appendingPathComponent("device").path, passcode: nil, kdf: .insecureFastForTesting)
         // Nothing listens on port 1 of loopback: rclone fails, naming its target.

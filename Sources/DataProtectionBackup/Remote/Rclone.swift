@@ -44,12 +44,12 @@ struct Rclone: Sendable {
         defer { if outFD >= 0 { close(outFD) } }
         let errFD = open(err.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         defer { if errFD >= 0 { close(errFD) } }
+        // The input through a socket pair made close-on-exec at once: no other child started
+        // meanwhile inherits its writing end (rclone would then never see the input end).
         var pipeFDs: [Int32] = [-1, -1]
-        guard outFD >= 0, errFD >= 0, input == nil || pipe(&pipeFDs) == 0 else {
+        guard outFD >= 0, errFD >= 0, input == nil || socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pipeFDs) == 0 else {
             throw Failure(status: -1, message: "cannot start rclone: \(String(cString: strerror(errno)))")
         }
-        // Not inherited by other children (the spawn gives rclone its own copy as descriptor 0).
-        if input != nil { for fd in pipeFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) } }
         let inFD = input == nil ? open("/dev/null", O_RDONLY | O_CLOEXEC) : pipeFDs[0]
         let process: ToolProcess
         do {

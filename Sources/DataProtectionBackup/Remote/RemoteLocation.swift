@@ -30,7 +30,7 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     /// - Throws: ``BackupError/badRemote(_:reason:)`` naming what is wrong.
     public init(_ argument: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         description = Self.redacting(argument)
-        func bad(_ why: String) -> BackupError { .badRemote(argument, reason: why) }
+        func bad(_ why: String) -> BackupError { .badRemote(Self.redacting(argument), reason: why) }
         if argument.hasPrefix("rclone:") {
             let target = String(argument.dropFirst("rclone:".count))
             // REMOTE:PATH; the remote's name as rclone allows it, or an on-the-fly `:backend,…:`.
@@ -111,7 +111,10 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     static func redacting(_ text: String) -> String {
         guard let pattern = try? NSRegularExpression(pattern: #"(?<![A-Za-z0-9_])((?:pass|password|key_file_pass|key_pem|secret_access_key|token|client_secret|session_token|account_key|key)=)("(?:[^"]|"")*"|'[^']*'|[^,:\s]*)"#,
                                                      options: [.caseInsensitive]) else { return text }
-        return pattern.stringByReplacingMatches(in: text, range: NSRange(text.startIndex..., in: text), withTemplate: "$1***")
+        let named = pattern.stringByReplacingMatches(in: text, range: NSRange(text.startIndex..., in: text), withTemplate: "$1***")
+        // A password in a URL (`https://user:password@host/`, `sftp://user:password@host/`).
+        guard let inURL = try? NSRegularExpression(pattern: #"(://[^/@\s:]*:)[^@\s/]*@"#) else { return named }
+        return inURL.stringByReplacingMatches(in: named, range: NSRange(named.startIndex..., in: named), withTemplate: "$1***@")
     }
 
     /// A value in an rclone connection string, quoted (doubling its quotes) as rclone reads it.

@@ -5,56 +5,95 @@ import Synchronization
 
 extension RemoteRepository {
     /// A writer's lock file (`locks/ID`, FORMAT.md §5.3), rewritten every 5 minutes while it is
-    /// held. A refresh that finds it gone (another process judged it stale and removed it), or
-    /// that has failed for longer than a lock stays fresh, marks it **lost**: the writer then
-    /// sends no further authentication record (``check()``).
+    /// held. A refresh that finds it gone or not its own (another process judged it stale and
+    /// removed it), that finds another writer's fresh lock at two refreshes in a row (one that
+    /// removed ours just before our rewrite), or that has failed for 10 minutes marks it
+    /// **lost**: the writer then sends no further authentication record (``check(_:confirmedWithin:)``).
     final class RemoteLock: Sendable {
         let name: String
         let record: LockRecord
         private let lost = Mutex<String?>(nil)
         /// When the lock was last seen in place (taken, or found and rewritten by a refresh).
         private let confirmed = Mutex(ContinuousClock.now)
+        /// Other writers' fresh locks the last refresh saw (a writer starting now backs off and
+        /// removes its own within seconds; one still there at the next refresh holds the repository).
+        private let suspects = Mutex<Set<String>>([])
         private let refresher = Mutex<Task<Void, Never>?>(nil)
+
+        /// After this long without a successful rewrite the lock counts as lost: another
+        /// writer's clock need only be 20 minutes ahead to judge it stale.
+        static let lostAfter: Duration = .seconds(10 * 60)
 
         init(name: String, record: LockRecord) {
             self.name = name
             self.record = record
         }
 
+        /// What one refresh found.
+        enum RefreshOutcome: Equatable {
+            case refreshed
+            case lost(String)
+            case failed
+        }
+
         /// Starts rewriting the lock every `every` (its writes are never cut short by `stop()`).
-        func startRefreshing(_ rclone: Rclone, every: Duration) {
+        func startRefreshing(_ repository: RemoteRepository, every: Duration) {
             let task = Task { [self] in
-                var lastWritten = ContinuousClock.now
                 while !Task.isCancelled {
                     try? await Task.sleep(for: every)
                     if Task.isCancelled { break }
                     // Not cancelled with this task: a rewrite is never left half done.
-                    let refreshed = await Task.detached { () -> Bool? in
-                        guard let bytes = try? await rclone.read("locks/" + self.name) else { return nil }
-                        guard (try? RemoteRepository.decoder().decode(LockRecord.self, from: bytes))?.sameHolder(as: self.record) == true else {
-                            return false
-                        }
-                        var fresh = self.record
-                        fresh.refreshed = Date()
-                        guard let encoded = try? RemoteRepository.encoder().encode(fresh) else { return nil }
-                        return (try? await rclone.write(Array(encoded), to: "locks/" + self.name)) == nil ? nil : true
-                    }.value
-                    switch refreshed {
-                    case true?:
-                        lastWritten = .now
-                        confirm()
-                    case false?:
-                        markLost("the repository's lock \(name) was removed by another process meanwhile")
+                    let outcome = await Task.detached { await self.refreshOnce(repository) }.value
+                    if case .lost(let why) = outcome {
+                        markLost(why)
                         return
-                    case nil where ContinuousClock.now - lastWritten > .seconds(RemoteRepository.staleAfter * 0.8):
-                        markLost("the repository's lock \(name) could not be refreshed for \(Int(RemoteRepository.staleAfter * 0.8 / 60)) minutes")
+                    }
+                    if sinceConfirmed > Self.lostAfter {
+                        markLost("the repository's lock \(name) could not be refreshed for \(Int(Self.lostAfter.components.seconds / 60)) minutes")
                         return
-                    case nil: continue
                     }
                 }
             }
             refresher.withLock { $0 = task }
         }
+
+        /// Reads the lock back, rewrites it with the time now, and lists the others.
+        func refreshOnce(_ repository: RemoteRepository) async -> RefreshOutcome {
+            let rclone = repository.rclone
+            let bytes: Data
+            do { bytes = try await rclone.read("locks/" + name) } catch let failure as Rclone.Failure
+                where failure.status == Rclone.fileNotFound || failure.status == Rclone.directoryNotFound {
+                return .lost("the repository's lock \(name) was removed by another process meanwhile")
+            } catch {
+                return .failed
+            }
+            guard (try? RemoteRepository.decoder().decode(LockRecord.self, from: bytes))?.sameHolder(as: record) == true else {
+                return .lost("the repository's lock \(name) was removed by another process meanwhile")
+            }
+            var fresh = record
+            fresh.refreshed = Date()
+            guard let encoded = try? RemoteRepository.encoder().encode(fresh),
+                  (try? await rclone.write(Array(encoded), to: "locks/" + name)) != nil else { return .failed }
+            confirm()
+            return await lookForOthers(repository)
+        }
+
+        /// Lists the other writers' fresh locks: one seen at the last look too holds the
+        /// repository (it removed ours between our read and our rewrite) — the lock is lost.
+        func lookForOthers(_ repository: RemoteRepository) async -> RefreshOutcome {
+            guard let others = try? await repository.freshLocks(except: name) else { return .failed }
+            let before = suspects.withLock { held in
+                defer { held = Set(others.keys) }
+                return held
+            }
+            if let name = others.keys.first(where: before.contains) {
+                return .lost("another writer holds the repository (\(others[name]!)) and removed this one's lock meanwhile")
+            }
+            return .refreshed
+        }
+
+        /// Whether the last look saw another writer's fresh lock.
+        var hasSuspects: Bool { suspects.withLock { !$0.isEmpty } }
 
         func confirm() { confirmed.withLock { $0 = .now } }
 
@@ -86,18 +125,22 @@ extension RemoteRepository {
         var machine: String?
         var boot: String?
         var started: UInt64?
+        /// The process's PID namespace (`/proc/self/ns/pid`'s link, `pid:[INODE]`): containers
+        /// of one machine share its machine and boot IDs, not their process IDs.
+        var pidNamespace: String?
 
         /// The same writer: what was written when the lock was taken (its time aside).
         func sameHolder(as other: LockRecord) -> Bool {
             host == other.host && pid == other.pid && purpose == other.purpose && machine == other.machine
-                && boot == other.boot && started == other.started
+                && boot == other.boot && started == other.started && pidNamespace == other.pidNamespace
         }
 
-        /// Whether the writer is known to be gone: a lock of this machine and boot whose process
-        /// has ended (or whose pid now names a process started at another time). Without the
-        /// machine and boot (or on another machine) nothing is known: only its age says.
+        /// Whether the writer is known to be gone: a lock of this host, machine, boot and PID
+        /// namespace whose process has ended (or whose pid now names a process started at another
+        /// time). Without them (or elsewhere) nothing is known: only its age says.
         var writerIsGone: Bool {
-            guard let machine, let boot, machine == LockRecord.thisMachine, boot == LockRecord.thisBoot, pid != getpid() else { return false }
+            guard let machine, let boot, let pidNamespace, machine == LockRecord.thisMachine, boot == LockRecord.thisBoot,
+                  pidNamespace == LockRecord.thisPIDNamespace, host == ProcessInfo.processInfo.hostName, pid != getpid() else { return false }
             if kill(pid, 0) != 0 && errno == ESRCH { return true }
             guard let started, let now = LockRecord.startTime(of: pid) else { return false }
             return now != started
@@ -106,8 +149,10 @@ extension RemoteRepository {
         /// The record of a lock taken now by this process.
         static func now(purpose: String) -> LockRecord {
             LockRecord(host: ProcessInfo.processInfo.hostName, pid: getpid(), purpose: purpose, refreshed: Date(),
-                       machine: thisMachine, boot: thisBoot, started: startTime(of: getpid()))
+                       machine: thisMachine, boot: thisBoot, started: startTime(of: getpid()), pidNamespace: thisPIDNamespace)
         }
+
+        static let thisPIDNamespace = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid")
 
         static let thisMachine = appSpecific("/etc/machine-id")
         static let thisBoot = appSpecific("/proc/sys/kernel/random/boot_id")
@@ -162,16 +207,22 @@ extension RemoteRepository {
                 throw BackupError.repositoryBusy(path: location.description, holder: holder)
             }
             lock.confirm()
-            lock.startRefreshing(rclone, every: Self.refreshEvery)
+            lock.startRefreshing(self, every: Self.refreshEvery)
             return lock
         }
     }
 
-    /// Who holds the repository, other than the lock `own`: nil when nobody does. Stale locks
-    /// — not refreshed for 30 minutes, or their process gone from this machine — hold nobody
-    /// back and are removed (as restic removes them). A lock file that cannot be read or parsed
-    /// counts as held, until its file is 30 minutes old.
+    /// Who holds the repository, other than the lock `own`: nil when nobody does.
     private func busyHolder(except own: String?) async throws -> String? {
+        try await freshLocks(except: own).sorted { $0.key < $1.key }.first?.value
+    }
+
+    /// The fresh locks other than `own`, each with its holder described. Stale locks — not
+    /// refreshed for 30 minutes, or their process gone from this machine — hold nobody back and
+    /// are removed (as restic removes them). A lock file that cannot be read or parsed counts as
+    /// fresh until its file is 30 minutes old.
+    func freshLocks(except own: String?) async throws -> [String: String] {
+        var fresh: [String: String] = [:]
         for (name, item) in try await rclone.listFilesWithTimes("locks") where name != own && !name.contains("/") {
             let age = item.modified.map { Date().timeIntervalSince($0) } ?? 0
             guard let record = try? Self.decoder().decode(LockRecord.self, from: await rclone.read("locks/" + name)) else {
@@ -179,34 +230,40 @@ extension RemoteRepository {
                     try? await rclone.deleteFile("locks/" + name)
                     continue
                 }
-                return "an unreadable lock \(name), \(Int(age / 60)) minutes old"
+                fresh[name] = "an unreadable lock \(name), \(Int(age / 60)) minutes old"
+                continue
             }
             if record.writerIsGone || Date().timeIntervalSince(record.refreshed) > Self.staleAfter {
                 try? await rclone.deleteFile("locks/" + name)
                 continue
             }
-            return "\(record.purpose) by pid \(record.pid) on \(record.host), lock \(name)"
+            fresh[name] = "\(record.purpose) by pid \(record.pid) on \(record.host), lock \(name)"
         }
-        return nil
+        return fresh
     }
 
-    /// Throws unless `lock` is still held and its file still names this writer: checked before
-    /// each authentication record is sent, so that a writer whose lock another process removed
-    /// (judging it stale) vouches for nothing more. A lock seen in place less than
-    /// `confirmedWithin` ago (5 minutes: it was taken or refreshed since) is not read again:
-    /// no process judges a lock stale that young, unless its clock is 25 minutes off.
+    /// Throws unless `lock` is still held: checked before each authentication record is sent,
+    /// so that a writer whose lock another process removed (judging it stale) vouches for
+    /// nothing more. Lost (by a refresh), or not rewritten for 10 minutes: refused. Seen in
+    /// place less than `confirmedWithin` ago (5 minutes) with no other writer's lock about, it is
+    /// not read again: no process judges a lock stale that young unless its clock is 25 minutes
+    /// off. Otherwise it is refreshed now (read back, rewritten, the others listed).
     func check(_ lock: RemoteLock, confirmedWithin: Duration = refreshEvery) async throws {
-        if let why = lock.lostReason { throw BackupError.remoteFailed(location.description, reason: why + "; nothing more was sent: run it again") }
-        guard lock.sinceConfirmed >= confirmedWithin else { return }
-        let bytes = try await rcloneStep("checking the repository's lock") {
-            do { return try await rclone.read("locks/" + lock.name) } catch let failure as Rclone.Failure
-                where failure.status == Rclone.fileNotFound || failure.status == Rclone.directoryNotFound { return Data() }
+        func refuse(_ why: String) -> BackupError { .remoteFailed(location.description, reason: why + "; nothing more was sent: run it again") }
+        if let why = lock.lostReason { throw refuse(why) }
+        if lock.sinceConfirmed > RemoteLock.lostAfter {
+            lock.markLost("the repository's lock \(lock.name) could not be refreshed for \(Int(RemoteLock.lostAfter.components.seconds / 60)) minutes")
+            throw refuse(lock.lostReason!)
         }
-        guard (try? Self.decoder().decode(LockRecord.self, from: bytes))?.sameHolder(as: lock.record) == true else {
-            lock.markLost("the repository's lock \(lock.name) was removed by another process meanwhile")
-            throw BackupError.remoteFailed(location.description, reason: lock.lostReason! + "; nothing more was sent: run it again")
+        guard lock.sinceConfirmed >= confirmedWithin || lock.hasSuspects else { return }
+        switch await lock.refreshOnce(self) {
+        case .refreshed: return
+        case .lost(let why):
+            lock.markLost(why)
+            throw refuse(why)
+        case .failed:
+            throw BackupError.remoteFailed(location.description, reason: "checking the repository's lock failed; nothing more was sent: run it again")
         }
-        lock.confirm()
     }
 
     /// Stops refreshing the lock and removes its file (a failure leaves it to go stale).

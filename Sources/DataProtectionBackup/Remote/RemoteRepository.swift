@@ -96,7 +96,11 @@ public struct RemoteRepository: Sendable {
             try await sendStaged(lock: lock, present: &present, log: log)
             engine.repository.objectsElsewhere = present
             let summary = try await engine.run(log: log, progress: progress)
-            try await sendStaged(lock: lock, present: &present, log: log, keepingChunkLists: engine.chunkListsInIndex())
+            let sent = try await sendStaged(lock: lock, present: &present, log: log, keepingChunkLists: engine.chunkListsInIndex())
+            // Sent, or the run failed: a backup of this run dropped as "not sent" is an error.
+            guard sent.contains(summary.backup) else {
+                throw BackupError.remoteFailed(location.description, reason: "backup \(summary.backup) was not sent (an object it uses is no longer there): run it again")
+            }
             return summary
         }
     }
@@ -107,16 +111,22 @@ public struct RemoteRepository: Sendable {
     /// from the staging area. Staged objects are removed once sent, but chunk lists, which the
     /// next backup compares with: those of `keepingChunkLists` when given (the others go), all
     /// of them otherwise. `present` is what the remote holds, and gains what is sent.
+    /// - Returns: the IDs of the backups sent.
+    @discardableResult
     func sendStaged(lock: RemoteLock, present: inout Set<String>, log: (String) -> Void, keepingChunkLists: Set<String>? = nil,
-                    lockConfirmedWithin: Duration = RemoteRepository.refreshEvery) async throws {
+                    lockConfirmedWithin: Duration = RemoteRepository.refreshEvery) async throws -> Set<String> {
         let staging = self.staging
-        guard POSIXFile.kind(staging.backups.path).isDirectory else { return }
+        guard POSIXFile.kind(staging.backups.path).isDirectory else { return [] }
         let finished = staging.finishedBackups()
         // Chunk lists sent already are listed here, so that they are not looked up again.
         let sentListsFile = staging.url.appendingPathComponent(".sent-chunk-lists")
         var sentLists = Set(((try? String(contentsOf: sentListsFile, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
+        // A list sent once goes again if the remote no longer has it (emptied, or pruned by
+        // another device): the backups that name it would be dropped otherwise.
+        sentLists.formIntersection(present)
         let waiting = Self.stagedObjects(in: staging).filter { !sentLists.contains($0.name) }
-        guard !finished.isEmpty || !waiting.isEmpty else { return }
+        guard !finished.isEmpty || !waiting.isEmpty else { return [] }
+        var sent = Set<String>()
         try await rcloneStep("sending the backup") {
             // A staged backup counts on objects it found on the remote when it ran; a prune
             // since (its run failed, the lock was let go) may have removed some. Such a backup is
@@ -146,6 +156,7 @@ public struct RemoteRepository: Sendable {
                 try await check(lock, confirmedWithin: lockConfirmedWithin)
                 try await rclone.upload(backup, to: "backups/\(id)", files: [BackupAuthentication.fileName], sizeOnly: false)
                 try FileManager.default.removeItem(at: backup)
+                sent.insert(id)
                 log("Sent: backup \(id) to \(location.description)")
             }
         }
@@ -163,6 +174,7 @@ public struct RemoteRepository: Sendable {
             sentLists.formIntersection(keep)
         }
         try? Data(sentLists.sorted().map { $0 + "\n" }.joined().utf8).write(to: sentListsFile, options: .atomic)
+        return sent
     }
 
     /// The objects in a staging area: `XX/NAME` paths and their names.
@@ -219,7 +231,13 @@ public struct RemoteRepository: Sendable {
     /// The names of the objects the remote holds (`objects/XX/NAME`).
     func remoteObjectNames() async throws -> Set<String> {
         try await rcloneStep("listing the repository's objects") {
-            Set(try await rclone.listFiles("objects").keys.map { String($0.split(separator: "/").last ?? "") })
+            // Only `XX/SHA256` names of objects that are not empty (a cut upload may leave one).
+            var names = Set<String>()
+            for (path, size) in try await rclone.listFiles("objects") where size > 0 {
+                let parts = path.split(separator: "/")
+                if parts.count == 2, BackupRepository.isObjectName(parts[1]), parts[1].hasPrefix(parts[0]) { names.insert(String(parts[1])) }
+            }
+            return names
         }
     }
 

@@ -23,6 +23,11 @@ struct ToolProcess {
         var pid: pid_t = 0
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
+        // An inherited "ignore SIGCHLD" would let the kernel reap the tool before it is waited for.
+        var action = sigaction()
+        if sigaction(SIGCHLD, nil, &action) == 0, action.__sigaction_handler.sa_handler.map({ unsafeBitCast($0, to: Int.self) == 1 }) == true {
+            signal(SIGCHLD, SIG_DFL)   // SIG_IGN is handler 1
+        }
         let sources = [input, output, error]
         let failure = sources.withUnsafeBufferPointer { cshim_spawn(path, argv, environ, $0.baseAddress, 3, &pid) }
         guard failure == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(failure)) }
@@ -30,28 +35,44 @@ struct ToolProcess {
     }
 
     /// Waits for the tool to end; a cancelled task sends it SIGTERM first.
-    /// - Throws: `CancellationError` when the task was cancelled (the tool has ended).
+    /// - Throws: `CancellationError` when the task was cancelled and the tool was stopped (one
+    ///   that had ended by itself keeps its ending); an `NSError` when it cannot be waited for.
     func wait() async throws -> Ending {
         let child = pid
-        // `ended` is set once the child has exited, before it is reaped: no signal ever goes to
-        // a pid the kernel may have handed to another process.
-        let ended = Mutex(false)
+        // `state.ended` is set once the child has exited, before it is reaped: no signal ever
+        // goes to a pid the kernel may have handed to another process.
+        let state = Mutex((ended: false, stopped: false))
         let ending = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Ending, Never>) in
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Ending, NSError>, Never>) in
                 Thread.detachNewThread {
                     var info = siginfo_t()
-                    while waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR {}
-                    ended.withLock { $0 = true }
+                    var result: Int32
+                    repeat { result = waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) } while result != 0 && errno == EINTR
+                    guard result == 0 else {
+                        continuation.resume(returning: .failure(NSError(domain: NSPOSIXErrorDomain, code: Int(errno))))
+                        return
+                    }
+                    state.withLock { $0.ended = true }
                     var status: Int32 = 0
-                    while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+                    var reaped: pid_t
+                    repeat { reaped = waitpid(child, &status, 0) } while reaped < 0 && errno == EINTR
+                    guard reaped == child else {
+                        continuation.resume(returning: .failure(NSError(domain: NSPOSIXErrorDomain, code: Int(errno))))
+                        return
+                    }
                     let signalled = (status & 0x7f) != 0
-                    continuation.resume(returning: Ending(status: signalled ? 128 + (status & 0x7f) : (status >> 8) & 0xff, signalled: signalled))
+                    continuation.resume(returning: .success(Ending(status: signalled ? 128 + (status & 0x7f) : (status >> 8) & 0xff, signalled: signalled)))
                 }
             }
         } onCancel: {
-            ended.withLock { if !$0 { kill(child, SIGTERM) } }
+            state.withLock { state in
+                if !state.ended {
+                    kill(child, SIGTERM)
+                    state.stopped = true
+                }
+            }
         }
-        if Task.isCancelled { throw CancellationError() }
-        return ending
+        if state.withLock({ $0.stopped }) { throw CancellationError() }
+        return try ending.get()
     }
 }
