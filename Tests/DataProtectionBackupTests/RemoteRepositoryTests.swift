@@ -16,12 +16,11 @@ import Testing
     }
 
     static func remote() async throws -> Remote {
-        let base = temporaryDirectory()
-        let keybag = try await Keybag.create(root: base.appendingPathComponent("device").path, passcode: nil, kdf: .insecureFastForTesting)
-        let served = base.appendingPathComponent("served")
+        let bench = try await BackupBench.make()
+        let served = bench.base.appendingPathComponent("served")
         try FileManager.default.createDirectory(at: served.appendingPathComponent("locks"), withIntermediateDirectories: true)
-        let repository = try RemoteRepository(location: RemoteLocation("rclone::local:" + served.path), layout: keybag.layout)
-        return Remote(base: base, served: served, repository: repository, keybag: keybag)
+        let repository = try RemoteRepository(location: RemoteLocation("rclone::local:" + served.path), layout: bench.files.keybag.layout)
+        return Remote(base: bench.base, served: served, repository: repository, keybag: bench.files.keybag)
     }
 
     static func plant(_ record: RemoteRepository.LockRecord, as name: String, in remote: Remote) throws {

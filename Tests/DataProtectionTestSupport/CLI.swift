@@ -40,6 +40,41 @@ public struct CLI: Sendable {
         }
     }
 
+    /// A `dpctl` run whose outputs nobody has read yet (``startBlockedOnOutput(_:environment:)``).
+    public struct StalledRun {
+        public let process: Process
+        let stdout: Pipe
+        let stderr: Pipe
+        /// Whether it was seen blocked writing a pipe (not ended first, nor after 120 s).
+        public let isBlocked: Bool
+
+        /// Reads both outputs to their end and waits for it to end.
+        public func finish() -> (status: Int32, out: String, err: String) {
+            let errors = PipeReader(stderr.fileHandleForReading)
+            let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, out, String(decoding: errors.result(), as: UTF8.self))
+        }
+    }
+
+    /// Starts `dpctl --root ROOT args…` with both outputs on pipes nobody reads, and returns once
+    /// one of its threads waits writing one (a peer that stops reading), it ended, or 120 s passed.
+    public func startBlockedOnOutput(_ args: [String], environment: [String: String] = [:]) throws -> StalledRun {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = ["--root", root] + args
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let stdout = Pipe(), stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        let deadline = ContinuousClock.now + .seconds(120)
+        while !isBlockedWritingAPipe(pid), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        return StalledRun(process: process, stdout: stdout, stderr: stderr, isBlocked: isBlockedWritingAPipe(pid))
+    }
+
     /// Runs `dpctl --root ROOT args…` with `input` on standard input.
     @discardableResult
     public func run(_ args: [String], input: Data = Data(), environment: [String: String] = [:], shellPrefix: String? = nil,

@@ -77,25 +77,12 @@ import Testing
         let padding = String(repeating: "x", count: 120)
         for n in 0..<1_000 { try Data("\(n)".utf8).write(to: URL(fileURLWithPath: source + "/\(n)-\(padding)")) }
         let repo = cli.file("repo")
-        let process = Process()
-        process.executableURL = CLI.executable
-        process.arguments = ["--root", cli.root, "backup", source, repo, "--log"]
-        let stdout = Pipe(), stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
         // Blocked writing its log: one of its threads waits in pipe_write.
-        let pid = process.processIdentifier
-        let deadline = ContinuousClock.now + .seconds(120)
-        while !isBlockedWritingAPipe(pid), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
-        #expect(isBlockedWritingAPipe(pid), "the backup did not block on its log (finished, or the kernel names the wait otherwise)")
-        kill(pid, SIGINT)
-        let errors = PipeReader(stderr.fileHandleForReading)
-        let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        let message = String(decoding: errors.result(), as: UTF8.self)
-        #expect(process.terminationStatus == 130, "\(message)")
+        let run = try cli.startBlockedOnOutput(["backup", source, repo, "--log"])
+        #expect(run.isBlocked, "the backup did not block on its log (finished, or the kernel names the wait otherwise)")
+        kill(run.process.processIdentifier, SIGINT)
+        let (status, out, message) = run.finish()
+        #expect(status == 130, "\(message)")
         let stored = out.split(separator: "\n").filter { $0.hasPrefix("Backed up: ") }.count
         #expect(stored > 0 && stored < 1_000)
         #expect(message.contains("interrupted: \(stored) of 1000 files stored") && message.contains("run the same backup again to finish"),

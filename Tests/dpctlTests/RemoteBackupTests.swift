@@ -130,25 +130,11 @@ import Testing
     /// the pipe drained. The backup must fail, saying so, with the backup staged on the device.
     static func backUpWhileTheServerDies(_ cli: CLI, source: String, repo: String, environment: [String: String],
                                          server: LoopbackServer) throws {
-        let process = Process()
-        process.executableURL = CLI.executable
-        process.arguments = ["--root", cli.root, "backup", source, repo, "--log"]
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let stdout = Pipe(), stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let pid = process.processIdentifier
-        let deadline = ContinuousClock.now + .seconds(120)
-        while !isBlockedWritingAPipe(pid), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
-        #expect(isBlockedWritingAPipe(pid))
+        let run = try cli.startBlockedOnOutput(["backup", source, repo, "--log"], environment: environment)
+        #expect(run.isBlocked)
         server.kill()
-        let errors = PipeReader(stderr.fileHandleForReading)
-        _ = stdout.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let message = String(decoding: errors.result(), as: UTF8.self)
-        #expect(process.terminationStatus == 1, "\(message)")
+        let (status, _, message) = run.finish()
+        #expect(status == 1, "\(message)")
         #expect(message.contains(repo) && message.contains("sending the backup failed"), "\(message)")
     }
 

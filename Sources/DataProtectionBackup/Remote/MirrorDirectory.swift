@@ -16,16 +16,10 @@ final class MirrorDirectory: Sendable {
         let hidden = parent.appendingPathComponent("." + name)
         try FileManager.default.createDirectory(at: hidden, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
         let fd = open(hidden.appendingPathComponent(".lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0, flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+        url = parent.appendingPathComponent(name)
+        guard fd >= 0, flock(fd, LOCK_EX | LOCK_NB) == 0, rename(hidden.path, url.path) == 0 else {
             let error = errno
             if fd >= 0 { close(fd) }
-            try? FileManager.default.removeItem(at: hidden)
-            throw BackupError.remoteFailed(parent.path, reason: "cannot make a mirror directory: \(String(cString: strerror(error)))")
-        }
-        url = parent.appendingPathComponent(name)
-        guard rename(hidden.path, url.path) == 0 else {
-            let error = errno
-            close(fd)
             try? FileManager.default.removeItem(at: hidden)
             throw BackupError.remoteFailed(parent.path, reason: "cannot make a mirror directory: \(String(cString: strerror(error)))")
         }

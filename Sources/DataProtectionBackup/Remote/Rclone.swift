@@ -60,7 +60,7 @@ struct Rclone: Sendable {
             throw Failure(status: -1, message: "cannot start rclone: \(error.localizedDescription)")
         }
         if let input {
-            // Written by a thread of its own (a pipe's buffer may not hold it all); rclone ending
+            // Written by a thread of its own (a socket buffer may not hold it all); rclone ending
             // before it read its input must not end this process.
             signal(SIGPIPE, SIG_IGN)
             let fd = pipeFDs[1]
