@@ -198,77 +198,107 @@ public struct BackupEngine: Sendable {
             guard let partial, !unrecorded.isEmpty, force || unrecorded.count >= 64 else { return }
             if (try? partial.upsert(unrecorded)) != nil { unrecorded.removeAll() }
         }
-        for index in entries.indices where entries[index].kind == .file {
-            if Task.isCancelled {
-                record(force: true)
-                throw BackupError.interrupted(stored: done.items, total: summary.files)
-            }
-            var entry = entries[index]
-            let path = source.path + "/" + entry.path
-            let url = URL(fileURLWithPath: path)
-            let old = previousByPath[entry.path].flatMap { $0.kind == .file ? $0 : nil }
-            // An earlier chunked version's list (checked) whose packs are all present.
-            let oldList = old.flatMap { old in old.chunked ? previousChunkList(old) : nil }
-            if let old, old.size == entry.size, old.mtime == entry.mtime, let sha = old.sha256, repository.hasObject(sha),
-               !old.chunked || oldList != nil {
-                // Unchanged since the latest backup: nothing to read or copy.
-                entry.sha256 = sha
-                entry.protectionClass = old.protectionClass
-                entry.thisDeviceOnly = old.thisDeviceOnly
-                entry.sealed = old.sealed
-                entry.chunked = old.chunked
-                entry.encryptedDatabase = old.encryptedDatabase
-                if let oldList { packsOfList[sha] = oldList.packs }
-            } else {
-                if case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: url) {
-                    entry.protectionClass = Int(cls.rawValue)
-                    entry.thisDeviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
-                }
-                if !dryRun {
-                    let stored: (sha256: String, size: Int64, added: Int64)
-                    do {
-                        if let chunked = try await storeInChunks(path, entry: &entry, previous: oldList) {
-                            packsOfList[chunked.list] = chunked.packs
-                            stored = (chunked.list, chunked.size, chunked.bytesAdded)
-                        } else if entry.protectionClass == nil {
-                            let sealed = try await repository.storeSealed(path, files: files)
-                            stored = (sealed.sha256, sealed.size, sealed.size)
-                        } else {
-                            let whole = try repository.store(path, requireProtected: true)
-                            stored = (whole.sha256, whole.size, whole.size)
-                        }
-                    } catch is CancellationError {
-                        record(force: true)
-                        throw BackupError.interrupted(stored: done.items, total: summary.files)
-                    } catch let error as FileSystemError where error.operation == "open"
-                                && [.noSuchFileOrDirectory, .tooManySymbolicLinkLevels, .invalidArgument].contains(error.errno) {
-                        log("Not backed up (changed during the backup): \(LosslessPath.display(path))")
-                        summary.skippedChanged += 1
-                        summary.files -= 1
-                        vanished.insert(index)
-                        done.items += 1
-                        continue
-                    }
-                    entry.sealed = entry.protectionClass == nil && !entry.encryptedDatabase
-                    entry.sha256 = stored.sha256
-                    entry.size = stored.size   // what was captured, should the file have changed since lstat
-                    summary.filesCopied += 1
-                    summary.bytesCopied += stored.added
-                    log("Backed up: \(LosslessPath.display(path))")
-                    unrecorded.append(entry)
-                    record(force: false)
-                }
+        /// Takes one file's outcome into the manifest, the summary, the log and the progress, in
+        /// the walk's order.
+        func take(_ index: Int, _ copy: FileCopy) {
+            var entry: ManifestEntry
+            switch copy {
+            case .changed:
+                log("Not backed up (changed during the backup): \(LosslessPath.display(source.path + "/" + entries[index].path))")
+                summary.skippedChanged += 1
+                summary.files -= 1
+                vanished.insert(index)
+                done.items += 1
+                return
+            case .unchanged(let unchanged, let packs):
+                entry = unchanged
+                if let packs { packsOfList[unchanged.sha256!] = packs }
+            case .inspected(let inspected):
+                entry = inspected
+            case .stored(let stored, let added, let packs):
+                entry = stored
+                if let packs { packsOfList[stored.sha256!] = packs }
+                summary.filesCopied += 1
+                summary.bytesCopied += added
+                log("Backed up: \(LosslessPath.display(source.path + "/" + entry.path))")
+                unrecorded.append(entry)
+                record(force: false)
             }
             if entry.protectionClass != nil { summary.protectedFiles += 1 }
             if entry.thisDeviceOnly {
                 summary.thisDeviceOnlyFiles += 1
-                log("Backed up for this device only (not restorable on another device): \(LosslessPath.display(path))")
+                log("Backed up for this device only (not restorable on another device): \(LosslessPath.display(source.path + "/" + entry.path))")
             }
             done.bytes += entries[index].size
             done.items += 1
             entries[index] = entry
             progress(done)
         }
+        // Files are read, sealed and hashed on every core, and taken in the walk's order: the log
+        // and the progress are as if copied one by one.
+        var storedOutOfOrder = 0
+        do {
+            try await withThrowingTaskGroup(of: (Int, FileCopy).self) { group in
+                var waiting: [Int] = []   // in the walk's order, from `next`
+                var next = 0
+                var finished: [Int: FileCopy] = [:]
+                var running = 0
+                func takeFinished() throws {
+                    while next < waiting.count, let copy = finished.removeValue(forKey: waiting[next]) {
+                        try Task.checkCancellation()
+                        take(waiting[next], copy)
+                        next += 1
+                    }
+                }
+                do {
+                    for index in entries.indices where entries[index].kind == .file {
+                        try Task.checkCancellation()
+                        let entry = entries[index]
+                        let old = previousByPath[entry.path].flatMap { $0.kind == .file ? $0 : nil }
+                        // An earlier chunked version's list (checked) whose packs are all present.
+                        let oldList = old.flatMap { old in old.chunked ? previousChunkList(old) : nil }
+                        waiting.append(index)
+                        if let old, let unchanged = Self.unchanged(entry, since: old, list: oldList, in: repository) {
+                            finished[index] = .unchanged(unchanged, packs: oldList?.packs)
+                        } else {
+                            while running >= Self.copyWorkers, let (index, copy) = try await group.next() {
+                                finished[index] = copy
+                                running -= 1
+                                try takeFinished()
+                            }
+                            group.addTask { (index, try await self.copy(entry, previous: oldList)) }
+                            running += 1
+                        }
+                        try takeFinished()
+                    }
+                    while let (index, copy) = try await group.next() {
+                        finished[index] = copy
+                        try takeFinished()
+                    }
+                } catch {
+                    // Whatever stops the run, the copies that finished are recorded (in any
+                    // order): the next run does not make them again.
+                    group.cancelAll()
+                    while let result = await group.nextResult() {
+                        if case .success(let (index, copy)) = result { finished[index] = copy }
+                    }
+                    for (_, copy) in finished.sorted(by: { $0.key < $1.key }) {
+                        guard case .stored(let entry, _, _) = copy else { continue }
+                        log("Backed up: \(LosslessPath.display(source.path + "/" + entry.path))")
+                        unrecorded.append(entry)
+                        storedOutOfOrder += 1
+                    }
+                    throw error
+                }
+            }
+        } catch is CancellationError {
+            record(force: true)
+            throw BackupError.interrupted(stored: done.items + storedOutOfOrder, total: summary.files)
+        } catch {
+            record(force: true)
+            throw error
+        }
+        record(force: true)
         entries = entries.enumerated().filter { !vanished.contains($0.offset) }.map(\.element)
         summary.backup = id
         guard !dryRun else { return summary }
@@ -325,50 +355,6 @@ public struct BackupEngine: Sendable {
         // The finished backup's index covers what the interrupted ones stored.
         Self.removeDatabase(at: partialIndexURL)
         return summary
-    }
-
-    /// Stores a file that is kept as it is — a protected file, or an encrypted database the
-    /// recognizer vouches for — in chunks cut where its format puts segments or pages (FORMAT.md
-    /// §5.2), when it is big enough; `nil` when the file is to be stored otherwise (whole, or
-    /// sealed). Marks `entry` chunked (and an encrypted database).
-    private func storeInChunks(_ path: String, entry: inout ManifestEntry, previous: BackupChunkList?) async throws -> BackupRepository.ChunkedFile? {
-        guard entry.size >= Self.chunkingThreshold else { return nil }
-        if entry.protectionClass != nil {
-            let boundaries: (first: Int, stride: Int)?
-            do { boundaries = try ItemInspector.segmentBoundaries(ofFileAt: path) } catch ProtectedFileError.noSuchFile(let missing) {
-                throw FileSystemError("open", path: missing, errno: .noSuchFileOrDirectory)
-            }
-            // No longer a protected file (replaced since it was looked at): never stored as it is.
-            guard let (first, stride) = boundaries else { throw FileSystemError("open", path: path, errno: .invalidArgument) }
-            // Segments longer than a chunk may be (format 1 up to 16 MiB): the file is stored whole.
-            guard max(first, stride) <= BackupChunkList.maximumChunkLength else { return nil }
-            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: first, stride: stride), previous: previous,
-                                                     requireProtected: true)
-            entry.chunked = true
-            return stored
-        }
-        guard let check = await encryptedDatabases?(URL(fileURLWithPath: path)) else { return nil }
-        let pageSize = check.pageSize
-        do {
-            // Every page stored as it is must authenticate as ciphertext: one that does not (or a
-            // file that is not a whole number of pages) makes it a plain file, sealed.
-            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: pageSize, stride: pageSize), previous: previous) { page, index in
-                page.count == pageSize && check.authenticates(page, index + 1)
-            }
-            entry.chunked = true
-            entry.encryptedDatabase = true
-            return stored
-        } catch is BackupRepository.NotCiphertext {
-            return nil
-        }
-    }
-
-    /// The chunk list of an earlier version of a file, checked, when every pack it names is
-    /// present; `nil` otherwise (the file is then stored anew).
-    private func previousChunkList(_ entry: ManifestEntry) -> BackupChunkList? {
-        guard let sha = entry.sha256, let list = try? repository.chunkList(sha, size: entry.size),
-              list.packs.allSatisfy(repository.hasObject) else { return nil }
-        return list
     }
 
     /// The chunk lists the device's index (and an unfinished run's) names: those the next backup

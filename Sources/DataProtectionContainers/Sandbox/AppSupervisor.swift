@@ -141,7 +141,7 @@ public final class AppSupervisor: Sendable {
         status.closeWriteEnd()
         bwrapErrors.closeWriteEnd()
         var network: UserModeNetwork?
-        if let info, let block, let requirements {
+        if let info, let block, requirements != nil {
             do {
                 let sandbox = try SandboxNamespace.read(info: info)
                 try lease?.admit(sandboxProcess: sandbox.pid, app: app.uuid, territories: [app.url.path] + groups.map(\.url.path), layout: layout)
