@@ -39,7 +39,7 @@ import Testing
         let remote = try await Self.remote()
         let host = ProcessInfo.processInfo.hostName
         let dead = try Self.deadPID()
-        let live = try ToolProcess("/bin/sleep", ["600"], input: 0, output: 1, error: 2)
+        let live = try ToolProcess("/bin/sleep", ["60"], input: 0, output: 1, error: 2)
         defer {
             kill(live.pid, SIGKILL)
             var status: Int32 = 0
@@ -215,15 +215,16 @@ import Testing
     }
 
     @Test func aToolStartsWithSIGINTAtItsDefaultAndACancelledTaskStopsIt() async throws {
-        // dpctl ignores SIGINT while it stops cleanly; the tool must still die of Ctrl-C.
+        // dpctl ignores SIGINT while it stops cleanly; the tool must still die of Ctrl-C. (A
+        // signal that never arrives fails the test when `sleep` ends by itself, a minute later.)
         signal(SIGINT, SIG_IGN)
-        let child = try ToolProcess("/bin/sleep", ["600"], input: 0, output: 1, error: 2)
+        let child = try ToolProcess("/bin/sleep", ["60"], input: 0, output: 1, error: 2)
         signal(SIGINT, SIG_DFL)
         kill(child.pid, SIGINT)
         let ending = try await child.wait()
         #expect(ending.signalled && ending.status == 128 + SIGINT)
 
-        let task = Task { try await ToolProcess("/bin/sleep", ["600"], input: 0, output: 1, error: 2).wait() }
+        let task = Task { try await ToolProcess("/bin/sleep", ["60"], input: 0, output: 1, error: 2).wait() }
         task.cancel()
         await #expect(throws: CancellationError.self) { _ = try await task.value }
     }

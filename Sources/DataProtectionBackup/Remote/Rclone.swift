@@ -77,7 +77,12 @@ struct Rclone: Sendable {
                 close(fd)
             }
         }
-        let ending = try await process.wait()
+        let ending: ToolProcess.Ending
+        do { ending = try await process.wait() } catch is CancellationError {
+            throw CancellationError()
+        } catch let error as NSError where error.domain == NSPOSIXErrorDomain {
+            throw Failure(status: -1, message: "cannot wait for rclone: \(String(cString: strerror(Int32(error.code))))")
+        }
         guard !ending.signalled, ending.status == 0 else {
             let lines = String(decoding: (try? Data(contentsOf: err)) ?? Data(), as: UTF8.self).split(separator: "\n")
             let last = lines.last.map { location.redacted(Self.message($0)) } ?? "rclone ended with status \(ending.status)"
