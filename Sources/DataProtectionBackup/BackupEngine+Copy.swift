@@ -19,6 +19,8 @@ extension BackupEngine {
 
     /// How many files are read and stored at once: one per core (at most 4).
     static let copyWorkers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, 4))
+    /// How many files may wait, copied, behind one still being copied before no more is started.
+    static let copyWindow = 64 * copyWorkers
 
     /// `entry` as the latest backup has it, when the file is unchanged since (same size and
     /// modification time) and what it needs is present (its object; a chunked file's list and

@@ -236,7 +236,6 @@ public struct BackupEngine: Sendable {
         }
         // Files are read, sealed and hashed on every core, and taken in the walk's order: the log
         // and the progress are as if copied one by one.
-        var storedOutOfOrder = 0
         do {
             try await withThrowingTaskGroup(of: (Int, FileCopy).self) { group in
                 var waiting: [Int] = []   // in the walk's order, from `next`
@@ -244,9 +243,9 @@ public struct BackupEngine: Sendable {
                 var finished: [Int: FileCopy] = [:]
                 var running = 0
                 func takeFinished() throws {
-                    while next < waiting.count, let copy = finished.removeValue(forKey: waiting[next]) {
+                    while next < waiting.count, finished[waiting[next]] != nil {
                         try Task.checkCancellation()
-                        take(waiting[next], copy)
+                        take(waiting[next], finished.removeValue(forKey: waiting[next])!)
                         next += 1
                     }
                 }
@@ -261,7 +260,10 @@ public struct BackupEngine: Sendable {
                         if let old, let unchanged = Self.unchanged(entry, since: old, list: oldList, in: repository) {
                             finished[index] = .unchanged(unchanged, packs: oldList?.packs)
                         } else {
-                            while running >= Self.copyWorkers, let (index, copy) = try await group.next() {
+                            // At most `copyWorkers` copies at once, and a bounded window behind a slow
+                            // one: the progress moves and the partial index keeps up.
+                            while running > 0, running >= Self.copyWorkers || waiting.count - next > Self.copyWindow,
+                                  let (index, copy) = try await group.next() {
                                 finished[index] = copy
                                 running -= 1
                                 try takeFinished()
@@ -276,24 +278,20 @@ public struct BackupEngine: Sendable {
                         try takeFinished()
                     }
                 } catch {
-                    // Whatever stops the run, the copies that finished are recorded (in any
-                    // order): the next run does not make them again.
+                    // Whatever stops the run, the copies that finished (past a gap in the walk's
+                    // order too) are taken — logged, counted, recorded: the next run does not make
+                    // them again.
                     group.cancelAll()
                     while let result = await group.nextResult() {
                         if case .success(let (index, copy)) = result { finished[index] = copy }
                     }
-                    for (_, copy) in finished.sorted(by: { $0.key < $1.key }) {
-                        guard case .stored(let entry, _, _) = copy else { continue }
-                        log("Backed up: \(LosslessPath.display(source.path + "/" + entry.path))")
-                        unrecorded.append(entry)
-                        storedOutOfOrder += 1
-                    }
+                    for (index, copy) in finished.sorted(by: { $0.key < $1.key }) { take(index, copy) }
                     throw error
                 }
             }
         } catch is CancellationError {
             record(force: true)
-            throw BackupError.interrupted(stored: done.items + storedOutOfOrder, total: summary.files)
+            throw BackupError.interrupted(stored: done.items, total: summary.files)
         } catch {
             record(force: true)
             throw error

@@ -19,8 +19,9 @@ import Testing
             }
         }
         // In a task of its own, cancelled from inside once 7 files are stored.
+        let firstLog = LogLines()
         let interrupted = await Task {
-            try await BackupEngine(source: source, repository: repository, files: files).run(progress: { done in
+            try await BackupEngine(source: source, repository: repository, files: files).run(log: { firstLog.append($0) }, progress: { done in
                 if done.items == 7 { withUnsafeCurrentTask { $0?.cancel() } }
             })
         }.result
@@ -30,6 +31,8 @@ import Testing
         }
         // Files are copied two or more at a time: those whose copy had finished are stored too.
         #expect((7...7 + BackupEngine.copyWorkers).contains(stored) && total == 20)
+        // Every file counted as stored was logged as backed up: none finished and was dropped.
+        #expect(firstLog.lines.filter { $0.hasPrefix("Backed up: ") }.count == stored)
         #expect(repository.finishedBackups().isEmpty)
         #expect(repository.listBackups().map(\.isComplete) == [false])
         var logged: [String] = []
@@ -62,4 +65,10 @@ import Testing
         let pruned = try repository.prune()
         #expect(pruned.incompleteBackupsRemoved.count == 1 && pruned.objectsRemoved == 0)
     }
+}
+
+/// Lines a log closure receives, kept for a test.
+private final class LogLines: @unchecked Sendable {
+    private(set) var lines: [String] = []
+    func append(_ line: String) { lines.append(line) }
 }
