@@ -23,32 +23,58 @@ extension SQLiteObjectStore {
     }
 
     func rowArguments(_ change: StoreObjectChange) -> [DatabaseValue] {
-        let entity = change.objectID.entity
-        let table = schema.tables[entity.root]!
-        let layout = schema.layouts[entity.name]!
+        let table = schema.tables[change.objectID.entity.root]!
         var columns = [DatabaseValue](repeating: .null, count: table.columns.count)
-        for (i, value) in change.values.enumerated() {
-            columns[layout.attributePositions[i]] = Self.databaseValue(value, forStorage: true)
-        }
-        for (i, target) in change.toOne.enumerated() {
-            columns[layout.toOnePositions[i]] = target.map { $0.primaryKey.databaseValue } ?? .null
-            if let position = layout.toOneEntityPositions[i] { columns[position] = target.map { $0.entity.code.databaseValue } ?? .null }
-        }
+        fillRow(change, layout: schema.layouts[change.objectID.entity.name]!, into: &columns, at: 0)
         return columns
     }
 
+    /// Writes a change's column values into `columns` from `start` on (columns it does not
+    /// set are left as they are: the caller clears them).
+    func fillRow(_ change: StoreObjectChange, layout: SQLiteSchema.EntityLayout, into columns: inout [DatabaseValue], at start: Int) {
+        for (i, value) in change.values.enumerated() {
+            columns[start + layout.attributePositions[i]] = Self.databaseValue(value, forStorage: true)
+        }
+        for (i, target) in change.toOne.enumerated() {
+            columns[start + layout.toOnePositions[i]] = target.map { $0.primaryKey.databaseValue } ?? .null
+            if let position = layout.toOneEntityPositions[i] { columns[start + position] = target.map { $0.entity.code.databaseValue } ?? .null }
+        }
+    }
+
+    /// One prepared INSERT per entity of a save, with a buffer for its arguments.
+    private struct InsertPlan {
+        var statement: Statement
+        var layout: SQLiteSchema.EntityLayout
+        var arguments: [DatabaseValue]
+    }
+
     public func execute(_ request: SaveChangesRequest) throws {
-        for change in request.inserted + request.updated + request.deleted { try check(change.objectID.entity) }
-        for change in request.relationChanges { try check(change.source.entity) }
+        // Each entity once (a save of 100,000 objects has a handful).
+        var checked = Set<ObjectIdentifier>()
+        for entity in [request.inserted, request.updated, request.deleted].joined().map(\.objectID.entity) + request.relationChanges.map(\.source.entity)
+        where checked.insert(ObjectIdentifier(entity)).inserted {
+            try check(entity)
+        }
         try write { db in
             var conflicts: [String] = []
+            var plans: [ObjectIdentifier: InsertPlan] = [:]
             for change in request.inserted {
-                let root = change.objectID.entity.root
-                let table = schema.tables[root]!
-                let statement = try db.cachedStatement(sql: "INSERT INTO \(SQLiteSchema.quote(root)) (Z_PK, Z_ENT, Z_OPT\(table.columns.map { ", " + SQLiteSchema.quote($0.name) }.joined())) VALUES (?, ?, ?\(String(repeating: ", ?", count: table.columns.count)))")
-                statement.setUncheckedArguments(StatementArguments([change.objectID.primaryKey.databaseValue, change.objectID.entity.code.databaseValue,
-                                                                    change.newVersion.databaseValue] + rowArguments(change)))
-                try statement.execute()
+                let entity = change.objectID.entity
+                var plan: InsertPlan
+                if let prepared = plans.removeValue(forKey: ObjectIdentifier(entity)) { plan = prepared } else {
+                    let table = schema.tables[entity.root]!
+                    let sql = "INSERT INTO \(SQLiteSchema.quote(entity.root)) (Z_PK, Z_ENT, Z_OPT\(table.columns.map { ", " + SQLiteSchema.quote($0.name) }.joined())) VALUES (?, ?, ?\(String(repeating: ", ?", count: table.columns.count)))"
+                    plan = InsertPlan(statement: try db.cachedStatement(sql: sql), layout: schema.layouts[entity.name]!,
+                                      arguments: [DatabaseValue](repeating: .null, count: 3 + table.columns.count))
+                }
+                plan.arguments.withUnsafeMutableBufferPointer { $0.update(repeating: .null) }
+                plan.arguments[0] = change.objectID.primaryKey.databaseValue
+                plan.arguments[1] = entity.code.databaseValue
+                plan.arguments[2] = change.newVersion.databaseValue
+                fillRow(change, layout: plan.layout, into: &plan.arguments, at: 3)
+                plan.statement.setUncheckedArguments(StatementArguments(plan.arguments))
+                try plan.statement.execute()
+                plans[ObjectIdentifier(entity)] = plan
             }
             for change in request.updated {
                 let root = change.objectID.entity.root
