@@ -37,8 +37,8 @@ public final class ManagedObject {
     /// The values as last read from or written to the store (for rollback and merges).
     var committedValues: [AttributeValue] = []
     var committedToOne: [ObjectID?] = []
-    var changedAttributes = IndexSet()
-    var changedToOne = IndexSet()
+    var changedAttributes = PropertyIndexes()
+    var changedToOne = PropertyIndexes()
     var toMany: [Int: ToManyState] = [:]     // by index in entity.relationships
     var hasRelationChanges: Bool { toMany.values.contains { !$0.added.isEmpty || !$0.removed.isEmpty } }
     /// The fetch this fault came from: firing it loads its neighbours too.
