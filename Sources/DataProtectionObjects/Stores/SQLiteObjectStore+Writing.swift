@@ -41,40 +41,39 @@ extension SQLiteObjectStore {
         }
     }
 
-    /// One prepared INSERT per entity of a save, with a buffer for its arguments.
+    /// One prepared INSERT per entity of a save: its statement, its columns, how many arguments.
     private struct InsertPlan {
         var statement: Statement
         var layout: SQLiteSchema.EntityLayout
-        var arguments: [DatabaseValue]
+        var width: Int
     }
 
     public func execute(_ request: SaveChangesRequest) throws {
         // Each entity once (a save of 100,000 objects has a handful).
         var checked = Set<ObjectIdentifier>()
-        for entity in [request.inserted, request.updated, request.deleted].joined().map(\.objectID.entity) + request.relationChanges.map(\.source.entity)
-        where checked.insert(ObjectIdentifier(entity)).inserted {
-            try check(entity)
+        for change in [request.inserted, request.updated, request.deleted].joined() where checked.insert(ObjectIdentifier(change.objectID.entity)).inserted {
+            try check(change.objectID.entity)
         }
+        for change in request.relationChanges where checked.insert(ObjectIdentifier(change.source.entity)).inserted { try check(change.source.entity) }
         try write { db in
             var conflicts: [String] = []
             var plans: [ObjectIdentifier: InsertPlan] = [:]
             for change in request.inserted {
                 let entity = change.objectID.entity
-                var plan: InsertPlan
-                if let prepared = plans.removeValue(forKey: ObjectIdentifier(entity)) { plan = prepared } else {
+                let plan: InsertPlan
+                if let prepared = plans[ObjectIdentifier(entity)] { plan = prepared } else {
                     let table = schema.tables[entity.root]!
                     let sql = "INSERT INTO \(SQLiteSchema.quote(entity.root)) (Z_PK, Z_ENT, Z_OPT\(table.columns.map { ", " + SQLiteSchema.quote($0.name) }.joined())) VALUES (?, ?, ?\(String(repeating: ", ?", count: table.columns.count)))"
-                    plan = InsertPlan(statement: try db.cachedStatement(sql: sql), layout: schema.layouts[entity.name]!,
-                                      arguments: [DatabaseValue](repeating: .null, count: 3 + table.columns.count))
+                    plan = InsertPlan(statement: try db.cachedStatement(sql: sql), layout: schema.layouts[entity.name]!, width: 3 + table.columns.count)
+                    plans[ObjectIdentifier(entity)] = plan
                 }
-                plan.arguments.withUnsafeMutableBufferPointer { $0.update(repeating: .null) }
-                plan.arguments[0] = change.objectID.primaryKey.databaseValue
-                plan.arguments[1] = entity.code.databaseValue
-                plan.arguments[2] = change.newVersion.databaseValue
-                fillRow(change, layout: plan.layout, into: &plan.arguments, at: 3)
-                plan.statement.setUncheckedArguments(StatementArguments(plan.arguments))
+                var arguments = [DatabaseValue](repeating: .null, count: plan.width)
+                arguments[0] = change.objectID.primaryKey.databaseValue
+                arguments[1] = entity.code.databaseValue
+                arguments[2] = change.newVersion.databaseValue
+                fillRow(change, layout: plan.layout, into: &arguments, at: 3)
+                plan.statement.setUncheckedArguments(StatementArguments(arguments))
                 try plan.statement.execute()
-                plans[ObjectIdentifier(entity)] = plan
             }
             for change in request.updated {
                 let root = change.objectID.entity.root
