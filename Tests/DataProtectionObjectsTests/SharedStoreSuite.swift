@@ -359,6 +359,67 @@ import Testing
 
 @Suite struct SharedStoreSuiteMore {
     @Test(arguments: StoreKind.allCases)
+    func temporaryIDsNameOneObjectAndEarlyKeysReachEveryReference(kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind, model: try chatModel())
+        let context = ObjectContext(store: fixture.store), other = ObjectContext(store: fixture.store)
+        let conversation = Conversation(title: "team")
+        context.insert(conversation)
+        let first = Message(text: "one", sentAt: day(1)), second = Message(text: "two", sentAt: day(2))
+        first.conversation = conversation
+        second.conversation = conversation
+        let stranger = Account(name: "s")
+        other.insert(stranger)
+        let temporary: [ObjectID] = [conversation.persistentModelID, first.persistentModelID, second.persistentModelID,
+                                     stranger.persistentModelID]
+        #expect(temporary.allSatisfy { $0.isTemporaryID } && Set(temporary.map { $0.primaryKey }).count == 4)
+        // A temporary ID, through its URI too, names its object in its own context only, and
+        // only under its own entity.
+        let uri = first.persistentModelID.uriRepresentation
+        #expect(context.object(with: try #require(context.objectID(forURIRepresentation: uri))) === first.managedObject)
+        #expect(other.object(with: first.persistentModelID) !== first.managedObject)
+        let forged = try #require(URL(string: uri.absoluteString.replacingOccurrences(of: "/Message/", with: "/Account/")))
+        #expect(context.object(with: try #require(context.objectID(forURIRepresentation: forged))) !== first.managedObject)
+
+        // A key obtained early for one object reaches the references other unsaved objects hold.
+        try context.obtainPermanentIDs(for: [conversation.managedObject])
+        #expect(!conversation.persistentModelID.isTemporaryID && first.persistentModelID.isTemporaryID)
+        #expect(first.conversation === conversation && second.conversation === conversation)
+        #expect(conversation.messages.map(\.text) == ["one", "two"])
+
+        // An inserted object deleted after it got its key leaves the context: a rollback does
+        // not bring it back, a save writes nothing of it.
+        let third = Message(text: "three", sentAt: day(3))
+        third.conversation = conversation
+        try context.obtainPermanentIDs(for: [third.managedObject])
+        try context.delete(third)
+        #expect(third.modelContext == nil && conversation.messages.map(\.text) == ["one", "two"])
+        #expect(!context.registeredObjects.contains { $0 === third.managedObject })
+        try context.save()
+        #expect(!context.hasChanges)
+        let gone = Message(text: "gone", sentAt: day(4))
+        gone.conversation = conversation
+        try context.obtainPermanentIDs(for: [gone.managedObject])
+        try context.delete(gone)
+        context.rollback()
+        #expect(!context.hasChanges && !context.registeredObjects.contains { $0 === gone.managedObject })
+
+        let fresh = ObjectContext(store: fixture.store)
+        let saved = try fresh.fetch(FetchDescriptor<Message>(sortBy: [SortDescriptor(\.sentAt)]))
+        #expect(saved.map(\.text) == ["one", "two"] && saved.map { $0.conversation?.title } == ["team", "team"])
+        #expect(try fresh.fetchCount(FetchDescriptor<Conversation>()) == 1)
+
+        // Later inserts, after a save or a rollback, never get a temporary ID used before.
+        let fourth = Message(text: "four", sentAt: day(5))
+        context.insert(fourth)
+        context.rollback()
+        let fifth = Message(text: "five", sentAt: day(6))
+        context.insert(fifth)
+        let used = Set(temporary.map { $0.primaryKey } + [fourth.persistentModelID.primaryKey])
+        #expect(fifth.persistentModelID.isTemporaryID && !used.contains(fifth.persistentModelID.primaryKey))
+        #expect(context.insertedObjects.count == 1 && context.insertedObjects[0] === fifth.managedObject)
+    }
+
+    @Test(arguments: StoreKind.allCases)
     func oneObjectPerIDPerContext(kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind, model: try chatModel())
         let context = ObjectContext(store: fixture.store)

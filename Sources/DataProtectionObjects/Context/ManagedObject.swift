@@ -43,6 +43,8 @@ public final class ManagedObject {
     var hasRelationChanges: Bool { toMany.values.contains { !$0.added.isEmpty || !$0.removed.isEmpty } }
     /// The fetch this fault came from: firing it loads its neighbours too.
     var faultBatch: FaultBatch?
+    /// Where the context keeps the object while it is inserted and not saved.
+    var insertionSlot: Int?
     var batchPosition = 0
     /// The typed model wrapping this object (one wrapper per object while it lives). Weak: the
     /// wrapper keeps the context alive, and the context keeps this object.
@@ -75,12 +77,14 @@ public final class ManagedObject {
     /// given until ``ObjectContext/insert(_:)-(PersistentModel)`` binds it to its entity.
     public init(unattachedEntityName name: String) {
         self.entity = nil
-        self.objectID = ObjectID(entity: Self.placeholderEntity, primaryKey: 0)
+        self.objectID = Self.placeholderID
         self.isFault = false
         self.unattached = [:]
         self.modelTypeName = name
     }
 
+    /// The ID of an object not inserted yet.
+    static let placeholderID = ObjectID(entity: placeholderEntity, primaryKey: 0)
     static let placeholderEntity = Entity(description: EntityDescription("_Unattached"), root: "_Unattached",
                                                               lineage: ["_Unattached"], attributes: [], relationships: [], indexes: [])
 

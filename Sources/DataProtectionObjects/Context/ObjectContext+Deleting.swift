@@ -30,10 +30,11 @@ extension ObjectContext {
             }
         }
         // 3. Mark, and clear the inverses of the survivors.
+        var unsaved: [ManagedObject] = []
         for member in members {
             member.isDeleted = true
             if member.isInserted {
-                inserted.remove(member.objectID)
+                unsaved.append(member)   // leaves the context below: its ID is still looked up meanwhile
             } else {
                 deleted.append(member.objectID)
             }
@@ -47,8 +48,11 @@ extension ObjectContext {
                 }
             }
         }
-        for member in members where member.objectID.isTemporaryID {
-            registered[member.objectID] = nil
+        // Objects never saved leave the context (with a permanent ID obtained early too: the
+        // store never had that row).
+        for member in unsaved {
+            if registered[member.objectID] === member { registered.remove(member.objectID) }
+            registered.removeInserted(member)
             member.detach()
         }
     }

@@ -32,7 +32,7 @@ extension ObjectContext {
         let object = ManagedObject(entity: id.entity, objectID: id, context: self, isFault: true)
         object.faultBatch = batch
         object.batchPosition = position
-        registered[id] = object
+        registered.register(object, as: id)
         return object
     }
 

@@ -44,7 +44,7 @@ extension ObjectContext {
     }
 
     func hasPendingChanges(for entity: Entity) -> Bool {
-        inserted.contains { entity.includes($0.entity) } || deleted.contains { entity.includes($0.entity) }
+        registered.insertedObjects.contains { entity.includes($0.objectID.entity) } || deleted.contains { entity.includes($0.entity) }
     }
 
     func storeRequest(_ request: FetchRequest, resultType: FetchResultType, merging: Bool) throws -> StoreFetchRequest {
@@ -86,8 +86,9 @@ extension ObjectContext {
         guard merging else { return ids }
         ids.removeAll { registered[$0]?.isDeleted == true }
         let source = ContextValueSource(context: self)
-        for id in inserted {
-            guard let object = registered[id], request.includesSubentities ? entity.includes(object.entity!) : object.entity === entity else { continue }
+        for object in registered.insertedObjects {
+            let id = object.objectID
+            guard request.includesSubentities ? entity.includes(object.entity!) : object.entity === entity else { continue }
             if let predicate = request.predicate, try predicate.evaluate(on: id, source: source) != true { continue }
             ids.append(id)
         }

@@ -7,8 +7,9 @@ extension ObjectContext {
 
     /// Checks required values of the objects to save.
     func validate() throws {
-        for id in insertedThenUpdated {
-            guard let object = registered[id], !object.isDeleted, let entity = object.entity else { continue }
+        for object in insertedThenUpdated {
+            guard !object.isDeleted, let entity = object.entity else { continue }
+            let id = object.objectID
             for (i, attribute) in entity.attributes.enumerated() where !attribute.isOptional && object.values[i].isNull {
                 throw ObjectGraphError.missingValue(object: id.description, property: attribute.name)
             }
@@ -29,47 +30,54 @@ extension ObjectContext {
         }
     }
 
-    /// The inserted objects' IDs, then the updated ones' not inserted (`inserted.union(updated)`
-    /// without a copy of every inserted ID).
-    var insertedThenUpdated: InsertedThenUpdated { InsertedThenUpdated(inserted: inserted, updated: updated) }
+    /// The inserted objects, then the updated ones.
+    var insertedThenUpdated: InsertedThenUpdated { InsertedThenUpdated(slots: registered.slots, updated: updated, registered: registered) }
 
     /// Gives inserted objects their permanent IDs (the store's keys) now.
     public func obtainPermanentIDs(for objects: [ManagedObject]) throws {
-        // Keys in insertion order, per root table.
-        var byRoot: OrderedDictionary<String, [ManagedObject]> = [:]
+        // Keys in insertion order, per root table (a model has few: a short list, not a table).
+        var groups: [(root: String, objects: [ManagedObject])] = []
+        var last = -1
         for object in objects where object.objectID.isTemporaryID && object.context === self {
-            byRoot[object.entity!.root, default: []].append(object)
+            let root = object.entity!.root
+            if last < 0 || groups[last].root != root {
+                last = groups.firstIndex { $0.root == root } ?? { groups.append((root, [])); return groups.count - 1 }()
+            }
+            groups[last].objects.append(object)
         }
-        guard !byRoot.isEmpty else { return }
-        var mapping: [ObjectID: ObjectID] = [:]
-        for (_, group) in byRoot {
-            let ids = try store.obtainPermanentIDs(for: group[0].entity!, count: group.count)
-            for (object, id) in zip(group, ids) { mapping[object.objectID] = ObjectID(entity: object.entity!, primaryKey: id.primaryKey) }
+        guard !groups.isEmpty else { return }
+        var keys: [[ObjectID]] = []
+        for group in groups { keys.append(try store.obtainPermanentIDs(for: group.objects[0].entity!, count: group.objects.count)) }
+        registered.reserveCapacity(objects.count)
+        for (group, ids) in zip(groups, keys) {
+            for (object, id) in zip(group.objects, ids) {
+                object.objectID = ObjectID(entity: object.entity!, primaryKey: id.primaryKey)
+                registered.register(object, as: object.objectID)
+            }
         }
-        remap(mapping)
+        rewriteTemporaryReferences()
     }
 
-    func remap(_ mapping: [ObjectID: ObjectID]) {
-        func swap(_ id: ObjectID) -> ObjectID { mapping[id] ?? id }
-        for (old, new) in mapping {
-            if let object = registered.removeValue(forKey: old) {
-                object.objectID = new
-                registered[new] = object
-            }
+    /// Replaces, in every registered object's relationships, the temporary IDs of objects that
+    /// now have a permanent one. A temporary ID leads to its object by its slot: no lookup table.
+    func rewriteTemporaryReferences() {
+        let registered = self.registered
+        func current(_ id: ObjectID) -> ObjectID {
+            guard id.isTemporaryID, let object = registered.inserted(temporary: id) else { return id }
+            return object.objectID
         }
-        inserted = OrderedSet(inserted.map(swap))
-        // Only temporary IDs can be swapped: permanent ones are not looked up.
-        func swapsAny<S: Sequence<ObjectID>>(_ ids: S) -> Bool { ids.contains { $0.isTemporaryID && mapping[$0] != nil } }
-        for object in registered.values {
-            if object.toOne.contains(where: { $0.map { $0.isTemporaryID && mapping[$0] != nil } ?? false }) {
-                object.toOne = object.toOne.map { $0.map(swap) }
+        func changes<S: Sequence<ObjectID>>(_ ids: S) -> Bool { ids.contains { $0.isTemporaryID && current($0) != $0 } }
+        registered.forEach { object in
+            for i in object.toOne.indices {
+                if let id = object.toOne[i], id.isTemporaryID { object.toOne[i] = current(id) }
             }
+            guard !object.toMany.isEmpty else { return }
             for (index, state) in object.toMany
-            where swapsAny(state.added) || swapsAny(state.removed) || state.loaded.map(swapsAny) == true {
+            where changes(state.added) || changes(state.removed) || state.loaded.map(changes) == true {
                 var state = state
-                state.loaded = state.loaded.map { OrderedSet($0.map(swap)) }
-                state.added = OrderedSet(state.added.map(swap))
-                state.removed = Set(state.removed.map(swap))
+                state.loaded = state.loaded.map { OrderedSet($0.map(current)) }
+                state.added = OrderedSet(state.added.map(current))
+                state.removed = Set(state.removed.map(current))
                 object.toMany[index] = state
             }
         }
@@ -101,9 +109,8 @@ extension ObjectContext {
     func saveRequest() -> SaveChangesRequest {
         var request = SaveChangesRequest()
         let overwrite = mergePolicy == .overwrite
-        for id in inserted {
-            guard let object = registered[id] else { continue }
-            request.inserted.append(StoreObjectChange(objectID: id, values: object.values, toOne: object.toOne, expectedVersion: nil, newVersion: 1))
+        for object in registered.insertedObjects {
+            request.inserted.append(StoreObjectChange(objectID: object.objectID, values: object.values, toOne: object.toOne, expectedVersion: nil, newVersion: 1))
         }
         for id in updated {
             guard let object = registered[id], !object.isDeleted else { continue }
@@ -116,8 +123,9 @@ extension ObjectContext {
             request.deleted.append(StoreObjectChange(objectID: id, values: [], toOne: [], expectedVersion: overwrite || object.isFault ? nil : object.version,
                                                      newVersion: 0))
         }
-        for id in insertedThenUpdated {
-            guard let object = registered[id], !object.isDeleted, let entity = object.entity else { continue }
+        for object in insertedThenUpdated {
+            guard !object.isDeleted, let entity = object.entity else { continue }
+            let id = object.objectID
             for (index, state) in object.toMany where !state.added.isEmpty || !state.removed.isEmpty {
                 let relationship = entity.relationships[index]
                 guard let join = entity.joinTable(for: relationship), join.sourceIsFirst else { continue }
@@ -130,8 +138,7 @@ extension ObjectContext {
     }
 
     func didSave() {
-        for id in insertedThenUpdated {
-            guard let object = registered[id] else { continue }
+        for object in insertedThenUpdated {
             if object.isInserted { object.version = 1 } else if !object.changedAttributes.isEmpty || !object.changedToOne.isEmpty { object.version += 1 }
             object.isInserted = false
             object.committedValues = object.values
@@ -141,13 +148,14 @@ extension ObjectContext {
             for (index, state) in object.toMany { object.toMany[index] = ManagedObject.ToManyState(loaded: state.loaded) }
         }
         for id in deleted {
-            if let object = registered.removeValue(forKey: id) { object.detach() }
+            if let object = registered.remove(id) { object.detach() }
         }
         // Relationship deltas recorded on objects outside the save (inverses of one-to-many) are now in the store.
-        for object in registered.values where object.hasRelationChanges {
+        registered.forEach { object in
+            guard !object.toMany.isEmpty, object.hasRelationChanges else { return }
             for (index, state) in object.toMany { object.toMany[index] = ManagedObject.ToManyState(loaded: state.loaded) }
         }
-        inserted = []
+        registered.clearInserted()
         updated = []
         deleted = []
     }
@@ -204,19 +212,18 @@ extension ObjectContext {
     /// Drops every unsaved change: inserted objects leave the context, changed and deleted
     /// ones get their saved values back, relationships reload.
     public func rollback() {
-        for id in inserted {
-            if let object = registered.removeValue(forKey: id) {
-                object.detach()
-                object.isInserted = false
-            }
+        for object in registered.insertedObjects {
+            if !object.objectID.isTemporaryID { registered.remove(object.objectID) }
+            object.detach()
+            object.isInserted = false
         }
-        for object in registered.values {
+        registered.clearInserted()
+        registered.forEach { object in
             if object.hasChanges || !object.toMany.isEmpty {
                 discardChanges(object)
                 object.isDeleted = false
             }
         }
-        inserted = []
         updated = []
         deleted = []
         deferredError = nil
@@ -224,35 +231,37 @@ extension ObjectContext {
 
     /// Forgets every registered object (unsaved changes included).
     public func reset() {
-        for object in registered.values { object.detach() }
-        registered = [:]
-        inserted = []
+        registered.forEach { $0.detach() }
+        registered.removeAll()
         updated = []
         deleted = []
         deferredError = nil
     }
 }
 
-/// The IDs of a save: every inserted one, then every updated one not inserted.
+/// The objects of a save: every inserted one, then every updated one not inserted.
 struct InsertedThenUpdated: Sequence {
-    let inserted: OrderedSet<ObjectID>
+    let slots: [ManagedObject?]
     let updated: OrderedSet<ObjectID>
+    let registered: RegisteredObjects
 
     struct Iterator: IteratorProtocol {
-        let inserted: OrderedSet<ObjectID>
-        let updated: OrderedSet<ObjectID>
+        let sequence: InsertedThenUpdated
         var index = 0
 
-        mutating func next() -> ObjectID? {
-            while index < inserted.count + updated.count {
+        mutating func next() -> ManagedObject? {
+            let slots = sequence.slots, updated = sequence.updated
+            while index < slots.count + updated.count {
                 defer { index += 1 }
-                if index < inserted.count { return inserted[index] }
-                let id = updated[index - inserted.count]
-                if !inserted.contains(id) { return id }
+                if index < slots.count {
+                    if let object = slots[index] { return object }
+                } else if let object = sequence.registered[updated[index - slots.count]], !object.isInserted {
+                    return object
+                }
             }
             return nil
         }
     }
 
-    func makeIterator() -> Iterator { Iterator(inserted: inserted, updated: updated) }
+    func makeIterator() -> Iterator { Iterator(sequence: self) }
 }

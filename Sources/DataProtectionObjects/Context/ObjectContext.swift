@@ -28,8 +28,7 @@ public final class ObjectContext {
     /// be loaded): ``save()`` throws it until ``rollback()``.
     var deferredError: (any Error)?
 
-    var registered: [ObjectID: ManagedObject] = [:]
-    var inserted: OrderedSet<ObjectID> = []
+    var registered = RegisteredObjects()
     var updated: OrderedSet<ObjectID> = []
     var deleted: OrderedSet<ObjectID> = []
 
@@ -40,11 +39,15 @@ public final class ObjectContext {
     // MARK: - Registration
 
     /// The objects registered in the context.
-    public var registeredObjects: [ManagedObject] { Array(registered.values) }
-    public var insertedObjects: [ManagedObject] { inserted.compactMap { registered[$0] } }
+    public var registeredObjects: [ManagedObject] {
+        var objects: [ManagedObject] = []
+        registered.forEach { objects.append($0) }
+        return objects
+    }
+    public var insertedObjects: [ManagedObject] { Array(registered.insertedObjects) }
     public var updatedObjects: [ManagedObject] { updated.compactMap { registered[$0] } }
     public var deletedObjects: [ManagedObject] { deleted.compactMap { registered[$0] } }
-    public var hasChanges: Bool { !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty }
+    public var hasChanges: Bool { registered.insertedCount > 0 || !updated.isEmpty || !deleted.isEmpty }
 
     /// The object with this ID: the registered one, or a fault.
     public func object(with id: ObjectID) -> ManagedObject {
@@ -53,7 +56,7 @@ public final class ObjectContext {
         var id = id
         if let own = model.entitiesByName[id.entity.name], own !== id.entity { id = ObjectID(entity: own, primaryKey: id.primaryKey) }
         let object = ManagedObject(entity: id.entity, objectID: id, context: self, isFault: true)
-        registered[id] = object
+        registered.register(object, as: id)
         return object
     }
 
@@ -76,17 +79,16 @@ public final class ObjectContext {
     public func create(_ entityName: String) throws -> ManagedObject {
         let entity = try model.entity(named: entityName)
         guard !entity.declaration.isAbstract else { throw ObjectGraphError.invalidModel("\(entityName) is abstract") }
-        let object = ManagedObject(entity: entity, objectID: .temporary(entity), context: self, isFault: false)
-        object.bind(to: entity, id: object.objectID)
-        register(inserted: object)
+        let object = ManagedObject(entity: entity, objectID: ManagedObject.placeholderID, context: self, isFault: false)
+        register(inserted: object, entity: entity)
         return object
     }
 
-    func register(inserted object: ManagedObject) {
+    /// Gives a new object its entity, defaults and temporary ID, as inserted here.
+    func register(inserted object: ManagedObject, entity: Entity) {
+        object.bind(to: entity, id: registered.insert(object, entity: entity))
         object.context = self
         object.isInserted = true
-        registered[object.objectID] = object
-        inserted.append(object.objectID)
     }
 
     /// Inserts an object built outside the context (a typed model's backing), with the values
@@ -99,8 +101,7 @@ public final class ObjectContext {
         let entity = try model.entity(named: object.modelTypeName ?? "")
         guard !entity.declaration.isAbstract else { throw ObjectGraphError.invalidModel("\(entity.name) is abstract") }
         object.unattached = nil
-        object.bind(to: entity, id: .temporary(entity))
-        register(inserted: object)
+        register(inserted: object, entity: entity)
         for (key, value) in pending {
             switch value {
             case .attribute(let v): try object.setValue(v, forKey: key)

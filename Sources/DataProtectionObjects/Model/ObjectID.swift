@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// Identifies one object across contexts, like `NSManagedObjectID`: its entity and its primary
 /// key. An object inserted in a context has a temporary ID until it is saved (or until
@@ -14,11 +13,6 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
     init(entity: Entity, primaryKey: Int64) {
         self.entity = entity
         self.primaryKey = primaryKey
-    }
-
-    private static let temporaryCounter = Atomic<Int64>(0)
-    static func temporary(_ entity: Entity) -> ObjectID {
-        ObjectID(entity: entity, primaryKey: -temporaryCounter.add(1, ordering: .relaxed).newValue)
     }
 
     /// Whether the ID is temporary (the object was never saved).
