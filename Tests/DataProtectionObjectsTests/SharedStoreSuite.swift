@@ -466,6 +466,24 @@ import Testing
         #expect(try read.objects(forKey: "songs").map { try $0.value(forKey: "title") } == [.string("b")])
         #expect(try read.object(forKey: "cover")?.value(forKey: "title") == .string("b"))
         #expect(try reader.count(FetchRequest(entityName: "Song")) == 2)
+        // A new song added, then deleted before the save (with its key obtained early, or not):
+        // the list keeps no reference to a row that never existed.
+        for early in [true, false] {
+            let song = try context.create("Song")
+            try song.setValue(.string("gone"), forKey: "title")
+            try playlist.add(song, toKey: "songs")
+            try playlist.setObject(song, forKey: "cover")
+            if early { try context.obtainPermanentIDs(for: [song, song, playlist]) }
+            #expect(context.registeredObjects.filter { $0 === song }.count == 1)
+            try context.delete(song)
+            try context.save()
+            let again = ObjectContext(store: fixture.store)
+            let list = try #require(try again.fetch(FetchRequest(entityName: "Playlist")).first)
+            #expect(try list.objects(forKey: "songs").map { try $0.value(forKey: "title") } == [.string("b")])
+            #expect(try again.count(FetchRequest(entityName: "Song")) == 2)
+            try playlist.setObject(songs[1], forKey: "cover")
+            try context.save()
+        }
     }
 }
 

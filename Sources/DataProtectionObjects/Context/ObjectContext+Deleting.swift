@@ -49,10 +49,9 @@ extension ObjectContext {
             }
         }
         // Objects never saved leave the context (with a permanent ID obtained early too: the
-        // store never had that row).
+        // store never had that row); until the save, references to them read as deleted.
         for member in unsaved {
-            if registered[member.objectID] === member { registered.remove(member.objectID) }
-            registered.removeInserted(member)
+            registered.discard(member)
             member.detach()
         }
     }

@@ -38,7 +38,11 @@ extension ObjectContext {
         // Keys in insertion order, per root table (a model has few: a short list, not a table).
         var groups: [(root: String, objects: [ManagedObject])] = []
         var last = -1
+        // Inserted objects of this context, each once (a list may name one twice).
+        var seen = [Bool](repeating: false, count: registered.slots.count)
         for object in objects where object.objectID.isTemporaryID && object.context === self {
+            guard let slot = object.insertionSlot, registered.isInserted(object), !seen[slot] else { continue }
+            seen[slot] = true
             let root = object.entity!.root
             if last < 0 || groups[last].root != root {
                 last = groups.firstIndex { $0.root == root } ?? { groups.append((root, [])); return groups.count - 1 }()

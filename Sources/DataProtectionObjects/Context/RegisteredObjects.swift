@@ -17,6 +17,10 @@ struct RegisteredObjects {
     private(set) var slots: [ManagedObject?] = []
     /// How many slots hold an object.
     private(set) var insertedCount = 0
+    /// Inserted objects deleted before they were saved, until the save or rollback: out of the
+    /// context, but their IDs still lead to them (so that references to them are seen as
+    /// references to deleted objects).
+    private var discarded: [ObjectID: ManagedObject] = [:]
     private var serial: Int64
     /// The slot number of `slots[0]`.
     private var firstSlot: Int64 = 0
@@ -28,8 +32,8 @@ struct RegisteredObjects {
     init() { serial = Self.newSerial() }
 
     private static func newSerial() -> Int64 {
-        // 31 bits: the key stays positive before it is negated, whatever the count of contexts.
-        (serials.add(1, ordering: .relaxed).newValue - 1) % (1 << 31) + 1
+        // 1 ... 2^31 - 1: `serial << 32 | slot` stays positive, whatever the count of contexts.
+        (serials.add(1, ordering: .relaxed).newValue - 1) % ((1 << 31) - 1) + 1
     }
 
     // MARK: Lookup
@@ -37,7 +41,8 @@ struct RegisteredObjects {
     /// The object registered under this ID, if any.
     subscript(id: ObjectID) -> ManagedObject? {
         if id.isTemporaryID, let object = inserted(temporary: id), object.objectID == id { return object }
-        return byID.isEmpty ? nil : byID[id]
+        if let object = byID.isEmpty ? nil : byID[id] { return object }
+        return discarded.isEmpty ? nil : discarded[id]
     }
 
     /// The inserted object a temporary ID of this context was issued for (whatever its ID is now).
@@ -87,7 +92,21 @@ struct RegisteredObjects {
         return id
     }
 
-    /// Takes an inserted object out of the inserted ones (deleted before it was saved).
+    /// An inserted object slot, for its own object only.
+    func isInserted(_ object: ManagedObject) -> Bool {
+        guard let slot = object.insertionSlot else { return false }
+        return slot < slots.count && slots[slot] === object
+    }
+
+    /// Takes an inserted object deleted before it was saved out of the context; its ID still
+    /// leads to it until the save or rollback.
+    mutating func discard(_ object: ManagedObject) {
+        removeInserted(object)
+        if byID[object.objectID] === object { byID[object.objectID] = nil }
+        discarded[object.objectID] = object
+    }
+
+    /// Takes an inserted object out of the inserted ones.
     mutating func removeInserted(_ object: ManagedObject) {
         guard let slot = object.insertionSlot, slot < slots.count, slots[slot] === object else { return }
         slots[slot] = nil
@@ -101,6 +120,7 @@ struct RegisteredObjects {
         firstSlot += Int64(slots.count)
         slots = []
         insertedCount = 0
+        discarded = [:]
         if firstSlot > Self.slotMask / 2 {
             serial = Self.newSerial()
             firstSlot = 0
