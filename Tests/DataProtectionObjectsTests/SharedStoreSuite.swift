@@ -359,6 +359,27 @@ import Testing
 
 @Suite struct SharedStoreSuiteMore {
     @Test(arguments: StoreKind.allCases)
+    func batchedFaultsLoadInAnyOrderAroundDeletedRowsAndLocalObjects(kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind, model: try chatModel())
+        try seedChat(ObjectContext(store: fixture.store))
+        let context = ObjectContext(store: fixture.store)
+        // Newest first (keys descending), batches of 4: the rows come back in key order.
+        let messages = try context.fetch(FetchDescriptor<Message>(sortBy: [SortDescriptor(\.sentAt, order: .reverse)]), batchSize: 4)
+        // One of the first batch deleted by another context, one already loaded and changed here.
+        let other = ObjectContext(store: fixture.store)
+        let doomed = try #require(try other.fetch(FetchDescriptor<Message>()).first { $0.text == "See you" })
+        try other.delete(doomed)
+        try other.save()
+        let changed = context.model(for: messages.objectIDs[1], as: Message.self)
+        changed.text = "changed here"
+        #expect(messages[0].text == "bye" && !messages[3].managedObject.isFault)
+        #expect(messages[1] === changed && messages[1].text == "changed here")
+        #expect(messages[3].text == "ok" && messages[8].text == "hello again" && messages[9].text == "Hello team")
+        #expect(messages[2].managedObject.isFault && messages[2].text == "")
+        #expect(context.lastFaultError as? ObjectGraphError == .objectDeleted(messages.objectIDs[2].description))
+    }
+
+    @Test(arguments: StoreKind.allCases)
     func temporaryIDsNameOneObjectAndEarlyKeysReachEveryReference(kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind, model: try chatModel())
         let context = ObjectContext(store: fixture.store), other = ObjectContext(store: fixture.store)

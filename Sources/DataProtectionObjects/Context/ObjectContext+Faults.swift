@@ -9,10 +9,24 @@ extension ObjectContext {
     func fireFault(_ object: ManagedObject) throws {
         do {
             if let batch = object.faultBatch {
+                // The faults among the next `size` of the fetch (registered now if they were not),
+                // in key order: stores return rows in that order, so each row meets its object
+                // by walking both lists, without a lookup.
                 let end = min(object.batchPosition + batch.size, batch.ids.count)
-                let ids = batch.ids[object.batchPosition..<end].filter { registered[$0].map(\.isFault) ?? true }
-                for node in try store.nodes(for: ids) {
-                    let loaded = self.object(with: node.objectID)
+                var faults: [ManagedObject] = []
+                faults.reserveCapacity(end - object.batchPosition)
+                for position in object.batchPosition..<end {
+                    let candidate = self.object(with: batch.ids[position], batch: batch, position: position)
+                    if candidate.isFault { faults.append(candidate) }
+                }
+                if zip(faults, faults.dropFirst()).contains(where: { $0.objectID.primaryKey > $1.objectID.primaryKey }) {
+                    faults.sort { $0.objectID.primaryKey < $1.objectID.primaryKey }
+                }
+                var next = 0
+                for node in try store.nodes(for: faults.map(\.objectID)) {
+                    while next < faults.count, faults[next].objectID.primaryKey < node.objectID.primaryKey { next += 1 }
+                    // A row out of that order (a store that does not sort) is found by its ID.
+                    let loaded = next < faults.count && faults[next].objectID == node.objectID ? faults[next] : self.object(with: node.objectID)
                     if loaded.isFault { loaded.fill(with: node) }
                 }
                 if object.isFault { throw ObjectGraphError.objectDeleted(object.objectID.description) }

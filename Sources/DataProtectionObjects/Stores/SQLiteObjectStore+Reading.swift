@@ -11,29 +11,7 @@ extension SQLiteObjectStore {
     func selectList(_ root: String) -> String { selectLists[root] ?? "t0.Z_PK" }
 
     func decodeNode(_ row: Row, root: String) throws -> StoreNode {
-        let key: Int64 = row[0]
-        let code: Int64 = row[1]
-        guard let entity = entitiesByCode[root]?[code] else {
-            throw ObjectGraphError.damagedStore(store: path, detail: "row \(key) of \(root) has unknown entity code \(code)")
-        }
-        let layout = schema.layouts[entity.name]!
-        var values: [AttributeValue] = []
-        values.reserveCapacity(entity.attributes.count)
-        for (i, attribute) in entity.attributes.enumerated() {
-            values.append(try attributeValue(row[layout.attributePositions[i] + 3], type: attribute.type))
-        }
-        var toOne: [ObjectID?] = []
-        toOne.reserveCapacity(entity.toOneRelationships.count)
-        for (i, relationship) in entity.toOneRelationships.enumerated() {
-            guard let target: Int64 = row[layout.toOnePositions[i] + 3] else { toOne.append(nil); continue }
-            var destination = entity.destination(of: relationship)
-            if let position = layout.toOneEntityPositions[i], let code: Int64 = row[position + 3],
-               let concrete = entitiesByCode[destination.root]?[code] {
-                destination = concrete
-            }
-            toOne.append(ObjectID(entity: destination, primaryKey: target))
-        }
-        return StoreNode(objectID: ObjectID(entity: entity, primaryKey: key), values: values, toOne: toOne, version: row[2])
+        try decodeNode(row, root: root, plans: rowDecodings[root] ?? [:])
     }
 
     /// Refuses entities of another model (their tables may not exist here).
@@ -55,18 +33,20 @@ extension SQLiteObjectStore {
         }
     }
 
-    /// Rows of many objects of one root entity at once (batch fault firing).
+    /// Rows of many objects of one root entity at once (batch fault firing), by key within
+    /// each run of 500 (all by key when the IDs are).
     public func nodes(for objectIDs: [ObjectID]) throws -> [StoreNode] {
         guard let root = objectIDs.first?.entity.root else { return [] }
         for id in objectIDs { try check(id.entity) }
+        let plans = rowDecodings[root] ?? [:]
         return try read { db in
             var nodes: [StoreNode] = []
             nodes.reserveCapacity(objectIDs.count)
             for chunk in stride(from: 0, to: objectIDs.count, by: 500).map({ objectIDs[$0..<min($0 + 500, objectIDs.count)] }) {
-                let sql = "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ",")))"
+                let sql = "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ","))) ORDER BY t0.Z_PK"
                 let statement = try db.cachedStatement(sql: sql)
                 let rows = try Row.fetchCursor(statement, arguments: StatementArguments(chunk.map(\.primaryKey)))
-                while let row = try rows.next() { nodes.append(try decodeNode(row, root: root)) }
+                while let row = try rows.next() { nodes.append(try decodeNode(row, root: root, plans: plans)) }
             }
             return nodes
         }
@@ -159,7 +139,8 @@ extension SQLiteObjectStore {
             case .objects where request.includesPropertyValues:
                 var nodes: [StoreNode] = []
                 let rows = try Row.fetchCursor(statement)
-                while let row = try rows.next() { nodes.append(try decodeNode(row, root: root)) }
+                let plans = rowDecodings[root] ?? [:]
+                while let row = try rows.next() { nodes.append(try decodeNode(row, root: root, plans: plans)) }
                 return .nodes(nodes)
             case .objects, .objectIDs:
                 if monomorphic {

@@ -32,6 +32,8 @@ public final class SQLiteObjectStore: PersistentStore {
     let entitiesByCode: [String: [Int64: Entity]]
     /// Built once: the select list of each root table (fault firing uses it on every query).
     let selectLists: [String: String]
+    /// Built once: how each entity's rows are read, by root table and entity code.
+    let rowDecodings: [String: [Int64: RowDecoding]]
 
     static let lowercaseFunction = "dp_lower"
     static let endsWithFunction = "dp_ends_with"
@@ -75,6 +77,7 @@ public final class SQLiteObjectStore: PersistentStore {
         var codes: [String: [Int64: Entity]] = [:]
         for entity in model.entities { codes[entity.root, default: [:]][entity.code] = entity }
         self.entitiesByCode = codes
+        self.rowDecodings = RowDecoding.all(model: model, schema: schema, entitiesByCode: codes)
         self.selectLists = schema.tables.mapValues { table in
             (["Z_PK", "Z_ENT", "Z_OPT"] + table.columns.map { SQLiteSchema.quote($0.name) }).map { "t0.\($0)" }.joined(separator: ", ")
         }
