@@ -44,9 +44,9 @@ extension SQLiteObjectStore {
             nodes.reserveCapacity(objectIDs.count)
             for chunk in stride(from: 0, to: objectIDs.count, by: 500).map({ objectIDs[$0..<min($0 + 500, objectIDs.count)] }) {
                 let sql = "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ","))) ORDER BY t0.Z_PK"
-                let statement = try db.cachedStatement(sql: sql)
-                let rows = try Row.fetchCursor(statement, arguments: StatementArguments(chunk.map(\.primaryKey)))
-                while let row = try rows.next() { nodes.append(try decodeNode(row, root: root, plans: plans)) }
+                try db.cachedStatement(sql: sql).forEachRow(keys: chunk.lazy.map(\.primaryKey)) { row in
+                    nodes.append(try decodeNode(row, root: root, plans: plans))
+                }
             }
             return nodes
         }

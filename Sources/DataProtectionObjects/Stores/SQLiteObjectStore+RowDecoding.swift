@@ -1,27 +1,41 @@
 import DataProtection
 import Foundation
 import GRDB
+import GRDBSQLite
 
 // SQLiteObjectStore: how a row of each entity is read, worked out once per store.
 extension SQLiteObjectStore {
     /// What reading a row of one entity needs, looked up once when the store opens rather than by
-    /// name for every row: the entity, its columns, and each to-one's destination (with the
-    /// destination root's entities by code, for a row naming a sub-entity).
-    struct RowDecoding {
+    /// name for every row: the entity, where its columns are, and each to-one's destination (with
+    /// the destination root's entities by code, for a row naming a sub-entity). A class: a row
+    /// takes one reference, not a copy of every array.
+    final class RowDecoding: Sendable {
         let entity: Entity
-        let layout: SQLiteSchema.EntityLayout
+        let attributeTypes: [AttributeType]
+        /// Result columns (after `Z_PK, Z_ENT, Z_OPT`) of each attribute, to-one key and
+        /// to-one entity code.
+        let attributeColumns: [Int]
+        let toOneColumns: [Int]
+        let toOneEntityColumns: [Int?]
         let toOneDestinations: [Entity]
         let toOneCodes: [[Int64: Entity]]
+
+        init(entity: Entity, layout: SQLiteSchema.EntityLayout, entitiesByCode: [String: [Int64: Entity]]) {
+            self.entity = entity
+            attributeTypes = entity.attributes.map(\.type)
+            attributeColumns = layout.attributePositions.map { $0 + 3 }
+            toOneColumns = layout.toOnePositions.map { $0 + 3 }
+            toOneEntityColumns = layout.toOneEntityPositions.map { $0.map { $0 + 3 } }
+            toOneDestinations = entity.toOneRelationships.map { entity.destination(of: $0) }
+            toOneCodes = toOneDestinations.map { entitiesByCode[$0.root] ?? [:] }
+        }
 
         /// Each root table's rows by entity code.
         static func all(model: ObjectModel, schema: SQLiteSchema, entitiesByCode: [String: [Int64: Entity]]) -> [String: [Int64: RowDecoding]] {
             var plans: [String: [Int64: RowDecoding]] = [:]
             for entity in model.entities {
                 guard let layout = schema.layouts[entity.name] else { continue }
-                let destinations = entity.toOneRelationships.map { entity.destination(of: $0) }
-                plans[entity.root, default: [:]][entity.code] = RowDecoding(
-                    entity: entity, layout: layout, toOneDestinations: destinations,
-                    toOneCodes: destinations.map { entitiesByCode[$0.root] ?? [:] })
+                plans[entity.root, default: [:]][entity.code] = RowDecoding(entity: entity, layout: layout, entitiesByCode: entitiesByCode)
             }
             return plans
         }
@@ -29,28 +43,91 @@ extension SQLiteObjectStore {
 
     /// The node a row holds (`Z_PK, Z_ENT, Z_OPT` then the root table's columns), read with the
     /// root's plans.
-    func decodeNode(_ row: Row, root: String, plans: [Int64: RowDecoding]) throws -> StoreNode {
-        let key: Int64 = row[0]
-        let code: Int64 = row[1]
+    func decodeNode(_ row: some ResultColumns, root: String, plans: [Int64: RowDecoding]) throws -> StoreNode {
+        let key = row.integer(0) ?? 0
+        let code = row.integer(1) ?? 0
         guard let plan = plans[code] else {
             throw ObjectGraphError.damagedStore(store: path, detail: "row \(key) of \(root) has unknown entity code \(code)")
         }
-        let entity = plan.entity, layout = plan.layout
         var values: [AttributeValue] = []
-        values.reserveCapacity(entity.attributes.count)
-        for (i, attribute) in entity.attributes.enumerated() {
-            values.append(try attributeValue(row[layout.attributePositions[i] + 3], type: attribute.type))
+        values.reserveCapacity(plan.attributeTypes.count)
+        for (i, type) in plan.attributeTypes.enumerated() {
+            values.append(try attributeValue(row.value(plan.attributeColumns[i]), type: type))
         }
         var toOne: [ObjectID?] = []
         toOne.reserveCapacity(plan.toOneDestinations.count)
         for (i, destination) in plan.toOneDestinations.enumerated() {
-            guard let target: Int64 = row[layout.toOnePositions[i] + 3] else { toOne.append(nil); continue }
+            guard let target = row.integer(plan.toOneColumns[i]) else { toOne.append(nil); continue }
             var concrete = destination
-            if let position = layout.toOneEntityPositions[i], let code: Int64 = row[position + 3], let named = plan.toOneCodes[i][code] {
+            if let column = plan.toOneEntityColumns[i], let code = row.integer(column), let named = plan.toOneCodes[i][code] {
                 concrete = named
             }
             toOne.append(ObjectID(entity: concrete, primaryKey: target))
         }
-        return StoreNode(objectID: ObjectID(entity: entity, primaryKey: key), values: values, toOne: toOne, version: row[2])
+        return StoreNode(objectID: ObjectID(entity: plan.entity, primaryKey: key), values: values, toOne: toOne, version: row.integer(2) ?? 0)
+    }
+}
+
+/// The columns of one result row, by index from 0.
+protocol ResultColumns {
+    func value(_ index: Int) -> DatabaseValue
+    /// The column as an integer, `nil` when it is NULL (or not an integer).
+    func integer(_ index: Int) -> Int64?
+}
+
+extension Row: ResultColumns {
+    func value(_ index: Int) -> DatabaseValue { self[index] }
+    func integer(_ index: Int) -> Int64? { self[index] }
+}
+
+/// The row an SQLite statement is on, read with `sqlite3_column_*` (what GRDB's `Row` reads,
+/// without its generic decoding per value).
+struct StatementColumns: ResultColumns {
+    let statement: SQLiteStatement
+
+    func value(_ index: Int) -> DatabaseValue {
+        let column = CInt(index)
+        switch sqlite3_column_type(statement, column) {
+        case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).databaseValue
+        case SQLITE_FLOAT: return sqlite3_column_double(statement, column).databaseValue
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_column_bytes(statement, column))
+            guard let bytes = sqlite3_column_text(statement, column) else { return "".databaseValue }
+            return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self).databaseValue
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_column_bytes(statement, column))
+            guard count > 0, let bytes = sqlite3_column_blob(statement, column) else { return Data().databaseValue }
+            return Data(bytes: bytes, count: count).databaseValue
+        default: return .null
+        }
+    }
+
+    func integer(_ index: Int) -> Int64? {
+        sqlite3_column_type(statement, CInt(index)) == SQLITE_INTEGER ? sqlite3_column_int64(statement, CInt(index)) : nil
+    }
+}
+
+extension Statement {
+    /// Runs this query with `keys` bound to its parameters 1, 2, … and calls `body` on each result
+    /// row while the statement is on it: `sqlite3_reset`, `sqlite3_bind_int64`, `sqlite3_step`.
+    /// What `Row.fetchCursor(self, arguments:)` does, without building `StatementArguments`;
+    /// the statement is reset again on the way out (an unfinished query keeps its read open).
+    func forEachRow(keys: some Collection<Int64>, _ body: (StatementColumns) throws -> Void) throws {
+        let statement = sqliteStatement
+        sqlite3_reset(statement)
+        defer { sqlite3_reset(statement) }
+        for (index, key) in zip(CInt(1)..., keys) {
+            let code = sqlite3_bind_int64(statement, index, key)
+            guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code), message: "could not bind key \(index)", sql: sql) }
+        }
+        while true {
+            switch sqlite3_step(statement) {
+            case SQLITE_ROW: try body(StatementColumns(statement: statement))
+            case SQLITE_DONE: return
+            case let code:
+                let message = sqlite3_db_handle(statement).flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) }
+                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
+            }
+        }
     }
 }
