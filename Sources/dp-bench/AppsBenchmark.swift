@@ -93,7 +93,7 @@ struct AppsBenchmark: AsyncParsableCommand {
                 """])
         }
         let besideFloodNs = try await probe(true)
-        FileManager.default.createFile(atPath: stop.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: stop.path, contents: nil)
         _ = try await flooding.value
 
         // Preferences: set + synchronize, ours (a protected property list) and Foundation's.

@@ -62,7 +62,7 @@ struct IncrementalBackupFigures {
             let ours = regularFileBytes(under: engine.repository.url) - oursBefore
             guard hasRestic else { return (ours, nil) }
             let resticBefore = regularFileBytes(under: resticRepository)
-            let time = try await seconds { _ = runTool("restic", ["backup", "--quiet", source.path]) }
+            let time = await seconds { _ = runTool("restic", ["backup", "--quiet", source.path]) }
             figures.resticSeconds = (figures.resticSeconds ?? 0) + time
             return (ours, regularFileBytes(under: resticRepository) - resticBefore)
         }

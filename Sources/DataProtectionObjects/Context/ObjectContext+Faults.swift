@@ -16,6 +16,8 @@ extension ObjectContext {
                 var faults: [ManagedObject] = []
                 faults.reserveCapacity(end - object.batchPosition)
                 for position in object.batchPosition..<end {
+                    // A temporary ID (an insert the fetch merged in) has no row to load.
+                    guard !batch.ids[position].isTemporaryID || position == object.batchPosition else { continue }
                     let candidate = self.object(with: batch.ids[position], batch: batch, position: position)
                     if candidate.isFault { faults.append(candidate) }
                 }

@@ -77,7 +77,8 @@ protocol ResultColumns {
 
 extension Row: ResultColumns {
     func value(_ index: Int) -> DatabaseValue { self[index] }
-    func integer(_ index: Int) -> Int64? { self[index] }
+    /// `nil` for NULL and for a value that is no integer (a damaged row: never a trap).
+    func integer(_ index: Int) -> Int64? { Int64.fromDatabaseValue(self[index]) }
 }
 
 /// The row an SQLite statement is on, read with `sqlite3_column_*` (what GRDB's `Row` reads,
@@ -91,9 +92,9 @@ struct StatementColumns: ResultColumns {
         case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).databaseValue
         case SQLITE_FLOAT: return sqlite3_column_double(statement, column).databaseValue
         case SQLITE_TEXT:
-            let count = Int(sqlite3_column_bytes(statement, column))
+            // As GRDB's `Row` reads text (up to a NUL), so both paths give the same string.
             guard let bytes = sqlite3_column_text(statement, column) else { return "".databaseValue }
-            return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self).databaseValue
+            return String(cString: bytes).databaseValue
         case SQLITE_BLOB:
             let count = Int(sqlite3_column_bytes(statement, column))
             guard count > 0, let bytes = sqlite3_column_blob(statement, column) else { return Data().databaseValue }
@@ -103,7 +104,11 @@ struct StatementColumns: ResultColumns {
     }
 
     func integer(_ index: Int) -> Int64? {
-        sqlite3_column_type(statement, CInt(index)) == SQLITE_INTEGER ? sqlite3_column_int64(statement, CInt(index)) : nil
+        switch sqlite3_column_type(statement, CInt(index)) {
+        case SQLITE_INTEGER: sqlite3_column_int64(statement, CInt(index))
+        case SQLITE_NULL: nil
+        default: Int64.fromDatabaseValue(value(index))   // converted as `Row` would; nil where it cannot be
+        }
     }
 }
 
