@@ -31,7 +31,7 @@ extension ObjectContext {
     }
 
     /// The inserted objects, then the updated ones.
-    var insertedThenUpdated: InsertedThenUpdated { InsertedThenUpdated(slots: registered.slots, updated: updated, registered: registered) }
+    var insertedThenUpdated: InsertedThenUpdated { InsertedThenUpdated(registered: registered, updated: updated) }
 
     /// Gives inserted objects their permanent IDs (the store's keys) now.
     public func obtainPermanentIDs(for objects: [ManagedObject]) throws {
@@ -217,7 +217,7 @@ extension ObjectContext {
     /// ones get their saved values back, relationships reload.
     public func rollback() {
         for object in registered.insertedObjects {
-            if !object.objectID.isTemporaryID { registered.remove(object.objectID) }
+            registered.remove(object.objectID)   // one given its key early
             object.detach()
             object.isInserted = false
         }
@@ -245,16 +245,15 @@ extension ObjectContext {
 
 /// The objects of a save: every inserted one, then every updated one not inserted.
 struct InsertedThenUpdated: Sequence {
-    let slots: [ManagedObject?]
-    let updated: OrderedSet<ObjectID>
     let registered: RegisteredObjects
+    let updated: OrderedSet<ObjectID>
 
     struct Iterator: IteratorProtocol {
         let sequence: InsertedThenUpdated
         var index = 0
 
         mutating func next() -> ManagedObject? {
-            let slots = sequence.slots, updated = sequence.updated
+            let slots = sequence.registered.slots, updated = sequence.updated
             while index < slots.count + updated.count {
                 defer { index += 1 }
                 if index < slots.count {

@@ -70,16 +70,10 @@ struct RegisteredObjects {
 
     mutating func reserveCapacity(_ extra: Int) { byID.reserveCapacity(byID.count + extra) }
 
-    /// Removes the object registered under `id` (an inserted object keeps its slot until
-    /// ``removeInserted(_:)``).
+    /// Removes the object registered under a permanent ID (an inserted object keeps its slot
+    /// until ``removeInserted(_:)``).
     @discardableResult
-    mutating func remove(_ id: ObjectID) -> ManagedObject? {
-        if id.isTemporaryID, let object = inserted(temporary: id), object.objectID == id {
-            removeInserted(object)
-            return object
-        }
-        return byID.removeValue(forKey: id)
-    }
+    mutating func remove(_ id: ObjectID) -> ManagedObject? { byID.removeValue(forKey: id) }
 
     /// A new temporary ID for an object being inserted, and its slot.
     mutating func insert(_ object: ManagedObject, entity: Entity) -> ObjectID {

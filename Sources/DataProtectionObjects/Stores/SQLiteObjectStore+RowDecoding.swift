@@ -111,28 +111,3 @@ struct StatementColumns: ResultColumns {
         }
     }
 }
-
-extension Statement {
-    /// Runs this query with `keys` bound to its parameters 1, 2, … and calls `body` on each result
-    /// row while the statement is on it: `sqlite3_reset`, `sqlite3_bind_int64`, `sqlite3_step`.
-    /// What `Row.fetchCursor(self, arguments:)` does, without building `StatementArguments`;
-    /// the statement is reset again on the way out (an unfinished query keeps its read open).
-    func forEachRow(keys: some Collection<Int64>, _ body: (StatementColumns) throws -> Void) throws {
-        let statement = sqliteStatement
-        sqlite3_reset(statement)
-        defer { sqlite3_reset(statement) }
-        for (index, key) in zip(CInt(1)..., keys) {
-            let code = sqlite3_bind_int64(statement, index, key)
-            guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code), message: "could not bind key \(index)", sql: sql) }
-        }
-        while true {
-            switch sqlite3_step(statement) {
-            case SQLITE_ROW: try body(StatementColumns(statement: statement))
-            case SQLITE_DONE: return
-            case let code:
-                let message = sqlite3_db_handle(statement).flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) }
-                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
-            }
-        }
-    }
-}

@@ -2,7 +2,6 @@ import DataProtection
 import DataProtectionSQLite
 import Foundation
 import GRDB
-import GRDBSQLite
 
 // SQLiteObjectStore: writing.
 extension SQLiteObjectStore {
@@ -49,22 +48,6 @@ extension SQLiteObjectStore {
         var width: Int
     }
 
-    /// Binds `values` to parameters 1 ... `values.count` of a statement whose arguments were set
-    /// once (`setUncheckedArguments`), so that `execute()` runs it with these: what
-    /// `StatementArguments` would bind, without building one per row (it maps every value
-    /// through a key path). The statement is reset first (`sqlite3_reset`: values can only be
-    /// bound to a statement that is not running).
-    private static func bind(_ values: [DatabaseValue], to statement: Statement) throws {
-        let sqliteStatement = statement.sqliteStatement
-        sqlite3_reset(sqliteStatement)   // its result is the last step's, already reported by `execute()`
-        for (index, value) in values.enumerated() {
-            let code = value.bind(to: sqliteStatement, at: CInt(index + 1))
-            guard code == SQLITE_OK else {
-                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: "could not bind value \(index + 1) of a row", sql: statement.sql)
-            }
-        }
-    }
-
     public func execute(_ request: SaveChangesRequest) throws {
         // Each entity once (a save of 100,000 objects has a handful).
         var checked = Set<ObjectIdentifier>()
@@ -82,6 +65,7 @@ extension SQLiteObjectStore {
                     let table = schema.tables[entity.root]!
                     let sql = "INSERT INTO \(SQLiteSchema.quote(entity.root)) (Z_PK, Z_ENT, Z_OPT\(table.columns.map { ", " + SQLiteSchema.quote($0.name) }.joined())) VALUES (?, ?, ?\(String(repeating: ", ?", count: table.columns.count)))"
                     plan = InsertPlan(statement: try db.cachedStatement(sql: sql), layout: schema.layouts[entity.name]!, width: 3 + table.columns.count)
+                    // Arguments set once, so that `execute()` runs with the values bound per row.
                     plan.statement.setUncheckedArguments(StatementArguments(repeatElement(DatabaseValue.null, count: plan.width)))
                     plans[ObjectIdentifier(entity)] = plan
                 }
@@ -90,7 +74,7 @@ extension SQLiteObjectStore {
                 arguments[1] = entity.code.databaseValue
                 arguments[2] = change.newVersion.databaseValue
                 fillRow(change, layout: plan.layout, into: &arguments, at: 3)
-                try Self.bind(arguments, to: plan.statement)
+                try plan.statement.bindDirectly(arguments)
                 try plan.statement.execute()
             }
             for change in request.updated {
