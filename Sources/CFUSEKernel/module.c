@@ -22,4 +22,6 @@ long cfuse_getdents64(int fd, void *buffer, unsigned long size) {
     return syscall(SYS_getdents64, fd, buffer, size);
 }
 
+int cfuse_gettid(void) { return (int)syscall(SYS_gettid); }
+
 uint32_t cfuse_header_minor(void) { return FUSE_KERNEL_MINOR_VERSION; }

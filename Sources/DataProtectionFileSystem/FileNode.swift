@@ -92,6 +92,9 @@ struct OpenFile {
     var protectionClass: ProtectionClass?
     /// Whether the kernel may hold pages of this class-A file (invalidated at a lock).
     var mayHavePages = false
+    /// Whether an eviction pass passed the file over because it was open: its last close may
+    /// let a refused request ask for another (``NodeTable/fileClosed()``).
+    var passedOverWhileOpen = false
 }
 
 /// FUSE's root node ID.

@@ -43,10 +43,22 @@ public final class MountedFileSystem: Sendable {
         let evictor = Thread { [fileSystem, device] in
             // On a thread of its own: the kernel may need a serving thread to act on the notice.
             let replier = FUSEReplier(fd: device.fd)
+            // Ahead of the programs it makes room for, where the server may (root, or
+            // CAP_SYS_NICE): each notice takes its directory's lock, which a program making
+            // files there takes back first whenever it runs first (the kernel hands a waiting
+            // writer the lock only after some 4 ms). At the programs' priority, on a busy
+            // machine, the evictor wakes late and gives back fewer names than one program makes
+            // meanwhile, and the others are refused.
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(cfuse_gettid()), -10)
             while true {
                 fileSystem.nodes.overflowing.wait()
                 guard evicting.withLock({ $0 }) else { return }
+                let start = Self.threadCPUTime()
                 fileSystem.evictUnused(replier)
+                // A fifth of a core at most, whatever asks for passes: a pass that took a
+                // millisecond or more (a large table) is followed by four times as long asleep.
+                let spent = Self.threadCPUTime() - start
+                if spent >= 1_000 { usleep(UInt32(min(4 * spent, 2_000_000))) }
             }
         }
         evictor.start()
@@ -60,6 +72,13 @@ public final class MountedFileSystem: Sendable {
         }
         close(device.fd)
         device.monitor?.release()
+    }
+
+    /// The calling thread's CPU time, in microseconds.
+    private static func threadCPUTime() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        return UInt64(time.tv_sec) * 1_000_000 + UInt64(time.tv_nsec) / 1_000
     }
 
     /// Read-ahead asked of the mount (KiB): sequential reads come as requests of up to 1 MiB

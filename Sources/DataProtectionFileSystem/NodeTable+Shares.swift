@@ -113,7 +113,10 @@ extension NodeTable {
     func reserve() throws(FUSEErrno) -> Reservation {
         let claimant = claimant()
         let owner = state.withLock { state -> UInt64? in
-            guard let owner = charge(claimant, in: &state) else { return nil }
+            guard let owner = charge(claimant, in: &state) else {
+                askForPassOnRefusal(in: &state)
+                return nil
+            }
             state.reserved += 1
             return owner
         }

@@ -22,6 +22,13 @@ final class NodeTable: Sendable {
         var tick: UInt64 = 0
         /// Whether ``overflowing`` was signalled and no pass has run since.
         var evictionPending = false
+        /// Counts what makes a file a candidate for eviction that the last pass could not
+        /// choose: a file made since, one it asked for found again, one it passed over as open
+        /// closed (``fileClosed()``). Nothing else: a refused request asks for a pass only when
+        /// it can give something back, so refusals never keep the evictor busy for nothing.
+        var fileChanges: UInt64 = 0
+        /// ``fileChanges`` when the last pass chose its candidates.
+        var fileChangesAtPass: UInt64 = 0
         /// Nodes promised to makes under way (``reserve()``), counted as if held.
         var reserved = 0
         /// The programs charged with nodes, by serial (``FileNode/owner``).
@@ -134,6 +141,7 @@ final class NodeTable: Sendable {
             } else if let charged = charge(claimant, in: &state) {
                 owner = charged
             } else {
+                askForPassOnRefusal(in: &state)
                 return (nil, false)
             }
             let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, zone: zone, owner: owner, isReadOnly: readOnly)
@@ -142,6 +150,7 @@ final class NodeTable: Sendable {
             node.lastSeen.withLock { $0 = (name, state.tick) }
             state.nodes[node.id] = (node, 1)
             state.byIdentity[identity] = node.id
+            if !node.isDirectory { state.fileChanges &+= 1 }
             if state.nodes.count > highWater, !state.evictionPending {
                 state.evictionPending = true
                 overflowing.signal()
@@ -163,6 +172,7 @@ final class NodeTable: Sendable {
         entry.lookups += 1
         state.nodes[id] = entry
         state.tick += 1
+        if entry.node.evictionAsked.withLock({ $0 != nil }) { state.fileChanges &+= 1 }
         let tick = state.tick
         entry.node.parent.withLock { $0 = parent }
         entry.node.lastSeen.withLock { $0 = (name, tick) }
@@ -172,13 +182,38 @@ final class NodeTable: Sendable {
     /// An eviction pass is over: the next node beyond ``highWater`` signals again.
     func evictionDone() { state.withLock { $0.evictionPending = false } }
 
+    /// `node` renamed: an eviction asks the kernel to forget its new name. Asked for under its
+    /// old name (the kernel forgot nothing: the name had moved), it may be asked for again.
+    func move(_ node: FileNode, to parent: UInt64, name: [UInt8]) {
+        node.parent.withLock { $0 = parent }
+        node.lastSeen.withLock { $0.name = name }
+        guard node.evictionAsked.withLock({ asked in defer { asked = nil }; return asked != nil }) else { return }
+        state.withLock { $0.fileChanges &+= 1 }
+    }
+
+    /// A file a pass passed over as open closed its last handle: it may be given back now.
+    func fileClosed() { state.withLock { $0.fileChanges &+= 1 } }
+
+    /// A request refused for want of room asks for a pass if none is under way and a file became
+    /// a candidate the last one could not choose (``State/fileChanges``).
+    /// Else a table left full by a pass that ran while its newest files were open would stay
+    /// full: passes are otherwise asked for only by new nodes, and every later make is refused.
+    /// The request never waits for the pass: the kernel holds the parent directory's lock until
+    /// it is answered, and asking it to forget a name there takes that lock.
+    func askForPassOnRefusal(in state: inout State) {
+        guard !state.evictionPending, state.fileChanges != state.fileChangesAtPass, state.nodes.count > lowWater else { return }
+        state.evictionPending = true
+        overflowing.signal()
+    }
+
     /// The least recently found nodes beyond ``lowWater``, oldest first, with the parent and name
     /// to ask the kernel to forget: never the root, a directory, a file open or a name `spared`,
     /// nor one asked before and not found since (the kernel keeps what a program pins: asking
     /// again would only take the place of others it would give back).
     func evictionCandidates(sparing spared: ([UInt8]) -> Bool) -> [(node: FileNode, parent: UInt64, name: [UInt8])] {
         let all = state.withLock { state -> [FileNode] in
-            state.nodes.count > lowWater ? state.nodes.values.map(\.node) : []
+            state.fileChangesAtPass = state.fileChanges
+            return state.nodes.count > lowWater ? state.nodes.values.map(\.node) : []
         }
         guard all.count > lowWater else { return [] }
         // Directories are never given back (see ProtectedFileSystem.evictUnused): the others,
@@ -186,7 +221,10 @@ final class NodeTable: Sendable {
         let seen = all.filter { $0.id != root.id && !$0.isDirectory }.compactMap { node -> (FileNode, (name: [UInt8], tick: UInt64))? in
             let seen = node.lastSeen.withLock { $0 }
             guard !seen.name.isEmpty, !spared(seen.name), node.evictionAsked.withLock({ $0 != seen.tick }),
-                  node.open.withLock({ $0.handles == 0 }) else { return nil }
+                  node.open.withLock({ file in
+                      if file.handles > 0 { file.passedOverWhileOpen = true }
+                      return file.handles == 0
+                  }) else { return nil }
             return (node, seen)
         }.sorted { $0.1.tick < $1.1.tick }
         return seen.prefix(all.count - lowWater).map { candidate in
@@ -202,6 +240,7 @@ final class NodeTable: Sendable {
             entry.lookups += 1
             state.nodes[node.id] = entry
             state.tick += 1
+            if node.evictionAsked.withLock({ $0 != nil }) { state.fileChanges &+= 1 }
             let tick = state.tick
             node.parent.withLock { $0 = parent }
             node.lastSeen.withLock { $0 = (name, tick) }

@@ -276,8 +276,7 @@ extension ProtectedFileSystem {
         for (directory, name) in [(newParent, new)] + (flags & cfuse_rename_exchange != 0 ? [(parent, old)] : []) {
             var st = stat()
             if withName(name, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, let moved = nodes.existing(InodeIdentity(st)) {
-                moved.parent.withLock { $0 = directory.id }
-                moved.lastSeen.withLock { $0.name = name }   // the name an eviction asks the kernel to forget
+                nodes.move(moved, to: directory.id, name: name)
             }
         }
         replier.reply(request.unique)

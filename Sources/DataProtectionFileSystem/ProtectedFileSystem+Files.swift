@@ -235,20 +235,22 @@ extension ProtectedFileSystem {
     /// Counts one handle less; with none left, the engine (and the key it holds) and the
     /// backing descriptor go, and what the file now is goes into ``kinds``.
     func detach(_ node: FileNode) {
-        node.open.withLock { file in
+        let passedOver = node.open.withLock { file -> Bool in
             file.handles -= 1
-            if file.handles <= 0 {
-                file.handles = 0
-                // Written in place: the file's end is authenticated again (FORMAT.md §3). A failure
-                // leaves it marked as being written, which still opens.
-                if file.writable { try? file.engine?.settle() }
-                var st = stat()
-                if let engine = file.engine, fstat(file.descriptor, &st) == 0 { kinds.record(.protected(engine.prefix), for: st) }
-                file.engine = nil
-                if file.descriptor >= 0 { close(file.descriptor) }
-                file.descriptor = -1
-            }
+            guard file.handles <= 0 else { return false }
+            file.handles = 0
+            defer { file.passedOverWhileOpen = false }
+            // Written in place: the file's end is authenticated again (FORMAT.md §3). A failure
+            // leaves it marked as being written, which still opens.
+            if file.writable { try? file.engine?.settle() }
+            var st = stat()
+            if let engine = file.engine, fstat(file.descriptor, &st) == 0 { kinds.record(.protected(engine.prefix), for: st) }
+            file.engine = nil
+            if file.descriptor >= 0 { close(file.descriptor) }
+            file.descriptor = -1
+            return file.passedOverWhileOpen
         }
+        if passedOver { nodes.fileClosed() }
     }
 
     func release(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {

@@ -164,6 +164,31 @@ import Testing
         #expect(last.integer(forKey: "a") == 3 && last.integer(forKey: "b") == 5)
     }
 
+    /// A value set and never synchronized is written when the defaults go away (as on iOS,
+    /// where it reaches `cfprefsd` at once): the next reader finds it, every time.
+    @Test func aValueSetIsWrittenWhenTheDefaultsGoAway() async throws {
+        let dir = temporaryDirectory()
+        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let url = dir.appendingPathComponent("com.example.plist")
+        for round in 0..<200 {
+            do {
+                let defaults = ProtectedUserDefaults(url: url, files: files)
+                defaults.set(round, forKey: "round")
+            }
+            #expect(ProtectedUserDefaults(url: url, files: files).integer(forKey: "round") == round)
+        }
+        // What a writer killed mid-write left beside the plist (a version replaced and not yet
+        // removed, say, holding a value removed since) goes at the next write; nothing else does.
+        let leftover = dir.appendingPathComponent(".com.example.plist.dp-tmp-5eed").path
+        let other = dir.appendingPathComponent(".other.plist.dp-tmp-5eed").path
+        for path in [leftover, other] { #expect(FileManager.default.createFile(atPath: path, contents: Data("old".utf8))) }
+        let defaults = ProtectedUserDefaults(url: url, files: files)
+        defaults.set(true, forKey: "written")
+        #expect(defaults.synchronize())
+        #expect(!FileManager.default.fileExists(atPath: leftover) && FileManager.default.fileExists(atPath: other))
+    }
+
     @Test func theUserDefaultsShapeBehavesAsFoundations() async throws {
         let dir = temporaryDirectory()
         let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
@@ -212,6 +237,11 @@ import Testing
         // What an app sets in the group, dpctl reads; what dpctl wrote, the app sees.
         #expect(try world.testApp("com.example.one", ["defaults-set", "group.com.example.prefs", "note", "from the app"], extra: unlock).status == 0)
         #expect(try world.dpctl(["defaults", "read", "group.com.example.prefs", "note"] + unlock).out == "\"from the app\"\n")
+        // Set with no synchronize by an app that exits at once: written all the same.
+        for value in ["first", "second", "third"] {
+            #expect(try world.testApp("com.example.one", ["defaults-set", "com.example.one", "quick", value, "--exit-at-once"], extra: unlock).status == 0)
+            #expect(try world.dpctl(["defaults", "read", "com.example.one", "quick"] + unlock).out == "\(value)\n")
+        }
         #expect(try world.dpctl(["defaults", "delete", "com.example.one", "theme"] + unlock).status == 0)
         let missing = try world.dpctl(["defaults", "read", "com.example.one", "theme"] + unlock)
         #expect(missing.status == 1 && missing.stderr == "dpctl: the key theme does not exist in com.example.one\n")

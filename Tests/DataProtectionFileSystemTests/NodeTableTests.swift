@@ -116,6 +116,49 @@ struct NodeTableTests {
         #expect(table.evictionCandidates(sparing: { _ in false }).isEmpty)
         _ = try lookUp(table, 1)   // found again
         #expect(table.evictionCandidates(sparing: { _ in false }).map(\.node.id) == [nodes[1].id])
+        // Renamed after it was asked for (the kernel forgot nothing: the name had moved), it is
+        // asked for again, under its new name.
+        table.move(nodes[2], to: table.root.id, name: Array("renamed".utf8))
+        let again = table.evictionCandidates(sparing: { _ in false })
+        #expect(again.map(\.node.id) == [nodes[2].id] && again.first?.name == Array("renamed".utf8))
+    }
+
+    /// A table left full by a pass that ran while its files were open does not stay full: once
+    /// a file it passed over closes, the next request refused for want of room asks for a pass
+    /// (it never waits for it), and that pass gives the closed files back. Refusals with nothing
+    /// new to give back ask for none: a flood of refusals, or of files found and closed that a
+    /// pass could already choose, never keeps the evictor busy for nothing.
+    @Test func aTableFullOfFilesOpenAtThePassIsEmptiedWhenTheyClose() throws {
+        let (table, _) = try self.table(files: 80)
+        var nodes: [FileNode] = []
+        while let node = try? lookUp(table, nodes.count) { nodes.append(node) }
+        #expect(nodes.count == 63, "64, the root's node among them")
+        for node in nodes { node.open.withLock { $0.handles = 1 } }
+        while table.overflowing.wait(timeout: .now()) == .success {}   // passes asked while filling
+        #expect(table.evictionCandidates(sparing: { _ in false }).isEmpty, "every file is open")
+        table.evictionDone()
+        #expect((try? lookUp(table, 70)) == nil)
+        #expect(table.overflowing.wait(timeout: .now()) == .timedOut, "nothing changed since the pass")
+        // Found again: nothing a pass could not choose before.
+        _ = try lookUp(table, 0)
+        #expect((try? lookUp(table, 70)) == nil)
+        #expect(table.overflowing.wait(timeout: .now()) == .timedOut, "still nothing new to give back")
+        for node in nodes {
+            let passedOver = node.open.withLock { file in
+                file.handles = 0
+                defer { file.passedOverWhileOpen = false }
+                return file.passedOverWhileOpen
+            }
+            #expect(passedOver)
+            table.fileClosed()
+        }
+        #expect((try? lookUp(table, 70)) == nil, "refused, and answered at once")
+        #expect(table.overflowing.wait(timeout: .now()) == .success, "the refusal asked for a pass")
+        let given = table.evictionCandidates(sparing: { _ in false })
+        table.evictionDone()
+        #expect(given.count == 64 - table.lowWater)
+        for candidate in given { table.forget(candidate.node.id, count: 1) }
+        #expect(try lookUp(table, 70).id > nodes.last!.id, "room again")
     }
 }
 

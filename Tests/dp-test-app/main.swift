@@ -263,8 +263,13 @@ case "defaults-wait":
     }
 
 case "defaults-set":
-    guard arguments.count == 4, let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else { fail("usage: defaults-set SUITE KEY VALUE") }
+    // With --exit-at-once: no synchronize, and the process exits the moment the value is set.
+    let atOnce = arguments.last == "--exit-at-once"
+    guard arguments.count == (atOnce ? 5 : 4), let defaults = ProtectedUserDefaults(suiteName: arguments[1]) else {
+        fail("usage: defaults-set SUITE KEY VALUE [--exit-at-once]")
+    }
     defaults.set(arguments[3], forKey: arguments[2])
+    if atOnce { exit(0) }
     guard defaults.synchronize() else { fail("synchronize failed") }
     print("set")
 

@@ -61,6 +61,9 @@ int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char 
 /// `getdents64(2)`: directory entries from the descriptor's offset.
 long cfuse_getdents64(int fd, void *buffer, unsigned long size);
 
+/// `gettid(2)`: the calling thread's ID (for a per-thread `setpriority`).
+int cfuse_gettid(void);
+
 /// The protocol minor version of the installed header (for the build's record).
 uint32_t cfuse_header_minor(void);
 

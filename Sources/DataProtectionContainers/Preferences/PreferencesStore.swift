@@ -60,6 +60,9 @@ final class PreferencesStore: @unchecked Sendable {
     /// Whether the file system can give the plist a second name (`link(2)`): where it cannot,
     /// every write is flushed before ``synchronize()`` returns. Used by rounds only (one at a time).
     private var canDeferFlush = true
+    /// Whether this store's first round removed what killed writers left (``removeLeftovers()``).
+    /// Used by rounds only.
+    private var leftoversRemoved = false
 
     init(url: URL?, files: ProtectedFileManager?, flushDelay: TimeInterval = 1) {
         self.url = url
@@ -270,6 +273,7 @@ final class PreferencesStore: @unchecked Sendable {
         case .failure(let error): return .failed(error)
         }
         defer { close(lock) }
+        if !leftoversRemoved { removeLeftovers() }
 
         var values: [String: Any] = [:]
         var before = identity(path)
@@ -343,6 +347,20 @@ final class PreferencesStore: @unchecked Sendable {
         let after = identity(path)
         if !unflushed { _ = flushLocked(verified: after) }   // flushed: a kept version is not needed any more
         return MergeOutcome(values: values, identity: after, wrote: true, unflushed: unflushed, flushSoon: unflushed)
+    }
+
+    /// Removes the plist's temporary siblings (`.ID.plist.dp-tmp-*`) that a writer killed
+    /// mid-write left: a new version not yet in place, or a replaced one not yet removed (which
+    /// may hold values removed since). Under the lock: no writer of the plist is mid-write.
+    private func removeLeftovers() {
+        leftoversRemoved = true
+        guard let url else { return }
+        let prefix = POSIXFile.temporarySiblingPrefix(forName: url.lastPathComponent)
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
+            let leftover = directory + "/" + name
+            guard let st = POSIXFile.linkStatus(leftover), st.st_mode & S_IFMT == S_IFREG else { continue }
+            if unlink(leftover) == 0 { logger.notice("\(leftover): removed (left by a writer that was stopped mid-write)") }
+        }
     }
 
     /// The lock file, opened (never through a link) and `flock`ed.
@@ -454,13 +472,17 @@ final class PreferencesStore: @unchecked Sendable {
         return true
     }
 
-    /// Stores whose writes are flushed when the process exits (`atexit`).
+    /// Stores whose pending writes are written, and unflushed ones flushed, when the process
+    /// exits (`atexit`: ``finish()``).
     static let flushedAtExit = LiveStores()
 
     final class LiveStores: @unchecked Sendable {
         private let lock = NSLock()
         private var stores: [ObjectIdentifier: Weak] = [:]
         private var registered = false
+        /// The process the stores belong to: a child forked without `exec` that exits writes
+        /// nothing of its parent's (its copy of what was pending is stale, its worker gone).
+        private var process: pid_t = 0
         struct Weak { weak var store: PreferencesStore? }
 
         func add(_ store: PreferencesStore) {
@@ -468,6 +490,7 @@ final class PreferencesStore: @unchecked Sendable {
             stores[ObjectIdentifier(store)] = Weak(store: store)
             if !registered {
                 registered = true
+                process = getpid()
                 atexit { PreferencesStore.flushedAtExit.flushAll() }
             }
         }
@@ -478,15 +501,10 @@ final class PreferencesStore: @unchecked Sendable {
         }
 
         func flushAll() {
-            lock.lock(); let live = stores.values.compactMap(\.store); lock.unlock()
-            for store in live where store.hasUnflushedWrites { _ = store.flush() }
+            lock.lock(); let live = stores.values.compactMap(\.store), mine = process == getpid(); lock.unlock()
+            guard mine else { return }
+            for store in live { store.finish(waitingAtMost: 1) }
         }
-    }
-
-    /// Whether this store wrote something not yet flushed.
-    var hasUnflushedWrites: Bool {
-        condition.lock(); defer { condition.unlock() }
-        return flushDue != nil
     }
 
     /// Why the file must not be touched: its directory is reached through a link (`openat2` with
@@ -542,29 +560,48 @@ final class PreferencesStore: @unchecked Sendable {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n <= 0 { if n < 0 && errno == EINTR { continue } else { return } }
             if inotifyEvents(buffer, count: n).contains(where: { $0.name == name }) {
-                condition.lock(); requested += 1; condition.broadcast(); condition.unlock()
+                // The file as this process last read or wrote it (its own write's events): no
+                // round needed, there is nothing new to read.
+                let now = identity(path)
+                condition.lock()
+                if now == nil || now != knownFile || busy { requested += 1; condition.broadcast() }
+                condition.unlock()
             }
         }
     }
 
-    /// Stops the worker and the watcher (the defaults object went away), and flushes what was
-    /// written unflushed.
+    /// Stops the worker and the watcher (the defaults object went away), after writing what was
+    /// set and not written yet and flushing what was written unflushed (``finish()``).
     func stop() {
         Self.flushedAtExit.remove(self)
         condition.lock()
         stopped = true
         condition.broadcast()
-        // The round running finishes (unless this is the worker: a notification's observer let
-        // the defaults go); no other starts once stopped. The worker itself is not waited for: it
-        // may be posting a notification that waits for this very thread.
+        condition.unlock()
+        finish()
+        if wake[1] >= 0 { var byte: UInt8 = 1; _ = Glibc.write(wake[1], &byte, 1) }
+    }
+
+    /// Writes what was set and not written yet, then flushes what was written unflushed: when
+    /// the defaults go away and when the process exits. A value set is never lost for want of a
+    /// `synchronize()` (on iOS it reaches `cfprefsd` at once; `synchronize()` is not needed).
+    ///
+    /// The round running finishes first — unless this is the worker (a notification's observer
+    /// let the defaults go): the worker never waits here, it may be posting a notification that
+    /// waits for this very thread. At exit, waited for `waitingAtMost` seconds at most.
+    func finish(waitingAtMost limit: TimeInterval? = nil) {
+        condition.lock()
         if Thread.current !== worker {
-            while busy { condition.wait() }
+            let deadline = limit.map { Date(timeIntervalSinceNow: $0) }
+            while busy {
+                if let deadline { if !condition.wait(until: deadline) { break } } else { condition.wait() }
+            }
         }
+        if !busy, !pending.isEmpty { performRound() }
         let unflushed = flushDue != nil
         flushDue = nil
         condition.unlock()
         if unflushed { _ = flush() }
-        if wake[1] >= 0 { var byte: UInt8 = 1; _ = Glibc.write(wake[1], &byte, 1) }
     }
 }
 

@@ -152,7 +152,7 @@ public final class AppSupervisor: Sendable {
                 _ = await child.exitStatus()
                 throw error
             }
-            _ = Glibc.write(block.write, "go", 2)   // the sandbox goes on: the app starts with its budget and network
+            _ = block.send(Array("go".utf8))   // the sandbox goes on: the app starts with its budget and network (gone: its status says why)
             block.closeWriteEnd()
         }
         defer { if let network { Task { await network.stop() } } }

@@ -130,6 +130,25 @@ final class Pipe2: Sendable {
 
     func closeWriteEnd() { writeOpen.withLock { if $0 { close(write); $0 = false } } }
 
+    /// Writes `bytes` to the write end; `false` if the reader is gone (`EPIPE`) — never a
+    /// `SIGPIPE` that would kill this process: the signal is blocked on this thread for the
+    /// call, and one the write raised is taken back before it is unblocked.
+    func send(_ bytes: [UInt8]) -> Bool {
+        var pipeSignal = sigset_t(), previous = sigset_t()
+        sigemptyset(&pipeSignal)
+        sigaddset(&pipeSignal, SIGPIPE)
+        pthread_sigmask(SIG_BLOCK, &pipeSignal, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        var pendingBefore = sigset_t()
+        sigpending(&pendingBefore)
+        let n = bytes.withUnsafeBytes { Glibc.write(write, $0.baseAddress, $0.count) }
+        if n < 0, errno == EPIPE, sigismember(&pendingBefore, SIGPIPE) == 0 {
+            var now = timespec()
+            _ = sigtimedwait(&pipeSignal, nil, &now)
+        }
+        return n == bytes.count
+    }
+
     /// Everything until end of file (at most 64 KiB kept).
     func readAll() -> [UInt8] {
         var out: [UInt8] = []

@@ -9,9 +9,11 @@ import Glibc
 /// Holds back the machine's sleep while an app has background tasks: a logind *delay* inhibitor
 /// (`org.freedesktop.login1.Manager.Inhibit("sleep", who, why, "delay")`), taken the way
 /// `systemd-inhibit --what=sleep --mode=delay` takes it — by running that tool, which keeps the
-/// inhibitor's descriptor for as long as its command runs. The command is `cat` on a pipe this
-/// process holds: a byte echoed back says the inhibitor is held; closing the pipe (or this
-/// process dying) ends `cat`, and logind sees the descriptor close. Suspending the laptop then
+/// inhibitor's descriptor for as long as its command runs. The command is `cat` on a socket this
+/// process holds (a socket, not a pipe: the byte sent is `MSG_NOSIGNAL`, so a tool that already
+/// gave up never kills this process with `SIGPIPE`): a byte echoed back says the inhibitor is
+/// held; closing the socket (or this process dying) ends `cat`, and logind sees the descriptor
+/// close. Suspending the laptop then
 /// waits for the tasks, up to logind's `InhibitDelayMaxSec`.
 ///
 /// Without `systemd-inhibit` or logind (no system bus, a container), this says so once per
@@ -54,18 +56,27 @@ final class SleepInhibitor: Sendable {
             process.executableURL = URL(fileURLWithPath: tool)
             process.arguments = ["--what=sleep", "--mode=delay", "--who=\(who)", "--why=\(why)", cat]
             process.environment = environment
-            let input = Pipe(), output = Pipe(), errors = Pipe()
-            process.standardInput = input
+            var pair: [Int32] = [-1, -1]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+                say("cannot make a socket for systemd-inhibit: \(String(cString: strerror(errno))); background tasks do not hold back sleep")
+                return
+            }
+            let input = FileHandle(fileDescriptor: pair[0], closeOnDealloc: true)
+            let theirs = FileHandle(fileDescriptor: pair[1], closeOnDealloc: true)
+            let output = Pipe(), errors = Pipe()
+            process.standardInput = theirs
             process.standardOutput = output
             process.standardError = errors
             do { try process.run() } catch {
                 say("cannot run systemd-inhibit: \(error); background tasks do not hold back sleep")
                 return
             }
-            holder = Holder(process: process, input: input.fileHandleForWriting)
+            try? theirs.close()   // the tool has its own copy
+            holder = Holder(process: process, input: input)
             // One byte through cat means logind granted the inhibitor; the tool ending first
-            // means it did not.
-            try? input.fileHandleForWriting.write(contentsOf: Data([0x0A]))
+            // means it did not (the byte is then refused with EPIPE, never a SIGPIPE).
+            var newline: UInt8 = 0x0A
+            _ = send(pair[0], &newline, 1, Int32(MSG_NOSIGNAL))
             let logger = self.logger
             let thread = Thread { [weak self] in
                 let echoed = output.fileHandleForReading.availableData

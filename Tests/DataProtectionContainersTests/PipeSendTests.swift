@@ -1,0 +1,25 @@
+@testable import DataProtectionContainers
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The supervisor tells a sandbox to go on through a pipe: a sandbox already gone (its reader
+/// closed) is a `false`, never a `SIGPIPE` that kills the supervisor (`dpctl app run`, which
+/// does not ignore the signal).
+struct PipeSendTests {
+    @Test func aWriteToAPipeWhoseReaderIsGoneIsRefusedNotFatal() throws {
+        let pipe = try Pipe2()
+        #expect(pipe.send(Array("go".utf8)))
+        // The reader goes (the descriptor number is kept, on /dev/null, for the pipe's own close).
+        let null = open("/dev/null", O_RDONLY)
+        #expect(dup2(null, pipe.read) == pipe.read)
+        close(null)
+        for _ in 0..<3 { #expect(!pipe.send(Array("go".utf8))) }
+        var pending = sigset_t()
+        sigpending(&pending)
+        #expect(sigismember(&pending, SIGPIPE) == 0, "no signal left pending either")
+        #expect(kill(getpid(), 0) == 0, "still here")
+    }
+}
