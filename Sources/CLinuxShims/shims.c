@@ -38,6 +38,8 @@ struct dp_clone_args {
 
 int cshim_o_tmpfile(void) { return O_TMPFILE; }
 
+int cshim_o_path(void) { return O_PATH; }
+
 int cshim_peer_credentials(int fd, int *pid, unsigned *uid) {
     struct ucred cred;
     socklen_t length = sizeof cred;

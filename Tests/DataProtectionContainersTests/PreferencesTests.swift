@@ -4,6 +4,9 @@ import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Group preferences between two member apps, each in its own sandbox.
 @Suite(.serialized) struct PreferencesTests {
@@ -162,6 +165,80 @@ import Testing
         #expect((try fm.contentsOfDirectory(atPath: preferences.path)).filter { !$0.hasSuffix(".lock") } == ["com.example.plist"])
         let last = open(url)
         #expect(last.integer(forKey: "a") == 3 && last.integer(forKey: "b") == 5)
+    }
+
+    /// Another writer's version that looks like the one this process knows — the same inode
+    /// number (ext4 gives a freed one to the next file at once), size and modification time — is
+    /// still read before a write merges into it: the known version is held open, so its number
+    /// goes to no other file, and the other writer's value is never reverted.
+    @Test func aVersionThatLooksLikeTheKnownOneIsReadBeforeAWrite() async throws {
+        let dir = temporaryDirectory()
+        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let url = dir.appendingPathComponent("com.example.plist")
+        func plist(_ value: String) throws -> Data {
+            try PropertyListSerialization.data(fromPropertyList: ["a": value], format: .binary, options: 0)
+        }
+        func status() throws -> stat {
+            var st = stat()
+            guard lstat(url.path, &st) == 0 else { throw CocoaError(.fileNoSuchFile) }
+            return st
+        }
+        for round in 0..<20 {
+            let one = ProtectedUserDefaults(url: url, files: files)
+            one.set("x0", forKey: "a")
+            try one.synchronizeOrThrow()
+            let known = try status()
+            // A value is set while another writer holds the file's lock (the write waits for
+            // it). That writer replaces the file twice (the first replacement frees the known
+            // inode, the second is made after), gives it the known modification time and lets go.
+            let lock = open(dir.appendingPathComponent(".com.example.plist.lock").path, O_RDWR | O_CLOEXEC)
+            #expect(lock >= 0 && flock(lock, LOCK_EX) == 0)
+            one.set("mine", forKey: "b")
+            try await files.write(try plist("x1"), to: url, protection: nil)
+            try await files.write(try plist("x\(round % 8 + 2)"), to: url, protection: nil)
+            var times = [known.st_atim, known.st_mtim]
+            #expect(utimensat(AT_FDCWD, url.path, &times, AT_SYMLINK_NOFOLLOW) == 0)
+            let now = try status()
+            #expect(now.st_size == known.st_size && now.st_mtim.tv_nsec == known.st_mtim.tv_nsec)
+            #expect(now.st_ino != known.st_ino, "the known version's inode number went to another file")
+            close(lock)
+            try one.synchronizeOrThrow()
+            let reader = ProtectedUserDefaults(url: url, files: files)
+            #expect(reader.string(forKey: "a") == "x\(round % 8 + 2)", "round \(round): the other writer's value was reverted")
+            #expect(reader.string(forKey: "b") == "mine")
+            try FileManager.default.removeItem(at: url)
+        }
+    }
+
+    /// A process holding the file's lock (another app of a shared App Group, say) cannot hold
+    /// this one up for good when its defaults go away or it exits: the lock is waited for a
+    /// bounded time, and the file is left as it was.
+    @Test func aLockHeldElsewhereDoesNotHoldUpTheDefaultsGoingAway() async throws {
+        let dir = temporaryDirectory()
+        let keybag = try await Keybag.create(root: dir.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let files = ProtectedFileManager(keybag: keybag)
+        let url = dir.appendingPathComponent("com.example.plist")
+        do {
+            let defaults = ProtectedUserDefaults(url: url, files: files)
+            defaults.set("kept", forKey: "a")
+            try defaults.synchronizeOrThrow()
+        }
+        let lock = open(dir.appendingPathComponent(".com.example.plist.lock").path, O_RDWR | O_CLOEXEC)
+        defer { close(lock) }
+        #expect(lock >= 0 && flock(lock, LOCK_EX) == 0)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            do {
+                let defaults = ProtectedUserDefaults(url: url, files: files, flushDelay: 1, finishingTimeLimit: 0.2)
+                defaults.set("later", forKey: "b")
+            }
+            done.signal()
+        }.start()
+        // A bound for the failure only: the defaults go away after 0.2 s, never after this.
+        #expect(done.wait(timeout: .now() + 60) == .success, "the defaults going away waited for the lock")
+        flock(lock, LOCK_UN)
+        #expect(ProtectedUserDefaults(url: url, files: files).string(forKey: "a") == "kept")
     }
 
     /// A value set and never synchronized is written when the defaults go away (as on iOS,

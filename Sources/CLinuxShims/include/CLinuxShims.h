@@ -11,6 +11,9 @@
 /// directory, linked into it later.
 int cshim_o_tmpfile(void);
 
+/// `O_PATH` (a macro needing _GNU_SOURCE): a descriptor that holds an inode without opening it.
+int cshim_o_path(void);
+
 /// `getsockopt(SO_PEERCRED)` (`struct ucred` needs _GNU_SOURCE): the peer's pid and uid.
 int cshim_peer_credentials(int fd, int *pid, unsigned *uid);
 

@@ -19,8 +19,6 @@ import Glibc
 /// write replaces it), and a plist a power cut left unreadable is restored from it (FORMAT.md §10.4).
 final class PreferencesStore: @unchecked Sendable {
     enum Change { case set(Any), remove }
-    /// What identifies one version of the file without reading it.
-    struct FileIdentity: Equatable { var device: UInt64, inode: UInt64, size: Int64, modified: Int, modifiedNanoseconds: Int }
 
     let url: URL?
     let files: ProtectedFileManager?
@@ -29,6 +27,10 @@ final class PreferencesStore: @unchecked Sendable {
     private let path: String, directory: String, lockPath: String, durablePath: String
     /// How long a write may stay unflushed (1 s; tests lengthen it to see the flush at stop).
     let flushDelay: TimeInterval
+    /// How long finishing (``finish(waitingAtMost:)``) may wait for a running round or for the
+    /// file's lock: rounds take milliseconds, a flush on a busy disk may take a few seconds (5 s;
+    /// tests shorten it).
+    let finishingTimeLimit: TimeInterval
     let logger = Logger(label: "preferences")
     weak var owner: ProtectedUserDefaults?
 
@@ -42,14 +44,15 @@ final class PreferencesStore: @unchecked Sendable {
     private var lastOK = true
     private var lastError: (any Error)?
     private var stopped = false
-    private var knownFile: FileIdentity?
+    /// The file as last read or written, held open (``PinnedFile``).
+    private var knownFile: PinnedFile?
     /// The values in the file as last read or written (``knownFile``'s): a write that finds the
     /// file unchanged since needs not read it again.
     private var knownValues: [String: Any]?
     /// The plist as this process last wrote it unflushed, while the version it kept is there:
     /// its next write may replace it unflushed too. Any other plist beside a kept version (another
     /// process wrote it, or a run that ended before flushing) is flushed before it is replaced.
-    private var ownUnflushedFile: FileIdentity?
+    private var ownUnflushedFile: PinnedFile?
     private var streams: [UUID: AsyncStream<Void>.Continuation] = [:]
     private var wake: [Int32] = [-1, -1]
     /// A round (a merge, or a flush) is running, on the worker or on a thread in ``synchronize()``.
@@ -63,11 +66,16 @@ final class PreferencesStore: @unchecked Sendable {
     /// Whether this store's first round removed what killed writers left (``removeLeftovers()``).
     /// Used by rounds only.
     private var leftoversRemoved = false
+    /// Set while the store finishes with a time limit (the process exits, the defaults go away):
+    /// the file's lock is waited for until then at most, so a process holding it (another app of
+    /// a shared App Group) cannot hold up this one's exit.
+    private var lockDeadline: Date?
 
-    init(url: URL?, files: ProtectedFileManager?, flushDelay: TimeInterval = 1) {
+    init(url: URL?, files: ProtectedFileManager?, flushDelay: TimeInterval = 1, finishingTimeLimit: TimeInterval = 5) {
         self.url = url
         self.files = files
         self.flushDelay = flushDelay
+        self.finishingTimeLimit = finishingTimeLimit
         path = url?.path ?? ""
         directory = url?.deletingLastPathComponent().path ?? ""
         lockPath = url.map { $0.deletingLastPathComponent().appendingPathComponent(Self.lockFileName(forPlistNamed: $0.lastPathComponent)).path } ?? ""
@@ -192,9 +200,10 @@ final class PreferencesStore: @unchecked Sendable {
         pending = [:]
         let known = knownFile.map { (file: $0, values: knownValues ?? [:]) }
         let ownUnflushed = ownUnflushedFile
+        let deadline = lockDeadline
         condition.unlock()
 
-        let outcome = merge(changes, known: known, ownUnflushed: ownUnflushed)
+        let outcome = merge(changes, known: known, ownUnflushed: ownUnflushed, lockDeadline: deadline)
 
         condition.lock()
         var changedElsewhere = false
@@ -242,7 +251,7 @@ final class PreferencesStore: @unchecked Sendable {
     struct MergeOutcome {
         /// The values now in the file (`nil` when they could not be read).
         var values: [String: Any]?
-        var identity: FileIdentity?
+        var identity: PinnedFile?
         var ok = true
         var error: (any Error)?
         /// Whether this merge wrote the file, and whether without a flush.
@@ -256,19 +265,25 @@ final class PreferencesStore: @unchecked Sendable {
     /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
     /// An unreadable file is never overwritten — unless a power cut left it so while its last
     /// flushed version was kept (`.ID.plist.durable`): that version takes its place.
-    private func merge(_ changes: [String: Change], known: (file: FileIdentity, values: [String: Any])?, ownUnflushed: FileIdentity?) -> MergeOutcome {
+    private func merge(_ changes: [String: Change], known: (file: PinnedFile, values: [String: Any])?, ownUnflushed: PinnedFile?,
+                       lockDeadline: Date?) -> MergeOutcome {
         guard let url, let files else { return MergeOutcome() }
         // Nothing to write and the file as this process left it: nothing to read either (one
         // `lstat`, no lock: a writer that replaces it meanwhile is seen by the watcher).
-        if changes.isEmpty, let known, identity(path) == known.file { return MergeOutcome(values: nil, identity: known.file) }
+        if changes.isEmpty, let known, known.file.isStill(at: path) { return MergeOutcome(values: nil, identity: known.file) }
         // The file and its directory are the app's: never follow a link planted there (to another
         // app's preferences, or out of the container), never read a FIFO or a device.
         if let refusal = refusal() {
             logger.notice("\(refusal)")
             return .failed(refusal)
         }
+        // Nothing to write: read without the writers' lock (every version is put in place whole,
+        // so what is read is one of them), and a process holding the lock (another app of a
+        // shared App Group) holds up no reader. Only a file that cannot be read as a power cut
+        // can leave it is read again under the lock, where its kept version may take its place.
+        if changes.isEmpty, let read = readWithoutLock(known: known) { return read }
         let lock: Int32
-        switch lockFile() {
+        switch lockFile(until: lockDeadline) {
         case .success(let fd): lock = fd
         case .failure(let error): return .failed(error)
         }
@@ -276,8 +291,8 @@ final class PreferencesStore: @unchecked Sendable {
         if !leftoversRemoved { removeLeftovers() }
 
         var values: [String: Any] = [:]
-        var before = identity(path)
-        if let before, let known, before == known.file {
+        var before = PinnedFile(path)
+        if let before, let known, before.identity == known.file.identity {
             if changes.isEmpty { return MergeOutcome(values: nil, identity: known.file) }   // nothing new on either side
             values = known.values   // nobody wrote it since: what it holds is known
         } else if before != nil {
@@ -299,7 +314,7 @@ final class PreferencesStore: @unchecked Sendable {
                 }
                 logger.notice("\(error) — as a power cut can leave a file not yet flushed: its last flushed version (\(Self.durableCopyName(forPlistNamed: url.lastPathComponent))) is restored")
                 values = kept
-                before = identity(path)
+                before = PinnedFile(path)
             }
         }
         var kept = POSIXFile.linkStatus(durablePath) != nil
@@ -315,7 +330,7 @@ final class PreferencesStore: @unchecked Sendable {
             let own = before == nil ? nil : try ItemInspector.classAndDeviceBinding(ofFileAt: path)
             let explicit = own.map { max($0.0, files.defaultProtection(forNewItemAt: url)) }
             let deviceOnly = own?.thisDeviceOnly ?? false
-            if kept, before != nil, before != ownUnflushed {
+            if kept, let before, before.identity != ownUnflushed?.identity {
                 // Beside a version kept by another writer (or by a run that ended before it
                 // flushed), a plist not written by this process: flushed first (it was read
                 // whole just now), so the version kept from now on is this one.
@@ -344,9 +359,26 @@ final class PreferencesStore: @unchecked Sendable {
             logger.notice("\(path): cannot be written: \(error)")
             return .failed(error)
         }
-        let after = identity(path)
+        let after = PinnedFile(path)
         if !unflushed { _ = flushLocked(verified: after) }   // flushed: a kept version is not needed any more
         return MergeOutcome(values: values, identity: after, wrote: true, unflushed: unflushed, flushSoon: unflushed)
+    }
+
+    /// A merge with nothing to write, without the lock (see ``merge(_:known:ownUnflushed:lockDeadline:)``);
+    /// `nil` when the file must be read under the lock.
+    private func readWithoutLock(known: (file: PinnedFile, values: [String: Any])?) -> MergeOutcome? {
+        let kept = POSIXFile.linkStatus(durablePath) != nil
+        // Pinned before it is read: the version read is this one or a newer one (seen newer
+        // than the pinned one at the next look, and read again then).
+        guard let pinned = PinnedFile(path) else { return MergeOutcome(values: [:], identity: nil, flushSoon: kept) }
+        if let known, pinned.identity == known.file.identity { return MergeOutcome(values: nil, identity: known.file) }
+        do {
+            return MergeOutcome(values: try readValues(path), identity: pinned, flushSoon: kept)
+        } catch {
+            if Self.mayBeTornByPowerCut(error), kept { return nil }
+            logger.notice("\(path): cannot be read: \(error)")
+            return .failed(error)
+        }
     }
 
     /// Removes the plist's temporary siblings (`.ID.plist.dp-tmp-*`) that a writer killed
@@ -363,8 +395,9 @@ final class PreferencesStore: @unchecked Sendable {
         }
     }
 
-    /// The lock file, opened (never through a link) and `flock`ed.
-    private func lockFile() -> Result<Int32, any Error> {
+    /// The lock file, opened (never through a link) and `flock`ed — waited for until `deadline`
+    /// at most, when there is one.
+    private func lockFile(until deadline: Date?) -> Result<Int32, any Error> {
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard lock >= 0 else {
             let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
@@ -376,7 +409,19 @@ final class PreferencesStore: @unchecked Sendable {
             close(lock)
             return .failure(ContainerError.refusedItem(path: lockPath, reason: "is not a regular file"))
         }
-        while flock(lock, LOCK_EX) != 0 && errno == EINTR {}
+        var pause: useconds_t = 500
+        while flock(lock, deadline == nil ? LOCK_EX : LOCK_EX | LOCK_NB) != 0 {
+            let failure = errno
+            if failure == EINTR { continue }
+            if failure == EWOULDBLOCK, let deadline, Date() < deadline {
+                usleep(pause)
+                pause = min(pause * 2, 20_000)
+                continue
+            }
+            close(lock)
+            if failure == EWOULDBLOCK { logger.notice("\(lockPath): held by another process past the time this one may wait: what was set since the last write is not written") }
+            return .failure(ContainerError.fileSystem(FileSystemError("flock", path: lockPath, errno: Errno(rawValue: failure))))
+        }
         return .success(lock)
     }
 
@@ -433,9 +478,9 @@ final class PreferencesStore: @unchecked Sendable {
     /// Flushes the plist and drops its kept version, under the file's lock. `false` when it
     /// could not (it is tried again later); `true` too when it was not this process's to flush.
     private func flush() -> Bool {
-        guard url != nil, refusal() == nil, case .success(let lock) = lockFile() else { return false }
+        condition.lock(); let verified = knownFile, deadline = lockDeadline; condition.unlock()
+        guard url != nil, refusal() == nil, case .success(let lock) = lockFile(until: deadline) else { return false }
         defer { close(lock) }
-        condition.lock(); let verified = knownFile; condition.unlock()
         return flushLocked(verified: verified)
     }
 
@@ -445,9 +490,9 @@ final class PreferencesStore: @unchecked Sendable {
     /// a plist nobody has read since a power cut — another writer, who changed it since, or the
     /// reader this process becomes when the watcher sees the change, flushes it.
     @discardableResult
-    private func flushLocked(verified: FileIdentity?) -> Bool {
+    private func flushLocked(verified: PinnedFile?) -> Bool {
         guard POSIXFile.linkStatus(durablePath) != nil else { return true }
-        guard let verified, identity(path) == verified else { return true }
+        guard let verified, verified.isStill(at: path) else { return true }
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return false }
         var st = stat()
@@ -503,7 +548,7 @@ final class PreferencesStore: @unchecked Sendable {
         func flushAll() {
             lock.lock(); let live = stores.values.compactMap(\.store), mine = process == getpid(); lock.unlock()
             guard mine else { return }
-            for store in live { store.finish(waitingAtMost: 1) }
+            for store in live { store.finish(waitingAtMost: store.finishingTimeLimit) }
         }
     }
 
@@ -534,13 +579,6 @@ final class PreferencesStore: @unchecked Sendable {
         return nil
     }
 
-    private func identity(_ path: String) -> FileIdentity? {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return nil }
-        return FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size),
-                            modified: Int(st.st_mtim.tv_sec), modifiedNanoseconds: Int(st.st_mtim.tv_nsec))
-    }
-
     // MARK: - The watcher
 
     /// Asks the worker to read the file back whenever it is replaced, written or removed.
@@ -562,9 +600,9 @@ final class PreferencesStore: @unchecked Sendable {
             if inotifyEvents(buffer, count: n).contains(where: { $0.name == name }) {
                 // The file as this process last read or wrote it (its own write's events): no
                 // round needed, there is nothing new to read.
-                let now = identity(path)
+                let now = FileIdentity(path)
                 condition.lock()
-                if now == nil || now != knownFile || busy { requested += 1; condition.broadcast() }
+                if now == nil || now != knownFile?.identity || busy { requested += 1; condition.broadcast() }
                 condition.unlock()
             }
         }
@@ -578,7 +616,7 @@ final class PreferencesStore: @unchecked Sendable {
         stopped = true
         condition.broadcast()
         condition.unlock()
-        finish()
+        finish(waitingAtMost: finishingTimeLimit)
         if wake[1] >= 0 { var byte: UInt8 = 1; _ = Glibc.write(wake[1], &byte, 1) }
     }
 
@@ -588,11 +626,13 @@ final class PreferencesStore: @unchecked Sendable {
     ///
     /// The round running finishes first — unless this is the worker (a notification's observer
     /// let the defaults go): the worker never waits here, it may be posting a notification that
-    /// waits for this very thread. At exit, waited for `waitingAtMost` seconds at most.
+    /// waits for this very thread. The round, and the file's lock, are waited for `waitingAtMost`
+    /// seconds at most: another process holding the lock cannot hold this one up for good.
     func finish(waitingAtMost limit: TimeInterval? = nil) {
         condition.lock()
+        let deadline = limit.map { Date(timeIntervalSinceNow: $0) }
+        lockDeadline = deadline
         if Thread.current !== worker {
-            let deadline = limit.map { Date(timeIntervalSinceNow: $0) }
             while busy {
                 if let deadline { if !condition.wait(until: deadline) { break } } else { condition.wait() }
             }

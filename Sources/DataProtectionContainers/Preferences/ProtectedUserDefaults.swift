@@ -63,10 +63,12 @@ public final class ProtectedUserDefaults: Sendable {
     }
 
     /// ``init(url:files:)`` with writes flushed `flushDelay` seconds after them at the latest
-    /// (tests lengthen it to see the flush when the defaults go away).
-    package init(url: URL, files: ProtectedFileManager, flushDelay: TimeInterval) {
+    /// (tests lengthen it to see the flush when the defaults go away), and with what is pending
+    /// written when they go away waiting `finishingTimeLimit` seconds at most for the file's lock
+    /// (tests shorten it).
+    package init(url: URL, files: ProtectedFileManager, flushDelay: TimeInterval, finishingTimeLimit: TimeInterval = 5) {
         self.url = url
-        self.store = PreferencesStore(url: url, files: files, flushDelay: flushDelay)
+        self.store = PreferencesStore(url: url, files: files, flushDelay: flushDelay, finishingTimeLimit: finishingTimeLimit)
         store.owner = self
         store.start()
     }

@@ -1,0 +1,56 @@
+import CLinuxShims
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension PreferencesStore {
+    /// What identifies one version of the plist without reading it: its inode and its size and
+    /// modification time (a class change rewraps the file in place).
+    ///
+    /// Alone it can match a *different* version: a file system gives a freed inode number to the
+    /// next file at once (ext4 does), and a modification time is coarse (a few milliseconds), so
+    /// a file rewritten twice within one tick may look like the one known. Compared with a
+    /// ``PinnedFile``'s it cannot: the pinned inode is held, so its number is nobody else's.
+    struct FileIdentity: Equatable {
+        var device: UInt64, inode: UInt64, size: Int64, modified: Int, modifiedNanoseconds: Int
+
+        init(_ st: stat) {
+            device = UInt64(st.st_dev)
+            inode = UInt64(st.st_ino)
+            size = Int64(st.st_size)
+            modified = Int(st.st_mtim.tv_sec)
+            modifiedNanoseconds = Int(st.st_mtim.tv_nsec)
+        }
+
+        /// The item at `path` (`lstat`: a link is not followed); `nil` when there is none.
+        init?(_ path: String) {
+            var st = stat()
+            guard lstat(path, &st) == 0 else { return nil }
+            self.init(st)
+        }
+    }
+
+    /// One version of the plist, held by an `O_PATH` descriptor for as long as it is the version
+    /// known: while it is held, no other file can get its inode number, so an item found at the
+    /// path with the same identity is this very version.
+    final class PinnedFile: @unchecked Sendable {
+        let identity: FileIdentity
+        private let descriptor: Int32
+
+        /// The item at `path` (never through a link: a link is pinned as itself), or `nil`.
+        init?(_ path: String) {
+            let fd = open(path, cshim_o_path() | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { return nil }
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { close(fd); return nil }
+            descriptor = fd
+            identity = FileIdentity(st)
+        }
+
+        deinit { close(descriptor) }
+
+        /// Whether the item at `path` is still this version.
+        func isStill(at path: String) -> Bool { FileIdentity(path) == identity }
+    }
+}
