@@ -168,6 +168,7 @@ let package = Package(
         .target(
             name: "DataProtectionLifecycle",
             dependencies: [
+                "CLinuxShims",
                 "DataProtectionContainers",
                 "DataProtectionKeybag",
                 "DataProtectionIPC",

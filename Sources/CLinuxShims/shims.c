@@ -40,6 +40,10 @@ int cshim_o_tmpfile(void) { return O_TMPFILE; }
 
 int cshim_o_path(void) { return O_PATH; }
 
+int cshim_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+
+int cshim_accept_cloexec(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC); }
+
 int cshim_peer_credentials(int fd, int *pid, unsigned *uid) {
     struct ucred cred;
     socklen_t length = sizeof cred;

@@ -1,3 +1,4 @@
+import CLinuxShims
 import Foundation
 import Logging
 import Synchronization
@@ -38,7 +39,7 @@ package final class IPCServer: Sendable {
         var backoff: UInt32 = 10_000   // µs, doubled up to 1 s while accept cannot get a descriptor
         var lastComplaint: ContinuousClock.Instant?
         while true {
-            let client = accept(listener, nil, nil)
+            let client = cshim_accept_cloexec(listener)
             if client < 0 {
                 let err = errno
                 if err == EINTR || err == ECONNABORTED { continue }

@@ -96,15 +96,27 @@ struct AppsBenchmark: AsyncParsableCommand {
         _ = FileManager.default.createFile(atPath: stop.path, contents: nil)
         _ = try await flooding.value
 
-        // Preferences: set + synchronize, ours (a protected property list) and Foundation's.
+        // Preferences: set + synchronize, ours (a protected property list) and Foundation's, in
+        // alternating blocks of rounds (after the flood's files are written back, and a warm-up
+        // of each): what the machine does meanwhile (write-back, the journal) falls on both.
+        sync()
         let defaults = ProtectedUserDefaults(url: app.preferences.appendingPathComponent("com.example.bench.plist"), files: files)
-        let oursElapsed = try await seconds {
-            for i in 0..<preferences { defaults.set(i, forKey: "counter"); guard defaults.synchronize() else { throw ValidationError("synchronize failed") } }
-        }
         let suite = "dp-bench-\(UUID().uuidString.prefix(8))"
         let foundation = UserDefaults(suiteName: suite)!
-        let foundationElapsed = await seconds {
-            for i in 0..<preferences { foundation.set(i, forKey: "counter"); foundation.synchronize() }
+        func oursRounds(_ range: Range<Int>) throws {
+            for i in range { defaults.set(i, forKey: "counter"); guard defaults.synchronize() else { throw ValidationError("synchronize failed") } }
+        }
+        func foundationRounds(_ range: Range<Int>) {
+            for i in range { foundation.set(i, forKey: "counter"); foundation.synchronize() }
+        }
+        try oursRounds(0..<50)
+        foundationRounds(0..<50)
+        var oursElapsed = 0.0, foundationElapsed = 0.0
+        let block = max(1, preferences / 10)
+        for start in stride(from: 0, to: preferences, by: block) {
+            let range = start..<min(preferences, start + block)
+            oursElapsed += try await seconds { try oursRounds(range) }
+            foundationElapsed += await seconds { foundationRounds(range) }
         }
         foundation.removePersistentDomain(forName: suite)
         let oursRate = Double(preferences) / oursElapsed, foundationRate = Double(preferences) / foundationElapsed

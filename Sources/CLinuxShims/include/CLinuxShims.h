@@ -14,6 +14,14 @@ int cshim_o_tmpfile(void);
 /// `O_PATH` (a macro needing _GNU_SOURCE): a descriptor that holds an inode without opening it.
 int cshim_o_path(void);
 
+/// `pipe2(fds, O_CLOEXEC)` (needs _GNU_SOURCE): both ends close-on-exec from the start, so a
+/// child another thread spawns meanwhile never inherits one. 0, or -1 with errno.
+int cshim_pipe_cloexec(int fds[2]);
+
+/// `accept4(fd, NULL, NULL, SOCK_CLOEXEC)` (needs _GNU_SOURCE): the connection close-on-exec
+/// from the start. The descriptor, or -1 with errno.
+int cshim_accept_cloexec(int fd);
+
 /// `getsockopt(SO_PEERCRED)` (`struct ucred` needs _GNU_SOURCE): the peer's pid and uid.
 int cshim_peer_credentials(int fd, int *pid, unsigned *uid);
 

@@ -1,3 +1,4 @@
+import CLinuxShims
 import DataProtection
 import DataProtectionFileSystem
 import DataProtectionIPC
@@ -61,8 +62,7 @@ extension ContainerFileSystem {
         let leases = LeaseCount()
         let acceptor = Thread {
             while true {
-                let client = accept(listener, nil, nil)
-                if client >= 0 { _ = fcntl(client, F_SETFD, FD_CLOEXEC) }
+                let client = cshim_accept_cloexec(listener)
                 if client < 0 {
                     switch errno {
                     case EINTR, ECONNABORTED, EPROTO: continue

@@ -1,3 +1,4 @@
+import CLinuxShims
 import DataProtection
 import DataProtectionFileSystem
 import DataProtectionIPC
@@ -27,9 +28,7 @@ public enum ContainerFileSystem {
     public static func inProcess(_ manager: ContainerManager) -> Launcher {
         { _ in
             var ends: [Int32] = [0, 0]
-            guard pipe(&ends) == 0 else { throw unavailable("pipe: \(String(cString: strerror(errno)))") }
-            _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
-            _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+            guard cshim_pipe_cloexec(&ends) == 0 else { throw unavailable("pipe: \(String(cString: strerror(errno)))") }
             let readiness = ends[1]
             Task.detached { try? await serve(manager, readiness: readiness, linger: .zero) }
             return ends[0]

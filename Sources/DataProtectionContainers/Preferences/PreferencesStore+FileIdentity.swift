@@ -1,5 +1,7 @@
 import CLinuxShims
+import DataProtectionKeybag
 import Foundation
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,24 +35,46 @@ extension PreferencesStore {
 
     /// One version of the plist, held by an `O_PATH` descriptor for as long as it is the version
     /// known: while it is held, no other file can get its inode number, so an item found at the
-    /// path with the same identity is this very version.
+    /// path with the same identity is this very version. It is read through that descriptor
+    /// (``reopenPath``): what is read is the version pinned, never a newer one put in place since.
     final class PinnedFile: @unchecked Sendable {
         let identity: FileIdentity
+        /// Whether it is a regular file (not a link, a FIFO, a directory).
+        let isRegularFile: Bool
         private let descriptor: Int32
 
-        /// The item at `path` (never through a link: a link is pinned as itself), or `nil`.
-        init?(_ path: String) {
-            let fd = open(path, cshim_o_path() | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { return nil }
-            var st = stat()
-            guard fstat(fd, &st) == 0 else { close(fd); return nil }
-            descriptor = fd
+        private init(descriptor: Int32, status st: stat) {
+            self.descriptor = descriptor
             identity = FileIdentity(st)
+            isRegularFile = st.st_mode & S_IFMT == S_IFREG
+        }
+
+        /// The item at `path` (never through a link: a link is pinned as itself); `nil` when
+        /// there is none. Any other failure (no descriptor left, no memory) throws: a plist that
+        /// could not be looked at is never taken for an absent one.
+        static func at(_ path: String) throws -> PinnedFile? {
+            let fd = open(path, cshim_o_path() | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else {
+                let failure = errno
+                if failure == ENOENT { return nil }
+                throw ContainerError.fileSystem(FileSystemError("open", path: path, errno: Errno(rawValue: failure)))
+            }
+            var st = stat()
+            guard fstat(fd, &st) == 0 else {
+                let failure = errno
+                close(fd)
+                throw ContainerError.fileSystem(FileSystemError("fstat", path: path, errno: Errno(rawValue: failure)))
+            }
+            return PinnedFile(descriptor: fd, status: st)
         }
 
         deinit { close(descriptor) }
 
         /// Whether the item at `path` is still this version.
         func isStill(at path: String) -> Bool { FileIdentity(path) == identity }
+
+        /// The path that opens this very version (`/proc/self/fd/N`, a link the kernel resolves
+        /// to the pinned inode, whatever is at the plist's path now).
+        var reopenPath: String { "/proc/self/fd/\(descriptor)" }
     }
 }

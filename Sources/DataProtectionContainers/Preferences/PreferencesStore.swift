@@ -27,7 +27,7 @@ final class PreferencesStore: @unchecked Sendable {
     private let path: String, directory: String, lockPath: String, durablePath: String
     /// How long a write may stay unflushed (1 s; tests lengthen it to see the flush at stop).
     let flushDelay: TimeInterval
-    /// How long finishing (``finish(waitingAtMost:)``) may wait for a running round or for the
+    /// How long finishing (``finish(until:)``) may wait for a running round or for the
     /// file's lock: rounds take milliseconds, a flush on a busy disk may take a few seconds (5 s;
     /// tests shorten it).
     let finishingTimeLimit: TimeInterval
@@ -66,10 +66,6 @@ final class PreferencesStore: @unchecked Sendable {
     /// Whether this store's first round removed what killed writers left (``removeLeftovers()``).
     /// Used by rounds only.
     private var leftoversRemoved = false
-    /// Set while the store finishes with a time limit (the process exits, the defaults go away):
-    /// the file's lock is waited for until then at most, so a process holding it (another app of
-    /// a shared App Group) cannot hold up this one's exit.
-    private var lockDeadline: Date?
 
     init(url: URL?, files: ProtectedFileManager?, flushDelay: TimeInterval = 1, finishingTimeLimit: TimeInterval = 5) {
         self.url = url
@@ -85,8 +81,7 @@ final class PreferencesStore: @unchecked Sendable {
     /// Loads the file, then starts the worker and the watcher.
     func start() {
         guard url != nil else { return }
-        _ = pipe(&wake)
-        for fd in wake { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        _ = cshim_pipe_cloexec(&wake)
         let worker = Thread { [self] in work() }
         worker.name = "preferences"
         condition.lock(); self.worker = worker; condition.unlock()
@@ -189,21 +184,30 @@ final class PreferencesStore: @unchecked Sendable {
                 condition.wait()
             }
         }
+        // Stopped: what was set and not written, and the flush, are done by ``finish(until:)``
+        // — or here, when a round ran longer than finishing waits (the file's lock held
+        // elsewhere): as soon as it ends, however long that takes (unless the process exits first).
+        while busy { condition.wait() }
+        if !pending.isEmpty { performRound() }
+        let unflushed = flushDue != nil
+        flushDue = nil
         condition.unlock()
+        if unflushed { _ = flush() }
     }
 
     /// One merge of what is pending with the file: called and returns with `condition` locked.
-    private func performRound() {
+    /// The file's lock is waited for until `lockDeadline` at most, when there is one (finishing,
+    /// so that a process holding it — another app of a shared App Group — cannot hold this one up).
+    private func performRound(lockDeadline: Date? = nil) {
         busy = true
         let ticket = requested
         let changes = pending
         pending = [:]
         let known = knownFile.map { (file: $0, values: knownValues ?? [:]) }
         let ownUnflushed = ownUnflushedFile
-        let deadline = lockDeadline
         condition.unlock()
 
-        let outcome = merge(changes, known: known, ownUnflushed: ownUnflushed, lockDeadline: deadline)
+        let outcome = merge(changes, known: known, ownUnflushed: ownUnflushed, lockDeadline: lockDeadline)
 
         condition.lock()
         var changedElsewhere = false
@@ -291,15 +295,20 @@ final class PreferencesStore: @unchecked Sendable {
         if !leftoversRemoved { removeLeftovers() }
 
         var values: [String: Any] = [:]
-        var before = PinnedFile(path)
-        if let before, let known, before.identity == known.file.identity {
+        var before: PinnedFile?
+        do { before = try PinnedFile.at(path) } catch {
+            logger.notice("\(error)")
+            return .failed(error)
+        }
+        if let pinned = before, let known, pinned.identity == known.file.identity {
             if changes.isEmpty { return MergeOutcome(values: nil, identity: known.file) }   // nothing new on either side
             values = known.values   // nobody wrote it since: what it holds is known
-        } else if before != nil {
+        } else if let pinned = before {
             do {
-                values = try readValues(path)
+                values = try readValues(pinned, named: path)
             } catch {
-                guard Self.mayBeTornByPowerCut(error), POSIXFile.linkStatus(durablePath) != nil, let kept = try? readValues(durablePath) else {
+                let keptFile = Self.mayBeTornByPowerCut(error) ? try? PinnedFile.at(durablePath) : nil
+                guard let keptFile, let kept = try? readValues(keptFile, named: durablePath) else {
                     logger.notice("\(path): cannot be read: \(error)")
                     return .failed(error)
                 }
@@ -314,7 +323,7 @@ final class PreferencesStore: @unchecked Sendable {
                 }
                 logger.notice("\(error) — as a power cut can leave a file not yet flushed: its last flushed version (\(Self.durableCopyName(forPlistNamed: url.lastPathComponent))) is restored")
                 values = kept
-                before = PinnedFile(path)
+                before = keptFile   // renamed: the same inode, now at the path
             }
         }
         var kept = POSIXFile.linkStatus(durablePath) != nil
@@ -359,7 +368,8 @@ final class PreferencesStore: @unchecked Sendable {
             logger.notice("\(path): cannot be written: \(error)")
             return .failed(error)
         }
-        let after = PinnedFile(path)
+        // Not pinned (no descriptor left): not known, read again next time.
+        let after = try? PinnedFile.at(path)
         if !unflushed { _ = flushLocked(verified: after) }   // flushed: a kept version is not needed any more
         return MergeOutcome(values: values, identity: after, wrote: true, unflushed: unflushed, flushSoon: unflushed)
     }
@@ -368,12 +378,11 @@ final class PreferencesStore: @unchecked Sendable {
     /// `nil` when the file must be read under the lock.
     private func readWithoutLock(known: (file: PinnedFile, values: [String: Any])?) -> MergeOutcome? {
         let kept = POSIXFile.linkStatus(durablePath) != nil
-        // Pinned before it is read: the version read is this one or a newer one (seen newer
-        // than the pinned one at the next look, and read again then).
-        guard let pinned = PinnedFile(path) else { return MergeOutcome(values: [:], identity: nil, flushSoon: kept) }
-        if let known, pinned.identity == known.file.identity { return MergeOutcome(values: nil, identity: known.file) }
+        // Read through its pin: the values are the pinned version's.
         do {
-            return MergeOutcome(values: try readValues(path), identity: pinned, flushSoon: kept)
+            guard let pinned = try PinnedFile.at(path) else { return MergeOutcome(values: [:], identity: nil, flushSoon: kept) }
+            if let known, pinned.identity == known.file.identity { return MergeOutcome(values: nil, identity: known.file) }
+            return MergeOutcome(values: try readValues(pinned, named: path), identity: pinned, flushSoon: kept)
         } catch {
             if Self.mayBeTornByPowerCut(error), kept { return nil }
             logger.notice("\(path): cannot be read: \(error)")
@@ -432,14 +441,17 @@ final class PreferencesStore: @unchecked Sendable {
         try runBlocking { try await files.write(data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement) }
     }
 
-    /// The dictionary in the plist at `path`: opened without following a link, checked to be a
-    /// regular file, then read through that very descriptor (/proc/self/fd/N), so a link swapped
-    /// in afterwards changes nothing.
-    private func readValues(_ path: String) throws -> [String: Any] {
+    /// The dictionary in `pinned` (the plist, or its kept version, at `path`): a regular file
+    /// (never a link, a FIFO), opened through its pin and checked again, then read through that
+    /// very descriptor (/proc/self/fd/N): what is read is the version pinned, whatever is put at
+    /// the path meanwhile.
+    private func readValues(_ pinned: PinnedFile, named path: String) throws -> [String: Any] {
         guard let files else { return [:] }
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard pinned.isRegularFile else { throw ContainerError.refusedItem(path: path, reason: "is not a regular file") }
+        let fd = open(pinned.reopenPath, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         var st = stat()
-        guard fd >= 0, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+        guard fd >= 0, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
+              UInt64(st.st_dev) == pinned.identity.device, UInt64(st.st_ino) == pinned.identity.inode else {
             if fd >= 0 { close(fd) }
             throw ContainerError.refusedItem(path: path, reason: "is not a regular file")
         }
@@ -477,9 +489,9 @@ final class PreferencesStore: @unchecked Sendable {
 
     /// Flushes the plist and drops its kept version, under the file's lock. `false` when it
     /// could not (it is tried again later); `true` too when it was not this process's to flush.
-    private func flush() -> Bool {
-        condition.lock(); let verified = knownFile, deadline = lockDeadline; condition.unlock()
-        guard url != nil, refusal() == nil, case .success(let lock) = lockFile(until: deadline) else { return false }
+    private func flush(lockDeadline: Date? = nil) -> Bool {
+        condition.lock(); let verified = knownFile; condition.unlock()
+        guard url != nil, refusal() == nil, case .success(let lock) = lockFile(until: lockDeadline) else { return false }
         defer { close(lock) }
         return flushLocked(verified: verified)
     }
@@ -548,7 +560,9 @@ final class PreferencesStore: @unchecked Sendable {
         func flushAll() {
             lock.lock(); let live = stores.values.compactMap(\.store), mine = process == getpid(); lock.unlock()
             guard mine else { return }
-            for store in live { store.finish(waitingAtMost: store.finishingTimeLimit) }
+            // One time limit for them all: a process with several stores waits no longer.
+            let deadline = Date(timeIntervalSinceNow: live.map(\.finishingTimeLimit).max() ?? 0)
+            for store in live { store.finish(until: deadline) }
         }
     }
 
@@ -616,7 +630,7 @@ final class PreferencesStore: @unchecked Sendable {
         stopped = true
         condition.broadcast()
         condition.unlock()
-        finish(waitingAtMost: finishingTimeLimit)
+        finish(until: Date(timeIntervalSinceNow: finishingTimeLimit))
         if wake[1] >= 0 { var byte: UInt8 = 1; _ = Glibc.write(wake[1], &byte, 1) }
     }
 
@@ -626,22 +640,22 @@ final class PreferencesStore: @unchecked Sendable {
     ///
     /// The round running finishes first — unless this is the worker (a notification's observer
     /// let the defaults go): the worker never waits here, it may be posting a notification that
-    /// waits for this very thread. The round, and the file's lock, are waited for `waitingAtMost`
-    /// seconds at most: another process holding the lock cannot hold this one up for good.
-    func finish(waitingAtMost limit: TimeInterval? = nil) {
+    /// waits for this very thread. The round, and the file's lock, are waited for until `deadline`
+    /// at most: another process holding the lock cannot hold this one up for good (what is still
+    /// waiting then is written by the worker when it can, unless the process exits first).
+    func finish(until deadline: Date) {
         condition.lock()
-        let deadline = limit.map { Date(timeIntervalSinceNow: $0) }
-        lockDeadline = deadline
         if Thread.current !== worker {
-            while busy {
-                if let deadline { if !condition.wait(until: deadline) { break } } else { condition.wait() }
-            }
+            while busy { if !condition.wait(until: deadline) { break } }
         }
-        if !busy, !pending.isEmpty { performRound() }
+        if busy {
+            logger.notice("\(path): a write is still waiting for the file's lock (held by another process): it is done when the lock is free, unless this process exits first")
+        }
+        if !busy, !pending.isEmpty { performRound(lockDeadline: deadline) }
         let unflushed = flushDue != nil
         flushDue = nil
         condition.unlock()
-        if unflushed { _ = flush() }
+        if unflushed { _ = flush(lockDeadline: deadline) }
     }
 }
 

@@ -122,8 +122,10 @@ final class Pipe2: Sendable {
 
     init() throws {
         var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { throw ContainerError.launchFailed("pipe: \(String(cString: strerror(errno)))") }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }   // (children are spawned with every other descriptor closed anyway)
+        // Close-on-exec from the start: a child another thread spawns meanwhile (children of this
+        // library are spawned with every other descriptor closed; not every program's are) never
+        // holds an end, which would keep a reader alive that is gone.
+        guard cshim_pipe_cloexec(&fds) == 0 else { throw ContainerError.launchFailed("pipe: \(String(cString: strerror(errno)))") }
         read = fds[0]
         write = fds[1]
     }

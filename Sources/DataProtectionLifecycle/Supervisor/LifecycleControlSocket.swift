@@ -1,3 +1,4 @@
+import CLinuxShims
 import Crypto
 import DataProtectionContainers
 import DataProtectionIPC
@@ -88,7 +89,7 @@ enum LifecycleControlSocket {
         fileprivate func acceptLoop(_ controller: LifecycleController, logger: Logger) {
             defer { close(listener) }
             while true {
-                let client = accept(listener, nil, nil)
+                let client = cshim_accept_cloexec(listener)
                 if client < 0 {
                     if errno == EINTR || errno == ECONNABORTED { continue }
                     return   // shut down
