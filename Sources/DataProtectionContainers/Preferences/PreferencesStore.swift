@@ -63,6 +63,8 @@ final class PreferencesStore: @unchecked Sendable {
     /// Whether the file system can give the plist a second name (`link(2)`): where it cannot,
     /// every write is flushed before ``synchronize()`` returns. Used by rounds only (one at a time).
     private var canDeferFlush = true
+    /// Whether ``finish(until:)`` ran (what is left after it is the worker's).
+    private var finished = false
     /// Whether this store's first round removed what killed writers left (``removeLeftovers()``).
     /// Used by rounds only.
     private var leftoversRemoved = false
@@ -185,9 +187,10 @@ final class PreferencesStore: @unchecked Sendable {
             }
         }
         // Stopped: what was set and not written, and the flush, are done by ``finish(until:)``
-        // — or here, when a round ran longer than finishing waits (the file's lock held
-        // elsewhere): as soon as it ends, however long that takes (unless the process exits first).
-        while busy { condition.wait() }
+        // — or here, after it, when a round ran longer than finishing waits (the file's lock
+        // held elsewhere): as soon as it ends, however long that takes (unless the process exits
+        // first).
+        while busy || !finished { condition.wait() }
         if !pending.isEmpty { performRound() }
         let unflushed = flushDue != nil
         flushDue = nil
@@ -654,6 +657,8 @@ final class PreferencesStore: @unchecked Sendable {
         if !busy, !pending.isEmpty { performRound(lockDeadline: deadline) }
         let unflushed = flushDue != nil
         flushDue = nil
+        finished = true
+        condition.broadcast()
         condition.unlock()
         if unflushed { _ = flush(lockDeadline: deadline) }
     }
