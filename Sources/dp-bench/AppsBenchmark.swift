@@ -97,8 +97,10 @@ struct AppsBenchmark: AsyncParsableCommand {
         _ = try await flooding.value
 
         // Preferences: set + synchronize, ours (a protected property list) and Foundation's, in
-        // alternating blocks of rounds (after the flood's files are written back, and a warm-up
-        // of each): what the machine does meanwhile (write-back, the journal) falls on both.
+        // blocks of rounds taking turns at going first, each block after a `sync()` off the clock
+        // (nothing one side left unwritten is timed on the other's clock). Foundation's rounds
+        // each end with an `fsync`; ours defer it (as cfprefsd does): each of our blocks ends
+        // with a `sync()` on our clock, so what we deferred is paid for by us.
         sync()
         let defaults = ProtectedUserDefaults(url: app.preferences.appendingPathComponent("com.example.bench.plist"), files: files)
         let suite = "dp-bench-\(UUID().uuidString.prefix(8))"
@@ -113,10 +115,16 @@ struct AppsBenchmark: AsyncParsableCommand {
         foundationRounds(0..<50)
         var oursElapsed = 0.0, foundationElapsed = 0.0
         let block = max(1, preferences / 10)
-        for start in stride(from: 0, to: preferences, by: block) {
+        for (index, start) in stride(from: 0, to: preferences, by: block).enumerated() {
             let range = start..<min(preferences, start + block)
-            oursElapsed += try await seconds { try oursRounds(range) }
-            foundationElapsed += await seconds { foundationRounds(range) }
+            for oursNow in index % 2 == 0 ? [true, false] : [false, true] {
+                sync()
+                if oursNow {
+                    oursElapsed += try await seconds { try oursRounds(range); sync() }
+                } else {
+                    foundationElapsed += await seconds { foundationRounds(range) }
+                }
+            }
         }
         foundation.removePersistentDomain(forName: suite)
         let oursRate = Double(preferences) / oursElapsed, foundationRate = Double(preferences) / foundationElapsed

@@ -563,9 +563,13 @@ final class PreferencesStore: @unchecked Sendable {
         func flushAll() {
             lock.lock(); let live = stores.values.compactMap(\.store), mine = process == getpid(); lock.unlock()
             guard mine else { return }
-            // One time limit for them all: a process with several stores waits no longer.
+            // One time limit for them all (a process with several stores waits no longer), yet
+            // each store at least a second of its own (its limit, if shorter): one lock held
+            // elsewhere cannot take every other store's chance to write.
             let deadline = Date(timeIntervalSinceNow: live.map(\.finishingTimeLimit).max() ?? 0)
-            for store in live { store.finish(until: deadline) }
+            for store in live {
+                store.finish(until: max(deadline, Date(timeIntervalSinceNow: min(1, store.finishingTimeLimit))))
+            }
         }
     }
 
@@ -652,15 +656,19 @@ final class PreferencesStore: @unchecked Sendable {
             while busy { if !condition.wait(until: deadline) { break } }
         }
         if busy {
-            logger.notice("\(path): a write is still waiting for the file's lock (held by another process): it is done when the lock is free, unless this process exits first")
+            logger.notice("\(path): a write is still running after the time allowed (the file's lock may be held by another process): it is finished when it can be, unless this process exits first")
         }
         if !busy, !pending.isEmpty { performRound(lockDeadline: deadline) }
         let unflushed = flushDue != nil
         flushDue = nil
+        condition.unlock()
+        let flushed = unflushed ? flush(lockDeadline: deadline) : true
+        condition.lock()
+        // Not flushed in time: after a stop, the worker flushes it when it can.
+        if !flushed, flushDue == nil { flushDue = Date() }
         finished = true
         condition.broadcast()
         condition.unlock()
-        if unflushed { _ = flush(lockDeadline: deadline) }
     }
 }
 
