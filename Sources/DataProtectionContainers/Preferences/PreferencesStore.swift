@@ -431,7 +431,7 @@ final class PreferencesStore: @unchecked Sendable {
                 continue
             }
             close(lock)
-            if failure == EWOULDBLOCK { logger.notice("\(lockPath): held by another process past the time this one may wait: what was set since the last write is not written") }
+            if failure == EWOULDBLOCK { logger.notice("\(lockPath): held by another process past the time this one may wait") }
             return .failure(ContainerError.fileSystem(FileSystemError("flock", path: lockPath, errno: Errno(rawValue: failure))))
         }
         return .success(lock)
@@ -533,7 +533,7 @@ final class PreferencesStore: @unchecked Sendable {
     }
 
     /// Stores whose pending writes are written, and unflushed ones flushed, when the process
-    /// exits (`atexit`: ``finish()``).
+    /// exits (`atexit`: ``finish(until:)``).
     static let flushedAtExit = LiveStores()
 
     final class LiveStores: @unchecked Sendable {
@@ -630,7 +630,7 @@ final class PreferencesStore: @unchecked Sendable {
     }
 
     /// Stops the worker and the watcher (the defaults object went away), after writing what was
-    /// set and not written yet and flushing what was written unflushed (``finish()``).
+    /// set and not written yet and flushing what was written unflushed (``finish(until:)``).
     func stop() {
         Self.flushedAtExit.remove(self)
         condition.lock()
