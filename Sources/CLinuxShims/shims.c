@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include <linux/openat2.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -430,6 +431,15 @@ int cshim_ofd_is_locked(int fd) {
     struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
     if (fcntl(fd, F_OFD_GETLK, &lock) != 0) return -errno;
     return lock.l_type != F_UNLCK;
+}
+
+int cshim_link_unnamed(int fd, int newdirfd, const char *newpath) {
+    if (linkat(fd, "", newdirfd, newpath, AT_EMPTY_PATH) == 0) return 0;
+    // Refused without the capability before 6.10 (ENOENT), or by a security module (EPERM).
+    if (errno != ENOENT && errno != EPERM && errno != EINVAL) return -1;
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    return linkat(AT_FDCWD, proc, newdirfd, newpath, AT_SYMLINK_FOLLOW);
 }
 
 int cshim_rename_exchange(const char *first, const char *second) {

@@ -42,7 +42,7 @@ package enum DirectoryDefault {
 
     /// The default of the nearest ancestor of `path` that has one (unreadable ancestors are skipped).
     package static func inherited(forNewItemAt path: String) -> ProtectionClass? {
-        var directory = POSIXFile.split(URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path).directory
+        var directory = POSIXFile.split(POSIXFile.standardized(path)).directory
         while true {
             if let cls = try? get(directory) { return cls }
             if directory == "/" || directory == "." { return nil }

@@ -141,10 +141,11 @@ struct FileKeys: Sendable {
     let contentKey: SymmetricKey
     let headerKey: SymmetricKey
 
+    /// HKDF-SHA256 of the file key, salted with the file ID, for each info string (FORMAT.md §3):
+    /// the extraction, the same for both, done once.
     init(fileKey: SymmetricKey, fileID: [UInt8]) {
-        contentKey = HKDF<SHA256>.deriveKey(inputKeyMaterial: fileKey, salt: fileID,
-                                            info: Array("DataProtection v1 content".utf8), outputByteCount: 32)
-        headerKey = HKDF<SHA256>.deriveKey(inputKeyMaterial: fileKey, salt: fileID,
-                                           info: Array("DataProtection v1 header".utf8), outputByteCount: 32)
+        let pseudoRandomKey = HKDF<SHA256>.extract(inputKeyMaterial: fileKey, salt: fileID)
+        contentKey = HKDF<SHA256>.expand(pseudoRandomKey: pseudoRandomKey, info: Array("DataProtection v1 content".utf8), outputByteCount: 32)
+        headerKey = HKDF<SHA256>.expand(pseudoRandomKey: pseudoRandomKey, info: Array("DataProtection v1 header".utf8), outputByteCount: 32)
     }
 }

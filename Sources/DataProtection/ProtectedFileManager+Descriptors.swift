@@ -241,7 +241,7 @@ private final class UnnamedFile {
             let result: Int32 = if let hiddenName {
                 linkat(directory.rawValue, hiddenName, directory.rawValue, name, 0)
             } else {
-                linkat(AT_FDCWD, "/proc/self/fd/\(fd.rawValue)", directory.rawValue, name, AT_SYMLINK_FOLLOW)
+                cshim_link_unnamed(fd.rawValue, directory.rawValue, name)
             }
             if result == 0 { return name }
             let err = Errno(rawValue: errno)

@@ -62,8 +62,14 @@ public struct ProtectedFileManager: Sendable {
 
     /// The default class a new file at `url` would get if the caller named none.
     public func defaultProtection(forNewItemAt url: URL) -> ProtectionClass {
-        let inherited = DirectoryDefault.inherited(forNewItemAt: url.path) ?? .default
-        guard let floor = inheritedClassFloor?(url.standardizedFileURL.path) else { return inherited }
+        defaultProtection(forNewItemAtPath: url.path)
+    }
+
+    /// ``defaultProtection(forNewItemAt:)`` for a path.
+    package func defaultProtection(forNewItemAtPath path: String) -> ProtectionClass {
+        let standardized = POSIXFile.standardized(path)
+        let inherited = DirectoryDefault.inherited(forNewItemAt: standardized) ?? .default
+        guard let floor = inheritedClassFloor?(standardized) else { return inherited }
         return max(inherited, floor)
     }
 

@@ -400,8 +400,10 @@ final class SegmentedFile {
     func writeStream(from source: (UnsafeMutableRawBufferPointer) throws -> Int) throws {
         precondition(size == 0, "streaming into a non-empty file")
         let window = max(Self.batchBytes / layout.capacity, 1) * layout.capacity
-        // Start small (small files are common) and grow while the source keeps filling it.
-        var pending = [UInt8](repeating: 0, count: 2 * layout.capacity)
+        // Start small (small files are common: a property list is a few hundred bytes, and
+        // zeroing two segments' worth was a tenth of writing one) and grow while the source
+        // keeps filling it.
+        var pending = [UInt8](repeating: 0, count: min(2 * layout.capacity, 4096))
         var filled = 0
         var index = 0
         var total: Int64 = 0
@@ -447,7 +449,14 @@ final class SegmentedFile {
         try writer.finish()
         size = total
         cache = nil
-        try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.fileSize(plaintextSize: size)) }
+        // The segments written reach the file's end already (they cover at least the empty final
+        // segment ``create(fd:path:header:keys:)`` wrote): cut only what is longer, never asked
+        // for nothing (`ftruncate` is not free on ext4 even when the length is the same).
+        let length = layout.fileSize(plaintextSize: size)
+        var st = stat()
+        if fstat(fd.rawValue, &st) != 0 || Int64(st.st_size) != length {
+            try POSIXFile.system("ftruncate", path) { try fd.resize(to: length) }
+        }
     }
 
     private func fillZeros(upTo target: Int64) throws {

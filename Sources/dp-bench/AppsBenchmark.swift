@@ -19,6 +19,13 @@ struct AppsBenchmark: AsyncParsableCommand {
     @Option(help: "Launches of /bin/true measured per way of launching.") var launches = 100
     @Option(help: "File opens + 4 KiB reads measured inside and outside the sandbox.") var opens = 50_000
     @Option(help: "Preferences set + synchronize rounds.") var preferences = 1_000
+    @Option(help: ArgumentHelp("The dpctl whose `app run` is measured (default: the one beside dp-bench; `scripts/install` builds a static one).",
+                               valueName: "path"))
+    var dpctl: String?
+
+    func validate() throws {
+        if let dpctl, !FileManager.default.isExecutableFile(atPath: dpctl) { throw ValidationError("--dpctl \(dpctl): not an executable file") }
+    }
 
     func run() async throws {
         let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-bench-apps-\(UUID().uuidString.prefix(8))")
@@ -53,7 +60,7 @@ struct AppsBenchmark: AsyncParsableCommand {
         let supervised = try await median {
             try await seconds { guard try await supervisor.run(id, command: ["/bin/true"]) == 0 else { throw ValidationError("app run failed") } }
         }
-        let dpctl = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("dpctl").path
+        let dpctl = self.dpctl ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("dpctl").path
         let viaCLI: Double? = FileManager.default.isExecutableFile(atPath: dpctl) ? try await median {
             guard let run = runTool(dpctl, ["--root", keybag.root, "app", "run", id.rawValue, "--", "/bin/true"], discardOutput: true) else {
                 throw ValidationError("dpctl app run failed")

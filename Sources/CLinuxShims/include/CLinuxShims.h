@@ -85,6 +85,10 @@ int cshim_birth_time(int dirfd, const char *path, long long *seconds, unsigned *
 /// `renameat2(2)` with `RENAME_NOREPLACE`: renames without ever replacing. Returns 0 or -errno.
 int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 
+/// Names an unnamed file (`O_TMPFILE`) open at `fd`: `linkat(fd, "", AT_EMPTY_PATH)` (Linux 6.10
+/// lets the process that opened it do so without CAP_DAC_READ_SEARCH), else through its
+/// `/proc/self/fd` link (`AT_SYMLINK_FOLLOW`). 0, or -1 with errno set, as `linkat`.
+int cshim_link_unnamed(int fd, int newdirfd, const char *newpath);
 /// `renameat2(RENAME_EXCHANGE)`: swaps two names atomically (no new block is needed). 0 or -errno.
 int cshim_rename_exchange(const char *first, const char *second);
 /// `copy_file_range(2)` between two offsets (declared only under _GNU_SOURCE): the kernel copies

@@ -39,7 +39,7 @@ final class PreferencesStore: @unchecked Sendable {
     private var stored: [String: Any] = [:]
     private var registered: [String: Any] = [:]
     private var pending: [String: Change] = [:]
-    private var requested = 0      // work requests (sets, syncs, file events)
+    private var requested = 0      // work requests (syncs, file events, sets once due)
     private var completed = 0      // requests the worker has finished
     private var lastOK = true
     private var lastError: (any Error)?
@@ -60,6 +60,13 @@ final class PreferencesStore: @unchecked Sendable {
     private var worker: Thread?
     /// When the writes not yet flushed must be (`nil`: none).
     private var flushDue: Date?
+    /// When the worker writes what was set (`nil`: nothing waits for it). A set is written
+    /// ``writeDelay`` later, not at once: a `synchronize()` meanwhile writes it on its own thread
+    /// (no hand-over to the worker and back), and sets in a row are written once.
+    private var writeDue: Date?
+    /// Until when the worker waits, when it waits for a time (`nil`: until woken): a set due
+    /// later needs not wake it.
+    private var workerWaitsUntil: Date?
     /// Whether the file system can give the plist a second name (`link(2)`): where it cannot,
     /// every write is flushed before ``synchronize()`` returns. Used by rounds only (one at a time).
     private var canDeferFlush = true
@@ -119,8 +126,11 @@ final class PreferencesStore: @unchecked Sendable {
     func set(_ value: Any?, forKey key: String) {
         condition.lock()
         if let value { stored[key] = value; pending[key] = .set(value) } else { stored[key] = nil; pending[key] = .remove }
-        requested += 1
-        condition.broadcast()
+        if writeDue == nil {
+            let due = Date(timeIntervalSinceNow: Self.writeDelay)
+            writeDue = due
+            if workerWaitsUntil.map({ $0 > due }) ?? true { condition.broadcast() }
+        }
         condition.unlock()
         announce()
     }
@@ -161,27 +171,34 @@ final class PreferencesStore: @unchecked Sendable {
 
     // MARK: - The worker
 
+    /// How long after a set the worker writes it, unless a `synchronize()` did (``writeDue``).
+    static let writeDelay: TimeInterval = 0.005
+
     private func work() {
         condition.lock()
         while !stopped {
+            let now = Date()
             if busy {
                 condition.wait()
             } else if completed < requested {
                 performRound()
-            } else if let due = flushDue {
-                if Date() >= due {
-                    busy = true
-                    flushDue = nil
-                    condition.unlock()
-                    let flushed = flush()
-                    condition.lock()
-                    // Not flushed (no lock, an I/O error): tried again later, not forgotten.
-                    if !flushed, flushDue == nil { flushDue = Date(timeIntervalSinceNow: flushDelay) }
-                    busy = false
-                    condition.broadcast()
-                } else {
-                    _ = condition.wait(until: due)
-                }
+            } else if let due = writeDue, due <= now {
+                requested += 1
+                performRound()
+            } else if let due = flushDue, due <= now {
+                busy = true
+                flushDue = nil
+                condition.unlock()
+                let flushed = flush()
+                condition.lock()
+                // Not flushed (no lock, an I/O error): tried again later, not forgotten.
+                if !flushed, flushDue == nil { flushDue = Date(timeIntervalSinceNow: flushDelay) }
+                busy = false
+                condition.broadcast()
+            } else if let due = [writeDue, flushDue].compactMap({ $0 }).min() {
+                workerWaitsUntil = due
+                _ = condition.wait(until: due)
+                workerWaitsUntil = nil
             } else {
                 condition.wait()
             }
@@ -206,6 +223,7 @@ final class PreferencesStore: @unchecked Sendable {
         let ticket = requested
         let changes = pending
         pending = [:]
+        writeDue = nil
         let known = knownFile.map { (file: $0, values: knownValues ?? [:]) }
         let ownUnflushed = ownUnflushedFile
         condition.unlock()
@@ -340,7 +358,7 @@ final class PreferencesStore: @unchecked Sendable {
             // The class: the stronger of the file's own (its header, read again: a class change
             // rewraps it in place) and the directory's. Nothing is lowered.
             let own = before == nil ? nil : try ItemInspector.classAndDeviceBinding(ofFileAt: path)
-            let explicit = own.map { max($0.0, files.defaultProtection(forNewItemAt: url)) }
+            let explicit = own.map { max($0.0, files.defaultProtection(forNewItemAtPath: path)) }
             let deviceOnly = own?.thisDeviceOnly ?? false
             if kept, let before, before.identity != ownUnflushed?.identity {
                 // Beside a version kept by another writer (or by a run that ended before it
@@ -626,8 +644,16 @@ final class PreferencesStore: @unchecked Sendable {
                 if now == nil || now != knownFile?.identity || busy { requested += 1; condition.broadcast() }
                 condition.unlock()
             }
+            // A quiet moment before waiting again: the events meanwhile (a write is five or six
+            // of them) queue up without waking this thread, so writers (this process and others)
+            // pay for no wake-up each, and a burst is read at once.
+            var quiet = pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)
+            if poll(&quiet, 1, Self.watcherQuietMilliseconds) > 0 { return }
         }
     }
+
+    /// How long the watcher lets events queue up after reading some (``watch()``).
+    static let watcherQuietMilliseconds: Int32 = 5
 
     /// Stops the worker and the watcher (the defaults object went away), after writing what was
     /// set and not written yet and flushing what was written unflushed (``finish(until:)``).

@@ -13,15 +13,16 @@ import Darwin
 /// (`fsync`, `rename`, extended attributes), plus whole-file helpers built on them.
 /// Every failure is a ``FileSystemError`` naming the call and the path.
 package enum POSIXFile {
-    /// Calls `body`, retrying on `EINTR`; a `-1` result becomes a ``FileSystemError``.
+    /// Calls `body`, retrying on `EINTR`; a `-1` result becomes a ``FileSystemError``
+    /// (`path`, what the error shows, is worked out only then).
     @discardableResult
-    package static func check(_ operation: String, _ path: String, _ body: () -> Int32) throws -> Int32 {
+    package static func check(_ operation: String, _ path: @autoclosure () -> String, _ body: () -> Int32) throws -> Int32 {
         while true {
             let result = body()
             if result != -1 { return result }
             let err = Errno(rawValue: Glibc.errno)
             if err == .interrupted { continue }
-            throw FileSystemError(operation, path: path, errno: err)
+            throw FileSystemError(operation, path: path(), errno: err)
         }
     }
 
@@ -249,11 +250,32 @@ package enum POSIXFile {
     /// `("/a", "b")` for `/a/b` and `/a/b/`, `("/", "a")` for `/a`, `(".", "a")` for `a`, `("/", "/")` for `/`.
     package static func split(_ path: String) -> (directory: String, name: String) {
         var trimmed = Substring(path)
-        while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        while trimmed.utf8.count > 1, trimmed.utf8.last == UInt8(ascii: "/") { trimmed = trimmed.dropLast() }
         if trimmed == "/" { return ("/", "/") }
-        guard let slash = trimmed.lastIndex(of: "/") else { return (".", String(trimmed)) }
+        guard let slash = trimmed.utf8.lastIndex(of: UInt8(ascii: "/")) else { return (".", String(trimmed)) }
         let directory = trimmed[..<slash]
-        return (directory.isEmpty ? "/" : String(directory), String(trimmed[trimmed.index(after: slash)...]))
+        return (directory.isEmpty ? "/" : String(directory), String(trimmed[trimmed.utf8.index(after: slash)...]))
+    }
+
+    /// `path` as `URL(fileURLWithPath:).standardizedFileURL.path` has it (no `.` or `..`
+    /// component, no repeated or trailing slash), without building a URL when it is so already
+    /// (an absolute path with none of them: the paths this library makes).
+    package static func standardized(_ path: String) -> String {
+        let bytes = path.utf8
+        guard bytes.first == UInt8(ascii: "/") else { return URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path }
+        if bytes.count == 1 { return path }
+        var length = 0, onlyDots = true, clean = true
+        for byte in bytes.dropFirst() {
+            if byte == UInt8(ascii: "/") {
+                if length == 0 || (onlyDots && length <= 2) { clean = false; break }
+                length = 0; onlyDots = true
+            } else {
+                length += 1
+                if byte != UInt8(ascii: ".") { onlyDots = false }
+            }
+        }
+        if length == 0 || (onlyDots && length <= 2) { clean = false }
+        return clean ? path : URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path
     }
 
     /// Whether `/proc/self/fd` is there (an unnamed file can be linked through it).
@@ -327,7 +349,7 @@ package enum POSIXFile {
             try fill(fd, path)
             if replacement.flushes { try sync(fd, path: path) }
             if isUnnamed {
-                try call("linkat", temp) { linkat(AT_FDCWD, "/proc/self/fd/\(fd.rawValue)", AT_FDCWD, $0, AT_SYMLINK_FOLLOW) }
+                try call("linkat", temp) { cshim_link_unnamed(fd.rawValue, AT_FDCWD, $0) }
             }
             try system("close", path) { try fd.close() }
         } catch {
@@ -395,41 +417,54 @@ package enum POSIXFile {
 
     /// `getxattr(2)`: the attribute's value, or `nil` when it is not set.
     package static func getAttribute(_ name: String, path: String) throws -> [UInt8]? {
-        let size = try LosslessPath.withCString(path) { getxattr($0, name, nil, 0) }
-        if size < 0 {
-            let err = Errno(rawValue: Glibc.errno)
-            if err == .noData { return nil }
-            throw FileSystemError("getxattr", path: path, errno: err)
+        let value = try LosslessPath.withCString(path) { c in readAttributeBytes { getxattr(c, name, $0, $1) } }
+        switch value {
+        case .success(let bytes): return bytes
+        case .failure(.noData): return nil
+        case .failure(let err): throw FileSystemError("getxattr", path: path, errno: err)
         }
-        var value = [UInt8](repeating: 0, count: size)
-        let n = try LosslessPath.withCString(path) { c in value.withUnsafeMutableBytes { getxattr(c, name, $0.baseAddress, size) } }
-        if n < 0 { throw FileSystemError("getxattr", path: path, errno: Errno(rawValue: Glibc.errno)) }
-        return Array(value[0..<n])
     }
 
     /// The `user.*` extended attributes of `path` (`llistxattr` and `lgetxattr`: a link's own, never
     /// its target's): marks the user or another program set, the do-not-back-up mark among them.
     package static func userAttributes(_ path: String) throws -> [(name: String, value: [UInt8])] {
-        let size = try LosslessPath.withCString(path) { llistxattr($0, nil, 0) }
-        guard size > 0 else {
+        try LosslessPath.withCString(path) { c in
+            let names: [UInt8]
+            switch readAttributeBytes({ llistxattr(c, $0, $1) }) {
+            case .success(let bytes): names = bytes
+            case .failure(.notSupported), .failure(.noSuchFileOrDirectory): return []
+            case .failure(let err): throw FileSystemError("listxattr", path: path, errno: err)
+            }
+            var result: [(name: String, value: [UInt8])] = []
+            for raw in names.split(separator: 0) {
+                let name = String(decoding: raw, as: UTF8.self)
+                guard name.hasPrefix("user.") else { continue }
+                // Removed meanwhile: not there.
+                if case .success(let value) = readAttributeBytes({ lgetxattr(c, name, $0, $1) }) { result.append((name, value)) }
+            }
+            return result
+        }
+    }
+
+    /// What an `*xattr` read (`read(buffer, size)`) returns: one call into a small buffer (the
+    /// values and lists kept here are short), asking for the size and again only when it is
+    /// larger (`ERANGE`, also when it grew in between).
+    private static func readAttributeBytes(_ read: (UnsafeMutableRawPointer?, Int) -> Int) -> Result<[UInt8], Errno> {
+        var capacity = 256
+        while true {
+            var bytes = [UInt8](repeating: 0, count: capacity)
+            let n = bytes.withUnsafeMutableBytes { read($0.baseAddress, capacity) }
+            if n >= 0 { bytes.removeSubrange(n...); return .success(bytes) }
             let err = Errno(rawValue: Glibc.errno)
-            if size == 0 || err == .notSupported || err == .noSuchFileOrDirectory { return [] }
-            throw FileSystemError("listxattr", path: path, errno: err)
+            switch err {
+            case .interrupted: continue
+            case .outOfRange:
+                let size = read(nil, 0)
+                guard size >= 0 else { return .failure(Errno(rawValue: Glibc.errno)) }
+                capacity = max(size, capacity * 2)
+            default: return .failure(err)
+            }
         }
-        var names = [CChar](repeating: 0, count: size)
-        let n = try LosslessPath.withCString(path) { c in names.withUnsafeMutableBufferPointer { llistxattr(c, $0.baseAddress, size) } }
-        if n < 0 { throw FileSystemError("listxattr", path: path, errno: Errno(rawValue: Glibc.errno)) }
-        var result: [(name: String, value: [UInt8])] = []
-        for raw in names.prefix(n).split(separator: 0) {
-            let name = String(decoding: raw.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            guard name.hasPrefix("user.") else { continue }
-            let valueSize = try LosslessPath.withCString(path) { lgetxattr($0, name, nil, 0) }
-            guard valueSize >= 0 else { continue }   // removed meanwhile
-            var value = [UInt8](repeating: 0, count: valueSize)
-            let got = try LosslessPath.withCString(path) { c in value.withUnsafeMutableBytes { lgetxattr(c, name, $0.baseAddress, valueSize) } }
-            if got >= 0 { result.append((name, Array(value.prefix(got)))) }
-        }
-        return result
     }
 
     /// `setxattr(2)`.
