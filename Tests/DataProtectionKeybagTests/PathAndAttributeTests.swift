@@ -8,7 +8,8 @@ import Glibc
 /// The path helpers agree with Foundation, and extended attributes of any length are read whole.
 struct PathAndAttributeTests {
     @Test(arguments: ["/", "/a", "/a/b.plist", "/a/b/", "/a//b", "//a", "/a/./b", "/a/../b", "/a/b/..", "/a/b/.", "/a/.hidden/..x",
-                      "/a/...", "/a/.b.", "/ü/ñ", "relative/x", "./x", "/a/b//"])
+                      "/a/...", "/a/.b.", "/ü/ñ", "relative/x", "./x", "/a/b//",
+                      "/private/tmp/x", "/private", "/var/automount/x", "/privateer/x"])
     func aStandardizedPathIsFoundations(_ path: String) {
         #expect(POSIXFile.standardized(path) == URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path)
     }
@@ -20,6 +21,7 @@ struct PathAndAttributeTests {
         #expect(POSIXFile.split("/") == ("/", "/"))
         #expect(POSIXFile.split("b") == (".", "b"))
         #expect(POSIXFile.split("/é/\u{301}x") == ("/é", "\u{301}x"), "a name may start with a combining mark")
+        #expect(POSIXFile.split("/d/\u{600}/") == ("/d", "\u{600}"), "a trailing slash ending a grapheme cluster goes alone")
     }
 
     @Test func attributesLongerThanTheFirstBufferAreReadWholeAndKeptAcrossAReplacement() throws {

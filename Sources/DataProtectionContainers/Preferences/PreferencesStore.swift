@@ -126,8 +126,11 @@ final class PreferencesStore: @unchecked Sendable {
     func set(_ value: Any?, forKey key: String) {
         condition.lock()
         if let value { stored[key] = value; pending[key] = .set(value) } else { stored[key] = nil; pending[key] = .remove }
-        if writeDue == nil {
-            let due = Date(timeIntervalSinceNow: Self.writeDelay)
+        // A write already due is left as it is — unless it lies further ahead than a write is
+        // ever put off (the clock was set back): then it is due again from now.
+        let now = Date()
+        if writeDue.map({ $0.timeIntervalSince(now) > Self.writeDelay }) ?? true {
+            let due = now.addingTimeInterval(Self.writeDelay)
             writeDue = due
             if workerWaitsUntil.map({ $0 > due }) ?? true { condition.broadcast() }
         }
@@ -182,7 +185,7 @@ final class PreferencesStore: @unchecked Sendable {
                 condition.wait()
             } else if completed < requested {
                 performRound()
-            } else if let due = writeDue, due <= now {
+            } else if let due = writeDue, due <= now || due.timeIntervalSince(now) > Self.writeDelay {   // (or the clock was set back)
                 requested += 1
                 performRound()
             } else if let due = flushDue, due <= now {

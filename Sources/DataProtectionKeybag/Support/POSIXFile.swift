@@ -250,7 +250,8 @@ package enum POSIXFile {
     /// `("/a", "b")` for `/a/b` and `/a/b/`, `("/", "a")` for `/a`, `(".", "a")` for `a`, `("/", "/")` for `/`.
     package static func split(_ path: String) -> (directory: String, name: String) {
         var trimmed = Substring(path)
-        while trimmed.utf8.count > 1, trimmed.utf8.last == UInt8(ascii: "/") { trimmed = trimmed.dropLast() }
+        // Byte by byte: a trailing slash may end a grapheme cluster ("\u{600}/" is one).
+        while trimmed.utf8.count > 1, trimmed.utf8.last == UInt8(ascii: "/") { trimmed = trimmed[..<trimmed.utf8.index(before: trimmed.utf8.endIndex)] }
         if trimmed == "/" { return ("/", "/") }
         guard let slash = trimmed.utf8.lastIndex(of: UInt8(ascii: "/")) else { return (".", String(trimmed)) }
         let directory = trimmed[..<slash]
@@ -259,10 +260,13 @@ package enum POSIXFile {
 
     /// `path` as `URL(fileURLWithPath:).standardizedFileURL.path` has it (no `.` or `..`
     /// component, no repeated or trailing slash), without building a URL when it is so already
-    /// (an absolute path with none of them: the paths this library makes).
+    /// (an absolute path with none of them: the paths this library makes). Paths under `/private`
+    /// and `/var/automount`, which Foundation may shorten, are always Foundation's.
     package static func standardized(_ path: String) -> String {
         let bytes = path.utf8
-        guard bytes.first == UInt8(ascii: "/") else { return URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path }
+        guard bytes.first == UInt8(ascii: "/"), !path.hasPrefix("/private"), !path.hasPrefix("/var/automount") else {
+            return URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path
+        }
         if bytes.count == 1 { return path }
         var length = 0, onlyDots = true, clean = true
         for byte in bytes.dropFirst() {
