@@ -54,6 +54,12 @@ int cshim_peer_credentials(int fd, int *pid, unsigned *uid) {
     return 0;
 }
 
+int cshim_thread_umask_zero(void) {
+    if (unshare(CLONE_FS) != 0) return -1;
+    umask(0);
+    return 0;
+}
+
 int cshim_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 
 int cshim_lock_memory(void) {

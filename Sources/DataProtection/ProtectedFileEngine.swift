@@ -5,6 +5,9 @@ import SystemPackage
 import Glibc
 #endif
 
+/// `UTIME_OMIT` (a macro Swift does not import): `futimens` leaves that time as it is.
+let utimeOmit = (1 << 30) - 2
+
 /// One protected file held open by a file system server: reads and writes plaintext at offsets
 /// on the descriptor it was given, sealing with the file's key, which it holds until it is
 /// dropped. Unlike ``ProtectedFileHandle`` it checks no lock state: the server decides, per
@@ -40,16 +43,34 @@ package final class ProtectedFileEngine: @unchecked Sendable {
     package func truncate(to size: Int64) throws { try file.truncate(to: size) }
 
     /// Ends a run of writes (at an fsync, at the last close): the file's end is authenticated
-    /// again (FORMAT.md §3, "Writing in place"). Cheap when nothing was written.
-    package func settle() throws { try file.settle() }
+    /// again (FORMAT.md §3, "Writing in place"). Cheap when nothing was written. The content does
+    /// not change, and neither does the file's modification time: a time a program set after
+    /// its last write (`rsync`, `cp -p`, `tar x`, `touch -d`) is the time it keeps, whenever the
+    /// close that settles the file comes.
+    package func settle() throws {
+        guard file.needsSettling else { return }
+        try keepingModificationTime { try file.settle() }
+    }
 
     /// Writes a class change (a new wrapping of this file's key) through this engine, whose
-    /// header it is: one header write, the engine's marks kept.
+    /// header it is: one header write, the engine's marks kept, the modification time kept (a
+    /// class is an attribute, as on other file systems: it changes the change time only).
     package func apply(_ rewrap: Rewrap) throws {
         guard rewrap.fileID == file.header.fileID else {
             throw ProtectedFileError.damaged(path: file.path, reason: "its header changed during the class change")
         }
-        try file.replaceWrapping(rewrap.wrappedKey)
+        try keepingModificationTime { try file.replaceWrapping(rewrap.wrappedKey) }
+    }
+
+    /// Runs `body`, which writes the file without changing its content, then sets the file's
+    /// modification time back to what it was before (`futimens`, access time untouched).
+    private func keepingModificationTime(_ body: () throws -> Void) throws {
+        var before = stat()
+        let known = fstat(fd.rawValue, &before) == 0
+        try body()
+        guard known else { return }
+        let times = [timespec(tv_sec: 0, tv_nsec: utimeOmit), before.st_mtim]
+        _ = futimens(fd.rawValue, times)
     }
 }
 
@@ -115,7 +136,11 @@ package struct Rewrap: Sendable {
             throw ProtectedFileError.damaged(path: path, reason: "its header changed during the class change")
         }
         header.wrappedKey = wrappedKey
+        var before = stat()
+        let known = fstat(fd.rawValue, &before) == 0
         try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
+        // A class is an attribute: the modification time stays (see ProtectedFileEngine.apply).
+        if known { _ = futimens(fd.rawValue, [timespec(tv_sec: 0, tv_nsec: utimeOmit), before.st_mtim]) }
         try POSIXFile.sync(fd, path: path)
     }
 }

@@ -218,13 +218,16 @@ final class SegmentedFile {
         try POSIXFile.sync(fd, path: path)
     }
 
+    /// Whether ``settle()`` has anything to write.
+    var needsSettling: Bool { header.beingWritten || header.truncatingTo != nil || !lastSealedFinal || diskRunsPastEnd }
+
     /// Ends a run of changes in place: bytes a truncation cut short left are cut off, the last
     /// segment is sealed final again if a write cut short left it otherwise, and — once the end
     /// on disk authenticates as final — the header's marks are cleared, so that the file's end is
     /// authenticated again. Called when the writer is done (a close, an fsync); cheap when
     /// nothing changed.
     func settle() throws {
-        guard header.beingWritten || header.truncatingTo != nil || !lastSealedFinal || diskRunsPastEnd else { return }
+        guard needsSettling else { return }
         guard !damagedByFailure else {
             throw ProtectedFileError.damaged(path: path, reason: "a write failed part-way; the file is left marked as being written")
         }

@@ -320,6 +320,7 @@ public struct BackupEngine: Sendable {
         try manifest.insert(entries, meta: meta)
         let manifestURL = inProgress.appendingPathComponent(BackupManifest.fileName)
         try await files.write(try manifest.serialized(), to: manifestURL, protection: .completeUnlessOpen, thisDeviceOnly: false)
+        try POSIXFile.call("chmod", manifestURL.path) { chmod($0, 0o600) }   // the repository's files are its owner's only
         var used = Set(entries.compactMap(\.sha256))
         for entry in entries where entry.chunked {
             guard let list = entry.sha256, let packs = packsOfList[list] else {
@@ -328,13 +329,13 @@ public struct BackupEngine: Sendable {
             used.formUnion(packs)
         }
         let objectList = Array(used.sorted().map { $0 + "\n" }.joined().utf8)
-        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupRepository.objectListName).path, objectList)
+        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupRepository.objectListName).path, objectList, permissions: .ownerReadWrite)
         // Last, what makes it authentic: a MAC only this device (or the backup password) can make.
         let contents = BackupAuthentication.Contents(backupID: id, manifest: try POSIXFile.readAll(manifestURL.path),
                                                      objectList: objectList, backupKeybag: backupKeybagBytes)
         let authentication = BackupAuthentication(keybagID: files.keybag.id, contents: contents,
                                                   key: try await files.keybag.backupAuthenticationKey())
-        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupAuthentication.fileName).path, authentication.encoded)
+        try POSIXFile.writeAtomically(inProgress.appendingPathComponent(BackupAuthentication.fileName).path, authentication.encoded, permissions: .ownerReadWrite)
         try POSIXFile.syncDirectory(inProgress.path)
         let finished = repository.backups.appendingPathComponent(id)
         try POSIXFile.call("rename", inProgress.path, finished.path) { rename($0, $1) }

@@ -110,7 +110,7 @@ extension BackupRepository {
         if POSIXFile.linkStatus(objectURL(name).path) != nil { return name }
         let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
         defer { unlink(temp.path) }
-        try POSIXFile.writeAtomically(temp.path, bytes)
+        try POSIXFile.writeAtomically(temp.path, bytes, permissions: .ownerReadWrite)
         try place(temp, as: name)
         return name
     }
@@ -120,7 +120,7 @@ extension BackupRepository {
         let final = objectURL(name)
         // Here, not elsewhere: a remote repository's staging area keeps the lists it wrote.
         if POSIXFile.linkStatus(final.path) != nil { return }
-        try FileManager.default.createDirectory(at: final.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Self.makeOwnerOnlyDirectory(final.deletingLastPathComponent())
         try POSIXFile.check("rename", final.path) { rename(temp.path, final.path) }
     }
 

@@ -52,7 +52,18 @@ public struct BackupRepository: Sendable {
             guard let st = POSIXFile.linkStatus(dir.path), st.st_mode & S_IFMT == S_IFDIR else {
                 throw BackupError.badBackup(path: dir.path, reason: "not a directory (a symbolic link?)")
             }
+            // Readable by its owner only, whatever the umask (as restic's): only ciphertext, but
+            // object counts, sizes and backup times are nobody else's business. A repository
+            // made before is closed the same way at its next write.
+            if st.st_mode & 0o077 != 0 {
+                try POSIXFile.call("chmod", dir.path) { chmod($0, st.st_mode & 0o700) }
+            }
         }
+    }
+
+    /// Makes `directory` (and what is missing above it) readable by its owner only.
+    static func makeOwnerOnlyDirectory(_ directory: URL) throws {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
     /// The repository's writer lock (`DEST/lock`, an exclusive `flock`), held for the whole run.
@@ -153,7 +164,7 @@ public struct BackupRepository: Sendable {
         if FileManager.default.fileExists(atPath: final.path) {
             unlink(temp.path)
         } else {
-            try FileManager.default.createDirectory(at: final.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Self.makeOwnerOnlyDirectory(final.deletingLastPathComponent())
             try POSIXFile.check("rename", final.path) { rename(temp.path, final.path) }
         }
         return (sha, size)
@@ -174,12 +185,13 @@ public struct BackupRepository: Sendable {
         defer { try? input.close() }
         try await files.write(contentsOf: input, to: sealed, protection: .completeUnlessOpen, thisDeviceOnly: false)
         defer { unlink(sealed.path) }
+        try POSIXFile.call("chmod", sealed.path) { chmod($0, 0o600) }
         let size = try ItemInspector.plaintextSize(ofItemAt: sealed)
         // The sealed file is already in the repository: hash it and move it into place.
         let sha = try hash(of: sealed)
         let final = objectURL(sha)
         if !FileManager.default.fileExists(atPath: final.path) {
-            try FileManager.default.createDirectory(at: final.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Self.makeOwnerOnlyDirectory(final.deletingLastPathComponent())
             try POSIXFile.check("rename", final.path) { rename(sealed.path, final.path) }
         }
         return (sha, size)

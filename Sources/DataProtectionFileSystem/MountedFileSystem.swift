@@ -1,4 +1,5 @@
 import CFUSEKernel
+import CLinuxShims
 import DataProtectionKeybag
 import Foundation
 import Logging
@@ -121,6 +122,9 @@ public final class MountedFileSystem: Sendable {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
         let replier = FUSEReplier(fd: device.fd)
+        // The caller's kernel masked a create's mode with the caller's umask already: this
+        // thread makes items with the mode it is given, never masked again by the server's umask.
+        if cshim_thread_umask_zero() != 0 { ProtectedFileSystem.noteServerUmaskApplies(errno: errno, logger: fileSystem.logger) }
         while true {
             pool.withLock { $0.idle += 1 }
             let n = Glibc.read(device.fd, buffer.baseAddress, size)

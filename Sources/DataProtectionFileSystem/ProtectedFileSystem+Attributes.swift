@@ -10,14 +10,20 @@ import Glibc
 #endif
 
 /// Extended attributes: `user.dataprotection.class` is a file's class (from its header; setting
-/// it rewraps the file's key) and a directory's default for new files; every other `user.`
-/// attribute is the backing item's own. Other namespaces are not served, as gocryptfs does:
+/// it rewraps the file's key) and a directory's default for new files — served when asked by
+/// name, never listed, and removing it from a file does nothing (a file always has a class), so
+/// that copying tools (`rsync -aX`, `cp --preserve=xattr`, `tar --xattrs`) neither fail on it nor
+/// stamp a class onto plain files elsewhere; every other `user.` attribute is the backing item's
+/// own. Other namespaces are not served, as gocryptfs does:
 /// `system.` (POSIX ACLs, which the kernel would not enforce on this mount), `security.` and
 /// `trusted.` are absent (`ENODATA`) and cannot be set (`EOPNOTSUPP`) — and a listing's two
 /// questions per file (`ls -l` asks for `security.selinux` and an ACL) cost no system call.
 extension ProtectedFileSystem {
     /// The attribute that names a class, on files and directories.
     public static let classAttribute = "user.dataprotection.class"
+
+    /// ``classAttribute``'s bytes.
+    static let classAttributeName = Array(classAttribute.utf8)
 
     /// Whether an attribute's name is in the namespace the mount serves (`user.`).
     static func isServed(_ name: [UInt8]) -> Bool { name.starts(with: userNamespace) }
@@ -66,12 +72,11 @@ extension ProtectedFileSystem {
                 var buffer = [UInt8](repeating: 0, count: size)
                 let n = listxattr(node.reopenPath, &buffer, size)
                 if n > 0 {
-                    for name in buffer[0..<n].split(separator: 0) where Self.isServed(Array(name)) { names += Array(name) + [0] }
+                    for name in buffer[0..<n].split(separator: 0) where Self.isServed(Array(name)) && !name.elementsEqual(Self.classAttributeName) {
+                        names += Array(name) + [0]
+                    }
                 }
             }
-        }
-        if node.isRegularFile, (try? currentClass(of: node)) != nil {
-            names += Array(Self.classAttribute.utf8) + [0]
         }
         if argument.size == 0 { return replySize(request, names.count, replier) }
         guard names.count <= Int(argument.size) else { throw FUSEErrno(ERANGE) }
@@ -107,8 +112,13 @@ extension ProtectedFileSystem {
         try requireTerritory(node)
         let (name, _) = try Self.attributeName(in: request.body)
         guard Self.isServed(name), node.kind != S_IFLNK else { throw FUSEErrno(EOPNOTSUPP) }
-        if name == Array(Self.classAttribute.utf8) {
-            guard node.isDirectory else { throw FUSEErrno(EPERM) }   // a file always has a class
+        if name == Self.classAttributeName {
+            // A file always has a class: removing it leaves it (what `rsync -X` does to an
+            // attribute its source lacks). A directory's default goes.
+            guard node.isDirectory else {
+                guard node.isRegularFile, try currentClass(of: node) != nil else { throw FUSEErrno(ENODATA) }
+                return replier.reply(request.unique)
+            }
             node.directoryDefault.withLock { $0 = nil }
         }
         guard withName(name, { removexattr(node.reopenPath, $0) }) == 0 else { throw FUSEErrno(errno) }

@@ -172,6 +172,11 @@ extension ProtectedFileSystem {
             // anything else's through the descriptor's /proc/self/fd link.
             if node.kind == S_IFLNK {
                 guard utimensat(node.fd, "", times, cfuse_at_empty_path) == 0 || errno == EINVAL else { throw FUSEErrno(errno) }
+            } else if node.isRegularFile {
+                // Under the file's lock: a close that settles the file (the kernel sends RELEASE
+                // after close() returned, so it may come after this) keeps the time set here.
+                let done = node.open.withLock { _ in utimensat(AT_FDCWD, node.reopenPath, times, 0) == 0 ? 0 : errno }
+                guard done == 0 else { throw FUSEErrno(done) }
             } else {
                 guard utimensat(AT_FDCWD, node.reopenPath, times, 0) == 0 else { throw FUSEErrno(errno) }
             }
@@ -190,6 +195,7 @@ extension ProtectedFileSystem {
         let room = try nodes.reserve()
         defer { nodes.release(room) }
         guard withName(name, { mkdirat(parent.fd, $0, argument.mode & 0o7777) }) == 0 else { throw FUSEErrno(errno) }
+        applyModeIfMasked(argument.mode & 0o7777, name: name, in: parent)
         let (node, st) = try nodes.lookup(name, in: parent, reservation: room)
         replier.reply(request.unique, entry(node, st))
     }
@@ -212,6 +218,7 @@ extension ProtectedFileSystem {
             return
         case S_IFIFO, S_IFSOCK:
             guard withName(name, { mknodat(parent.fd, $0, argument.mode, 0) }) == 0 else { throw FUSEErrno(errno) }
+            applyModeIfMasked(argument.mode & 0o7777, name: name, in: parent)
         default:
             throw FUSEErrno(EPERM)   // no device files among data
         }

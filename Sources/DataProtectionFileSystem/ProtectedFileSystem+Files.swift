@@ -74,6 +74,7 @@ extension ProtectedFileSystem {
             guard code == EEXIST, !exclusive else { throw FUSEErrno(code) }
             return (try nodes.lookup(name, in: parent, reservation: reservation), false)
         }
+        if !Self.serverUmaskIsOff.load(ordering: .relaxed) { _ = fchmod(fd, mode) }
         let cls = newFileClass(named: name, in: parent)
         let engine: ProtectedFileEngine
         do {

@@ -20,7 +20,7 @@ struct DifferentialTests {
     @Test(.enabled(if: tmpfs != nil, "needs /dev/shm on tmpfs"))
     func randomOperationsGiveWhatTmpfsGives() throws {
         let world = try AppWorld.make()
-        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode)
+        let mount = try MountedDirectory(cli: world.cli, passcodeFile: world.passcode, serverUmask: "077")   // the callers' umasks vary; the server's must never apply
         let reference = try #require(Self.tmpfs) + "/dp-differential-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: reference, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: reference) }

@@ -16,15 +16,23 @@ final class MountedDirectory: @unchecked Sendable {
 
     static var canMount: Bool { access("/dev/fuse", R_OK | W_OK) == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/fusermount3") }
 
-    init(cli: CLI, passcodeFile: String? = nil, environment: [String: String] = [:], data: String? = nil) throws {
+    /// - Parameter serverUmask: the umask `dpctl mount` runs with (octal, e.g. "077"); the test
+    ///   process's when `nil`.
+    init(cli: CLI, passcodeFile: String? = nil, environment: [String: String] = [:], data: String? = nil, serverUmask: String? = nil) throws {
         self.cli = cli
         self.data = data ?? cli.file("data")
         self.mountPoint = cli.file("mnt")
         self.environment = environment
         try FileManager.default.createDirectory(atPath: self.data, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        process.executableURL = CLI.executable
-        process.arguments = ["--root", cli.root, "mount", self.data, mountPoint] + (passcodeFile.map { ["--passcode-file", $0] } ?? [])
+        let arguments = ["--root", cli.root, "mount", self.data, mountPoint] + (passcodeFile.map { ["--passcode-file", $0] } ?? [])
+        if let serverUmask {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "umask \(serverUmask) && exec \"$0\" \"$@\"", CLI.executable.path] + arguments
+        } else {
+            process.executableURL = CLI.executable
+            process.arguments = arguments
+        }
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let errorPipe = Pipe()
         process.standardError = errorPipe

@@ -120,7 +120,7 @@ struct ProgramsOnTheMountTests {
             print(open("plain.txt").read())
             EOF
             """)
-        #expect(result.out == "flock held, lockf held\nkept as it is\n['user.comment', 'user.dataprotection.class']\n"
+        #expect(result.out == "flock held, lockf held\nkept as it is\n['user.comment']\n"
                 + "['ENODATA', 'ENODATA', 'ENODATA'] ['ENOTSUP', 'ENOTSUP', 'ENOTSUP']\ntemporary\nleft plain\n",
                 "\(result.out) \(result.err)")
         try mount.unmount()

@@ -165,3 +165,44 @@ import Testing
         #expect(problems.contains { ($0["files"] as? [String])?.contains { $0.hasSuffix("docs/b.txt") } == true && $0["issue"] as? String == "altered" })
     }
 }
+
+/// A repository is its owner's only, whatever the umask (issue 55): only ciphertext, but object
+/// counts, sizes and backup times are nobody else's business, as restic keeps them.
+@Suite struct RepositoryModeTests {
+    @Test func everyFileAndDirectoryOfARepositoryIsItsOwnersOnlyUnderUmask022() throws {
+        let cli = CLI.make()
+        let passcode = cli.writeFile("p", "123456")
+        #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
+        let source = cli.file("src")
+        try FileManager.default.createDirectory(atPath: source + "/docs", withIntermediateDirectories: true)
+        try Data("a plain note".utf8).write(to: URL(fileURLWithPath: source + "/docs/a.txt"))
+        // Past the chunking threshold: packs and a chunk list too.
+        try Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2654435761 >> 13) }).write(to: URL(fileURLWithPath: source + "/big.bin"))
+        #expect(try cli.run(["write", source + "/docs/protected.txt", "--class", "complete", "--passcode-file", passcode],
+                            input: Data("protected".utf8)).status == 0)
+        let repo = cli.file("repo")
+        for _ in 0..<2 {
+            let backup = try cli.run(["backup", source, repo, "-q"], shellPrefix: "umask 022")
+            #expect(backup.status == 0, "\(backup.stderr)")
+            try Data("changed".utf8).write(to: URL(fileURLWithPath: source + "/docs/a.txt"))
+        }
+        var open: [String] = []
+        var items = 0
+        let walker = FileManager.default.enumerator(atPath: repo)
+        for relative in [""] + ((walker?.allObjects as? [String]) ?? []) {
+            var st = stat()
+            guard lstat(repo + "/" + relative, &st) == 0 else { continue }
+            items += 1
+            if st.st_mode & 0o077 != 0 { open.append("\(relative.isEmpty ? "." : relative) \(String(st.st_mode & 0o7777, radix: 8))") }
+        }
+        #expect(items > 10)
+        #expect(open.isEmpty, "readable by others: \(open.prefix(8))")
+
+        // A repository made before (group- and world-readable) is closed at its next backup.
+        #expect(chmod(repo, 0o755) == 0 && chmod(repo + "/objects", 0o755) == 0)
+        #expect(try cli.run(["backup", source, repo, "-q"], shellPrefix: "umask 022").status == 0)
+        var st = stat()
+        #expect(lstat(repo, &st) == 0 && st.st_mode & 0o077 == 0)
+        #expect(lstat(repo + "/objects", &st) == 0 && st.st_mode & 0o077 == 0)
+    }
+}

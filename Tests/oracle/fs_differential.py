@@ -4,8 +4,11 @@ Usage: fs_differential.py MOUNTED_DIR TMPFS_DIR SEED EXAMPLES STEPS
 
 Hypothesis' stateful testing applies the same random sequences of operations (create, write at
 random offsets, truncate, rename with and without flags, link, unlink, mkdir, rmdir, symlink,
-fsync, reopen, read, stat) to a directory on the mount and to a directory on tmpfs, and requires
-the same results, the same errors and the same contents after every step. On a failure it prints
+fsync, reopen, read, stat, set times, change the umask) to a directory on the mount and to a
+directory on tmpfs, and requires the same results, the same errors, the same contents and modes
+after every step. The caller's umask varies (the server's own must never apply on top of it), and
+times set just before or just after a close must stay what was set (the close's RELEASE reaches
+the server after close() returned, before or after the SETATTR). On a failure it prints
 the shortest sequence it found and the seed to run it again.
 """
 import errno
@@ -50,7 +53,7 @@ def renameat2(old, new, flags):
 
 
 def snapshot(root):
-    """Every name below root: its type, and a file's size, link count and bytes; a link's target."""
+    """Every name below root: its type and mode, and a file's size, link count and bytes; a link's target."""
     found = {}
     for directory, subdirectories, files in os.walk(root):
         for name in subdirectories + files:
@@ -60,10 +63,10 @@ def snapshot(root):
             if os.path.islink(path):
                 found[relative] = ("link", os.readlink(path))
             elif os.path.isdir(path):
-                found[relative] = ("dir",)
+                found[relative] = ("dir", oct(st.st_mode & 0o7777))
             else:
                 with open(path, "rb") as f:
-                    found[relative] = ("file", st.st_size, st.st_nlink, f.read())
+                    found[relative] = ("file", st.st_size, st.st_nlink, oct(st.st_mode & 0o7777), f.read())
     return found
 
 
@@ -72,6 +75,7 @@ class SameAsTmpfs(RuleBasedStateMachine):
         super().__init__()
         self.open = {}   # name -> (fd on the mount, fd on tmpfs)
         self.roots = []
+        self.times = {}  # name -> the modification time (ns) set on it, while nothing changed it since
 
     @initialize()
     def fresh_roots(self):
@@ -102,11 +106,28 @@ class SameAsTmpfs(RuleBasedStateMachine):
 
     def teardown(self):
         self.close_all()
+        os.umask(0o022)
 
-    @rule(name=st.sampled_from(NAMES), exclusive=st.booleans())
-    def create(self, name, exclusive):
+    @rule(mask=st.sampled_from([0o000, 0o002, 0o022, 0o077]))
+    def umask(self, mask):
+        os.umask(mask)
+
+    @rule(name=st.sampled_from(NAMES), nanoseconds=st.integers(0, 2_000_000_000_000_000_000), still_open=st.booleans())
+    def set_times(self, name, nanoseconds, still_open):
+        """A time set while the file is open (its RELEASE comes after), or right after a close."""
+        if not still_open:
+            self.close_all(name)
+        result = self.both(lambda path: os.utime(path, ns=(nanoseconds, nanoseconds)), name)
+        self.close_all(name)
+        self.times.clear()   # another name may be the same file (a link): only this one is known
+        if result[0] == "ok":
+            self.times[name] = nanoseconds
+
+    @rule(name=st.sampled_from(NAMES), exclusive=st.booleans(), mode=st.sampled_from([0o644, 0o666, 0o600, 0o4755, 0o777]))
+    def create(self, name, exclusive, mode):
+        self.times.clear()
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if exclusive else 0)
-        fds = [outcome(os.open, os.path.join(root, name), flags, 0o644) for root in self.roots]
+        fds = [outcome(os.open, os.path.join(root, name), flags, mode) for root in self.roots]
         assert fds[0][0] == fds[1][0] and (fds[0][0] == "ok" or fds[0] == fds[1]), "create %s: %r" % (name, fds)
         if fds[0][0] == "ok":
             self.close_all(name)
@@ -114,6 +135,7 @@ class SameAsTmpfs(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES), truncate=st.booleans())
     def reopen(self, name, truncate):
+        self.times.clear()
         self.close_all(name)
         flags = os.O_RDWR | (os.O_TRUNC if truncate else 0)
         fds = [outcome(os.open, os.path.join(root, name), flags) for root in self.roots]
@@ -124,6 +146,7 @@ class SameAsTmpfs(RuleBasedStateMachine):
     @precondition(lambda self: self.open)
     @rule(data=st.data(), offset=st.integers(0, 70000), payload=st.binary(min_size=0, max_size=9000))
     def write(self, data, offset, payload):
+        self.times.clear()
         name = data.draw(st.sampled_from(sorted(self.open)))
         results = [outcome(os.pwrite, fd, payload, offset) for fd in self.open[name]]
         assert results[0] == results[1], "pwrite %s: %r" % (name, results)
@@ -138,6 +161,7 @@ class SameAsTmpfs(RuleBasedStateMachine):
     @precondition(lambda self: self.open)
     @rule(data=st.data(), size=st.integers(0, 90000))
     def truncate_open(self, data, size):
+        self.times.clear()
         name = data.draw(st.sampled_from(sorted(self.open)))
         results = [outcome(os.ftruncate, fd, size) for fd in self.open[name]]
         assert results[0] == results[1], "ftruncate %s: %r" % (name, results)
@@ -151,6 +175,7 @@ class SameAsTmpfs(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES), size=st.integers(0, 90000))
     def truncate_path(self, name, size):
+        self.times.clear()
         self.both(lambda path: os.truncate(path, size), name)
 
     @rule(name=st.sampled_from(NAMES))
@@ -160,6 +185,7 @@ class SameAsTmpfs(RuleBasedStateMachine):
     @rule(source=st.sampled_from(NAMES + DIRECTORIES), destination=st.sampled_from(NAMES + DIRECTORIES),
           flags=st.sampled_from([0, 0, RENAME_NOREPLACE, RENAME_EXCHANGE]))
     def rename(self, source, destination, flags):
+        self.times.clear()
         if flags:
             self.both(lambda a, b: renameat2(a, b, flags), source, destination)
         else:
@@ -167,22 +193,26 @@ class SameAsTmpfs(RuleBasedStateMachine):
 
     @rule(source=st.sampled_from(NAMES), destination=st.sampled_from(NAMES))
     def link(self, source, destination):
+        self.times.clear()
         self.both(os.link, source, destination)
 
     @rule(name=st.sampled_from(NAMES))
     def unlink(self, name):
+        self.times.clear()
         self.both(os.unlink, name)
 
-    @rule(name=st.sampled_from(DIRECTORIES))
-    def mkdir(self, name):
-        self.both(os.mkdir, name)
+    @rule(name=st.sampled_from(DIRECTORIES), mode=st.sampled_from([0o777, 0o755, 0o1777, 0o700]))
+    def mkdir(self, name, mode):
+        self.both(lambda path: os.mkdir(path, mode), name)
 
     @rule(name=st.sampled_from(DIRECTORIES))
     def rmdir(self, name):
+        self.times.clear()
         self.both(os.rmdir, name)
 
     @rule(pointing=st.sampled_from(["a", "../a", "d", "missing", "d/e/a"]), name=st.sampled_from(NAMES))
     def symlink(self, pointing, name):
+        self.times.clear()
         results = [outcome(os.symlink, pointing, os.path.join(root, name)) for root in self.roots]
         assert results[0] == results[1], "symlink %s: %r" % (name, results)
 
@@ -200,6 +230,12 @@ class SameAsTmpfs(RuleBasedStateMachine):
             with open(path, "rb") as f:
                 return f.read()
         self.both(whole, name)
+
+    @invariant()
+    def times_kept(self):
+        for name, nanoseconds in self.times.items():
+            found = [os.stat(os.path.join(root, name)).st_mtime_ns for root in self.roots]
+            assert found == [nanoseconds, nanoseconds], "mtime of %s: mount %d, tmpfs %d, set %d" % (name, found[0], found[1], nanoseconds)
 
     @invariant()
     def same_tree(self):

@@ -25,6 +25,13 @@ int cshim_accept_cloexec(int fd);
 /// `getsockopt(SO_PEERCRED)` (`struct ucred` needs _GNU_SOURCE): the peer's pid and uid.
 int cshim_peer_credentials(int fd, int *pid, unsigned *uid);
 
+/// `unshare(CLONE_FS)` then `umask(0)`: the calling thread gets file-system attributes of its
+/// own (working directory, root, umask) with no umask, the rest of the process keeping theirs.
+/// A file server's threads make items with the mode their callers asked for, which the
+/// caller's kernel already masked with the caller's umask. 0, or -1 with errno (the umask
+/// then stays the process's).
+int cshim_thread_umask_zero(void);
+
 /// `prctl(PR_SET_DUMPABLE, 0)` (prctl is variadic): no core dumps, no ptrace by the same user.
 int cshim_set_nondumpable(void);
 

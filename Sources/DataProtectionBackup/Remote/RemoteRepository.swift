@@ -196,8 +196,8 @@ public struct RemoteRepository: Sendable {
     public func fetchForReading() async throws -> BackupRepository {
         let mirror = self.mirror
         try? FileManager.default.removeItem(at: mirror.backups)
-        try FileManager.default.createDirectory(at: mirror.objects, withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(at: mirror.backups, withIntermediateDirectories: true)
+        try BackupRepository.makeOwnerOnlyDirectory(mirror.objects)
+        try BackupRepository.makeOwnerOnlyDirectory(mirror.backups)
         try await rcloneStep("reading the repository's backups") {
             // Only directories named as backups are fetched: anything else under backups/ is not ours.
             let names = try await rclone.listDirectories("backups").filter { Self.isBackupID($0) }
