@@ -13,14 +13,17 @@ public struct LifecycleSettings: Sendable, Equatable {
     public var expirationWarning: TimeInterval
     /// How long a background app with no task keeps running before it is suspended.
     public var suspensionDelay: TimeInterval
-    /// How long the app has after ``LifecycleEvent/willTerminate`` before it is killed.
+    /// How long the app has after ``LifecycleEvent/willTerminate`` and `SIGTERM` before it is
+    /// killed (`SIGKILL`); at most ``longestTerminationDeadline``.
     public var terminationDeadline: TimeInterval
+    /// The longest grace period an app can be given before it is killed: an hour.
+    public static let longestTerminationDeadline: TimeInterval = 3600
 
     public init(backgroundTimeBudget: TimeInterval = 30, expirationWarning: TimeInterval = 5,
                 suspensionDelay: TimeInterval = 5, terminationDeadline: TimeInterval = 5) {
         self.backgroundTimeBudget = max(0, backgroundTimeBudget)
         self.expirationWarning = max(0, min(expirationWarning, backgroundTimeBudget))
         self.suspensionDelay = max(0, suspensionDelay)
-        self.terminationDeadline = max(0, terminationDeadline)
+        self.terminationDeadline = min(max(0, terminationDeadline), Self.longestTerminationDeadline)
     }
 }

@@ -196,8 +196,9 @@ struct AppRun: AsyncParsableCommand {
 
             The app has iOS's lifecycle: `dpctl app background/foreground ID` and the device's \
             lock move it; in the background with no background task it is suspended after a \
-            few seconds; SIGTERM or SIGINT (or `dpctl app stop ID`) sends willTerminate, then \
-            ends it 5 s later (a second signal ends it at once).
+            few seconds; SIGTERM or SIGINT (or `dpctl app stop ID`) sends willTerminate and \
+            SIGTERM to every process of the app, then SIGKILL to what is left after the grace \
+            period (--grace, 5s by default; a second signal ends it at once).
             """)
 
     @OptionGroup var device: DeviceOptions
@@ -205,6 +206,8 @@ struct AppRun: AsyncParsableCommand {
     @Flag(help: "Run the app unconfined (it still gets its places and keys). Says so on standard error.") var noSandbox = false
     @Option(help: ArgumentHelp("Background time per trip to the background, for background tasks (30s as iOS today; 10m as in iOS 4).", valueName: "duration"))
     var backgroundTime = "30s"
+    @Option(help: ArgumentHelp("How long the app has to end after willTerminate and SIGTERM before it is killed (at most 1h).", valueName: "duration"))
+    var grace = "5s"
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
     @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
     var command: [String] = []
@@ -212,6 +215,7 @@ struct AppRun: AsyncParsableCommand {
     func validate() throws {
         guard !command.isEmpty else { throw ValidationError("give the command after --: dpctl app run ID -- COMMAND [ARGS...]") }
         _ = try parseDuration(backgroundTime)
+        try validateGrace(grace)
     }
 
     func run() async throws {
@@ -220,7 +224,8 @@ struct AppRun: AsyncParsableCommand {
         if noSandbox {
             FileHandle.standardError.write(Data("dpctl: running \(id) WITHOUT its sandbox (--no-sandbox): it can reach everything you can\n".utf8))
         }
-        let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime)),
+        let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime),
+                                                                                 terminationDeadline: try parseDuration(grace)),
                                          clock: SystemClock())
         let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)],
                                        fileSystem: await fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag))

@@ -85,15 +85,31 @@ struct AppState: AsyncParsableCommand {
 struct AppStop: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stop",
-        abstract: "Stop a running app (willTerminate, then the end).",
-        discussion: "The same as sending SIGTERM to its `dpctl app run`.")
+        abstract: "Stop a running app (willTerminate and SIGTERM, then SIGKILL after a grace period).",
+        discussion: """
+            The same as sending SIGTERM to its `dpctl app run`: every process of the app gets \
+            SIGTERM (a shell's trap runs), a Swift app hears willTerminate, and what is left \
+            after the grace period is killed. The grace period is the one `dpctl app run` was \
+            given (5s by default) unless --grace says otherwise.
+            """)
 
     @OptionGroup var device: DeviceOptions
+    @Option(help: ArgumentHelp("How long the app has to end before it is killed (at most 1h; default: what `dpctl app run` was given).", valueName: "duration"))
+    var grace: String?
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
+
+    func validate() throws { if let grace { try validateGrace(grace) } }
 
     func run() async throws {
         let id = try appIdentifier(identifier)
-        try AppSwitcher(manager: try await containerManager(device)).terminate(id)
+        try AppSwitcher(manager: try await containerManager(device)).terminate(id, grace: try grace.map(parseDuration))
         printOut("\(id): stopping")
+    }
+}
+
+/// A grace period before an app is killed: a duration of at most an hour.
+func validateGrace(_ text: String) throws {
+    guard try parseDuration(text) <= LifecycleSettings.longestTerminationDeadline else {
+        throw ValidationError("--grace is at most 1h (it was \(text))")
     }
 }

@@ -408,6 +408,66 @@ extension RealProcessLifecycleTests {
 }
 }
 
+/// `dpctl app stop` as a service manager stops a service: SIGTERM to every process of the app,
+/// then SIGKILL after the grace period. Real sandboxed apps: a shell with a `trap`, a Python child
+/// with a handler.
+@Suite(.serialized) struct AppStopTests {
+    /// Starts `dpctl app run ID --grace GRACE -- /bin/sh -c SCRIPT` and reads its first `lines`.
+    func start(_ world: AppWorld, _ id: String, grace: String, script: String) throws -> (Process, Int32) {
+        let process = Process()
+        process.executableURL = CLI.executable
+        process.arguments = ["--root", world.cli.root, "app", "run", id, "--passcode-file", world.passcode, "--grace", grace, "--", "/bin/sh", "-c", script]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return (process, out.fileHandleForReading.fileDescriptor)
+    }
+
+    @Test func aShellTrapAndAPythonHandlerRunAtStop() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.shell")
+        let script = """
+            trap 'echo "shell trapped"; exit 7' TERM
+            /usr/bin/python3 -c '
+            import signal, sys
+            def ended(*_):
+                print("python handler", flush=True); sys.exit(3)
+            signal.signal(signal.SIGTERM, ended)
+            print("python ready", flush=True)
+            signal.pause()
+            ' &
+            echo "shell ready"
+            while :; do sleep 100 & wait $!; done
+            """
+        let (process, out) = try start(world, "com.example.shell", grace: "60s", script: script)
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        #expect(Set([try readLine(out, timeout: 60), try readLine(out, timeout: 60)]) == ["shell ready", "python ready"])
+        let stop = try world.dpctl(["app", "stop", "com.example.shell"])
+        #expect(stop.status == 0, "\(stop.stderr)")
+        // Both handlers ran: the shell's trap ended the app with its own status, long before
+        // a 60 s grace period would have ended it with SIGKILL (137).
+        #expect(Set([try readLine(out, timeout: 30), try readLine(out, timeout: 30)]) == ["shell trapped", "python handler"])
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 7)
+    }
+
+    /// What ignores SIGTERM is killed once the grace period `dpctl app stop --grace` gives is over.
+    @Test func whatIgnoresSIGTERMIsKilledAfterTheGracePeriod() throws {
+        let world = try AppWorld.make()
+        try world.install("com.example.stubborn")
+        let (process, out) = try start(world, "com.example.stubborn", grace: "1h",
+                                       script: "trap '' TERM; echo ready; while :; do sleep 100 & wait $!; done")
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        #expect(try readLine(out, timeout: 60) == "ready")
+        #expect(try world.dpctl(["app", "stop", "com.example.stubborn", "--grace", "2h"]).status == 64)
+        let stop = try world.dpctl(["app", "stop", "com.example.stubborn", "--grace", "0.2s"])
+        #expect(stop.status == 0, "\(stop.stderr)")
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 128 + SIGKILL)
+    }
+}
+
 /// `Tests/oracle/logind_inhibit_standin.py`: logind's `Inhibit`, on a private bus.
 final class LogindStandIn: @unchecked Sendable {
     let process = Process()

@@ -182,6 +182,17 @@ public final class RunningApp: Sendable {
         }
     }
 
+    /// Asks every process of the app to end (`SIGTERM`), as a service manager stops a service: a
+    /// shell's `trap … TERM`, Python's signal handlers and the like run. Not the sandbox's own
+    /// bubblewrap (which would take the app down with it at once); its init inside the sandbox
+    /// ignores the signal, as a PID namespace's init does without a handler. Resume a suspended
+    /// app first.
+    public func askToEnd() {
+        guard let pid = self.pid else { return }
+        for member in processTree(pid) where !(ownUserNamespace && member == pid) { _ = Glibc.kill(member, SIGTERM) }
+        if !ownUserNamespace { _ = Glibc.kill(pid, SIGTERM) }
+    }
+
     /// Ends every process of the app at once (`SIGKILL`; a suspended app is killed too).
     public func kill() {
         guard let pid = self.pid else { return }

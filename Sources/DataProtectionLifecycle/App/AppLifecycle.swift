@@ -146,6 +146,21 @@ public final class AppLifecycle: Sendable {
 
     private func ask(_ request: [UInt8]) -> ByteReader? { requests.ask(request) }
 
+    /// A supervisor stopping the app sends `willTerminate` on the channel and `SIGTERM` to each
+    /// of its processes: an app that follows the lifecycle hears the event, and has the grace
+    /// period to act on it, so `SIGTERM`'s default (ending the process at once) would cut its
+    /// handler short. Where `SIGTERM` is left to its default, it is caught and does nothing
+    /// (a handler, not `SIG_IGN`: programs the app starts get the default back).
+    private static func hearTerminationAsWillTerminate() {
+        var current = sigaction()
+        guard sigaction(SIGTERM, nil, &current) == 0, current.__sigaction_handler.sa_handler == nil else { return }
+        var quiet = sigaction()
+        quiet.__sigaction_handler.sa_handler = { _ in }
+        quiet.sa_flags = SA_RESTART
+        sigemptyset(&quiet.sa_mask)
+        _ = sigaction(SIGTERM, &quiet, nil)
+    }
+
     private func connectEvents() {
         guard let fd = app.openServiceChannel(LifecycleProtocol.serviceIdentifier)?.rawValue else { return }
         UnixSocket.setTimeouts(fd, seconds: 0)
@@ -159,6 +174,7 @@ public final class AppLifecycle: Sendable {
             $0.state = state
             $0.connected = true
         }
+        Self.hearTerminationAsWillTerminate()
         let thread = Thread { [self] in
             defer {
                 close(fd)

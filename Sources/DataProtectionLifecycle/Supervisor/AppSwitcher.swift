@@ -39,14 +39,19 @@ public struct AppSwitcher: Sendable {
         }
     }
 
-    /// Stops every running instance: `willTerminate`, then the end after the deadline.
-    public func terminate(_ app: AppIdentifier) throws {
-        for answer in try ask(.terminate, app) { _ = try LifecycleProtocol.body(answer) }
+    /// Stops every running instance: `willTerminate` and `SIGTERM` to each of its processes,
+    /// then `SIGKILL` after `grace` seconds (0…3600; the supervisor's own, 5 s unless it was
+    /// started with another, when `nil`) unless it ends first.
+    public func terminate(_ app: AppIdentifier, grace: TimeInterval? = nil) throws {
+        if let grace, !(grace.isFinite && grace >= 0 && grace <= LifecycleSettings.longestTerminationDeadline) {
+            throw LifecycleError.refused("a grace period must be between 0 and \(Int(LifecycleSettings.longestTerminationDeadline)) seconds")
+        }
+        for answer in try ask(.terminate, app, { w in if let grace { LifecycleProtocol.double(&w, grace) } }) { _ = try LifecycleProtocol.body(answer) }
     }
 
-    private func ask(_ op: LifecycleProtocol.ControlOp, _ app: AppIdentifier) throws -> [[UInt8]] {
+    private func ask(_ op: LifecycleProtocol.ControlOp, _ app: AppIdentifier, _ body: (inout ByteWriter) -> Void = { _ in }) throws -> [[UInt8]] {
         let container = try manager.app(app)
-        return try LifecycleControlSocket.send(LifecycleProtocol.request(op.rawValue), root: manager.layout.root, app: container)
+        return try LifecycleControlSocket.send(LifecycleProtocol.request(op.rawValue, body), root: manager.layout.root, app: container)
     }
 
     private func states(_ answers: [[UInt8]]) throws -> [ApplicationState] {

@@ -109,7 +109,8 @@ enum LifecycleControlSocket {
         }
 
         private static func answer(_ request: [UInt8], _ controller: LifecycleController) -> [UInt8] {
-            guard request.count == 2, request[0] == LifecycleProtocol.version, let op = LifecycleProtocol.ControlOp(rawValue: request[1]) else {
+            guard request.count >= 2, request[0] == LifecycleProtocol.version, let op = LifecycleProtocol.ControlOp(rawValue: request[1]),
+                  request.count == 2 || (op == .terminate && request.count == 10) else {
                 return LifecycleProtocol.failure("unknown request")
             }
             do {
@@ -121,7 +122,12 @@ enum LifecycleControlSocket {
                 case .status:
                     return LifecycleProtocol.ok + (try AppLifecycleStatus(controller).binaryPropertyList())
                 case .terminate:
-                    controller.terminate()
+                    var body = ByteReader(Array(request[2...]))
+                    let grace = request.count == 10 ? try LifecycleProtocol.double(&body, "grace") : nil
+                    guard grace.map({ $0.isFinite && $0 >= 0 && $0 <= LifecycleSettings.longestTerminationDeadline }) ?? true else {
+                        return LifecycleProtocol.failure("a grace period must be between 0 and \(Int(LifecycleSettings.longestTerminationDeadline)) seconds")
+                    }
+                    controller.terminate(grace: grace)
                     return LifecycleProtocol.ok
                 }
             } catch {

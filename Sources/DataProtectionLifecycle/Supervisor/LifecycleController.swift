@@ -136,8 +136,11 @@ final class LifecycleController: Sendable {
         }
     }
 
-    /// Stops the app: `willTerminate`, then a kill after the deadline unless it ends first.
-    func terminate() {
+    /// Stops the app: `willTerminate` and `SIGTERM` to each of its processes, then `SIGKILL`
+    /// after `grace` (the settings' ``LifecycleSettings/terminationDeadline`` when `nil`) unless
+    /// it ends first.
+    func terminate(grace: TimeInterval? = nil) {
+        let grace = max(0, grace ?? settings.terminationDeadline)
         let deadline: Date? = inner.withLock { inner in
             guard !inner.terminating, !inner.ended else { return nil }
             inner.terminating = true
@@ -146,16 +149,24 @@ final class LifecycleController: Sendable {
             if inner.state == .suspended { self.run.resume() }
             if inner.state == .active { emit(.willResignActive, &inner) }
             emit(.willTerminate, &inner)
-            return self.clock.now().addingTimeInterval(self.settings.terminationDeadline)
+            return self.clock.now().addingTimeInterval(grace)
         }
         guard let deadline else { return }
+        // Every program of the app hears it (a Swift app that follows the lifecycle takes
+        // SIGTERM as the willTerminate it was just sent, AppLifecycle).
+        run.askToEnd()
         let clock = self.clock
         Task {
             try? await clock.sleep(until: deadline)
             guard !self.inner.withLock({ $0.ended }) else { return }
-            self.logger.notice("\(self.identifier) did not exit within \(Int(self.settings.terminationDeadline)) s of willTerminate; killed")
+            self.logger.notice("\(self.identifier) did not exit within \(Self.describe(grace)) of willTerminate and SIGTERM; killed")
             self.run.kill()
         }
+    }
+
+    /// `5 s`, `0.5 s`.
+    static func describe(_ seconds: TimeInterval) -> String {
+        seconds == seconds.rounded() ? "\(Int(seconds)) s" : String(format: "%.1f s", seconds)
     }
 
     func launched() {

@@ -36,7 +36,8 @@ enum LifecycleProtocol {
         case foreground = 2
         /// `ok` + a binary property list describing the run (§12.3).
         case status = 3
-        /// Stop the app: `willTerminate`, then the end after the deadline. `ok`.
+        /// Stop the app: `willTerminate` and `SIGTERM`, then `SIGKILL` after the grace period —
+        /// the request's (f64 seconds, 0…3600, optional) or the supervisor's. `ok`.
         case terminate = 4
     }
 
