@@ -151,6 +151,12 @@ extension ProtectedFileSystem {
         guard node.isRegularFile, try currentClass(of: node) != nil else { throw FUSEErrno(ENOTSUP) }
         try attach(node, writing: false, reading: false)
         defer { detach(node) }
+        try rewrap(node, to: cls)
+    }
+
+    /// Rewraps the key of a protected file that is attached (a handle counted) for `cls`,
+    /// through its open engine if it has one. No floor or permission check: the caller's.
+    func rewrap(_ node: FileNode, to cls: ProtectionClass) throws(FUSEErrno) {
         let fd = node.open.withLock { $0.descriptor }
         do {
             // The new wrapping is made outside the file's lock (it may ask keybagd); it is written

@@ -31,6 +31,7 @@ extension ProtectedFileSystem {
             detach(node)
             throw error
         }
+        lowerWALIndexClass(node)
         var out = fuse_open_out()
         out.fh = handles.add(.file(node, writable: writable))
         replier.reply(request.unique, out)
@@ -451,21 +452,57 @@ extension ProtectedFileSystem {
     /// files beside a database (`NAME-wal`, `NAME-shm`, `NAME-journal`), at least the database's
     /// class, as Apple's SQLite gives a database's journals its protection: a class-A database's
     /// WAL is never written at the directory's weaker class, whichever program opens it.
+    ///
+    /// Except a database's WAL index (`NAME-shm` beside a regular file `NAME`): never class A, at
+    /// most class C, under any default or floor (``indexClass(_:)``).
     func newFileClass(named name: [UInt8], in directory: FileNode) -> ProtectionClass {
         let inherited = defaultClass(in: directory)
         for suffix in Self.databaseSidecarSuffixes where name.count > suffix.count && name.suffix(suffix.count).elementsEqual(suffix) {
             let database = Array(name.dropLast(suffix.count))
             var st = stat()
             guard withName(database, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, st.st_mode & S_IFMT == S_IFREG else { break }
+            var cls = inherited
             if case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: database, in: directory, st) {
-                return max(inherited, prefix.protectionClass)
+                cls = max(inherited, prefix.protectionClass)
             }
-            break
+            return suffix == Self.walIndexSuffix ? Self.indexClass(cls) : cls
         }
         return inherited
     }
 
-    static let databaseSidecarSuffixes = ["-wal", "-shm", "-journal"].map { Array($0.utf8) }
+    static let walIndexSuffix = Array("-shm".utf8)
+    static let databaseSidecarSuffixes = [Array("-wal".utf8), walIndexSuffix, Array("-journal".utf8)]
+
+    /// The class of a database's WAL index for what it would otherwise get: class C for class A.
+    ///
+    /// SQLite maps its `-shm` (`mmap`, shared) and touches it on every statement. At a lock, the
+    /// pages of class-A files are taken back (a mapped page faults: `SIGBUS`): a program with a
+    /// class-A WAL database open would be killed, with whatever it had not saved. The index holds
+    /// no row data (frame numbers, page numbers, salts and checksums of the WAL), so it is kept at
+    /// class C — still encrypted on disk, available after the first unlock — and is never taken
+    /// back: after the lock the program's reads and writes of the database and its WAL (class A)
+    /// fail with `EACCES` (SQLite's `SQLITE_IOERR`), and after the unlock it goes on.
+    static func indexClass(_ cls: ProtectionClass) -> ProtectionClass {
+        cls == .complete ? .completeUntilFirstUserAuthentication : cls
+    }
+
+    /// Whether `node` was last found as a database's WAL index (`NAME-shm`).
+    func isWALIndex(_ node: FileNode) -> Bool {
+        let name = node.lastSeen.withLock { $0.name }
+        return name.count > Self.walIndexSuffix.count && name.suffix(Self.walIndexSuffix.count).elementsEqual(Self.walIndexSuffix)
+    }
+
+    /// A WAL index made class A (by an earlier version, or a class change) is given class C when a
+    /// program opens it, before SQLite maps it (``indexClass(_:)``): its key is at hand then.
+    func lowerWALIndexClass(_ node: FileNode) {
+        guard node.open.withLock({ $0.protectionClass }) == .complete, isWALIndex(node) else { return }
+        do {
+            try rewrap(node, to: Self.indexClass(.complete))
+            logger.info("the WAL index \(describe(node)) is now class C (class A's lock would revoke it under the program mapping it)")
+        } catch {
+            logger.notice("the WAL index \(describe(node)) stays class A: \(error.code)")
+        }
+    }
 
     /// A directory's own default (`user.dataprotection.class`), read once and kept while the
     /// directory's change time stays the same (the attribute may be changed directly in the

@@ -50,6 +50,39 @@ struct ClassesOnTheMountTests {
         try mount.unmount()
     }
 
+    /// A program holding a class-A SQLite database open in WAL mode across lock + grace and the
+    /// next unlock is never killed: SQLite maps the database's `-shm` (its WAL index, no row
+    /// data), which gets class C (FORMAT.md §14) and so is never revoked at the lock; while
+    /// locked its statements fail (`SQLITE_IOERR`: `EACCES` underneath), after the unlock it
+    /// goes on, and the database passes `integrity_check`.
+    @Test func aProgramWithAClassADatabaseOpenSurvivesTheLock() throws {
+        let (cli, daemon, mount, passcode) = try setUp()
+        defer { daemon.stop() }
+        #expect(try mount.shell("mkdir a && setfattr -n user.dataprotection.class -v complete a").status == 0)
+        // A WAL index left class A (by an earlier version) is made class C as the program opens it.
+        let planted = try mount.shell("cd a && : > db.sqlite && printf x > db.sqlite-shm"
+            + " && setfattr -n user.dataprotection.class -v complete db.sqlite-shm && getfattr --only-values -n user.dataprotection.class db.sqlite-shm")
+        #expect(planted.out == "complete", "\(planted.out) \(planted.err)")
+        let program = try FileHolder(in: mount.mountPoint + "/a", script: FileHolder.databaseScript)
+        #expect(try program.send("open") == "ok")
+        for _ in 0..<20 { #expect(try program.send("insert") == "ok") }
+        let classes = try mount.shell("cd a && for f in db.sqlite db.sqlite-wal db.sqlite-shm; do getfattr --only-values -n user.dataprotection.class $f; echo; done")
+        #expect(classes.out == "complete\ncomplete\nuntil-first-unlock\n", "\(classes.out) \(classes.err)")
+        try lockPastGrace(cli, daemon)
+        #expect(try program.await("insert", "error") == "error", "a write while class A is locked fails")
+        #expect(program.process.isRunning, "alive after the lock")
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        #expect(try program.await("insert", "ok") == "ok", "and goes on after the unlock")
+        #expect(try program.send("check") == "ok")
+        #expect(Int(try program.send("count")) ?? 0 >= 21)
+        #expect(program.process.isRunning)
+        program.close()
+        #expect(program.process.terminationReason == .exit && program.process.terminationStatus == 0)
+        let integrity = try mount.shell("sqlite3 a/db.sqlite 'pragma integrity_check'")
+        #expect(integrity.out == "ok\n", "\(integrity.out) \(integrity.err)")
+        try mount.unmount()
+    }
+
     @Test func classBIsWritableWhileOpenAndCreatableWhileLockedButNotReopened() throws {
         let (cli, daemon, mount, passcode) = try setUp()
         defer { daemon.stop() }

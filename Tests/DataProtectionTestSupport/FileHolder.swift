@@ -42,13 +42,36 @@ public final class FileHolder {
 
     /// Runs the program in `directory` (`python3` itself), or as `launcher` + `python3 -c SCRIPT`
     /// (as an app: `dpctl app run ID --`).
-    public init(in directory: String, launcher: [String] = [], environment: [String: String]? = nil) throws {
+    /// A program that holds one SQLite database (`db.sqlite`, WAL) open, in Python's `sqlite3`:
+    /// `open` (WAL, a table), `insert` (one row of 3,000 bytes in its own transaction), `count`,
+    /// `check` (`integrity_check`); a failure answers `error` (its message on standard error).
+    public static let databaseScript = """
+        import sqlite3, sys
+        c = sqlite3.connect("db.sqlite", isolation_level=None, timeout=0)
+        def answer(text): print(text, flush=True)
+        for line in sys.stdin:
+            op = line.strip()
+            try:
+                if op == "open":
+                    c.execute("pragma journal_mode=wal"); c.execute("create table if not exists t(x)"); answer("ok")
+                elif op == "insert":
+                    c.execute("begin immediate"); c.execute("insert into t values (randomblob(3000))"); c.execute("commit"); answer("ok")
+                elif op == "count": answer(str(c.execute("select count(*) from t").fetchone()[0]))
+                elif op == "check": answer(c.execute("pragma integrity_check").fetchone()[0])
+            except sqlite3.Error as e:
+                print("sqlite3: %s" % e, file=sys.stderr, flush=True)
+                try: c.execute("rollback")
+                except sqlite3.Error: pass
+                answer("error")
+        """
+
+    public init(in directory: String, launcher: [String] = [], environment: [String: String]? = nil, script: String = FileHolder.script) throws {
         if launcher.isEmpty {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = ["-c", Self.script]
+            process.arguments = ["-c", script]
         } else {
             process.executableURL = URL(fileURLWithPath: launcher[0])
-            process.arguments = Array(launcher.dropFirst()) + ["/usr/bin/python3", "-c", Self.script]
+            process.arguments = Array(launcher.dropFirst()) + ["/usr/bin/python3", "-c", script]
         }
         if let environment { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
