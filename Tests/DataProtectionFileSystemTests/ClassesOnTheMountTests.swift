@@ -83,6 +83,35 @@ struct ClassesOnTheMountTests {
         try mount.unmount()
     }
 
+    /// keybagd restarted under a live mount (killed, as a crash; then stopped, as an upgrade): the
+    /// mount follows the new daemon — before first unlock when it appears, classes A and C back
+    /// after its unlock, class A gone again at its next lock + grace — and says so, once each.
+    @Test func aMountFollowsKeybagdThroughRestarts() throws {
+        let (cli, first, mount, passcode) = try setUp()
+        defer { first.stop() }
+        #expect(try mount.shell("mkdir a c && setfattr -n user.dataprotection.class -v complete a && printf 'class A' > a/f"
+                                + " && setfattr -n user.dataprotection.class -v until-first-unlock c && printf 'class C' > c/f").status == 0)
+        var daemon = first
+        for ending in ["killed", "stopped"] {
+            if ending == "killed" { daemon.kill() } else { daemon.stop() }
+            daemon = try KeybagdProcess(cli: cli)   // the same runtime directory: the same socket
+            let probe = try FileHolder(in: mount.mountPoint)
+            #expect(try probe.await("cat a/f", "EACCES") == "EACCES", "\(ending): class A before the new daemon's first unlock")
+            #expect(try probe.send("cat c/f") == "EACCES", "\(ending): class C before the new daemon's first unlock")
+            #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+            #expect(try probe.await("cat a/f", "class A") == "class A", "\(ending): class A after the unlock")
+            #expect(try probe.send("cat c/f") == "class C", "\(ending): class C after the unlock")
+            try lockPastGrace(cli, daemon)
+            #expect(try probe.await("cat a/f", "EACCES") == "EACCES", "\(ending): class A after the next lock + grace")
+            #expect(try probe.send("cat c/f") == "class C", "\(ending): class C stays after the first unlock")
+            #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+            probe.close()
+        }
+        defer { daemon.stop() }
+        let log = try mount.unmount()
+        #expect(log.components(separatedBy: "went away").count == 3 && log.components(separatedBy: "is back").count == 3, "\(log.replacingOccurrences(of: "\n", with: " // "))")
+    }
+
     @Test func classBIsWritableWhileOpenAndCreatableWhileLockedButNotReopened() throws {
         let (cli, daemon, mount, passcode) = try setUp()
         defer { daemon.stop() }

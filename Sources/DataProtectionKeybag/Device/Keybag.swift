@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Logging
 import Synchronization
 
 /// The device: its keybag, its lock state and the class keys the lock state allows.
@@ -344,15 +345,30 @@ public final class Keybag: Sendable {
 
 /// Event subscribers of a keybag whose keys a daemon holds: one subscription connection,
 /// opened on the first subscriber, fans out to every observer and stream of this process.
+///
+/// The subscription follows the daemon through restarts (a crash under `Restart=on-failure`, an
+/// upgrade, a `keybagd &` that died with its shell): when the connection ends, every class key is
+/// reported discarded (the daemon's keys went with it), and while anyone still listens the
+/// subscription is made again — at once, then after 50 ms, doubling up to 2 s between tries —
+/// until a daemon answers. The new daemon starts before first unlock, as after a reboot; its
+/// events then arrive as any daemon's, and if it was unlocked before the subscription was back,
+/// ``ProtectedDataEvent/didBecomeAvailable`` is delivered at once. Each loss and return is
+/// logged once.
 final class RemoteEvents: Sendable {
     private struct State {
         var observers: [UUID: @Sendable (ProtectedDataEvent) -> Void] = [:]
         var discardObservers: [UUID: @Sendable (ProtectionClass) -> Void] = [:]
         var streams: [UUID: AsyncStream<ProtectedDataEvent>.Continuation] = [:]
         var subscribed = false
+        /// A thread is trying to subscribe again after the daemon went away.
+        var resubscribing = false
+        var isListenedTo: Bool { !observers.isEmpty || !discardObservers.isEmpty || !streams.isEmpty }
     }
     private let client: KeybagDaemonClient
     private let state = Mutex(State())
+    private let logger = Logger(label: "dataprotection.keybag")
+    /// The longest wait between two tries to subscribe again.
+    static let longestRetryInterval: TimeInterval = 2
 
     init(client: KeybagDaemonClient) { self.client = client }
 
@@ -390,20 +406,69 @@ final class RemoteEvents: Sendable {
     private func subscribeIfNeeded() {
         let start = state.withLock { state in
             defer { state.subscribed = true }
-            return !state.subscribed
+            return !state.subscribed && !state.resubscribing
         }
         guard start else { return }
+        if !subscribe() { state.withLock { $0.subscribed = false } }
+    }
+
+    /// Opens the subscription; `false` when no daemon answered.
+    private func subscribe() -> Bool {
         do {
-            try client.subscribe({ [weak self] event in self?.deliver(event) }, ended: { [weak self] in
-                // The daemon went away: its keys with it. Subscribe again on the next observer.
-                self?.state.withLock { $0.subscribed = false }
-                self?.deliver(.discarded(.complete))
-                self?.deliver(.discarded(.completeUnlessOpen))
-                self?.deliver(.discarded(.completeUntilFirstUserAuthentication))
-            })
+            try client.subscribe({ [weak self] event in self?.deliver(event) }, ended: { [weak self] in self?.daemonWentAway() })
+            return true
         } catch {
-            state.withLock { $0.subscribed = false }
+            return false
         }
+    }
+
+    /// The subscription ended: the daemon's keys went with it. Every class is reported
+    /// discarded, and the subscription is made again on a thread of its own while anyone listens.
+    private func daemonWentAway() {
+        let retry = state.withLock { state -> Bool in
+            state.subscribed = false
+            guard state.isListenedTo, !state.resubscribing else { return false }
+            state.resubscribing = true
+            return true
+        }
+        logger.warning("keybagd (\(client.socketPath)) went away: classes A, B and C are unavailable until it returns and is unlocked")
+        deliver(.discarded(.complete))
+        deliver(.discarded(.completeUnlessOpen))
+        deliver(.discarded(.completeUntilFirstUserAuthentication))
+        guard retry else { return }
+        let thread = Thread { [weak self] in
+            var interval: TimeInterval = 0.05
+            while true {
+                guard let events = self else { return }
+                switch events.resubscribeOnce() {
+                case .done: return
+                case .tryAgain:
+                    usleep(useconds_t(interval * 1_000_000))
+                    interval = min(interval * 2, Self.longestRetryInterval)
+                }
+            }
+        }
+        thread.name = "keybagd reconnect"
+        thread.start()
+    }
+
+    private enum Retry { case done, tryAgain }
+
+    /// One try at subscribing again after the daemon went away.
+    private func resubscribeOnce() -> Retry {
+        guard state.withLock({ $0.isListenedTo }) else {
+            state.withLock { $0.resubscribing = false }
+            return .done
+        }
+        guard subscribe() else { return .tryAgain }
+        state.withLock {
+            $0.subscribed = true
+            $0.resubscribing = false
+        }
+        let available = (try? client.send(KeybagRequests.IsProtectedDataAvailable())) == true
+        logger.warning("keybagd (\(client.socketPath)) is back\(available ? " and unlocked" : ": classes follow its lock state from now on")")
+        if available { deliver(.protectedData(.didBecomeAvailable)) }
+        return .done
     }
 
     private func deliver(_ event: KeybagWire.Event) {
