@@ -451,6 +451,38 @@ struct AppFileSystemTests {
         #expect(holder.process.terminationStatus == 0)
     }
 
+    /// keybagd killed and started again under a running app: its supervisor, the apps' file
+    /// system server and the app follow the new daemon — classes A and C unavailable before its
+    /// first unlock, back after it, class A gone again at its next lock + grace.
+    @Test func aRunningAppFollowsKeybagdThroughARestart() throws {
+        var world = try AppWorld.make()
+        try world.install("com.example.restart", ["--default-protection", "until-first-unlock"])
+        var daemon = try KeybagdProcess(cli: world.cli)
+        defer { daemon.stop() }
+        world.environment = daemon.environment
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        let made = try world.shell("com.example.restart", "printf 'class C' > Documents/c.txt && printf 'class A' > Documents/a.txt"
+                                   + " && setfattr -n user.dataprotection.class -v complete Documents/a.txt")
+        #expect(made.status == 0, "\(made.stderr)")
+        let holder = try FileHolder(in: world.cli.root, launcher: [CLI.executable.path, "--root", world.cli.root, "app", "run", "com.example.restart",
+                                                                    "--"], environment: daemon.environment)
+        #expect(try holder.send("cat Documents/a.txt") == "class A")
+        daemon.kill()
+        daemon = try KeybagdProcess(cli: world.cli)
+        #expect(try holder.await("cat Documents/a.txt", "EACCES") == "EACCES", "class A before the new daemon's first unlock")
+        #expect(try holder.send("cat Documents/c.txt") == "EACCES", "class C before the new daemon's first unlock")
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        #expect(try holder.await("cat Documents/a.txt", "class A") == "class A", "class A after the unlock")
+        #expect(try holder.send("cat Documents/c.txt") == "class C", "class C after the unlock")
+        #expect(try world.dpctl(["lock"]).status == 0)
+        try daemon.advance(3600, root: world.cli.root)
+        #expect(try holder.await("cat Documents/a.txt", "EACCES") == "EACCES", "class A after the next lock + grace")
+        #expect(try holder.send("cat Documents/c.txt") == "class C", "class C stays after the first unlock")
+        #expect(try world.dpctl(["unlock", "--passcode-file", world.passcode]).status == 0)
+        holder.close()
+        #expect(holder.process.terminationStatus == 0)
+    }
+
     /// `sh -c script` running as app `id`, its containers served by a server allowed 400 nodes;
     /// its standard output (and, if asked, its standard error, as `standardError`) in pipes.
     private func startOnSmallServer(_ world: AppWorld, _ id: String, _ script: String, input: Pipe? = nil,
