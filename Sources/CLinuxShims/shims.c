@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <pthread.h>
 #include <sched.h>
+#include <malloc.h>
 #include <sys/resource.h>
 
 // What clone3 takes (linux/sched.h has it only from Linux 5.7's headers; the layout is the
@@ -59,6 +60,8 @@ int cshim_thread_umask_zero(void) {
     umask(0);
     return 0;
 }
+
+int cshim_clear_freed_memory(void) { return mallopt(M_PERTURB, 0xa5); }
 
 int cshim_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 

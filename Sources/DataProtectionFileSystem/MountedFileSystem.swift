@@ -37,6 +37,10 @@ public final class MountedFileSystem: Sendable {
     /// Serves requests until the file system is unmounted. Lock-state changes of the device
     /// (keybagd's, when one runs) apply to the mount while it serves.
     public func serve() async {
+        // Plaintext passes through buffers that are freed once answered: freed memory is
+        // overwritten (glibc's M_PERTURB), so that no class-A plaintext outlives its request in
+        // this process's heap once the lock drops the files' keys and caches.
+        _ = cshim_clear_freed_memory()
         let observers = await fileSystem.observeLockState(replier: FUSEReplier(fd: device.fd))
         raiseReadahead()
         defer { Task { [fileSystem] in await fileSystem.stopObserving(observers) } }

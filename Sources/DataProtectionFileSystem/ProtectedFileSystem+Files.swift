@@ -315,6 +315,9 @@ extension ProtectedFileSystem {
         let offset = Int64(bitPattern: argument.offset)
         if argument.write_flags & cfuse_write_kill_suidgid != 0 { clearSetID(node) }
         if let engine = try engine(of: node, writing: true) {
+            // The request's buffer is this serving thread's, read into again by the next request:
+            // class-A plaintext is cleared from it once written, whatever the outcome.
+            defer { if engine.protectionClass == .complete, let base = bytes.baseAddress { memset(UnsafeMutableRawPointer(mutating: base), 0, bytes.count) } }
             try withRoomForZeros(engine, upTo: offset) { () throws(FUSEErrno) in
                 try extendWithZeros(node, engine, to: offset, request: request.unique)
                 do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }

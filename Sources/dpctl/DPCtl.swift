@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtection
+import DataProtectionKeybag
 import Foundation
 import Logging
 
@@ -32,6 +33,10 @@ struct DPCtl: AsyncParsableCommand {
     static func main() async {
         // A write beyond RLIMIT_FSIZE must fail with EFBIG (a clean error), not kill us.
         signal(SIGXFSZ, SIG_IGN)
+        // Every dpctl may hold class keys (a passcode unlocks a keybag of its own) or plaintext
+        // (a mount, the apps' file system server, a supervisor, the sharing broker): no other
+        // process of the user reads its memory, and it never dumps a core.
+        ProcessHygiene.keepMemoryPrivate()
         // Arguments are bytes: read them from argv as such (LosslessPath), so `dpctl write $'y\xfe'`
         // and `$'y\xfd'` name two files, not one `y\u{FFFD}`.
         let raw = (1..<Int(CommandLine.argc)).map { index in
@@ -39,6 +44,9 @@ struct DPCtl: AsyncParsableCommand {
                                                                count: strlen(CommandLine.unsafeArgv[index]!)))
         }
         let arguments = hoistingGlobalOptions(raw)
+        // The file system servers carry plaintext through buffers they free: glibc overwrites
+        // every freed block in them (a re-execution with its tunables, once).
+        if arguments.first == "mount" || arguments.starts(with: ["app", "serve-file-system"]) { HeapHygiene.reexecIfNeeded() }
         if let message = CommandSuggestion.message(for: arguments, root: Self.self) {
             FileHandle.standardError.write(Data("dpctl: \(message)\n".utf8))
             Foundation.exit(ExitStatus.usage.rawValue)

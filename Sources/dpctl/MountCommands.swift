@@ -3,6 +3,9 @@ import DataProtection
 import DataProtectionFileSystem
 import DataProtectionKeybag
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 struct Mount: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -17,9 +20,10 @@ struct Mount: AsyncParsableCommand {
             (EACCES) and their cached pages are dropped; class-B files can be created while locked; \
             nothing of class C opens before the first unlock. The extended attribute \
             user.dataprotection.class is a file's class (setting it rewraps the key) and a \
-            directory's default. With keybagd running the mount follows the device's lock state; \
-            without it, this process's own: a mount unlocked with --passcode-file never locks until \
-            it ends. Needs fuse3 (fusermount3) and /dev/fuse.
+            directory's default. The mount follows the device's lock state through keybagd: when \
+            none serves the root, one is started for this mount (it stops when the mount ends), so \
+            `dpctl lock` and the desktop's lock reach it; where keybagd cannot be found, classes A, \
+            B and C are not served. Needs fuse3 (fusermount3) and /dev/fuse.
             """)
 
     @OptionGroup var device: DeviceOptions
@@ -31,14 +35,66 @@ struct Mount: AsyncParsableCommand {
 
     func run() async throws {
         try MountedFileSystem.checkAvailability()   // what is missing, before any passcode is asked
-        let keybag = try await device.openDevice(passcodeFile: unlock.passcodeFile)
+        // No mount outlives a lock with keys in hand: its keys are keybagd's, whose lock every
+        // process shares (`dpctl lock`, the desktop's screen lock). Without one, one is started.
+        let root = try device.resolvedRoot
+        var served = try KeybagDaemonClient.connect(root: root) != nil
+        var started: StartedKeybagd?
+        if !served, let daemon = try StartedKeybagd.start(root: root) {
+            (served, started) = (true, daemon)
+            note("no keybagd served \(root): started one for this mount (pid \(daemon.process.processIdentifier)); `dpctl lock` locks it, and it stops when the mount ends")
+        }
+        defer { started?.stop() }
+        // Without keybagd the device's own keybag is never unlocked here: only class D is served.
+        let keybag = try await device.openDevice(passcodeFile: served ? unlock.passcodeFile : nil)
         let fileSystem = try ProtectedFileSystem(directory: directory, files: ProtectedFileManager(keybag: keybag))
         let mounted = try fileSystem.mount(at: mountPoint)
         note("serving \(fileSystem.directory) at \(mounted.mountPoint); Ctrl-C or `dpctl umount \(mounted.mountPoint)` ends it"
-             + (keybag.daemonSocket == nil ? " (no keybagd: this mount follows this process's lock state, and never locks until it ends)" : ""))
+             + (keybag.daemonSocket == nil ? " (keybagd was not found beside dpctl: classes A, B and C are not served; install keybagd, or start it for \(root))" : ""))
         let signals = TerminationSignals { try? mounted.unmount() }
         defer { signals.cancel() }
         await mounted.serve()
+    }
+}
+
+/// A keybagd started for one `dpctl mount` (`keybagd --root ROOT --stop-with-process PID`): in a
+/// session of its own, it stops when this process ends, however it ends.
+struct StartedKeybagd {
+    let process: Process
+
+    /// Stops it and waits until it has (its socket gone): a command run right after the mount
+    /// ends never meets a daemon on its way out.
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    /// keybagd beside this dpctl (installed together, or built together), if it is there.
+    static var executable: String? {
+        let path = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("keybagd").path
+        return FileManager.default.isExecutableFile(atPath: path) ? path : nil
+    }
+
+    /// Starts keybagd for `root` and waits until it serves (its `ready SOCKET` line); `nil` when
+    /// there is no keybagd beside dpctl.
+    static func start(root: String) throws -> StartedKeybagd? {
+        guard let executable else { return nil }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["--root", root, "--stop-with-process", String(getpid())]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        try? output.fileHandleForWriting.close()
+        var line = Data()
+        while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+        guard String(decoding: line, as: UTF8.self).hasPrefix("ready ") else {
+            process.waitUntilExit()
+            throw CLIError("keybagd could not be started for \(root) (it exited with status \(process.terminationStatus)); start it yourself: keybagd --root \(root) &")
+        }
+        return StartedKeybagd(process: process)
     }
 }
 

@@ -43,6 +43,9 @@ struct Keybagd: AsyncParsableCommand {
     @Flag(name: .long, help: "Log each connection and lock change to standard error.")
     var verbose = false
 
+    @Option(name: .long, help: ArgumentHelp("Stop when process PID ends (a keybagd started for one `dpctl mount`).", valueName: "pid", visibility: .hidden))
+    var stopWithProcess: Int32?
+
     func validate() throws {
         if let idleLock, !(idleLock.isFinite && idleLock > 0 && idleLock <= 1e9) {
             throw ValidationError("--idle-lock takes a number of seconds greater than 0")
@@ -88,14 +91,28 @@ struct Keybagd: AsyncParsableCommand {
         for sig in [SIGTERM, SIGINT, SIGHUP] {
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig)
-            source.setEventHandler {
-                Self.watcher?.stop()
-                daemon.stop()
-                logger.notice("stopped; class keys dropped")
-                Glibc.exit(0)
-            }
+            source.setEventHandler { Self.stop(daemon, logger) }
             source.resume()
             Self.signalSources.append(source)
+        }
+        if let stopWithProcess {
+            // A session of its own: the terminal's Ctrl-C for the mount must not end the daemon
+            // before the mount has unmounted (it ends with the mount's process).
+            _ = setsid()
+            // A process descriptor: readable once that process has ended, whatever ended it (a
+            // SIGKILL included), and never another process that later gets its number.
+            let process = cshim_pidfd_open(stopWithProcess)
+            guard process >= 0 else {
+                FileHandle.standardError.write(Data("keybagd: process \(stopWithProcess) is not running (--stop-with-process)\n".utf8))
+                throw ExitCode(1)
+            }
+            let thread = Thread {
+                var ended = pollfd(fd: process, events: Int16(POLLIN), revents: 0)
+                while poll(&ended, 1, -1) < 0 && errno == EINTR {}
+                logger.notice("process \(stopWithProcess) ended")
+                Self.stop(daemon, logger)
+            }
+            thread.start()
         }
         let watcher = DesktopLockWatcher()
         Self.watcher = watcher
@@ -118,6 +135,14 @@ struct Keybagd: AsyncParsableCommand {
         }
         if let idleLock { Task { await daemon.lockWhenIdle(after: idleLock) } }
         try await daemon.serve()
+    }
+
+    /// Stops serving, drops the class keys and exits.
+    static func stop(_ daemon: KeybagDaemon, _ logger: Logger) -> Never {
+        Self.watcher?.stop()
+        daemon.stop()
+        logger.notice("stopped; class keys dropped")
+        Glibc.exit(0)
     }
 
     nonisolated(unsafe) static var signalSources: [any DispatchSourceSignal] = []

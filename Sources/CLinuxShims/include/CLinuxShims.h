@@ -32,6 +32,11 @@ int cshim_peer_credentials(int fd, int *pid, unsigned *uid);
 /// then stays the process's).
 int cshim_thread_umask_zero(void);
 
+/// `mallopt(M_PERTURB, 0xa5)`: from now on glibc's allocator overwrites every block it frees
+/// (and fills every block it hands out), so what a buffer held does not outlive it in freed
+/// memory. 1 when set, 0 otherwise (another allocator).
+int cshim_clear_freed_memory(void);
+
 /// `prctl(PR_SET_DUMPABLE, 0)` (prctl is variadic): no core dumps, no ptrace by the same user.
 int cshim_set_nondumpable(void);
 

@@ -3,21 +3,23 @@ import Foundation
 import Glibc
 #endif
 
-/// glibc settings that keep secrets out of freed heap memory, applied by re-executing keybagd
-/// once with them (glibc reads `GLIBC_TUNABLES` only at start).
+/// glibc settings that keep secrets out of freed heap memory, applied by re-executing the
+/// program once with them (glibc reads `GLIBC_TUNABLES` only at start): keybagd (class keys),
+/// and the file system servers — `dpctl mount`, the apps' server — whose buffers carry
+/// plaintext.
 ///
-/// The daemon's own buffers are wiped after use (`SecretBytes`, `wipeInPlace`), but libraries
-/// below it free copies it never sees — swift-crypto's key-wrap output and HMAC key pads among
-/// them. With `glibc.malloc.perturb` every `free` overwrites the block, and with the per-thread
-/// cache off (`tcache_count=0`) no free skips that. The cost is a memset per free; keybagd's
-/// requests are small.
-enum HeapHygiene {
+/// Our own secret buffers are wiped after use (`SecretBytes`, `wipeInPlace`), but libraries
+/// below free copies we never see — swift-crypto's key-wrap output and HMAC key pads, Foundation's
+/// `Data` slices of a decrypted segment. With `glibc.malloc.perturb` every `free` overwrites the
+/// block, and with the per-thread cache off (`tcache_count=0`) no free skips that (a block of up
+/// to 1 KiB freed into the cache keeps its bytes). The cost is a memset per free.
+package enum HeapHygiene {
     static let tunables = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165"
-    static let marker = "KEYBAGD_HEAP_HYGIENE"
+    static let marker = "DATAPROTECTION_HEAP_HYGIENE"
 
     /// Re-executes this program with the tunables, once; returns when they are in force (or
     /// when re-executing is impossible, which only costs the defence in depth).
-    static func reexecIfNeeded() {
+    package static func reexecIfNeeded() {
         let environment = ProcessInfo.processInfo.environment
         guard environment[marker] == nil else { return }
         let existing = environment["GLIBC_TUNABLES"].map { $0 + ":" } ?? ""
