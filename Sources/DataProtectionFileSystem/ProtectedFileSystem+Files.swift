@@ -476,18 +476,13 @@ extension ProtectedFileSystem {
     static let walIndexSuffix = Array("-shm".utf8)
     static let databaseSidecarSuffixes = [Array("-wal".utf8), walIndexSuffix, Array("-journal".utf8)]
 
-    /// The class of a database's WAL index for what it would otherwise get: class C for class A.
-    ///
-    /// SQLite maps its `-shm` (`mmap`, shared) and touches it on every statement. At a lock, the
-    /// pages of class-A files are taken back (a mapped page faults: `SIGBUS`): a program with a
-    /// class-A WAL database open would be killed, with whatever it had not saved. The index holds
-    /// no row data (frame numbers, page numbers, salts and checksums of the WAL), so it is kept at
-    /// class C — still encrypted on disk, available after the first unlock — and is never taken
-    /// back: after the lock the program's reads and writes of the database and its WAL (class A)
-    /// fail with `EACCES` (SQLite's `SQLITE_IOERR`), and after the unlock it goes on.
-    static func indexClass(_ cls: ProtectionClass) -> ProtectionClass {
-        cls == .complete ? .completeUntilFirstUserAuthentication : cls
-    }
+    /// The class of a database's WAL index for what it would otherwise get: class C for class A
+    /// (``ProtectionClass/walIndexClass``). At a lock the pages of class-A files are taken back
+    /// (a mapped page faults: `SIGBUS`), and SQLite maps its `-shm`: the index, which holds no
+    /// row data, is never class A, so a program holding a class-A WAL database open is not killed —
+    /// its reads and writes of the database and its WAL fail with `EACCES` (SQLite's
+    /// `SQLITE_IOERR`) until the unlock.
+    static func indexClass(_ cls: ProtectionClass) -> ProtectionClass { cls.walIndexClass }
 
     /// Whether `node` was last found as a database's WAL index (`NAME-shm`).
     func isWALIndex(_ node: FileNode) -> Bool {

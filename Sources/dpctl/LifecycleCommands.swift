@@ -85,7 +85,7 @@ struct AppState: AsyncParsableCommand {
 struct AppStop: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stop",
-        abstract: "Stop a running app (willTerminate and SIGTERM, then SIGKILL after a grace period).",
+        abstract: "Stop a running app (SIGTERM, later SIGKILL).",
         discussion: """
             The same as sending SIGTERM to its `dpctl app run`: every process of the app gets \
             SIGTERM (a shell's trap runs), a Swift app hears willTerminate, and what is left \

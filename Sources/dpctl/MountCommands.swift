@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionFileSystem
 import DataProtectionKeybag
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -83,19 +84,49 @@ struct StartedKeybagd {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["--root", root, "--stop-with-process", String(getpid())]
-        let output = Pipe()
+        let output = Pipe(), errors = Pipe()
         process.standardOutput = output
+        process.standardError = errors
         process.standardInput = FileHandle.nullDevice
         try process.run()
         try? output.fileHandleForWriting.close()
+        try? errors.fileHandleForWriting.close()
+        let said = Self.forwardWarnings(errors.fileHandleForReading)
         var line = Data()
         while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
         guard String(decoding: line, as: UTF8.self).hasPrefix("ready ") else {
             process.waitUntilExit()
-            throw CLIError("keybagd could not be started for \(root) (it exited with status \(process.terminationStatus)); start it yourself: keybagd --root \(root) &")
+            let why = said.lines.withLock { $0 }.last.map { ": " + $0 } ?? " (it exited with status \(process.terminationStatus))"
+            throw CLIError("keybagd could not be started for \(root)\(why); start it yourself: keybagd --root \(root) &")
         }
         return StartedKeybagd(process: process)
     }
+
+    /// Passes on what the daemon says on its standard error that matters to the mount's user
+    /// (warnings, errors: not its notices about desktop signals it cannot watch), on a thread of
+    /// its own until the daemon ends; returns every line, for a daemon that fails to start.
+    private static func forwardWarnings(_ handle: FileHandle) -> Said {
+        let said = Said()
+        let thread = Thread {
+            var pending = Data()
+            while let chunk = try? handle.read(upToCount: 4096), !chunk.isEmpty {
+                pending += chunk
+                while let end = pending.firstIndex(of: 0x0A) {
+                    let text = String(decoding: pending[pending.startIndex..<end], as: UTF8.self)
+                    pending = Data(pending[(end + 1)...])
+                    said.lines.withLock { if $0.count < 64 { $0.append(text) } }
+                    if !text.contains(" notice ") && !text.contains(" info ") && !text.contains(" debug ") {
+                        FileHandle.standardError.write(Data((text + "\n").utf8))
+                    }
+                }
+            }
+        }
+        thread.start()
+        return said
+    }
+
+    /// What the daemon said on its standard error (at most 64 lines).
+    final class Said: Sendable { let lines = Mutex<[String]>([]) }
 }
 
 struct Unmount: AsyncParsableCommand {

@@ -38,12 +38,18 @@ final class MountedDirectory: @unchecked Sendable {
         process.standardError = errorPipe
         process.standardOutput = FileHandle.nullDevice
         try process.run()
-        // dpctl says "serving …" once the file system is mounted (requests wait for its threads).
-        let line = try readLine(errorPipe.fileHandleForReading.fileDescriptor, timeout: 60)
+        // dpctl says "serving …" once the file system is mounted (requests wait for its threads);
+        // before it, perhaps that it started a keybagd for the root.
+        var said: [String] = []
+        while said.last.map({ !$0.hasPrefix("dpctl: serving ") && !$0.isEmpty }) ?? true {
+            said.append(try readLine(errorPipe.fileHandleForReading.fileDescriptor, timeout: 60))
+            if said.count > 20 { break }
+        }
         errors = PipeReader(errorPipe.fileHandleForReading)
-        guard line.contains("serving ") else {
+        guard said.last?.hasPrefix("dpctl: serving ") == true else {
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
-            throw TestFailure("dpctl mount: \(line) \(String(decoding: errors.result(), as: UTF8.self))")
+            throw TestFailure("dpctl mount: \(said.joined(separator: "\n")) \(String(decoding: errors.result(), as: UTF8.self))")
         }
     }
 

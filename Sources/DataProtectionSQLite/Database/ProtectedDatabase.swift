@@ -330,7 +330,7 @@ public final class ProtectedDatabase: Sendable {
         if isServedByFileSystem {
             // The file system rewraps each file's key: the database and its WAL files.
             for path in [url.path] + Self.sidecars(of: url.path) where FileManager.default.fileExists(atPath: path) {
-                try await files.setProtection(protectionClass, ofItemAt: URL(fileURLWithPath: path))
+                try await files.setProtection(Self.sidecarClass(path, protectionClass), ofItemAt: URL(fileURLWithPath: path))
             }
             state.withLock { $0.protectionClass = protectionClass }
             return
@@ -357,6 +357,12 @@ public final class ProtectedDatabase: Sendable {
     /// The files SQLite keeps beside a database in WAL mode.
     static func sidecars(of path: String) -> [String] { [path + "-wal", path + "-shm"] }
 
+    /// The class of the database's file at `path` for a database of `cls`: its own, but the WAL
+    /// index (`-shm`) never class A (``ProtectionClass/walIndexClass``).
+    static func sidecarClass(_ path: String, _ cls: ProtectionClass) -> ProtectionClass {
+        path.hasSuffix("-shm") ? cls.walIndexClass : cls
+    }
+
     /// A database inside an app whose containers the protected file system serves: plain SQLite
     /// pages through it (it seals them in the file's segments: never encrypted twice), in WAL
     /// mode, the database and its WAL files of at least the class asked for (and of the
@@ -376,7 +382,7 @@ public final class ProtectedDatabase: Sendable {
             var st = stat()
             if lstat(path, &st) != 0 {
                 guard errno == ENOENT else { throw ProtectedFileError.fileSystem(FileSystemError("lstat", path: path, errno: Errno(rawValue: errno))) }
-                let handle = try await files.createFile(at: file, protection: protectionClass)
+                let handle = try await files.createFile(at: file, protection: sidecarClass(path, protectionClass))
                 try await handle.close()
                 continue
             }
@@ -385,9 +391,9 @@ public final class ProtectedDatabase: Sendable {
             guard st.st_mode & S_IFMT == S_IFREG else {
                 throw ProtectedFileError.notARegularFile(path: path, kind: st.st_mode & S_IFMT == S_IFLNK ? "symbolic link" : "special file")
             }
-            if let current = try files.protection(ofItemAt: file).fileClass, current < protectionClass {
+            if let current = try files.protection(ofItemAt: file).fileClass, current < sidecarClass(path, protectionClass) {
                 // The file system rewraps its key.
-                try await files.setProtection(protectionClass, ofItemAt: file)
+                try await files.setProtection(sidecarClass(path, protectionClass), ofItemAt: file)
             }
         }
         var configuration = configuration
