@@ -168,7 +168,10 @@ public final class MountedFileSystem: Sendable {
 
     /// Unmounts the file system at `mountPoint`, served by whatever process (`dpctl umount`).
     public static func unmount(_ mountPoint: String) throws {
-        try FUSEDevice.unmount(URL(fileURLWithPath: mountPoint).standardizedFileURL.path)
+        // Never a look at the mount point itself (`URL(fileURLWithPath:)` without `isDirectory`
+        // stats it to find out): a server that stopped answering would hang that look, and the
+        // unmount is what ends it.
+        try FUSEDevice.unmount(URL(fileURLWithPath: mountPoint, isDirectory: true).standardizedFileURL.path)
     }
 }
 
