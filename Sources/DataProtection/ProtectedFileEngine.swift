@@ -53,13 +53,14 @@ package final class ProtectedFileEngine: @unchecked Sendable {
     }
 
     /// Writes a class change (a new wrapping of this file's key) through this engine, whose
-    /// header it is: one header write, the engine's marks kept, the modification time kept (a
-    /// class is an attribute, as on other file systems: it changes the change time only).
+    /// header it is: one header write, the engine's marks kept. The modification time moves: an
+    /// incremental backup tells a changed file by its size and modification time, and must store
+    /// the file again with its new class.
     package func apply(_ rewrap: Rewrap) throws {
         guard rewrap.fileID == file.header.fileID else {
             throw ProtectedFileError.damaged(path: file.path, reason: "its header changed during the class change")
         }
-        try keepingModificationTime { try file.replaceWrapping(rewrap.wrappedKey) }
+        try file.replaceWrapping(rewrap.wrappedKey)
     }
 
     /// Runs `body`, which writes the file without changing its content, then sets the file's
@@ -136,11 +137,7 @@ package struct Rewrap: Sendable {
             throw ProtectedFileError.damaged(path: path, reason: "its header changed during the class change")
         }
         header.wrappedKey = wrappedKey
-        var before = stat()
-        let known = fstat(fd.rawValue, &before) == 0
         try POSIXFile.write(fd, header.encoded(keys: keys), at: 0, path: path)
-        // A class is an attribute: the modification time stays (see ProtectedFileEngine.apply).
-        if known { _ = futimens(fd.rawValue, [timespec(tv_sec: 0, tv_nsec: utimeOmit), before.st_mtim]) }
         try POSIXFile.sync(fd, path: path)
     }
 }

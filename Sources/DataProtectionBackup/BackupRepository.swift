@@ -55,7 +55,8 @@ public struct BackupRepository: Sendable {
             // Readable by its owner only, whatever the umask (as restic's): only ciphertext, but
             // object counts, sizes and backup times are nobody else's business. A repository
             // made before is closed the same way at its next write.
-            if st.st_mode & 0o077 != 0 {
+            // Not another user's (a repository shared with a group): theirs to close, left as it is.
+            if st.st_mode & 0o077 != 0, st.st_uid == geteuid() {
                 try POSIXFile.call("chmod", dir.path) { chmod($0, st.st_mode & 0o700) }
             }
         }

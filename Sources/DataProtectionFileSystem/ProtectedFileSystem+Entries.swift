@@ -242,6 +242,14 @@ extension ProtectedFileSystem {
         replier.reply(request.unique, entry(node, st))
     }
 
+    /// The class of the protected regular file `name` in `directory` (which `st` describes): the
+    /// open file's, else its header's; `nil` for a plain one.
+    func protectedClass(named name: [UInt8], in directory: FileNode, _ st: stat) -> ProtectionClass? {
+        if let node = nodes.existing(InodeIdentity(st)), let cls = node.open.withLock({ $0.protectionClass }) { return cls }
+        if case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: name, in: directory, st) { return prefix.protectionClass }
+        return nil
+    }
+
     func readLink(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
         let node = try nodes.node(request.nodeID)
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
@@ -276,6 +284,18 @@ extension ProtectedFileSystem {
         let (new, _) = try FUSERequest.name(in: rest)
         try refuseReserved(old)
         try refuseReserved(new)
+        // A WAL index (class C below a class-A floor) keeps a WAL index's name: renamed to any
+        // other, it would be a class-C file where the floor promises A.
+        var moving = stat()
+        if newParent.floor != nil, withName(old, { fstatat(parent.fd, $0, &moving, AT_SYMLINK_NOFOLLOW) }) == 0, moving.st_mode & S_IFMT == S_IFREG {
+            try refuseBelowFloor(protectedClass(named: old, in: parent, moving), named: new, in: newParent)
+        }
+        if flags & cfuse_rename_exchange != 0, parent.floor != nil {
+            var other = stat()
+            if withName(new, { fstatat(newParent.fd, $0, &other, AT_SYMLINK_NOFOLLOW) }) == 0, other.st_mode & S_IFMT == S_IFREG {
+                try refuseBelowFloor(protectedClass(named: new, in: newParent, other), named: old, in: parent)
+            }
+        }
         let renamed = withName(old) { from in withName(new) { to in cfuse_renameat2(parent.fd, from, newParent.fd, to, flags) } }
         guard renamed == 0 else { throw FUSEErrno(errno) }
         // The moved item's node (if the kernel holds one) now lives under its new parent; with
@@ -298,6 +318,7 @@ extension ProtectedFileSystem {
         let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_link_in.self))
         try refuseReserved(name)
         guard !node.isDirectory else { throw FUSEErrno(EPERM) }
+        try refuseBelowFloor(try currentClass(of: node), named: name, in: newParent)
         let linked = withName(name) { linkat(AT_FDCWD, node.reopenPath, newParent.fd, $0, AT_SYMLINK_FOLLOW) }
         guard linked == 0 else { throw FUSEErrno(errno) }
         let (same, st) = try nodes.lookup(name, in: newParent)

@@ -31,7 +31,7 @@ extension ProtectedFileSystem {
             detach(node)
             throw error
         }
-        lowerWALIndexClass(node)
+        lowerWALIndexClass(node, writable: writable)
         var out = fuse_open_out()
         out.fh = handles.add(.file(node, writable: writable))
         replier.reply(request.unique, out)
@@ -313,11 +313,17 @@ extension ProtectedFileSystem {
         guard data.count >= Int(argument.size) else { throw FUSEErrno(EINVAL) }
         let bytes = UnsafeRawBufferPointer(rebasing: data[0..<Int(argument.size)])
         let offset = Int64(bitPattern: argument.offset)
+        // The request's buffer is this serving thread's, read into again by the next request:
+        // class-A plaintext is cleared from it once answered, whatever the outcome (a write
+        // refused at the lock included), by the file's class before or after the call.
+        let classBefore = node.open.withLock { $0.protectionClass }
+        defer {
+            if classBefore == .complete || node.open.withLock({ $0.protectionClass }) == .complete, let base = bytes.baseAddress {
+                memset(UnsafeMutableRawPointer(mutating: base), 0, bytes.count)
+            }
+        }
         if argument.write_flags & cfuse_write_kill_suidgid != 0 { clearSetID(node) }
         if let engine = try engine(of: node, writing: true) {
-            // The request's buffer is this serving thread's, read into again by the next request:
-            // class-A plaintext is cleared from it once written, whatever the outcome.
-            defer { if engine.protectionClass == .complete, let base = bytes.baseAddress { memset(UnsafeMutableRawPointer(mutating: base), 0, bytes.count) } }
             try withRoomForZeros(engine, upTo: offset) { () throws(FUSEErrno) in
                 try extendWithZeros(node, engine, to: offset, request: request.unique)
                 do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
@@ -456,18 +462,17 @@ extension ProtectedFileSystem {
     /// class, as Apple's SQLite gives a database's journals its protection: a class-A database's
     /// WAL is never written at the directory's weaker class, whichever program opens it.
     ///
-    /// Except a database's WAL index (`NAME-shm` beside a regular file `NAME`): never class A, at
-    /// most class C, under any default or floor (``indexClass(_:)``).
+    /// Except a database's WAL index (`NAME-shm` beside a protected file `NAME`): never class A,
+    /// at most class C, under any default or floor (``indexClass(_:)``); it cannot be renamed or
+    /// linked to another name below a floor (``refuseBelowFloor(_:named:in:)``).
     func newFileClass(named name: [UInt8], in directory: FileNode) -> ProtectionClass {
         let inherited = defaultClass(in: directory)
         for suffix in Self.databaseSidecarSuffixes where name.count > suffix.count && name.suffix(suffix.count).elementsEqual(suffix) {
             let database = Array(name.dropLast(suffix.count))
             var st = stat()
             guard withName(database, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, st.st_mode & S_IFMT == S_IFREG else { break }
-            var cls = inherited
-            if case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: database, in: directory, st) {
-                cls = max(inherited, prefix.protectionClass)
-            }
+            guard case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: database, in: directory, st) else { break }
+            let cls = max(inherited, prefix.protectionClass)
             return suffix == Self.walIndexSuffix ? Self.indexClass(cls) : cls
         }
         return inherited
@@ -484,22 +489,46 @@ extension ProtectedFileSystem {
     /// `SQLITE_IOERR`) until the unlock.
     static func indexClass(_ cls: ProtectionClass) -> ProtectionClass { cls.walIndexClass }
 
-    /// Whether `node` was last found as a database's WAL index (`NAME-shm`).
-    func isWALIndex(_ node: FileNode) -> Bool {
-        let name = node.lastSeen.withLock { $0.name }
-        return name.count > Self.walIndexSuffix.count && name.suffix(Self.walIndexSuffix.count).elementsEqual(Self.walIndexSuffix)
+    /// Whether `name` is a WAL index's (`NAME-shm`, `NAME` not empty).
+    static func isWALIndexName(_ name: [UInt8]) -> Bool {
+        name.count > walIndexSuffix.count && name.suffix(walIndexSuffix.count).elementsEqual(walIndexSuffix)
     }
 
-    /// A WAL index made class A (by an earlier version, or a class change) is given class C when a
-    /// program opens it, before SQLite maps it (``indexClass(_:)``): its key is at hand then.
-    func lowerWALIndexClass(_ node: FileNode) {
-        guard node.open.withLock({ $0.protectionClass }) == .complete, isWALIndex(node) else { return }
+    /// What a WAL index starts with: its header's version, 3007000, in the machine's byte order
+    /// (SQLite's `wal.c`, `WALINDEX_MAX_VERSION`).
+    static let walIndexVersion = withUnsafeBytes(of: UInt32(3_007_000)) { Array($0) }
+
+    /// A WAL index made class A (by an earlier version, or a class change) is given class C when
+    /// SQLite opens it for writing, before it maps it (``indexClass(_:)``): its key is at hand
+    /// then. Only what is one: a single link, named `NAME-shm` beside a protected regular file
+    /// `NAME`, whose content is a WAL index's (its version first, or as much of it as SQLite
+    /// left when it cut the file short, or nothing) — so no other file is lowered by being named
+    /// or linked so.
+    func lowerWALIndexClass(_ node: FileNode, writable: Bool) {
+        guard writable, node.open.withLock({ $0.protectionClass }) == .complete else { return }
+        let name = node.lastSeen.withLock { $0.name }
+        guard Self.isWALIndexName(name), let st = try? node.status(), st.st_nlink == 1,
+              let parent = try? nodes.node(node.parent.withLock { $0 }) else { return }
+        let database = Array(name.dropLast(Self.walIndexSuffix.count))
+        var beside = stat()
+        guard withName(database, { fstatat(parent.fd, $0, &beside, AT_SYMLINK_NOFOLLOW) }) == 0, beside.st_mode & S_IFMT == S_IFREG,
+              case .protected? = kinds.kind(of: beside) ?? readKind(named: database, in: parent, beside) else { return }
+        guard let engine = try? engine(of: node, writing: false),
+              let head = try? node.open.withLock({ _ in try engine.read(at: 0, count: 4) }),
+              Self.walIndexVersion.starts(with: Array(head)) else { return }
         do {
             try rewrap(node, to: Self.indexClass(.complete))
             logger.info("the WAL index \(describe(node)) is now class C (class A's lock would revoke it under the program mapping it)")
         } catch {
             logger.notice("the WAL index \(describe(node)) stays class A: \(error.code)")
         }
+    }
+
+    /// Refuses (`EPERM`) giving a protected file below `directory`'s floor a name there that is
+    /// not a WAL index's: the one kind of file allowed below a floor stays one (FORMAT.md §14).
+    func refuseBelowFloor(_ cls: ProtectionClass?, named name: [UInt8], in directory: FileNode) throws(FUSEErrno) {
+        guard let cls, let floor = directory.floor, cls < floor, !Self.isWALIndexName(name) else { return }
+        throw FUSEErrno(EPERM)
     }
 
     /// A directory's own default (`user.dataprotection.class`), read once and kept while the

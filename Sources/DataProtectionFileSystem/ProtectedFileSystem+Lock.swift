@@ -32,7 +32,7 @@ final class ClassGate: Sendable {
 }
 
 extension ProtectedFileSystem {
-    struct Observers: Sendable { let discard: UUID, events: UUID }
+    struct Observers: Sendable { let discard: UUID, events: UUID, returns: UUID? }
 
     /// Follows the keybag: a discarded class key locks the class's files on the mount; an
     /// unlock makes them available again.
@@ -46,12 +46,18 @@ extension ProtectedFileSystem {
         let events = await keybag.addObserver { [self] event in
             if event == .didBecomeAvailable { gate.reset() }
         }
-        return Observers(discard: discard, events: events)
+        // A keybagd back after a restart, locked again after its first unlock by then: class C,
+        // closed when the daemon went, is open again (class A comes with didBecomeAvailable).
+        let returns = await keybag.addReturnObserver { [self] available in
+            if available.contains(.completeUntilFirstUserAuthentication) { gate.set(.completeUntilFirstUserAuthentication, .available) }
+        }
+        return Observers(discard: discard, events: events, returns: returns)
     }
 
     func stopObserving(_ observers: Observers) async {
         await files.keybag.removeDiscardObserver(observers.discard)
         await files.keybag.removeObserver(observers.events)
+        if let returns = observers.returns { await files.keybag.removeDiscardObserver(returns) }
     }
 
     /// Applies the lock of `cls` to the mount, in the order that loses nothing: (1) refuse opens

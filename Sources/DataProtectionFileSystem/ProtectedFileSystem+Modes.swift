@@ -25,6 +25,14 @@ extension ProtectedFileSystem {
     /// may have masked it.
     func applyModeIfMasked(_ mode: UInt32, name: [UInt8], in parent: FileNode) {
         guard !Self.serverUmaskIsOff.load(ordering: .relaxed) else { return }
-        _ = withName(name) { fchmodat(parent.fd, $0, mode, 0) }
+        // On the item itself, never through a link swapped in meanwhile; a directory keeps the
+        // set-group-ID bit it inherited from its parent, as tmpfs gives it.
+        let fd = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT != S_IFLNK else { return }
+        let inherited = st.st_mode & S_IFMT == S_IFDIR ? st.st_mode & S_ISGID : 0
+        _ = chmod("/proc/self/fd/\(fd)", mode | inherited)
     }
 }

@@ -41,9 +41,18 @@ struct Mount: AsyncParsableCommand {
         let root = try device.resolvedRoot
         var served = try KeybagDaemonClient.connect(root: root) != nil
         var started: StartedKeybagd?
-        if !served, let daemon = try StartedKeybagd.start(root: root) {
-            (served, started) = (true, daemon)
-            note("no keybagd served \(root): started one for this mount (pid \(daemon.process.processIdentifier)); `dpctl lock` locks it, and it stops when the mount ends")
+        if !served {
+            do {
+                if let daemon = try StartedKeybagd.start(root: root) {
+                    (served, started) = (true, daemon)
+                    note("no keybagd served \(root): started one for this mount (pid \(daemon.process.processIdentifier)); `dpctl lock` locks it,"
+                         + " and it stops when the mount ends (with it, for other programs using \(root) meanwhile: run keybagd yourself to share one)")
+                }
+            } catch {
+                // Another command started one meanwhile (two mounts of one root at once): use it.
+                guard try KeybagDaemonClient.connect(root: root) != nil else { throw error }
+                served = true
+            }
         }
         defer { started?.stop() }
         // Without keybagd the device's own keybag is never unlocked here: only class D is served.
@@ -59,7 +68,8 @@ struct Mount: AsyncParsableCommand {
 }
 
 /// A keybagd started for one `dpctl mount` (`keybagd --root ROOT --stop-with-process PID`): in a
-/// session of its own, it stops when this process ends, however it ends.
+/// process group of its own (the terminal's Ctrl-C reaches the mount, which stops it), it stops
+/// when this process ends, however it ends.
 struct StartedKeybagd {
     let process: Process
 
@@ -96,7 +106,8 @@ struct StartedKeybagd {
         while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
         guard String(decoding: line, as: UTF8.self).hasPrefix("ready ") else {
             process.waitUntilExit()
-            let why = said.lines.withLock { $0 }.last.map { ": " + $0 } ?? " (it exited with status \(process.terminationStatus))"
+            let last = said.lines.withLock { $0 }.last.map { $0.hasPrefix("keybagd: ") ? String($0.dropFirst(9)) : $0 }
+            let why = last.map { ": " + $0 } ?? " (it exited with status \(process.terminationStatus))"
             throw CLIError("keybagd could not be started for \(root)\(why); start it yourself: keybagd --root \(root) &")
         }
         return StartedKeybagd(process: process)

@@ -96,13 +96,11 @@ struct Keybagd: AsyncParsableCommand {
             Self.signalSources.append(source)
         }
         if let stopWithProcess {
-            // A session of its own: the terminal's Ctrl-C for the mount must not end the daemon
-            // before the mount has unmounted (it ends with the mount's process).
-            _ = setsid()
             // A process descriptor: readable once that process has ended, whatever ended it (a
-            // SIGKILL included), and never another process that later gets its number.
+            // SIGKILL included), and never another process that later gets its number — checked
+            // to be the parent that started this daemon, not a process that took its number.
             let process = cshim_pidfd_open(stopWithProcess)
-            guard process >= 0 else {
+            guard process >= 0, getppid() == stopWithProcess else {
                 FileHandle.standardError.write(Data("keybagd: process \(stopWithProcess) is not running (--stop-with-process)\n".utf8))
                 throw ExitCode(1)
             }

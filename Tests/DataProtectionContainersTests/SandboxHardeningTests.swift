@@ -202,6 +202,33 @@ import Testing
 /// mediate setxattr), and another member's new files were written in class D: now the file
 /// system refuses it, and new files keep the class the user chose either way.
 @Suite struct ClassFloorTests {
+    /// The one file allowed below a class-A floor is a database's WAL index (class C: SQLite maps
+    /// it, and class A's lock would revoke it). An app cannot use that to lower anything else:
+    /// a file named `NAME-shm` cannot be renamed or linked to another name, and a class-A file
+    /// renamed or linked to such a name is never lowered (only a lone link, beside a protected
+    /// `NAME`, whose content is a WAL index's, opened for writing).
+    @Test func anAppCannotLowerAFileThroughTheWALIndexRule() throws {
+        let world = try AppWorld.make()
+        let app = try world.install("com.example.shm", ["--default-protection", "complete"])
+        let docs = app + "/Documents"
+        let attempts = try world.shell("com.example.shm", """
+            cd Documents
+            c() { getfattr --only-values -n user.dataprotection.class "$1"; echo; }
+            echo a > x && echo secret > x-shm && c x-shm
+            mv x-shm notes.txt 2>/dev/null && echo renamed || echo "rename refused"
+            ln x-shm linked.txt 2>/dev/null && echo linked || echo "link refused"
+            echo s3 > z && mv z z-shm && cat z-shm >/dev/null && echo more >> z-shm && mv z-shm z && c z
+            echo s4 > w && ln w w2-shm && echo more >> w2-shm && c w
+            echo d > y && echo s5 > y-shm.txt && mv y-shm.txt y-shm && echo more >> y-shm && c y-shm
+            """, extra: ["--passcode-file", world.passcode])
+        #expect(attempts.out == "until-first-unlock\nrename refused\nlink refused\ncomplete\ncomplete\ncomplete\n",
+                "\(attempts.out) \(attempts.stderr)")
+        for name in ["x", "z", "w", "y", "y-shm"] {
+            #expect(try world.dpctl(["ls", docs + "/" + name]).out.contains("complete (A)"), "\(name)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: docs + "/notes.txt") && !FileManager.default.fileExists(atPath: docs + "/linked.txt"))
+    }
+
     @Test func anAppCannotLowerTheClassTheUserChose() throws {
         let world = try AppWorld.make()
         let group = "group.com.example.floor"

@@ -60,7 +60,7 @@ struct ClassesOnTheMountTests {
         defer { daemon.stop() }
         #expect(try mount.shell("mkdir a && setfattr -n user.dataprotection.class -v complete a").status == 0)
         // A WAL index left class A (by an earlier version) is made class C as the program opens it.
-        let planted = try mount.shell("cd a && : > db.sqlite && printf x > db.sqlite-shm"
+        let planted = try mount.shell("cd a && : > db.sqlite && printf '\\030\\342\\055\\000' > db.sqlite-shm"   // a WAL index's version, 3007000
             + " && setfattr -n user.dataprotection.class -v complete db.sqlite-shm && getfattr --only-values -n user.dataprotection.class db.sqlite-shm")
         #expect(planted.out == "complete", "\(planted.out) \(planted.err)")
         let program = try FileHolder(in: mount.mountPoint + "/a", script: FileHolder.databaseScript)

@@ -109,6 +109,10 @@ struct MemoryHygieneTests {
             mapped = mmap.mmap(fd, 0); mapped[0:len(marker)] = marker; mapped.flush()
             print(open(mnt + "/a/big", "rb").read().count(marker) == 200000, flush=True)
             sys.stdin.readline()
+            # After the lock: a write refused (EACCES) leaves nothing of its bytes behind either.
+            try: os.pwrite(fd, marker.replace(b"MARKER", b"LATE") * 500, 0); print("written", flush=True)
+            except OSError as e: print(e.errno == 13, flush=True)
+            sys.stdin.readline()
             """, base + "/mnt", marker])
         program.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let programInput = Pipe(), programOutput = Pipe()
@@ -140,6 +144,10 @@ struct MemoryHygieneTests {
         }
         #expect(refused, "class A refused after the lock")
         #expect(try Self.occurrences(of: marker, inProcess: mount.processIdentifier) == 0, "plaintext left in the mount's memory")
+        try programInput.fileHandleForWriting.write(contentsOf: Data("write\n".utf8))
+        #expect(try readLine(programOutput.fileHandleForReading.fileDescriptor, timeout: 60) == "True", "a write after the lock is refused")
+        let late = marker.replacingOccurrences(of: "MARKER", with: "LATE")
+        #expect(try Self.occurrences(of: late, inProcess: mount.processIdentifier) == 0, "a refused write's bytes left in the mount's memory")
         for pid in keybagd { #expect(try Self.occurrences(of: marker, inProcess: pid) == 0, "plaintext in keybagd's memory") }
 
         try programInput.fileHandleForWriting.close()

@@ -428,7 +428,7 @@ extension RealProcessLifecycleTests {
         let world = try AppWorld.make()
         try world.install("com.example.shell")
         let script = """
-            trap 'echo "shell trapped"; exit 7' TERM
+            trap 'echo "shell trapped"; wait $python; exit 7' TERM
             /usr/bin/python3 -c '
             import signal, sys
             def ended(*_):
@@ -437,6 +437,7 @@ extension RealProcessLifecycleTests {
             print("python ready", flush=True)
             signal.pause()
             ' &
+            python=$!   # waited for in the trap: the app ends with its shell, and the sandbox with the app
             echo "shell ready"
             while :; do sleep 100 & wait $!; done
             """

@@ -190,7 +190,6 @@ public final class RunningApp: Sendable {
     public func askToEnd() {
         guard let pid = self.pid else { return }
         for member in processTree(pid) where !(ownUserNamespace && member == pid) { _ = Glibc.kill(member, SIGTERM) }
-        if !ownUserNamespace { _ = Glibc.kill(pid, SIGTERM) }
     }
 
     /// Ends every process of the app at once (`SIGKILL`; a suspended app is killed too).

@@ -341,6 +341,14 @@ public final class Keybag: Sendable {
     package func removeDiscardObserver(_ token: UUID) async {
         await backend.removeDiscardObserver(token)
     }
+
+    /// Calls `callback` with the classes whose keys a keybagd has when it answers again after it
+    /// went away (a restart); never for a keybag of this process. Layers that closed classes at
+    /// the loss reopen those. Stop with ``removeDiscardObserver(_:)``.
+    @discardableResult
+    package func addReturnObserver(_ callback: @escaping @Sendable (Set<ProtectionClass>) -> Void) async -> UUID? {
+        (backend as? DaemonKeybag)?.remoteEvents.addReturnObserver(callback)
+    }
 }
 
 /// Event subscribers of a keybag whose keys a daemon holds: one subscription connection,
@@ -348,26 +356,36 @@ public final class Keybag: Sendable {
 ///
 /// The subscription follows the daemon through restarts (a crash under `Restart=on-failure`, an
 /// upgrade, a `keybagd &` that died with its shell): when the connection ends, every class key is
-/// reported discarded (the daemon's keys went with it), and while anyone still listens the
-/// subscription is made again — at once, then after 50 ms, doubling up to 2 s between tries —
-/// until a daemon answers. The new daemon starts before first unlock, as after a reboot; its
-/// events then arrive as any daemon's, and if it was unlocked before the subscription was back,
-/// ``ProtectedDataEvent/didBecomeAvailable`` is delivered at once. Each loss and return is
-/// logged once.
+/// reported discarded (the daemon's keys went with it), and while anyone still listens one thread
+/// subscribes again — at once, then after 50 ms, doubling up to 2 s between tries (and a daemon
+/// that drops each subscription within a second keeps the wait growing) — until a daemon answers.
+/// Each subscription has a number: the end of an earlier one never touches a later one's state,
+/// and one ending before its subscriber has recorded it is tried again, never left unheard. The
+/// new daemon starts before first unlock, as after a reboot; its events then arrive as any
+/// daemon's, and what it already allows when the subscription is back is delivered at once:
+/// ``ProtectedDataEvent/didBecomeAvailable`` when class A is, and to return observers
+/// (``addReturnObserver(_:)``) the classes whose keys it has. Each loss and return is logged once.
 final class RemoteEvents: Sendable {
     private struct State {
         var observers: [UUID: @Sendable (ProtectedDataEvent) -> Void] = [:]
         var discardObservers: [UUID: @Sendable (ProtectionClass) -> Void] = [:]
+        var returnObservers: [UUID: @Sendable (Set<ProtectionClass>) -> Void] = [:]
         var streams: [UUID: AsyncStream<ProtectedDataEvent>.Continuation] = [:]
-        var subscribed = false
-        /// A thread is trying to subscribe again after the daemon went away.
-        var resubscribing = false
-        var isListenedTo: Bool { !observers.isEmpty || !discardObservers.isEmpty || !streams.isEmpty }
+        /// The number of the latest subscription made, and whether it is live.
+        var generation = 0
+        var connected = false
+        /// A thread is subscribing (the first time, or again).
+        var subscribing = false
+        /// When the live subscription began, and the wait before the next try after it ends.
+        var connectedAt = Date.distantPast
+        var nextWait: TimeInterval = 0
+        var isListenedTo: Bool { !observers.isEmpty || !discardObservers.isEmpty || !streams.isEmpty || !returnObservers.isEmpty }
     }
     private let client: KeybagDaemonClient
     private let state = Mutex(State())
     private let logger = Logger(label: "dataprotection.keybag")
-    /// The longest wait between two tries to subscribe again.
+    /// The first and the longest wait between two tries to subscribe again.
+    static let firstRetryInterval: TimeInterval = 0.05
     static let longestRetryInterval: TimeInterval = 2
 
     init(client: KeybagDaemonClient) { self.client = client }
@@ -386,6 +404,13 @@ final class RemoteEvents: Sendable {
         return token
     }
 
+    func addReturnObserver(_ callback: @escaping @Sendable (Set<ProtectionClass>) -> Void) -> UUID {
+        let token = UUID()
+        state.withLock { $0.returnObservers[token] = callback }
+        subscribeIfNeeded()
+        return token
+    }
+
     func stream() -> AsyncStream<ProtectedDataEvent> {
         let (stream, continuation) = AsyncStream<ProtectedDataEvent>.makeStream(bufferingPolicy: .unbounded)
         let token = UUID()
@@ -399,76 +424,100 @@ final class RemoteEvents: Sendable {
         state.withLock { state in
             state.observers[token] = nil
             state.discardObservers[token] = nil
+            state.returnObservers[token] = nil
             state.streams[token] = nil
         }
     }
 
+    /// The first subscriber subscribes (here, once); when no daemon answers, the retry thread
+    /// goes on trying.
     private func subscribeIfNeeded() {
         let start = state.withLock { state in
-            defer { state.subscribed = true }
-            return !state.subscribed && !state.resubscribing
+            guard !state.connected, !state.subscribing else { return false }
+            state.subscribing = true
+            return true
         }
         guard start else { return }
-        if !subscribe() { state.withLock { $0.subscribed = false } }
+        if tryToSubscribe(returning: false) != .connected { startRetrying() }
     }
 
-    /// Opens the subscription; `false` when no daemon answered.
-    private func subscribe() -> Bool {
+    private enum Outcome { case connected, failed, endedAtOnce }
+
+    /// One try: subscribes under a new number, and records it as live unless it already ended.
+    private func tryToSubscribe(returning: Bool) -> Outcome {
+        let generation = state.withLock { state in
+            state.generation += 1
+            return state.generation
+        }
         do {
-            try client.subscribe({ [weak self] event in self?.deliver(event) }, ended: { [weak self] in self?.daemonWentAway() })
-            return true
+            try client.subscribe({ [weak self] event in self?.deliver(event) }, ended: { [weak self] in self?.subscriptionEnded(generation) })
         } catch {
-            return false
+            return .failed
         }
+        let live = state.withLock { state -> Bool in
+            guard state.generation == generation else { return false }   // ended already (subscriptionEnded moved it on)
+            state.connected = true
+            state.subscribing = false
+            state.connectedAt = Date()
+            return true
+        }
+        guard live else { return .endedAtOnce }
+        if returning { daemonReturned() }
+        return .connected
     }
 
-    /// The subscription ended: the daemon's keys went with it. Every class is reported
-    /// discarded, and the subscription is made again on a thread of its own while anyone listens.
-    private func daemonWentAway() {
-        let retry = state.withLock { state -> Bool in
-            state.subscribed = false
-            guard state.isListenedTo, !state.resubscribing else { return false }
-            state.resubscribing = true
-            return true
+    /// The subscription numbered `generation` ended: the daemon's keys went with it.
+    private func subscriptionEnded(_ generation: Int) {
+        let (wasLive, retry) = state.withLock { state -> (Bool, Bool) in
+            guard state.generation == generation else { return (false, false) }   // an earlier one's end
+            state.generation += 1   // a try still recording this one sees it ended
+            let wasLive = state.connected
+            if wasLive {
+                // A daemon that drops each subscription at once keeps the wait growing.
+                let lasted = Date().timeIntervalSince(state.connectedAt)
+                state.nextWait = lasted < 1 ? min(max(state.nextWait * 2, Self.firstRetryInterval), Self.longestRetryInterval) : 0
+            }
+            state.connected = false
+            guard state.isListenedTo, !state.subscribing else { return (wasLive, false) }
+            state.subscribing = true
+            return (wasLive, true)
         }
-        logger.warning("keybagd (\(client.socketPath)) went away: classes A, B and C are unavailable until it returns and is unlocked")
-        deliver(.discarded(.complete))
-        deliver(.discarded(.completeUnlessOpen))
-        deliver(.discarded(.completeUntilFirstUserAuthentication))
-        guard retry else { return }
+        if wasLive {
+            logger.warning("keybagd (\(client.socketPath)) went away: classes A, B and C are unavailable until it returns and is unlocked")
+            deliver(.discarded(.complete))
+            deliver(.discarded(.completeUnlessOpen))
+            deliver(.discarded(.completeUntilFirstUserAuthentication))
+        }
+        if retry { startRetrying() }
+    }
+
+    /// One thread subscribes again until a daemon answers or nobody listens any more
+    /// (``State/subscribing`` is set for it).
+    private func startRetrying() {
         let thread = Thread { [weak self] in
-            var interval: TimeInterval = 0.05
-            while true {
-                guard let events = self else { return }
-                switch events.resubscribeOnce() {
-                case .done: return
-                case .tryAgain:
-                    usleep(useconds_t(interval * 1_000_000))
-                    interval = min(interval * 2, Self.longestRetryInterval)
+            var wait = self?.state.withLock { $0.nextWait } ?? 0
+            while let events = self {
+                if wait > 0 { usleep(useconds_t(wait * 1_000_000)) }
+                guard events.state.withLock({ $0.isListenedTo }) else {
+                    events.state.withLock { $0.subscribing = false }
+                    return
                 }
+                if events.tryToSubscribe(returning: true) == .connected { return }
+                wait = min(max(wait * 2, Self.firstRetryInterval), Self.longestRetryInterval)
             }
         }
         thread.name = "keybagd reconnect"
         thread.start()
     }
 
-    private enum Retry { case done, tryAgain }
-
-    /// One try at subscribing again after the daemon went away.
-    private func resubscribeOnce() -> Retry {
-        guard state.withLock({ $0.isListenedTo }) else {
-            state.withLock { $0.resubscribing = false }
-            return .done
-        }
-        guard subscribe() else { return .tryAgain }
-        state.withLock {
-            $0.subscribed = true
-            $0.resubscribing = false
-        }
-        let available = (try? client.send(KeybagRequests.IsProtectedDataAvailable())) == true
-        logger.warning("keybagd (\(client.socketPath)) is back\(available ? " and unlocked" : ": classes follow its lock state from now on")")
-        if available { deliver(.protectedData(.didBecomeAvailable)) }
-        return .done
+    /// A daemon answers again: what it allows now is delivered.
+    private func daemonReturned() {
+        let available = Set(ProtectionClass.allCases.filter { (try? client.send(KeybagRequests.IsAvailable(protectionClass: $0))) == true })
+        let unlocked = (try? client.send(KeybagRequests.IsProtectedDataAvailable())) == true
+        logger.warning("keybagd (\(client.socketPath)) is back\(unlocked ? " and unlocked" : ": classes follow its lock state from now on")")
+        let returns = state.withLock { Array($0.returnObservers.values) }
+        for observer in returns { observer(available) }
+        if unlocked { deliver(.protectedData(.didBecomeAvailable)) }
     }
 
     private func deliver(_ event: KeybagWire.Event) {

@@ -8,13 +8,17 @@ import Glibc
 package enum ProcessHygiene {
     /// `prctl(PR_SET_DUMPABLE, 0)` — other processes of the same user can neither `ptrace` it
     /// nor read `/proc/PID/mem` (only a process with `CAP_SYS_PTRACE` can), and no core is
-    /// dumped — and `RLIMIT_CORE` 0 as well (a `core_pattern` pipe would otherwise still get
+    /// dumped — and a soft `RLIMIT_CORE` of 0 as well (a `core_pattern` pipe would otherwise still get
     /// one where `suid_dumpable` is 2). Dumpability comes back at `execve`: programs this
     /// process starts are their own. Returns whether the process is now non-dumpable.
     @discardableResult
     package static func keepMemoryPrivate() -> Bool {
-        var none = rlimit(rlim_cur: 0, rlim_max: 0)
-        _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &none)
+        // The soft limit only: programs it starts may raise it again (theirs are their own).
+        var limit = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &limit) == 0 {
+            limit.rlim_cur = 0
+            _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &limit)
+        }
         return cshim_set_nondumpable() == 0
     }
 }

@@ -155,10 +155,25 @@ public final class AppLifecycle: Sendable {
         var current = sigaction()
         guard sigaction(SIGTERM, nil, &current) == 0, current.__sigaction_handler.sa_handler == nil else { return }
         var quiet = sigaction()
-        quiet.__sigaction_handler.sa_handler = { _ in }
+        quiet.__sigaction_handler.sa_handler = quietTermination
         quiet.sa_flags = SA_RESTART
         sigemptyset(&quiet.sa_mask)
         _ = sigaction(SIGTERM, &quiet, nil)
+    }
+
+    /// The handler ``hearTerminationAsWillTerminate()`` installs: nothing.
+    private static let quietTermination: @convention(c) (Int32) -> Void = { _ in }
+
+    /// Gives `SIGTERM` its default back if ours is still the handler (the channel to the
+    /// supervisor closed: nothing will say willTerminate, and `kill` must end the app).
+    private static func hearTerminationAgain() {
+        var current = sigaction()
+        guard sigaction(SIGTERM, nil, &current) == 0, let handler = current.__sigaction_handler.sa_handler,
+              unsafeBitCast(handler, to: UnsafeRawPointer.self) == unsafeBitCast(quietTermination, to: UnsafeRawPointer.self) else { return }
+        var standard = sigaction()
+        standard.__sigaction_handler.sa_handler = nil   // SIG_DFL
+        sigemptyset(&standard.sa_mask)
+        _ = sigaction(SIGTERM, &standard, nil)
     }
 
     private func connectEvents() {
@@ -177,6 +192,8 @@ public final class AppLifecycle: Sendable {
         Self.hearTerminationAsWillTerminate()
         let thread = Thread { [self] in
             defer {
+                // No supervisor to say willTerminate any more: SIGTERM ends the app again.
+                Self.hearTerminationAgain()
                 close(fd)
                 let streams = inner.withLock { inner in defer { inner.streams = [:] }; return inner.streams.values }
                 for stream in streams { stream.finish() }
