@@ -107,9 +107,21 @@ struct ClassesOnTheMountTests {
             #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
             probe.close()
         }
+        // Gone, then back, unlocked and locked again: whenever the mount hears of it (before the
+        // unlock, or — its tries spaced out — after the lock, when only the classes the daemon
+        // has tell it), class C is open again and class A is not.
+        daemon.kill()
+        let probe = try FileHolder(in: mount.mountPoint)
+        #expect(try probe.await("cat c/f", "EACCES") == "EACCES", "class C while no daemon serves")
+        daemon = try KeybagdProcess(cli: cli)
+        #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: daemon.environment).status == 0)
+        try lockPastGrace(cli, daemon)
+        #expect(try probe.await("cat c/f", "class C") == "class C", "class C once the daemon, locked after its first unlock, is heard again")
+        #expect(try probe.send("cat a/f") == "EACCES", "class A stays locked")
+        probe.close()
         defer { daemon.stop() }
         let log = try mount.unmount()
-        #expect(log.components(separatedBy: "went away").count == 3 && log.components(separatedBy: "is back").count == 3, "\(log.replacingOccurrences(of: "\n", with: " // "))")
+        #expect(log.components(separatedBy: "went away").count == 4 && log.components(separatedBy: "is back").count == 4, "\(log.replacingOccurrences(of: "\n", with: " // "))")
     }
 
     @Test func classBIsWritableWhileOpenAndCreatableWhileLockedButNotReopened() throws {
