@@ -8,29 +8,6 @@ import Synchronization
 import Glibc
 #endif
 
-/// What each class allows at this moment, as the mount sees the device's lock state.
-final class ClassGate: Sendable {
-    enum State: Sendable {
-        /// Every call works (as far as the keybag allows opening).
-        case available
-        /// A lock is being applied: opens and reads are refused, writes still go (the kernel is
-        /// writing back dirty pages of the files whose pages are being dropped).
-        case draining
-        /// Opens, reads and writes are refused.
-        case locked
-    }
-    private let states = Mutex<[ProtectionClass: State]>([:])
-
-    func state(_ cls: ProtectionClass) -> State { states.withLock { $0[cls] ?? .available } }
-    func set(_ cls: ProtectionClass, _ state: State) { states.withLock { $0[cls] = state } }
-    func reset() { states.withLock { $0.removeAll() } }
-
-    /// Whether a read (or an open) of a file of `cls` may go on.
-    func mayRead(_ cls: ProtectionClass?) -> Bool { cls.map { state($0) == .available } ?? true }
-    /// Whether a write to a file of `cls` may go on.
-    func mayWrite(_ cls: ProtectionClass?) -> Bool { cls.map { state($0) != .locked } ?? true }
-}
-
 extension ProtectedFileSystem {
     struct Observers: Sendable { let discard: UUID, events: UUID, returns: UUID? }
 
@@ -106,19 +83,5 @@ extension ProtectedFileSystem {
         guard gate.mayRead(cls) else { return false }
         if cls == .noProtection { return true }
         return (try? runBlocking { [files] in try await files.keybag.generation(of: cls) }) != nil
-    }
-
-    /// Gives back the least recently found nodes that nothing holds open, down to the table's
-    /// low-water mark: the kernel is asked to forget their names (`FUSE_NOTIFY_INVAL_ENTRY`), and
-    /// the FORGETs that follow close their descriptors. Run from a thread that serves no request.
-    ///
-    /// Never a directory, nor a reserved name: invalidating an entry detaches whatever is mounted
-    /// on it or below it, in every mount namespace (a sandbox's binds of its containers and of
-    /// their metadata), and a directory may be a program's working directory.
-    func evictUnused(_ replier: FUSEReplier) {
-        defer { nodes.evictionDone() }
-        for candidate in nodes.evictionCandidates(sparing: { reservedNames.contains($0) }) {
-            replier.invalidate(entry: candidate.name, in: candidate.parent)
-        }
     }
 }
