@@ -285,12 +285,14 @@ extension ProtectedFileSystem {
         try refuseReserved(old)
         try refuseReserved(new)
         // A WAL index (class C below a class-A floor) keeps a WAL index's name: renamed to any
-        // other, it would be a class-C file where the floor promises A.
+        // other, it would be a class-C file where the floor promises A. (Only a WAL index's name
+        // is looked at: no other rename pays for a look at its file.)
         var moving = stat()
-        if newParent.floor != nil, withName(old, { fstatat(parent.fd, $0, &moving, AT_SYMLINK_NOFOLLOW) }) == 0, moving.st_mode & S_IFMT == S_IFREG {
+        if newParent.floor != nil, Self.isWALIndexName(old), withName(old, { fstatat(parent.fd, $0, &moving, AT_SYMLINK_NOFOLLOW) }) == 0,
+           moving.st_mode & S_IFMT == S_IFREG {
             try refuseBelowFloor(protectedClass(named: old, in: parent, moving), named: new, in: newParent)
         }
-        if flags & cfuse_rename_exchange != 0, parent.floor != nil {
+        if flags & cfuse_rename_exchange != 0, parent.floor != nil, Self.isWALIndexName(new) {
             var other = stat()
             if withName(new, { fstatat(newParent.fd, $0, &other, AT_SYMLINK_NOFOLLOW) }) == 0, other.st_mode & S_IFMT == S_IFREG {
                 try refuseBelowFloor(protectedClass(named: new, in: newParent, other), named: old, in: parent)

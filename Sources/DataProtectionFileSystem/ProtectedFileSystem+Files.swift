@@ -463,7 +463,7 @@ extension ProtectedFileSystem {
     /// WAL is never written at the directory's weaker class, whichever program opens it.
     ///
     /// Except a database's WAL index (`NAME-shm` beside a protected file `NAME`): never class A,
-    /// at most class C, under any default or floor (``indexClass(_:)``); it cannot be renamed or
+    /// at most class C, under any default or floor (``ProtectionClass/walIndexClass``); it cannot be renamed or
     /// linked to another name below a floor (``refuseBelowFloor(_:named:in:)``).
     func newFileClass(named name: [UInt8], in directory: FileNode) -> ProtectionClass {
         let inherited = defaultClass(in: directory)
@@ -473,21 +473,13 @@ extension ProtectedFileSystem {
             guard withName(database, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, st.st_mode & S_IFMT == S_IFREG else { break }
             guard case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: database, in: directory, st) else { break }
             let cls = max(inherited, prefix.protectionClass)
-            return suffix == Self.walIndexSuffix ? Self.indexClass(cls) : cls
+            return suffix == Self.walIndexSuffix ? cls.walIndexClass : cls
         }
         return inherited
     }
 
     static let walIndexSuffix = Array("-shm".utf8)
     static let databaseSidecarSuffixes = [Array("-wal".utf8), walIndexSuffix, Array("-journal".utf8)]
-
-    /// The class of a database's WAL index for what it would otherwise get: class C for class A
-    /// (``ProtectionClass/walIndexClass``). At a lock the pages of class-A files are taken back
-    /// (a mapped page faults: `SIGBUS`), and SQLite maps its `-shm`: the index, which holds no
-    /// row data, is never class A, so a program holding a class-A WAL database open is not killed —
-    /// its reads and writes of the database and its WAL fail with `EACCES` (SQLite's
-    /// `SQLITE_IOERR`) until the unlock.
-    static func indexClass(_ cls: ProtectionClass) -> ProtectionClass { cls.walIndexClass }
 
     /// Whether `name` is a WAL index's (`NAME-shm`, `NAME` not empty).
     static func isWALIndexName(_ name: [UInt8]) -> Bool {
@@ -499,7 +491,7 @@ extension ProtectedFileSystem {
     static let walIndexVersion = withUnsafeBytes(of: UInt32(3_007_000)) { Array($0) }
 
     /// A WAL index made class A (by an earlier version, or a class change) is given class C when
-    /// SQLite opens it for writing, before it maps it (``indexClass(_:)``): its key is at hand
+    /// SQLite opens it for writing, before it maps it (``ProtectionClass/walIndexClass``): its key is at hand
     /// then. Only what is one: a single link, named `NAME-shm` beside a protected regular file
     /// `NAME`, whose content is a WAL index's (its version first, or as much of it as SQLite
     /// left when it cut the file short, or nothing) — so no other file is lowered by being named
@@ -517,7 +509,7 @@ extension ProtectedFileSystem {
               let head = try? node.open.withLock({ _ in try engine.read(at: 0, count: 4) }),
               Self.walIndexVersion.starts(with: Array(head)) else { return }
         do {
-            try rewrap(node, to: Self.indexClass(.complete))
+            try rewrap(node, to: ProtectionClass.complete.walIndexClass)
             logger.info("the WAL index \(describe(node)) is now class C (class A's lock would revoke it under the program mapping it)")
         } catch {
             logger.notice("the WAL index \(describe(node)) stays class A: \(error.code)")

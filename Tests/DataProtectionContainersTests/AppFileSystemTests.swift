@@ -176,9 +176,7 @@ struct AppFileSystemTests {
             let errors = Pipe()
             process.standardError = errors
             try process.run()
-            // "dpctl: serving … at …" (after, for the first, that it started a keybagd for the root)
-            var lines = 0
-            while lines < 6, !(try readLine(errors.fileHandleForReading.fileDescriptor, timeout: 60)).hasPrefix("dpctl: serving") { lines += 1 }
+            _ = try readUntilMountServes(errors.fileHandleForReading.fileDescriptor)
             mounts.append((process, mountPoint))
         }
         let made = try ChildProcess.run("/usr/bin/python3", ["-c", "import sqlite3; c = sqlite3.connect('\(mounts[0].1)/shared.db'); c.execute('pragma journal_mode=wal'); c.execute('create table t(who text, n integer)'); c.commit()"])

@@ -187,8 +187,7 @@ struct HostileProgramTests {
         process.standardError = errors
         try process.run()
         // First perhaps that it started a keybagd for the root, then that it serves.
-        var line = try readLine(errors.fileHandleForReading.fileDescriptor, timeout: 60)
-        for _ in 0..<4 where !line.hasPrefix("dpctl: serving") { line = try readLine(errors.fileHandleForReading.fileDescriptor, timeout: 60) }
+        let line = try readUntilMountServes(errors.fileHandleForReading.fileDescriptor).last ?? ""
         #expect(line.hasPrefix("dpctl: serving"), "\(line)")
         let write = try ChildProcess.run("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/bin/sh", "-c",
                                                                "echo 'nobody marker' > '\(mountPoint)/n.txt' && cat '\(mountPoint)/n.txt'"])

@@ -81,12 +81,7 @@ struct MemoryHygieneTests {
                 mount.waitUntilExit()
             }
         }
-        var log = ""
-        while !log.contains("dpctl: serving ") {
-            let line = try readLine(errors.fileHandleForReading.fileDescriptor, timeout: 60)
-            if line.isEmpty && !mount.isRunning { break }
-            log += line + "\n"
-        }
+        let log = try readUntilMountServes(errors.fileHandleForReading.fileDescriptor).joined(separator: "\n")
         #expect(log.contains("started one for this mount"), "\(log)")
         let reader = PipeReader(errors.fileHandleForReading)
 

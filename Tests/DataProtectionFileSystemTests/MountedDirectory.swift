@@ -40,11 +40,7 @@ final class MountedDirectory: @unchecked Sendable {
         try process.run()
         // dpctl says "serving …" once the file system is mounted (requests wait for its threads);
         // before it, perhaps that it started a keybagd for the root.
-        var said: [String] = []
-        while said.last.map({ !$0.hasPrefix("dpctl: serving ") && !$0.isEmpty }) ?? true {
-            said.append(try readLine(errorPipe.fileHandleForReading.fileDescriptor, timeout: 60))
-            if said.count > 20 { break }
-        }
+        let said = try readUntilMountServes(errorPipe.fileHandleForReading.fileDescriptor)
         errors = PipeReader(errorPipe.fileHandleForReading)
         guard said.last?.hasPrefix("dpctl: serving ") == true else {
             kill(process.processIdentifier, SIGKILL)

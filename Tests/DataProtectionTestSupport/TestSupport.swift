@@ -178,3 +178,14 @@ public final class PrivateBus: @unchecked Sendable {
     }
     deinit { kill(pid, SIGKILL) }
 }
+
+/// What `dpctl mount` says on its standard error (`fd`) until it serves: its lines up to and
+/// including `dpctl: serving …` (before it, perhaps that it started a keybagd for the root). The
+/// last line is something else when it ended first (an empty line) or said more than 20 lines.
+public func readUntilMountServes(_ fd: Int32) throws -> [String] {
+    var said: [String] = []
+    while said.last.map({ !$0.hasPrefix("dpctl: serving ") && !$0.isEmpty }) ?? true, said.count <= 20 {
+        said.append(try readLine(fd, timeout: 60))
+    }
+    return said
+}
