@@ -285,7 +285,7 @@ let package = Package(
                                                                "DataProtectionSQLite", "DataProtectionBackup", "DataProtection", "DataProtectionKeybag", "dpctl",
                                                                .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
-        .testTarget(name: "DataProtectionFileSystemTests", dependencies: ["DataProtectionTestSupport", "DataProtectionFileSystem", "DataProtection", "DataProtectionKeybag", "dpctl", "keybagd"]),
+        .testTarget(name: "DataProtectionFileSystemTests", dependencies: ["DataProtectionTestSupport", "DataProtectionFileSystem", "DataProtection", "DataProtectionKeybag", "CFUSEKernel", "dpctl", "keybagd", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(name: "DataProtectionTPMTests", dependencies: ["DataProtectionTestSupport", "DataProtectionKeybag", "DataProtection", "dpctl", "keybagd"]),
         .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
         .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),

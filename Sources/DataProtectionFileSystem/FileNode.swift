@@ -69,9 +69,9 @@ final class FileNode: Sendable {
     var reopenPath: String { "/proc/self/fd/\(fd)" }
 
     /// `fstatat(fd, "", AT_EMPTY_PATH)`.
-    func status() throws(FUSEErrno) -> stat {
+    func status() throws(Errno) -> stat {
         var st = stat()
-        guard fstatat(fd, "", &st, cfuse_at_empty_path | AT_SYMLINK_NOFOLLOW) == 0 else { throw FUSEErrno(errno) }
+        guard fstatat(fd, "", &st, cfuse_at_empty_path | AT_SYMLINK_NOFOLLOW) == 0 else { throw Errno(rawValue: errno) }
         return st
     }
 

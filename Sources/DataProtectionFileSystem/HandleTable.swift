@@ -1,6 +1,7 @@
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import SystemPackage
 #endif
 
 /// The file handles given to the kernel: an open file (its node) or an open directory.
@@ -20,13 +21,13 @@ final class HandleTable: Sendable {
         }
     }
 
-    func file(_ id: UInt64) throws(FUSEErrno) -> (FileNode, Bool) {
-        guard case .file(let node, let writable)? = state.withLock({ $0.handles[id] }) else { throw FUSEErrno(EBADF) }
+    func file(_ id: UInt64) throws(Errno) -> (FileNode, Bool) {
+        guard case .file(let node, let writable)? = state.withLock({ $0.handles[id] }) else { throw Errno(rawValue: EBADF) }
         return (node, writable)
     }
 
-    func directory(_ id: UInt64) throws(FUSEErrno) -> DirectoryHandle {
-        guard case .directory(let handle)? = state.withLock({ $0.handles[id] }) else { throw FUSEErrno(EBADF) }
+    func directory(_ id: UInt64) throws(Errno) -> DirectoryHandle {
+        guard case .directory(let handle)? = state.withLock({ $0.handles[id] }) else { throw Errno(rawValue: EBADF) }
         return handle
     }
 

@@ -6,6 +6,7 @@ import Logging
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import SystemPackage
 #endif
 
 /// A mounted ``ProtectedFileSystem``: serve it until it is unmounted (``unmount()``,
@@ -28,6 +29,8 @@ public final class MountedFileSystem: Sendable {
     /// Serving threads, and how many wait for a request.
     private let pool = Mutex<(total: Int, idle: Int)>((0, 0))
     private let running = DispatchGroup()
+    /// Requests the kernel asked to interrupt, whichever thread serves them.
+    private let interrupts = InterruptedRequests()
 
     init(fileSystem: ProtectedFileSystem, device: FUSEDevice) {
         self.fileSystem = fileSystem
@@ -41,13 +44,13 @@ public final class MountedFileSystem: Sendable {
         // overwritten (glibc's M_PERTURB), so that no class-A plaintext outlives its request in
         // this process's heap once the lock drops the files' keys and caches.
         _ = cshim_clear_freed_memory()
-        let observers = await fileSystem.observeLockState(replier: FUSEReplier(fd: device.fd))
+        let observers = await fileSystem.observeLockState(replier: KernelReplier(fd: device.fd))
         raiseReadahead()
         defer { Task { [fileSystem] in await fileSystem.stopObserving(observers) } }
         let evicting = Mutex(true)
         let evictor = Thread { [fileSystem, device] in
             // On a thread of its own: the kernel may need a serving thread to act on the notice.
-            let replier = FUSEReplier(fd: device.fd)
+            let replier = KernelReplier(fd: device.fd)
             // Ahead of the programs it makes room for, where the server may (root, or
             // CAP_SYS_NICE): each notice takes its directory's lock, which a program making
             // files there takes back first whenever it runs first (the kernel hands a waiting
@@ -125,7 +128,8 @@ public final class MountedFileSystem: Sendable {
         let size = Self.maxWrite + 64 * 1024
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
-        let replier = FUSEReplier(fd: device.fd)
+        let session = KernelSession(operations: fileSystem, replier: KernelReplier(fd: device.fd), interrupts: interrupts,
+                                    maxWrite: Self.maxWrite)
         // The caller's kernel masked a create's mode with the caller's umask already: this
         // thread makes items with the mode it is given, never masked again by the server's umask.
         if cshim_thread_umask_zero() != 0 { ProtectedFileSystem.noteServerUmaskApplies(errno: errno, logger: fileSystem.logger) }
@@ -145,9 +149,7 @@ public final class MountedFileSystem: Sendable {
                 }
             }
             if n == 0 { return }
-            guard let request = FUSERequest(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) else { continue }
-            Requester.begin(pid: request.pid)
-            fileSystem.handle(request, replier: replier)
+            session.answer(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) { Requester.begin(pid: $0.pid) }
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import SystemPackage
 #endif
 
 /// Sharing the table among apps (``NodeTable/sharedByRequester``).
@@ -110,7 +111,7 @@ extension NodeTable {
 
     /// Reserves room for a node about to be made, in the requester's share (`ENFILE`: none).
     /// Release it with ``release(_:)`` whether or not a node took it.
-    func reserve() throws(FUSEErrno) -> Reservation {
+    func reserve() throws(Errno) -> Reservation {
         let claimant = claimant()
         let owner = state.withLock { state -> UInt64? in
             guard let owner = charge(claimant, in: &state) else {
@@ -120,7 +121,7 @@ extension NodeTable {
             state.reserved += 1
             return owner
         }
-        guard let owner else { throw FUSEErrno(ENFILE) }
+        guard let owner else { throw Errno(rawValue: ENFILE) }
         return Reservation(owner: owner)
     }
 

@@ -4,6 +4,7 @@ import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import SystemPackage
 #endif
 
 /// The inodes the kernel holds, by node ID and by backing identity (device, inode); an entry
@@ -86,8 +87,8 @@ final class NodeTable: Sendable {
         }
     }
 
-    func node(_ id: UInt64) throws(FUSEErrno) -> FileNode {
-        guard let node = state.withLock({ $0.nodes[id]?.node }) else { throw FUSEErrno(ESTALE) }
+    func node(_ id: UInt64) throws(Errno) -> FileNode {
+        guard let node = state.withLock({ $0.nodes[id]?.node }) else { throw Errno(rawValue: ESTALE) }
         return node
     }
 
@@ -95,7 +96,7 @@ final class NodeTable: Sendable {
     /// With the inode number a directory listing gave (`inodeHint`), a node the kernel holds for
     /// that inode is found with one `fstatat` (the name must still lead to it). A new node takes
     /// `reservation` if given (an item just made), else room in the requester's share.
-    func lookup(_ name: [UInt8], in parent: FileNode, inodeHint: UInt64? = nil, reservation: Reservation? = nil) throws(FUSEErrno) -> (FileNode, stat) {
+    func lookup(_ name: [UInt8], in parent: FileNode, inodeHint: UInt64? = nil, reservation: Reservation? = nil) throws(Errno) -> (FileNode, stat) {
         if let inodeHint, let known = existing(InodeIdentity(device: parent.identity.device, inode: inodeHint)) {
             var st = stat()
             if withName(name, { fstatat(parent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, InodeIdentity(st) == known.identity,
@@ -104,9 +105,9 @@ final class NodeTable: Sendable {
             }
         }
         let fd = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
-        guard fd >= 0 else { throw FUSEErrno(errno == EMFILE ? ENFILE : errno) }
+        guard fd >= 0 else { throw Errno(rawValue: errno == EMFILE ? ENFILE : errno) }
         var st = stat()
-        guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw FUSEErrno(code) }
+        guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw Errno(rawValue: code) }
         return (try adopt(fd, st, parent: parent, name: name, reservation: reservation), st)
     }
 
@@ -117,7 +118,7 @@ final class NodeTable: Sendable {
     /// just made) with one. It
     /// takes `reservation` if given; else, with no room (``capacity``, or the requester's share),
     /// `ENFILE` (the descriptor is closed).
-    func adopt(_ fd: Int32, _ st: stat, parent: FileNode, name: [UInt8], reservation: Reservation? = nil) throws(FUSEErrno) -> FileNode {
+    func adopt(_ fd: Int32, _ st: stat, parent: FileNode, name: [UInt8], reservation: Reservation? = nil) throws(Errno) -> FileNode {
         let identity = InodeIdentity(st)
         if let known = reuse(identity, st, parent: parent.id, name: name) {
             close(fd)
@@ -158,7 +159,7 @@ final class NodeTable: Sendable {
             return (node, true)
         }
         if !adopted { close(fd) }
-        guard let node else { throw FUSEErrno(ENFILE) }
+        guard let node else { throw Errno(rawValue: ENFILE) }
         return node
     }
 

@@ -1,5 +1,6 @@
 import CFUSEKernel
 import Foundation
+import SystemPackage
 
 /// Giving inodes back to the kernel when the table fills (FORMAT.md §14, *The inode table*).
 extension ProtectedFileSystem {
@@ -10,7 +11,7 @@ extension ProtectedFileSystem {
     /// Never a directory, nor a reserved name: invalidating an entry detaches whatever is mounted
     /// on it or below it, in every mount namespace (a sandbox's binds of its containers and of
     /// their metadata), and a directory may be a program's working directory.
-    func evictUnused(_ replier: FUSEReplier) {
+    func evictUnused(_ replier: KernelReplier) {
         defer { nodes.evictionDone() }
         for candidate in nodes.evictionCandidates(sparing: { reservedNames.contains($0) }) {
             replier.invalidate(entry: candidate.name, in: candidate.parent)

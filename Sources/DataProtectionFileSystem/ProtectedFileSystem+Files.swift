@@ -14,65 +14,57 @@ import Glibc
 extension ProtectedFileSystem {
     // MARK: - Opening
 
-    func openFile(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let node = try nodes.node(request.nodeID)
-        let argument = try request.argument(fuse_open_in.self)
-        guard node.isRegularFile else { throw FUSEErrno(node.isDirectory ? EISDIR : ENXIO) }
-        let access = argument.flags & UInt32(O_ACCMODE)
-        let writable = access != UInt32(O_RDONLY)
-        if writable || argument.flags & UInt32(O_TRUNC) != 0 { try requireTerritory(node, else: EACCES) }
-        try attach(node, writing: writable || argument.flags & UInt32(O_TRUNC) != 0, reading: access != UInt32(O_WRONLY))
-        do throws(FUSEErrno) {
-            if argument.flags & UInt32(O_TRUNC) != 0, writable {
+    func openFile(_ nodeID: UInt64, _ options: OpenOptions) throws(Errno) -> UInt64 {
+        let node = try nodes.node(nodeID)
+        guard node.isRegularFile else { throw Errno(rawValue: node.isDirectory ? EISDIR : ENXIO) }
+        let writable = options.isWritable
+        if writable || options.truncates { try requireTerritory(node, else: EACCES) }
+        try attach(node, writing: writable || options.truncates, reading: options.isReadable)
+        do throws(Errno) {
+            if options.truncates, writable {
                 try truncateOpen(node, to: 0)
-                if argument.open_flags & cfuse_open_kill_suidgid != 0 { clearSetID(node) }
+                if options.killsSetID { clearSetID(node) }
             }
         } catch {
             detach(node)
             throw error
         }
         lowerWALIndexClass(node, writable: writable)
-        var out = fuse_open_out()
-        out.fh = handles.add(.file(node, writable: writable))
-        replier.reply(request.unique, out)
+        return handles.add(.file(node, writable: writable))
     }
 
-    func createFile(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let parent = try nodes.node(request.nodeID)
-        let argument = try request.argument(fuse_create_in.self)
+    func createFile(_ name: [UInt8], in parentID: UInt64, mode: UInt32, _ options: OpenOptions) throws(Errno) -> (NodeEntry, UInt64) {
+        let parent = try nodes.node(parentID)
         try requireTerritory(parent, else: EACCES)
-        let (name, _) = try FUSERequest.name(in: try request.tail(after: fuse_create_in.self))
         try refuseReserved(name)
-        try refuseSetID(argument.mode, S_IFREG)
+        try refuseSetID(mode, S_IFREG)
         let room = try nodes.reserve()
         defer { nodes.release(room) }
-        let exclusive = argument.flags & UInt32(O_EXCL) != 0
-        let ((node, st), created) = try createProtectedFile(name, in: parent, mode: argument.mode & 0o7777, exclusive: exclusive,
+        let ((node, st), created) = try createProtectedFile(name, in: parent, mode: mode & 0o7777, exclusive: options.isExclusive,
                                                             reservation: room)
-        do throws(FUSEErrno) {
+        do throws(Errno) {
             if !created {
-                try attach(node, writing: argument.flags & UInt32(O_ACCMODE) != UInt32(O_RDONLY) || argument.flags & UInt32(O_TRUNC) != 0)
-                if argument.flags & UInt32(O_TRUNC) != 0 {
-                    do throws(FUSEErrno) { try truncateOpen(node, to: 0) } catch { detach(node); throw error }
+                try attach(node, writing: options.isWritable || options.truncates)
+                if options.truncates {
+                    do throws(Errno) { try truncateOpen(node, to: 0) } catch { detach(node); throw error }
                 }
             }
         } catch {
             nodes.forget(node.id, count: 1)
             throw error
         }
-        var out = fuse_open_out()
-        out.fh = handles.add(.file(node, writable: argument.flags & UInt32(O_ACCMODE) != UInt32(O_RDONLY)))
-        replier.reply(request.unique, entry(node, created ? st : (try? node.status()) ?? st), out)
+        let handle = handles.add(.file(node, writable: options.isWritable))
+        return (entry(node, created ? st : (try? node.status()) ?? st), handle)
     }
 
     /// Makes `name` in `parent` a new, empty protected file of the directory's default class,
     /// attached (one handle counted) — or, when it exists and `exclusive` is false, looks it up.
     func createProtectedFile(_ name: [UInt8], in parent: FileNode, mode: UInt32, exclusive: Bool,
-                             reservation: NodeTable.Reservation) throws(FUSEErrno) -> (node: (FileNode, stat), created: Bool) {
+                             reservation: NodeTable.Reservation) throws(Errno) -> (node: (FileNode, stat), created: Bool) {
         let fd = withName(name) { openat(parent.fd, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
         if fd < 0 {
             let code = errno
-            guard code == EEXIST, !exclusive else { throw FUSEErrno(code) }
+            guard code == EEXIST, !exclusive else { throw Errno(rawValue: code) }
             return (try nodes.lookup(name, in: parent, reservation: reservation), false)
         }
         if !Self.serverUmaskIsOff.load(ordering: .relaxed) { _ = fchmod(fd, mode) }
@@ -91,7 +83,7 @@ extension ProtectedFileSystem {
             let code = errno
             if pathFD >= 0 { close(pathFD) }
             close(fd)
-            throw FUSEErrno(code)
+            throw Errno(rawValue: code)
         }
         let node: FileNode
         do { node = try nodes.adopt(pathFD, st, parent: parent, name: name, reservation: reservation) } catch {
@@ -108,57 +100,57 @@ extension ProtectedFileSystem {
     /// header does not parse (`EIO`). A plain file is served read-only (`EACCES` for writing:
     /// nothing plain is written through the mount), except an empty one, which becomes a
     /// protected file of its directory's class when opened for writing.
-    func attach(_ node: FileNode, writing: Bool, reading: Bool = true) throws(FUSEErrno) {
-        if writing, node.isReadOnly { throw FUSEErrno(EPERM) }
+    func attach(_ node: FileNode, writing: Bool, reading: Bool = true) throws(Errno) {
+        if writing, node.isReadOnly { throw Errno(rawValue: EPERM) }
         for _ in 0..<8 {
             if try attachOnce(node, writing: writing, reading: reading) { return }
         }
-        throw FUSEErrno(EAGAIN)   // opened and closed by others at every try
+        throw Errno(rawValue: EAGAIN)   // opened and closed by others at every try
     }
 
     /// One try of ``attach(_:writing:)``; `false` when the file's last other handle closed while
     /// this one was being counted (try again).
-    private func attachOnce(_ node: FileNode, writing: Bool, reading: Bool) throws(FUSEErrno) -> Bool {
+    private func attachOnce(_ node: FileNode, writing: Bool, reading: Bool) throws(Errno) -> Bool {
         // A file replaced or removed beside the mount (another process wrote the directory) while
         // the kernel still had its name: ESTALE makes the kernel look the name up again and open
         // what is there now.
         // A file this mount holds open is the one the caller means, linked or not (a reopen
         // through /proc/self/fd of an unlinked file).
-        guard (try node.status()).st_nlink > 0 || node.open.withLock({ $0.handles > 0 }) else { throw FUSEErrno(ESTALE) }
+        guard (try node.status()).st_nlink > 0 || node.open.withLock({ $0.handles > 0 }) else { throw Errno(rawValue: ESTALE) }
         // The class: the open file's, else from the header on a descriptor opened now.
         var fd: Int32 = -1, writable = false, cls: ProtectionClass?
         if let open = node.open.withLock({ $0.handles > 0 && $0.descriptor >= 0 ? ($0.protectionClass, $0.writable) : nil }) {
             cls = open.0
-            if cls == nil, writing { throw FUSEErrno(EACCES) }   // a plain file, read-only
+            if cls == nil, writing { throw Errno(rawValue: EACCES) }   // a plain file, read-only
             // The caller's own rights, as the backing file has them now: another handle's
             // descriptor says nothing of them (its mode may have changed since, or its opener
             // asked for other rights).
             let rights = (writing ? W_OK : 0) | (reading ? R_OK : 0)
-            if rights != 0, faccessat(AT_FDCWD, node.reopenPath, rights, AT_EACCESS) != 0 { throw FUSEErrno(errno) }
+            if rights != 0, faccessat(AT_FDCWD, node.reopenPath, rights, AT_EACCESS) != 0 { throw Errno(rawValue: errno) }
         } else {
             fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
             writable = true
             if fd < 0, errno == EACCES || errno == EROFS || errno == ETXTBSY {
                 // Opened for writing: the caller may not write it (every caller has this server's
                 // user ID: the backing file's answer is the caller's).
-                if writing { throw FUSEErrno(errno) }
+                if writing { throw Errno(rawValue: errno) }
                 fd = open(node.reopenPath, O_RDONLY | O_CLOEXEC)
                 writable = false
             }
-            guard fd >= 0 else { throw FUSEErrno(errno) }
+            guard fd >= 0 else { throw Errno(rawValue: errno) }
             var st = stat()
-            guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw FUSEErrno(code) }
+            guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw Errno(rawValue: code) }
             let kind = Self.kind(of: fd, st)
             kinds.record(kind, for: st)
             switch kind {
             case .damaged:
                 close(fd)
-                throw FUSEErrno(EIO)
+                throw Errno(rawValue: EIO)
             case .protected(let prefix):
                 cls = prefix.protectionClass
             case .plain:
                 if writing {
-                    guard st.st_size == 0, writable else { close(fd); throw FUSEErrno(EACCES) }
+                    guard st.st_size == 0, writable else { close(fd); throw Errno(rawValue: EACCES) }
                     try attachProtectingEmptyFile(node, fd: fd)
                     return true
                 }
@@ -167,7 +159,7 @@ extension ProtectedFileSystem {
         // Without holding the node while asking the keybag.
         if let cls, !mayOpen(cls) {
             if fd >= 0 { close(fd) }
-            throw FUSEErrno(EACCES)
+            throw Errno(rawValue: EACCES)
         }
         let counted = node.open.withLock { file -> Bool in
             if file.handles == 0 || file.descriptor < 0 {
@@ -185,7 +177,7 @@ extension ProtectedFileSystem {
             return true
         }
         guard counted else { return false }
-        do throws(FUSEErrno) { _ = try engine(of: node, writing: false, opening: true) } catch {
+        do throws(Errno) { _ = try engine(of: node, writing: false, opening: true) } catch {
             detach(node)
             throw error
         }
@@ -202,7 +194,7 @@ extension ProtectedFileSystem {
 
     /// An empty plain file opened for writing (`fd`, read-write): it becomes a new protected
     /// file of its directory's class (header and empty final segment written), and is attached.
-    private func attachProtectingEmptyFile(_ node: FileNode, fd: Int32) throws(FUSEErrno) {
+    private func attachProtectingEmptyFile(_ node: FileNode, fd: Int32) throws(Errno) {
         let parent = (try? nodes.node(node.parent.withLock { $0 })) ?? nodes.root
         let cls = defaultClass(in: parent)
         let engine: ProtectedFileEngine
@@ -255,10 +247,8 @@ extension ProtectedFileSystem {
         if passedOver { nodes.fileClosed() }
     }
 
-    func release(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let argument = try request.argument(fuse_release_in.self)
-        if case .file(let node, _)? = handles.remove(argument.fh) { detach(node) }
-        replier.reply(request.unique)
+    func release(_ nodeID: UInt64, handle: UInt64) {
+        if case .file(let node, _)? = handles.remove(handle) { detach(node) }
     }
 
     // MARK: - Reading and writing
@@ -267,13 +257,13 @@ extension ProtectedFileSystem {
     /// check for a read or a write; an engine dropped at a lock is opened again once its class
     /// is available.
     @discardableResult
-    func engine(of node: FileNode, writing: Bool, opening: Bool = false) throws(FUSEErrno) -> ProtectedFileEngine? {
+    func engine(of node: FileNode, writing: Bool, opening: Bool = false) throws(Errno) -> ProtectedFileEngine? {
         let (cls, current, fd) = node.open.withLock { ($0.protectionClass, $0.engine, $0.descriptor) }
         // A plain file (served read-only: an empty one opened for writing was made protected at attach).
         guard let cls else { return nil }
-        if writing ? !gate.mayWrite(cls) : !gate.mayRead(cls) { throw FUSEErrno(EACCES) }
+        if writing ? !gate.mayWrite(cls) : !gate.mayRead(cls) { throw Errno(rawValue: EACCES) }
         if let current { return current }
-        guard opening || mayOpen(cls) else { throw FUSEErrno(EACCES) }
+        guard opening || mayOpen(cls) else { throw Errno(rawValue: EACCES) }
         let opened: ProtectedFileEngine
         do {
             opened = try runBlocking { [files] in try await files.openEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(node)) }
@@ -287,32 +277,22 @@ extension ProtectedFileSystem {
         }
     }
 
-    func read(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let argument = try request.argument(fuse_read_in.self)
-        let (node, _) = try handles.file(argument.fh)
-        let count = min(Int(argument.size), MountedFileSystem.maxWrite)
-        let offset = Int64(bitPattern: argument.offset)
+    func read(_ nodeID: UInt64, handle: UInt64, at offset: Int64, count: Int) throws(Errno) -> Data {
+        let (node, _) = try handles.file(handle)
         if let engine = try engine(of: node, writing: false) {
-            let data: Data
-            do { data = try node.open.withLock { _ in try engine.read(at: offset, count: count) } } catch { throw Self.errorCode(error) }
-            data.withUnsafeBytes { replier.reply(request.unique, [$0]) }
-            return
+            do { return try node.open.withLock { _ in try engine.read(at: offset, count: count) } } catch { throw Self.errorCode(error) }
         }
         let fd = node.open.withLock { $0.descriptor }
-        var buffer = [UInt8](repeating: 0, count: count)
-        let n = pread(fd, &buffer, count, off_t(offset))
-        guard n >= 0 else { throw FUSEErrno(errno) }
-        buffer.withUnsafeBytes { replier.reply(request.unique, [UnsafeRawBufferPointer(rebasing: $0[0..<n])]) }
+        var data = Data(count: count)
+        let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset)) }
+        guard n >= 0 else { throw Errno(rawValue: errno) }
+        return data.prefix(n)
     }
 
-    func write(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let argument = try request.argument(fuse_write_in.self)
-        let (node, writable) = try handles.file(argument.fh)
-        guard writable else { throw FUSEErrno(EBADF) }   // the kernel sends none: checked all the same
-        let data = try request.tail(after: fuse_write_in.self)
-        guard data.count >= Int(argument.size) else { throw FUSEErrno(EINVAL) }
-        let bytes = UnsafeRawBufferPointer(rebasing: data[0..<Int(argument.size)])
-        let offset = Int64(bitPattern: argument.offset)
+    func write(_ nodeID: UInt64, handle: UInt64, _ bytes: UnsafeRawBufferPointer, at offset: Int64, killsSetID: Bool,
+               _ request: RequestContext) throws(Errno) -> Int {
+        let (node, writable) = try handles.file(handle)
+        guard writable else { throw Errno(rawValue: EBADF) }   // the kernel sends none: checked all the same
         // The request's buffer is this serving thread's, read into again by the next request:
         // class-A plaintext is cleared from it once answered, whatever the outcome (a write
         // refused at the lock included), by the file's class before or after the call.
@@ -322,25 +302,22 @@ extension ProtectedFileSystem {
                 memset(UnsafeMutableRawPointer(mutating: base), 0, bytes.count)
             }
         }
-        if argument.write_flags & cfuse_write_kill_suidgid != 0 { clearSetID(node) }
+        if killsSetID { clearSetID(node) }
         if let engine = try engine(of: node, writing: true) {
-            try withRoomForZeros(engine, upTo: offset) { () throws(FUSEErrno) in
-                try extendWithZeros(node, engine, to: offset, request: request.unique)
+            try withRoomForZeros(engine, upTo: offset) { () throws(Errno) in
+                try extendWithZeros(node, engine, to: offset, request: request)
                 do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
             }
         } else {
-            throw FUSEErrno(EACCES)   // a plain file is read-only through the mount
+            throw Errno(rawValue: EACCES)   // a plain file is read-only through the mount
         }
-        var out = fuse_write_out()
-        out.size = argument.size
-        replier.reply(request.unique, out)
+        return bytes.count
     }
 
-    func synchronize(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let argument = try request.argument(fuse_fsync_in.self)
-        let (node, handleWritable) = try handles.file(argument.fh)
+    func synchronize(_ nodeID: UInt64, handle: UInt64, dataOnly: Bool) throws(Errno) {
+        let (node, handleWritable) = try handles.file(handle)
         let (fd, engine, writable) = node.open.withLock { ($0.descriptor, $0.engine, $0.writable) }
-        guard (argument.fsync_flags & 1 != 0 ? fdatasync(fd) : fsync(fd)) == 0 else { throw FUSEErrno(errno) }
+        guard (dataOnly ? fdatasync(fd) : fsync(fd)) == 0 else { throw Errno(rawValue: errno) }
         // The data is on the disk: the file's end is authenticated again (FORMAT.md §3), its
         // header written back with the next writeback or fsync.
         // Only through a handle that may write: a reader (another app's grant) never finishes
@@ -348,31 +325,32 @@ extension ProtectedFileSystem {
         if writable, handleWritable, let engine {
             do { try node.open.withLock { _ in try engine.settle() } } catch { throw Self.errorCode(error) }
         }
-        replier.reply(request.unique)
     }
 
-    func allocate(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let argument = try request.argument(fuse_fallocate_in.self)
-        let (node, writable) = try handles.file(argument.fh)
-        guard writable else { throw FUSEErrno(EBADF) }
+    func allocate(_ nodeID: UInt64, handle: UInt64, at offset: Int64, length: Int64, mode: UInt32, _ request: RequestContext) throws(Errno) {
+        let (node, writable) = try handles.file(handle)
+        guard writable else { throw Errno(rawValue: EBADF) }
         let keepSize = UInt32(cfuse_falloc_keep_size)
-        guard argument.mode & ~keepSize == 0 else { throw FUSEErrno(EOPNOTSUPP) }
-        let end = Int64(bitPattern: argument.offset) + Int64(bitPattern: argument.length)
+        guard mode & ~keepSize == 0 else { throw Errno(rawValue: EOPNOTSUPP) }
+        // As fallocate(2) answers: a negative offset or a length that is not positive, EINVAL; an
+        // end past the largest size, EFBIG.
+        guard offset >= 0, length > 0 else { throw Errno(rawValue: EINVAL) }
+        let (end, overflow) = offset.addingReportingOverflow(length)
+        guard !overflow else { throw Errno(rawValue: EFBIG) }
         if let engine = try engine(of: node, writing: true) {
             // Space is not reserved (a protected file's segments are written when sealed); the
             // size grows as asked unless KEEP_SIZE.
-            if argument.mode & keepSize == 0, end > engine.size { try truncateOpen(node, to: end, request: request.unique) }
+            if mode & keepSize == 0, end > engine.size { try truncateOpen(node, to: end, request: request) }
         } else {
-            throw FUSEErrno(EACCES)
+            throw Errno(rawValue: EACCES)
         }
-        replier.reply(request.unique)
     }
 
     /// SETATTR's size: through the given handle's file, or the file opened for the call.
-    func truncate(_ node: FileNode, to size: Int64, handle: UInt64?, request: UInt64) throws(FUSEErrno) {
-        guard size >= 0 else { throw FUSEErrno(EINVAL) }
+    func truncate(_ node: FileNode, to size: Int64, handle: UInt64?, request: RequestContext) throws(Errno) {
+        guard size >= 0 else { throw Errno(rawValue: EINVAL) }
         if let handle {
-            guard let (held, writable) = try? handles.file(handle), held === node, writable else { throw FUSEErrno(EBADF) }
+            guard let (held, writable) = try? handles.file(handle), held === node, writable else { throw Errno(rawValue: EBADF) }
         }
         if handle == nil { try attach(node, writing: true) }
         defer { if handle == nil { detach(node) } }
@@ -380,14 +358,14 @@ extension ProtectedFileSystem {
     }
 
     /// Truncates a file that has a handle open.
-    func truncateOpen(_ node: FileNode, to size: Int64, request: UInt64 = 0) throws(FUSEErrno) {
+    func truncateOpen(_ node: FileNode, to size: Int64, request: RequestContext = .uninterruptible) throws(Errno) {
         if let engine = try engine(of: node, writing: true) {
-            try withRoomForZeros(engine, upTo: size) { () throws(FUSEErrno) in
+            try withRoomForZeros(engine, upTo: size) { () throws(Errno) in
                 try extendWithZeros(node, engine, to: size, request: request)
                 do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch { throw Self.errorCode(error) }
             }
         } else {
-            throw FUSEErrno(EACCES)
+            throw Errno(rawValue: EACCES)
         }
     }
 
@@ -399,12 +377,12 @@ extension ProtectedFileSystem {
     /// refused beyond ``maxZeroFill`` (`EFBIG`), beyond the disk's free space less what fills
     /// under way will take (`ENOSPC`), or past the fills the requesting program may have at once
     /// (`EAGAIN`, ``ZeroFills``), before anything is written.
-    func withRoomForZeros(_ engine: ProtectedFileEngine, upTo size: Int64, _ body: () throws(FUSEErrno) -> Void) throws(FUSEErrno) {
+    func withRoomForZeros(_ engine: ProtectedFileEngine, upTo size: Int64, _ body: () throws(Errno) -> Void) throws(Errno) {
         let gap = size - engine.size
         guard gap > 0 else { return try body() }
-        guard gap <= Self.maxZeroFill else { throw FUSEErrno(EFBIG) }
+        guard gap <= Self.maxZeroFill else { throw Errno(rawValue: EFBIG) }
         var st = statvfs()
-        guard fstatvfs(engine.fd.rawValue, &st) == 0 else { throw FUSEErrno(errno) }
+        guard fstatvfs(engine.fd.rawValue, &st) == 0 else { throw Errno(rawValue: errno) }
         let free = Int64(st.f_bavail) * Int64(st.f_frsize)
         let needed = gap + gap / 4096 * 28 + 64 << 20   // sealed zeros, and room left for others
         let fill = try fills.begin(bytes: needed, free: free, long: gap > Self.zeroFillStep, program: Requester.namespace)
@@ -419,11 +397,11 @@ extension ProtectedFileSystem {
     /// Extends `engine`'s file with zeros up to `size` step by step (nothing when it is that long
     /// already); `EINTR` when the kernel interrupts `request` (its program got a signal): the
     /// file keeps the zeros sealed so far.
-    func extendWithZeros(_ node: FileNode, _ engine: ProtectedFileEngine, to size: Int64, request: UInt64) throws(FUSEErrno) {
+    func extendWithZeros(_ node: FileNode, _ engine: ProtectedFileEngine, to size: Int64, request: RequestContext) throws(Errno) {
         while true {
             let current = node.open.withLock { _ in engine.size }
             guard size - current > Self.zeroFillStep else { return }   // the last step: the caller's own call
-            if request != 0, isInterrupted(request) { throw FUSEErrno(EINTR) }
+            if request.isInterrupted { throw Errno(rawValue: EINTR) }
             do { try node.open.withLock { _ in try engine.truncate(to: current + Self.zeroFillStep) } } catch { throw Self.errorCode(error) }
         }
     }
@@ -512,15 +490,15 @@ extension ProtectedFileSystem {
             try rewrap(node, to: ProtectionClass.complete.walIndexClass)
             logger.info("the WAL index \(describe(node)) is now class C (class A's lock would revoke it under the program mapping it)")
         } catch {
-            logger.notice("the WAL index \(describe(node)) stays class A: \(error.code)")
+            logger.notice("the WAL index \(describe(node)) stays class A: \(error)")
         }
     }
 
     /// Refuses (`EPERM`) giving a protected file below `directory`'s floor a name there that is
     /// not a WAL index's: the one kind of file allowed below a floor stays one (FORMAT.md §14).
-    func refuseBelowFloor(_ cls: ProtectionClass?, named name: [UInt8], in directory: FileNode) throws(FUSEErrno) {
+    func refuseBelowFloor(_ cls: ProtectionClass?, named name: [UInt8], in directory: FileNode) throws(Errno) {
         guard let cls, let floor = directory.floor, cls < floor, !Self.isWALIndexName(name) else { return }
-        throw FUSEErrno(EPERM)
+        throw Errno(rawValue: EPERM)
     }
 
     /// A directory's own default (`user.dataprotection.class`), read once and kept while the
@@ -543,19 +521,19 @@ extension ProtectedFileSystem {
 
     /// The errno a request gets for a library error: a class that is locked is `EACCES`; a
     /// damaged file `EIO`; a system call's own errno otherwise.
-    static func errorCode(_ error: any Error) -> FUSEErrno {
+    static func errorCode(_ error: any Error) -> Errno {
         switch error {
-        case let error as FUSEErrno: return error
+        case let error as Errno: return error
         case let error as ProtectedFileError:
             switch error {
-            case .unavailable, .keybag: return FUSEErrno(EACCES)
-            case .fileSystem(let system): return FUSEErrno(system.errno.rawValue)
-            case .noSuchFile: return FUSEErrno(ENOENT)
-            case .isDirectory: return FUSEErrno(EISDIR)
-            default: return FUSEErrno(EIO)
+            case .unavailable, .keybag: return Errno(rawValue: EACCES)
+            case .fileSystem(let system): return Errno(rawValue: system.errno.rawValue)
+            case .noSuchFile: return Errno(rawValue: ENOENT)
+            case .isDirectory: return Errno(rawValue: EISDIR)
+            default: return Errno(rawValue: EIO)
             }
-        case is KeybagError: return FUSEErrno(EACCES)
-        default: return FUSEErrno(EIO)
+        case is KeybagError: return Errno(rawValue: EACCES)
+        default: return Errno(rawValue: EIO)
         }
     }
 

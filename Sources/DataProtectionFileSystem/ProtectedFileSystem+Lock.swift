@@ -6,6 +6,7 @@ import Logging
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import SystemPackage
 #endif
 
 extension ProtectedFileSystem {
@@ -13,7 +14,7 @@ extension ProtectedFileSystem {
 
     /// Follows the keybag: a discarded class key locks the class's files on the mount; an
     /// unlock makes them available again.
-    func observeLockState(replier: FUSEReplier) async -> Observers {
+    func observeLockState(replier: KernelReplier) async -> Observers {
         let keybag = files.keybag
         let discard = await keybag.addDiscardObserver { [self] cls in
             // Class B keeps the keys of open files (as iOS does): nothing to take back.
@@ -41,7 +42,7 @@ extension ProtectedFileSystem {
     /// and reads, (2) drop the pages the kernel holds of the class's files — on a thread that
     /// serves no request, since the kernel first writes dirty mapped pages back through WRITE
     /// requests, which still succeed — (3) refuse writes and drop the files' keys.
-    func lock(_ cls: ProtectionClass, replier: FUSEReplier) {
+    func lock(_ cls: ProtectionClass, replier: KernelReplier) {
         gate.set(cls, .draining)
         let thread = Thread { [self] in
             for node in nodes.all where node.isRegularFile && mayHoldPages(of: node, cls) {

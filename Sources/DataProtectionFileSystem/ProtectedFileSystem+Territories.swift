@@ -1,4 +1,4 @@
-import CFUSEKernel
+import SystemPackage
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -14,8 +14,8 @@ extension ProtectedFileSystem {
     /// A request whose process ended while it was under way (its namespace can no longer be
     /// read) is refused while any app is admitted: an app must not get past this check by
     /// ending the thread that asks.
-    func requireTerritory(_ node: FileNode, else code: Int32 = EPERM) throws(FUSEErrno) {
-        if isOutsideRequestersTerritories(node) { throw FUSEErrno(code) }
+    func requireTerritory(_ node: FileNode, else code: Int32 = EPERM) throws(Errno) {
+        if isOutsideRequestersTerritories(node) { throw Errno(rawValue: code) }
     }
 
     /// Whether the request comes from an admitted app (or a process that can no longer be told)
@@ -50,12 +50,9 @@ extension ProtectedFileSystem {
     /// A SETATTR outside the requester's territories may only change the size and touch the
     /// times to now, through a handle open for writing (what `ftruncate` sends on a writable
     /// grant's descriptor): never a mode, an owner or explicit times.
-    func requireTerritory(_ node: FileNode, change: fuse_setattr_in) throws(FUSEErrno) {
+    func requireTerritory(_ node: FileNode, change: AttributeChange) throws(Errno) {
         guard isOutsideRequestersTerritories(node) else { return }
-        let valid = change.valid
-        let touchesOnly = (valid & cfuse_fattr_atime == 0 || valid & cfuse_fattr_atime_now != 0)
-            && (valid & cfuse_fattr_mtime == 0 || valid & cfuse_fattr_mtime_now != 0)
-        guard valid & (cfuse_fattr_mode | cfuse_fattr_uid | cfuse_fattr_gid) == 0, touchesOnly, valid & cfuse_fattr_fh != 0,
-              let (held, writable) = try? handles.file(change.fh), held === node, writable else { throw FUSEErrno(EPERM) }
+        guard change.isSizeOrTouchOnly, let handle = change.handle, let (held, writable) = try? handles.file(handle), held === node, writable
+        else { throw Errno(rawValue: EPERM) }
     }
 }

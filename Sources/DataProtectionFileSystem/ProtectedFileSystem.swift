@@ -59,9 +59,6 @@ public final class ProtectedFileSystem: Sendable {
     /// share of the inodes its nodes count in.
     public let apps = ServedApps()
     let logger = Logger(label: "dataprotection.filesystem")
-    /// Requests the kernel asked to interrupt (their program got a signal) while they run: a
-    /// long one (a zero fill) stops at its next step and answers `EINTR`.
-    let interrupts = Mutex<Set<UInt64>>([])
 
     /// Opens `directory` for serving (it must exist and be a directory).
     ///
@@ -118,104 +115,8 @@ public final class ProtectedFileSystem: Sendable {
         let device = try FUSEDevice.mount(at: absolute, kernelChecksPermissions: servesWithoutPrivileges && geteuid() == 0)
         return MountedFileSystem(fileSystem: self, device: device)
     }
+}
 
-    // MARK: - Dispatch
-
-    /// Answers one request (every reply is written before this returns, except for those the
-    /// protocol does not answer: FORGET, BATCH_FORGET, INTERRUPT).
-    func handle(_ request: FUSERequest, replier: FUSEReplier) {
-        let op = fuse_opcode(rawValue: request.opcode)
-        do throws(FUSEErrno) {
-            switch op {
-            case FUSE_INIT: try initialize(request, replier)
-            case FUSE_DESTROY: replier.reply(request.unique)
-            case FUSE_FORGET:
-                let argument = try request.argument(fuse_forget_in.self)
-                nodes.forget(request.nodeID, count: argument.nlookup)
-            case FUSE_BATCH_FORGET: try batchForget(request)
-            case FUSE_INTERRUPT:
-                let argument = try request.argument(fuse_interrupt_in.self)
-                interrupts.withLock { pending in
-                    if pending.count > 4096 { pending.removeAll() }   // interrupts of requests long answered
-                    pending.insert(argument.unique)
-                }
-            case FUSE_LOOKUP: try lookup(request, replier)
-            case FUSE_GETATTR: try getAttributes(request, replier)
-            case FUSE_ACCESS: try checkAccess(request, replier)
-            case FUSE_SETATTR: try setAttributes(request, replier)
-            case FUSE_READLINK: try readLink(request, replier)
-            case FUSE_SYMLINK: try symbolicLink(request, replier)
-            case FUSE_MKNOD: try makeNode(request, replier)
-            case FUSE_MKDIR: try makeDirectory(request, replier)
-            case FUSE_UNLINK: try remove(request, replier, directory: false)
-            case FUSE_RMDIR: try remove(request, replier, directory: true)
-            case FUSE_RENAME: try rename(request, replier, extended: false)
-            case FUSE_RENAME2: try rename(request, replier, extended: true)
-            case FUSE_LINK: try link(request, replier)
-            case FUSE_OPEN: try openFile(request, replier)
-            case FUSE_CREATE: try createFile(request, replier)
-            case FUSE_READ: try read(request, replier)
-            case FUSE_WRITE: try write(request, replier)
-            // Nothing to do at a close: every WRITE is written when answered, and locks are the
-            // kernel's. ENOSYS makes the kernel stop asking (one round trip less per close).
-            case FUSE_FLUSH: throw FUSEErrno(ENOSYS)
-            case FUSE_RELEASE: try release(request, replier)
-            case FUSE_FSYNC: try synchronize(request, replier)
-            case FUSE_FALLOCATE: try allocate(request, replier)
-            case FUSE_STATFS: try fileSystemStatus(request, replier)
-            case FUSE_OPENDIR: try openDirectory(request, replier)
-            case FUSE_READDIR: try readDirectory(request, replier, plus: false)
-            case FUSE_READDIRPLUS: try readDirectory(request, replier, plus: true)
-            case FUSE_RELEASEDIR: try releaseDirectory(request, replier)
-            case FUSE_FSYNCDIR: try synchronizeDirectory(request, replier)
-            case FUSE_GETXATTR: try getExtendedAttribute(request, replier)
-            case FUSE_SETXATTR: try setExtendedAttribute(request, replier)
-            case FUSE_LISTXATTR: try listExtendedAttributes(request, replier)
-            case FUSE_REMOVEXATTR: try removeExtendedAttribute(request, replier)
-            case FUSE_IOCTL: throw FUSEErrno(ENOTTY)       // not remembered by the kernel: the cheapest answer
-            default: throw FUSEErrno(ENOSYS)                // the kernel remembers it for most calls
-            }
-        } catch {
-            replier.reply(request.unique, error: error.code)
-        }
-        if op != FUSE_INTERRUPT { interrupts.withLock { if !$0.isEmpty { $0.remove(request.unique) } } }
-    }
-
-    /// Whether the kernel asked to interrupt request `unique`.
-    func isInterrupted(_ unique: UInt64) -> Bool { interrupts.withLock { !$0.isEmpty && $0.contains(unique) } }
-
-    private func initialize(_ request: FUSERequest, _ replier: FUSEReplier) throws(FUSEErrno) {
-        let offered = try request.argument(fuse_init_in.self)
-        guard offered.major == cfuse_major else {
-            // An older or newer major: say ours, and the kernel gives up.
-            var out = fuse_init_out()
-            out.major = cfuse_major
-            out.minor = cfuse_minor
-            replier.reply(request.unique, out)
-            return
-        }
-        var out = fuse_init_out()
-        out.major = cfuse_major
-        out.minor = min(offered.minor, cfuse_minor)
-        out.max_readahead = offered.max_readahead
-        let wanted = cfuse_async_read | cfuse_atomic_o_trunc | cfuse_big_writes | cfuse_max_pages | cfuse_parallel_dirops | cfuse_handle_killpriv_v2
-            | cfuse_do_readdirplus | cfuse_readdirplus_auto
-        out.flags = offered.flags & wanted
-        out.max_background = 64
-        out.congestion_threshold = 48
-        out.max_write = UInt32(MountedFileSystem.maxWrite)
-        out.time_gran = 1
-        out.max_pages = UInt16(MountedFileSystem.maxWrite / 4096)
-        replier.reply(request.unique, out)
-    }
-
-    private func batchForget(_ request: FUSERequest) throws(FUSEErrno) {
-        let header = try request.argument(fuse_batch_forget_in.self)
-        let entries = try request.tail(after: fuse_batch_forget_in.self)
-        let size = MemoryLayout<fuse_forget_one>.size
-        for index in 0..<min(Int(header.count), entries.count / size) {
-            let one = entries.loadUnaligned(fromByteOffset: index * size, as: fuse_forget_one.self)
-            nodes.forget(one.nodeid, count: one.nlookup)
-        }
-    }
+extension ProtectedFileSystem: FileSystemOperations {
+    func forget(_ node: UInt64, count: UInt64) { nodes.forget(node, count: count) }
 }

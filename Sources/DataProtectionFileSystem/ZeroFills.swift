@@ -1,6 +1,7 @@
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import SystemPackage
 #endif
 
 /// Zero fills under way — a write far past a protected file's end, a truncation or `fallocate`
@@ -30,11 +31,11 @@ final class ZeroFills: Sendable {
 
     /// Counts a fill needing `bytes` of a disk with `free` bytes available (`ENOSPC` if fills
     /// under way leave less), long or not, by `program` (`EAGAIN` past its long fills).
-    func begin(bytes: Int64, free: Int64, long: Bool, program: UInt64) throws(FUSEErrno) -> Fill {
-        try state.withLock { state throws(FUSEErrno) -> Fill in
-            guard bytes <= free - state.bytes else { throw FUSEErrno(ENOSPC) }
+    func begin(bytes: Int64, free: Int64, long: Bool, program: UInt64) throws(Errno) -> Fill {
+        try state.withLock { state throws(Errno) -> Fill in
+            guard bytes <= free - state.bytes else { throw Errno(rawValue: ENOSPC) }
             guard state.all[program, default: 0] < Self.fillsPerProgram,
-                  !long || state.long[program, default: 0] < Self.longFillsPerProgram else { throw FUSEErrno(EAGAIN) }
+                  !long || state.long[program, default: 0] < Self.longFillsPerProgram else { throw Errno(rawValue: EAGAIN) }
             state.all[program, default: 0] += 1
             if long { state.long[program, default: 0] += 1 }
             state.bytes += bytes

@@ -3,6 +3,7 @@ import CFUSEKernel
 import DataProtectionTestSupport
 import Foundation
 import Synchronization
+import SystemPackage
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -19,7 +20,7 @@ struct NodeTableTests {
         return (try NodeTable(rootDescriptor: fd, maxNodes: maxNodes, sharedByRequester: shared), directory)
     }
 
-    private func lookUp(_ table: NodeTable, _ index: Int) throws(FUSEErrno) -> FileNode {
+    private func lookUp(_ table: NodeTable, _ index: Int) throws(Errno) -> FileNode {
         try table.lookup(Array("f\(index)".utf8), in: table.root).0
     }
 
@@ -30,7 +31,7 @@ struct NodeTableTests {
         var reservations: [NodeTable.Reservation] = []
         while let reservation = try? table.reserve() { reservations.append(reservation) }
         #expect(reservations.count == 63)   // 64, the root's node among them
-        #expect(throws: FUSEErrno.self) { try lookUp(table, 0) }
+        #expect(throws: Errno.self) { try lookUp(table, 0) }
         // A node takes its reservation: no more room than before.
         let node = try table.lookup(Array("f0".utf8), in: table.root, reservation: reservations[0]).0
         table.release(reservations[0])

@@ -1,4 +1,5 @@
 @testable import DataProtectionFileSystem
+import SystemPackage
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -10,7 +11,7 @@ struct ZeroFillsTests {
     @Test func fillsUnderWayCountAgainstTheFreeSpace() throws {
         let fills = ZeroFills()
         let first = try fills.begin(bytes: 600, free: 1000, long: false, program: 1)
-        #expect(throws: FUSEErrno.self, "the room the first one takes is not promised again") {
+        #expect(throws: Errno.self, "the room the first one takes is not promised again") {
             _ = try fills.begin(bytes: 600, free: 1000, long: false, program: 2)
         }
         fills.end(first)
@@ -24,12 +25,12 @@ struct ZeroFillsTests {
             _ = try fills.begin(bytes: 1, free: 1 << 40, long: true, program: 7)
             Issue.record("a fifth long fill of one program")
         } catch {
-            #expect(error.code == EAGAIN)
+            #expect(error.rawValue == EAGAIN)
         }
         var short = try (0..<(ZeroFills.fillsPerProgram - ZeroFills.longFillsPerProgram)).map { _ in
             try fills.begin(bytes: 1, free: 1 << 40, long: false, program: 7)   // short ones still go, up to the limit
         }
-        #expect(throws: FUSEErrno.self) { _ = try fills.begin(bytes: 1, free: 1 << 40, long: false, program: 7) }
+        #expect(throws: Errno.self) { _ = try fills.begin(bytes: 1, free: 1 << 40, long: false, program: 7) }
         fills.end(short.removeLast())
         fills.end(try fills.begin(bytes: 1, free: 1 << 40, long: true, program: 8))    // and another program's
         fills.end(held[0])

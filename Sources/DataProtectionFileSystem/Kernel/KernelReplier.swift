@@ -1,65 +1,12 @@
 import CFUSEKernel
 import Foundation
-import Logging
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// One request read from the kernel: its header (`fuse_in_header`) and the bytes after it, read
-/// defensively — a body shorter than the operation's structure is refused (`EINVAL`), never read
-/// past.
-struct FUSERequest {
-    let unique: UInt64
-    let opcode: UInt32
-    let nodeID: UInt64
-    let uid: UInt32, gid: UInt32, pid: UInt32
-    /// The body (after the header), valid while the buffer it came from is.
-    let body: UnsafeRawBufferPointer
-
-    init?(_ bytes: UnsafeRawBufferPointer) {
-        let headerSize = MemoryLayout<fuse_in_header>.size
-        guard bytes.count >= headerSize else { return nil }
-        let header = bytes.loadUnaligned(as: fuse_in_header.self)
-        guard Int(header.len) == bytes.count else { return nil }
-        (unique, opcode, nodeID) = (header.unique, header.opcode, header.nodeid)
-        (uid, gid, pid) = (header.uid, header.gid, header.pid)
-        body = UnsafeRawBufferPointer(rebasing: bytes[headerSize...])
-    }
-
-    /// The operation's fixed structure at the start of the body.
-    func argument<T>(_ type: T.Type) throws(FUSEErrno) -> T {
-        guard body.count >= MemoryLayout<T>.size else { throw FUSEErrno(EINVAL) }
-        return body.loadUnaligned(as: T.self)
-    }
-
-    /// The bytes after the operation's fixed structure.
-    func tail<T>(after type: T.Type) throws(FUSEErrno) -> UnsafeRawBufferPointer {
-        guard body.count >= MemoryLayout<T>.size else { throw FUSEErrno(EINVAL) }
-        return UnsafeRawBufferPointer(rebasing: body[MemoryLayout<T>.size...])
-    }
-
-    /// A NUL-terminated name starting at `bytes`, and what follows it. A name is one path
-    /// component: never empty, `.`, `..`, nor containing `/` (the kernel sends none; a name
-    /// that is one anyway is refused).
-    static func name(in bytes: UnsafeRawBufferPointer) throws(FUSEErrno) -> (name: [UInt8], rest: UnsafeRawBufferPointer) {
-        guard let end = bytes.firstIndex(of: 0) else { throw FUSEErrno(EINVAL) }
-        let name = Array(bytes[bytes.startIndex..<end])
-        guard !name.isEmpty, name != [0x2E], name != [0x2E, 0x2E], !name.contains(0x2F) else { throw FUSEErrno(EINVAL) }
-        guard name.count <= Int(NAME_MAX) else { throw FUSEErrno(ENAMETOOLONG) }
-        return (name, UnsafeRawBufferPointer(rebasing: bytes[(end + 1)...]))
-    }
-}
-
-/// An errno a request is answered with.
-struct FUSEErrno: Error {
-    let code: Int32
-    init(_ code: Int32) { self.code = code }
-}
-
 /// Replies and notifications, written to the device with one `writev` each (the kernel takes a
 /// message whole or not at all).
-struct FUSEReplier: Sendable {
+struct KernelReplier: Sendable {
     let fd: Int32
 
     /// A reply: the header, then `parts`.
@@ -130,5 +77,62 @@ struct FUSEReplier: Sendable {
                 return writev(fd, vectors, 2) < 0 ? errno : 0
             }
         }
+    }
+
+    // MARK: - Encoding
+
+    /// How long the kernel may trust an entry or attributes it was given, in seconds.
+    static let validity: UInt64 = 1
+
+    /// An entry as LOOKUP, MKDIR, CREATE… answer it.
+    static func encode(_ entry: NodeEntry) -> fuse_entry_out {
+        var out = fuse_entry_out()
+        out.nodeid = entry.node
+        out.generation = 0
+        out.entry_valid = validity
+        out.attr_valid = validity
+        out.attr = encode(entry.attributes)
+        return out
+    }
+
+    /// Attributes as GETATTR and SETATTR answer them.
+    static func encode(_ attributes: NodeAttributes) -> fuse_attr_out {
+        var out = fuse_attr_out()
+        out.attr_valid = validity
+        out.attr = encode(attributes)
+        return out
+    }
+
+    private static func encode(_ attributes: NodeAttributes) -> fuse_attr {
+        let st = attributes.status
+        var attr = fuse_attr()
+        attr.ino = UInt64(st.st_ino)
+        attr.size = attributes.size
+        attr.blocks = UInt64(st.st_blocks)
+        // Times before 1970 are negative: carried as the protocol's two's complement, never trapped.
+        attr.atime = UInt64(bitPattern: Int64(st.st_atim.tv_sec)); attr.atimensec = UInt32(truncatingIfNeeded: st.st_atim.tv_nsec)
+        attr.mtime = UInt64(bitPattern: Int64(st.st_mtim.tv_sec)); attr.mtimensec = UInt32(truncatingIfNeeded: st.st_mtim.tv_nsec)
+        attr.ctime = UInt64(bitPattern: Int64(st.st_ctim.tv_sec)); attr.ctimensec = UInt32(truncatingIfNeeded: st.st_ctim.tv_nsec)
+        attr.mode = st.st_mode
+        attr.nlink = UInt32(st.st_nlink)
+        attr.uid = st.st_uid
+        attr.gid = st.st_gid
+        attr.rdev = UInt32(truncatingIfNeeded: st.st_rdev)
+        attr.blksize = 4096
+        return attr
+    }
+
+    /// `statvfs` as STATFS answers it.
+    static func encode(_ st: statvfs) -> fuse_statfs_out {
+        var out = fuse_statfs_out()
+        out.st.blocks = UInt64(st.f_blocks)
+        out.st.bfree = UInt64(st.f_bfree)
+        out.st.bavail = UInt64(st.f_bavail)
+        out.st.files = UInt64(st.f_files)
+        out.st.ffree = UInt64(st.f_ffree)
+        out.st.bsize = UInt32(st.f_bsize)
+        out.st.namelen = UInt32(st.f_namemax)
+        out.st.frsize = UInt32(st.f_frsize)
+        return out
     }
 }
