@@ -59,17 +59,27 @@ let package = Package(
         // The TPM Software Stack's ESAPI, for a device secret sealed by the TPM: declared from the TCG
         // specifications and loaded at run time (dlopen), so nothing of it is needed to build.
         .target(name: "CTPMSoftwareStack"),
+        // Layer 0: the operating system — every system call the standard library leaves out,
+        // wrapped once and named after its call; paths as bytes; files written whole.
+        .target(
+            name: "DataProtectionSystem",
+            dependencies: [
+                "CLinuxShims",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         .target(
             name: "DataProtectionIPC",
             dependencies: [
-                "CLinuxShims",
+                "DataProtectionSystem",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .target(
             name: "DataProtectionKeybag",
             dependencies: [
-                "CLinuxShims",
+                "DataProtectionSystem",
                 "CTPMSoftwareStack",
                 "DataProtectionIPC",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -81,7 +91,7 @@ let package = Package(
         .target(
             name: "DataProtection",
             dependencies: [
-                "CLinuxShims",
+                "DataProtectionSystem",
                 "COpenSSLCrypto",
                 "DataProtectionKeybag",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -92,7 +102,7 @@ let package = Package(
             name: "DataProtectionBackup",
             dependencies: [
                 "DataProtection",
-                "CLinuxShims",
+                "DataProtectionSystem",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -104,7 +114,7 @@ let package = Package(
             dependencies: [
                 "DataProtection",
                 "DataProtectionKeybag",
-                "CLinuxShims",
+                "DataProtectionSystem",
                 "COpenSSLCrypto",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
@@ -120,7 +130,7 @@ let package = Package(
             name: "DataProtectionFileSystem",
             dependencies: [
                 "CFUSEKernel",
-                "CLinuxShims",
+                "DataProtectionSystem",
                 "DataProtection",
                 "DataProtectionKeybag",
                 .product(name: "Logging", package: "swift-log"),
@@ -147,7 +157,7 @@ let package = Package(
                 "DataProtectionFileSystem",
                 "DataProtectionKeybag",
                 "DataProtectionIPC",
-                "CLinuxShims",
+                "DataProtectionSystem",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -160,7 +170,7 @@ let package = Package(
                 "DataProtection",
                 "DataProtectionKeybag",
                 "DataProtectionIPC",
-                "CLinuxShims",
+                "DataProtectionSystem",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
@@ -168,7 +178,7 @@ let package = Package(
         .target(
             name: "DataProtectionLifecycle",
             dependencies: [
-                "CLinuxShims",
+                "DataProtectionSystem",
                 "DataProtectionContainers",
                 "DataProtectionKeybag",
                 "DataProtectionIPC",
@@ -187,7 +197,7 @@ let package = Package(
                 "DataProtectionBackup",
                 "DataProtection",
                 "DataProtectionKeybag",
-                "CLinuxShims",
+                "DataProtectionSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
@@ -244,7 +254,7 @@ let package = Package(
             name: "keybagd",
             dependencies: [
                 "DataProtectionKeybag",
-                "CLinuxShims",
+                "DataProtectionSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -278,22 +288,22 @@ let package = Package(
         .executableTarget(name: "dp-test-app", dependencies: ["DataProtectionContainers", "DataProtectionSharing", "DataProtectionLifecycle", "DataProtectionSQLite", "DataProtection",
                                                              "DataProtectionKeybag", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "SystemPackage", package: "swift-system")],
                           path: "Tests/dp-test-app"),
-        .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
-        .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionIPC", "dpctl", "dp-test-app", "dp-sandbox-exec", .product(name: "SystemPackage", package: "swift-system")]),
-        .testTarget(name: "DataProtectionLifecycleTests", dependencies: ["DataProtectionTestSupport", "DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dpctl", "dp-test-app", "dp-sandbox-exec"]),
-        .testTarget(name: "DataProtectionAuditTests", dependencies: ["DataProtectionTestSupport", "DataProtectionAudit", "DataProtectionSharing", "DataProtectionContainers",
+        .testTarget(name: "DataProtectionContainersTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionBackup", "dpctl", "dp-test-app", "dp-sandbox-exec", "keybagd"]),
+        .testTarget(name: "DataProtectionSharingTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionSharing", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "DataProtectionIPC", "dpctl", "dp-test-app", "dp-sandbox-exec", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "DataProtectionLifecycleTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionLifecycle", "DataProtectionContainers", "DataProtection", "DataProtectionKeybag", "dpctl", "dp-test-app", "dp-sandbox-exec"]),
+        .testTarget(name: "DataProtectionAuditTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionAudit", "DataProtectionSharing", "DataProtectionContainers",
                                                                "DataProtectionSQLite", "DataProtectionBackup", "DataProtection", "DataProtectionKeybag", "dpctl",
                                                                .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "DataProtectionIPCTests", dependencies: ["DataProtectionIPC"]),
-        .testTarget(name: "DataProtectionFileSystemTests", dependencies: ["DataProtectionTestSupport", "DataProtectionFileSystem", "DataProtection", "DataProtectionKeybag", "CFUSEKernel", "dpctl", "keybagd", .product(name: "SystemPackage", package: "swift-system")]),
-        .testTarget(name: "DataProtectionTPMTests", dependencies: ["DataProtectionTestSupport", "DataProtectionKeybag", "DataProtection", "dpctl", "keybagd"]),
-        .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionKeybag", "DataProtectionIPC"]),
-        .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionTestSupport", "DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionTestSupport", "DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "DataProtectionFileSystemTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionFileSystem", "DataProtection", "DataProtectionKeybag", "CFUSEKernel", "dpctl", "keybagd", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "DataProtectionTPMTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionKeybag", "DataProtection", "dpctl", "keybagd"]),
+        .testTarget(name: "DataProtectionKeybagTests", dependencies: ["DataProtectionSystem", "DataProtectionKeybag", "DataProtectionIPC"]),
+        .testTarget(name: "DataProtectionTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "DataProtectionBackupTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionBackup", "DataProtection", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "DataProtectionSQLiteTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtectionSQLite", "DataProtection", "DataProtectionBackup", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "DataProtectionObjectsTests", dependencies: ["DataProtectionTestSupport", "DataProtectionObjects", "DataProtectionSQLite", "DataProtection", .product(name: "GRDB", package: "GRDB.swift")]),
-        .testTarget(name: "keybagdTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", "keybagd", "dpctl", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "dpctlTests", dependencies: ["DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", "dpctl", "keybagd", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "keybagdTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", "keybagd", "dpctl", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "dpctlTests", dependencies: ["DataProtectionSystem", "DataProtectionTestSupport", "DataProtection", "DataProtectionKeybag", "dpctl", "keybagd", .product(name: "Crypto", package: "swift-crypto")]),
     ],
     swiftLanguageModes: [.v6]
 )

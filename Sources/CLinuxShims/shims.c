@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <malloc.h>
 #include <sys/resource.h>
+#include <linux/falloc.h>
 
 // What clone3 takes (linux/sched.h has it only from Linux 5.7's headers; the layout is the
 // kernel's ABI, extended only at its end), and the numbers older headers lack.
@@ -42,28 +43,31 @@ int cshim_o_tmpfile(void) { return O_TMPFILE; }
 
 int cshim_o_path(void) { return O_PATH; }
 
-int cshim_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+int cshim_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC) == 0 ? 0 : -errno; }
 
-int cshim_accept_cloexec(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC); }
+int cshim_accept_cloexec(int fd) {
+    int client = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    return client < 0 ? -errno : client;
+}
 
 int cshim_peer_credentials(int fd, int *pid, unsigned *uid) {
     struct ucred cred;
     socklen_t length = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return -errno;
     *pid = cred.pid;
     *uid = cred.uid;
     return 0;
 }
 
 int cshim_thread_umask_zero(void) {
-    if (unshare(CLONE_FS) != 0) return -1;
+    if (unshare(CLONE_FS) != 0) return -errno;
     umask(0);
     return 0;
 }
 
 int cshim_clear_freed_memory(void) { return mallopt(M_PERTURB, 0xa5); }
 
-int cshim_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
+int cshim_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno; }
 
 int cshim_lock_memory(void) {
     struct rlimit limit;
@@ -71,7 +75,7 @@ int cshim_lock_memory(void) {
 #ifdef MCL_ONFAULT
     if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == 0) return 0;
 #endif
-    return mlockall(MCL_CURRENT | MCL_FUTURE) == 0 ? 0 : -1;
+    return mlockall(MCL_CURRENT | MCL_FUTURE) == 0 ? 0 : -errno;
 }
 
 void cshim_wipe(void *pointer, unsigned long length) {
@@ -94,7 +98,8 @@ long cshim_send_descriptor(int socket, int fd, const void *data, unsigned long l
     header->cmsg_type = SCM_RIGHTS;
     header->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    return sendmsg(socket, &message, MSG_NOSIGNAL);
+    long n = sendmsg(socket, &message, MSG_NOSIGNAL);
+    return n < 0 ? -errno : n;
 }
 
 long cshim_receive_descriptor(int socket, void *data, unsigned long length, int *fd) {
@@ -103,7 +108,7 @@ long cshim_receive_descriptor(int socket, void *data, unsigned long length, int 
     union { struct cmsghdr header; char space[CMSG_SPACE(sizeof(int) * 4)]; } control;
     struct msghdr message = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space, .msg_controllen = sizeof control.space };
     long n = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
-    if (n < 0) return n;
+    if (n < 0) return -errno;
     for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL; header = CMSG_NXTHDR(&message, header)) {
         if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
             int count = (int)((header->cmsg_len - CMSG_LEN(0)) / sizeof(int));
@@ -113,7 +118,7 @@ long cshim_receive_descriptor(int socket, void *data, unsigned long length, int 
             }
         }
     }
-    if (message.msg_flags & MSG_CTRUNC) { if (*fd >= 0) close(*fd); *fd = -1; errno = EMSGSIZE; return -1; }
+    if (message.msg_flags & MSG_CTRUNC) { if (*fd >= 0) close(*fd); *fd = -1; return -EMSGSIZE; }
     return n;
 }
 
@@ -132,17 +137,13 @@ int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigne
 }
 
 /// `renameat2(2)` with `flags` (no libc wrapper on older glibc): 0 or -errno.
-static int rename_with_flags(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
+int cshim_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
 #ifdef SYS_renameat2
     long r = syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 #else
     long r = syscall(316, olddirfd, oldpath, newdirfd, newpath, flags);
 #endif
     return r < 0 ? -errno : 0;
-}
-
-int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
-    return rename_with_flags(olddirfd, oldpath, newdirfd, newpath, 1U /* RENAME_NOREPLACE */);
 }
 
 long cshim_landlock_abi(void) {
@@ -154,7 +155,7 @@ long cshim_landlock_abi(void) {
     return abi < 0 ? -errno : abi;
 }
 
-int cshim_spawn(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid) {
+static int spawn_with(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid) {
     posix_spawn_file_actions_t actions;
     int error = posix_spawn_file_actions_init(&actions);
     if (error) return error;
@@ -319,9 +320,9 @@ static long clone3_running(struct dp_clone_args *args, int (*run)(void *), void 
 #endif
 }
 
-int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *sources, int count,
-                          int cgroup, const char *procs, const char *home, const char *const legacy[], int legacyCount,
-                          int *pid, int *placed) {
+static int spawn_in_cgroup_with(const char *path, char *const argv[], char *const envp[], const int *sources, int count,
+                                 int cgroup, const char *procs, const char *home, const char *const legacy[], int legacyCount,
+                                 int *pid, int *placed) {
     if (count > 256) return EINVAL;
     struct spawn_request request = {
         .path = path, .argv = argv, .envp = envp, .sources = sources, .count = count,
@@ -384,7 +385,7 @@ static int limit_inotify_child(void *argument) {
     _exit(0);
 }
 
-int cshim_limit_inotify(int namespace, long instances, long watches, int *step) {
+static int limit_inotify_with(int namespace, long instances, long watches, int *step) {
     if (instances < 0 || watches < 0) return EINVAL;
     struct inotify_limits limits = {.namespace = namespace, .instances = instances, .watches = watches, .step = 0, .error = 0};
     size_t size = 64 * 1024;
@@ -445,14 +446,10 @@ int cshim_ofd_is_locked(int fd) {
 int cshim_link_unnamed(int fd, int newdirfd, const char *newpath) {
     if (linkat(fd, "", newdirfd, newpath, AT_EMPTY_PATH) == 0) return 0;
     // Refused without the capability before 6.10 (ENOENT), or by a security module (EPERM).
-    if (errno != ENOENT && errno != EPERM && errno != EINVAL) return -1;
+    if (errno != ENOENT && errno != EPERM && errno != EINVAL) return -errno;
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    return linkat(AT_FDCWD, proc, newdirfd, newpath, AT_SYMLINK_FOLLOW);
-}
-
-int cshim_rename_exchange(const char *first, const char *second) {
-    return rename_with_flags(AT_FDCWD, first, AT_FDCWD, second, 2U /* RENAME_EXCHANGE */);
+    return linkat(AT_FDCWD, proc, newdirfd, newpath, AT_SYMLINK_FOLLOW) == 0 ? 0 : -errno;
 }
 
 int cshim_namespace_parent(int fd) {
@@ -488,3 +485,32 @@ int cshim_pidfd_alive(int fd) {
 #endif
     return syscall(SYS_pidfd_send_signal, fd, 0, NULL, 0) == 0 ? 0 : -errno;
 }
+
+int cshim_spawn(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid) {
+    int error = spawn_with(path, argv, envp, sources, count, pid);
+    return error ? -error : 0;
+}
+
+int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *sources, int count,
+                          int cgroup, const char *procs, const char *home, const char *const legacy[], int legacyCount,
+                          int *pid, int *placed) {
+    int error = spawn_in_cgroup_with(path, argv, envp, sources, count, cgroup, procs, home, legacy, legacyCount, pid, placed);
+    return error ? -error : 0;
+}
+
+int cshim_limit_inotify(int namespace, long instances, long watches, int *step) {
+    int error = limit_inotify_with(namespace, instances, watches, step);
+    return error ? -error : 0;
+}
+
+long cshim_getdents64(int fd, void *buffer, unsigned long size) {
+    long n = syscall(SYS_getdents64, fd, buffer, size);
+    return n < 0 ? -errno : n;
+}
+
+int cshim_gettid(void) { return (int)syscall(SYS_gettid); }
+
+int cshim_at_empty_path(void) { return AT_EMPTY_PATH; }
+long cshim_utime_now(void) { return UTIME_NOW; }
+long cshim_utime_omit(void) { return UTIME_OMIT; }
+int cshim_falloc_keep_size(void) { return FALLOC_FL_KEEP_SIZE; }

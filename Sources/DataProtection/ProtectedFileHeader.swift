@@ -1,5 +1,6 @@
 import Crypto
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// The 160-byte header at the start of every protected file (`docs/FORMAT.md` § Protected file).

@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import SystemPackage
@@ -220,7 +220,7 @@ private final class UnnamedFile {
     init(in directory: FileDescriptor, directoryPath: String) throws {
         self.directory = directory
         self.directoryPath = directoryPath
-        let raw = openat(directory.rawValue, ".", cshim_o_tmpfile() | O_RDWR | O_CLOEXEC, 0o600)
+        let raw = openat(directory.rawValue, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0o600)
         if raw >= 0 {
             fd = FileDescriptor(rawValue: raw)
             return
@@ -238,13 +238,18 @@ private final class UnnamedFile {
     func link(names: (Int) -> String) throws -> String {
         for attempt in 1...10_000 {
             let name = names(attempt)
-            let result: Int32 = if let hiddenName {
-                linkat(directory.rawValue, hiddenName, directory.rawValue, name, 0)
+            let err: Errno
+            if let hiddenName {
+                if linkat(directory.rawValue, hiddenName, directory.rawValue, name, 0) == 0 { return name }
+                err = Errno(rawValue: errno)
             } else {
-                cshim_link_unnamed(fd.rawValue, directory.rawValue, name)
+                do throws(Errno) {
+                    try SystemCall.linkUnnamed(fd.rawValue, directory.rawValue, name)
+                    return name
+                } catch {
+                    err = error
+                }
             }
-            if result == 0 { return name }
-            let err = Errno(rawValue: errno)
             guard err == .fileExists else { throw FileSystemError("linkat", path: directoryPath + "/" + name, errno: err) }
         }
         throw FileSystemError("linkat", path: directoryPath, errno: .fileExists)

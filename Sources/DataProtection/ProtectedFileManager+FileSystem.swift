@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import SystemPackage
@@ -69,12 +69,12 @@ extension ProtectedFileManager {
     /// Whether `fd` is a file of a FUSE file system (the protected file system is one; a
     /// sandboxed app sees no other).
     static func isOnProtectedFileSystem(_ fd: FileDescriptor) -> Bool {
-        cshim_file_system_type(fd.rawValue) == 0x6573_5546   // FUSE_SUPER_MAGIC
+        (try? SystemCall.fstatfsType(fd.rawValue)) == SystemCall.fuseSuperMagic
     }
 
     /// Whether the item at `path` is on a FUSE file system (`statfs`).
     static func isOnProtectedFileSystem(path: String) -> Bool {
-        cshim_path_file_system_type(path) == 0x6573_5546   // FUSE_SUPER_MAGIC
+        (try? SystemCall.statfsType(path)) == SystemCall.fuseSuperMagic
     }
 
     /// A new, empty file through the file system, of `cls`, opened for writing.
@@ -101,17 +101,18 @@ extension ProtectedFileManager {
             throw FileSystemError("protect (outside the protected file system, which serves an app's containers)", path: path, errno: .notSupported)
         }
         let value = Array(cls.shortName.utf8)
-        let done = value.withUnsafeBytes { fsetxattr(fd.rawValue, DirectoryDefault.attribute, $0.baseAddress, $0.count, 0) }
-        if done != 0, errno != EPERM { throw FileSystemError("fsetxattr", path: path, errno: Errno(rawValue: errno)) }
+        do throws(Errno) { try SystemCall.fsetxattr(fd.rawValue, DirectoryDefault.attribute, value) } catch {
+            if error != .notPermitted { throw FileSystemError("fsetxattr", path: path, errno: error) }
+        }
     }
 
     /// The class the file system reports for the file at `fd`; `nil` for a plain file.
     static func servedClass(of fd: FileDescriptor) throws -> ProtectionClass? {
         var buffer = [UInt8](repeating: 0, count: 64)
-        let n = fgetxattr(fd.rawValue, DirectoryDefault.attribute, &buffer, buffer.count)
-        if n < 0 {
-            if errno == ENODATA || errno == ENOTSUP { return nil }
-            throw Errno(rawValue: errno)
+        let n: Int
+        do throws(Errno) { n = try SystemCall.fgetxattr(fd.rawValue, DirectoryDefault.attribute, &buffer) } catch {
+            if error == .noData || error == .notSupported { return nil }
+            throw error
         }
         return ProtectionClass(name: String(decoding: buffer[0..<n], as: UTF8.self))
     }

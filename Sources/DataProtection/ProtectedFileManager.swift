@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import Crypto
 import DataProtectionKeybag
 import Foundation
@@ -397,17 +397,7 @@ public struct ProtectedFileManager: Sendable {
         do {
             try await copyTree(at: source, to: staging, protection: protection)
             try wrapFS {
-                var result = try LosslessPath.withCString(staging.path) { from in
-                    try LosslessPath.withCString(destination.path) { to in cshim_rename_noreplace(AT_FDCWD, from, AT_FDCWD, to) }
-                }
-                if result == -EINVAL || result == -ENOSYS {
-                    // A file system without RENAME_NOREPLACE: check, then rename.
-                    if POSIXFile.linkStatus(destination.path) != nil { result = -EEXIST } else {
-                        try POSIXFile.call("rename", staging.path, destination.path) { rename($0, $1) }
-                        result = 0
-                    }
-                }
-                if result != 0 { throw FileSystemError("rename", path: LosslessPath.display(destination.path), errno: Errno(rawValue: -result)) }
+                try POSIXFile.renameWithoutReplacing(staging.path, to: destination.path)
             }
         } catch {
             try? POSIXFile.removeTree(staging.path)

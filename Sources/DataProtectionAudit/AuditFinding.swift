@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// One mistake found: which rule, where, what exactly, and what fixes it.

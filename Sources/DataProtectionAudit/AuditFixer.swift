@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
@@ -105,8 +105,8 @@ public struct AuditFixer: Sendable {
             guard fchmod(fd, mode_t(mode)) == 0 else { throw FileSystemError("fchmod", path: path, errno: Errno(rawValue: errno)) }
         case .excludeFromBackup:
             let value = Array("false".utf8)
-            guard fsetxattr(fd, BackupExclusionAttribute.attribute, value, value.count, 0) == 0 else {
-                throw FileSystemError("fsetxattr", path: path, errno: Errno(rawValue: errno))
+            do throws(Errno) { try SystemCall.fsetxattr(fd, BackupExclusionAttribute.attribute, value) } catch {
+                throw FileSystemError("fsetxattr", path: path, errno: error)
             }
             var st = stat()
             if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFDIR {
@@ -142,16 +142,20 @@ public struct AuditFixer: Sendable {
     static func openVerified(_ path: String, identity: FileIdentity?, beneath base: String?) throws -> Int32 {
         var directory: Int32 = -100   // AT_FDCWD
         var relative = path
-        var resolve: UInt64 = 0x04    // RESOLVE_NO_SYMLINKS
+        var resolve: SystemCall.Resolve = .noSymlinks
         if let base {
             directory = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard directory >= 0 else { throw FileSystemError("open", path: base, errno: Errno(rawValue: errno)) }
             relative = path == base ? "." : String(path.dropFirst(base.count + 1))
-            resolve |= 0x08           // RESOLVE_BENEATH
+            resolve.insert(.beneath)
         }
         defer { if base != nil { close(directory) } }
-        let fd = try LosslessPath.withCString(relative) { cshim_openat2(directory, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0, resolve) }
-        guard fd >= 0 else { throw AuditFixError.changed(path, "it is, or is reached through, a link now (\(String(cString: strerror(-fd))))") }
+        let opened = try LosslessPath.withCString(relative) { relative in
+            Result { () throws(Errno) in
+                try SystemCall.openat2(directory, relative, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, resolve: resolve)
+            }
+        }
+        let fd = try opened.mapError { AuditFixError.changed(path, "it is, or is reached through, a link now (\($0.description))") }.get()
         var st = stat()
         guard fstat(fd, &st) == 0 else { close(fd); throw AuditFixError.changed(path, "it cannot be examined") }
         if let identity, FileIdentity(status: st) != identity {

@@ -2,7 +2,9 @@ import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSharing
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 
 /// Audits that need the data root: an app with its groups and grants, or the whole device.
 extension Auditor {

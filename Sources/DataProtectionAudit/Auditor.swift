@@ -1,6 +1,7 @@
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// Finds the data-storage mistakes iOS developers make (``AuditRule``) in a directory tree, an

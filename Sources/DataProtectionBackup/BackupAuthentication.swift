@@ -1,5 +1,6 @@
 import Crypto
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 /// The record that makes a backup authentic (`ID/authentication`, FORMAT.md §5.1).

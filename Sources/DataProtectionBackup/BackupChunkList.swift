@@ -1,5 +1,6 @@
 import Crypto
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 /// How a big file's stored bytes are put together from chunks kept in pack objects

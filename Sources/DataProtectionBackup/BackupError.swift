@@ -1,4 +1,5 @@
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 /// Errors of the backup engine; each says what to do.

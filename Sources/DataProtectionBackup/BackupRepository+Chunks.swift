@@ -1,5 +1,6 @@
 import Crypto
 import DataProtection
+import DataProtectionSystem
 import Foundation
 import SystemPackage
 

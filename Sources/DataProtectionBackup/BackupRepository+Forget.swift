@@ -1,4 +1,5 @@
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 /// What `forget` decided and did: the backups kept (with the rules that keep them), those

@@ -1,4 +1,5 @@
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 /// One backup of a repository, as `restic snapshots` lists them: read from names and sizes

@@ -1,4 +1,5 @@
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 /// What checking a backup found: every object it uses, and which of them are damaged.

@@ -1,3 +1,4 @@
+import DataProtectionSystem
 import SystemPackage
 import DataProtection
 import Foundation

@@ -1,6 +1,6 @@
-import CFUSEKernel
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
@@ -71,7 +71,7 @@ final class FileNode: Sendable {
     /// `fstatat(fd, "", AT_EMPTY_PATH)`.
     func status() throws(Errno) -> stat {
         var st = stat()
-        guard fstatat(fd, "", &st, cfuse_at_empty_path | AT_SYMLINK_NOFOLLOW) == 0 else { throw Errno(rawValue: errno) }
+        guard fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { throw Errno(rawValue: errno) }
         return st
     }
 

@@ -1,7 +1,5 @@
-import CFUSEKernel
 import Foundation
-import Logging
-import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -12,14 +10,14 @@ public enum FileSystemServerError: Error, Sendable, Equatable, CustomStringConve
     case unavailable(String)
     /// The mount point (or the directory to serve) cannot be used.
     case badMountPoint(String, String)
-    /// A system call failed.
-    case system(String, Int32)
+    /// A system call failed: what was done, and the call's error.
+    case system(String, Errno)
 
     public var description: String {
         switch self {
         case .unavailable(let why): "the protected file system cannot be mounted here: \(why)"
         case .badMountPoint(let path, let why): "\(path) \(why)"
-        case .system(let call, let code): "\(call): \(String(cString: strerror(code)))"
+        case .system(let call, let errno): "\(call): \(errno.description)"
         }
     }
 

@@ -1,7 +1,7 @@
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
-import SystemPackage
 #endif
 
 /// The file handles given to the kernel: an open file (its node) or an open directory.

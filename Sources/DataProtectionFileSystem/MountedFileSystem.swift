@@ -1,12 +1,11 @@
-import CFUSEKernel
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import Logging
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
-import SystemPackage
 #endif
 
 /// A mounted ``ProtectedFileSystem``: serve it until it is unmounted (``unmount()``,
@@ -43,7 +42,7 @@ public final class MountedFileSystem: Sendable {
         // Plaintext passes through buffers that are freed once answered: freed memory is
         // overwritten (glibc's M_PERTURB), so that no class-A plaintext outlives its request in
         // this process's heap once the lock drops the files' keys and caches.
-        _ = cshim_clear_freed_memory()
+        SystemCall.overwriteFreedMemory()
         let observers = await fileSystem.observeLockState(replier: KernelReplier(fd: device.fd))
         raiseReadahead()
         defer { Task { [fileSystem] in await fileSystem.stopObserving(observers) } }
@@ -57,7 +56,7 @@ public final class MountedFileSystem: Sendable {
             // writer the lock only after some 4 ms). At the programs' priority, on a busy
             // machine, the evictor wakes late and gives back fewer names than one program makes
             // meanwhile, and the others are refused.
-            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(cfuse_gettid()), -10)
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(SystemCall.gettid()), -10)
             while true {
                 fileSystem.nodes.overflowing.wait()
                 guard evicting.withLock({ $0 }) else { return }
@@ -132,7 +131,9 @@ public final class MountedFileSystem: Sendable {
                                     maxWrite: Self.maxWrite)
         // The caller's kernel masked a create's mode with the caller's umask already: this
         // thread makes items with the mode it is given, never masked again by the server's umask.
-        if cshim_thread_umask_zero() != 0 { ProtectedFileSystem.noteServerUmaskApplies(errno: errno, logger: fileSystem.logger) }
+        do throws(Errno) { try SystemCall.unshareFileSystemAttributesWithoutUmask() } catch {
+            ProtectedFileSystem.noteServerUmaskApplies(errno: error.rawValue, logger: fileSystem.logger)
+        }
         while true {
             pool.withLock { $0.idle += 1 }
             let n = Glibc.read(device.fd, buffer.baseAddress, size)

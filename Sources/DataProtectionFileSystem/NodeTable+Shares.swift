@@ -1,8 +1,9 @@
+import DataProtectionSystem
 import Foundation
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
-import SystemPackage
 #endif
 
 /// Sharing the table among apps (``NodeTable/sharedByRequester``).

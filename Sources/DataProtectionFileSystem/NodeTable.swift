@@ -1,10 +1,10 @@
-import CFUSEKernel
 import DataProtection
+import DataProtectionSystem
 import Foundation
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
-import SystemPackage
 #endif
 
 /// The inodes the kernel holds, by node ID and by backing identity (device, inode); an entry
@@ -69,7 +69,7 @@ final class NodeTable: Sendable {
     init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil,
          sharedByRequester: Bool = false, readOnlyPrefixes: [[UInt8]] = [], apps: ServedApps = ServedApps()) throws {
         var st = stat()
-        guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", errno) }
+        guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", Errno(rawValue: errno)) }
         self.floorOfDirectory = floorOfDirectory
         self.sharedByRequester = sharedByRequester
         self.readOnlyPrefixes = readOnlyPrefixes
@@ -104,7 +104,7 @@ final class NodeTable: Sendable {
                 return (known, st)
             }
         }
-        let fd = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
+        let fd = withName(name) { openat(parent.fd, $0, O_PATH | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { throw Errno(rawValue: errno == EMFILE ? ENFILE : errno) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { let code = errno; close(fd); throw Errno(rawValue: code) }

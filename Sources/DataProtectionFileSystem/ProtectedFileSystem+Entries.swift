@@ -1,6 +1,6 @@
-import CFUSEKernel
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
@@ -106,8 +106,8 @@ extension ProtectedFileSystem {
     /// A time to set, for `utimensat`.
     private static func time(_ time: AttributeChange.Time?) -> timespec {
         switch time {
-        case nil: timespec(tv_sec: 0, tv_nsec: cfuse_utime_omit)
-        case .now?: timespec(tv_sec: 0, tv_nsec: cfuse_utime_now)
+        case nil: timespec(tv_sec: 0, tv_nsec: UTIME_OMIT)
+        case .now?: timespec(tv_sec: 0, tv_nsec: UTIME_NOW)
         case .at(let seconds, let nanoseconds)?: timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds))
         }
     }
@@ -122,7 +122,7 @@ extension ProtectedFileSystem {
             guard chmod(node.reopenPath, mode) == 0 else { throw Errno(rawValue: errno) }
         }
         if change.owner != nil || change.group != nil {
-            let done = fchownat(node.fd, "", change.owner ?? UInt32.max, change.group ?? UInt32.max, cfuse_at_empty_path | AT_SYMLINK_NOFOLLOW)
+            let done = fchownat(node.fd, "", change.owner ?? UInt32.max, change.group ?? UInt32.max, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
             guard done == 0 else { throw Errno(rawValue: errno) }
         }
         if let size = change.size {
@@ -135,7 +135,7 @@ extension ProtectedFileSystem {
             // A link's own times on its O_PATH descriptor (a kernel that refuses it leaves them);
             // anything else's through the descriptor's /proc/self/fd link.
             if node.kind == S_IFLNK {
-                guard utimensat(node.fd, "", times, cfuse_at_empty_path) == 0 || errno == EINVAL else { throw Errno(rawValue: errno) }
+                guard utimensat(node.fd, "", times, AT_EMPTY_PATH) == 0 || errno == EINVAL else { throw Errno(rawValue: errno) }
             } else if node.isRegularFile {
                 // Under the file's lock: a close that settles the file (the kernel sends RELEASE
                 // after close() returned, so it may come after this) keeps the time set here.
@@ -236,17 +236,19 @@ extension ProtectedFileSystem {
            moving.st_mode & S_IFMT == S_IFREG {
             try refuseBelowFloor(protectedClass(named: old, in: parent, moving), named: new, in: newParent)
         }
-        if flags & cfuse_rename_exchange != 0, parent.floor != nil, Self.isWALIndexName(new) {
+        if flags & RENAME_EXCHANGE != 0, parent.floor != nil, Self.isWALIndexName(new) {
             var other = stat()
             if withName(new, { fstatat(newParent.fd, $0, &other, AT_SYMLINK_NOFOLLOW) }) == 0, other.st_mode & S_IFMT == S_IFREG {
                 try refuseBelowFloor(protectedClass(named: new, in: newParent, other), named: old, in: parent)
             }
         }
-        let renamed = withName(old) { from in withName(new) { to in cfuse_renameat2(parent.fd, from, newParent.fd, to, flags) } }
-        guard renamed == 0 else { throw Errno(rawValue: errno) }
+        let renamed = withName(old) { from in
+            withName(new) { to in Result { () throws(Errno) in try SystemCall.renameat2(parent.fd, from, newParent.fd, to, flags: flags) } }
+        }
+        try renamed.get()
         // The moved item's node (if the kernel holds one) now lives under its new parent; with
         // RENAME_EXCHANGE, the other item under the old one.
-        for (directory, name) in [(newParent, new)] + (flags & cfuse_rename_exchange != 0 ? [(parent, old)] : []) {
+        for (directory, name) in [(newParent, new)] + (flags & RENAME_EXCHANGE != 0 ? [(parent, old)] : []) {
             var st = stat()
             if withName(name, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, let moved = nodes.existing(InodeIdentity(st)) {
                 nodes.move(moved, to: directory.id, name: name)
@@ -297,8 +299,7 @@ extension ProtectedFileSystem {
             defer { close(fd) }
             guard lseek(fd, off_t(offset), SEEK_SET) >= 0 else { throw Errno(rawValue: errno) }
             var raw = [UInt8](repeating: 0, count: wanted)
-            let n = raw.withUnsafeMutableBytes { cfuse_getdents64(fd, $0.baseAddress, UInt(wanted)) }
-            guard n >= 0 else { throw Errno(rawValue: errno) }
+            let n = try raw.withUnsafeMutableBytes { buffer in Result { () throws(Errno) in try SystemCall.getdents64(fd, buffer) } }.get()
             var at = 0
             while at + 19 <= n {
                 let inode = raw.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt64.self) }

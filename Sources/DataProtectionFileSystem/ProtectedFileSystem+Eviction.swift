@@ -1,4 +1,3 @@
-import CFUSEKernel
 import Foundation
 import SystemPackage
 

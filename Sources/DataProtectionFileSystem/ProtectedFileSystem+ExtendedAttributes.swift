@@ -1,6 +1,6 @@
-import CFUSEKernel
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
@@ -41,19 +41,19 @@ extension ProtectedFileSystem {
         guard Self.isServed(name) else { throw Errno(rawValue: ENODATA) }
         guard node.kind != S_IFLNK else { throw Errno(rawValue: EOPNOTSUPP) }
         var buffer = [UInt8](repeating: 0, count: Self.maxValueSize)
-        let n = withName(name) { attribute in buffer.withUnsafeMutableBytes { getxattr(node.reopenPath, attribute, $0.baseAddress, $0.count) } }
-        guard n >= 0 else { throw Errno(rawValue: errno) }
+        let n = try withName(name) { attribute in
+            Result { () throws(Errno) in try SystemCall.getxattr(node.reopenPath, attribute, &buffer) }
+        }.get()
         return Array(buffer[0..<n])
     }
 
     func extendedAttributeNames(of nodeID: UInt64) throws(Errno) -> [[UInt8]] {
         let node = try nodes.node(nodeID)
         guard node.kind != S_IFLNK else { return [] }
-        let size = listxattr(node.reopenPath, nil, 0)
-        guard size > 0 else { return [] }
+        var none: [UInt8] = []
+        guard let size = try? SystemCall.listxattr(node.reopenPath, &none), size > 0 else { return [] }
         var buffer = [UInt8](repeating: 0, count: size)
-        let n = listxattr(node.reopenPath, &buffer, size)
-        guard n > 0 else { return [] }
+        guard let n = try? SystemCall.listxattr(node.reopenPath, &buffer), n > 0 else { return [] }
         return buffer[0..<n].split(separator: 0).map(Array.init).filter { Self.isServed($0) && $0 != Self.classAttributeName }
     }
 
@@ -68,8 +68,9 @@ extension ProtectedFileSystem {
             try setClass(cls, of: node)
         } else {
             guard Self.isServed(name), node.kind != S_IFLNK else { throw Errno(rawValue: EOPNOTSUPP) }
-            let done = withName(name) { setxattr(node.reopenPath, $0, value, value.count, flags) }
-            guard done == 0 else { throw Errno(rawValue: errno) }
+            try withName(name) { attribute in
+                Result { () throws(Errno) in try SystemCall.setxattr(node.reopenPath, attribute, value, flags: flags) }
+            }.get()
         }
     }
 
@@ -87,7 +88,7 @@ extension ProtectedFileSystem {
             }
             node.directoryDefault.withLock { $0 = nil }
         }
-        guard withName(name, { removexattr(node.reopenPath, $0) }) == 0 else { throw Errno(rawValue: errno) }
+        try withName(name) { attribute in Result { () throws(Errno) in try SystemCall.removexattr(node.reopenPath, attribute) } }.get()
         node.directoryDefault.withLock { $0 = nil }
     }
 
@@ -109,7 +110,7 @@ extension ProtectedFileSystem {
         guard faccessat(AT_FDCWD, node.reopenPath, W_OK, AT_EACCESS) == 0 else { throw Errno(rawValue: errno) }
         if node.isDirectory {
             let value = Array(cls.shortName.utf8)
-            guard setxattr(node.reopenPath, Self.classAttribute, value, value.count, 0) == 0 else { throw Errno(rawValue: errno) }
+            try SystemCall.setxattr(node.reopenPath, Self.classAttribute, value)
             node.directoryDefault.withLock { $0 = nil }
             return
         }

@@ -1,6 +1,6 @@
-import CFUSEKernel
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
@@ -77,7 +77,7 @@ extension ProtectedFileSystem {
             _ = withName(name) { unlinkat(parent.fd, $0, 0) }
             throw Self.errorCode(error)
         }
-        let pathFD = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
+        let pathFD = withName(name) { openat(parent.fd, $0, O_PATH | O_NOFOLLOW | O_CLOEXEC) }
         var st = stat()
         guard pathFD >= 0, fstat(pathFD, &st) == 0 else {
             let code = errno
@@ -330,7 +330,7 @@ extension ProtectedFileSystem {
     func allocate(_ nodeID: UInt64, handle: UInt64, at offset: Int64, length: Int64, mode: UInt32, _ request: RequestContext) throws(Errno) {
         let (node, writable) = try handles.file(handle)
         guard writable else { throw Errno(rawValue: EBADF) }
-        let keepSize = UInt32(cfuse_falloc_keep_size)
+        let keepSize = UInt32(FALLOC_FL_KEEP_SIZE)
         guard mode & ~keepSize == 0 else { throw Errno(rawValue: EOPNOTSUPP) }
         // As fallocate(2) answers: a negative offset or a length that is not positive, EINVAL; an
         // end past the largest size, EFBIG.
@@ -511,7 +511,7 @@ extension ProtectedFileSystem {
             return cached.cls
         }
         var buffer = [UInt8](repeating: 0, count: 64)
-        let n = getxattr(node.reopenPath, ProtectedFileSystem.classAttribute, &buffer, buffer.count)
+        let n = (try? SystemCall.getxattr(node.reopenPath, ProtectedFileSystem.classAttribute, &buffer)) ?? 0
         let cls = n > 0 ? ProtectionClass(name: String(decoding: buffer[0..<n], as: UTF8.self)) : nil
         if let changed { node.directoryDefault.withLock { $0 = (changed, cls) } }
         return cls

@@ -1,12 +1,12 @@
-import CFUSEKernel
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
-import SystemPackage
 #endif
 
 extension ProtectedFileSystem {

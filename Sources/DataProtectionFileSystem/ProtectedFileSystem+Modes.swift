@@ -1,4 +1,4 @@
-import CFUSEKernel
+import DataProtectionSystem
 import Logging
 import Synchronization
 #if canImport(Glibc)
@@ -8,7 +8,7 @@ import Glibc
 /// The modes of items made through the mount. The kernel applies the caller's umask to the mode
 /// of a CREATE, MKDIR or MKNOD before sending it (this server does not ask for
 /// `FUSE_DONT_MASK`): the mode it sends is the mode the item must get, as on tmpfs. Each serving
-/// thread therefore runs without a umask of its own (``cshim_thread_umask_zero``); where the
+/// thread therefore runs without a umask of its own (``SystemCall/unshareFileSystemAttributesWithoutUmask()``); where the
 /// kernel refuses that, each item made is given its mode afterwards (one call more).
 extension ProtectedFileSystem {
     /// Whether every serving thread runs without a umask (else modes are set after making).
@@ -27,7 +27,7 @@ extension ProtectedFileSystem {
         guard !Self.serverUmaskIsOff.load(ordering: .relaxed) else { return }
         // On the item itself, never through a link swapped in meanwhile; a directory keeps the
         // set-group-ID bit it inherited from its parent, as tmpfs gives it.
-        let fd = withName(name) { openat(parent.fd, $0, cfuse_o_path | O_NOFOLLOW | O_CLOEXEC) }
+        let fd = withName(name) { openat(parent.fd, $0, O_PATH | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { return }
         defer { close(fd) }
         var st = stat()

@@ -1,6 +1,6 @@
-import CFUSEKernel
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
@@ -90,7 +90,7 @@ public final class ProtectedFileSystem: Sendable {
                 refusesSetID: Bool = false, reservedNames: Set<String> = [], sharesNodesAmongApps: Bool = false,
                 servesWithoutPrivileges: Bool = false, readOnlyPrefixes: Set<String> = [], maxNodes: Int? = nil) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
-        let fd = open(absolute, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
+        let fd = open(absolute, O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
         self.directory = absolute
         self.files = files

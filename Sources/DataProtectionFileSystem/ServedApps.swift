@@ -1,6 +1,6 @@
-import CFUSEKernel
-import CLinuxShims
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -72,7 +72,7 @@ public final class ServedApps: Sendable {
             guard process >= 0 else { return }
             let (apps, namespace, id) = (self.apps, self.namespace, self.id)
             var poller = pollfd(fd: process, events: Int16(POLLIN), revents: 0)
-            if poll(&poller, 1, 0) == 1 || cshim_pidfd_alive(process) != 0 {
+            if poll(&poller, 1, 0) == 1 || !SystemCall.pidfdIsRunning(process) {
                 apps.remove(namespace: namespace, admission: id)
                 close(process)
                 return
@@ -101,29 +101,29 @@ public final class ServedApps: Sendable {
         var admitted = false
         defer { if !admitted { held.forEach { close($0) } } }
         for path in territories {
-            let fd = open(path, cfuse_o_path | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { throw FileSystemServerError.system("open \(path)", errno) }
+            let fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw FileSystemServerError.system("open \(path)", Errno(rawValue: errno)) }
             held.append(fd)
             var st = stat()
-            guard fstat(fd, &st) == 0 else { throw FileSystemServerError.system("stat \(path)", errno) }
+            guard fstat(fd, &st) == 0 else { throw FileSystemServerError.system("stat \(path)", Errno(rawValue: errno)) }
             identities.insert(InodeIdentity(st))
         }
         // The process first, then its namespace, then the process checked alive: the namespace
         // read is that process's, not one whose number went to another meanwhile.
-        let process = cshim_pidfd_open(pid)
-        guard process >= 0 else { throw FileSystemServerError.system("the sandbox's process \(pid)", -process) }
+        let process: Int32
+        do throws(Errno) { process = try SystemCall.pidfdOpen(pid_t(pid)) } catch { throw FileSystemServerError.system("the sandbox's process \(pid)", error) }
         let pin = open("/proc/\(pid)/ns/pid", O_RDONLY | O_CLOEXEC)
-        guard pin >= 0 else { let code = errno; close(process); throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", code) }
+        guard pin >= 0 else { let code = errno; close(process); throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", Errno(rawValue: code)) }
         var st = stat(), own = stat()
-        guard fstat(pin, &st) == 0, cshim_pidfd_alive(process) == 0 else {
+        guard fstat(pin, &st) == 0, SystemCall.pidfdIsRunning(process) else {
             close(pin); close(process)
-            throw FileSystemServerError.system("the sandbox's process \(pid)", ESRCH)
+            throw FileSystemServerError.system("the sandbox's process \(pid)", Errno(rawValue: ESRCH))
         }
         // A sandbox has a PID namespace of its own: never admit the server's (every program
         // outside a sandbox would then count as the app).
         guard stat("/proc/self/ns/pid", &own) == 0, own.st_ino != st.st_ino else {
             close(pin); close(process)
-            throw FileSystemServerError.system("process \(pid) is not in a sandbox of its own", EINVAL)
+            throw FileSystemServerError.system("process \(pid) is not in a sandbox of its own", Errno(rawValue: EINVAL))
         }
         let namespace = UInt64(st.st_ino)
         admitted = true

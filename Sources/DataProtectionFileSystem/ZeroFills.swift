@@ -1,7 +1,7 @@
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
-import SystemPackage
 #endif
 
 /// Zero fills under way — a write far past a protected file's end, a truncation or `fallocate`

@@ -1,4 +1,5 @@
-import CLinuxShims
+import DataProtectionSystem
+import SystemPackage
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -75,21 +76,25 @@ package struct IPCFrameReader: Sendable {
             let have = buffer.count
             let room = max(count - have, 4096)
             buffer += [UInt8](repeating: 0, count: room)
-            var passed: Int32 = -1
-            let n = buffer.withUnsafeMutableBytes { cshim_receive_descriptor(fd, $0.baseAddress! + have, UInt(room), &passed) }
-            let failure = errno
-            buffer.removeLast(room - max(n, 0))
-            if passed >= 0 {
-                if acceptsDescriptors { descriptors.append(passed) } else { _ = Glibc.close(passed) }
+            let received = buffer.withUnsafeMutableBytes { whole -> Result<(count: Int, descriptor: Int32?), Errno> in
+                let free = UnsafeMutableRawBufferPointer(rebasing: whole[have...])
+                do throws(Errno) { return .success(try SystemCall.recvmsg(fd, free)) } catch { return .failure(error) }
             }
-            if n == 0 {
-                if have == 0 && allowEOF { return false }
-                throw IPCError("connection closed mid-frame")
-            }
-            if n < 0 {
-                if failure == EINTR { continue }
-                if failure == EAGAIN || failure == EWOULDBLOCK { throw IPCError("no answer within the timeout") }
-                throw IPCError("recvmsg: \(String(cString: strerror(failure)))")
+            switch received {
+            case .failure(let failure):
+                buffer.removeLast(room)
+                if failure == .interrupted { continue }
+                if failure == .resourceTemporarilyUnavailable || failure == .wouldBlock { throw IPCError("no answer within the timeout") }
+                throw IPCError("recvmsg: \(failure.description)")
+            case .success(let (n, passed)):
+                buffer.removeLast(room - n)
+                if let passed {
+                    if acceptsDescriptors { descriptors.append(passed) } else { _ = Glibc.close(passed) }
+                }
+                if n == 0 {
+                    if have == 0 && allowEOF { return false }
+                    throw IPCError("connection closed mid-frame")
+                }
             }
         }
         return true

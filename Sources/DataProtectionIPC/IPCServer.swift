@@ -1,4 +1,5 @@
-import CLinuxShims
+import DataProtectionSystem
+import SystemPackage
 import Foundation
 import Logging
 import Synchronization
@@ -39,9 +40,9 @@ package final class IPCServer: Sendable {
         var backoff: UInt32 = 10_000   // µs, doubled up to 1 s while accept cannot get a descriptor
         var lastComplaint: ContinuousClock.Instant?
         while true {
-            let client = cshim_accept_cloexec(listener)
-            if client < 0 {
-                let err = errno
+            let client: Int32
+            do throws(Errno) { client = try SystemCall.accept4CloseOnExec(listener) } catch {
+                let err = error.rawValue
                 if err == EINTR || err == ECONNABORTED { continue }
                 // Out of descriptors or memory: say so once a minute, wait, try again — never spin.
                 if lastComplaint.map({ ContinuousClock.now - $0 > .seconds(60) }) ?? true {

@@ -1,4 +1,5 @@
-import CLinuxShims
+import DataProtectionSystem
+import SystemPackage
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -77,10 +78,8 @@ package enum UnixSocket {
 
     /// The peer's user and process ids (`SO_PEERCRED`), as the kernel saw them at connect.
     package static func peerCredentials(_ fd: Int32) -> (uid: uid_t, pid: pid_t)? {
-        var uid: UInt32 = 0
-        var pid: Int32 = 0
-        guard cshim_peer_credentials(fd, &pid, &uid) == 0 else { return nil }
-        return (uid_t(uid), pid_t(pid))
+        guard let peer = try? SystemCall.peerCredentials(fd) else { return nil }
+        return (peer.uid, peer.pid)
     }
 
     /// Creates the 0700 directory (refusing one another user owns or others can enter), removes
@@ -155,17 +154,22 @@ package enum UnixSocket {
     /// stays read-only, whatever the peer asks of it.
     package static func send(descriptor: Int32, over socket: Int32, message: [UInt8] = [0]) throws {
         precondition(!message.isEmpty)
-        let n = message.withUnsafeBytes { cshim_send_descriptor(socket, descriptor, $0.baseAddress, UInt($0.count)) }
-        guard n == message.count else { throw IPCError("sendmsg: \(String(cString: strerror(errno)))") }
+        let sent = message.withUnsafeBytes { bytes -> Result<Int, Errno> in
+            do throws(Errno) { return .success(try SystemCall.sendmsg(socket, bytes, descriptor: descriptor)) } catch { return .failure(error) }
+        }
+        let n = try sent.mapError { IPCError("sendmsg: \($0.description)") }.get()
+        guard n == message.count else { throw IPCError("sendmsg: sent \(n) of \(message.count) bytes") }
     }
 
     /// Receives a message of at most `capacity` bytes and the descriptor sent with it (`nil`
     /// when none was); the descriptor is close-on-exec. End of stream is an error.
     package static func receiveDescriptor(from socket: Int32, capacity: Int = 1) throws -> (message: [UInt8], descriptor: Int32?) {
         var buffer = [UInt8](repeating: 0, count: max(1, capacity))
-        var fd: Int32 = -1
-        let n = buffer.withUnsafeMutableBytes { cshim_receive_descriptor(socket, $0.baseAddress, UInt($0.count), &fd) }
-        guard n > 0 else { throw IPCError(n == 0 ? "connection closed" : "recvmsg: \(String(cString: strerror(errno)))") }
-        return (Array(buffer[0..<n]), fd >= 0 ? fd : nil)
+        let received = buffer.withUnsafeMutableBytes { bytes -> Result<(count: Int, descriptor: Int32?), Errno> in
+            do throws(Errno) { return .success(try SystemCall.recvmsg(socket, bytes)) } catch { return .failure(error) }
+        }
+        let (n, fd) = try received.mapError { IPCError("recvmsg: \($0.description)") }.get()
+        guard n > 0 else { throw IPCError("connection closed") }
+        return (Array(buffer[0..<n]), fd)
     }
 }

@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionAudit
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 struct Audit: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 

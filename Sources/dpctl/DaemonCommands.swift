@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 struct Daemon: AsyncParsableCommand {

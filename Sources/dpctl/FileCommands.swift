@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
 import DataProtectionSQLite
+import DataProtectionSystem
 import Foundation
 import SystemPackage
 

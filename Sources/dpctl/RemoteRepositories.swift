@@ -1,5 +1,6 @@
 import DataProtection
 import DataProtectionBackup
+import DataProtectionSystem
 import Foundation
 import Synchronization
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionBackup
+import DataProtectionSystem
 import Foundation
 
 struct Forget: AsyncParsableCommand {

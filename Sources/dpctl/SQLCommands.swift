@@ -1,6 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionSQLite
+import DataProtectionSystem
 import Foundation
 import GRDB
 import SystemPackage

@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSharing
+import DataProtectionSystem
 import Foundation
 
 struct Share: AsyncParsableCommand {

@@ -4,6 +4,7 @@ import DataProtectionBackup
 import DataProtectionContainers
 import DataProtectionSQLite
 import DataProtectionLifecycle
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization

@@ -1,5 +1,5 @@
 import DataProtectionIPC
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import Logging

@@ -1,5 +1,5 @@
 import ArgumentParser
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import Logging
@@ -66,8 +66,8 @@ struct Keybagd: AsyncParsableCommand {
         // Memory hygiene: no core dumps or ptrace by the user's other processes. Class keys are
         // mlock'ed one by one where they live (EmbeddedKeybag); with an unlimited RLIMIT_MEMLOCK
         // every page is locked as well.
-        if cshim_set_nondumpable() != 0 { logger.warning("could not make the process non-dumpable") }
-        if cshim_lock_memory() < 0 { logger.warning("mlockall failed: \(String(cString: strerror(errno)))") }
+        if (try? SystemCall.setNotDumpable()) == nil { logger.warning("could not make the process non-dumpable") }
+        do { _ = try SystemCall.lockAllMemory() } catch { logger.warning("mlockall failed: \(error)") }
         let clock: any KeybagClock = manualClock ? ManualClock(start: Date()) : SystemClock()
         let keybag: EmbeddedKeybag
         let resolved: String
@@ -99,8 +99,7 @@ struct Keybagd: AsyncParsableCommand {
             // A process descriptor: readable once that process has ended, whatever ended it (a
             // SIGKILL included), and never another process that later gets its number — checked
             // to be the parent that started this daemon, not a process that took its number.
-            let process = cshim_pidfd_open(stopWithProcess)
-            guard process >= 0, getppid() == stopWithProcess else {
+            guard let process = try? SystemCall.pidfdOpen(stopWithProcess), getppid() == stopWithProcess else {
                 FileHandle.standardError.write(Data("keybagd: process \(stopWithProcess) is not running (--stop-with-process)\n".utf8))
                 throw ExitCode(1)
             }

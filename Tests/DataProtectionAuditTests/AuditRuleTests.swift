@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSQLite
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import GRDB

@@ -1,5 +1,6 @@
 import DataProtection
 @testable import DataProtectionBackup
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import GRDB

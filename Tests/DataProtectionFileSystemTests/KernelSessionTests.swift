@@ -2,6 +2,7 @@
 import CFUSEKernel
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import SystemPackage

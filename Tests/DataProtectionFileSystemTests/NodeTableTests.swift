@@ -1,5 +1,6 @@
 @testable import DataProtectionFileSystem
 import CFUSEKernel
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import Synchronization
@@ -16,7 +17,7 @@ struct NodeTableTests {
     private func table(files count: Int, maxNodes: Int = 64, shared: Bool = false) throws -> (NodeTable, String) {
         let directory = temporaryDirectory().path
         for index in 0..<count { #expect(FileManager.default.createFile(atPath: directory + "/f\(index)", contents: nil)) }
-        let fd = open(directory, cfuse_o_path | O_DIRECTORY | O_CLOEXEC)
+        let fd = open(directory, O_PATH | O_DIRECTORY | O_CLOEXEC)
         return (try NodeTable(rootDescriptor: fd, maxNodes: maxNodes, sharedByRequester: shared), directory)
     }
 
@@ -76,7 +77,7 @@ struct NodeTableTests {
         let directory = temporaryDirectory().path
         for index in 0..<80 { #expect(FileManager.default.createFile(atPath: directory + "/f\(index)", contents: nil)) }
         let apps = ServedApps()
-        let table = try NodeTable(rootDescriptor: open(directory, cfuse_o_path | O_DIRECTORY | O_CLOEXEC), maxNodes: 64,
+        let table = try NodeTable(rootDescriptor: open(directory, O_PATH | O_DIRECTORY | O_CLOEXEC), maxNodes: 64,
                                   sharedByRequester: true, apps: apps)
         let (first, second, other) = (try ProcessInOwnPIDNamespace(), try ProcessInOwnPIDNamespace(), try ProcessInOwnPIDNamespace())
         defer { first.stop(); second.stop(); other.stop() }

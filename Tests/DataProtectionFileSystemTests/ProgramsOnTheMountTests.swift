@@ -1,3 +1,4 @@
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 @testable import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Testing
 #if canImport(Glibc)

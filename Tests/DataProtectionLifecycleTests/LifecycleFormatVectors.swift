@@ -1,6 +1,7 @@
 @testable import DataProtectionLifecycle
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Testing
 

@@ -1,5 +1,6 @@
 import Crypto
 @testable import DataProtectionSQLite
+import DataProtectionSystem
 import Foundation
 import Testing
 

@@ -1,5 +1,6 @@
 @testable import DataProtectionSharing
 import DataProtectionKeybag
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import Testing

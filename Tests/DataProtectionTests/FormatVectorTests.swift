@@ -1,6 +1,7 @@
 import Crypto
 @testable import DataProtection
 @testable import DataProtectionKeybag
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import Testing

@@ -1,6 +1,7 @@
 import Crypto
 import DataProtection
 @testable import DataProtectionKeybag
+import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
 import Testing

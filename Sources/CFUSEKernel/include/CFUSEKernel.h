@@ -8,7 +8,6 @@
 #define CFUSEKERNEL_H
 #include <linux/fuse.h>
 #include <stdint.h>
-#include <sys/xattr.h>
 
 // The protocol version this server speaks: the header's. The kernel offers its own (newer) and
 // keeps to the older of the two.
@@ -46,23 +45,6 @@ static const uint32_t cfuse_fattr_mtime_now = FATTR_MTIME_NOW;
 
 // Requests that carry a file handle in their flags.
 static const uint32_t cfuse_getattr_fh = FUSE_GETATTR_FH;
-
-// What Glibc's Swift module leaves out (macros that need _GNU_SOURCE; defined in module.c).
-extern const int cfuse_o_path;
-extern const int cfuse_at_empty_path;
-extern const long cfuse_utime_now;
-extern const long cfuse_utime_omit;
-extern const int cfuse_falloc_keep_size;
-extern const unsigned int cfuse_rename_exchange;
-
-/// `renameat2(2)` (with its flags: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT`).
-int cfuse_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
-
-/// `getdents64(2)`: directory entries from the descriptor's offset.
-long cfuse_getdents64(int fd, void *buffer, unsigned long size);
-
-/// `gettid(2)`: the calling thread's ID (for a per-thread `setpriority`).
-int cfuse_gettid(void);
 
 /// The protocol minor version of the installed header (for the build's record).
 uint32_t cfuse_header_minor(void);

@@ -1,4 +1,6 @@
-// Linux declarations that Swift's Glibc module does not export.
+// Linux declarations that Swift's Glibc module does not export, for DataProtectionSystem alone
+// (which wraps each one in Swift, named after its call). One convention: a call returns its
+// value (0 when it has none), or -errno; the few that cannot fail say so.
 // Keep this header free of feature macros (_GNU_SOURCE): it is imported next to Glibc and
 // Dispatch, whose view of the system headers must stay the same.
 #ifndef C_LINUX_SHIMS_H
@@ -15,21 +17,21 @@ int cshim_o_tmpfile(void);
 int cshim_o_path(void);
 
 /// `pipe2(fds, O_CLOEXEC)` (needs _GNU_SOURCE): both ends close-on-exec from the start, so a
-/// child another thread spawns meanwhile never inherits one. 0, or -1 with errno.
+/// child another thread spawns meanwhile never inherits one. 0, or -errno.
 int cshim_pipe_cloexec(int fds[2]);
 
 /// `accept4(fd, NULL, NULL, SOCK_CLOEXEC)` (needs _GNU_SOURCE): the connection close-on-exec
-/// from the start. The descriptor, or -1 with errno.
+/// from the start. The descriptor, or -errno.
 int cshim_accept_cloexec(int fd);
 
-/// `getsockopt(SO_PEERCRED)` (`struct ucred` needs _GNU_SOURCE): the peer's pid and uid.
+/// `getsockopt(SO_PEERCRED)` (`struct ucred` needs _GNU_SOURCE): the peer's pid and uid. 0, or -errno.
 int cshim_peer_credentials(int fd, int *pid, unsigned *uid);
 
 /// `unshare(CLONE_FS)` then `umask(0)`: the calling thread gets file-system attributes of its
 /// own (working directory, root, umask) with no umask, the rest of the process keeping theirs.
 /// A file server's threads make items with the mode their callers asked for, which the
-/// caller's kernel already masked with the caller's umask. 0, or -1 with errno (the umask
-/// then stays the process's).
+/// caller's kernel already masked with the caller's umask. 0, or -errno (the umask then stays
+/// the process's).
 int cshim_thread_umask_zero(void);
 
 /// `mallopt(M_PERTURB, 0xa5)`: from now on glibc's allocator overwrites every block it frees
@@ -38,19 +40,21 @@ int cshim_thread_umask_zero(void);
 int cshim_clear_freed_memory(void);
 
 /// `prctl(PR_SET_DUMPABLE, 0)` (prctl is variadic): no core dumps, no ptrace by the same user.
+/// 0, or -errno.
 int cshim_set_nondumpable(void);
 
 /// `mlockall(MCL_CURRENT | MCL_FUTURE [| MCL_ONFAULT])`, only when RLIMIT_MEMLOCK is unlimited
-/// (with a limit, future allocations would start failing): 0 locked, 1 skipped, -1 failed.
+/// (with a limit, future allocations would start failing): 0 locked, 1 skipped, or -errno.
 int cshim_lock_memory(void);
 
 /// Sends `length` bytes of `data` (at least 1) and the descriptor `fd` over a Unix socket in
 /// one `sendmsg` with an `SCM_RIGHTS` control message (the CMSG_* macros Swift cannot import).
-/// Returns the bytes sent, or -1 with errno.
+/// Returns the bytes sent, or -errno.
 long cshim_send_descriptor(int socket, int fd, const void *data, unsigned long length);
 
 /// Receives up to `length` bytes into `data` and at most one descriptor (`*fd`, -1 if none;
-/// `MSG_CMSG_CLOEXEC`). Returns the bytes received (0 at end of stream), or -1 with errno.
+/// `MSG_CMSG_CLOEXEC`). Returns the bytes received (0 at end of stream), or -errno
+/// (-EMSGSIZE: the descriptors did not fit, none is kept).
 long cshim_receive_descriptor(int socket, void *data, unsigned long length, int *fd);
 
 /// `explicit_bzero`: zeroes `length` bytes at `pointer`, never optimised away.
@@ -65,7 +69,7 @@ void cshim_scrub_stack(void);
 long cshim_landlock_abi(void);
 
 /// `posix_spawn` with the child's descriptors set up exactly: `count` descriptors (`sources[i]` becomes
-/// descriptor `i`) and every other descriptor closed. Returns 0 and the pid, or an errno.
+/// descriptor `i`) and every other descriptor closed. Returns 0 and the pid, or -errno.
 int cshim_spawn(const char *path, char *const argv[], char *const envp[], const int *sources, int count, int *pid);
 
 /// ``cshim_spawn`` with the child born in a cgroup: `clone3(CLONE_INTO_CGROUP)` into the cgroup v2
@@ -77,15 +81,15 @@ int cshim_spawn(const char *path, char *const argv[], char *const envp[], const 
 /// in `home`'s `cgroup.procs`, the caller's own cgroup v2; a child that cannot get out again
 /// is not run: an error). Where `clone3` fails (no `CLONE_INTO_CGROUP` before Linux 5.7, a
 /// system-call filter) the child writes itself into `cgroup`'s `cgroup.procs`, given as `procs`,
-/// instead. Returns 0 and the pid, or an errno.
+/// instead. Returns 0 and the pid, or -errno.
 int cshim_spawn_in_cgroup(const char *path, char *const argv[], char *const envp[], const int *sources, int count,
                           int cgroup, const char *procs, const char *home, const char *const legacy[], int legacyCount,
                           int *pid, int *placed);
 
 /// Sets the inotify budget of the user namespace `namespace` (a descriptor of `/proc/PID/ns/user`):
 /// a forked child (one thread, as `setns` needs) joins it — its owner has every capability there —
-/// and writes `/proc/sys/user/max_inotify_instances` and `max_inotify_watches`. Returns 0, or an
-/// errno with `*step` 1 (joining), 2 (instances) or 3 (watches).
+/// and writes `/proc/sys/user/max_inotify_instances` and `max_inotify_watches`. Returns 0, or
+/// -errno with `*step` 1 (joining), 2 (instances) or 3 (watches).
 int cshim_limit_inotify(int namespace, long instances, long watches, int *step);
 
 /// `openat2(2)` (no libc wrapper): opens `path` relative to `dirfd` with `flags` and `mode`,
@@ -94,15 +98,15 @@ int cshim_openat2(int dirfd, const char *path, int flags, unsigned mode, unsigne
 /// `statx(2)`'s birth time of `path` (relative to `dirfd`, a link not followed; an empty `path`:
 /// `dirfd` itself): 0 and the time, 1 when the file system keeps none, or -errno.
 int cshim_birth_time(int dirfd, const char *path, long long *seconds, unsigned *nanoseconds);
-/// `renameat2(2)` with `RENAME_NOREPLACE`: renames without ever replacing. Returns 0 or -errno.
-int cshim_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+/// `renameat2(2)` (no libc wrapper on older glibc) with its `flags` (`CSHIM_RENAME_NOREPLACE`,
+/// `CSHIM_RENAME_EXCHANGE`). Returns 0 or -errno.
+int cshim_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags);
+enum { CSHIM_RENAME_NOREPLACE = 1, CSHIM_RENAME_EXCHANGE = 2 };
 
 /// Names an unnamed file (`O_TMPFILE`) open at `fd`: `linkat(fd, "", AT_EMPTY_PATH)` (Linux 6.10
 /// lets the process that opened it do so without CAP_DAC_READ_SEARCH), else through its
-/// `/proc/self/fd` link (`AT_SYMLINK_FOLLOW`). 0, or -1 with errno set, as `linkat`.
+/// `/proc/self/fd` link (`AT_SYMLINK_FOLLOW`). 0, or -errno.
 int cshim_link_unnamed(int fd, int newdirfd, const char *newpath);
-/// `renameat2(RENAME_EXCHANGE)`: swaps two names atomically (no new block is needed). 0 or -errno.
-int cshim_rename_exchange(const char *first, const char *second);
 /// `copy_file_range(2)` between two offsets (declared only under _GNU_SOURCE): the kernel copies
 /// up to `length` bytes from `in_fd` at `in_offset` to `out_fd` at `out_offset` without them passing
 /// through this process. Returns the bytes copied (0 at the end of the input), or -errno.
@@ -142,5 +146,17 @@ int cshim_ofd_is_locked(int fd);
 int cshim_pidfd_open(int pid);
 /// `pidfd_send_signal(fd, 0)`: 0 while the process lives, or -errno (-ESRCH: it has ended).
 int cshim_pidfd_alive(int fd);
+
+/// `getdents64(2)`: directory entries from the descriptor's offset. The bytes read, or -errno.
+long cshim_getdents64(int fd, void *buffer, unsigned long size);
+
+/// `gettid(2)`: the calling thread's ID (cannot fail).
+int cshim_gettid(void);
+
+/// Macros that need _GNU_SOURCE: `AT_EMPTY_PATH`, `UTIME_NOW`, `UTIME_OMIT`, `FALLOC_FL_KEEP_SIZE`.
+int cshim_at_empty_path(void);
+long cshim_utime_now(void);
+long cshim_utime_omit(void);
+int cshim_falloc_keep_size(void);
 
 #endif

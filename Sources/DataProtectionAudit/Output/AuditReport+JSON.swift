@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// The report as JSON for scripts (FORMAT.md §13.2): stable keys, findings in report order.

@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// The report as a SARIF 2.1.0 log (OASIS; FORMAT.md §13.3), which GitHub code scanning and other

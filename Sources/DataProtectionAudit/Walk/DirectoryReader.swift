@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 #if canImport(Glibc)
@@ -60,8 +60,8 @@ enum DirectoryReader {
     /// An extended attribute's value (at most 256 bytes), `nil` when absent.
     static func attribute(_ fd: Int32, _ name: String) -> [UInt8]? {
         var buffer = [UInt8](repeating: 0, count: 256)
-        let n = buffer.withUnsafeMutableBytes { fgetxattr(fd, name, $0.baseAddress, $0.count) }
-        return n >= 0 ? Array(buffer[..<n]) : nil
+        guard let n = try? SystemCall.fgetxattr(fd, name, &buffer) else { return nil }
+        return Array(buffer[..<n])
     }
 
     /// Where a symbolic link points, its bytes mapped by ``LosslessPath``.

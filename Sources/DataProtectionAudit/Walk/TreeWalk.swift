@@ -1,10 +1,11 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSQLite
 import Foundation
+import SystemPackage
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -286,9 +287,11 @@ struct TreeWalk {
         // A relative link may pass through other links (`a -> s/..` with `s -> .`): the kernel
         // resolves it beneath the root and says whether it leaves (EXDEV).
         if outside == nil, !target.hasPrefix("/"),
-           (try? LosslessPath.withCString(linkRelative) { cshim_openat2(rootFD, $0, Self.pathOnly | O_CLOEXEC, 0, UInt64(0x08)) }).map({ fd in
-               if fd >= 0 { close(fd) }
-               return fd == -EXDEV
+           (try? LosslessPath.withCString(linkRelative) { relative in
+               Result { () throws(Errno) in try SystemCall.openat2(rootFD, relative, Self.pathOnly | O_CLOEXEC, resolve: .beneath) }
+           }).map({ opened in
+               if case .success(let fd) = opened { close(fd) }
+               return opened == .failure(.improperLink)
            }) == true {
             outside = "outside it, through other links"
         }
@@ -350,7 +353,7 @@ struct TreeWalk {
     }
 
     /// `O_PATH` (Glibc's module does not export it): a descriptor that only names the item.
-    static let pathOnly: Int32 = 0o10000000
+    static let pathOnly: Int32 = O_PATH
 
     /// What marks a directory as a data root (FORMAT.md §1): its device secret and keybag.
     static let dataRootMarkers = ["device.secret", "keybag"]

@@ -1,6 +1,7 @@
-import CLinuxShims
+import DataProtectionSystem
 import Foundation
 import Synchronization
+import SystemPackage
 
 /// One run of an outside tool (rclone), spawned so that it can be stopped: it starts with every
 /// signal at its default action (a Ctrl-C at the terminal reaches it as it reaches dpctl, which
@@ -20,7 +21,6 @@ struct ToolProcess {
     /// (the caller closes its copies).
     /// - Throws: an `NSError` in the POSIX domain when it could not be started.
     init(_ path: String, _ arguments: [String], input: Int32, output: Int32, error: Int32) throws {
-        var pid: pid_t = 0
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         // An inherited "ignore SIGCHLD" would let the kernel reap the tool before it is waited for.
@@ -29,9 +29,9 @@ struct ToolProcess {
             signal(SIGCHLD, SIG_DFL)   // SIG_IGN is handler 1
         }
         let sources = [input, output, error]
-        let failure = sources.withUnsafeBufferPointer { cshim_spawn(path, argv, environ, $0.baseAddress, 3, &pid) }
-        guard failure == 0 else { throw NSError(domain: NSPOSIXErrorDomain, code: Int(failure)) }
-        self.pid = pid
+        do throws(Errno) { pid = try SystemCall.spawn(path, argv, environ, descriptors: sources) } catch {
+            throw NSError(domain: NSPOSIXErrorDomain, code: Int(error.rawValue))
+        }
     }
 
     /// Waits for the tool to end; a cancelled task sends it SIGTERM first.

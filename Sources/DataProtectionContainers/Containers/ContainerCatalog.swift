@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// The installed apps and App Groups of a data root, read from their containers' metadata — no

@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// Errors of apps, containers, preferences and the sandbox. Each says what went wrong and,

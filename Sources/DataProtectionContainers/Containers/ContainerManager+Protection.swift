@@ -1,5 +1,6 @@
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 extension ContainerManager {

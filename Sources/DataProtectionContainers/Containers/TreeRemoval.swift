@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 
 /// Removes a tree an app controlled (``POSIXFile/removeTree(_:)``: no link followed out of it,
 /// no depth too deep, unreadable directories given back `u+rwx` first). Throws what could not

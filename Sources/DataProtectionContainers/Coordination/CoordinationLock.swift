@@ -1,5 +1,6 @@
 import Crypto
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
 #if canImport(Glibc)

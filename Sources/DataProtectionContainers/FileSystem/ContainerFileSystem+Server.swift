@@ -1,4 +1,5 @@
-import CLinuxShims
+import DataProtectionSystem
+import SystemPackage
 import DataProtection
 import DataProtectionFileSystem
 import DataProtectionIPC
@@ -62,11 +63,11 @@ extension ContainerFileSystem {
         let leases = LeaseCount()
         let acceptor = Thread {
             while true {
-                let client = cshim_accept_cloexec(listener)
-                if client < 0 {
-                    switch errno {
-                    case EINTR, ECONNABORTED, EPROTO: continue
-                    case EMFILE, ENFILE, ENOMEM, ENOBUFS:
+                let client: Int32
+                do throws(Errno) { client = try SystemCall.accept4CloseOnExec(listener) } catch {
+                    switch error {
+                    case .interrupted, .connectionAbort, .protocolError: continue
+                    case .tooManyOpenFiles, .tooManyOpenFilesInSystem, .noMemory, .noBufferSpace:
                         usleep(10_000)   // out of descriptors or memory for now: the next app waits, never in vain
                         continue
                     default: return      // the listener was shut down

@@ -1,9 +1,10 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtection
 import DataProtectionFileSystem
 import DataProtectionIPC
 import DataProtectionKeybag
 import Foundation
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,11 +28,11 @@ public enum ContainerFileSystem {
     /// no lease is left.
     public static func inProcess(_ manager: ContainerManager) -> Launcher {
         { _ in
-            var ends: [Int32] = [0, 0]
-            guard cshim_pipe_cloexec(&ends) == 0 else { throw unavailable("pipe: \(String(cString: strerror(errno)))") }
-            let readiness = ends[1]
+            let ends: (read: Int32, write: Int32)
+            do throws(Errno) { ends = try SystemCall.pipe2CloseOnExec() } catch { throw unavailable("pipe: \(error.description)") }
+            let readiness = ends.write
             Task.detached { try? await serve(manager, readiness: readiness, linger: .zero) }
-            return ends[0]
+            return ends.read
         }
     }
 

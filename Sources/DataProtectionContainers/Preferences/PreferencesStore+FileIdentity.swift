@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import SystemPackage
@@ -53,7 +53,7 @@ extension PreferencesStore {
         /// there is none. Any other failure (no descriptor left, no memory) throws: a plist that
         /// could not be looked at is never taken for an absent one.
         static func at(_ path: String) throws -> PinnedFile? {
-            let fd = open(path, cshim_o_path() | O_NOFOLLOW | O_CLOEXEC)
+            let fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else {
                 let failure = errno
                 if failure == ENOENT { return nil }

@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtection
 import DataProtectionKeybag
 import Foundation
@@ -90,7 +90,7 @@ final class PreferencesStore: @unchecked Sendable {
     /// Loads the file, then starts the worker and the watcher.
     func start() {
         guard url != nil else { return }
-        _ = cshim_pipe_cloexec(&wake)
+        if let ends = try? SystemCall.pipe2CloseOnExec() { wake = [ends.read, ends.write] }
         let worker = Thread { [self] in work() }
         worker.name = "preferences"
         condition.lock(); self.worker = worker; condition.unlock()
@@ -598,20 +598,22 @@ final class PreferencesStore: @unchecked Sendable {
     /// `RESOLVE_NO_SYMLINKS`: one call, where resolving the path walked it in Swift), or it is
     /// there and is not a regular file (a link, a FIFO, a directory).
     private func refusal() -> ContainerError? {
-        let fd = (try? LosslessPath.withCString(directory) {
-            cshim_openat2(AT_FDCWD, $0, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, UInt64(CSHIM_RESOLVE_NO_SYMLINKS))
-        }) ?? -ELOOP
-        if fd == -ENOSYS {
+        let opened = (try? LosslessPath.withCString(directory) { path in
+            Result { () throws(Errno) in try SystemCall.openat2(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, resolve: .noSymlinks) }
+        }) ?? .failure(.tooManySymbolicLinkLevels)
+        if case .failure(.noFunction) = opened {
             // A kernel before openat2 (5.6): the directory's resolved path must be its own.
             guard let resolved = realpath(directory, nil) else { return nil }
             defer { free(resolved) }
             if String(cString: resolved) != URL(fileURLWithPath: directory).standardizedFileURL.path {
                 return .refusedItem(path: directory, reason: "is reached through a symbolic link")
             }
-        } else if fd < 0 {
-            if fd == -ELOOP || fd == -ENOTDIR { return .refusedItem(path: directory, reason: "is reached through a symbolic link") }
+        } else if case .failure(let error) = opened {
+            if error == .tooManySymbolicLinkLevels || error == .notDirectory {
+                return .refusedItem(path: directory, reason: "is reached through a symbolic link")
+            }
             // Missing or unreadable: the write itself says what is wrong.
-        } else {
+        } else if case .success(let fd) = opened {
             close(fd)
         }
         var st = stat()

@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -80,21 +81,11 @@ final class AppCgroup: Sendable {
     /// open while `body` runs, and its v1 cgroups. No process is ever moved into the cgroup — a
     /// move waits for the kernel's RCU grace period, milliseconds each — and the supervisor never
     /// stands in it.
-    func withBirthplace<T>(_ body: (Birthplace) throws -> T) throws -> T {
+    func withBirthplace<T>(_ body: (SystemCall.Birthplace) throws -> T) throws -> T {
         let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { throw ContainerError.launchFailed("\(path): \(String(cString: strerror(errno)))") }
         defer { close(directory) }
-        return try body(Birthplace(directory: directory, procs: path + "/cgroup.procs", home: home + "/cgroup.procs", legacy: legacy.map(\.path)))
-    }
-
-    /// What ``cshim_spawn_in_cgroup`` needs to start a child inside an app's cgroups.
-    struct Birthplace {
-        /// The cgroup v2 directory, open (`CLONE_INTO_CGROUP`).
-        let directory: Int32
-        /// Its `cgroup.procs`, and the supervisor's own, for kernels without `CLONE_INTO_CGROUP`.
-        let procs: String, home: String
-        /// The v1 cgroups (hybrid systems), which the child enters itself before it runs.
-        let legacy: [String]
+        return try body(SystemCall.Birthplace(directory: directory, procs: path + "/cgroup.procs", home: home + "/cgroup.procs", legacy: legacy.map(\.path)))
     }
 
     /// Freezes (`true`) or thaws the cgroup; `false` when the kernel refused.

@@ -1,5 +1,6 @@
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization

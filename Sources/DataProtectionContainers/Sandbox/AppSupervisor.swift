@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtection
 import DataProtectionIPC
 import DataProtectionKeybag

@@ -1,11 +1,12 @@
-import CLinuxShims
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A child started with exactly the descriptors it should have (``cshim_spawn``: the listed
+/// A child started with exactly the descriptors it should have (``SystemCall/spawn(_:_:_:descriptors:)``: the listed
 /// ones as 0, 1, 2…, every other closed — nothing of the supervisor leaks into the app), from a
 /// thread that lives until it has been reaped: a parent-death signal set in the child
 /// (bubblewrap's `--die-with-parent`) fires when the *thread* that started it ends.
@@ -30,7 +31,7 @@ final class ChildProcess: Sendable {
     /// Starts the child, born in `birthplace` when given; returns once it runs the program (or
     /// throws why it could not), and whether it was born in every cgroup of `birthplace`.
     @discardableResult
-    func start(in birthplace: AppCgroup.Birthplace? = nil) throws -> Bool {
+    func start(in birthplace: SystemCall.Birthplace? = nil) throws -> Bool {
         let started = DispatchSemaphore(value: 0)
         let failure = Mutex<Int32>(0)
         let placed = Mutex(false)
@@ -64,21 +65,23 @@ final class ChildProcess: Sendable {
         return placed.withLock { $0 }
     }
 
-    private func spawn(_ pid: inout pid_t, in birthplace: AppCgroup.Birthplace?, placed: inout Int32) -> Int32 {
+    private func spawn(_ pid: inout pid_t, in birthplace: SystemCall.Birthplace?, placed: inout Int32) -> Int32 {
         let argv = arguments.map { strdup($0) } + [nil]
         let envp = environment.sorted { $0.key < $1.key }.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
-        return descriptors.withUnsafeBufferPointer { fds in
-            guard let birthplace else { return cshim_spawn(path, argv, envp, fds.baseAddress, Int32(fds.count), &pid) }
-            let legacy = birthplace.legacy.map { UnsafePointer(strdup($0)) }
-            defer { legacy.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
-            return legacy.withUnsafeBufferPointer { legacy in
-                cshim_spawn_in_cgroup(path, argv, envp, fds.baseAddress, Int32(fds.count), birthplace.directory, birthplace.procs,
-                                      birthplace.home, legacy.baseAddress, Int32(legacy.count), &pid, &placed)
+        do throws(Errno) {
+            if let birthplace {
+                let spawned = try SystemCall.spawn(path, argv, envp, descriptors: descriptors, in: birthplace)
+                (pid, placed) = (spawned.pid, spawned.placed ? 1 : 0)
+            } else {
+                pid = try SystemCall.spawn(path, argv, envp, descriptors: descriptors)
             }
+            return 0
+        } catch {
+            return error.rawValue
         }
     }
 
@@ -121,13 +124,12 @@ final class Pipe2: Sendable {
     private let writeOpen = Mutex(true)
 
     init() throws {
-        var fds: [Int32] = [-1, -1]
         // Close-on-exec from the start: a child another thread spawns meanwhile (children of this
         // library are spawned with every other descriptor closed; not every program's are) never
         // holds an end, which would keep a reader alive that is gone.
-        guard cshim_pipe_cloexec(&fds) == 0 else { throw ContainerError.launchFailed("pipe: \(String(cString: strerror(errno)))") }
-        read = fds[0]
-        write = fds[1]
+        do throws(Errno) { (read, write) = try SystemCall.pipe2CloseOnExec() } catch {
+            throw ContainerError.launchFailed("pipe: \(error.description)")
+        }
     }
 
     func closeWriteEnd() { writeOpen.withLock { if $0 { close(write); $0 = false } } }

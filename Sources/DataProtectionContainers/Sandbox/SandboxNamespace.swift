@@ -1,4 +1,5 @@
-import CLinuxShims
+import DataProtectionSystem
+import SystemPackage
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -45,16 +46,18 @@ struct SandboxNamespace {
         return fd
     }
 
-    /// Gives the app's user namespace its own inotify budget (``cshim_limit_inotify``: a forked
+    /// Gives the app's user namespace its own inotify budget (``SystemCall/limitInotify(_:instances:watches:)``: a forked
     /// child — one thread, as `setns` needs; this process has many — joins it and sets
     /// `/proc/sys/user/max_inotify_instances` and `max_inotify_watches` there).
     func limitInotify(_ limits: AppResourceLimits) throws {
         let namespace = try openUserNamespace()
         defer { close(namespace) }
-        var step: Int32 = 0
-        let error = cshim_limit_inotify(namespace, limits.inotifyInstances, limits.inotifyWatches, &step)
-        guard error != 0 else { return }
-        let what = ["starting a helper", "joining the sandbox's user namespace", "max_inotify_instances", "max_inotify_watches"][Int(min(max(step, 0), 3))]
-        throw ContainerError.launchFailed("the app's inotify budget could not be set: \(what): \(String(cString: strerror(error)))")
+        do throws(SystemCall.InotifyLimitError) {
+            try SystemCall.limitInotify(namespace, instances: limits.inotifyInstances, watches: limits.inotifyWatches)
+        } catch {
+            let steps = ["starting a helper", "joining the sandbox's user namespace", "max_inotify_instances", "max_inotify_watches"]
+            let what = steps[Int(min(max(error.step, 0), 3))]
+            throw ContainerError.launchFailed("the app's inotify budget could not be set: \(what): \(error.errno.description)")
+        }
     }
 }

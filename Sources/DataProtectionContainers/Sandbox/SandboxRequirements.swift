@@ -1,5 +1,6 @@
-import CLinuxShims
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -43,10 +44,14 @@ public struct SandboxRequirements: Sendable, Equatable {
         guard let exec, isExecutable(exec) else {
             throw ContainerError.sandboxUnavailable("dp-sandbox-exec was not found beside \(currentExecutable()), in ../libexec/dataprotection, nor on PATH (it is built and installed with this package)")
         }
-        let abi = Int(cshim_landlock_abi())
-        if abi == -Int(ENOSYS) { throw ContainerError.sandboxUnavailable("this kernel has no Landlock (Linux 5.13 or later, CONFIG_SECURITY_LANDLOCK)") }
-        if abi == -Int(EOPNOTSUPP) { throw ContainerError.sandboxUnavailable("Landlock is disabled on this kernel (add landlock to the lsm= boot parameter)") }
-        if abi < 0 { throw ContainerError.sandboxUnavailable("Landlock: \(String(cString: strerror(Int32(-abi))))") }
+        let abi: Int
+        do throws(Errno) { abi = try SystemCall.landlockABI() } catch {
+            switch error {
+            case .noFunction: throw ContainerError.sandboxUnavailable("this kernel has no Landlock (Linux 5.13 or later, CONFIG_SECURITY_LANDLOCK)")
+            case .notSupported: throw ContainerError.sandboxUnavailable("Landlock is disabled on this kernel (add landlock to the lsm= boot parameter)")
+            default: throw ContainerError.sandboxUnavailable("Landlock: \(error.description)")
+            }
+        }
         let simulated = environment["DATAPROTECTION_LANDLOCK_ABI_LIMIT"].flatMap(Int.init)   // tests: an older kernel
         let effective = min(abi, simulated ?? abi)
         guard effective >= minimumLandlockABI else {

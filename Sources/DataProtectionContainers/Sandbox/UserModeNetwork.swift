@@ -1,5 +1,6 @@
-import CLinuxShims
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,8 +28,10 @@ final class UserModeNetwork: Sendable {
         // own (--disable-userns) is nested in it. slirp4netns joins the owner.
         let nested = try sandbox.openUserNamespace()
         defer { close(nested) }
-        let owner = cshim_namespace_parent(nested)
-        guard owner >= 0 else { throw ContainerError.launchFailed("the sandbox's user namespace: \(String(cString: strerror(-owner)))") }
+        let owner: Int32
+        do throws(Errno) { owner = try SystemCall.namespaceParent(nested) } catch {
+            throw ContainerError.launchFailed("the sandbox's user namespace: \(error.description)")
+        }
         defer { close(owner) }
         let ready = try Pipe2(), exitPipe = try Pipe2()
         let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)

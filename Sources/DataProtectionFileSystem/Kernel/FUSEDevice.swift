@@ -1,7 +1,8 @@
 import CFUSEKernel
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
+import SystemPackage
 import Logging
 import Synchronization
 #if canImport(Glibc)
@@ -68,12 +69,12 @@ struct FUSEDevice: Sendable {
             throw FileSystemServerError.unavailable("fusermount3 is not installed: apt-get install fuse3")
         }
         let fd = open("/dev/fuse", O_RDWR | O_CLOEXEC)
-        guard fd >= 0 else { throw FileSystemServerError.system("open /dev/fuse", errno) }
+        guard fd >= 0 else { throw FileSystemServerError.system("open /dev/fuse", Errno(rawValue: errno)) }
         let data = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid())" + checks
         guard Glibc.mount(fsName, mountPoint, "fuse." + fsName, UInt(MS_NOSUID | MS_NODEV), data) == 0 else {
             let code = errno
             close(fd)
-            throw FileSystemServerError.system("mount \(mountPoint)", code)
+            throw FileSystemServerError.system("mount \(mountPoint)", Errno(rawValue: code))
         }
         return FUSEDevice(fd: fd, mountPoint: mountPoint)
     }
@@ -83,21 +84,20 @@ struct FUSEDevice: Sendable {
     private static func mountThroughFusermount(_ fusermount: String, at mountPoint: String, options: String) throws -> FUSEDevice {
         var pair: [Int32] = [0, 0]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            throw FileSystemServerError.system("socketpair", errno)
+            throw FileSystemServerError.system("socketpair", Errno(rawValue: errno))
         }
         // fusermount3 gets the socket as descriptor 3.
         let (spawned, pid) = spawn(fusermount, ["-o", options, "--", mountPoint], socket: pair[1])
         close(pair[1])
         guard spawned == 0 else {
             close(pair[0])
-            throw FileSystemServerError.system("running \(fusermount)", spawned)
+            throw FileSystemServerError.system("running \(fusermount)", Errno(rawValue: spawned))
         }
-        var fd: Int32 = -1
         var byte: UInt8 = 0
-        let received = cshim_receive_descriptor(pair[0], &byte, 1, &fd)
+        let received = withUnsafeMutableBytes(of: &byte) { try? SystemCall.recvmsg(pair[0], $0) }
         // fusermount3 lives on (auto_unmount) until our end of the socket closes: reaped then.
         let monitor = FusermountMonitor(socket: pair[0], pid: pid)
-        guard received > 0, fd >= 0 else {
+        guard let received, received.count > 0, let fd = received.descriptor else {
             monitor.release()
             throw FileSystemServerError.badMountPoint(mountPoint, "fusermount3 could not mount it (its message is above)")
         }
@@ -115,11 +115,13 @@ struct FUSEDevice: Sendable {
         defer { if devNull >= 0 { close(devNull) } }
         let sources: [Int32] = [devNull, devNull, 2] + (socket.map { [$0] } ?? [])
         let environment = (socket == nil ? [] : ["_FUSE_COMMFD=3"]) + ["PATH=/usr/bin:/bin"]
-        var pid: pid_t = 0
         let spawned = withCStrings([fusermount] + arguments) { argv in
-            withCStrings(environment) { cshim_spawn(fusermount, argv, $0, sources, Int32(sources.count), &pid) }
+            withCStrings(environment) { envp in Result { () throws(Errno) in try SystemCall.spawn(fusermount, argv, envp, descriptors: sources) } }
         }
-        return (spawned, pid)
+        switch spawned {
+        case .success(let pid): return (0, pid)
+        case .failure(let error): return (error.rawValue, 0)
+        }
     }
 
     /// Unmounts `mountPoint` (lazily: programs still inside keep what they hold until they leave).
@@ -127,13 +129,13 @@ struct FUSEDevice: Sendable {
         guard isMounted(mountPoint) else { return }   // gone already (its server ended: auto_unmount)
         if let fusermount = fusermount() {
             let (spawned, pid) = spawn(fusermount, ["-u", "-z", "--", mountPoint])
-            guard spawned == 0 else { throw FileSystemServerError.system("running \(fusermount)", spawned) }
+            guard spawned == 0 else { throw FileSystemServerError.system("running \(fusermount)", Errno(rawValue: spawned)) }
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
             if status == 0 { return }
             if geteuid() != 0 { throw FileSystemServerError.badMountPoint(mountPoint, "could not be unmounted (fusermount3's message is above)") }
         }
-        guard umount2(mountPoint, Int32(MNT_DETACH)) == 0 else { throw FileSystemServerError.system("umount \(mountPoint)", errno) }
+        guard umount2(mountPoint, Int32(MNT_DETACH)) == 0 else { throw FileSystemServerError.system("umount \(mountPoint)", Errno(rawValue: errno)) }
     }
 }
 

@@ -1,3 +1,4 @@
+import DataProtectionSystem
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,4 +1,5 @@
 import DataProtectionIPC
+import DataProtectionSystem
 import Foundation
 
 /// Serving keybag requests on behalf of someone else — an app's supervisor answering its app

@@ -1,4 +1,5 @@
-import CLinuxShims
+import DataProtectionSystem
+import SystemPackage
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -31,14 +32,13 @@ package enum KeybagDaemonLock {
         let path = root + "/" + fileName
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw KeybagError.io(path: path, reason: String(cString: strerror(errno))) }
-        let locked = cshim_ofd_write_lock(fd)
-        guard locked == 0 else {
+        do throws(Errno) { try SystemCall.ofdWriteLock(fd) } catch {
             let holder = read(fd)
             close(fd)
-            if locked == -EAGAIN || locked == -EACCES {
+            if error == .resourceTemporarilyUnavailable || error == .permissionDenied {
                 throw KeybagError.daemon("another \(holder.described) already serves \(root): one data root has one keybagd")
             }
-            throw KeybagError.io(path: path, reason: String(cString: strerror(-locked)))
+            throw KeybagError.io(path: path, reason: error.description)
         }
         let record = Array("\(getpid())\n\(socketPath)\n".utf8)
         guard ftruncate(fd, 0) == 0, pwrite(fd, record, record.count, 0) == record.count else {
@@ -54,7 +54,7 @@ package enum KeybagDaemonLock {
         let fd = open(root + "/" + fileName, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        guard cshim_ofd_is_locked(fd) == 1 else { return nil }
+        guard (try? SystemCall.ofdIsLocked(fd)) == true else { return nil }
         return read(fd)
     }
 

@@ -1,5 +1,6 @@
 import DataProtectionIPC
 import Crypto
+import DataProtectionSystem
 import Foundation
 
 /// One keybag operation on keybagd's wire (FORMAT.md §8), defined once for both ends: its

@@ -1,8 +1,8 @@
+import DataProtectionSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
-import CLinuxShims
 
 /// The page keybagd publishes next to its socket (`keybagd-<hash>.state`, 4096 bytes, 0600):
 /// which classes are available and each class's key generation, so clients check them without
@@ -37,8 +37,8 @@ package final class KeybagStatePage: @unchecked Sendable {
         (socketPath.hasSuffix(".sock") ? String(socketPath.dropLast(5)) : socketPath) + ".state"
     }
 
-    private func load(_ word: Word) -> UInt64 { cshim_load_acquire_u64(words + word.rawValue) }
-    private func store(_ word: Word, _ value: UInt64) { cshim_store_release_u64(words + word.rawValue, value) }
+    private func load(_ word: Word) -> UInt64 { SystemCall.loadAcquire(words + word.rawValue) }
+    private func store(_ word: Word, _ value: UInt64) { SystemCall.storeRelease(words + word.rawValue, value) }
 
     private static func generationWord(_ cls: ProtectionClass) -> Word {
         switch cls {

@@ -1,5 +1,6 @@
 import Crypto
 import DataProtectionIPC
+import DataProtectionSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

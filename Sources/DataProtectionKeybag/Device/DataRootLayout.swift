@@ -1,3 +1,4 @@
+import DataProtectionSystem
 import Foundation
 import SystemPackage
 

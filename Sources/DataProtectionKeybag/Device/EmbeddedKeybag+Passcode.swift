@@ -1,4 +1,5 @@
 import Crypto
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage

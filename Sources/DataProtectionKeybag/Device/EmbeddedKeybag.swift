@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import Logging
 import SystemPackage
-import CLinuxShims
+import DataProtectionSystem
 
 /// The device kept in this process: its keybag, its lock state and the class keys the lock
 /// state allows. ``Keybag`` fronts it — or the one a keybagd daemon keeps.
@@ -313,8 +313,9 @@ package actor EmbeddedKeybag {
         defer { try? fd.close() }
         try POSIXFile.write(fd, bytes, at: 0, path: spare)
         try POSIXFile.sync(fd, path: spare)
-        let swapped = cshim_rename_exchange(spare, keybag)
-        guard swapped == 0 else { throw FileSystemError("renameat2", path: keybag, errno: Errno(rawValue: -swapped)) }
+        do throws(Errno) { try SystemCall.renameat2(AT_FDCWD, spare, AT_FDCWD, keybag, flags: RENAME_EXCHANGE) } catch {
+            throw FileSystemError("renameat2", path: keybag, errno: error)
+        }
         try? POSIXFile.syncDirectory(root)
         // The previous keybag, now the spare: its wrapped keys do not stay behind.
         if let old = try? POSIXFile.open(spare, .writeOnly, options: [.noFollow]) {

@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import Crypto
 import _CryptoExtras
 import Foundation
@@ -40,7 +40,7 @@ public struct PasscodeKDF: Sendable, Equatable, CustomStringConvertible {
     /// `scrypt(passcode, salt)`, reading the passcode in place (no copy), then zeroing the part
     /// of this thread's stack scrypt's HMAC used for its key block.
     func derive(passcode: SecretBytes, salt: [UInt8]) throws -> SymmetricKey {
-        defer { cshim_scrub_stack() }
+        defer { SystemCall.scrubStack() }
         return try passcode.withUnsafeBytes { bytes in
             try KDF.Scrypt.deriveKey(from: bytes, salt: salt, outputByteCount: 32,
                                      rounds: 1 << Int(logN), blockSize: Int(r), parallelism: Int(p))

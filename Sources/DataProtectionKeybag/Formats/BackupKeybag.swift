@@ -1,4 +1,5 @@
 import Crypto
+import DataProtectionSystem
 import Foundation
 
 /// A backup keybag: a device's class keys wrapped under a backup password, so that a backup

@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import Crypto
 import Foundation
 
@@ -48,14 +48,14 @@ package final class SecretBytes: @unchecked Sendable {
     }
 
     deinit {
-        cshim_wipe(base, UInt(capacity))
+        SystemCall.explicitBzero(base, capacity)
         munlock(base, capacity)
         munmap(base, capacity)
     }
 
     /// Zeroes the bytes now; the count becomes 0.
     package func wipe() {
-        cshim_wipe(base, UInt(capacity))
+        SystemCall.explicitBzero(base, capacity)
         count = 0
     }
 
@@ -77,7 +77,7 @@ extension Array where Element == UInt8 {
     /// Zeroes the array's storage in place, even where other copies share it (for buffers that
     /// carried a secret and are about to be released).
     package func wipeInPlace() {
-        withUnsafeBufferPointer { cshim_wipe(UnsafeMutableRawPointer(mutating: $0.baseAddress), UInt($0.count)) }
+        withUnsafeBufferPointer { SystemCall.explicitBzero(UnsafeMutableRawPointer(mutating: $0.baseAddress), $0.count) }
     }
 }
 

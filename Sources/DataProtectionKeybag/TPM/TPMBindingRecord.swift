@@ -1,4 +1,5 @@
 import Crypto
+import DataProtectionSystem
 import Foundation
 
 /// `ROOT/device.tpm`: where the TPM keeps this root's device secret, in place of the clear

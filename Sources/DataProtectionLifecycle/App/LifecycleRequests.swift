@@ -1,6 +1,7 @@
 import DataProtectionContainers
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Synchronization
 import SystemPackage
 #if canImport(Glibc)

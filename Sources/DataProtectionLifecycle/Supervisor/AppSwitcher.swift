@@ -1,6 +1,7 @@
 import DataProtectionContainers
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// The home button and the app switcher, for apps running under supervisors of this data root

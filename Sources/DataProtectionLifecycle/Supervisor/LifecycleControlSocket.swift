@@ -1,4 +1,5 @@
-import CLinuxShims
+import DataProtectionSystem
+import SystemPackage
 import Crypto
 import DataProtectionContainers
 import DataProtectionIPC
@@ -89,9 +90,9 @@ enum LifecycleControlSocket {
         fileprivate func acceptLoop(_ controller: LifecycleController, logger: Logger) {
             defer { close(listener) }
             while true {
-                let client = cshim_accept_cloexec(listener)
-                if client < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
+                let client: Int32
+                do throws(Errno) { client = try SystemCall.accept4CloseOnExec(listener) } catch {
+                    if error == .interrupted || error == .connectionAbort { continue }
                     return   // shut down
                 }
                 UnixSocket.setTimeouts(client, seconds: 5)

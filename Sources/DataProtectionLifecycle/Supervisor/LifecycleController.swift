@@ -1,6 +1,7 @@
 import DataProtectionContainers
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization

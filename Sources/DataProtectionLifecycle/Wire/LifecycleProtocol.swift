@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// The lifecycle channel between an app and its supervisor (FORMAT.md §12.2), opened as the

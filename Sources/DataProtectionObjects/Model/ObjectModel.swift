@@ -1,5 +1,6 @@
 import Crypto
 import DataProtection
+import DataProtectionSystem
 import Foundation
 
 /// A set of entities, checked and resolved: the equivalent of `NSManagedObjectModel`.

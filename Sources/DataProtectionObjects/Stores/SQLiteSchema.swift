@@ -1,4 +1,5 @@
 import DataProtection
+import DataProtectionSystem
 import Foundation
 import GRDB
 

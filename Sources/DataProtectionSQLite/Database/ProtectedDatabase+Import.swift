@@ -1,6 +1,7 @@
 import Crypto
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
 

@@ -1,8 +1,9 @@
 import COpenSSLCrypto
 import Crypto
-import CLinuxShims
+import DataProtectionSystem
 import Foundation
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -52,15 +53,7 @@ package struct PageCipher: Sendable {
 
     /// Fills `buffer` from the kernel's CSPRNG (getrandom(2)).
     static func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) throws {
-        var filled = 0
-        while filled < buffer.count {
-            let n = getrandom(buffer.baseAddress!.advanced(by: filled), buffer.count - filled, 0)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw DatabaseCipherError.randomUnavailable
-            }
-            filled += n
-        }
+        do throws(Errno) { try SystemCall.getrandom(buffer) } catch { throw DatabaseCipherError.randomUnavailable }
     }
 }
 

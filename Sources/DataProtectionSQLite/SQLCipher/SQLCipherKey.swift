@@ -1,4 +1,5 @@
 import Crypto
+import DataProtectionSystem
 import _CryptoExtras
 import DataProtectionKeybag
 import Foundation

@@ -1,3 +1,4 @@
+import DataProtectionSystem
 import Foundation
 
 /// The name a shared file gets in the recipient's Inbox, made by the broker from the sender's

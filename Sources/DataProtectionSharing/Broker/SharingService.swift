@@ -2,6 +2,7 @@ import DataProtection
 import DataProtectionContainers
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage

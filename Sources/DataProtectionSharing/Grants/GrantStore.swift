@@ -1,5 +1,6 @@
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
 

@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import SystemPackage
@@ -30,10 +30,8 @@ struct ItemIdentity: Equatable {
     }
 
     private static func birthTime(_ directory: Int32, _ path: UnsafePointer<CChar>) -> String? {
-        var seconds: Int64 = 0
-        var nanoseconds: UInt32 = 0
-        guard cshim_birth_time(directory, path, &seconds, &nanoseconds) == 0 else { return nil }
-        return String(format: "%lld.%09u", seconds, nanoseconds)
+        guard let time = try? SystemCall.statxBirthTime(directory, path) else { return nil }
+        return String(format: "%lld.%09u", Int64(time.tv_sec), UInt32(time.tv_nsec))
     }
 
     /// Whether the item a grant recorded is this one: the same kind and a recorded birth time

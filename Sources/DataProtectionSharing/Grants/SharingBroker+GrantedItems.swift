@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
@@ -61,8 +61,9 @@ extension SharingBroker {
         let parent = try openParent(relative, in: provider)
         let name = parent.name
         defer { try? parent.descriptor.close() }
-        let result = cshim_rename_noreplace(parent.descriptor.rawValue, name, parent.descriptor.rawValue, newName)
-        guard result == 0 else { throw BeneathOpen.error(Errno(rawValue: -result), path: parent.path + "/" + newName) }
+        do throws(Errno) { try SystemCall.renameWithoutReplacing(parent.descriptor.rawValue, name, parent.descriptor.rawValue, newName) } catch {
+            throw BeneathOpen.error(error, path: parent.path + "/" + newName)
+        }
         if subpath.isEmpty {
             let moved = ((grant.path as NSString).deletingLastPathComponent as NSString).appendingPathComponent(newName)
             try GrantStore(layout: manager.layout).save(grant.moved(to: moved))

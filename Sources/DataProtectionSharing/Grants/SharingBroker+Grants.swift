@@ -1,6 +1,7 @@
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
 #if canImport(Glibc)

@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
@@ -137,10 +137,9 @@ extension SharingBroker {
         let copy = servedCopyPath(name)
         if let st = POSIXFile.linkStatus(copy), st.st_mode & S_IFMT == S_IFREG { return copy }
         try copySnapshot(snapshot, size: try POSIXFile.size(snapshot, path: path), to: temporary)
-        let renamed = cshim_rename_noreplace(AT_FDCWD, temporary, AT_FDCWD, copy)
-        if renamed != 0 {
+        do throws(Errno) { try SystemCall.renameWithoutReplacing(AT_FDCWD, temporary, AT_FDCWD, copy) } catch {
             unlink(temporary)
-            guard -renamed == EEXIST else { throw FileSystemError("rename", path: copy, errno: Errno(rawValue: -renamed)) }
+            guard error == .fileExists else { throw FileSystemError("rename", path: copy, errno: error) }
         }
         return copy
     }

@@ -1,4 +1,4 @@
-import CLinuxShims
+import DataProtectionSystem
 import DataProtectionKeybag
 import Foundation
 import SystemPackage
@@ -11,7 +11,7 @@ import Glibc
 /// RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV` — no `..` out, no symbolic link at any step, no
 /// `/proc` magic link, no other mount (FORMAT.md §11.1).
 enum BeneathOpen {
-    static let resolve = UInt64(CSHIM_RESOLVE_BENEATH | CSHIM_RESOLVE_NO_SYMLINKS | CSHIM_RESOLVE_NO_MAGICLINKS | CSHIM_RESOLVE_NO_XDEV)
+    static let resolve: SystemCall.Resolve = [.beneath, .noSymlinks, .noMagicLinks, .noCrossDevice]
 
     /// Opens the directory at `path` (absolute; the trusted starting point) itself, refusing a
     /// link at its last step.
@@ -25,11 +25,13 @@ enum BeneathOpen {
     /// `mode` counts only with `O_CREAT` (openat2 refuses a mode otherwise).
     static func open(_ relative: String, beneath directory: FileDescriptor, flags: Int32, mode: mode_t = 0o600,
                      path: String) throws -> FileDescriptor {
-        let fd = try LosslessPath.withCString(relative.isEmpty ? "." : relative) {
-            cshim_openat2(directory.rawValue, $0, flags | O_CLOEXEC | O_NOFOLLOW, flags & O_CREAT != 0 ? UInt32(mode) : 0, resolve)
+        let opened = try LosslessPath.withCString(relative.isEmpty ? "." : relative) { relative in
+            Result { () throws(Errno) in
+                try SystemCall.openat2(directory.rawValue, relative, flags | O_CLOEXEC | O_NOFOLLOW, mode: flags & O_CREAT != 0 ? UInt32(mode) : 0,
+                                       resolve: resolve)
+            }
         }
-        guard fd >= 0 else { throw error(Errno(rawValue: -fd), path: path) }
-        return FileDescriptor(rawValue: fd)
+        return FileDescriptor(rawValue: try opened.mapError { error($0, path: path) }.get())
     }
 
     /// The error a refused or failed open means.

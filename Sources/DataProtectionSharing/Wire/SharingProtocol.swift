@@ -1,4 +1,5 @@
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 
 /// The sharing channel between an app and its supervisor (FORMAT.md §11.4), opened as the

@@ -28,7 +28,10 @@ package struct ByteWriter {
 
 /// Reads big-endian fields, failing with a message (never trapping) when input runs out.
 package struct ByteReader {
-    package struct OutOfBounds: Error { package let field: String }
+    package struct OutOfBounds: Error {
+        package let field: String
+        package init(field: String) { self.field = field }
+    }
     private let bytes: [UInt8]
     package private(set) var offset = 0
     package init(_ bytes: [UInt8]) { self.bytes = bytes }

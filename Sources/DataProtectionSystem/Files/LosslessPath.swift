@@ -74,7 +74,7 @@ public enum LosslessPath {
         }
         if plain { return try path.withCString(body) }
         var bytes = bytes(of: path)
-        guard !bytes.contains(0) else { throw KeybagError.invalidArgument("\(display(path)): a file name cannot contain a NUL byte") }
+        guard !bytes.contains(0) else { throw NULInPathError(path: display(path)) }
         bytes.append(0)
         return try bytes.withUnsafeBufferPointer { buffer in
             try buffer.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) }
@@ -162,4 +162,12 @@ public enum LosslessPath {
         guard index + length <= bytes.count else { return 0 }
         return String(validating: bytes[index..<index + length], as: UTF8.self) == nil ? 0 : length
     }
+}
+
+/// A path given as a string holds a NUL byte, which no system call can take.
+public struct NULInPathError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
+    /// The path, as ``LosslessPath/display(_:)`` shows it.
+    public let path: String
+    public var description: String { "\(path): a file name cannot contain a NUL byte" }
+    public var errorDescription: String? { description }
 }

@@ -62,6 +62,18 @@ package enum POSIXFile {
         }
     }
 
+    /// Renames `source` to `destination` unless something is there already (`EEXIST`, as a
+    /// ``FileSystemError``): ``SystemCall/renameWithoutReplacing(_:_:_:_:)`` on both paths' bytes.
+    package static func renameWithoutReplacing(_ source: String, to destination: String) throws {
+        try LosslessPath.withCString(source) { from in
+            try LosslessPath.withCString(destination) { to in
+                do throws(Errno) { try SystemCall.renameWithoutReplacing(AT_FDCWD, from, AT_FDCWD, to) } catch {
+                    throw FileSystemError("rename", path: LosslessPath.display(destination), errno: error)
+                }
+            }
+        }
+    }
+
     /// `lstat(2)` on the bytes of `path`: `nil` when nothing is there.
     package static func linkStatus(_ path: String) -> stat? {
         var st = stat()
@@ -208,20 +220,24 @@ package enum POSIXFile {
             let wanted = min(chunk, count - done)
             var n: Int64
             if inKernel {
-                n = Int64(cshim_copy_file_range(source.rawValue, offset + done, target.rawValue, offset + done, UInt(wanted)))
-                if n == -Int64(EINTR) { continue }
-                if [EXDEV, ENOSYS, EOPNOTSUPP, EINVAL].map({ -Int64($0) }).contains(n) {
+                do throws(Errno) {
+                    n = Int64(try SystemCall.copyFileRange(from: source.rawValue, at: offset + done, to: target.rawValue, at: offset + done,
+                                                           count: Int(wanted)))
+                } catch .interrupted {
+                    continue
+                } catch where [.improperLink, .noFunction, .notSupported, .invalidArgument].contains(error) {
                     inKernel = false
                     continue
+                } catch {
+                    throw FileSystemError("copy_file_range", path: path, errno: error)
                 }
-                if n < 0 { throw FileSystemError("copy_file_range", path: path, errno: Errno(rawValue: Int32(-n))) }
             } else {
                 let bytes = try read(source, count: Int(wanted), at: offset + done, path: path)
                 try write(target, bytes, at: offset + done, path: path)
                 n = Int64(bytes.count)
             }
             if n == 0 { break }
-            _ = cshim_start_writeback(target.rawValue, offset + done, n)
+            try? SystemCall.syncFileRangeWrite(target.rawValue, offset: offset + done, count: n)
             done += n
         }
         return done
@@ -332,7 +348,7 @@ package enum POSIXFile {
         var fd: FileDescriptor
         var isUnnamed = false
         let canLinkUnnamed = Self.canLinkUnnamed
-        let raw = canLinkUnnamed ? ((try? LosslessPath.withCString(directory) { Glibc.open($0, cshim_o_tmpfile() | O_RDWR | O_CLOEXEC, mode.rawValue) }) ?? -1) : -1
+        let raw = canLinkUnnamed ? ((try? LosslessPath.withCString(directory) { Glibc.open($0, O_TMPFILE | O_RDWR | O_CLOEXEC, mode.rawValue) }) ?? -1) : -1
         if raw >= 0 {
             fd = FileDescriptor(rawValue: raw)
             isUnnamed = true
@@ -348,12 +364,16 @@ package enum POSIXFile {
         do {
             try check("fchmod", path) { fchmod(fd.rawValue, mode.rawValue) }
             for (name, value) in keptAttributes {
-                try check("fsetxattr", path) { value.withUnsafeBytes { fsetxattr(fd.rawValue, name, $0.baseAddress, $0.count, 0) } }
+                do { try SystemCall.fsetxattr(fd.rawValue, name, value) } catch { throw FileSystemError("fsetxattr", path: path, errno: error) }
             }
             try fill(fd, path)
             if replacement.flushes { try sync(fd, path: path) }
             if isUnnamed {
-                try call("linkat", temp) { cshim_link_unnamed(fd.rawValue, AT_FDCWD, $0) }
+                try LosslessPath.withCString(temp) { target in
+                    do throws(Errno) { try SystemCall.linkUnnamed(fd.rawValue, AT_FDCWD, target) } catch {
+                        throw FileSystemError("linkat", path: LosslessPath.display(temp), errno: error)
+                    }
+                }
             }
             try system("close", path) { try fd.close() }
         } catch {
@@ -387,9 +407,14 @@ package enum POSIXFile {
     /// instead. Something other than a regular file swapped out (put at `path` meanwhile) is
     /// swapped back, and the replacement fails as a `rename` over it would.
     private static func exchangeAndRemoveReplaced(_ temp: String, _ path: String) -> Bool {
-        guard cshim_rename_exchange(temp, path) == 0 else { return false }
+        func exchange() -> Bool {
+            (try? LosslessPath.withCString(temp) { from in
+                try LosslessPath.withCString(path) { to in try SystemCall.renameat2(AT_FDCWD, from, AT_FDCWD, to, flags: RENAME_EXCHANGE) }
+            }) != nil
+        }
+        guard exchange() else { return false }
         if let swapped = linkStatus(temp), swapped.st_mode & S_IFMT == S_IFDIR {
-            _ = cshim_rename_exchange(temp, path)
+            _ = exchange()
             return false   // the rename fails as it would have (EISDIR)
         }
         unlink(temp)

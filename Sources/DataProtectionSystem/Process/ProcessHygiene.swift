@@ -1,4 +1,3 @@
-import CLinuxShims
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,6 +18,6 @@ package enum ProcessHygiene {
             limit.rlim_cur = 0
             _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &limit)
         }
-        return cshim_set_nondumpable() == 0
+        return (try? SystemCall.setNotDumpable()) != nil
     }
 }
