@@ -2,22 +2,28 @@
 //
 // DataProtection — iOS-style Data Protection for Swift on Linux.
 //
-// Layers (each target depends only on the layers below it):
+// Layers (each target depends only on the layers below it; README.md's "Layout" is the same map):
+//   0. DataProtectionSystem — the operating system: every system call the standard library
+//      leaves out, wrapped once and named after its call (the only target that reads C shims);
+//      paths as bytes, files written whole.
 //   0. DataProtectionIPC    — framing, Unix sockets, peer credentials, descriptor passing, the
-//      bounded server loop: every process boundary (keybagd; the supervisor and broker next).
+//      bounded server loop: every process boundary.
 //   1. DataProtectionKeybag — the device: device secret, keybag, lock state, class keys;
 //      keybagd is its server half (one lock state for every process of the user).
 //   2. DataProtection       — protected files: per-file keys, segmented AEAD, Foundation-shaped API.
 //   3. DataProtectionBackup — "do not back up" marks, exclude lists, the backup engine.      } siblings,
 //   3. DataProtectionSQLite — SQLCipher-compatible encrypted SQLite under GRDB, keys by class. } all on 2
-//   3. DataProtectionFileSystem — the protected file system (FUSE): every program's files protected.
-//   4. DataProtectionObjects — a CoreData-style object graph (model, store, context) on 3 (SQLite).
-//   6. DataProtectionContainers — apps, their containers, App Groups, preferences, file
+//   3. DataProtectionFileSystem — the protected file system (FUSE): every program's files protected. }
+//   4. DataProtectionObjects — a CoreData-style object graph (model, store, context) on SQLite.
+//   5. DataProtectionContainers — apps, their containers, App Groups, preferences, file
 //      coordination and the sandbox (bubblewrap + Landlock, through dp-sandbox-exec) with the
-//      supervisor that serves an app its keys.
-//   7. DataProtectionSharing — the broker between sandboxes: open-in copies into an Inbox, share
+//      supervisor that serves an app its keys; on 3 (files, backup marks, the file system).
+//   6. DataProtectionSharing — the broker between sandboxes: open-in copies into an Inbox, share
 //      reads, file-provider grants; served to each app by its supervisor.
-//   tools: dpctl (CLI), dp-bench (benchmarks), chat-example, notes-example, sharing-example.
+//   7. DataProtectionLifecycle — app states, background tasks and suspension.
+//   8. DataProtectionAudit   — the audit of every layer below.
+//   tools: dpctl (CLI), dp-bench (benchmarks), chat-example, notes-example, sharing-example,
+//   queue-example.
 // Every target declares exactly what it imports; MemberImportVisibility makes an undeclared
 // import fail to build.
 import CompilerPluginSupport

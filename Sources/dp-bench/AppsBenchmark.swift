@@ -1,7 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionContainers
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import Foundation
 #if canImport(Glibc)
 import Glibc

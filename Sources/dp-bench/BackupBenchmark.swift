@@ -1,6 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionBackup
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import SystemPackage

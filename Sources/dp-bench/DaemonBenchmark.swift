@@ -1,6 +1,6 @@
 import ArgumentParser
 import DataProtection
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -2,7 +2,7 @@ import ArgumentParser
 import DataProtection
 import DataProtectionContainers
 import DataProtectionFileSystem
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Crypto
 import DataProtection
+@_spi(Testing) import DataProtectionKeybag
 import Foundation
 import SystemPackage
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DataProtection
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionSQLite
 import Foundation
 import GRDB

@@ -2,7 +2,7 @@ import ArgumentParser
 import DataProtection
 import DataProtectionContainers
 import DataProtectionIPC
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionSharing
 import Foundation
 import SystemPackage

@@ -39,7 +39,7 @@ struct Mount: AsyncParsableCommand {
         // No mount outlives a lock with keys in hand: its keys are keybagd's, whose lock every
         // process shares (`dpctl lock`, the desktop's screen lock). Without one, one is started.
         let root = try device.resolvedRoot
-        var served = try KeybagDaemonClient.connect(root: root) != nil
+        var served = try KeybagdConnection.connect(root: root) != nil
         var started: StartedKeybagd?
         if !served {
             do {
@@ -50,7 +50,7 @@ struct Mount: AsyncParsableCommand {
                 }
             } catch {
                 // Another command started one meanwhile (two mounts of one root at once): use it.
-                guard try KeybagDaemonClient.connect(root: root) != nil else { throw error }
+                guard try KeybagdConnection.connect(root: root) != nil else { throw error }
                 served = true
             }
         }

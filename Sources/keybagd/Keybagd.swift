@@ -78,11 +78,11 @@ struct Keybagd: AsyncParsableCommand {
             FileHandle.standardError.write(Data("keybagd: \(error)\n".utf8))
             throw ExitCode(1)
         }
-        let daemon: KeybagDaemon
+        let daemon: KeybagdServer
         do {
             let socketPath = KeybagSocket.path(forRoot: resolved)
             Self.rootLock = try KeybagDaemonLock.acquire(root: resolved, socketPath: socketPath)
-            daemon = try KeybagDaemon(keybag: keybag, socketPath: KeybagSocket.path(forRoot: resolved),
+            daemon = try KeybagdServer(keybag: keybag, socketPath: KeybagSocket.path(forRoot: resolved),
                                       manualClock: clock as? ManualClock, maxConnections: maxConnections)
         } catch {
             FileHandle.standardError.write(Data("keybagd: \(error)\n".utf8))
@@ -135,7 +135,7 @@ struct Keybagd: AsyncParsableCommand {
     }
 
     /// Stops serving, drops the class keys and exits.
-    static func stop(_ daemon: KeybagDaemon, _ logger: Logger) -> Never {
+    static func stop(_ daemon: KeybagdServer, _ logger: Logger) -> Never {
         Self.watcher?.stop()
         daemon.stop()
         logger.notice("stopped; class keys dropped")

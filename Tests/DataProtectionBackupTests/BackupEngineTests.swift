@@ -1,5 +1,6 @@
 import DataProtection
 @testable import DataProtectionBackup
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation

@@ -1,6 +1,7 @@
 import Crypto
 import DataProtection
 @testable import DataProtectionBackup
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation

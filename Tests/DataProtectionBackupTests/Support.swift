@@ -1,5 +1,6 @@
 import DataProtection
 import DataProtectionBackup
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import Testing

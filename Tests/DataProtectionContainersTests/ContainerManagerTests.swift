@@ -1,7 +1,7 @@
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import Testing

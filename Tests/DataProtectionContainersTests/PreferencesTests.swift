@@ -1,6 +1,6 @@
 import DataProtection
 import DataProtectionContainers
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import Testing

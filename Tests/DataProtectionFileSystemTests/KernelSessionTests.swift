@@ -1,7 +1,7 @@
 @testable import DataProtectionFileSystem
 import CFUSEKernel
 import DataProtection
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation

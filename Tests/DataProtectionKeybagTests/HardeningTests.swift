@@ -1,4 +1,4 @@
-@testable import DataProtectionKeybag
+@_spi(Testing) @testable import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import Testing
@@ -71,7 +71,7 @@ import Testing
             seen[string] = bytes
         }
         #expect(LosslessPath.display(LosslessPath.string(fromBytes: Array("lat".utf8) + [0xE9])) == "lat\\xE9")
-        #expect(throws: KeybagError.self) { try LosslessPath.withCString("a\0b") { _ in 0 } }
+        #expect(throws: NULInPathError.self) { try LosslessPath.withCString("a\0b") { _ in 0 } }
     }
 
     /// A path's directory and name, split without touching the file system, as `dirname` and

@@ -1,4 +1,4 @@
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import Foundation
 
 /// A fresh temporary directory per test.

@@ -1,6 +1,6 @@
 import Crypto
 import DataProtection
-@testable import DataProtectionKeybag
+@_spi(Testing) @testable import DataProtectionKeybag
 import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation

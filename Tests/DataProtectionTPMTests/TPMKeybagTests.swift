@@ -1,5 +1,5 @@
 import DataProtection
-import DataProtectionKeybag
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import Testing

@@ -41,7 +41,7 @@ public final class KeybagdProcess: @unchecked Sendable {
 
     /// Moves the daemon's clock (it started with --manual-clock).
     public func advance(_ seconds: TimeInterval, root: String) throws {
-        guard let client = try KeybagDaemonClient.connect(root: root, socketPath: socket) else { throw KeybagError.daemon("not running") }
+        guard let client = try KeybagdConnection.connect(root: root, socketPath: socket) else { throw KeybagError.daemon("not running") }
         try client.call(.advanceClock) { KeybagWire.double(&$0, seconds) }
     }
 

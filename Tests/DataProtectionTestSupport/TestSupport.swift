@@ -1,4 +1,5 @@
 import DataProtection
+@_spi(Testing) import DataProtectionKeybag
 import Foundation
 
 // What every test target shares (the swift-argument-parser `ArgumentParserTestHelpers` idea):

@@ -1,4 +1,5 @@
 import DataProtection
+@_spi(Testing) import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import Testing

@@ -262,6 +262,46 @@ import Testing
         #expect(missing.isEmpty, "not in the README: \(missing)")
     }
 
+    /// Every path the documents cite (README, CONTRIBUTING, docs/) and every path a comment cites
+    /// in the sources, tests and scripts exists: a map that names a moved file is a wrong map.
+    @Test func everyPathCitedExists() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardizedFileURL.path
+        let manager = FileManager.default
+        // A path starts where no name, path or dot goes on before it.
+        let pattern = try Regex(#"(?:^|[^\w/.-])((?:Sources|Tests|scripts|contrib|\.ci)/[A-Za-z0-9_./+@-]*[A-Za-z0-9_+@-]|docs/[A-Za-z0-9_-]+\.md)"#)
+        var cited: [(path: String, in: String)] = []
+        func scan(_ text: Substring, in file: String) {
+            for match in text.matches(of: pattern) {
+                if let path = match.output[1].substring { cited.append((String(path), file)) }
+            }
+        }
+        let documents = ["README.md", "CONTRIBUTING.md"] + (try manager.contentsOfDirectory(atPath: root + "/docs")).map { "docs/" + $0 }
+        for document in documents where document.hasSuffix(".md") {
+            scan(Substring(try String(contentsOfFile: root + "/" + document, encoding: .utf8)), in: document)
+        }
+        var sources: [String] = [".ci/run"] + (try manager.contentsOfDirectory(atPath: root + "/scripts")).map { "scripts/" + $0 }
+        for top in ["Sources", "Tests"] {
+            for case let relative as String in manager.enumerator(atPath: root + "/" + top)!
+            where [".swift", ".c", ".h"].contains(where: relative.hasSuffix) {
+                sources.append(top + "/" + relative)
+            }
+        }
+        for file in sources {
+            guard let text = try? String(contentsOfFile: root + "/" + file, encoding: .utf8) else { continue }
+            let shell = !file.hasSuffix(".swift") && !file.hasSuffix(".c") && !file.hasSuffix(".h")
+            for line in text.split(separator: "\n") {
+                if shell {
+                    if line.trimmingCharacters(in: .whitespaces).hasPrefix("#") { scan(line, in: file) }
+                } else if let comment = line.range(of: "//") {
+                    scan(line[comment.lowerBound...], in: file)
+                }
+            }
+        }
+        #expect(cited.count > 100, "the documents cite paths: \(cited.count) found")
+        let missing = cited.filter { !manager.fileExists(atPath: root + "/" + $0.path) }.map { "\($0.in): \($0.path)" }
+        #expect(missing.isEmpty, "cited but not there:\n\(missing.joined(separator: "\n"))")
+    }
+
     /// On a terminal, a command that needs a locked class asks for the passcode (without echo),
     /// as fscrypt and age do; without one it fails with exit 3 as before.
     @Test func commandsAskForThePasscodeOnATerminal() throws {

@@ -156,7 +156,7 @@ import Testing
         let keybag = try Keybag.open(root: cli.root, daemonSocket: daemon.socket)
         try await keybag.unlock(passcode: "123456")
         // Straight onto the wire, past the client's own check.
-        let client = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket))
+        let client = try #require(try KeybagdConnection.connect(root: cli.root, socketPath: daemon.socket))
         for seconds in [Double.nan, 1e300, -1] {
             #expect(throws: KeybagError.self) { try client.call(.setGracePeriod) { KeybagWire.double(&$0, seconds) } }
         }

@@ -1,6 +1,6 @@
 import Crypto
 import DataProtection
-@testable import DataProtectionKeybag
+@_spi(Testing) @testable import DataProtectionKeybag
 import DataProtectionSystem
 import DataProtectionTestSupport
 import Foundation
@@ -70,7 +70,7 @@ import Testing
             try await keybag.unlock(passcode: "123456")
         }
         // A brand-new client is answered (the client gives up after 5 s: a stall fails here).
-        let fresh = try #require(try KeybagDaemonClient.connect(root: keybag.root, socketPath: daemon.socket))
+        let fresh = try #require(try KeybagdConnection.connect(root: keybag.root, socketPath: daemon.socket))
         var status = try fresh.call(.status)
         #expect(try KeybagWire.status(&status).lockState == .unlocked)
         // The stuck subscriber got what fitted in its buffer, then end of stream.
@@ -103,7 +103,7 @@ import Testing
         #expect(busy == 168)
         // A client finding the daemon busy is told so; it never falls back to keys of its own
         // (which would report "locked" while the daemon holds the device unlocked).
-        #expect { _ = try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket) } throws: { error in
+        #expect { _ = try KeybagdConnection.connect(root: cli.root, socketPath: daemon.socket) } throws: { error in
             "\(error)".contains("busy")
         }
         #expect(Self.threads(of: daemon.process.processIdentifier) <= 32 + 24, "threads: \(Self.threads(of: daemon.process.processIdentifier))")
@@ -112,7 +112,7 @@ import Testing
         idle = []
         var served = false
         for _ in 0..<50 where !served {   // the daemon notices the closes as its threads end
-            served = (try? KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket)).flatMap { $0 } != nil
+            served = (try? KeybagdConnection.connect(root: cli.root, socketPath: daemon.socket)).flatMap { $0 } != nil
         }
         #expect(served)
     }
@@ -138,7 +138,7 @@ import Testing
             _ = Self.drain(fd)
             close(fd)
         }
-        let fresh = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket))
+        let fresh = try #require(try KeybagdConnection.connect(root: cli.root, socketPath: daemon.socket))
         var state = try fresh.call(.lockState)
         #expect(try KeybagWire.lockState(&state) == .unlocked)
         #expect(daemon.process.isRunning)
@@ -156,7 +156,7 @@ import Testing
         let (cli, daemon, keybag) = try await Self.device(daemonArguments: ["--max-connections", "1000"], captureErrors: true)
         defer { daemon.kill() }
         let pid = daemon.process.processIdentifier
-        let client = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket))
+        let client = try #require(try KeybagdConnection.connect(root: cli.root, socketPath: daemon.socket))
         let limit = Process()
         limit.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
         limit.arguments = ["--pid", "\(pid)", "--nofile=48:48"]
@@ -179,7 +179,7 @@ import Testing
         held.forEach { close($0) }
         held = []
         // Service resumes.
-        var status = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket)).call(.lockState)
+        var status = try #require(try KeybagdConnection.connect(root: cli.root, socketPath: daemon.socket)).call(.lockState)
         #expect(try KeybagWire.lockState(&status) == (await keybag.lockState))
         daemon.kill()
         let log = daemon.errors()

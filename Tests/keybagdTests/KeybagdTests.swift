@@ -257,7 +257,7 @@ import Testing
         #expect(try cli.run(["init", "--passcode-file", passcode]).status == 0)
         let daemon = try KeybagdTests.Daemon(cli: cli)
         defer { daemon.stop() }
-        let healthy = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: daemon.socket))
+        let healthy = try #require(try KeybagdConnection.connect(root: cli.root, socketPath: daemon.socket))
         let bad = try #require(try KeybagSocket.connect(daemon.socket))
         defer { close(bad) }
         _ = frame.withUnsafeBytes { send(bad, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -327,7 +327,7 @@ import Testing
         #expect(status.out.contains("before-first-unlock") && status.out.contains("keys held by:     keybagd"), "\(status.out)")
         #expect(try cli.run(["unlock", "--passcode-file", passcode], environment: env).status == 0)
         // This process finds it too, with its state page.
-        let client = try #require(try KeybagDaemonClient.connect(root: cli.root, socketPath: socket))
+        let client = try #require(try KeybagdConnection.connect(root: cli.root, socketPath: socket))
         #expect(client.fastGeneration(of: .complete) == 0)
         var info = stat()
         #expect(stat(socket, &info) == 0 && info.st_mode & 0o777 == 0o600)

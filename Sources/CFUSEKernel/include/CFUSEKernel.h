@@ -1,9 +1,9 @@
 // The kernel's FUSE protocol, from the system's <linux/fuse.h> (Debian's linux-libc-dev, which
 // every C toolchain has: nothing new to install). The file system speaks it directly, as go-fuse
-// and Rust's fuser do; libfuse is not used.
-// Keep this header free of feature macros (_GNU_SOURCE): it is imported next to Glibc,
-// Dispatch and CLinuxShims, whose view of the system headers must stay the same. What needs
-// _GNU_SOURCE is defined in module.c.
+// and Rust's fuser do; libfuse is not used. Only the file system's Kernel/ reads it; system calls
+// the protocol does not define are DataProtectionSystem's (CLinuxShims).
+// Keep this header free of feature macros (_GNU_SOURCE): it is imported next to Glibc and
+// Dispatch, whose view of the system headers must stay the same.
 #ifndef CFUSEKERNEL_H
 #define CFUSEKERNEL_H
 #include <linux/fuse.h>

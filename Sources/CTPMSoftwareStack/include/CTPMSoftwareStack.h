@@ -8,7 +8,8 @@
 // Specification" (the TPM2_* types and the sizes of their arrays), "TCG TSS 2.0 Enhanced System
 // API (ESAPI) Specification" (Esys_*), the "TCTI Loader" and the response-code decoder. Only the
 // declarations the binding needs are here; their sizes and field offsets are checked against the
-// stack's own headers by a test (Tests/DataProtectionTPMTests, `TPMDeclarationLayoutTests`).
+// stack's own headers by a test (`TPMSoftwareStackTests.theDeclarationsMatchTheStacksHeaders`,
+// in Tests/DataProtectionTPMTests/TPMSoftwareStackTests.swift).
 //
 // The functions below carry the specification's names (`Esys_Create` …) as static inline
 // trampolines into a table filled by `dp_tss2_load()`: call it, and check it succeeded, before any.

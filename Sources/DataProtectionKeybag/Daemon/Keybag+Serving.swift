@@ -30,8 +30,8 @@ extension Keybag {
             try await request.answer(&reader, &writer, keybag: embedded)
             return writer.bytes
         }
-        guard let daemon = backend as? DaemonKeybag else { throw KeybagError.daemon("no keys to answer with") }
-        var reader = try daemon.client.call(op) { $0.raw(body) }
+        guard let daemon = backend as? KeybagdClient else { throw KeybagError.daemon("no keys to answer with") }
+        var reader = try daemon.connection.call(op) { $0.raw(body) }
         return try reader.raw(reader.remaining, "answer")
     }
 
@@ -39,7 +39,7 @@ extension Keybag {
     /// app's sandbox, its supervisor (`DataProtectionContainers` uses this). `description`
     /// names that other end in errors.
     package static func open(description: String, connector: @escaping @Sendable () -> Int32?) throws -> Keybag {
-        let client = try KeybagDaemonClient.connect(description: description, connector: connector)
+        let client = try KeybagdConnection.connect(description: description, connector: connector)
         let hello = try client.send(KeybagRequests.Hello())
         return Keybag(daemon: client, root: hello.root, id: hello.id)
     }

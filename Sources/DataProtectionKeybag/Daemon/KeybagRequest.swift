@@ -6,10 +6,10 @@ import Foundation
 /// One keybag operation on keybagd's wire (FORMAT.md §8), defined once for both ends: its
 /// opcode, how its request and its answer are laid out, and what the daemon does with it.
 ///
-/// The client sends it with ``KeybagDaemonClient/send(_:)``; the daemon finds its type by
+/// The client sends it with ``KeybagdConnection/send(_:)``; the daemon finds its type by
 /// opcode in ``KeybagRequests/byOpcode`` and calls ``answer(_:_:keybag:)``. Adding an operation
 /// is one type here plus its two implementations: in ``EmbeddedKeybag`` and in
-/// ``DaemonKeybag`` (see CONTRIBUTING.md).
+/// ``KeybagdClient`` (see CONTRIBUTING.md).
 package protocol KeybagRequest: Sendable {
     associatedtype Response: Sendable
     static var op: KeybagWire.Op { get }

@@ -47,8 +47,8 @@ public final class Keybag: Sendable {
         self.clock = embedded.clock
     }
 
-    init(daemon: KeybagDaemonClient, root: String, id: UUID) {
-        self.backend = DaemonKeybag(client: daemon)
+    init(daemon: KeybagdConnection, root: String, id: UUID) {
+        self.backend = KeybagdClient(connection: daemon)
         self.root = root
         self.id = id
         self.clock = SystemClock()
@@ -56,7 +56,7 @@ public final class Keybag: Sendable {
 
     /// The socket of the keybagd whose keys this keybag uses, or `nil` for the embedded keybag.
     public var daemonSocket: String? {
-        (backend as? DaemonKeybag)?.client.socketPath
+        (backend as? KeybagdClient)?.connection.socketPath
     }
 
     // MARK: - Creating and opening
@@ -80,7 +80,7 @@ public final class Keybag: Sendable {
                               tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
         // A daemon serving the root keeps its keybag in memory: a new one made under it would be
         // one it never sees (every process would go on getting the old, perhaps erased, one).
-        if try KeybagDaemonClient.connect(root: root) != nil {
+        if try KeybagdConnection.connect(root: root) != nil {
             throw KeybagError.daemon("keybagd serves \(root): stop it before setting up a device there, and start it again afterwards")
         }
         return Keybag(embedded: try await EmbeddedKeybag.create(root: root, passcode: passcode, kdf: kdf, gracePeriod: gracePeriod,
@@ -98,7 +98,7 @@ public final class Keybag: Sendable {
     /// `$DATAPROTECTION_TPM_TCTI`, else `device:/dev/tpmrm0`).
     public static func open(root: String, clock: any KeybagClock = SystemClock(),
                             tpmTCTI: String = TPMBinding.defaultTCTI) async throws -> Keybag {
-        if let client = try KeybagDaemonClient.connect(root: root) {
+        if let client = try KeybagdConnection.connect(root: root) {
             return Keybag(daemon: client, root: root, id: try client.send(KeybagRequests.Hello()).id)
         }
         return Keybag(embedded: try await EmbeddedKeybag.open(root: root, clock: clock, tpmTCTI: tpmTCTI))
@@ -106,7 +106,7 @@ public final class Keybag: Sendable {
 
     /// The keybag of the daemon listening on `socketPath` (tools and tests that know the socket).
     package static func open(root: String, daemonSocket socketPath: String) throws -> Keybag {
-        guard let client = try KeybagDaemonClient.connect(root: root, socketPath: socketPath) else {
+        guard let client = try KeybagdConnection.connect(root: root, socketPath: socketPath) else {
             throw KeybagError.daemon("not running (no answer on \(socketPath))")
         }
         return Keybag(daemon: client, root: root, id: try client.send(KeybagRequests.Hello()).id)
@@ -347,7 +347,7 @@ public final class Keybag: Sendable {
     /// the loss reopen those. Stop with ``removeDiscardObserver(_:)``.
     @discardableResult
     package func addReturnObserver(_ callback: @escaping @Sendable (Set<ProtectionClass>) -> Void) async -> UUID? {
-        (backend as? DaemonKeybag)?.remoteEvents.addReturnObserver(callback)
+        (backend as? KeybagdClient)?.remoteEvents.addReturnObserver(callback)
     }
 }
 
@@ -381,14 +381,14 @@ final class RemoteEvents: Sendable {
         var nextWait: TimeInterval = 0
         var isListenedTo: Bool { !observers.isEmpty || !discardObservers.isEmpty || !streams.isEmpty || !returnObservers.isEmpty }
     }
-    private let client: KeybagDaemonClient
+    private let client: KeybagdConnection
     private let state = Mutex(State())
     private let logger = Logger(label: "dataprotection.keybag")
     /// The first and the longest wait between two tries to subscribe again.
     static let firstRetryInterval: TimeInterval = 0.05
     static let longestRetryInterval: TimeInterval = 2
 
-    init(client: KeybagDaemonClient) { self.client = client }
+    init(client: KeybagdConnection) { self.client = client }
 
     func addObserver(_ callback: @escaping @Sendable (ProtectedDataEvent) -> Void) -> UUID {
         let token = UUID()

@@ -25,7 +25,7 @@ public struct PasscodeKDF: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Weak parameters (N = 2^10) for tests and the tour's virtual device: *never* for real data.
-    public static let insecureFastForTesting = PasscodeKDF(logN: 10)
+    @_spi(Testing) public static let insecureFastForTesting = PasscodeKDF(logN: 10)
 
     public var description: String { "scrypt(N=2^\(logN), r=\(r), p=\(p))" }
 

@@ -22,7 +22,7 @@ import Glibc
 /// is full), and `accept` failing for want of descriptors backs off instead of spinning.
 /// Request and response buffers are wiped after every request: no passcode or file key is left
 /// in freed memory.
-final class KeybagDaemon: Sendable {
+final class KeybagdServer: Sendable {
     let keybag: EmbeddedKeybag
     let socketPath: String
     let manualClock: ManualClock?

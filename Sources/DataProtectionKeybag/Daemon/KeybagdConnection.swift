@@ -46,7 +46,7 @@ package enum KeybagSocket {
 /// A connection to the keybagd serving a root. Calls are synchronous request/response frames
 /// (a Unix-socket round trip), serialized on one connection; a dropped connection is reopened
 /// on the next call, so a restarted daemon is picked up (before first unlock, as after a reboot).
-package final class KeybagDaemonClient: Sendable {
+package final class KeybagdConnection: Sendable {
     /// Where the keys are, for messages: the daemon's socket path, or the app's supervisor.
     package let socketPath: String
     /// Opens a new connection (one per call stream, one per event subscription): a `connect` to
@@ -81,7 +81,7 @@ package final class KeybagDaemonClient: Sendable {
     /// answers but refuses this process (another user's), or is busy, or does not answer its
     /// hello, is an error that says why — never a silent fall-back to keys of this process,
     /// which would report "locked" while the daemon holds the device unlocked.
-    package static func connect(root: String, socketPath: String? = nil) throws -> KeybagDaemonClient? {
+    package static func connect(root: String, socketPath: String? = nil) throws -> KeybagdConnection? {
         let path = socketPath ?? KeybagSocket.path(forRoot: root)
         guard let fd = try KeybagSocket.connect(path) else {
             // No daemon where this process looks. One that serves the root from elsewhere (another
@@ -93,7 +93,7 @@ package final class KeybagDaemonClient: Sendable {
             }
             return nil   // no daemon, or a stale socket file
         }
-        let client = KeybagDaemonClient(socketPath: path, fd: fd, connector: { try? KeybagSocket.connect(path) })
+        let client = KeybagdConnection(socketPath: path, fd: fd, connector: { try? KeybagSocket.connect(path) })
         do {
             var hello = try client.call(.hello)
             // The daemon must serve this root's keybag (its ID, from the keybag file's clear
@@ -115,9 +115,9 @@ package final class KeybagDaemonClient: Sendable {
     /// A client whose connections come from `connector` (an app's channels to its supervisor,
     /// which speaks this protocol for the operations an app may use). `description` names the
     /// other end in messages. There is no state page: every answer is a round trip.
-    package static func connect(description: String, connector: @escaping @Sendable () -> Int32?) throws -> KeybagDaemonClient {
+    package static func connect(description: String, connector: @escaping @Sendable () -> Int32?) throws -> KeybagdConnection {
         guard let fd = connector() else { throw KeybagError.daemon("no connection to \(description)") }
-        let client = KeybagDaemonClient(socketPath: description, fd: fd, connector: connector)
+        let client = KeybagdConnection(socketPath: description, fd: fd, connector: connector)
         try client.call(.hello)
         return client
     }
