@@ -8,8 +8,10 @@ import Synchronization
 /// copy of it from a pool — per segment only the nonce is set (as gocryptfs does with OpenSSL,
 /// for the same reason: a one-shot AEAD call expands the key for every 4 KiB). The wire format
 /// is the same AES-256-GCM as swift-crypto's (`nonce ‖ ciphertext ‖ tag`, FORMAT.md §3).
+/// `@unchecked Sendable`: `template` never changes; context pairs move through `pool` (a `Mutex`), each used by one thread at a time.
 final class GCMContexts: @unchecked Sendable {
     /// A context pair is used by one thread at a time (taken from the pool, put back after).
+    /// `@unchecked Sendable`: a pair is used by one thread at a time (taken from the pool, put back after).
     private struct Pair: @unchecked Sendable { let encrypt: OpaquePointer, decrypt: OpaquePointer }
     private let template: Pair?
     private let pool = Mutex<[Pair]>([])

@@ -13,8 +13,8 @@ let utimeOmit = (1 << 30) - 2
 /// on the descriptor it was given, sealing with the file's key, which it holds until it is
 /// dropped. Unlike ``ProtectedFileHandle`` it checks no lock state: the server decides, per
 /// call, what each class allows (and, at a lock, keeps writing back dirty pages a moment after
-/// the class key is gone). Not thread-safe: the server serializes the calls on one file (hence
-/// `@unchecked Sendable`: it moves between the server's threads, never used by two at once).
+/// the class key is gone). Not thread-safe: the server serializes the calls on one file.
+/// `@unchecked Sendable`: the server calls it for one file under that file's lock: never from two threads at once.
 package final class ProtectedFileEngine: @unchecked Sendable {
     package let protectionClass: ProtectionClass
     package let fd: FileDescriptor

@@ -171,11 +171,13 @@ func parallelForEach(_ count: Int, bytes: Int, threads: Int = processorCount, _ 
 }
 
 /// Buffers handed to `parallelForEach`: each iteration touches its own disjoint slice.
+/// `@unchecked Sendable`: each iteration of `parallelForEach` reads its own slice, and the buffer outlives the loop.
 struct SendableRawBuffer: @unchecked Sendable {
     let buffer: UnsafeRawBufferPointer
     init(_ buffer: UnsafeRawBufferPointer) { self.buffer = buffer }
 }
 
+/// `@unchecked Sendable`: each iteration of `parallelForEach` writes its own disjoint slice, and the buffer outlives the loop.
 struct SendableMutableRawBuffer: @unchecked Sendable {
     let buffer: UnsafeMutableRawBufferPointer
     init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }

@@ -10,6 +10,7 @@ import SystemPackage
 /// the `pwrite` of the previous window runs meanwhile on a serial queue. Two buffers alternate,
 /// so memory stays at two windows. ``finish()`` waits for every write and reports the first
 /// failure; no write is left running after it returns.
+/// `@unchecked Sendable`: one caller fills the buffers in turn; a buffer goes to the serial `queue` only after the caller waited for its previous write (`inFlight`), and `failure` is a `Mutex`.
 final class WindowWriter: @unchecked Sendable {
     /// Threads left for sealing while one core writes.
     static let sealingThreads = processorCount

@@ -69,6 +69,7 @@ public struct BackupRepository: Sendable {
     }
 
     /// The repository's writer lock (`DEST/lock`, an exclusive `flock`), held for the whole run.
+    /// `@unchecked Sendable`: the one run that holds it releases it, once (a second release does nothing).
     final class WriterLock: @unchecked Sendable {
         private var fd: FileDescriptor?
         init(_ fd: FileDescriptor) { self.fd = fd }

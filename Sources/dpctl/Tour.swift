@@ -264,6 +264,7 @@ struct TourScript {
 }
 
 /// Collects events from the keybag's observer callback.
+/// `@unchecked Sendable`: every access is under `lock`.
 final class EventRecorder: @unchecked Sendable {
     private let lock = NSLock()
     private var _entries: [(TimeInterval, ProtectedDataEvent)] = []

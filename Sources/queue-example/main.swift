@@ -47,6 +47,7 @@ exit(0)
 /// also fires for the sleep button, which is why the sample chose it) or when the queue empties.
 func runApp() async throws {
     guard let app = CurrentApp.shared, let lifecycle = AppLifecycle.shared else { fail("run me through the supervisor") }
+    /// `@unchecked Sendable`: every access is under `lock`.
     final class TaskBox: @unchecked Sendable {
         let lock = NSLock()
         var id = BackgroundTaskIdentifier.invalid
@@ -254,6 +255,7 @@ func runDemo() async throws {
 }
 
 /// Lines from a descriptor, read on a thread of their own (the supervisor's timers need the tasks).
+/// `@unchecked Sendable`: `fd` never changes, and one `next()` runs at a time (its caller awaits it).
 final class LineReader: @unchecked Sendable {
     let fd: Int32
     init(_ fd: Int32) { self.fd = fd }

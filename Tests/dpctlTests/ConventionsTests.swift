@@ -302,6 +302,23 @@ import Testing
         #expect(missing.isEmpty, "cited but not there:\n\(missing.joined(separator: "\n"))")
     }
 
+    /// Every type declared `@unchecked Sendable` states, in the comment line just above, the
+    /// invariant that makes it safe (CONTRIBUTING.md, "The concurrency model").
+    @Test func everyUncheckedSendableStatesItsInvariant() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardizedFileURL.path
+        var declarations = 0
+        var unstated: [String] = []
+        for case let relative as String in FileManager.default.enumerator(atPath: root + "/Sources")! where relative.hasSuffix(".swift") {
+            let lines = try String(contentsOfFile: root + "/Sources/" + relative, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)
+            for (index, line) in lines.enumerated() where line.contains("@unchecked Sendable") && !line.trimmingCharacters(in: .whitespaces).hasPrefix("//") {
+                declarations += 1
+                if index == 0 || !lines[index - 1].contains("`@unchecked Sendable`:") { unstated.append("Sources/\(relative):\(index + 1)") }
+            }
+        }
+        #expect(declarations > 10)
+        #expect(unstated.isEmpty, "no invariant stated above: \(unstated)")
+    }
+
     /// On a terminal, a command that needs a locked class asks for the passcode (without echo),
     /// as fscrypt and age do; without one it fails with exit 3 as before.
     @Test func commandsAskForThePasscodeOnATerminal() throws {

@@ -37,6 +37,7 @@ extension PreferencesStore {
     /// known: while it is held, no other file can get its inode number, so an item found at the
     /// path with the same identity is this very version. It is read through that descriptor
     /// (``reopenPath``): what is read is the version pinned, never a newer one put in place since.
+    /// `@unchecked Sendable`: immutable after init (its descriptor is closed only at deinit).
     final class PinnedFile: @unchecked Sendable {
         let identity: FileIdentity
         /// Whether it is a regular file (not a link, a FIFO, a directory).

@@ -17,6 +17,7 @@ import Glibc
 /// when the store stops or the process exits). Until then the last flushed version is kept
 /// beside the plist (`.ID.plist.durable`, a second link to it made before the first unflushed
 /// write replaces it), and a plist a power cut left unreadable is restored from it (FORMAT.md §10.4).
+/// `@unchecked Sendable`: every mutable field is read and written only under `condition` (callers, the worker and the watcher all take it); the file's work runs on the worker thread alone.
 final class PreferencesStore: @unchecked Sendable {
     enum Change { case set(Any), remove }
 
@@ -557,6 +558,7 @@ final class PreferencesStore: @unchecked Sendable {
     /// exits (`atexit`: ``finish(until:)``).
     static let flushedAtExit = LiveStores()
 
+    /// `@unchecked Sendable`: every field is read and written only under `lock`.
     final class LiveStores: @unchecked Sendable {
         private let lock = NSLock()
         private var stores: [ObjectIdentifier: Weak] = [:]

@@ -12,6 +12,7 @@ import Glibc
 /// The daemon holds an exclusive `flock` on the file while it lives; a client that can take a
 /// shared lock knows the daemon is gone and stops trusting the page. A restarted daemon
 /// rewrites the same file (same inode), with a new instance number, so mappings stay valid.
+/// `@unchecked Sendable`: the mapping never moves, and every word in it is read and written with acquire and release atomics (`SystemCall.loadAcquire`, `storeRelease`).
 package final class KeybagStatePage: @unchecked Sendable {
     static let size = 4096
     /// `\x89DPKS\r\n\x1a`, as a little-endian word.

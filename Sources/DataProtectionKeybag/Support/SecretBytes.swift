@@ -12,6 +12,7 @@ import Foundation
 /// try kdf.derive(passcode: passcode, salt: salt)       // scrypt reads it in place
 /// passcode.wipe()                                     // or let it go: deinit wipes too
 /// ```
+/// `@unchecked Sendable`: its buffer is filled by its one owner at creation and wiped by it at the end; in between it is only read.
 package final class SecretBytes: @unchecked Sendable {
     private let base: UnsafeMutableRawPointer
     private let capacity: Int

@@ -136,6 +136,7 @@ public final class LifecycleService: AppSupervisorService {
 
 /// A reference that does not keep its object alive (the keybag's observer must not keep the
 /// service, which holds the keybag).
+/// `@unchecked Sendable`: a weak reference's loads and stores are atomic in Swift's runtime, and it is never reassigned.
 private final class WeakReference<Object: AnyObject & Sendable>: @unchecked Sendable {
     weak var value: Object?
     init(_ value: Object) { self.value = value }

@@ -164,6 +164,7 @@ public final class ObjectModel: Sendable {
 }
 
 /// An entity of a model with everything it inherits resolved: what contexts and stores use.
+/// `@unchecked Sendable`: its `nonisolated(unsafe)` links (sub-entities, owners, model) are set while the model is built, before it is shared; read-only afterwards.
 public final class Entity: @unchecked Sendable, CustomStringConvertible {
     public let name: String
     /// The entity whose table holds this one's rows (itself, unless it is a sub-entity).

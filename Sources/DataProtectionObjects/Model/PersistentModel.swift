@@ -37,6 +37,7 @@ extension ObjectModel {
 }
 
 /// The Swift classes of a model's entities (set once, when the model is built).
+/// `@unchecked Sendable`: written only while the model is built, before it is shared; read-only afterwards.
 final class ModelTypes: @unchecked Sendable {
     private var types: [String: any PersistentModel.Type] = [:]
     func set(_ type: any PersistentModel.Type, for name: String) { types[name] = type }

@@ -67,6 +67,7 @@ public final class DatabasePageCheck: Sendable {
 
 extension PageCipher {
     /// A session moved into a lock (its OpenSSL contexts are used by one thread at a time).
+    /// `@unchecked Sendable`: it lives inside a lock: its session's OpenSSL contexts are used by one thread at a time.
     struct SessionBox: @unchecked Sendable {
         let session: Session
         init(_ session: Session) { self.session = session }

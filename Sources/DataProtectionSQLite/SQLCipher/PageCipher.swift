@@ -166,6 +166,7 @@ extension PageCipher {
     }
 
     /// The contexts keyed once per key, only ever copied from (under a lock) by new sessions.
+    /// `@unchecked Sendable`: `template` never changes and is only copied from, under `lock`.
     private final class PreparedKeys: @unchecked Sendable {
         private let template: Contexts
         private let lock = Mutex(())

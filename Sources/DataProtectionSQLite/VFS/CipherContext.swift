@@ -65,6 +65,7 @@ final class CipherContext: Sendable {
 /// parameter of the file name SQLite opens; the registry holds them weakly, so a context lives
 /// exactly as long as the database objects (and open files) that use it.
 enum CipherContextRegistry {
+    /// `@unchecked Sendable`: a weak reference's loads and stores are atomic, and the table that holds it is a `Mutex`.
     private final class WeakContext: @unchecked Sendable {
         weak var context: CipherContext?
         init(_ context: CipherContext) { self.context = context }

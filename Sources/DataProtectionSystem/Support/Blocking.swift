@@ -1,6 +1,7 @@
 import Foundation
 
 /// The result of async work, handed from a task to the thread waiting for it.
+/// `@unchecked Sendable`: written once by the task before `finish()`, read by the waiting thread after `drain()` returns (the executor's condition orders the two).
 private final class Outcome<T: Sendable>: @unchecked Sendable {
     var result: Result<T, any Error>?
 }
@@ -24,6 +25,7 @@ package func runBlocking<T: Sendable>(_ work: @escaping @Sendable () async throw
 
 /// A task executor whose jobs the one thread blocked in ``drain()`` runs, until ``finish()``;
 /// a job that comes later goes to the global concurrent executor.
+/// `@unchecked Sendable`: `jobs` and `finished` are read and written only under `condition`.
 private final class CallerThreadExecutor: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []
