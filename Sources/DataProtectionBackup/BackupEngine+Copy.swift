@@ -119,4 +119,127 @@ extension BackupEngine {
         return list
     }
 
+    /// Copies the walk's regular files into the repository — read, sealed and hashed on every
+    /// core, taken in the walk's order (the log and the progress are as if copied one by one) —
+    /// and leaves out those removed or replaced since the walk (``BackupSkipReason/changed``).
+    /// What is stored is recorded on the device as it goes: an interrupted run's files are not
+    /// copied again by the next one. Returns each chunked file's packs, by its list.
+    func copyFiles(_ entries: inout [ManifestEntry], totalBytes: Int64, previous: [String: ManifestEntry], summary: inout BackupSummary,
+                   log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> [String: [String]] {
+        // The files, with progress out of known totals. A file removed or replaced by a link, a
+        // FIFO or a device since the walk is left out (its name may now lead anywhere).
+        var done = BackupProgress(items: 0, totalItems: summary.files, bytes: 0, totalBytes: totalBytes)
+        var vanished = IndexSet()
+        // What this run stores is recorded on the device as it goes (in batches): an interrupted
+        // run's files are not copied again by the next one.
+        let partial = dryRun ? nil : try? Self.openPartialIndex(at: partialIndexURL, layout: files.keybag.layout)
+        // Each chunked file's packs, by its list (for the object list).
+        var packsOfList: [String: [String]] = [:]
+        var unrecorded: [ManifestEntry] = []
+        func record(force: Bool) {
+            guard let partial, !unrecorded.isEmpty, force || unrecorded.count >= 64 else { return }
+            if (try? partial.upsert(unrecorded)) != nil { unrecorded.removeAll() }
+        }
+        /// Takes one file's outcome into the manifest, the summary, the log and the progress, in
+        /// the walk's order.
+        func take(_ index: Int, _ copy: FileCopy) {
+            var entry: ManifestEntry
+            switch copy {
+            case .changed:
+                let reason = BackupSkipReason.changed
+                log(reason.logLine(LosslessPath.display(source.path + "/" + entries[index].path)))
+                reason.count(in: &summary)
+                vanished.insert(index)
+                done.items += 1
+                return
+            case .unchanged(let unchanged, let packs):
+                entry = unchanged
+                if let packs { packsOfList[unchanged.sha256!] = packs }
+            case .inspected(let inspected):
+                entry = inspected
+            case .stored(let stored, let added, let packs):
+                entry = stored
+                if let packs { packsOfList[stored.sha256!] = packs }
+                summary.filesCopied += 1
+                summary.bytesCopied += added
+                log("Backed up: \(LosslessPath.display(source.path + "/" + entry.path))")
+                unrecorded.append(entry)
+                record(force: false)
+            }
+            if entry.protectionClass != nil { summary.protectedFiles += 1 }
+            if entry.thisDeviceOnly {
+                summary.thisDeviceOnlyFiles += 1
+                log("Backed up for this device only (not restorable on another device): \(LosslessPath.display(source.path + "/" + entry.path))")
+            }
+            done.bytes += entries[index].size
+            done.items += 1
+            entries[index] = entry
+            progress(done)
+        }
+        // Files are read, sealed and hashed on every core, and taken in the walk's order: the log
+        // and the progress are as if copied one by one.
+        do {
+            try await withThrowingTaskGroup(of: (Int, FileCopy).self) { group in
+                var waiting: [Int] = []   // in the walk's order, from `next`
+                var next = 0
+                var finished: [Int: FileCopy] = [:]
+                var running = 0
+                func takeFinished() throws {
+                    while next < waiting.count, finished[waiting[next]] != nil {
+                        try Task.checkCancellation()
+                        take(waiting[next], finished.removeValue(forKey: waiting[next])!)
+                        next += 1
+                    }
+                }
+                do {
+                    for index in entries.indices where entries[index].kind == .file {
+                        try Task.checkCancellation()
+                        let entry = entries[index]
+                        let old = previous[entry.path].flatMap { $0.kind == .file ? $0 : nil }
+                        // An earlier chunked version's list (checked) whose packs are all present.
+                        let oldList = old.flatMap { old in old.chunked ? previousChunkList(old) : nil }
+                        waiting.append(index)
+                        if let old, let unchanged = Self.unchanged(entry, since: old, list: oldList, in: repository) {
+                            finished[index] = .unchanged(unchanged, packs: oldList?.packs)
+                        } else {
+                            // At most `copyWorkers` copies at once, and a bounded window behind a slow
+                            // one: the progress moves and the partial index keeps up.
+                            while running > 0, running >= Self.copyWorkers || waiting.count - next > Self.copyWindow,
+                                  let (index, copy) = try await group.next() {
+                                finished[index] = copy
+                                running -= 1
+                                try takeFinished()
+                            }
+                            group.addTask { (index, try await self.copy(entry, previous: oldList)) }
+                            running += 1
+                        }
+                        try takeFinished()
+                    }
+                    while let (index, copy) = try await group.next() {
+                        finished[index] = copy
+                        try takeFinished()
+                    }
+                } catch {
+                    // Whatever stops the run, the copies that finished (past a gap in the walk's
+                    // order too) are taken — logged, counted, recorded: the next run does not make
+                    // them again.
+                    group.cancelAll()
+                    while let result = await group.nextResult() {
+                        if case .success(let (index, copy)) = result { finished[index] = copy }
+                    }
+                    for (index, copy) in finished.sorted(by: { $0.key < $1.key }) { take(index, copy) }
+                    throw error
+                }
+            }
+        } catch is CancellationError {
+            record(force: true)
+            throw BackupError.interrupted(stored: done.items, total: summary.files)
+        } catch {
+            record(force: true)
+            throw error
+        }
+        record(force: true)
+        entries = entries.enumerated().filter { !vanished.contains($0.offset) }.map(\.element)
+        return packsOfList
+    }
 }
