@@ -9,6 +9,9 @@ import Foundation
 import Logging
 import Synchronization
 
+// What commands accept: the device options, passcodes, classes and durations as arguments, and
+// the checks on what was given.
+
 /// Options every command that touches a device accepts.
 struct DeviceOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
@@ -118,17 +121,6 @@ func requireOneStandardInput(_ files: String?...) throws {
     }
 }
 
-/// A plain message for the user.
-struct CLIError: Error, CustomStringConvertible {
-    let description: String
-    /// The exit status it gives (1 unless said).
-    let status: ExitStatus
-    init(_ description: String, status: ExitStatus = .failure) {
-        self.description = description
-        self.status = status
-    }
-}
-
 extension ProtectionClass: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
     /// What every class option and argument says about its spellings.
@@ -175,121 +167,6 @@ struct UnlockOptions: ParsableArguments {
     var passcodeFile: String?
 }
 
-/// dpctl's exit statuses, named once for the code and the help text.
-enum ExitStatus: Int32, CaseIterable {
-    case success = 0
-    case failure = 1
-    case unavailable = 3
-    case damaged = 4
-    case wrongPasscode = 5
-    case findings = 6
-    case usage = 64
-    case busy = 75
-    case interrupted = 130
-
-    var meaning: String {
-        switch self {
-        case .success: "success"
-        case .failure: "error"
-        case .unavailable: "protected data unavailable (locked)"
-        case .damaged: "damaged, foreign or forged file or backup"
-        case .wrongPasscode: "wrong passcode or password, or passcode delay"
-        case .findings: "audit findings at or above --min-severity"
-        case .usage: "usage error (bad option or argument)"
-        case .busy: "busy (another process is using it: try again later)"
-        case .interrupted: "interrupted (Ctrl-C): running it again finishes it"
-        }
-    }
-
-    /// `Exit status: 0 success, 1 error, …` for help texts.
-    static var summary: String { "Exit status: " + allCases.map { "\($0.rawValue) \($0.meaning)" }.joined(separator: ", ") + "." }
-
-    init(for error: any Error) {
-        switch error {
-        case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: self = .unavailable
-        case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag, KeybagError.newerKeybagFormat,
-             DatabaseCipherError.damaged, BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: self = .damaged
-        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, KeybagError.tpmLockout, KeybagError.wrongBackupPassword,
-             DatabaseCipherError.wrongKeyOrFormat,
-             BackupError.wrongBackupPassword:
-            self = .wrongPasscode
-        case ContainerError.invalidIdentifier: self = .usage   // a malformed app or group identifier argument
-        case KeybagError.invalidArgument: self = .usage   // an empty --root, a NUL in a name, a grace period out of range
-        case KeybagError.emptyPasscode, KeybagError.passcodeTooShort: self = .usage   // a new passcode the rule refuses
-        case let error as CLIError: self = error.status
-        case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
-        case BackupError.badRemote: self = .usage   // a remote location that does not parse
-        case BackupError.interrupted, BackupError.restoreInterrupted, BackupError.remoteInterrupted, ProtectedFileError.interrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
-        default: self = .failure
-        }
-    }
-}
-
-/// The one place errors are reported: one line on standard error — the library's words, then
-/// the command that helps, where there is one — and the exit status for its kind.
-func report(_ error: any Error) -> ExitStatus {
-    let status = ExitStatus(for: error)
-    // One line, names shown as `\xE9` where their bytes are not UTF-8.
-    var line = LosslessPath.display(DisplayedPaths.apply(describe(error)).replacingOccurrences(of: "\n", with: " "))
-    if let hint = commandHint(for: error, status: status) { line += " (\(hint))" }
-    FileHandle.standardError.write(Data("dpctl: \(line)\n".utf8))
-    return status
-}
-
-/// An error in words: ours describe themselves; Foundation's (`CocoaError`, `NSError`) as
-/// `PATH: reason`, from the POSIX error under them where there is one, not as a dump of their
-/// user info.
-func describe(_ error: any Error) -> String {
-    guard error is CocoaError || type(of: error) is NSError.Type else { return String(describing: error) }
-    let ns = error as NSError
-    let path = (ns.userInfo[NSFilePathErrorKey] as? String) ?? (ns.userInfo[NSURLErrorKey] as? URL)?.path
-    var reason = ns.localizedDescription
-    if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? any Error {
-        let posix = underlying as NSError
-        if posix.domain == NSPOSIXErrorDomain { reason = String(cString: strerror(Int32(posix.code))) }
-    }
-    return path.map { "\($0): \(reason)" } ?? reason
-}
-
-/// What to type next, for errors whose library message says what to do in library terms.
-func commandHint(for error: any Error, status: ExitStatus) -> String? {
-    switch error {
-    case KeybagError.notInitialized(let root): return "run `dpctl --root \(root) init`"
-    case KeybagError.alreadyInitialized: return "`dpctl erase` starts over"
-    case KeybagError.noPasscodeSet: return "`dpctl set-passcode`"
-    case KeybagError.passcodeAlreadySet: return "`dpctl change-passcode`"
-    case ProtectedFileError.notProtected: return "`dpctl protect PATH`"
-    case BackupError.badBackup, BackupError.verificationFailed: return "`dpctl verify BACKUP` checks every object"
-    case LifecycleError.notRunning(let app): return "start it with `dpctl app run \(app) -- COMMAND`"
-    case KeybagError.tpmLockout: return "the TPM's owner can run `tpm2_dictionarylockout --clear-lockout`"
-    case KeybagError.tpm(let why) where why.contains("no TPM answers"):
-        return "\(TPMBinding.tctiEnvironmentVariable) names the TPM, e.g. device:/dev/tpmrm0 (needs the tss group) or swtpm:path=SOCKET"
-    default:
-        guard status == .unavailable else { return nil }
-        return servedByKeybagd.load(ordering: .relaxed)
-            ? "keybagd serves this root: `dpctl unlock` unlocks it for every process"
-            : "unlock for this run with --passcode-file FILE"
-    }
-}
-
-/// Whether the device this run opened is served by keybagd (hints then point to `dpctl unlock`).
-let servedByKeybagd = Atomic<Bool>(false)
-
-/// Writes to standard output without buffering surprises.
-func printOut(_ text: String) {
-    FileHandle.standardOutput.write(Data((text + "\n").utf8))
-}
-
-/// JSON for people and scripts alike: keys in a stable (sorted) order, `/` unescaped, dates in
-/// ISO 8601. Names are the real names (a newline is `\n`, a backslash `\\`); a byte that is
-/// not UTF-8 is `\udcHH`, as borg writes it (Python: `os.fsencode(name)` gives the bytes).
-func printJSON(_ value: some Encodable) {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    encoder.dateEncodingStrategy = .iso8601
-    printOut(LosslessPath.surrogateEscaped(String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self)))
-}
-
 /// An empty path names no file (the kernel says ENOENT); Foundation would read it as the
 /// current directory, making `dpctl backup src ""` a repository of the working directory.
 func requirePaths(_ paths: String?...) throws { try requirePaths(paths.compactMap { $0 }) }
@@ -310,49 +187,6 @@ func requireText(_ arguments: [String], what: String) throws {
     }
 }
 
-/// `text` in double quotes with `"`, `\`, newline, CR and tab escaped by a backslash, and every
-/// other scalar `isControl` names written as `control` spells it (JSON's `\u0001`, a property
-/// list's `\U0001`).
-func quotedEscaping(_ text: String, isControl: (Unicode.Scalar) -> Bool, control: (Unicode.Scalar) -> String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        case _ where isControl(scalar): out += control(scalar)
-        default: out.unicodeScalars.append(scalar)
-        }
-    }
-    return out + "\""
-}
-
-/// One line on standard error (progress and notes that are not the command's output).
-func printError(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
-}
-
-/// Left-aligned text table.
-func table(_ rows: [[String]], rightAligned: Set<Int> = []) -> String {
-    guard let first = rows.first else { return "" }
-    var widths = [Int](repeating: 0, count: first.count)
-    for row in rows { for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) } }
-    return rows.map { row in
-        row.enumerated().map { i, cell in
-            let pad = String(repeating: " ", count: widths[i] - cell.count)
-            return rightAligned.contains(i) ? pad + cell : (i == row.count - 1 ? cell : cell + pad)
-        }.joined(separator: "  ")
-    }.joined(separator: "\n")
-}
-
-/// One line on standard error that is not an error: something done or not done that the user
-/// must know of.
-func note(_ text: String) {
-    FileHandle.standardError.write(Data("dpctl: \(LosslessPath.display(text))\n".utf8))
-}
-
 /// Unlocks with a passcode given to a command (a file, or typed at the prompt). Under keybagd that
 /// unlocks the device for every process, which the command then says on standard error.
 func unlockSayingSo(_ keybag: Keybag, passcode: String) async throws {
@@ -361,23 +195,4 @@ func unlockSayingSo(_ keybag: Keybag, passcode: String) async throws {
     if let socket = keybag.daemonSocket, !wasUnlocked {
         note("unlocked the device for every process (keybagd serves this root: \(socket)); `dpctl lock` locks it")
     }
-}
-
-/// Runs `body` in a task that Ctrl-C (SIGINT) and SIGTERM cancel instead of killing the process,
-/// so that a long operation can stop where it is safe and say how far it got (the library throws
-/// its own "interrupted" error). The signals' default handling is back once `body` ends.
-func runInterruptibly<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    let task = Task { try await body() }
-    let sources = [SIGINT, SIGTERM].map { number -> DispatchSourceSignal in
-        signal(number, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler { task.cancel() }
-        source.resume()
-        return source
-    }
-    defer {
-        for source in sources { source.cancel() }
-        for number in [SIGINT, SIGTERM] { signal(number, SIG_DFL) }
-    }
-    return try await task.value
 }
