@@ -19,8 +19,9 @@ package enum BackupMark {
     /// and `borg` read it to leave the directory out (`--exclude-caches`), and it holds nothing.
     package static func isCacheDirectoryTag(_ path: String) -> Bool {
         guard path.split(separator: "/").last.map(String.init) == cacheDirectoryTagName,
-              let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT == S_IFREG,
-              let fd = try? POSIXFile.openRegularFile(path) else { return false }
+            let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT == S_IFREG,
+            let fd = try? POSIXFile.openRegularFile(path)
+        else { return false }
         defer { try? fd.close() }
         let signature = Array(cacheDirectoryTagSignature.utf8)
         var prefix = [UInt8](repeating: 0, count: signature.count)

@@ -2,6 +2,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -85,7 +86,8 @@ public enum ItemInspector {
 
     /// A regular file's class and device binding from one read of its header; `nil` for a file
     /// that is not protected. Readable without a key.
-    package static func classAndDeviceBinding(ofFileAt path: String) throws -> (ProtectionClass, thisDeviceOnly: Bool)? {
+    package static func classAndDeviceBinding(ofFileAt path: String) throws -> (ProtectionClass, thisDeviceOnly: Bool)?
+    {
         let prefix = try wrapFS { try readPrefix(path) }
         guard ProtectedFileHeader.looksProtected(prefix) else { return nil }
         let header = try ProtectedFileHeader.parse(prefix, path: path)
@@ -112,7 +114,8 @@ public enum ItemInspector {
     /// anything else. Readable without a key.
     public static func isThisDeviceOnly(_ url: URL) throws -> Bool {
         guard case .protected = try protection(ofItemAt: url) else { return false }
-        return try ProtectedFileHeader.parse(try wrapFS { try readPrefix(url.path) }, path: url.path).wrappedKey.thisDeviceOnly
+        return try ProtectedFileHeader.parse(try wrapFS { try readPrefix(url.path) }, path: url.path).wrappedKey
+            .thisDeviceOnly
     }
 
     static func readPrefix(_ path: String) throws -> [UInt8] {
@@ -129,7 +132,8 @@ public enum ItemInspector {
         } catch let error as ProtectedFileError {
             throw error
         } catch let error as CocoaError {
-            throw ProtectedFileError.fileSystem(FileSystemError(error.localizedDescription, path: error.filePath ?? "", errno: .ioError))
+            throw ProtectedFileError.fileSystem(
+                FileSystemError(error.localizedDescription, path: error.filePath ?? "", errno: .ioError))
         }
     }
 }

@@ -2,6 +2,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -47,7 +48,9 @@ final class PlainFileStorage: PlaintextStorage {
         while done < count {
             let n = try buffer.withUnsafeMutableBytes { raw in
                 try POSIXFile.system("pread", path) {
-                    try fd.read(fromAbsoluteOffset: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: raw[done...]), retryOnInterrupt: true)
+                    try fd.read(
+                        fromAbsoluteOffset: offset + Int64(done),
+                        into: UnsafeMutableRawBufferPointer(rebasing: raw[done...]), retryOnInterrupt: true)
                 }
             }
             if n == 0 { break }

@@ -2,6 +2,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -82,20 +83,26 @@ extension ProtectedFileManager {
     package func openEngine(fd: FileDescriptor, path: String) async throws -> ProtectedFileEngine {
         try await ProtectedFileError.translating(path: path, writing: false) {
             let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-            guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+            guard ProtectedFileHeader.looksProtected(headerBytes) else {
+                throw ProtectedFileError.notProtected(path: path)
+            }
             let header = try ProtectedFileHeader.parse(headerBytes, path: path)
             let key = try await keybag.unwrapFileKey(header.wrappedKey)
-            let file = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
-                                              keys: FileKeys(fileKey: key, fileID: header.fileID))
+            let file = try SegmentedFile.open(
+                fd: fd, path: path, headerBytes: headerBytes, header: header,
+                keys: FileKeys(fileKey: key, fileID: header.fileID))
             return ProtectedFileEngine(file: file, fd: fd)
         }
     }
 
     /// Makes the empty file at `fd` a new protected file of class `protection`, with 4 KiB
     /// segments (a file system's files are written at random), and opens it.
-    package func createEngine(fd: FileDescriptor, path: String, protection: ProtectionClass) async throws -> ProtectedFileEngine {
+    package func createEngine(
+        fd: FileDescriptor, path: String, protection: ProtectionClass
+    ) async throws -> ProtectedFileEngine {
         try await ProtectedFileError.translating(path: path, writing: true) {
-            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: randomAccessSegmentSizeLog2, path: path)
+            let (header, keys) = try await newFileKeys(
+                protection, thisDeviceOnly: false, segmentSizeLog2: randomAccessSegmentSizeLog2, path: path)
             let file = try SegmentedFile.create(fd: fd, path: path, header: header, keys: keys)
             return ProtectedFileEngine(file: file, fd: fd)
         }
@@ -105,10 +112,13 @@ extension ProtectedFileManager {
     /// not re-encrypted), as ``setProtection(_:ofItemAt:)`` makes for a path; `nil` when it has
     /// that class already. Nothing is written: ``Rewrap/apply(fd:path:)`` or
     /// ``ProtectedFileEngine/apply(_:)`` writes it, where the caller serializes header writes.
-    package func prepareRewrap(fd: FileDescriptor, path: String, to protection: ProtectionClass) async throws -> Rewrap? {
+    package func prepareRewrap(fd: FileDescriptor, path: String, to protection: ProtectionClass) async throws -> Rewrap?
+    {
         try await ProtectedFileError.translating(path: path, writing: true) {
             let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-            guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+            guard ProtectedFileHeader.looksProtected(headerBytes) else {
+                throw ProtectedFileError.notProtected(path: path)
+            }
             let header = try ProtectedFileHeader.parse(headerBytes, path: path)
             guard header.protectionClass != protection else { return nil }
             let key = try await keybag.unwrapFileKey(header.wrappedKey)
@@ -181,7 +191,8 @@ package struct ProtectedFilePrefix: Sendable, Equatable {
 
     /// `nil` when `bytes` are not a protected file's header.
     package init?(_ bytes: [UInt8]) {
-        guard ProtectedFileHeader.looksProtected(bytes), let header = try? ProtectedFileHeader.parse(bytes, path: "") else { return nil }
+        guard ProtectedFileHeader.looksProtected(bytes), let header = try? ProtectedFileHeader.parse(bytes, path: "")
+        else { return nil }
         protectionClass = header.protectionClass
         layout = header.layout
     }

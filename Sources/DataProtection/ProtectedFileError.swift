@@ -1,7 +1,7 @@
-import DataProtectionSystem
-import SystemPackage
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 
 /// Errors of protected-file operations. Each says what happened to which file and what to do;
 /// none of them ever comes with wrong plaintext.
@@ -121,7 +121,8 @@ extension ProtectedFileError: CustomNSError {
     public var path: String? {
         switch self {
         case .unavailable(let p, _, _, _), .damaged(let p, _), .unsupportedVersion(let p, _), .foreignKeybag(let p),
-             .notProtected(let p), .noSuchFile(let p), .isDirectory(let p), .notARegularFile(let p, _), .copyIntoItself(let p, _), .closed(let p), .invalidRange(let p, _):
+            .notProtected(let p), .noSuchFile(let p), .isDirectory(let p), .notARegularFile(let p, _),
+            .copyIntoItself(let p, _), .closed(let p), .invalidRange(let p, _):
             p
         case .fileSystem(let e): e.path
         case .keybag, .interrupted: nil
@@ -134,7 +135,8 @@ extension ProtectedFileError {
     /// whose errors should name the file the user knows).
     public func naming(_ path: String) -> ProtectedFileError {
         switch self {
-        case .unavailable(_, let cls, let state, let writing): .unavailable(path: path, protectionClass: cls, lockState: state, writing: writing)
+        case .unavailable(_, let cls, let state, let writing):
+            .unavailable(path: path, protectionClass: cls, lockState: state, writing: writing)
         case .damaged(_, let reason): .damaged(path: path, reason: reason)
         case .unsupportedVersion(_, let version): .unsupportedVersion(path: path, version: version)
         case .foreignKeybag: .foreignKeybag(path: path)
@@ -166,8 +168,10 @@ extension ProtectedFileError {
     }
 
     /// Runs `body`, translating keybag and file-system errors into `ProtectedFileError`s about `path`.
-    static func translating<T>(path: String, writing: Bool, isolation: isolated (any Actor)? = #isolation,
-                               _ body: () async throws -> T) async throws -> T {
+    static func translating<T>(
+        path: String, writing: Bool, isolation: isolated (any Actor)? = #isolation,
+        _ body: () async throws -> T
+    ) async throws -> T {
         do {
             return try await body()
         } catch let error as ProtectedFileError {
@@ -183,7 +187,8 @@ extension ProtectedFileError {
 
     static func translate(_ error: KeybagError, path: String, writing: Bool) -> ProtectedFileError {
         switch error {
-        case .classUnavailable(let cls, let state): .unavailable(path: path, protectionClass: cls, lockState: state, writing: writing)
+        case .classUnavailable(let cls, let state):
+            .unavailable(path: path, protectionClass: cls, lockState: state, writing: writing)
         case .foreignKeybag: .foreignKeybag(path: path)
         case .keyUnwrapFailed: .damaged(path: path, reason: "the wrapped file key does not unwrap")
         default: .keybag(error)

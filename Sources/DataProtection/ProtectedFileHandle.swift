@@ -8,7 +8,8 @@ import SystemPackage
 /// files written whole: ``ProtectedFileAccessPattern``) are decrypted and re-sealed.
 ///
 /// The handle follows its class, as an open file does on iOS:
-/// - **A** (`complete`): every call fails with ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
+/// - **A** (`complete`): every call fails with
+/// ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
 ///   once the grace period after a lock has passed; after the next unlock it works again.
 /// - **B** (`completeUnlessOpen`): the file key stays in the handle until ``close()``, so a
 ///   handle opened while unlocked — or a file created while locked — keeps working while locked.
@@ -38,8 +39,10 @@ public actor ProtectedFileHandle {
     private var keyGeneration: Int?
     private var position: Int64 = 0
 
-    init(url: URL, keybag: Keybag, fd: FileDescriptor, header: ProtectedFileHeader,
-         engine: SegmentedFile, keyGeneration: Int?, writable: Bool) {
+    init(
+        url: URL, keybag: Keybag, fd: FileDescriptor, header: ProtectedFileHeader,
+        engine: SegmentedFile, keyGeneration: Int?, writable: Bool
+    ) {
         self.url = url
         self.keybag = keybag
         self.fd = fd
@@ -104,8 +107,9 @@ public actor ProtectedFileHandle {
             guard current.fileID == header.fileID else {
                 throw ProtectedFileError.damaged(path: path, reason: "its header changed while it was open")
             }
-            return try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: current,
-                                          keys: FileKeys(fileKey: key, fileID: header.fileID))
+            return try SegmentedFile.open(
+                fd: fd, path: path, headerBytes: headerBytes, header: current,
+                keys: FileKeys(fileKey: key, fileID: header.fileID))
         }
         engine = reopened
         keyGeneration = generation

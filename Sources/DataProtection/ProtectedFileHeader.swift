@@ -37,8 +37,10 @@ package struct ProtectedFileHeader: Sendable, Equatable {
     var protectionClass: ProtectionClass { wrappedKey.protectionClass }
     var layout: SegmentLayout { SegmentLayout(version: version, log2: segmentSizeLog2) }
 
-    init(version: UInt16 = Self.version, segmentSizeLog2: UInt8, fileID: [UInt8], wrappedKey: WrappedFileKey,
-         beingWritten: Bool = false, truncatingTo: Int64? = nil) {
+    init(
+        version: UInt16 = Self.version, segmentSizeLog2: UInt8, fileID: [UInt8], wrappedKey: WrappedFileKey,
+        beingWritten: Bool = false, truncatingTo: Int64? = nil
+    ) {
         self.version = version
         self.segmentSizeLog2 = segmentSizeLog2
         self.fileID = fileID
@@ -68,8 +70,10 @@ package struct ProtectedFileHeader: Sendable, Equatable {
 
     /// Checks the header MAC once the file key is known.
     static func verify(_ bytes: [UInt8], keys: FileKeys) -> Bool {
-        bytes.count == size && HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[authenticatedSize..<size]),
-                                                                       authenticating: bytes[0..<authenticatedSize], using: keys.headerKey)
+        bytes.count == size
+            && HMAC<SHA256>.isValidAuthenticationCode(
+                Array(bytes[authenticatedSize..<size]),
+                authenticating: bytes[0..<authenticatedSize], using: keys.headerKey)
     }
 
     /// Whether `prefix` (the first bytes of a file) marks the protected format.
@@ -86,7 +90,8 @@ package struct ProtectedFileHeader: Sendable, Equatable {
     /// A 1-byte file cannot be told apart and is plain.
     package static func looksProtected(_ prefix: [UInt8]) -> Bool {
         if prefix.count >= 4, prefix[1] == magic[1], prefix[2] == magic[2], prefix[3] == magic[3],
-           prefix[0] == magic[0] || prefix[0] == magic[0] & 0x7F {
+            prefix[0] == magic[0] || prefix[0] == magic[0] & 0x7F
+        {
             return true
         }
         if prefix.count >= magic.count {
@@ -109,11 +114,15 @@ package struct ProtectedFileHeader: Sendable, Equatable {
             }
             guard try r.u16("header length") == UInt16(size) else { throw damaged("unexpected header length") }
             guard bytes.count >= size else { throw damaged("header truncated (\(bytes.count) of \(size) bytes)") }
-            guard let cls = ProtectionClass(rawValue: try r.u8("class")) else { throw damaged("unknown protection class") }
+            guard let cls = ProtectionClass(rawValue: try r.u8("class")) else {
+                throw damaged("unknown protection class")
+            }
             let log2 = try r.u8("segment size")
             guard segmentSizeLog2Range.contains(log2) else { throw damaged("implausible segment size 2^\(log2)") }
             // Format 2's segments are pages: 4 KiB, the page every writer of this format has.
-            guard version == Self.version || log2 == randomAccessSegmentSizeLog2 else { throw damaged("implausible page size 2^\(log2)") }
+            guard version == Self.version || log2 == randomAccessSegmentSizeLog2 else {
+                throw damaged("implausible page size 2^\(log2)")
+            }
             let flags = try r.u8("flags")
             guard flags & ~(version == Self.version ? 1 : 7) == 0 else { throw damaged("unknown flags \(flags)") }
             guard try r.u8("reserved") == 0 else { throw damaged("reserved byte not zero") }
@@ -125,12 +134,16 @@ package struct ProtectedFileHeader: Sendable, Equatable {
             guard flags & 4 != 0 || truncating == 0 else { throw damaged("reserved bytes not zero") }
             guard truncating < UInt64(Int64.max) else { throw damaged("implausible truncation length") }
             let hasEphemeral = ephemeral.contains { $0 != 0 }
-            guard hasEphemeral == (cls == .completeUnlessOpen) else { throw damaged("ephemeral key does not match the class") }
-            return ProtectedFileHeader(version: version, segmentSizeLog2: log2, fileID: fileID,
-                                       wrappedKey: WrappedFileKey(protectionClass: cls, keybagID: keybagID, wrappedKey: wrapped,
-                                                                  ephemeralPublicKey: hasEphemeral ? ephemeral : nil,
-                                                                  thisDeviceOnly: flags & 1 != 0),
-                                       beingWritten: flags & 2 != 0, truncatingTo: flags & 4 != 0 ? Int64(truncating) : nil)
+            guard hasEphemeral == (cls == .completeUnlessOpen) else {
+                throw damaged("ephemeral key does not match the class")
+            }
+            return ProtectedFileHeader(
+                version: version, segmentSizeLog2: log2, fileID: fileID,
+                wrappedKey: WrappedFileKey(
+                    protectionClass: cls, keybagID: keybagID, wrappedKey: wrapped,
+                    ephemeralPublicKey: hasEphemeral ? ephemeral : nil,
+                    thisDeviceOnly: flags & 1 != 0),
+                beingWritten: flags & 2 != 0, truncatingTo: flags & 4 != 0 ? Int64(truncating) : nil)
         } catch let error as ByteReader.OutOfBounds {
             throw damaged("header truncated at \(error.field)")
         }
@@ -146,7 +159,9 @@ struct FileKeys: Sendable {
     /// the extraction, the same for both, done once.
     init(fileKey: SymmetricKey, fileID: [UInt8]) {
         let pseudoRandomKey = HKDF<SHA256>.extract(inputKeyMaterial: fileKey, salt: fileID)
-        contentKey = HKDF<SHA256>.expand(pseudoRandomKey: pseudoRandomKey, info: Array("DataProtection v1 content".utf8), outputByteCount: 32)
-        headerKey = HKDF<SHA256>.expand(pseudoRandomKey: pseudoRandomKey, info: Array("DataProtection v1 header".utf8), outputByteCount: 32)
+        contentKey = HKDF<SHA256>.expand(
+            pseudoRandomKey: pseudoRandomKey, info: Array("DataProtection v1 content".utf8), outputByteCount: 32)
+        headerKey = HKDF<SHA256>.expand(
+            pseudoRandomKey: pseudoRandomKey, info: Array("DataProtection v1 header".utf8), outputByteCount: 32)
     }
 }

@@ -1,8 +1,9 @@
-import DataProtectionSystem
 import Crypto
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,7 +16,8 @@ extension ProtectedFileManager {
     /// A copy never silently lowers protection. Fails if `destination` exists.
     public func copyItem(at source: URL, to destination: URL, protection: ProtectionClass? = nil) async throws {
         if POSIXFile.linkStatus(destination.path) != nil {
-            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: LosslessPath.display(destination.path), errno: .fileExists))
+            throw ProtectedFileError.fileSystem(
+                FileSystemError("copy", path: LosslessPath.display(destination.path), errno: .fileExists))
         }
         guard case .directory = try self.protection(ofItemAt: source) else {
             return try await copyFile(at: source, to: destination, protection: protection)
@@ -23,7 +25,9 @@ extension ProtectedFileManager {
         // A tree: never into itself; built under a hidden name beside the destination and renamed
         // into place once whole, so a failure (a locked class, a full disk, a FIFO inside) leaves
         // nothing behind.
-        if let sourceStatus = POSIXFile.status(source.path), Self.isInside(directory: sourceStatus, path: destination.deletingLastPathComponent().path) {
+        if let sourceStatus = POSIXFile.status(source.path),
+            Self.isInside(directory: sourceStatus, path: destination.deletingLastPathComponent().path)
+        {
             throw ProtectedFileError.copyIntoItself(path: source.path, destination: destination.path)
         }
         let staging = URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path))
@@ -50,7 +54,8 @@ extension ProtectedFileManager {
             if let defaultClass { try DirectoryDefault.set(defaultClass, destination.path) }
             try BackupMark.copy(from: source.path, to: destination.path)   // as the class: kept by the copy
         }
-        defer { _ = try? POSIXFile.call("chmod", destination.path) { chmod($0, mode) } }   // as cp: the source's bits, less the umask
+        // as cp: the source's bits, less the umask
+        defer { _ = try? POSIXFile.call("chmod", destination.path) { chmod($0, mode) } }
         let children = try wrapFS { try POSIXFile.directoryEntries(source.path) }
         for name in children.sorted() {
             let from = source.appendingPathComponent(name), to = destination.appendingPathComponent(name)
@@ -79,7 +84,9 @@ extension ProtectedFileManager {
             guard let st = POSIXFile.status(current) else { return false }
             if st.st_dev == directory.st_dev, st.st_ino == directory.st_ino { return true }
             let up = current + "/.."
-            guard let above = POSIXFile.status(up), above.st_dev != st.st_dev || above.st_ino != st.st_ino else { return false }   // "/"
+            guard let above = POSIXFile.status(up), above.st_dev != st.st_dev || above.st_ino != st.st_ino else {
+                return false
+            }   // "/"
             current = up
         }
         return false
@@ -94,8 +101,9 @@ extension ProtectedFileManager {
             let cls = protection ?? max(sourceClass, defaultProtection(forNewItemAt: destination))
             let handle = try await openHandle(forReadingFrom: source)
             do {
-                try await copyStreaming(from: handle, size: try await handle.size(), to: destination, protection: cls,
-                                        thisDeviceOnly: servedByFileSystem ? false : try ItemInspector.isThisDeviceOnly(source))
+                try await copyStreaming(
+                    from: handle, size: try await handle.size(), to: destination, protection: cls,
+                    thisDeviceOnly: servedByFileSystem ? false : try ItemInspector.isThisDeviceOnly(source))
                 try await handle.close()
             } catch {
                 try? await handle.close()
@@ -108,7 +116,9 @@ extension ProtectedFileManager {
             }
         case .plain:
             let cls = protection ?? defaultProtection(forNewItemAt: destination)
-            let fd = try await ProtectedFileError.translating(path: source.path, writing: false) { try POSIXFile.open(source.path, .readOnly) }
+            let fd = try await ProtectedFileError.translating(path: source.path, writing: false) {
+                try POSIXFile.open(source.path, .readOnly)
+            }
             defer { try? fd.close() }
             try await write(contentsOf: fd, to: destination, protection: cls)
         case .other:
@@ -118,16 +128,23 @@ extension ProtectedFileManager {
         try wrapFS { try BackupMark.copy(from: source.path, to: destination.path) }   // as the class: kept by the copy
         // As cp: the source's permission bits, less the umask (a 0600 file stays private).
         if let st = POSIXFile.status(source.path) {
-            try wrapFS { try POSIXFile.call("chmod", destination.path) { chmod($0, st.st_mode & 0o777 & ~POSIXFile.currentUmask()) } }
+            try wrapFS {
+                try POSIXFile.call("chmod", destination.path) {
+                    chmod($0, st.st_mode & 0o777 & ~POSIXFile.currentUmask())
+                }
+            }
         }
     }
 
-    func copyStreaming(from handle: ProtectedFileHandle, size: Int64, to destination: URL, protection: ProtectionClass,
-                               thisDeviceOnly: Bool) async throws {
+    func copyStreaming(
+        from handle: ProtectedFileHandle, size: Int64, to destination: URL, protection: ProtectionClass,
+        thisDeviceOnly: Bool
+    ) async throws {
         // Decrypt into a temporary protected file chunk by chunk; memory stays at one chunk.
         // The copy keeps the source's segment size: it is used the way the source was.
-        let created = try await createFile(at: URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path)), protection: protection,
-                                           thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: handle.segmentSizeLog2)
+        let created = try await createFile(
+            at: URL(fileURLWithPath: POSIXFile.temporarySibling(of: destination.path)), protection: protection,
+            thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: handle.segmentSizeLog2)
         var offset: Int64 = 0
         do {
             while offset < size {
@@ -153,10 +170,15 @@ extension ProtectedFileManager {
     /// Moves an item; a protected file keeps its class and key. Across file systems the file
     /// is copied (same class) and the original removed.
     public func moveItem(at source: URL, to destination: URL) async throws {
-        if (try? LosslessPath.withCString(source.path, { s in try LosslessPath.withCString(destination.path) { rename(s, $0) } })) == 0 { return }
+        if (try? LosslessPath.withCString(
+            source.path, { s in try LosslessPath.withCString(destination.path) { rename(s, $0) } })) == 0
+        {
+            return
+        }
         let err = Errno(rawValue: errno)
         guard err == .improperLink else {
-            throw err == .noSuchFileOrDirectory ? ProtectedFileError.noSuchFile(path: source.path)
+            throw err == .noSuchFileOrDirectory
+                ? ProtectedFileError.noSuchFile(path: source.path)
                 : ProtectedFileError.fileSystem(FileSystemError("rename", path: source.path, errno: err))
         }
         try await copyItem(at: source, to: destination, protection: (try? self.protection(ofItemAt: source))?.fileClass)
@@ -167,7 +189,9 @@ extension ProtectedFileManager {
     public func removeItem(at url: URL) throws {
         guard let st = POSIXFile.linkStatus(url.path) else { throw ProtectedFileError.noSuchFile(path: url.path) }
         if st.st_mode & S_IFMT == S_IFDIR {
-            for name in try wrapFS({ try POSIXFile.directoryEntries(url.path) }) { try removeItem(at: url.appendingPathComponent(name)) }
+            for name in try wrapFS({ try POSIXFile.directoryEntries(url.path) }) {
+                try removeItem(at: url.appendingPathComponent(name))
+            }
             try wrapFS { try POSIXFile.call("rmdir", url.path) { rmdir($0) } }
         } else {
             try wrapFS { try POSIXFile.call("unlink", url.path) { unlink($0) } }

@@ -1,7 +1,8 @@
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,8 +27,10 @@ extension ProtectedFileManager {
     /// `protection` and opens it for writing. The descriptor is duplicated; `url` names it in errors.
     /// Like ``createFile(at:protection:thisDeviceOnly:access:)``, 4 KiB segments unless `access`
     /// says the file will be streamed.
-    public func createFile(in descriptor: FileDescriptor, url: URL, protection: ProtectionClass,
-                           access: ProtectedFileAccessPattern = .randomAccess) async throws -> ProtectedFileHandle {
+    public func createFile(
+        in descriptor: FileDescriptor, url: URL, protection: ProtectionClass,
+        access: ProtectedFileAccessPattern = .randomAccess
+    ) async throws -> ProtectedFileHandle {
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             guard try POSIXFile.size(descriptor, path: path) == 0 else {
@@ -43,7 +46,8 @@ extension ProtectedFileManager {
                     throw error
                 }
             }
-            let (header, keys) = try await newFileKeys(protection, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
+            let (header, keys) = try await newFileKeys(
+                protection, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
             let fd = try POSIXFile.system("dup", path) { try descriptor.duplicate() }
             do {
                 return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
@@ -54,7 +58,9 @@ extension ProtectedFileManager {
         }
     }
 
-    private func openHandle(duplicating descriptor: FileDescriptor, url: URL, writable: Bool) async throws -> ProtectedFileHandle {
+    private func openHandle(
+        duplicating descriptor: FileDescriptor, url: URL, writable: Bool
+    ) async throws -> ProtectedFileHandle {
         try await ProtectedFileError.translating(path: url.path, writing: writable) {
             let fd = try POSIXFile.system("dup", url.path) { try descriptor.duplicate() }
             do {
@@ -83,8 +89,10 @@ extension ProtectedFileManager {
     ///
     /// The copy reads at most the size the source had when opened and fails if that size
     /// changed. The new file appears under its name only when complete and flushed.
-    public func copyFile(from source: FileDescriptor, sourceURL: URL, into directory: FileDescriptor, directoryURL: URL,
-                         protection minimum: ProtectionClass, names: (Int) -> String) async throws -> (name: String, protection: ProtectionClass) {
+    public func copyFile(
+        from source: FileDescriptor, sourceURL: URL, into directory: FileDescriptor, directoryURL: URL,
+        protection minimum: ProtectionClass, names: (Int) -> String
+    ) async throws -> (name: String, protection: ProtectionClass) {
         let sourcePath = sourceURL.path
         let plan = try await ProtectedFileError.translating(path: sourcePath, writing: false) {
             try await copyPlan(source, url: sourceURL, minimum: minimum)
@@ -99,11 +107,13 @@ extension ProtectedFileManager {
                 // The whole file from offset 0 (block-aligned, so a file system that can share
                 // extents, btrfs or XFS, clones them), then the header decided on above over its
                 // first 160 bytes, whatever the source's header became meanwhile.
-                let copied = try POSIXFile.copyRange(from: source, to: target.fd, offset: 0, count: fileSize, path: sourcePath)
+                let copied = try POSIXFile.copyRange(
+                    from: source, to: target.fd, offset: 0, count: fileSize, path: sourcePath)
                 try POSIXFile.write(target.fd, header, at: 0, path: target.displayPath)
                 complete = copied == fileSize
             case .encrypt(let reader, let cls):
-                let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2, path: directoryURL.path)
+                let (header, keys) = try await newFileKeys(
+                    cls, thisDeviceOnly: false, segmentSizeLog2: segmentSizeLog2, path: directoryURL.path)
                 let copy = try SegmentedFile.create(fd: target.fd, path: target.displayPath, header: header, keys: keys)
                 try copy.writeStream(from: reader.read)
                 complete = copy.size == reader.fileSize
@@ -128,7 +138,8 @@ extension ProtectedFileManager {
         let blockSize = Int64(fs.f_frsize)
         let available = Int64(fs.f_bavail) * blockSize
         let reserve = max(64 << 20, Int64(fs.f_blocks) * blockSize / 100)
-        let needed = size + (size >> 11) + Int64(ProtectedFileHeader.size) + (1 << 20)   // + 28 bytes per 64 KiB segment, rounded up
+        // + 28 bytes per 64 KiB segment, rounded up
+        let needed = size + (size >> 11) + Int64(ProtectedFileHeader.size) + (1 << 20)
         guard size >= 0, needed <= available - reserve else {
             throw ProtectedFileError.fileSystem(FileSystemError("copy", path: path, errno: .noSpace))
         }
@@ -143,21 +154,26 @@ extension ProtectedFileManager {
             guard fstat(source.rawValue, &st) == 0 else { throw Errno(rawValue: errno) }
             return st
         }
-        guard st.st_mode & S_IFMT == S_IFREG else { throw ProtectedFileError.fileSystem(FileSystemError("copy", path: path, errno: .invalidArgument)) }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: path, errno: .invalidArgument))
+        }
         let fileSize = Int64(st.st_size)
         let prefix = try POSIXFile.read(source, count: ProtectedFileHeader.size, at: 0, path: path)
         guard ProtectedFileHeader.looksProtected(prefix) else {
             // At most the size the file had when opened.
             var offset: Int64 = 0
-            return .encrypt(PlainCopySource(fileSize: fileSize) { buffer in
-                let wanted = Int(min(Int64(buffer.count), fileSize - offset))
-                guard wanted > 0 else { return 0 }
-                let n = try POSIXFile.system("read", path) {
-                    try source.read(fromAbsoluteOffset: offset, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<wanted]), retryOnInterrupt: true)
-                }
-                offset += Int64(n)
-                return n
-            }, protection: minimum)
+            return .encrypt(
+                PlainCopySource(fileSize: fileSize) { buffer in
+                    let wanted = Int(min(Int64(buffer.count), fileSize - offset))
+                    guard wanted > 0 else { return 0 }
+                    let n = try POSIXFile.system("read", path) {
+                        try source.read(
+                            fromAbsoluteOffset: offset,
+                            into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<wanted]), retryOnInterrupt: true)
+                    }
+                    offset += Int64(n)
+                    return n
+                }, protection: minimum)
         }
         var header = try ProtectedFileHeader.parse(prefix, path: path)
         guard fileSize >= Int64(ProtectedFileHeader.size + SegmentCipher.overhead) else {
@@ -226,10 +242,14 @@ private final class UnnamedFile {
             return
         }
         let err = Errno(rawValue: errno)
-        guard [.notSupported, .isDirectory, .invalidArgument].contains(err) else { throw FileSystemError("open", path: directoryPath, errno: err) }
+        guard [.notSupported, .isDirectory, .invalidArgument].contains(err) else {
+            throw FileSystemError("open", path: directoryPath, errno: err)
+        }
         let name = ".dp-tmp-" + (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         let named = openat(directory.rawValue, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard named >= 0 else { throw FileSystemError("open", path: directoryPath + "/" + name, errno: Errno(rawValue: errno)) }
+        guard named >= 0 else {
+            throw FileSystemError("open", path: directoryPath + "/" + name, errno: Errno(rawValue: errno))
+        }
         fd = FileDescriptor(rawValue: named)
         hiddenName = name
     }
@@ -250,7 +270,9 @@ private final class UnnamedFile {
                     err = error
                 }
             }
-            guard err == .fileExists else { throw FileSystemError("linkat", path: directoryPath + "/" + name, errno: err) }
+            guard err == .fileExists else {
+                throw FileSystemError("linkat", path: directoryPath + "/" + name, errno: err)
+            }
         }
         throw FileSystemError("linkat", path: directoryPath, errno: .fileExists)
     }

@@ -1,7 +1,8 @@
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,13 +32,17 @@ extension ProtectedFileManager {
     /// Writes a file atomically through the file system: a temporary sibling given `cls` (the
     /// file system refuses a class below the container's: the file keeps the container's then),
     /// filled, flushed, renamed over `url`.
-    func writeServedAtomically(to url: URL, protection cls: ProtectionClass, keepingMode: Bool, replacement: POSIXFile.Replacement = .durable,
-                               _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws {
+    func writeServedAtomically(
+        to url: URL, protection cls: ProtectionClass, keepingMode: Bool, replacement: POSIXFile.Replacement = .durable,
+        _ fill: @escaping (any PlaintextStorage) throws -> Void
+    ) async throws {
         let path = url.path
         try await servedTranslating(path: path, writing: true, protection: cls) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             try ProtectedFileError.checkReplaceable(path)
-            try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600), replacement: replacement) { fd, temp in
+            try POSIXFile.replaceAtomically(
+                path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600), replacement: replacement
+            ) { fd, temp in
                 try Self.setServedClass(cls, of: fd, path: temp)
                 try fill(PlainFileStorage(fd: fd, path: temp))
             }
@@ -51,8 +56,12 @@ extension ProtectedFileManager {
         let value = try POSIXFile.system("fgetxattr", url.path) { try Self.servedClass(of: fd) }
         guard let cls = value else {
             if !Self.isOnProtectedFileSystem(fd),
-               ProtectedFileHeader.looksProtected((try? POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: url.path)) ?? []) {
-                throw ProtectedFileError.damaged(path: url.path, reason: "a protected file reached outside the protected file system, where no key is held")
+                ProtectedFileHeader.looksProtected(
+                    (try? POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: url.path)) ?? [])
+            {
+                throw ProtectedFileError.damaged(
+                    path: url.path,
+                    reason: "a protected file reached outside the protected file system, where no key is held")
             }
             throw ProtectedFileError.notProtected(path: url.path)
         }
@@ -81,10 +90,13 @@ extension ProtectedFileManager {
     func createServedFile(at url: URL, protection cls: ProtectionClass) async throws -> ProtectedFileHandle {
         let path = url.path
         return try await servedTranslating(path: path, writing: true, protection: cls) {
-            let fd = try POSIXFile.open(path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
+            let fd = try POSIXFile.open(
+                path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
             do {
                 try Self.setServedClass(cls, of: fd, path: path)
-                return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, servedFile: (try? Self.servedClass(of: fd)) ?? cls, writable: true)
+                return ProtectedFileHandle(
+                    url: url, keybag: keybag, fd: fd, servedFile: (try? Self.servedClass(of: fd)) ?? cls, writable: true
+                )
             } catch {
                 try? fd.close()
                 _ = try? POSIXFile.call("unlink", path) { unlink($0) }
@@ -98,7 +110,9 @@ extension ProtectedFileManager {
     static func setServedClass(_ cls: ProtectionClass, of fd: FileDescriptor, path: String) throws {
         // Elsewhere the attribute would be a label on plaintext.
         guard isOnProtectedFileSystem(fd) else {
-            throw FileSystemError("protect (outside the protected file system, which serves an app's containers)", path: path, errno: .notSupported)
+            throw FileSystemError(
+                "protect (outside the protected file system, which serves an app's containers)", path: path,
+                errno: .notSupported)
         }
         let value = Array(cls.shortName.utf8)
         do throws(Errno) { try SystemCall.fsetxattr(fd.rawValue, DirectoryDefault.attribute, value) } catch {
@@ -119,14 +133,17 @@ extension ProtectedFileManager {
 
     /// Runs file system calls on a served file, reporting the file system's refusal of a class
     /// that is locked (`EACCES`) as ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``.
-    func servedTranslating<T>(path: String, writing: Bool, protection: ProtectionClass? = nil,
-                              _ body: () async throws -> T) async throws -> T {
+    func servedTranslating<T>(
+        path: String, writing: Bool, protection: ProtectionClass? = nil,
+        _ body: () async throws -> T
+    ) async throws -> T {
         do {
             return try await ProtectedFileError.translating(path: path, writing: writing, body)
         } catch ProtectedFileError.fileSystem(let failure) where failure.errno == .permissionDenied {
             let cls = protection ?? (try? servedProtection(ofItemAt: URL(fileURLWithPath: path)))?.fileClass
             if let cls, cls != .noProtection, (try? await keybag.generation(of: cls)) == nil {
-                throw ProtectedFileError.unavailable(path: path, protectionClass: cls, lockState: await keybag.lockState, writing: writing)
+                throw ProtectedFileError.unavailable(
+                    path: path, protectionClass: cls, lockState: await keybag.lockState, writing: writing)
             }
             throw ProtectedFileError.fileSystem(failure)
         }

@@ -1,8 +1,9 @@
-import DataProtectionSystem
 import Crypto
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -91,17 +92,25 @@ public struct ProtectedFileManager: Sendable {
     /// `…ThisDeviceOnly`): no backup can restore it elsewhere. `nil` keeps the flag of the file
     /// being replaced (off for a new file). `access` sets the file's segment size
     /// (``ProtectedFileAccessPattern``).
-    public func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil,
-                      access: ProtectedFileAccessPattern = .sequential) async throws {
-        try await write(data, to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: .durable)
+    public func write(
+        _ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil,
+        access: ProtectedFileAccessPattern = .sequential
+    ) async throws {
+        try await write(
+            data, to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: .durable
+        )
     }
 
     /// ``write(_:to:protection:thisDeviceOnly:access:)`` put in place as `replacement` says
     /// (unflushed, keeping the replaced file: preferences).
-    package func write(_ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool?,
-                       access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement) async throws {
+    package func write(
+        _ data: some DataProtocol, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool?,
+        access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement
+    ) async throws {
         let bytes = Array(data)
-        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: replacement) { file in
+        try await writeAtomically(
+            to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access, replacement: replacement
+        ) { file in
             var offset = 0
             try file.writeStream { buffer in
                 let n = min(buffer.count, bytes.count - offset)
@@ -114,9 +123,12 @@ public struct ProtectedFileManager: Sendable {
 
     /// Writes everything readable from `source` (read to its end, in bounded memory)
     /// atomically to `url` (standard input, a pipe, a socket).
-    public func write(contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil,
-                      access: ProtectedFileAccessPattern = .sequential) async throws {
-        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access) { file in
+    public func write(
+        contentsOf source: FileDescriptor, to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil,
+        access: ProtectedFileAccessPattern = .sequential
+    ) async throws {
+        try await writeAtomically(to: url, protection: protection, thisDeviceOnly: thisDeviceOnly, access: access) {
+            file in
             try file.writeStream { buffer in
                 try POSIXFile.system("read", "<input>") { try source.read(into: buffer, retryOnInterrupt: true) }
             }
@@ -131,21 +143,27 @@ public struct ProtectedFileManager: Sendable {
         return inherited
     }
 
-    func writeAtomically(to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil, keepingMode: Bool = true,
-                         access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement = .durable,
-                         _ fill: @escaping (any PlaintextStorage) throws -> Void) async throws {
+    func writeAtomically(
+        to url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool? = nil, keepingMode: Bool = true,
+        access: ProtectedFileAccessPattern = .sequential, replacement: POSIXFile.Replacement = .durable,
+        _ fill: @escaping (any PlaintextStorage) throws -> Void
+    ) async throws {
         let path = url.path
         if servedByFileSystem {
-            return try await writeServedAtomically(to: url, protection: resolveClass(for: url, explicit: protection), keepingMode: keepingMode,
-                                                   replacement: replacement, fill)
+            return try await writeServedAtomically(
+                to: url, protection: resolveClass(for: url, explicit: protection), keepingMode: keepingMode,
+                replacement: replacement, fill)
         }
         try await ProtectedFileError.translating(path: path, writing: true) {
             if POSIXFile.kind(path).isDirectory { throw ProtectedFileError.isDirectory(path: path) }
             try ProtectedFileError.checkReplaceable(path)
             let cls = resolveClass(for: url, explicit: protection)
             let deviceOnly = thisDeviceOnly ?? ((try? ItemInspector.isThisDeviceOnly(url)) ?? false)
-            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: deviceOnly, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
-            try POSIXFile.replaceAtomically(path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600), replacement: replacement) { fd, temp in
+            let (header, keys) = try await newFileKeys(
+                cls, thisDeviceOnly: deviceOnly, segmentSizeLog2: segmentSizeLog2(for: access), path: path)
+            try POSIXFile.replaceAtomically(
+                path, permissions: keepingMode ? nil : FilePermissions(rawValue: 0o600), replacement: replacement
+            ) { fd, temp in
                 let file = try SegmentedFile.create(fd: fd, path: temp, header: header, keys: keys)
                 try fill(file)
                 try file.settle()
@@ -161,7 +179,9 @@ public struct ProtectedFileManager: Sendable {
             return try await servedTranslating(path: url.path, writing: false) { Data(try POSIXFile.readAll(url.path)) }
         }
         if case .plain = try protection(ofItemAt: url) {
-            return try await ProtectedFileError.translating(path: url.path, writing: false) { Data(try POSIXFile.readAll(url.path)) }
+            return try await ProtectedFileError.translating(path: url.path, writing: false) {
+                Data(try POSIXFile.readAll(url.path))
+            }
         }
         let handle = try await openHandle(forReadingFrom: url)
         do {
@@ -190,18 +210,28 @@ public struct ProtectedFileManager: Sendable {
     /// for writing. Class B works while locked: the handle keeps the new key until closed.
     /// A handle is for reading and writing at offsets, so the file gets 4 KiB segments unless
     /// `access` says it will be streamed (``ProtectedFileAccessPattern``).
-    public func createFile(at url: URL, protection: ProtectionClass? = nil, thisDeviceOnly: Bool = false,
-                           access: ProtectedFileAccessPattern = .randomAccess) async throws -> ProtectedFileHandle {
-        try await createFile(at: url, protection: protection, thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: segmentSizeLog2(for: access))
+    public func createFile(
+        at url: URL, protection: ProtectionClass? = nil, thisDeviceOnly: Bool = false,
+        access: ProtectedFileAccessPattern = .randomAccess
+    ) async throws -> ProtectedFileHandle {
+        try await createFile(
+            at: url, protection: protection, thisDeviceOnly: thisDeviceOnly,
+            segmentSizeLog2: segmentSizeLog2(for: access))
     }
 
-    func createFile(at url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool, segmentSizeLog2: UInt8) async throws -> ProtectedFileHandle {
-        if servedByFileSystem { return try await createServedFile(at: url, protection: protection ?? defaultProtection(forNewItemAt: url)) }
+    func createFile(
+        at url: URL, protection: ProtectionClass?, thisDeviceOnly: Bool, segmentSizeLog2: UInt8
+    ) async throws -> ProtectedFileHandle {
+        if servedByFileSystem {
+            return try await createServedFile(at: url, protection: protection ?? defaultProtection(forNewItemAt: url))
+        }
         let path = url.path
         return try await ProtectedFileError.translating(path: path, writing: true) {
             let cls = protection ?? defaultProtection(forNewItemAt: url)
-            let (header, keys) = try await newFileKeys(cls, thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: segmentSizeLog2, path: path)
-            let fd = try POSIXFile.open(path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
+            let (header, keys) = try await newFileKeys(
+                cls, thisDeviceOnly: thisDeviceOnly, segmentSizeLog2: segmentSizeLog2, path: path)
+            let fd = try POSIXFile.open(
+                path, .readWrite, options: [.create, .exclusiveCreate], permissions: FilePermissions(rawValue: 0o644))
             do {
                 return try await newFileHandle(owning: fd, url: url, header: header, keys: keys)
             } catch {
@@ -219,26 +249,35 @@ public struct ProtectedFileManager: Sendable {
 
     /// A new file's header and keys: a fresh file key wrapped for `cls`, a random file ID.
     /// `path` names the new file in errors.
-    func newFileKeys(_ cls: ProtectionClass, thisDeviceOnly: Bool, segmentSizeLog2: UInt8, path: String) async throws -> (ProtectedFileHeader, FileKeys) {
+    func newFileKeys(
+        _ cls: ProtectionClass, thisDeviceOnly: Bool, segmentSizeLog2: UInt8, path: String
+    ) async throws -> (ProtectedFileHeader, FileKeys) {
         guard ProtectedFileHeader.segmentSizeLog2Range.contains(segmentSizeLog2) else {
-            throw ProtectedFileError.invalidRange(path: path, reason: "segment size 2^\(segmentSizeLog2) (2^12 to 2^24)")
+            throw ProtectedFileError.invalidRange(
+                path: path, reason: "segment size 2^\(segmentSizeLog2) (2^12 to 2^24)")
         }
         let (key, wrapped) = try await keybag.wrapNewFileKey(for: cls, thisDeviceOnly: thisDeviceOnly)
         // Files made for random access are written in place: page-aligned segments (format 2),
         // so that a write cut short leaves every segment whole.
-        let version = segmentSizeLog2 == ProtectedFileHeader.randomAccessSegmentSizeLog2 ? ProtectedFileHeader.pageAlignedVersion : ProtectedFileHeader.version
-        let header = ProtectedFileHeader(version: version, segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
+        let version =
+            segmentSizeLog2 == ProtectedFileHeader.randomAccessSegmentSizeLog2
+            ? ProtectedFileHeader.pageAlignedVersion : ProtectedFileHeader.version
+        let header = ProtectedFileHeader(
+            version: version, segmentSizeLog2: segmentSizeLog2, fileID: randomFileID(), wrappedKey: wrapped)
         return (header, FileKeys(fileKey: key, fileID: header.fileID))
     }
 
     /// A writable handle on the new, empty file open at `fd` (which the handle then owns), after
     /// writing its header and its one empty final segment.
-    func newFileHandle(owning fd: FileDescriptor, url: URL, header: ProtectedFileHeader, keys: FileKeys) async throws -> ProtectedFileHandle {
+    func newFileHandle(
+        owning fd: FileDescriptor, url: URL, header: ProtectedFileHeader, keys: FileKeys
+    ) async throws -> ProtectedFileHandle {
         let cls = header.protectionClass
         let engine = try SegmentedFile.create(fd: fd, path: url.path, header: header, keys: keys)
         let generation = cls == .completeUnlessOpen ? nil : try await keybag.generation(of: cls)
-        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, header: header,
-                                   engine: engine, keyGeneration: generation, writable: true)
+        return ProtectedFileHandle(
+            url: url, keybag: keybag, fd: fd, header: header,
+            engine: engine, keyGeneration: generation, writable: true)
     }
 
     private func openHandle(_ url: URL, writable: Bool) async throws -> ProtectedFileHandle {
@@ -265,10 +304,12 @@ public struct ProtectedFileManager: Sendable {
         let cls = header.protectionClass
         let (key, classGeneration) = try await keybag.unwrapFileKeyWithGeneration(header.wrappedKey)
         let generation = cls == .completeUnlessOpen ? nil : classGeneration
-        let engine = try SegmentedFile.open(fd: fd, path: path, headerBytes: headerBytes, header: header,
-                                            keys: FileKeys(fileKey: key, fileID: header.fileID))
-        return ProtectedFileHandle(url: url, keybag: keybag, fd: fd, header: header,
-                                   engine: engine, keyGeneration: generation, writable: writable)
+        let engine = try SegmentedFile.open(
+            fd: fd, path: path, headerBytes: headerBytes, header: header,
+            keys: FileKeys(fileKey: key, fileID: header.fileID))
+        return ProtectedFileHandle(
+            url: url, keybag: keybag, fd: fd, header: header,
+            engine: engine, keyGeneration: generation, writable: writable)
     }
 
     // MARK: - Changing protection
@@ -282,13 +323,17 @@ public struct ProtectedFileManager: Sendable {
         if servedByFileSystem {
             // The file system rewraps a file's key, or sets a directory's default, and refuses a
             // class below the container's (`EPERM`) and a plain file (`ENOTSUP`).
-            return try await servedTranslating(path: path, writing: true, protection: cls) { try wrapFS { try DirectoryDefault.set(cls, path) } }
+            return try await servedTranslating(path: path, writing: true, protection: cls) {
+                try wrapFS { try DirectoryDefault.set(cls, path) }
+            }
         }
         switch try protection(ofItemAt: url) {
         case .directory:
             try wrapFS { try DirectoryDefault.set(cls, path) }
         case .plain:
-            let source = try await ProtectedFileError.translating(path: path, writing: false) { try POSIXFile.open(path, .readOnly) }
+            let source = try await ProtectedFileError.translating(path: path, writing: false) {
+                try POSIXFile.open(path, .readOnly)
+            }
             defer { try? source.close() }
             try await write(contentsOf: source, to: url, protection: cls)
         case .protected(let current):
@@ -306,13 +351,17 @@ public struct ProtectedFileManager: Sendable {
     /// Gives a protected file a new wrapping of its (unchanged) key and rewrites the header in
     /// place: 160 bytes at offset 0 sit in one disk sector, so the rewrite is all or nothing.
     /// The header MAC is checked with the old key before anything is written.
-    func rewrapHeader(of url: URL, _ rewrap: (WrappedFileKey) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey)) async throws {
+    func rewrapHeader(
+        of url: URL, _ rewrap: (WrappedFileKey) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey)
+    ) async throws {
         let path = url.path
         try await ProtectedFileError.translating(path: path, writing: true) {
             let fd = try POSIXFile.open(path, .readWrite)
             defer { try? fd.close() }
             let headerBytes = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-            guard ProtectedFileHeader.looksProtected(headerBytes) else { throw ProtectedFileError.notProtected(path: path) }
+            guard ProtectedFileHeader.looksProtected(headerBytes) else {
+                throw ProtectedFileError.notProtected(path: path)
+            }
             var header = try ProtectedFileHeader.parse(headerBytes, path: path)
             let (key, wrapped) = try await rewrap(header.wrappedKey)
             let keys = FileKeys(fileKey: key, fileID: header.fileID)
@@ -329,7 +378,9 @@ public struct ProtectedFileManager: Sendable {
     /// its key is unwrapped with the other device's class keys (from its backup keybag) and
     /// rewrapped under this keybag, in the same class unless `protection` names another. The
     /// content is not re-encrypted.
-    public func adoptFile(at url: URL, from backupKeys: BackupClassKeys, protection: ProtectionClass? = nil) async throws {
+    public func adoptFile(
+        at url: URL, from backupKeys: BackupClassKeys, protection: ProtectionClass? = nil
+    ) async throws {
         try await rewrapHeader(of: url) { wrapped in
             try await keybag.adoptFileKey(wrapped, from: backupKeys, as: protection)
         }
@@ -365,7 +416,11 @@ public struct ProtectedFileManager: Sendable {
         var rest = attributes
         if let value = rest.removeValue(forKey: .protectionKey) {
             let type: FileProtectionType
-            if let t = value as? FileProtectionType { type = t } else if let s = value as? String { type = FileProtectionType(rawValue: s) } else {
+            if let t = value as? FileProtectionType {
+                type = t
+            } else if let s = value as? String {
+                type = FileProtectionType(rawValue: s)
+            } else {
                 throw ProtectedFileError.keybag(.unsupportedProtectionType(String(describing: value)))
             }
             do {

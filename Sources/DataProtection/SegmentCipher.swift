@@ -34,21 +34,27 @@ struct SegmentCipher: Sendable {
     func withAssociatedData<R>(index: Int, final: Bool, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try withUnsafeTemporaryAllocation(byteCount: 25, alignment: 8) { buffer in
             fileID.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) }
-            withUnsafeBytes(of: UInt64(index).bigEndian) { (buffer.baseAddress! + 16).copyMemory(from: $0.baseAddress!, byteCount: 8) }
+            withUnsafeBytes(of: UInt64(index).bigEndian) {
+                (buffer.baseAddress! + 16).copyMemory(from: $0.baseAddress!, byteCount: 8)
+            }
             buffer[24] = final ? 1 : 0
             return try body(UnsafeRawBufferPointer(buffer))
         }
     }
 
     /// Appends the sealed segment to `output`.
-    func seal(_ plaintext: UnsafeRawBufferPointer, index: Int, final: Bool, nonce: AES.GCM.Nonce = AES.GCM.Nonce(),
-              into output: inout [UInt8]) throws {
+    func seal(
+        _ plaintext: UnsafeRawBufferPointer, index: Int, final: Bool, nonce: AES.GCM.Nonce = AES.GCM.Nonce(),
+        into output: inout [UInt8]
+    ) throws {
         let start = output.count
         output.append(contentsOf: repeatElement(0, count: plaintext.count + Self.overhead))
         try output.withUnsafeMutableBytes { buffer in
             try nonce.withUnsafeBytes { nonce in
                 try withAssociatedData(index: index, final: final) { aad in
-                    try contexts.seal(plaintext, nonce: nonce, aad: aad, into: UnsafeMutableRawBufferPointer(rebasing: buffer[start...]))
+                    try contexts.seal(
+                        plaintext, nonce: nonce, aad: aad,
+                        into: UnsafeMutableRawBufferPointer(rebasing: buffer[start...]))
                 }
             }
         }
@@ -90,11 +96,15 @@ extension SegmentCipher {
     /// `plaintext` holds their plaintext back to back (every segment full but the last);
     /// `output` must hold exactly their sealed forms. The last one is sealed final when
     /// `lastIsFinal`. An empty `plaintext` gives one empty segment.
-    func sealSegments(_ plaintext: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, lastIsFinal: Bool,
-                      into output: UnsafeMutableRawBufferPointer, threads: Int = processorCount) throws {
+    func sealSegments(
+        _ plaintext: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, lastIsFinal: Bool,
+        into output: UnsafeMutableRawBufferPointer, threads: Int = processorCount
+    ) throws {
         let plainBase = layout.plaintextStart(ofSegment: firstIndex)
         let sealedBase = layout.offset(ofSegment: firstIndex)
-        let count = plaintext.count == 0 ? 1 : layout.segment(containing: plainBase + Int64(plaintext.count) - 1) - firstIndex + 1
+        let count =
+            plaintext.count == 0
+            ? 1 : layout.segment(containing: plainBase + Int64(plaintext.count) - 1) - firstIndex + 1
         let failure = Mutex<(any Error)?>(nil)
         let input = SendableRawBuffer(plaintext), out = SendableMutableRawBuffer(output)
         let nonces = NonceBatch(count: count)
@@ -104,8 +114,12 @@ extension SegmentCipher {
             let length = min(layout.capacity(ofSegment: index), input.buffer.count - start)
             let sealedStart = Int(layout.offset(ofSegment: index) - sealedBase)
             do {
-                let chunk = length == 0 ? UnsafeRawBufferPointer(start: nil, count: 0) : UnsafeRawBufferPointer(rebasing: input.buffer[start..<(start + length)])
-                let target = UnsafeMutableRawBufferPointer(rebasing: out.buffer[sealedStart..<(sealedStart + length + Self.overhead)])
+                let chunk =
+                    length == 0
+                    ? UnsafeRawBufferPointer(start: nil, count: 0)
+                    : UnsafeRawBufferPointer(rebasing: input.buffer[start..<(start + length)])
+                let target = UnsafeMutableRawBufferPointer(
+                    rebasing: out.buffer[sealedStart..<(sealedStart + length + Self.overhead)])
                 try nonces.withNonce(i) { nonce in
                     try withAssociatedData(index: index, final: lastIsFinal && i == count - 1) { aad in
                         try contexts.seal(chunk, nonce: nonce, aad: aad, into: target)
@@ -121,8 +135,10 @@ extension SegmentCipher {
     /// Opens consecutive sealed segments of `layout`, from segment `firstIndex`, on every core
     /// into `output` (their plaintext, back to back); segment `finalIndex` is opened as final.
     /// Returns the file index of a segment that fails authentication, or `nil`.
-    func openSegments(_ sealed: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, finalIndex: Int,
-                      into output: UnsafeMutableRawBufferPointer, threads: Int = processorCount) -> Int? {
+    func openSegments(
+        _ sealed: UnsafeRawBufferPointer, layout: SegmentLayout, firstIndex: Int, finalIndex: Int,
+        into output: UnsafeMutableRawBufferPointer, threads: Int = processorCount
+    ) -> Int? {
         let plainBase = layout.plaintextStart(ofSegment: firstIndex)
         let sealedBase = layout.offset(ofSegment: firstIndex)
         var count = 0
@@ -136,10 +152,13 @@ extension SegmentCipher {
             let plainStart = Int(layout.plaintextStart(ofSegment: index) - plainBase)
             let plainLength = end - start - Self.overhead
             // Straight into the output: no buffer per segment.
-            let opened = plainLength >= 0 && plainStart + plainLength <= out.buffer.count
+            let opened =
+                plainLength >= 0 && plainStart + plainLength <= out.buffer.count
                 && withAssociatedData(index: index, final: index == finalIndex) { aad in
-                    contexts.open(UnsafeRawBufferPointer(rebasing: input.buffer[start..<end]), aad: aad,
-                                  into: UnsafeMutableRawBufferPointer(rebasing: out.buffer[plainStart..<(plainStart + plainLength)]))
+                    contexts.open(
+                        UnsafeRawBufferPointer(rebasing: input.buffer[start..<end]), aad: aad,
+                        into: UnsafeMutableRawBufferPointer(
+                            rebasing: out.buffer[plainStart..<(plainStart + plainLength)]))
                 }
             if !opened { failed.withLock { $0 = min($0 ?? index, index) } }
         }
@@ -177,7 +196,8 @@ struct SendableRawBuffer: @unchecked Sendable {
     init(_ buffer: UnsafeRawBufferPointer) { self.buffer = buffer }
 }
 
-/// `@unchecked Sendable`: each iteration of `parallelForEach` writes its own disjoint slice, and the buffer outlives the loop.
+/// `@unchecked Sendable`: each iteration of `parallelForEach` writes its own disjoint slice, and the buffer
+/// outlives the loop.
 struct SendableMutableRawBuffer: @unchecked Sendable {
     let buffer: UnsafeMutableRawBufferPointer
     init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }

@@ -36,7 +36,8 @@ extension SegmentedFile {
         var next = next
         let current = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
         if let onDisk = try? ProtectedFileHeader.parse(current, path: path), onDisk.fileID == header.fileID,
-           ProtectedFileHeader.verify(current, keys: keys) {
+            ProtectedFileHeader.verify(current, keys: keys)
+        {
             next.wrappedKey = onDisk.wrappedKey
         }
         try POSIXFile.write(fd, next.encoded(keys: keys), at: 0, path: path)
@@ -64,7 +65,8 @@ extension SegmentedFile {
     func settle() throws {
         guard needsSettling else { return }
         guard !damagedByFailure else {
-            throw ProtectedFileError.damaged(path: path, reason: "a write failed part-way; the file is left marked as being written")
+            throw ProtectedFileError.damaged(
+                path: path, reason: "a write failed part-way; the file is left marked as being written")
         }
         do {
             try cutOffExcess()
@@ -77,16 +79,23 @@ extension SegmentedFile {
                 lastSealedFinal = true
                 cache = nil
                 // On the disk before the mark goes (a power cut could otherwise keep the header only).
-                try POSIXFile.system("fdatasync", path) { guard fdatasync(fd.rawValue) == 0 else { throw Errno(rawValue: errno) } }
+                try POSIXFile.system("fdatasync", path) {
+                    guard fdatasync(fd.rawValue) == 0 else { throw Errno(rawValue: errno) }
+                }
             }
             guard header.beingWritten || header.truncatingTo != nil else { return }
             // The end, as a reader will find it, must authenticate as final before the mark goes.
             let last = lastIndex
             let length = layout.plaintextLength(ofSegment: last, size: size)
             guard try POSIXFile.size(fd, path: path) == layout.fileSize(plaintextSize: size),
-                  cipher.open(try POSIXFile.read(fd, count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)[...],
-                              index: last, final: true) != nil else {
-                throw ProtectedFileError.damaged(path: path, reason: "its end does not authenticate; it stays marked as being written")
+                cipher.open(
+                    try POSIXFile.read(
+                        fd, count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)[
+                            ...],
+                    index: last, final: true) != nil
+            else {
+                throw ProtectedFileError.damaged(
+                    path: path, reason: "its end does not authenticate; it stays marked as being written")
             }
             var next = header
             next.beingWritten = false
@@ -100,7 +109,9 @@ extension SegmentedFile {
 
     /// Reads up to `count` bytes at `offset` (fewer at the end of the file).
     func read(at offset: Int64, count: Int) throws -> Data {
-        guard offset >= 0, count >= 0 else { throw ProtectedFileError.invalidRange(path: path, reason: "negative offset or count") }
+        guard offset >= 0, count >= 0 else {
+            throw ProtectedFileError.invalidRange(path: path, reason: "negative offset or count")
+        }
         let end = min(size, offset + Int64(count))
         guard offset < end else { return Data() }
         let first = layout.segment(containing: offset)
@@ -109,7 +120,8 @@ extension SegmentedFile {
         let plaintext = try segment(first)
         let start = plaintext.startIndex + Int(offset - layout.plaintextStart(ofSegment: first))
         let length = Int(end - offset)
-        return start == plaintext.startIndex && length == plaintext.count ? plaintext : Data(plaintext[start..<(start + length)])
+        return start == plaintext.startIndex && length == plaintext.count
+            ? plaintext : Data(plaintext[start..<(start + length)])
     }
 
     /// Reads several segments with one `pread` and opens them on every core.
@@ -123,10 +135,13 @@ extension SegmentedFile {
         }
         var plain = Data(count: plainLength)
         let failed = plain.withUnsafeMutableBytes { output in
-            cipher.openSegments(raw, layout: layout, firstIndex: indices.lowerBound, finalIndex: finalIndex, into: output, threads: threads)
+            cipher.openSegments(
+                raw, layout: layout, firstIndex: indices.lowerBound, finalIndex: finalIndex, into: output,
+                threads: threads)
         }
         if let failed {
-            throw ProtectedFileError.damaged(path: path, reason: "segment \(failed) failed authentication (modified, swapped or reordered)")
+            throw ProtectedFileError.damaged(
+                path: path, reason: "segment \(failed) failed authentication (modified, swapped or reordered)")
         }
         let start = Int(offset - firstStart)
         let length = Int(end - offset)
@@ -190,13 +205,15 @@ extension SegmentedFile {
             let sealedLength = plainLength + segments * SegmentCipher.overhead
             func sealAndWrite(_ source: UnsafeRawBufferPointer) throws {
                 try writer.submit(length: sealedLength, at: layout.offset(ofSegment: windowStart)) { output in
-                    try cipher.sealSegments(source, layout: layout, firstIndex: windowStart, lastIsFinal: windowEnd == newLast,
-                                            into: output, threads: min(threads, WindowWriter.sealingThreads))
+                    try cipher.sealSegments(
+                        source, layout: layout, firstIndex: windowStart, lastIsFinal: windowEnd == newLast,
+                        into: output, threads: min(threads, WindowWriter.sealingThreads))
                 }
             }
             if offset <= plainStart, end >= plainEnd {
                 // The new bytes cover the whole window: seal them where they are.
-                try sealAndWrite(UnsafeRawBufferPointer(rebasing: bytes[Int(plainStart - offset)..<Int(plainEnd - offset)]))
+                try sealAndWrite(
+                    UnsafeRawBufferPointer(rebasing: bytes[Int(plainStart - offset)..<Int(plainEnd - offset)]))
             } else {
                 if plain.count < plainLength { plain = [UInt8](repeating: 0, count: plainLength) }
                 // Existing bytes of the segments the new data covers only partly (the window's ends).
@@ -207,19 +224,24 @@ extension SegmentedFile {
                     let existing = try segment(index)
                     let at = Int(segmentStart - plainStart)
                     plain.withUnsafeMutableBytes { dest in
-                        _ = existing.copyBytes(to: UnsafeMutableRawBufferPointer(rebasing: dest[at..<(at + existing.count)]))
+                        _ = existing.copyBytes(
+                            to: UnsafeMutableRawBufferPointer(rebasing: dest[at..<(at + existing.count)]))
                         // Bytes past the segment's old end (up to the new data) are zeros.
                         let newEnd = at + Int(segmentEnd - segmentStart)
                         if at + existing.count < newEnd {
-                            UnsafeMutableRawBufferPointer(rebasing: dest[(at + existing.count)..<newEnd]).initializeMemory(as: UInt8.self, repeating: 0)
+                            UnsafeMutableRawBufferPointer(rebasing: dest[(at + existing.count)..<newEnd])
+                                .initializeMemory(as: UInt8.self, repeating: 0)
                         }
                     }
                 }
                 // The new bytes over them.
                 let copyStart = max(offset, plainStart), copyEnd = min(end, plainEnd)
                 plain.withUnsafeMutableBytes { dest in
-                    UnsafeMutableRawBufferPointer(rebasing: dest[Int(copyStart - plainStart)..<Int(copyEnd - plainStart)])
-                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[Int(copyStart - offset)..<Int(copyEnd - offset)]))
+                    UnsafeMutableRawBufferPointer(
+                        rebasing: dest[Int(copyStart - plainStart)..<Int(copyEnd - plainStart)]
+                    )
+                    .copyMemory(
+                        from: UnsafeRawBufferPointer(rebasing: bytes[Int(copyStart - offset)..<Int(copyEnd - offset)]))
                 }
                 try plain.withUnsafeBytes { try sealAndWrite(UnsafeRawBufferPointer(rebasing: $0[0..<plainLength])) }
             }
@@ -249,10 +271,13 @@ extension SegmentedFile {
         defer { try? writer.finish() }
         repeat {
             while !atEnd, filled < pending.count {
-                let n = try pending.withUnsafeMutableBytes { try source(UnsafeMutableRawBufferPointer(rebasing: $0[filled...])) }
+                let n = try pending.withUnsafeMutableBytes {
+                    try source(UnsafeMutableRawBufferPointer(rebasing: $0[filled...]))
+                }
                 if n == 0 { atEnd = true } else { filled += n }
                 if filled == pending.count, pending.count < window + layout.capacity {
-                    pending += [UInt8](repeating: 0, count: min(pending.count, window + layout.capacity - pending.count))
+                    pending += [UInt8](
+                        repeating: 0, count: min(pending.count, window + layout.capacity - pending.count))
                 }
             }
             // Seal the segments that are certainly not the last; at the end, the rest, the last one final.
@@ -261,16 +286,24 @@ extension SegmentedFile {
             var sealFinal = atEnd
             if !atEnd {
                 // Keep at least one byte back: the segment holding it may turn out to be the last.
-                consumed = filled == 0 ? 0 : Int(layout.plaintextStart(ofSegment: layout.segment(containing: total + Int64(filled) - 1)) - total)
+                consumed =
+                    filled == 0
+                    ? 0
+                    : Int(
+                        layout.plaintextStart(ofSegment: layout.segment(containing: total + Int64(filled) - 1)) - total)
                 sealFinal = false
             }
-            let segments = consumed == 0 ? (sealFinal ? 1 : 0) : layout.segment(containing: total + Int64(consumed) - 1) - index + 1
+            let segments =
+                consumed == 0
+                ? (sealFinal ? 1 : 0) : layout.segment(containing: total + Int64(consumed) - 1) - index + 1
             if segments > 0 {
                 let sealedBytes = consumed + segments * SegmentCipher.overhead
                 try pending.withUnsafeBytes { input in
                     try writer.submit(length: sealedBytes, at: layout.offset(ofSegment: batchStart)) { output in
-                        try cipher.sealSegments(UnsafeRawBufferPointer(rebasing: input[0..<consumed]), layout: layout,
-                                                firstIndex: index, lastIsFinal: sealFinal, into: output, threads: min(threads, WindowWriter.sealingThreads))
+                        try cipher.sealSegments(
+                            UnsafeRawBufferPointer(rebasing: input[0..<consumed]), layout: layout,
+                            firstIndex: index, lastIsFinal: sealFinal, into: output,
+                            threads: min(threads, WindowWriter.sealingThreads))
                     }
                 }
                 index += segments
@@ -278,7 +311,8 @@ extension SegmentedFile {
             let leftover = filled - consumed
             if leftover > 0, consumed > 0 {
                 pending.withUnsafeMutableBytes { raw in
-                    raw.baseAddress!.copyMemory(from: UnsafeRawPointer(raw.baseAddress!.advanced(by: consumed)), byteCount: leftover)
+                    raw.baseAddress!.copyMemory(
+                        from: UnsafeRawPointer(raw.baseAddress!.advanced(by: consumed)), byteCount: leftover)
                 }
             }
             filled = leftover
@@ -333,10 +367,14 @@ extension SegmentedFile {
             header = try writeHeader(next)
         }
         var sealed = [UInt8]()
-        try plaintext.withUnsafeBytes { try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[0..<keep]), index: newLast, final: true, into: &sealed) }
+        try plaintext.withUnsafeBytes {
+            try cipher.seal(UnsafeRawBufferPointer(rebasing: $0[0..<keep]), index: newLast, final: true, into: &sealed)
+        }
         try POSIXFile.write(fd, sealed, at: layout.offset(ofSegment: newLast), path: path)
         cache = nil
-        try POSIXFile.system("ftruncate", path) { try fd.resize(to: layout.offset(ofSegment: newLast) + Int64(sealed.count)) }
+        try POSIXFile.system("ftruncate", path) {
+            try fd.resize(to: layout.offset(ofSegment: newLast) + Int64(sealed.count))
+        }
         size = newSize
         lastSealedFinal = true
         if pageAligned {

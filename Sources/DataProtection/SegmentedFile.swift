@@ -52,7 +52,9 @@ final class SegmentedFile {
 
     /// Writes a header and one empty final segment to a new, empty file (one page: in format 2
     /// it is marked as being written only when a change first reaches past that page).
-    static func create(fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys) throws -> SegmentedFile {
+    static func create(
+        fd: FileDescriptor, path: String, header: ProtectedFileHeader, keys: FileKeys
+    ) throws -> SegmentedFile {
         var header = header
         header.beingWritten = false
         var bytes = header.encoded(keys: keys)
@@ -68,7 +70,9 @@ final class SegmentedFile {
     /// A format-2 file marked as being written may also end in a full segment sealed non-final
     /// (a write that extended it, cut short when its writer was killed), or — while a truncation
     /// was under way — hold its new final segment with the old bytes still after it.
-    static func open(fd: FileDescriptor, path: String, headerBytes: [UInt8], header: ProtectedFileHeader, keys: FileKeys) throws -> SegmentedFile {
+    static func open(
+        fd: FileDescriptor, path: String, headerBytes: [UInt8], header: ProtectedFileHeader, keys: FileKeys
+    ) throws -> SegmentedFile {
         guard ProtectedFileHeader.verify(headerBytes, keys: keys) else {
             throw ProtectedFileError.damaged(path: path, reason: "header authentication failed")
         }
@@ -88,7 +92,8 @@ final class SegmentedFile {
         if let target = header.truncatingTo, layout.fileSize(plaintextSize: target) <= fileSize {
             let last = layout.lastIndex(size: target)
             let length = layout.plaintextLength(ofSegment: last, size: target)
-            let raw = try POSIXFile.read(fd, count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
+            let raw = try POSIXFile.read(
+                fd, count: length + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
             if let plaintext = cipher.open(raw[...], index: last, final: true) {
                 size = target
                 cache = (last, plaintext)
@@ -104,7 +109,8 @@ final class SegmentedFile {
         }
         let last = count - 1
         let lastLength = layout.plaintextLength(ofSegment: last, size: plainSize)
-        let raw = try POSIXFile.read(fd, count: lastLength + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
+        let raw = try POSIXFile.read(
+            fd, count: lastLength + SegmentCipher.overhead, at: layout.offset(ofSegment: last), path: path)
         if let plaintext = cipher.open(raw[...], index: last, final: true) {
             size = plainSize
             cache = (last, plaintext)
@@ -114,14 +120,16 @@ final class SegmentedFile {
             // A write that extended the file, cut short: what it wrote is there, in whole segments
             // (a segment sealed non-final is always full).
             guard header.beingWritten, lastLength == layout.capacity(ofSegment: last) else {
-                throw ProtectedFileError.damaged(path: path, reason: "truncated: segment \(last) is not the final segment")
+                throw ProtectedFileError.damaged(
+                    path: path, reason: "truncated: segment \(last) is not the final segment")
             }
             size = plainSize
             lastSealedFinal = false
             cache = (last, plaintext)
             return
         }
-        throw ProtectedFileError.damaged(path: path, reason: "segment \(last) failed authentication (modified, extended or reordered)")
+        throw ProtectedFileError.damaged(
+            path: path, reason: "segment \(last) failed authentication (modified, extended or reordered)")
     }
 
     /// After a change that failed part-way (a full disk, an I/O error): what the file now is,
@@ -130,8 +138,9 @@ final class SegmentedFile {
     func recover() {
         cache = nil
         guard let bytes = try? POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path),
-              let onDisk = try? ProtectedFileHeader.parse(bytes, path: path), onDisk.fileID == header.fileID,
-              ProtectedFileHeader.verify(bytes, keys: keys) else {
+            let onDisk = try? ProtectedFileHeader.parse(bytes, path: path), onDisk.fileID == header.fileID,
+            ProtectedFileHeader.verify(bytes, keys: keys)
+        else {
             damagedByFailure = true
             return
         }
@@ -147,7 +156,8 @@ final class SegmentedFile {
             scratch.deallocate()
             scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 64)
         }
-        let done = try POSIXFile.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<count]), at: offset, path: path)
+        let done = try POSIXFile.read(
+            fd, into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<count]), at: offset, path: path)
         return UnsafeRawBufferPointer(rebasing: scratch[0..<done])
     }
 
@@ -164,7 +174,8 @@ final class SegmentedFile {
             throw ProtectedFileError.damaged(path: path, reason: "truncated inside segment \(index)")
         }
         guard let plaintext = cipher.open(raw, index: index, final: index == finalIndex) else {
-            throw ProtectedFileError.damaged(path: path, reason: "segment \(index) failed authentication (modified, swapped or reordered)")
+            throw ProtectedFileError.damaged(
+                path: path, reason: "segment \(index) failed authentication (modified, swapped or reordered)")
         }
         cache = (index, plaintext)
         return plaintext

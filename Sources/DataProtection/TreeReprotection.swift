@@ -53,16 +53,22 @@ extension ProtectedFileManager {
     /// should go on inheriting from the container's root). Files named in `skipping` are left
     /// as they are (a container's metadata, `CACHEDIR.TAG` files that tools read as plain text).
     @discardableResult
-    public func reprotectItems(at url: URL, to cls: ProtectionClass, settingDirectoryDefaults: Bool = true, skipping: Set<String> = [],
-                               progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport {
-        try await reprotectItems(at: [url], to: cls, settingDirectoryDefaults: settingDirectoryDefaults, skipping: skipping, progress: progress)
+    public func reprotectItems(
+        at url: URL, to cls: ProtectionClass, settingDirectoryDefaults: Bool = true, skipping: Set<String> = [],
+        progress: (@Sendable (ReprotectionProgress) -> Void)? = nil
+    ) async throws -> ReprotectionReport {
+        try await reprotectItems(
+            at: [url], to: cls, settingDirectoryDefaults: settingDirectoryDefaults, skipping: skipping,
+            progress: progress)
     }
 
     /// ``reprotectItems(at:to:settingDirectoryDefaults:skipping:progress:)`` for several trees at
     /// once: every tree is walked and every class checked before the first change.
     @discardableResult
-    public func reprotectItems(at urls: [URL], to cls: ProtectionClass, settingDirectoryDefaults: Bool = true, skipping: Set<String> = [],
-                               progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport {
+    public func reprotectItems(
+        at urls: [URL], to cls: ProtectionClass, settingDirectoryDefaults: Bool = true, skipping: Set<String> = [],
+        progress: (@Sendable (ReprotectionProgress) -> Void)? = nil
+    ) async throws -> ReprotectionReport {
         let items = try reprotectionItems(at: urls, skipping: skipping)
         try await checkClassesAvailable(for: items, to: cls)
         var report = ReprotectionReport()
@@ -70,7 +76,9 @@ extension ProtectedFileManager {
             // A cancelled task (Ctrl-C) stops between two items: each is whole.
             if Task.isCancelled { throw ProtectedFileError.interrupted(completed: index, total: items.count) }
             do {
-                if !item.isTop, let st = POSIXFile.linkStatus(item.url.path), st.st_mode & S_IFMT != S_IFREG, st.st_mode & S_IFMT != S_IFDIR {
+                if !item.isTop, let st = POSIXFile.linkStatus(item.url.path), st.st_mode & S_IFMT != S_IFREG,
+                    st.st_mode & S_IFMT != S_IFDIR
+                {
                     if st.st_mode & S_IFMT == S_IFLNK { report.linksSkipped += 1 }
                     progress?(ReprotectionProgress(completed: index + 1, total: items.count, path: item.url.path))
                     continue
@@ -104,7 +112,9 @@ extension ProtectedFileManager {
     /// - Throws: ``ProtectedFileError/noSuchFile(path:)`` for a missing tree;
     ///   ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` for the
     ///   first file that needs an unavailable class.
-    public func checkClassesAvailable(forReprotectingItemsAt urls: [URL], to cls: ProtectionClass, skipping: Set<String> = []) async throws {
+    public func checkClassesAvailable(
+        forReprotectingItemsAt urls: [URL], to cls: ProtectionClass, skipping: Set<String> = []
+    ) async throws {
         try await checkClassesAvailable(for: try reprotectionItems(at: urls, skipping: skipping), to: cls)
     }
 
@@ -143,10 +153,13 @@ extension ProtectedFileManager {
             // Names read as bytes: a file whose name is not UTF-8 is re-protected too.
             var pending = [url]
             while let directory = pending.popLast() {
-                for name in try wrapFS({ try POSIXFile.directoryEntries(directory.path) }).sorted() where !skipping.contains(name) {
+                for name in try wrapFS({ try POSIXFile.directoryEntries(directory.path) }).sorted()
+                where !skipping.contains(name) {
                     let child = directory.appendingPathComponent(name)
                     items.append(ReprotectionItem(url: child, isTop: false))
-                    if let st = POSIXFile.linkStatus(child.path), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
+                    if let st = POSIXFile.linkStatus(child.path), st.st_mode & S_IFMT == S_IFDIR {
+                        pending.append(child)
+                    }
                 }
             }
         }
@@ -168,11 +181,14 @@ extension ProtectedFileManager {
             if let current {
                 if available[current] == nil { available[current] = await keybag.isAvailable(current) }
                 if available[current] == false {
-                    throw ProtectedFileError.unavailable(path: item.url.path, protectionClass: current, lockState: await keybag.lockState, writing: false)
+                    throw ProtectedFileError.unavailable(
+                        path: item.url.path, protectionClass: current, lockState: await keybag.lockState, writing: false
+                    )
                 }
             }
             if !canCreate {
-                throw ProtectedFileError.unavailable(path: item.url.path, protectionClass: cls, lockState: await keybag.lockState, writing: true)
+                throw ProtectedFileError.unavailable(
+                    path: item.url.path, protectionClass: cls, lockState: await keybag.lockState, writing: true)
             }
         }
     }

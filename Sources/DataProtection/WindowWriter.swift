@@ -10,7 +10,8 @@ import SystemPackage
 /// the `pwrite` of the previous window runs meanwhile on a serial queue. Two buffers alternate,
 /// so memory stays at two windows. ``finish()`` waits for every write and reports the first
 /// failure; no write is left running after it returns.
-/// `@unchecked Sendable`: one caller fills the buffers in turn; a buffer goes to the serial `queue` only after the caller waited for its previous write (`inFlight`), and `failure` is a `Mutex`.
+/// `@unchecked Sendable`: one caller fills the buffers in turn; a buffer goes to the serial `queue` only after the
+/// caller waited for its previous write (`inFlight`), and `failure` is a `Mutex`.
 final class WindowWriter: @unchecked Sendable {
     /// Threads left for sealing while one core writes.
     static let sealingThreads = processorCount
@@ -84,6 +85,10 @@ final class WindowWriter: @unchecked Sendable {
     /// Throws (and forgets) the first failure, so the next write starts clean — after a full
     /// disk is freed, say.
     private func rethrowFailure() throws {
-        if let error = failure.withLock({ state -> (any Error)? in defer { state = nil }; return state }) { throw error }
+        if let error = failure.withLock({ state -> (any Error)? in
+            defer { state = nil }; return state
+        }) {
+            throw error
+        }
     }
 }

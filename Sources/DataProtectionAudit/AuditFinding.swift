@@ -24,7 +24,10 @@ public struct AuditFinding: Sendable, Equatable, Hashable {
 
     public var severity: AuditSeverity { rule.severity }
 
-    public init(_ rule: AuditRule, path: String, detail: String, fix: AuditFix, identity: FileIdentity? = nil, discriminator: String = "") {
+    public init(
+        _ rule: AuditRule, path: String, detail: String, fix: AuditFix, identity: FileIdentity? = nil,
+        discriminator: String = ""
+    ) {
         self.rule = rule
         self.path = path
         self.detail = detail
@@ -52,7 +55,9 @@ public struct FileIdentity: Sendable, Equatable, Hashable {
     }
 
     init(status st: stat) {
-        self.init(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), changeTime: Int64(st.st_ctim.tv_sec) * 1_000_000_000 + Int64(st.st_ctim.tv_nsec))
+        self.init(
+            device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
+            changeTime: Int64(st.st_ctim.tv_sec) * 1_000_000_000 + Int64(st.st_ctim.tv_nsec))
     }
 }
 
@@ -101,7 +106,9 @@ public enum AuditFix: Sendable, Equatable, Hashable {
     /// Remove the FIFO, socket or device (nothing reads it as data).
     case removeSpecialFile
 
-    private static func caseName(_ cls: ProtectionClass) -> String { cls == .noProtection ? "noProtection" : cls.iOSName }
+    private static func caseName(_ cls: ProtectionClass) -> String {
+        cls == .noProtection ? "noProtection" : cls.iOSName
+    }
 
     /// Whether ``AuditFixer`` applies it.
     public var isAutomatic: Bool {
@@ -116,19 +123,26 @@ public enum AuditFix: Sendable, Equatable, Hashable {
         switch self {
         case .protect(let cls): "ProtectedFileManager.setProtection(.\(Self.caseName(cls)), ofItemAt: url)"
         case .excludeFromBackup: "url.setBackupResourceValues(isExcludedFromBackup: true)"
-        case .setAppDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(Self.caseName(cls)), ofApp: id, reprotect: true)"
-        case .setGroupDefault(_, let cls): "ContainerManager.setDefaultProtection(.\(Self.caseName(cls)), ofGroup: id, reprotect: true)"
+        case .setAppDefault(_, let cls):
+            "ContainerManager.setDefaultProtection(.\(Self.caseName(cls)), ofApp: id, reprotect: true)"
+        case .setGroupDefault(_, let cls):
+            "ContainerManager.setDefaultProtection(.\(Self.caseName(cls)), ofGroup: id, reprotect: true)"
         case .setMode(let mode): "chmod(path, 0o\(String(mode, radix: 8)))"
         case .removeGrant, .limitGrant: "SharingBroker.revoke(grantID)"
-        case .encryptDatabase(let cls): "ProtectedDatabase.importPlaintext(at: url, keybag: keybag, protection: .\(Self.caseName(cls)))"
-        case .protectOnceNoOtherProgramReadsIt(let cls): "ProtectedFileManager.setProtection(.\(Self.caseName(cls)), ofItemAt: url) once every reader uses the library"
-        case .keepDatabaseKeyProtected: "keep the passphrase in a protected file or the keychain; ProtectedDatabase for a class-managed copy"
+        case .encryptDatabase(let cls):
+            "ProtectedDatabase.importPlaintext(at: url, keybag: keybag, protection: .\(Self.caseName(cls)))"
+        case .protectOnceNoOtherProgramReadsIt(let cls):
+            "ProtectedFileManager.setProtection(.\(Self.caseName(cls)), ofItemAt: url) once every reader uses the library"
+        case .keepDatabaseKeyProtected:
+            "keep the passphrase in a protected file or the keychain; ProtectedDatabase for a class-managed copy"
         case .removeStaleFile: "FileManager.removeItem(at: url) once no database connection is open"
-        case .moveToKeychain(let key): "UserDefaults(suiteName: group).removeObject(forKey: \"\(key)\") after storing it in the keychain"
+        case .moveToKeychain(let key):
+            "UserDefaults(suiteName: group).removeObject(forKey: \"\(key)\") after storing it in the keychain"
         case .stopExposingDocuments: "ContainerManager.install(id, documentBrowser: false)"
         case .deleteInboxFile: "FileManager.removeItem(at: inboxURL) once handled"
         case .removeLink: "FileManager.removeItem(at: linkURL)"
-        case .inspectDamagedFile: "ProtectedFileManager.contents(of: url) says what is wrong; restore the file from a backup"
+        case .inspectDamagedFile:
+            "ProtectedFileManager.contents(of: url) says what is wrong; restore the file from a backup"
         case .removeSpecialFile: "FileManager.removeItem(at: url) once no program uses it"
         }
     }

@@ -1,11 +1,12 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSharing
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -54,8 +55,12 @@ public struct AuditFixer: Sendable {
         }
         var outcomes: [Outcome] = []
         var done = Set<[UInt8]>()
-        for finding in findings.filter(\.fix.isAutomatic).sorted(by: { (order($0.fix), $0.path.count, $0.path) < (order($1.fix), $1.path.count, $1.path) }) {
-            guard done.insert(Array("\(finding.fix)".utf8) + [0] + LosslessPath.bytes(of: finding.path)).inserted else { continue }
+        for finding in findings.filter(\.fix.isAutomatic).sorted(by: {
+            (order($0.fix), $0.path.count, $0.path) < (order($1.fix), $1.path.count, $1.path)
+        }) {
+            guard done.insert(Array("\(finding.fix)".utf8) + [0] + LosslessPath.bytes(of: finding.path)).inserted else {
+                continue
+            }
             do {
                 try await apply(finding)
                 outcomes.append(Outcome(finding: finding, error: nil))
@@ -102,7 +107,9 @@ public struct AuditFixer: Sendable {
         defer { close(fd) }
         switch finding.fix {
         case .setMode(let mode):
-            guard fchmod(fd, mode_t(mode)) == 0 else { throw FileSystemError("fchmod", path: path, errno: Errno(rawValue: errno)) }
+            guard fchmod(fd, mode_t(mode)) == 0 else {
+                throw FileSystemError("fchmod", path: path, errno: Errno(rawValue: errno))
+            }
         case .excludeFromBackup:
             let value = Array("false".utf8)
             do throws(Errno) { try SystemCall.fsetxattr(fd, BackupExclusionAttribute.attribute, value) } catch {
@@ -110,7 +117,9 @@ public struct AuditFixer: Sendable {
             }
             var st = stat()
             if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFDIR {
-                let tag = openat(fd, BackupExclusionAttribute.cacheDirectoryTagName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+                let tag = openat(
+                    fd, BackupExclusionAttribute.cacheDirectoryTagName,
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
                 if tag >= 0 {
                     let bytes = Array(BackupExclusionAttribute.cacheDirectoryTagContents.utf8)
                     _ = write(tag, bytes, bytes.count)
@@ -129,7 +138,9 @@ public struct AuditFixer: Sendable {
     /// The container holding `path`, and the apps that must not run while it is fixed.
     private func container(of path: String) -> (base: String?, apps: [AppContainer]) {
         guard let catalog = manager?.catalog else { return (nil, []) }
-        for app in catalog.apps() where path.hasPrefix(app.url.path + "/") || path == app.url.path { return (app.url.path, [app]) }
+        for app in catalog.apps() where path.hasPrefix(app.url.path + "/") || path == app.url.path {
+            return (app.url.path, [app])
+        }
         for group in catalog.groups() where path.hasPrefix(group.url.path + "/") || path == group.url.path {
             return (group.url.path, catalog.members(of: group.identifier))
         }
@@ -152,10 +163,13 @@ public struct AuditFixer: Sendable {
         defer { if base != nil { close(directory) } }
         let opened = try LosslessPath.withCString(relative) { relative in
             Result { () throws(Errno) in
-                try SystemCall.openat2(directory, relative, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, resolve: resolve)
+                try SystemCall.openat2(
+                    directory, relative, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, resolve: resolve)
             }
         }
-        let fd = try opened.mapError { AuditFixError.changed(path, "it is, or is reached through, a link now (\($0.description))") }.get()
+        let fd = try opened.mapError {
+            AuditFixError.changed(path, "it is, or is reached through, a link now (\($0.description))")
+        }.get()
         var st = stat()
         guard fstat(fd, &st) == 0 else { close(fd); throw AuditFixError.changed(path, "it cannot be examined") }
         if let identity, FileIdentity(status: st) != identity {
@@ -175,16 +189,23 @@ enum DataRootGuard {
             let candidate = url.path
             if TreeWalk.dataRootMarkers.allSatisfy({ POSIXFile.linkStatus(candidate + "/" + $0) != nil }) {
                 if case .setMode = fix,
-                   [candidate, candidate + "/Containers", candidate + "/Sharing"].contains(path)
-                    || TreeWalk.dataRootFiles.contains(where: { candidate + "/" + $0 == path }) {
+                    [candidate, candidate + "/Containers", candidate + "/Sharing"].contains(path)
+                        || TreeWalk.dataRootFiles.contains(where: { candidate + "/" + $0 == path })
+                {
                     return
                 }
                 let inside = String(path.dropFirst(candidate.count))
                 let parts = inside.split(separator: "/").map(String.init)
-                let inContainer = parts.count >= 5 && parts[0] == "Containers"
-                    && ((parts[1] == "Data" && parts[2] == "Application") || (parts[1] == "Shared" && parts[2] == "AppGroup"))
-                    && UUID(uuidString: parts[3]) != nil && !(parts.count == 5 && parts[4] == DataRootLayout.containerMetadataFileName)
-                guard inContainer else { throw AuditFixError.refused(path, "it belongs to the data root \(LosslessPath.display(candidate)), not to a container") }
+                let inContainer =
+                    parts.count >= 5 && parts[0] == "Containers"
+                    && ((parts[1] == "Data" && parts[2] == "Application")
+                        || (parts[1] == "Shared" && parts[2] == "AppGroup"))
+                    && UUID(uuidString: parts[3]) != nil
+                    && !(parts.count == 5 && parts[4] == DataRootLayout.containerMetadataFileName)
+                guard inContainer else {
+                    throw AuditFixError.refused(
+                        path, "it belongs to the data root \(LosslessPath.display(candidate)), not to a container")
+                }
                 return
             }
             url.deleteLastPathComponent()
@@ -203,8 +224,10 @@ public enum AuditFixError: Error, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .needsDevice(let path): "\(LosslessPath.display(path)): fixing this needs the device (its keys or its data root)"
-        case .changed(let path, let why): "\(LosslessPath.display(path)) changed since the audit: \(why); nothing was done (audit again)"
+        case .needsDevice(let path):
+            "\(LosslessPath.display(path)): fixing this needs the device (its keys or its data root)"
+        case .changed(let path, let why):
+            "\(LosslessPath.display(path)) changed since the audit: \(why); nothing was done (audit again)"
         case .refused(let path, let why): "\(LosslessPath.display(path)) is not fixed: \(why)"
         }
     }

@@ -32,7 +32,7 @@ public struct AuditReport: Sendable {
         var seen = Set<[UInt8]>()
         self.findings = findings.filter { seen.insert($0.key).inserted }.sorted { a, b in
             if a.severity != b.severity { return a.severity > b.severity }
-            return a.key.lexicographicallyPrecedes(b.key)    // rule, then path bytes, then discriminator
+            return a.key.lexicographicallyPrecedes(b.key)   // rule, then path bytes, then discriminator
         }
         self.itemsExamined = itemsExamined
     }

@@ -25,7 +25,9 @@ extension Auditor {
             examined += report.itemsExamined
         }
         findings += exposureFindings(app)
-        let grants = GrantStore(layout: manager.layout).all().filter { $0.provider == identifier.rawValue || $0.recipient == identifier.rawValue }
+        let grants = GrantStore(layout: manager.layout).all().filter {
+            $0.provider == identifier.rawValue || $0.recipient == identifier.rawValue
+        }
         findings += grantFindings(grants, in: manager)
         return AuditReport(scope: [identifier.rawValue], findings: findings, itemsExamined: examined)
     }
@@ -63,13 +65,18 @@ extension Auditor {
     public static func secrets(inPreferences dictionary: [String: Any], at path: String) -> [AuditFinding] {
         let scan = SecretPatterns.scan(dictionary)
         var findings = scan.found.map { found in
-            AuditFinding(.secretInGroupPreferences, path: path, detail: "key \"\(found.key)\": \(found.reason)", fix: .moveToKeychain(key: found.key),
-                         discriminator: found.key)
+            AuditFinding(
+                .secretInGroupPreferences, path: path, detail: "key \"\(found.key)\": \(found.reason)",
+                fix: .moveToKeychain(key: found.key),
+                discriminator: found.key)
         }
         if scan.exhausted {
-            findings.append(AuditFinding(.secretInGroupPreferences, path: path,
-                                         detail: "too complex to scan: more than \(SecretPatterns.visitLimit) values (shared references?) or \(SecretPatterns.findingLimit) findings; check it by hand",
-                                         fix: .moveToKeychain(key: "?"), discriminator: "too-complex"))
+            findings.append(
+                AuditFinding(
+                    .secretInGroupPreferences, path: path,
+                    detail:
+                        "too complex to scan: more than \(SecretPatterns.visitLimit) values (shared references?) or \(SecretPatterns.findingLimit) findings; check it by hand",
+                    fix: .moveToKeychain(key: "?"), discriminator: "too-complex"))
         }
         return findings
     }
@@ -80,15 +87,24 @@ extension Auditor {
     func groupFindings(_ group: GroupContainer, in manager: ContainerCatalog) -> [AuditFinding] {
         let members = manager.members(of: group.identifier)
         let strongest = members.map(\.defaultProtection).max() ?? .default
-        if group.defaultProtection < strongest, let member = members.first(where: { $0.defaultProtection == strongest }) {
-            return [AuditFinding(.groupWeakerThanMember, path: group.url.path,
-                                 detail: "\(group.identifier) is class \(group.defaultProtection.letter); its member \(member.identifier) is class \(strongest.letter)",
-                                 fix: .setGroupDefault(group: group.identifier.rawValue, strongest))]
+        if group.defaultProtection < strongest, let member = members.first(where: { $0.defaultProtection == strongest })
+        {
+            return [
+                AuditFinding(
+                    .groupWeakerThanMember, path: group.url.path,
+                    detail:
+                        "\(group.identifier) is class \(group.defaultProtection.letter); its member \(member.identifier) is class \(strongest.letter)",
+                    fix: .setGroupDefault(group: group.identifier.rawValue, strongest))
+            ]
         }
         if !group.isProtectionSet {
-            return [AuditFinding(.groupDefaultUnset, path: group.url.path,
-                                 detail: "\(group.identifier) was never given a class: it is at the default, \(ProtectionClass.default.letter)",
-                                 fix: .setGroupDefault(group: group.identifier.rawValue, strongest))]
+            return [
+                AuditFinding(
+                    .groupDefaultUnset, path: group.url.path,
+                    detail:
+                        "\(group.identifier) was never given a class: it is at the default, \(ProtectionClass.default.letter)",
+                    fix: .setGroupDefault(group: group.identifier.rawValue, strongest))
+            ]
         }
         return []
     }
@@ -96,9 +112,13 @@ extension Auditor {
     /// DP501: `Documents` exposed through the document browser.
     func exposureFindings(_ app: AppContainer) -> [AuditFinding] {
         guard app.supportsDocumentBrowser else { return [] }
-        return [AuditFinding(.documentsExposed, path: app.documents.path,
-                             detail: "\(app.identifier) was installed with the document browser: other apps can be granted anything in its Documents",
-                             fix: .stopExposingDocuments(app: app.identifier.rawValue))]
+        return [
+            AuditFinding(
+                .documentsExposed, path: app.documents.path,
+                detail:
+                    "\(app.identifier) was installed with the document browser: other apps can be granted anything in its Documents",
+                fix: .stopExposingDocuments(app: app.identifier.rawValue))
+        ]
     }
 
     /// DP502 and DP503: grants that never end and can change data; grants naming an app that is gone.
@@ -106,21 +126,30 @@ extension Auditor {
         var findings: [AuditFinding] = []
         for grant in grants {
             let provider = manager.app(container: grant.providerContainer)
-            let item = (provider?.url.path ?? manager.layout.applicationContainer(grant.providerContainer)) + "/" + grant.path
+            let item =
+                (provider?.url.path ?? manager.layout.applicationContainer(grant.providerContainer)) + "/" + grant.path
             if provider == nil || manager.app(container: grant.recipientContainer) == nil {
                 let gone = provider == nil ? grant.provider : grant.recipient
-                findings.append(AuditFinding(.grantOfUninstalledApp, path: item,
-                                             detail: "grant \(grant.id.uuidString) from \(grant.provider) to \(grant.recipient): \(gone) is no longer installed",
-                                             fix: .removeGrant(grant.id), discriminator: grant.id.uuidString))
+                findings.append(
+                    AuditFinding(
+                        .grantOfUninstalledApp, path: item,
+                        detail:
+                            "grant \(grant.id.uuidString) from \(grant.provider) to \(grant.recipient): \(gone) is no longer installed",
+                        fix: .removeGrant(grant.id), discriminator: grant.id.uuidString))
                 continue
             }
             if grant.isExpired(at: options.now) { continue }
             let changing = grant.capabilities.intersection([.writing, .deleting, .renaming, .addingSubItems])
             if !changing.isEmpty, grant.persistent || grant.expires == nil {
-                let lifetime = [grant.persistent ? "persistent" : nil, grant.expires == nil ? "without an expiry" : nil].compactMap { $0 }.joined(separator: " and ")
-                findings.append(AuditFinding(.longLivedWriteGrant, path: item,
-                                             detail: "grant \(grant.id.uuidString) lets \(grant.recipient) \(changing.description) it, \(lifetime)",
-                                             fix: .limitGrant(grant.id), discriminator: grant.id.uuidString))
+                let lifetime = [
+                    grant.persistent ? "persistent" : nil, grant.expires == nil ? "without an expiry" : nil,
+                ].compactMap { $0 }.joined(separator: " and ")
+                findings.append(
+                    AuditFinding(
+                        .longLivedWriteGrant, path: item,
+                        detail:
+                            "grant \(grant.id.uuidString) lets \(grant.recipient) \(changing.description) it, \(lifetime)",
+                        fix: .limitGrant(grant.id), discriminator: grant.id.uuidString))
             }
         }
         return findings
@@ -133,8 +162,12 @@ extension Auditor {
             guard let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT != S_IFLNK else { return }
             let mode = UInt16(st.st_mode & 0o7777)
             if mode & 0o077 != 0 {
-                findings.append(AuditFinding(.looseDataRootMode, path: path, detail: "mode \(String(mode, radix: 8)): other users can \(mode & 0o044 != 0 ? "read" : "reach") it",
-                                             fix: .setMode(expected)))
+                findings.append(
+                    AuditFinding(
+                        .looseDataRootMode, path: path,
+                        detail:
+                            "mode \(String(mode, radix: 8)): other users can \(mode & 0o044 != 0 ? "read" : "reach") it",
+                        fix: .setMode(expected)))
             }
         }
         check(layout.root, expected: 0o700)

@@ -49,7 +49,9 @@ public struct Auditor: Sendable {
             }.filter { $0.groups.contains(metadata?.identifier ?? "") }
             readersUseTheLibrary = !members.isEmpty && members.allSatisfy { $0.usesProtectedFiles == true }
         }
-        var walk = TreeWalk(root: path, kind: TreeWalk.kind(of: path), options: options, containerReadersUseTheLibrary: readersUseTheLibrary)
+        var walk = TreeWalk(
+            root: path, kind: TreeWalk.kind(of: path), options: options,
+            containerReadersUseTheLibrary: readersUseTheLibrary)
         try walk.run()
         return AuditReport(scope: [path], findings: walk.findings, itemsExamined: walk.examined)
     }
@@ -64,9 +66,12 @@ public enum AuditError: Error, CustomStringConvertible, Equatable {
 
     public var description: String {
         switch self {
-        case .notADirectory(let path): "\(LosslessPath.display(path)): not a directory (name a tree, an app or the whole device)"
-        case .cannotOpen(let path, let errno): "\(LosslessPath.display(path)): cannot be read (\(String(cString: strerror(errno))))"
-        case .dataRoot(let path): "\(LosslessPath.display(path)) is a data root: it is audited as a device, with its containers and grants, not as a tree of files"
+        case .notADirectory(let path):
+            "\(LosslessPath.display(path)): not a directory (name a tree, an app or the whole device)"
+        case .cannotOpen(let path, let errno):
+            "\(LosslessPath.display(path)): cannot be read (\(String(cString: strerror(errno))))"
+        case .dataRoot(let path):
+            "\(LosslessPath.display(path)) is a data root: it is audited as a device, with its containers and grants, not as a tree of files"
         }
     }
 }

@@ -79,8 +79,12 @@ struct BackupAuthentication: Equatable {
             throw reject("its authentication record is not one (\(bytes.count) bytes)")
         }
         let version = UInt16(bytes[8]) << 8 | UInt16(bytes[9])
-        guard version == Self.version else { throw reject("authentication format version \(version) is not supported by this build") }
-        guard UInt16(bytes[10]) << 8 | UInt16(bytes[11]) == UInt16(Self.length) else { throw reject("its authentication record has a wrong length field") }
+        guard version == Self.version else {
+            throw reject("authentication format version \(version) is not supported by this build")
+        }
+        guard UInt16(bytes[10]) << 8 | UInt16(bytes[11]) == UInt16(Self.length) else {
+            throw reject("its authentication record has a wrong length field")
+        }
         keybagID = UUID(bytes: Array(bytes[12..<28]))
         tag = Array(bytes[28..<60])
     }

@@ -35,7 +35,8 @@ struct BackupChunkList: Equatable {
 
     /// The list's bytes: big-endian, FORMAT.md §5.2.
     func encoded() -> [UInt8] {
-        var out = ByteWriter(capacity: Self.headerSize + packs.count * Self.packRecordSize + chunks.count * Self.chunkRecordSize)
+        var out = ByteWriter(
+            capacity: Self.headerSize + packs.count * Self.packRecordSize + chunks.count * Self.chunkRecordSize)
         out.raw(Self.magic)
         out.u16(Self.version)
         out.u16(0)
@@ -59,13 +60,17 @@ struct BackupChunkList: Equatable {
         do {
             guard try reader.raw(8, "magic") == magic else { throw bad("not a chunk list") }
             let version = try reader.u16("version")
-            guard version == Self.version else { throw bad("chunk list version \(version) is not supported by this build (it reads version 1)") }
+            guard version == Self.version else {
+                throw bad("chunk list version \(version) is not supported by this build (it reads version 1)")
+            }
             guard try reader.u16("reserved") == 0 else { throw bad("reserved bytes are not zero") }
             let packCount = Int(try reader.u32("pack count")), chunkCount = Int(try reader.u32("chunk count"))
             guard bytes.count == headerSize + packCount * packRecordSize + chunkCount * chunkRecordSize else {
                 throw bad("its length does not match its counts")
             }
-            guard packCount <= chunkCount, (chunkCount == 0) == (size == 0) else { throw bad("its counts do not match the file") }
+            guard packCount <= chunkCount, (chunkCount == 0) == (size == 0) else {
+                throw bad("its counts do not match the file")
+            }
             var packs: [String] = []
             for _ in 0..<packCount { packs.append(try reader.raw(32, "pack").hex) }
             guard Set(packs).count == packs.count else { throw bad("a pack is listed twice") }
@@ -81,7 +86,9 @@ struct BackupChunkList: Equatable {
                 guard offset <= UInt64(ManifestEntry.sizeLimit) else { throw bad("a chunk offset out of range") }
                 total += Int64(length)
                 guard total <= size else { throw bad("its chunks are longer than the file") }
-                chunks.append(Chunk(pack: pack, offset: Int64(offset), length: length, sha256: try reader.raw(32, "chunk SHA-256")))
+                chunks.append(
+                    Chunk(
+                        pack: pack, offset: Int64(offset), length: length, sha256: try reader.raw(32, "chunk SHA-256")))
                 used.insert(pack)
             }
             guard total == size else { throw bad("its chunks are shorter than the file") }

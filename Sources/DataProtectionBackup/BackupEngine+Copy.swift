@@ -26,10 +26,13 @@ extension BackupEngine {
     /// `entry` as the latest backup has it, when the file is unchanged since (same size and
     /// modification time) and what it needs is present (its object; a chunked file's list and
     /// packs: `list`); `nil` when it is to be read again.
-    static func unchanged(_ entry: ManifestEntry, since old: ManifestEntry, list: BackupChunkList?,
-                          in repository: BackupRepository) -> ManifestEntry? {
+    static func unchanged(
+        _ entry: ManifestEntry, since old: ManifestEntry, list: BackupChunkList?,
+        in repository: BackupRepository
+    ) -> ManifestEntry? {
         guard old.size == entry.size, old.mtime == entry.mtime, let sha = old.sha256, repository.hasObject(sha),
-              !old.chunked || list != nil else { return nil }
+            !old.chunked || list != nil
+        else { return nil }
         var entry = entry
         entry.sha256 = sha
         entry.protectionClass = old.protectionClass
@@ -65,8 +68,10 @@ extension BackupEngine {
                 let whole = try repository.store(path, requireProtected: true)
                 stored = (whole.sha256, whole.size, whole.size)
             }
-        } catch let error as FileSystemError where error.operation == "open"
-                    && [.noSuchFileOrDirectory, .tooManySymbolicLinkLevels, .invalidArgument].contains(error.errno) {
+        } catch let error as FileSystemError
+            where error.operation == "open"
+            && [.noSuchFileOrDirectory, .tooManySymbolicLinkLevels, .invalidArgument].contains(error.errno)
+        {
             return .changed
         }
         entry.sealed = entry.protectionClass == nil && !entry.encryptedDatabase
@@ -79,19 +84,26 @@ extension BackupEngine {
     /// recognizer vouches for — in chunks cut where its format puts segments or pages (FORMAT.md
     /// §5.2), when it is big enough; `nil` when the file is to be stored otherwise (whole, or
     /// sealed). Marks `entry` chunked (and an encrypted database).
-    private func storeInChunks(_ path: String, entry: inout ManifestEntry, previous: BackupChunkList?) async throws -> BackupRepository.ChunkedFile? {
+    private func storeInChunks(
+        _ path: String, entry: inout ManifestEntry, previous: BackupChunkList?
+    ) async throws -> BackupRepository.ChunkedFile? {
         guard entry.size >= Self.chunkingThreshold else { return nil }
         if entry.protectionClass != nil {
             let boundaries: (first: Int, stride: Int)?
-            do { boundaries = try ItemInspector.segmentBoundaries(ofFileAt: path) } catch ProtectedFileError.noSuchFile(let missing) {
+            do { boundaries = try ItemInspector.segmentBoundaries(ofFileAt: path) } catch ProtectedFileError.noSuchFile(
+                let missing)
+            {
                 throw FileSystemError("open", path: missing, errno: .noSuchFileOrDirectory)
             }
             // No longer a protected file (replaced since it was looked at): never stored as it is.
-            guard let (first, stride) = boundaries else { throw FileSystemError("open", path: path, errno: .invalidArgument) }
+            guard let (first, stride) = boundaries else {
+                throw FileSystemError("open", path: path, errno: .invalidArgument)
+            }
             // Segments longer than a chunk may be (format 1 up to 16 MiB): the file is stored whole.
             guard max(first, stride) <= BackupChunkList.maximumChunkLength else { return nil }
-            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: first, stride: stride), previous: previous,
-                                                     requireProtected: true)
+            let stored = try repository.storeChunked(
+                path, boundaries: ChunkBoundaries(first: first, stride: stride), previous: previous,
+                requireProtected: true)
             entry.chunked = true
             return stored
         }
@@ -100,7 +112,9 @@ extension BackupEngine {
         do {
             // Every page stored as it is must authenticate as ciphertext: one that does not (or a
             // file that is not a whole number of pages) makes it a plain file, sealed.
-            let stored = try repository.storeChunked(path, boundaries: ChunkBoundaries(first: pageSize, stride: pageSize), previous: previous) { page, index in
+            let stored = try repository.storeChunked(
+                path, boundaries: ChunkBoundaries(first: pageSize, stride: pageSize), previous: previous
+            ) { page, index in
                 page.count == pageSize && check.authenticates(page, index + 1)
             }
             entry.chunked = true
@@ -115,7 +129,8 @@ extension BackupEngine {
     /// present; `nil` otherwise (the file is then stored anew).
     func previousChunkList(_ entry: ManifestEntry) -> BackupChunkList? {
         guard let sha = entry.sha256, let list = try? repository.chunkList(sha, size: entry.size),
-              list.packs.allSatisfy(repository.hasObject) else { return nil }
+            list.packs.allSatisfy(repository.hasObject)
+        else { return nil }
         return list
     }
 
@@ -124,8 +139,11 @@ extension BackupEngine {
     /// and leaves out those removed or replaced since the walk (``BackupSkipReason/changed``).
     /// What is stored is recorded on the device as it goes: an interrupted run's files are not
     /// copied again by the next one. Returns each chunked file's packs, by its list.
-    func copyFiles(_ entries: inout [ManifestEntry], totalBytes: Int64, previous: [String: ManifestEntry], summary: inout BackupSummary,
-                   log: (String) -> Void, progress: (BackupProgress) -> Void) async throws -> [String: [String]] {
+    func copyFiles(
+        _ entries: inout [ManifestEntry], totalBytes: Int64, previous: [String: ManifestEntry],
+        summary: inout BackupSummary,
+        log: (String) -> Void, progress: (BackupProgress) -> Void
+    ) async throws -> [String: [String]] {
         // The files, with progress out of known totals. A file removed or replaced by a link, a
         // FIFO or a device since the walk is left out (its name may now lead anywhere).
         var done = BackupProgress(items: 0, totalItems: summary.files, bytes: 0, totalBytes: totalBytes)
@@ -169,7 +187,9 @@ extension BackupEngine {
             if entry.protectionClass != nil { summary.protectedFiles += 1 }
             if entry.thisDeviceOnly {
                 summary.thisDeviceOnlyFiles += 1
-                log("Backed up for this device only (not restorable on another device): \(LosslessPath.display(source.path + "/" + entry.path))")
+                log(
+                    "Backed up for this device only (not restorable on another device): \(LosslessPath.display(source.path + "/" + entry.path))"
+                )
             }
             done.bytes += entries[index].size
             done.items += 1
@@ -205,7 +225,8 @@ extension BackupEngine {
                             // At most `copyWorkers` copies at once, and a bounded window behind a slow
                             // one: the progress moves and the partial index keeps up.
                             while running > 0, running >= Self.copyWorkers || waiting.count - next > Self.copyWindow,
-                                  let (index, copy) = try await group.next() {
+                                let (index, copy) = try await group.next()
+                            {
                                 finished[index] = copy
                                 running -= 1
                                 try takeFinished()

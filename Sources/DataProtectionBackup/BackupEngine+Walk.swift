@@ -2,6 +2,7 @@ import DataProtection
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,9 @@ extension BackupEngine {
     /// Walks the source depth-first, names sorted as bytes (none skipped or merged, whatever
     /// its encoding): the manifest's entries (files not yet read), and the bytes of the regular
     /// files. Each item left out is logged and counted (``BackupSkipReason``).
-    func walk(into summary: inout BackupSummary, log: (String) -> Void) throws -> (entries: [ManifestEntry], totalBytes: Int64) {
+    func walk(
+        into summary: inout BackupSummary, log: (String) -> Void
+    ) throws -> (entries: [ManifestEntry], totalBytes: Int64) {
         var entries: [ManifestEntry] = []
         var totalBytes: Int64 = 0
         if case .excludedByAncestor(let ancestor) = try BackupExclusionAttribute.exclusion(of: source) {
@@ -36,12 +39,17 @@ extension BackupEngine {
         var pending = [""]
         while let relative = pending.popLast() {
             let directory = relative.isEmpty ? source.path : source.path + "/" + relative
-            let names = try POSIXFile.directoryEntries(directory).sorted { LosslessPath.bytes(of: $0).lexicographicallyPrecedes(LosslessPath.bytes(of: $1)) }
-            let inDataRoot = POSIXFile.status(directory).map { FileIdentity($0) == deviceRoot } == true || DataRootLayout.isDataRoot(directory)
+            let names = try POSIXFile.directoryEntries(directory).sorted {
+                LosslessPath.bytes(of: $0).lexicographicallyPrecedes(LosslessPath.bytes(of: $1))
+            }
+            let inDataRoot =
+                POSIXFile.status(directory).map { FileIdentity($0) == deviceRoot } == true
+                || DataRootLayout.isDataRoot(directory)
             for name in names {
                 let rel = relative.isEmpty ? name : relative + "/" + name
                 let path = source.path + "/" + rel
-                let item = WalkedItem(name: name, relative: rel, path: path, inDataRoot: inDataRoot, status: POSIXFile.linkStatus(path))
+                let item = WalkedItem(
+                    name: name, relative: rel, path: path, inDataRoot: inDataRoot, status: POSIXFile.linkStatus(path))
                 if let reason = skipReason(for: item) {
                     log(reason.logLine(LosslessPath.display(path)))
                     reason.count(in: &summary)
@@ -49,7 +57,8 @@ extension BackupEngine {
                 }
                 guard let st = item.status else { continue }   // gone since it was listed
                 let mtime = Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9
-                var entry = ManifestEntry(path: rel, kind: .file, mode: Int(st.st_mode & 0o7777), mtime: mtime, size: Int64(st.st_size))
+                var entry = ManifestEntry(
+                    path: rel, kind: .file, mode: Int(st.st_mode & 0o7777), mtime: mtime, size: Int64(st.st_size))
                 switch st.st_mode & S_IFMT {
                 case S_IFDIR:
                     entry.kind = .directory

@@ -36,8 +36,10 @@ public struct BackupEngine: Sendable {
     /// databases), are stored in chunks (FORMAT.md §5.2): 1 MiB.
     public static let chunkingThreshold: Int64 = 1 << 20
 
-    public init(source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false,
-                policy: BackupExclusionPolicy = .none, clock: any KeybagClock = SystemClock()) {
+    public init(
+        source: URL, repository: BackupRepository, files: ProtectedFileManager, dryRun: Bool = false,
+        policy: BackupExclusionPolicy = .none, clock: any KeybagClock = SystemClock()
+    ) {
         self.source = source.standardizedFileURL
         self.repository = repository
         self.files = files
@@ -47,11 +49,14 @@ public struct BackupEngine: Sendable {
     }
 
     /// Runs the backup: the walk decides what is backed up (``walk(into:log:)``, each item left
-    /// out for a ``BackupSkipReason``), the files are copied (``copyFiles(_:totalBytes:previous:summary:log:progress:)``),
+    /// out for a ``BackupSkipReason``), the files are copied
+    /// (``copyFiles(_:totalBytes:previous:summary:log:progress:)``),
     /// and the backup is sealed (``seal(_:packsOfList:id:started:into:summary:log:)``). `log`
     /// receives MobileBackup-style lines; `progress` the files and bytes done so far, out of the
     /// totals the walk found before anything was copied.
-    public func run(log: (String) -> Void = { _ in }, progress: (BackupProgress) -> Void = { _ in }) async throws -> BackupSummary {
+    public func run(
+        log: (String) -> Void = { _ in }, progress: (BackupProgress) -> Void = { _ in }
+    ) async throws -> BackupSummary {
         guard POSIXFile.kind(source.path).isDirectory else { throw BackupError.noSuchSource(path: source.path) }
         var summary = BackupSummary()
         let previous = previousEntries()
@@ -68,12 +73,14 @@ public struct BackupEngine: Sendable {
 
         var (entries, totalBytes) = try walk(into: &summary, log: log)
 
-        let packsOfList = try await copyFiles(&entries, totalBytes: totalBytes, previous: previous, summary: &summary,
-                                              log: log, progress: progress)
+        let packsOfList = try await copyFiles(
+            &entries, totalBytes: totalBytes, previous: previous, summary: &summary,
+            log: log, progress: progress)
         summary.backup = id
         guard !dryRun else { return summary }
 
-        try await seal(entries, packsOfList: packsOfList, id: id, started: started, into: inProgress, summary: &summary, log: log)
+        try await seal(
+            entries, packsOfList: packsOfList, id: id, started: started, into: inProgress, summary: &summary, log: log)
         return summary
     }
 
@@ -86,7 +93,9 @@ public struct BackupEngine: Sendable {
         var previous: [String: ManifestEntry] = [:]
         for url in [indexURL, partialIndexURL] {
             if let entries = try? BackupManifest.open(at: url).entries() {
-                for entry in entries where entry.sha256.map(repository.hasObject) ?? true { previous[entry.path] = entry }
+                for entry in entries where entry.sha256.map(repository.hasObject) ?? true {
+                    previous[entry.path] = entry
+                }
             }
         }
         return previous
@@ -97,7 +106,9 @@ public struct BackupEngine: Sendable {
     func chunkListsInIndex() -> Set<String> {
         var lists = Set<String>()
         for url in [indexURL, partialIndexURL] {
-            for entry in (try? BackupManifest.open(at: url).entries()) ?? [] where entry.chunked { entry.sha256.map { _ = lists.insert($0) } }
+            for entry in (try? BackupManifest.open(at: url).entries()) ?? [] where entry.chunked {
+                entry.sha256.map { _ = lists.insert($0) }
+            }
         }
         return lists
     }
@@ -109,9 +120,12 @@ public struct BackupEngine: Sendable {
     /// Opens (or makes) the partial index, in the data root's registered index directory.
     static func openPartialIndex(at url: URL, layout: DataRootLayout) throws -> BackupManifest {
         _ = try? layout.register(indexDirectoryName)
-        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
-        if let existing = try? BackupManifest.openForUpdate(at: url), existing.format == BackupManifest.formatVersion { return existing }
+        try FileManager.default.createDirectory(
+            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        if let existing = try? BackupManifest.openForUpdate(at: url), existing.format == BackupManifest.formatVersion {
+            return existing
+        }
         removeDatabase(at: url)   // unreadable: started again
         return try BackupManifest.create(at: url)
     }
@@ -128,7 +142,8 @@ public struct BackupEngine: Sendable {
     /// manifest it wrote to that repository.
     var indexURL: URL {
         let name = Array(SHA256.hash(data: Data(repository.url.path.utf8))).hex
-        return URL(fileURLWithPath: files.keybag.layout.path(Self.indexDirectoryName)).appendingPathComponent("\(name).sqlite")
+        return URL(fileURLWithPath: files.keybag.layout.path(Self.indexDirectoryName)).appendingPathComponent(
+            "\(name).sqlite")
     }
 
     static func makeID(at date: Date) -> String {

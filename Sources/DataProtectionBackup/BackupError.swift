@@ -60,11 +60,14 @@ public enum BackupError: Error, Sendable, Equatable, CustomStringConvertible, Lo
     public var description: String {
         switch self {
         case .badBackup(let path, let reason): "\(path): not a usable backup: \(reason)"
-        case .incompleteBackup(let path): "\(path): this backup is incomplete (it was interrupted) and cannot be restored"
+        case .incompleteBackup(let path):
+            "\(path): this backup is incomplete (it was interrupted) and cannot be restored"
         case .unsafePath(let name): "refusing to restore \(name): it would write outside the destination"
         case .destinationNotEmpty(let path): "\(path): the restore destination must not exist or must be empty"
-        case .passwordNeeded(let files): "this backup was made on another device (\(files) sealed item(s)): give the backup password (--password-file)"
-        case .verificationFailed(let problems): "verification failed: \(problems.count) problem(s): " + problems.prefix(5).joined(separator: "; ")
+        case .passwordNeeded(let files):
+            "this backup was made on another device (\(files) sealed item(s)): give the backup password (--password-file)"
+        case .verificationFailed(let problems):
+            "verification failed: \(problems.count) problem(s): " + problems.prefix(5).joined(separator: "; ")
         case .noSuchSource(let path): "\(path): no such directory"
         case .notAuthentic(let path, let reason): "\(path): not an authentic backup: \(reason)"
         case .wrongBackupPassword: "wrong backup password (or the backup keybag was modified)"

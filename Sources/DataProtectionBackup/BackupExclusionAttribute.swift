@@ -1,7 +1,7 @@
-import DataProtectionSystem
-import SystemPackage
 import DataProtection
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 
 /// Whether an item is left out of backups, and why — the answer to iOS's
 /// `URLResourceValues.isExcludedFromBackup`, plus where the mark that decides it sits.
@@ -38,7 +38,8 @@ public enum BackupExclusionError: Error, Sendable, Equatable, CustomStringConver
         switch self {
         case .noSuchFile(let path): "\(path): no such file or directory"
         case .fileSystem(let error): error.description
-        case .inexpressibleName(let path, let format): "\(path): this name cannot be written into a \(format) exclude list"
+        case .inexpressibleName(let path, let format):
+            "\(path): this name cannot be written into a \(format) exclude list"
         }
     }
     public var errorDescription: String? { description }
@@ -62,12 +63,13 @@ public enum BackupExclusionAttribute {
     /// The first 43 bytes every cache directory tag must start with (MD5 of ".IsCacheDirectory").
     public static let cacheDirectoryTagSignature = BackupMark.cacheDirectoryTagSignature
     /// The whole tag this library writes.
-    public static let cacheDirectoryTagContents = cacheDirectoryTagSignature + """
+    public static let cacheDirectoryTagContents =
+        cacheDirectoryTagSignature + """
 
-        # This directory is excluded from backups: it was marked with DataProtection (`dpctl exclude`).
-        # `dpctl include` removes this file again. For the tag itself see https://bford.info/cachedir/
+            # This directory is excluded from backups: it was marked with DataProtection (`dpctl exclude`).
+            # `dpctl include` removes this file again. For the tag itself see https://bford.info/cachedir/
 
-        """
+            """
 
     /// Marks or unmarks `url`, like setting `URLResourceValues.isExcludedFromBackup`.
     ///
@@ -104,15 +106,19 @@ public enum BackupExclusionAttribute {
         for url in urls {
             let path = url.path
             guard POSIXFile.kind(path).exists else { throw BackupExclusionError.noSuchFile(path: path) }
-            before.append(Before(url: url, marked: try isExcluded(path), tag: POSIXFile.linkStatus(tagPath(in: path)) != nil,
-                                 ownTag: hasOwnTag(in: path)))
+            before.append(
+                Before(
+                    url: url, marked: try isExcluded(path), tag: POSIXFile.linkStatus(tagPath(in: path)) != nil,
+                    ownTag: hasOwnTag(in: path)))
         }
         for (index, item) in before.enumerated() {
             do {
                 try set(excluded: excluded, for: item.url, cacheDirectoryTag: cacheDirectoryTag)
             } catch {
                 // The failed item too: its attribute may have changed before its tag failed.
-                for earlier in before[...index].reversed() { try? restore(earlier.url, marked: earlier.marked, tag: earlier.tag, ownTag: earlier.ownTag) }
+                for earlier in before[...index].reversed() {
+                    try? restore(earlier.url, marked: earlier.marked, tag: earlier.tag, ownTag: earlier.ownTag)
+                }
                 throw error
             }
         }
@@ -129,13 +135,19 @@ public enum BackupExclusionAttribute {
             }
         }
         guard POSIXFile.kind(path).isDirectory else { return }
-        if !tag { try removeOwnTag(in: path) } else if ownTag, POSIXFile.linkStatus(tagPath(in: path)) == nil { try writeTag(in: path) }
+        if !tag {
+            try removeOwnTag(in: path)
+        } else if ownTag, POSIXFile.linkStatus(tagPath(in: path)) == nil {
+            try writeTag(in: path)
+        }
     }
 
     /// Whether `url` is excluded, by its own mark or an ancestor's.
     public static func exclusion(of url: URL) throws -> BackupExclusion {
         let standardized = url.standardizedFileURL
-        guard POSIXFile.kind(standardized.path).exists else { throw BackupExclusionError.noSuchFile(path: standardized.path) }
+        guard POSIXFile.kind(standardized.path).exists else {
+            throw BackupExclusionError.noSuchFile(path: standardized.path)
+        }
         if try isExcluded(standardized.path) { return .excludedByOwnAttribute }
         var ancestor = standardized.deletingLastPathComponent()
         while true {
@@ -147,7 +159,9 @@ public enum BackupExclusionAttribute {
 
     /// Whether `path` carries the mark itself.
     static func isExcluded(_ path: String) throws -> Bool {
-        try wrapFS { try POSIXFile.getAttribute(attribute, path: path) }.map { String(decoding: $0, as: UTF8.self) == "false" } ?? false
+        try wrapFS { try POSIXFile.getAttribute(attribute, path: path) }.map {
+            String(decoding: $0, as: UTF8.self) == "false"
+        } ?? false
     }
 
     private static func tagPath(in directory: String) -> String { directory + "/" + cacheDirectoryTagName }
@@ -186,7 +200,9 @@ extension URL {
     /// try url.setBackupResourceValues(values)
     /// ```
     public func setBackupResourceValues(_ values: URLResourceValues) throws {
-        if let excluded = values.isExcludedFromBackup { try BackupExclusionAttribute.set(excluded: excluded, for: self) }
+        if let excluded = values.isExcludedFromBackup {
+            try BackupExclusionAttribute.set(excluded: excluded, for: self)
+        }
     }
 
     /// Whether this item is excluded from backups, and by which mark.

@@ -43,9 +43,11 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
     /// stored and restored as it is: its pages are already ciphertext (format 4).
     public var encryptedDatabase: Bool
 
-    public init(path: String, kind: Kind, mode: Int, mtime: Double, size: Int64, protectionClass: Int? = nil,
-                sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false, sealed: Bool = false,
-                defaultClass: Int? = nil, chunked: Bool = false, encryptedDatabase: Bool = false) {
+    public init(
+        path: String, kind: Kind, mode: Int, mtime: Double, size: Int64, protectionClass: Int? = nil,
+        sha256: String? = nil, linkTarget: String? = nil, thisDeviceOnly: Bool = false, sealed: Bool = false,
+        defaultClass: Int? = nil, chunked: Bool = false, encryptedDatabase: Bool = false
+    ) {
         self.path = path
         self.kind = kind
         self.mode = mode
@@ -88,8 +90,11 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
     public init(row: Row) throws {
         func bad(_ why: String) -> BackupError { .badBackup(path: "manifest", reason: why) }
         // GRDB's row subscript traps on a missing column: check first.
-        for column in ["path", "kind", "mode", "mtime", "size", "protectionClass", "sha256", "linkTarget", "thisDeviceOnly", "sealed", "defaultClass",
-                       "chunked", "encryptedDatabase"]
+        for column in [
+            "path", "kind", "mode", "mtime", "size", "protectionClass", "sha256", "linkTarget", "thisDeviceOnly",
+            "sealed", "defaultClass",
+            "chunked", "encryptedDatabase",
+        ]
         where !row.hasColumn(column) {
             throw bad("column \(column) is missing")
         }
@@ -118,7 +123,9 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         let path = LosslessPath.string(fromBytes: pathBytes)
         func badEntry(_ why: String) -> BackupError { bad("entry \(LosslessPath.display(path)): \(why)") }
         guard !pathBytes.contains(0) else { throw badEntry("the name contains a NUL byte") }
-        guard let kindName = try text("kind"), let kind = Kind(rawValue: kindName) else { throw badEntry("unknown kind") }
+        guard let kindName = try text("kind"), let kind = Kind(rawValue: kindName) else {
+            throw badEntry("unknown kind")
+        }
         guard let mode = try integer("mode"), (0...0o7777).contains(mode) else { throw badEntry("mode out of range") }
         let mtime: Double
         switch (row["mtime"] as DatabaseValue).storage {
@@ -127,11 +134,18 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         default: throw badEntry("modification time is not a number")
         }
         guard mtime.isFinite, abs(mtime) <= Self.mtimeLimit else { throw badEntry("modification time out of range") }
-        guard let size = try integer("size"), (0...Self.sizeLimit).contains(size) else { throw badEntry("size out of range") }
+        guard let size = try integer("size"), (0...Self.sizeLimit).contains(size) else {
+            throw badEntry("size out of range")
+        }
         let protectionClass = try integer("protectionClass")
-        if let protectionClass, !(1...4).contains(protectionClass) { throw badEntry("protection class \(protectionClass) does not exist") }
+        if let protectionClass, !(1...4).contains(protectionClass) {
+            throw badEntry("protection class \(protectionClass) does not exist")
+        }
         let sha256 = try text("sha256")
-        if let sha256, sha256.utf8.count != 64 || !sha256.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) {
+        if let sha256,
+            sha256.utf8.count != 64
+                || !sha256.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) })
+        {
             throw badEntry("malformed object name")
         }
         let targetBytes = try blob("linkTarget")
@@ -143,7 +157,9 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
         }
         let deviceOnly = try integer("thisDeviceOnly") ?? 0, sealed = try integer("sealed") ?? 0
         let chunked = try integer("chunked") ?? 0, database = try integer("encryptedDatabase") ?? 0
-        guard [deviceOnly, sealed, chunked, database].allSatisfy({ (0...1).contains($0) }) else { throw badEntry("flag out of range") }
+        guard [deviceOnly, sealed, chunked, database].allSatisfy({ (0...1).contains($0) }) else {
+            throw badEntry("flag out of range")
+        }
         switch kind {
         case .file:
             guard sha256 != nil else { throw badEntry("a file without an object") }
@@ -156,18 +172,22 @@ public struct ManifestEntry: Sendable, Equatable, FetchableRecord, PersistableRe
             guard database == 0 || chunked == 1 else { throw badEntry("an encrypted database not in chunks") }
             guard targetBytes == nil else { throw badEntry("a file with a link target") }
         case .directory:
-            guard sha256 == nil, targetBytes == nil, protectionClass == nil, sealed == 0, chunked == 0, database == 0 else {
+            guard sha256 == nil, targetBytes == nil, protectionClass == nil, sealed == 0, chunked == 0, database == 0
+            else {
                 throw badEntry("a directory with file fields")
             }
         case .symlink:
-            guard targetBytes != nil, sha256 == nil, protectionClass == nil, sealed == 0, chunked == 0, database == 0 else {
+            guard targetBytes != nil, sha256 == nil, protectionClass == nil, sealed == 0, chunked == 0, database == 0
+            else {
                 throw badEntry("a link without a target")
             }
         }
-        self.init(path: path, kind: kind, mode: Int(mode), mtime: mtime, size: size, protectionClass: protectionClass.map(Int.init),
-                  sha256: sha256, linkTarget: targetBytes.map { LosslessPath.string(fromBytes: $0) },
-                  thisDeviceOnly: deviceOnly == 1, sealed: sealed == 1, defaultClass: defaultClass.map(Int.init),
-                  chunked: chunked == 1, encryptedDatabase: database == 1)
+        self.init(
+            path: path, kind: kind, mode: Int(mode), mtime: mtime, size: size,
+            protectionClass: protectionClass.map(Int.init),
+            sha256: sha256, linkTarget: targetBytes.map { LosslessPath.string(fromBytes: $0) },
+            thisDeviceOnly: deviceOnly == 1, sealed: sealed == 1, defaultClass: defaultClass.map(Int.init),
+            chunked: chunked == 1, encryptedDatabase: database == 1)
     }
 }
 
@@ -248,8 +268,11 @@ public struct BackupManifest: Sendable {
             }
             bytes.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
             let flags = UInt32(SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE)
-            guard sqlite3_deserialize(db.sqliteConnection, "main", buffer.assumingMemoryBound(to: UInt8.self),
-                                      sqlite3_int64(bytes.count), sqlite3_int64(bytes.count), flags) == SQLITE_OK else {
+            guard
+                sqlite3_deserialize(
+                    db.sqliteConnection, "main", buffer.assumingMemoryBound(to: UInt8.self),
+                    sqlite3_int64(bytes.count), sqlite3_int64(bytes.count), flags) == SQLITE_OK
+            else {
                 throw BackupError.badBackup(path: path, reason: "the manifest is not an SQLite database")
             }
         }
@@ -257,9 +280,15 @@ public struct BackupManifest: Sendable {
     }
 
     private static func checked(_ queue: DatabaseQueue, _ path: String) throws -> BackupManifest {
-        let format = try? queue.read { db in try String.fetchOne(db, sql: "SELECT CAST(value AS TEXT) FROM meta WHERE key = 'format'") }
+        let format = try? queue.read { db in
+            try String.fetchOne(db, sql: "SELECT CAST(value AS TEXT) FROM meta WHERE key = 'format'")
+        }
         guard let format, let number = Int(format), readableFormats.contains(number) else {
-            throw BackupError.badBackup(path: path, reason: "manifest format \(format ?? "?") is not supported by this build (it reads formats \(readableFormats.map(String.init).joined(separator: " and ")))")
+            throw BackupError.badBackup(
+                path: path,
+                reason:
+                    "manifest format \(format ?? "?") is not supported by this build (it reads formats \(readableFormats.map(String.init).joined(separator: " and ")))"
+            )
         }
         return BackupManifest(queue: queue, format: number)
     }
@@ -284,12 +313,14 @@ public struct BackupManifest: Sendable {
         do {
             // Named columns: a manifest whose schema was changed fails here with an SQL error.
             return try queue.read { db in
-                try ManifestEntry.fetchAll(db, sql: """
-                    SELECT path, kind, mode, mtime, size, protectionClass, sha256, linkTarget, thisDeviceOnly, sealed,
-                           \(format >= 3 ? "defaultClass" : "NULL AS defaultClass"),
-                           \(format >= 4 ? "chunked, encryptedDatabase" : "0 AS chunked, 0 AS encryptedDatabase")
-                    FROM entry ORDER BY CAST(path AS BLOB)
-                    """)
+                try ManifestEntry.fetchAll(
+                    db,
+                    sql: """
+                        SELECT path, kind, mode, mtime, size, protectionClass, sha256, linkTarget, thisDeviceOnly, sealed,
+                               \(format >= 3 ? "defaultClass" : "NULL AS defaultClass"),
+                               \(format >= 4 ? "chunked, encryptedDatabase" : "0 AS chunked, 0 AS encryptedDatabase")
+                        FROM entry ORDER BY CAST(path AS BLOB)
+                        """)
             }
         } catch let error as BackupError {
             throw error
@@ -300,6 +331,8 @@ public struct BackupManifest: Sendable {
 
     /// A metadata value (`source`, `created`, `keybag` …).
     public func meta(_ key: String) throws -> String? {
-        try queue.read { db in try String.fetchOne(db, sql: "SELECT CAST(value AS TEXT) FROM meta WHERE key = ?", arguments: [key]) }
+        try queue.read { db in
+            try String.fetchOne(db, sql: "SELECT CAST(value AS TEXT) FROM meta WHERE key = ?", arguments: [key])
+        }
     }
 }

@@ -26,8 +26,10 @@ extension BackupRepository {
     /// where it is; the others go, in order, into one new pack. `check`, when given, is asked
     /// about each new chunk (with its index) and refusing one stops the store, which keeps nothing
     /// (``NotCiphertext``).
-    func storeChunked(_ source: String, boundaries: ChunkBoundaries, previous: BackupChunkList?, requireProtected: Bool = false,
-                      check: ((UnsafeRawBufferPointer, Int) -> Bool)? = nil) throws -> ChunkedFile {
+    func storeChunked(
+        _ source: String, boundaries: ChunkBoundaries, previous: BackupChunkList?, requireProtected: Bool = false,
+        check: ((UnsafeRawBufferPointer, Int) -> Bool)? = nil
+    ) throws -> ChunkedFile {
         let input = try POSIXFile.openRegularFile(source)
         defer { try? input.close() }
         if requireProtected { try Self.requireProtectedFile(input, source) }
@@ -60,7 +62,8 @@ extension BackupRepository {
             if Task.isCancelled { throw CancellationError() }
             let want = offset < Int64(boundaries.first) ? boundaries.first - Int(offset) : strideRun
             let got = try buffer.withUnsafeMutableBytes { raw in
-                try POSIXFile.read(input, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<want]), at: offset, path: display)
+                try POSIXFile.read(
+                    input, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<want]), at: offset, path: display)
             }
             if got == 0 { break }
             try buffer.withUnsafeBytes { raw in
@@ -72,11 +75,17 @@ extension BackupRepository {
                     // Every chunk, found elsewhere or new, must pass the check.
                     if let check, !check(bytes, chunks.count) { throw NotCiphertext() }
                     if let (name, at) = known[sha] {
-                        let index = packIndex[name] ?? { packs.append(name); packIndex[name] = packs.count - 1; return packs.count - 1 }()
+                        let index =
+                            packIndex[name]
+                            ?? {
+                                packs.append(name); packIndex[name] = packs.count - 1; return packs.count - 1
+                            }()
                         chunks.append(.init(pack: index, offset: at, length: length, sha256: sha))
                     } else {
                         if pack == nil {
-                            pack = try POSIXFile.open(packTemp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
+                            pack = try POSIXFile.open(
+                                packTemp.path, .writeOnly, options: [.create, .exclusiveCreate],
+                                permissions: .ownerReadWrite)
                         }
                         try POSIXFile.write(pack!, bytes, at: packSize, path: packTemp.path)
                         packHasher.update(bufferPointer: bytes)
@@ -95,7 +104,11 @@ extension BackupRepository {
             let name = Array(packHasher.finalize()).hex
             try place(packTemp, as: name)
             // The same bytes as a pack already referred to (its chunks, in order): one entry for it.
-            let index = packIndex[name] ?? { packs.append(name); return packs.count - 1 }()
+            let index =
+                packIndex[name]
+                ?? {
+                    packs.append(name); return packs.count - 1
+                }()
             for i in chunks.indices where chunks[i].pack == newPack { chunks[i].pack = index }
             added += packSize
         }
@@ -141,13 +154,16 @@ extension BackupRepository {
         do { input = try POSIXFile.openRegularFile(objectURL(name).path) } catch let error as FileSystemError {
             switch error.errno {
             case .noSuchFileOrDirectory: throw RestoreEngine.DamagedContent.missing
-            case .tooManySymbolicLinkLevels, .invalidArgument, .isDirectory, .notDirectory: throw RestoreEngine.DamagedContent.notRegular
+            case .tooManySymbolicLinkLevels, .invalidArgument, .isDirectory, .notDirectory:
+                throw RestoreEngine.DamagedContent.notRegular
             default: throw error
             }
         }
         defer { try? input.close() }
         var st = stat()
-        guard fstat(input.rawValue, &st) == 0, Int64(st.st_size) <= limit else { throw RestoreEngine.DamagedContent.wrongSize }
+        guard fstat(input.rawValue, &st) == 0, Int64(st.st_size) <= limit else {
+            throw RestoreEngine.DamagedContent.wrongSize
+        }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
@@ -165,7 +181,9 @@ extension BackupRepository {
     /// Writes a chunked file's bytes to `output`, flushed, checking each chunk's SHA-256 and that
     /// every pack is one the backup lists (`objects`).
     /// - Throws: ``RestoreEngine/DamagedContent`` for a missing, foreign, short or altered pack or chunk.
-    func writeChunks(of list: BackupChunkList, listedObjects objects: Set<String>, to output: FileDescriptor, path: String) throws {
+    func writeChunks(
+        of list: BackupChunkList, listedObjects objects: Set<String>, to output: FileDescriptor, path: String
+    ) throws {
         var packs: [Int: FileDescriptor] = [:]
         defer { for fd in packs.values { try? fd.close() } }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
@@ -173,9 +191,13 @@ extension BackupRepository {
         for chunk in list.chunks {
             if Task.isCancelled { throw CancellationError() }
             let name = list.packs[chunk.pack]
-            guard objects.contains(name) else { throw RestoreEngine.DamagedContent(issue: "its chunk list names a pack the backup does not list") }
+            guard objects.contains(name) else {
+                throw RestoreEngine.DamagedContent(issue: "its chunk list names a pack the backup does not list")
+            }
             let pack: FileDescriptor
-            if let open = packs[chunk.pack] { pack = open } else {
+            if let open = packs[chunk.pack] {
+                pack = open
+            } else {
                 // A few packs open at a time: a file many backups changed can name thousands.
                 if packs.count >= 16 {
                     for fd in packs.values { try? fd.close() }
@@ -184,7 +206,8 @@ extension BackupRepository {
                 do { pack = try POSIXFile.openRegularFile(objectURL(name).path) } catch let error as FileSystemError {
                     switch error.errno {
                     case .noSuchFileOrDirectory: throw RestoreEngine.DamagedContent.missing
-                    case .tooManySymbolicLinkLevels, .invalidArgument, .isDirectory, .notDirectory: throw RestoreEngine.DamagedContent.notRegular
+                    case .tooManySymbolicLinkLevels, .invalidArgument, .isDirectory, .notDirectory:
+                        throw RestoreEngine.DamagedContent.notRegular
                     default: throw error
                     }
                 }
@@ -195,7 +218,9 @@ extension BackupRepository {
                 let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<chunk.length])
                 let got = try POSIXFile.read(pack, into: slice, at: chunk.offset, path: objectURL(name).path)
                 guard got == chunk.length else { throw RestoreEngine.DamagedContent.wrongSize }
-                guard Array(SHA256.hash(data: UnsafeRawBufferPointer(slice))) == chunk.sha256 else { throw RestoreEngine.DamagedContent.altered }
+                guard Array(SHA256.hash(data: UnsafeRawBufferPointer(slice))) == chunk.sha256 else {
+                    throw RestoreEngine.DamagedContent.altered
+                }
                 try POSIXFile.write(output, UnsafeRawBufferPointer(slice), at: offset, path: path)
             }
             offset += Int64(chunk.length)

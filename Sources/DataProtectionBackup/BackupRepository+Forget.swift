@@ -41,8 +41,10 @@ extension BackupRepository {
     /// backup's directory needs its manifest, so the device must have been unlocked (class B).
     /// A removed backup is first renamed to a hidden name (it is gone from every listing at once),
     /// then deleted.
-    public func forget(policy: BackupRetentionPolicy, files: ProtectedFileManager, password: String?,
-                       calendar: Calendar = .current, dryRun: Bool = false) async throws -> ForgetReport {
+    public func forget(
+        policy: BackupRetentionPolicy, files: ProtectedFileManager, password: String?,
+        calendar: Calendar = .current, dryRun: Bool = false
+    ) async throws -> ForgetReport {
         guard policy.keepsSomething else { throw BackupError.emptyRetentionPolicy }
         try requireRepository()
         // The writer lock, as restic's forget takes its exclusive lock: never beside a backup or a prune.
@@ -58,8 +60,10 @@ extension BackupRepository {
             } catch let error as BackupError {
                 switch error {
                 case .passwordNeeded:
-                    report.leftAlone.append(.init(id: backup.lastPathComponent,
-                                                  reason: "made by another device: give its backup password to decide on it"))
+                    report.leftAlone.append(
+                        .init(
+                            id: backup.lastPathComponent,
+                            reason: "made by another device: give its backup password to decide on it"))
                     continue
                 case .notAuthentic, .badBackup, .notABackup, .wrongBackupPassword:
                     report.leftAlone.append(.init(id: backup.lastPathComponent, reason: String(describing: error)))
@@ -70,15 +74,18 @@ extension BackupRepository {
             let source = try await engine.manifest(of: authenticated, files: files).meta("source") ?? ""
             let created = Self.creationDate(ofID: authenticated.id) ?? .distantPast
             // By the directory's bytes: two spellings of one name (NFC, NFD) are two directories.
-            let key = authenticated.device.uuidString + "/" + LosslessPath.key(source).map { String(format: "%02x", $0) }.joined()
+            let key =
+                authenticated.device.uuidString + "/"
+                + LosslessPath.key(source).map { String(format: "%02x", $0) }.joined()
             groups[key, default: []].append((authenticated.id, created, source))
         }
         for key in groups.keys.sorted() {
             let members = groups[key]!   // oldest first, as the repository orders them
             let sources = Dictionary(uniqueKeysWithValues: members.map { ($0.id, $0.source) })
             for decision in policy.decide(members.map { ($0.id, $0.created) }, calendar: calendar) {
-                let item = ForgetReport.Item(id: decision.id, created: decision.created, source: sources[decision.id],
-                                             reasons: decision.reasons.map(\.rawValue))
+                let item = ForgetReport.Item(
+                    id: decision.id, created: decision.created, source: sources[decision.id],
+                    reasons: decision.reasons.map(\.rawValue))
                 if decision.isKept { report.kept.append(item) } else { report.removed.append(item) }
             }
         }
@@ -98,7 +105,9 @@ extension BackupRepository {
         var report = ForgetReport(dryRun: dryRun)
         for id in ids {
             let name = present.contains(id) ? id : id + Self.incompleteSuffix
-            guard !id.isEmpty, !id.contains("/"), !id.hasPrefix("."), present.contains(name) else { throw BackupError.noSuchBackup(id: id) }
+            guard !id.isEmpty, !id.contains("/"), !id.hasPrefix("."), present.contains(name) else {
+                throw BackupError.noSuchBackup(id: id)
+            }
             report.removed.append(.init(id: name, created: Self.creationDate(ofID: id), source: nil, reasons: []))
         }
         if !dryRun { try remove(report.removed.map(\.id)) }

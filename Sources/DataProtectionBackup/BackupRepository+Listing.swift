@@ -37,14 +37,17 @@ extension BackupRepository {
             // Each line of an object list is 64 hex digits and a newline: its size says how many.
             let objectListSize = POSIXFile.linkStatus(directory.appendingPathComponent(Self.objectListName).path)
                 .flatMap { $0.st_mode & S_IFMT == S_IFREG && $0.st_size % 65 == 0 ? Int($0.st_size / 65) : nil }
-            let record = (try? POSIXFile.readRegularFile(directory.appendingPathComponent(BackupAuthentication.fileName).path,
-                                                         maxSize: BackupAuthentication.length))
+            let record =
+                (try? POSIXFile.readRegularFile(
+                    directory.appendingPathComponent(BackupAuthentication.fileName).path,
+                    maxSize: BackupAuthentication.length))
                 .flatMap { try? BackupAuthentication(bytes: $0, path: directory.path) }
             return BackupListing(
                 id: id, path: directory.path, created: Self.creationDate(ofID: id),
                 isComplete: !name.hasSuffix(Self.incompleteSuffix),
                 objects: objectListSize,
-                carriesBackupKeybag: POSIXFile.linkStatus(directory.appendingPathComponent(BackupKeybag.fileName).path) != nil,
+                carriesBackupKeybag: POSIXFile.linkStatus(directory.appendingPathComponent(BackupKeybag.fileName).path)
+                    != nil,
                 device: record?.keybagID)
         }
     }
@@ -56,8 +59,10 @@ extension BackupRepository {
     /// - Throws: ``BackupError/noFinishedBackup(path:)`` when there is no finished backup,
     ///   ``BackupError/notAuthentic(path:reason:)`` when there are some and none authenticates;
     ///   a wrong or missing backup password as ``RestoreEngine`` throws it.
-    public func latestAuthenticBackup(files: ProtectedFileManager, password: String?,
-                                      skipped: (URL, any Error) -> Void = { _, _ in }) async throws -> URL {
+    public func latestAuthenticBackup(
+        files: ProtectedFileManager, password: String?,
+        skipped: (URL, any Error) -> Void = { _, _ in }
+    ) async throws -> URL {
         let finished = finishedBackups()
         for candidate in finished.reversed() {
             do {
@@ -71,7 +76,8 @@ extension BackupRepository {
             }
         }
         if finished.isEmpty { throw BackupError.noFinishedBackup(path: url.path) }
-        throw BackupError.notAuthentic(path: url.path, reason: "none of its \(finished.count) finished backup(s) authenticates")
+        throw BackupError.notAuthentic(
+            path: url.path, reason: "none of its \(finished.count) finished backup(s) authenticates")
     }
 
     /// The time an ID (`yyyyMMddTHHmmssZ-…`) was made at.

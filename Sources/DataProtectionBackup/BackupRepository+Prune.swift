@@ -47,17 +47,26 @@ extension BackupRepository {
         let names = try Self.strictEntries(of: backups.path)
         var used = Set<String>()
         for name in names where !name.hasPrefix(".") && !name.hasSuffix(Self.incompleteSuffix) {
-            do { used.formUnion(try Self.objectList(of: backups.appendingPathComponent(name))) } catch BackupError.badBackup(let path, let reason) {
-                throw BackupError.badBackup(path: path, reason: reason + "; nothing was pruned: forget this backup by its ID if it is not one to keep")
+            do {
+                used.formUnion(try Self.objectList(of: backups.appendingPathComponent(name)))
+            } catch BackupError.badBackup(let path, let reason) {
+                throw BackupError.badBackup(
+                    path: path,
+                    reason: reason + "; nothing was pruned: forget this backup by its ID if it is not one to keep")
             }
         }
         for name in names.sorted() where name.hasSuffix(Self.incompleteSuffix) || name.hasPrefix(Self.forgottenPrefix) {
-            if name.hasPrefix(Self.forgottenPrefix) { report.forgottenBackupsRemoved.append(name) } else { report.incompleteBackupsRemoved.append(name) }
+            if name.hasPrefix(Self.forgottenPrefix) {
+                report.forgottenBackupsRemoved.append(name)
+            } else {
+                report.incompleteBackupsRemoved.append(name)
+            }
             // Descriptor-relative and never following a link: a planted link is removed, not what it points at.
             if !dryRun { try POSIXFile.removeTree(backups.appendingPathComponent(name).path) }
         }
         for prefix in try Self.strictEntries(of: objects.path).sorted() {
-            guard prefix.utf8.count == 2 else { continue }   // only object names (hex, checked below) are looked at inside
+            // only object names (hex, checked below) are looked at inside
+            guard prefix.utf8.count == 2 else { continue }
             try pruneObjects(in: prefix, used: used, dryRun: dryRun, report: &report)
         }
         if !dryRun { try POSIXFile.syncDirectory(backups.path) }
@@ -75,7 +84,8 @@ extension BackupRepository {
         for name in try Self.strictEntries(of: "/proc/self/fd/\(directory.rawValue)").sorted()
         where Self.isObjectName(Substring(name)) && name.hasPrefix(prefix) {
             var entry = stat()
-            guard fstatat(directory.rawValue, name, &entry, AT_SYMLINK_NOFOLLOW) == 0, entry.st_mode & S_IFMT == S_IFREG else { continue }
+            guard fstatat(directory.rawValue, name, &entry, AT_SYMLINK_NOFOLLOW) == 0, entry.st_mode & S_IFMT == S_IFREG
+            else { continue }
             if used.contains(name) {
                 report.objectsKept += 1
                 report.bytesKept += Int64(entry.st_size)
@@ -100,10 +110,14 @@ extension BackupRepository {
     /// - Throws: ``BackupError/badBackup(path:reason:)`` when it cannot be read or is malformed.
     static func objectList(of backup: URL) throws -> [String] {
         let list: [UInt8]
-        do { list = try POSIXFile.readRegularFile(backup.appendingPathComponent(objectListName).path, maxSize: RestoreEngine.objectListLimit) } catch {
+        do {
+            list = try POSIXFile.readRegularFile(
+                backup.appendingPathComponent(objectListName).path, maxSize: RestoreEngine.objectListLimit)
+        } catch {
             throw BackupError.badBackup(path: backup.path, reason: "its object list cannot be read (\(error))")
         }
-        let lines = String(decoding: list, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        let lines = String(decoding: list, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+            .dropLast()
         guard list.last == UInt8(ascii: "\n") || list.isEmpty, lines.allSatisfy(isObjectName) else {
             throw BackupError.badBackup(path: backup.path, reason: "its object list is malformed")
         }

@@ -37,11 +37,15 @@ public struct BackupRepository: Sendable {
     /// never made among someone's files (nothing is written then).
     public func requireUsableAsDestination() throws {
         guard let st = POSIXFile.linkStatus(url.path) else { return }
-        guard st.st_mode & S_IFMT == S_IFDIR else { throw BackupError.badBackup(path: url.path, reason: "not a directory") }
+        guard st.st_mode & S_IFMT == S_IFDIR else {
+            throw BackupError.badBackup(path: url.path, reason: "not a directory")
+        }
         if Self.isRepository(url) { return }
         // Empty, or only a repository's own entries (a first backup killed as it made them).
         let entries = (try? POSIXFile.directoryEntries(url.path)) ?? []
-        if !Set(entries).isSubset(of: ["objects", "backups", "lock"]) { throw BackupError.notARepository(path: url.path) }
+        if !Set(entries).isSubset(of: ["objects", "backups", "lock"]) {
+            throw BackupError.notARepository(path: url.path)
+        }
     }
 
     func prepare() throws {
@@ -65,7 +69,8 @@ public struct BackupRepository: Sendable {
 
     /// Makes `directory` (and what is missing above it) readable by its owner only.
     static func makeOwnerOnlyDirectory(_ directory: URL) throws {
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
     /// The repository's writer lock (`DEST/lock`, an exclusive `flock`), held for the whole run.
@@ -93,7 +98,8 @@ public struct BackupRepository: Sendable {
         _ = ftruncate(fd.rawValue, 0)
         _ = "\(getpid())\n".withCString { pwrite(fd.rawValue, $0, strlen($0), 0) }
         let lock = WriterLock(fd)
-        for name in (try? POSIXFile.directoryEntries(objects.path)) ?? [] where name.hasPrefix(".tmp-") || name.hasPrefix(".sealed-") {
+        for name in (try? POSIXFile.directoryEntries(objects.path)) ?? []
+        where name.hasPrefix(".tmp-") || name.hasPrefix(".sealed-") {
             _ = try? POSIXFile.call("unlink", objects.path + "/" + name) { unlink($0) }
         }
         return lock
@@ -103,10 +109,15 @@ public struct BackupRepository: Sendable {
     static func lockHolder(_ fd: FileDescriptor) -> String? {
         var buffer = [UInt8](repeating: 0, count: 32)
         let count = pread(fd.rawValue, &buffer, buffer.count, 0)
-        guard count > 0, let pid = Int32(String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
-              pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return nil }
+        guard count > 0,
+            let pid = Int32(
+                String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+            pid > 0, kill(pid, 0) == 0 || errno == EPERM
+        else { return nil }
         let commandLine = (try? POSIXFile.readAll("/proc/\(pid)/cmdline")).map {
-            $0.split(separator: 0, omittingEmptySubsequences: true).prefix(4).map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
+            $0.split(separator: 0, omittingEmptySubsequences: true).prefix(4).map {
+                String(decoding: $0, as: UTF8.self)
+            }.joined(separator: " ")
         }
         return "pid \(pid)" + (commandLine.flatMap { $0.isEmpty ? nil : " (\(LosslessPath.display($0)))" } ?? "")
     }
@@ -115,7 +126,9 @@ public struct BackupRepository: Sendable {
         objects.appendingPathComponent(String(sha256.prefix(2))).appendingPathComponent(sha256)
     }
 
-    func hasObject(_ sha256: String) -> Bool { objectsElsewhere.contains(sha256) || POSIXFile.linkStatus(objectURL(sha256).path) != nil }
+    func hasObject(_ sha256: String) -> Bool {
+        objectsElsewhere.contains(sha256) || POSIXFile.linkStatus(objectURL(sha256).path) != nil
+    }
 
     /// Opens an object for reading: a regular file, never a link, a FIFO or a device.
     func openObject(_ sha256: String) throws -> FileDescriptor {
@@ -126,18 +139,23 @@ public struct BackupRepository: Sendable {
 
     /// Finished backups, oldest first.
     public func finishedBackups() -> [URL] {
-        backupNamesOldestFirst().filter { !$0.hasSuffix(Self.incompleteSuffix) }.map { backups.appendingPathComponent($0) }
+        backupNamesOldestFirst().filter { !$0.hasSuffix(Self.incompleteSuffix) }.map {
+            backups.appendingPathComponent($0)
+        }
     }
 
     /// Every backup directory's name, finished or not, oldest first: by the time its ID starts
     /// with, then — for two made in the same second, whose random suffixes say nothing of their
     /// order — by when it was last written (its authentication record is written last).
     func backupNamesOldestFirst() -> [String] {
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: backups.path)) ?? []).filter { !$0.hasPrefix(".") }
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: backups.path)) ?? []).filter {
+            !$0.hasPrefix(".")
+        }
         func key(_ name: String) -> (Date, Double, String) {
             let id = name.hasSuffix(Self.incompleteSuffix) ? String(name.dropLast(Self.incompleteSuffix.count)) : name
             let directory = backups.appendingPathComponent(name)
-            let written = [BackupAuthentication.fileName, Self.objectListName, ""].lazy
+            let written =
+                [BackupAuthentication.fileName, Self.objectListName, ""].lazy
                 .compactMap { POSIXFile.linkStatus(directory.appendingPathComponent($0).path) }
                 .first.map { Double($0.st_mtim.tv_sec) + Double($0.st_mtim.tv_nsec) / 1e9 } ?? 0
             return (Self.creationDate(ofID: id) ?? .distantPast, written, name)
@@ -153,7 +171,8 @@ public struct BackupRepository: Sendable {
         defer { try? input.close() }
         if requireProtected { try Self.requireProtectedFile(input, source) }
         let temp = objects.appendingPathComponent(".tmp-\(UUID().uuidString)")
-        let output = try POSIXFile.open(temp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
+        let output = try POSIXFile.open(
+            temp.path, .writeOnly, options: [.create, .exclusiveCreate], permissions: .ownerReadWrite)
         let sha: String, size: Int64
         do {
             (sha, size) = try Self.copyHashing(from: input, LosslessPath.display(source), to: output, temp.path)
@@ -177,7 +196,9 @@ public struct BackupRepository: Sendable {
     /// it was looked at is "changed during the backup" (never its plaintext stored raw).
     static func requireProtectedFile(_ fd: FileDescriptor, _ path: String) throws {
         let prefix = try POSIXFile.read(fd, count: ProtectedFileHeader.size, at: 0, path: path)
-        guard ProtectedFileHeader.looksProtected(prefix) else { throw FileSystemError("open", path: path, errno: .invalidArgument) }
+        guard ProtectedFileHeader.looksProtected(prefix) else {
+            throw FileSystemError("open", path: path, errno: .invalidArgument)
+        }
     }
 
     /// Seals a plain file into a class-B protected object of `files`' device (possible while
@@ -201,15 +222,19 @@ public struct BackupRepository: Sendable {
     }
 
     /// Copies `input` to `output` (flushed), hashing on the way: the SHA-256 (hex) and the size.
-    static func copyHashing(from input: FileDescriptor, _ inputPath: String,
-                            to output: FileDescriptor, _ outputPath: String, limit: Int64? = nil) throws -> (sha256: String, size: Int64) {
+    static func copyHashing(
+        from input: FileDescriptor, _ inputPath: String,
+        to output: FileDescriptor, _ outputPath: String, limit: Int64? = nil
+    ) throws -> (sha256: String, size: Int64) {
         var hasher = SHA256()
         var size: Int64 = 0
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
             // A cancelled task (Ctrl-C) stops a long copy between two MiB; the caller removes the copy.
             if Task.isCancelled { throw CancellationError() }
-            let n = try POSIXFile.system("read", inputPath) { try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) } }
+            let n = try POSIXFile.system("read", inputPath) {
+                try buffer.withUnsafeMutableBytes { try input.read(into: $0, retryOnInterrupt: true) }
+            }
             if n == 0 { break }
             if let limit, size + Int64(n) > limit {
                 throw BackupError.badBackup(path: inputPath, reason: "larger than the manifest allows (\(limit) bytes)")
@@ -235,7 +260,9 @@ public struct BackupRepository: Sendable {
         var hasher = SHA256()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
-            let n = try POSIXFile.system("read", url.path) { try buffer.withUnsafeMutableBytes { try fd.read(into: $0, retryOnInterrupt: true) } }
+            let n = try POSIXFile.system("read", url.path) {
+                try buffer.withUnsafeMutableBytes { try fd.read(into: $0, retryOnInterrupt: true) }
+            }
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }

@@ -19,7 +19,10 @@ public struct BackupRetentionPolicy: Sendable, Equatable {
     public var keepMonthly: Int
     public var keepYearly: Int
 
-    public init(keepLast: Int = 0, keepHourly: Int = 0, keepDaily: Int = 0, keepWeekly: Int = 0, keepMonthly: Int = 0, keepYearly: Int = 0) {
+    public init(
+        keepLast: Int = 0, keepHourly: Int = 0, keepDaily: Int = 0, keepWeekly: Int = 0, keepMonthly: Int = 0,
+        keepYearly: Int = 0
+    ) {
         self.keepLast = keepLast
         self.keepHourly = keepHourly
         self.keepDaily = keepDaily
@@ -29,7 +32,9 @@ public struct BackupRetentionPolicy: Sendable, Equatable {
     }
 
     /// Whether any rule keeps anything: an empty policy would forget every backup, and is refused.
-    public var keepsSomething: Bool { [keepLast, keepHourly, keepDaily, keepWeekly, keepMonthly, keepYearly].contains { $0 > 0 } }
+    public var keepsSomething: Bool {
+        [keepLast, keepHourly, keepDaily, keepWeekly, keepMonthly, keepYearly].contains { $0 > 0 }
+    }
 
     /// A rule's name, as `forget` prints it beside each backup it keeps.
     public enum Reason: String, Sendable, Codable, CaseIterable {
@@ -52,9 +57,13 @@ public struct BackupRetentionPolicy: Sendable, Equatable {
     /// Backups of the same time keep the order they were given in (a repository orders two made
     /// in one second by when each was finished).
     public func decide(_ backups: [(id: String, created: Date)], calendar: Calendar = .current) -> [Decision] {
-        let newestFirst = backups.enumerated().sorted { ($0.element.created, $0.offset) > ($1.element.created, $1.offset) }.map(\.element)
-        var remaining: [Reason: Int] = [.last: keepLast, .hourly: keepHourly, .daily: keepDaily, .weekly: keepWeekly,
-                                        .monthly: keepMonthly, .yearly: keepYearly]
+        let newestFirst = backups.enumerated().sorted {
+            ($0.element.created, $0.offset) > ($1.element.created, $1.offset)
+        }.map(\.element)
+        var remaining: [Reason: Int] = [
+            .last: keepLast, .hourly: keepHourly, .daily: keepDaily, .weekly: keepWeekly,
+            .monthly: keepMonthly, .yearly: keepYearly,
+        ]
         var lastPeriod: [Reason: [Int]] = [:]
         var decisions = newestFirst.map { backup in
             var reasons: [Reason] = []
@@ -71,7 +80,9 @@ public struct BackupRetentionPolicy: Sendable, Equatable {
         }
         // Fewer periods with a backup than a period rule asks for: the oldest is kept as well.
         let periodRules: [Reason] = [.hourly, .daily, .weekly, .monthly, .yearly]
-        if periodRules.contains(where: { remaining[$0, default: 0] > 0 }), let oldest = decisions.indices.last, !decisions[oldest].isKept {
+        if periodRules.contains(where: { remaining[$0, default: 0] > 0 }), let oldest = decisions.indices.last,
+            !decisions[oldest].isKept
+        {
             decisions[oldest].reasons = [.oldest]
         }
         return decisions

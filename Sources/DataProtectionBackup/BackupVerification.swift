@@ -36,7 +36,9 @@ public struct BackupVerification: Sendable, Equatable, Codable {
         public var description: String {
             let what = "object \(object.prefix(12))… is \(issue.rawValue)"
             guard !files.isEmpty else { return what }
-            let names = files.prefix(3).map(LosslessPath.display).joined(separator: ", ") + (files.count > 3 ? " and \(files.count - 3) more" : "")
+            let names =
+                files.prefix(3).map(LosslessPath.display).joined(separator: ", ")
+                + (files.count > 3 ? " and \(files.count - 3) more" : "")
             return "\(names): \(what)"
         }
     }

@@ -15,7 +15,9 @@ public struct EncryptedPageCheck: Sendable {
     /// Whether a page authenticates as page `number` (1-based) of the file.
     public var authenticates: @Sendable (_ page: UnsafeRawBufferPointer, _ number: Int) -> Bool
 
-    public init(pageSize: Int, authenticates: @escaping @Sendable (_ page: UnsafeRawBufferPointer, _ number: Int) -> Bool) {
+    public init(
+        pageSize: Int, authenticates: @escaping @Sendable (_ page: UnsafeRawBufferPointer, _ number: Int) -> Bool
+    ) {
         self.pageSize = pageSize
         self.authenticates = authenticates
     }

@@ -1,7 +1,7 @@
-import DataProtectionSystem
-import SystemPackage
 import DataProtection
+import DataProtectionSystem
 import Foundation
+import SystemPackage
 
 /// The items below a directory that carry a "do not back up" mark, written as an exclude list
 /// for a backup tool that reads no extended attributes.

@@ -13,24 +13,38 @@ extension RestoreEngine {
         if id.hasSuffix(BackupRepository.incompleteSuffix) { throw BackupError.incompleteBackup(path: backup.path) }
         guard POSIXFile.kind(file(BackupRepository.objectListName)).exists else {
             let backupFiles = [BackupAuthentication.fileName, BackupManifest.fileName, BackupKeybag.fileName]
-            if !backupFiles.contains(where: { POSIXFile.linkStatus(file($0)) != nil }) { throw BackupError.notABackup(path: backup.path) }
-            throw BackupError.badBackup(path: backup.path, reason: "no object list (not a backup, or an unfinished one)")
+            if !backupFiles.contains(where: { POSIXFile.linkStatus(file($0)) != nil }) {
+                throw BackupError.notABackup(path: backup.path)
+            }
+            throw BackupError.badBackup(
+                path: backup.path, reason: "no object list (not a backup, or an unfinished one)")
         }
         guard POSIXFile.kind(file(BackupAuthentication.fileName)).exists else {
-            throw BackupError.notAuthentic(path: backup.path, reason: "it has no authentication record (made by a version before backups were authenticated, or planted)")
+            throw BackupError.notAuthentic(
+                path: backup.path,
+                reason:
+                    "it has no authentication record (made by a version before backups were authenticated, or planted)")
         }
         // Each file read once, only if it is a regular file of a plausible size: a repository's
         // symlink to /dev/zero, a FIFO or a sparse terabyte is refused, not read.
         func read(_ name: String, maxSize: Int) throws -> [UInt8] {
-            do { return try POSIXFile.readRegularFile(file(name), maxSize: maxSize) } catch let error as FileSystemError {
-                throw BackupError.badBackup(path: backup.path, reason: "\(name) is not a regular file of at most \(maxSize) bytes (\(error.errno))")
+            do { return try POSIXFile.readRegularFile(file(name), maxSize: maxSize) } catch let error as FileSystemError
+            {
+                throw BackupError.badBackup(
+                    path: backup.path,
+                    reason: "\(name) is not a regular file of at most \(maxSize) bytes (\(error.errno))")
             }
         }
-        let record = try BackupAuthentication(bytes: try read(BackupAuthentication.fileName, maxSize: BackupAuthentication.length), path: backup.path)
-        guard POSIXFile.linkStatus(file(BackupManifest.fileName)) != nil else { throw BackupError.badBackup(path: backup.path, reason: "no manifest") }
+        let record = try BackupAuthentication(
+            bytes: try read(BackupAuthentication.fileName, maxSize: BackupAuthentication.length), path: backup.path)
+        guard POSIXFile.linkStatus(file(BackupManifest.fileName)) != nil else {
+            throw BackupError.badBackup(path: backup.path, reason: "no manifest")
+        }
         let manifest = try read(BackupManifest.fileName, maxSize: Self.manifestLimit)
         let objectList = try read(BackupRepository.objectListName, maxSize: Self.objectListLimit)
-        let keybagBytes = POSIXFile.linkStatus(file(BackupKeybag.fileName)) != nil ? try read(BackupKeybag.fileName, maxSize: BackupKeybag.totalSize) : nil
+        let keybagBytes =
+            POSIXFile.linkStatus(file(BackupKeybag.fileName)) != nil
+            ? try read(BackupKeybag.fileName, maxSize: BackupKeybag.totalSize) : nil
 
         let key: SymmetricKey
         var backupKeys: BackupClassKeys?
@@ -38,29 +52,46 @@ extension RestoreEngine {
             key = try await files.keybag.backupAuthenticationKey()
         } else {
             guard let keybagBytes else {
-                throw BackupError.badBackup(path: backup.path, reason: "it was made by another device (keybag \(record.keybagID)) and carries no backup keybag: it restores only there")
+                throw BackupError.badBackup(
+                    path: backup.path,
+                    reason:
+                        "it was made by another device (keybag \(record.keybagID)) and carries no backup keybag: it restores only there"
+                )
             }
             guard let password else { throw BackupError.passwordNeeded(files: 1) }
             let keys: BackupClassKeys
-            do { keys = try BackupKeybag(bytes: keybagBytes).unlock(password: password) } catch KeybagError.wrongBackupPassword {
+            do { keys = try BackupKeybag(bytes: keybagBytes).unlock(password: password) } catch KeybagError
+                .wrongBackupPassword
+            {
                 throw BackupError.wrongBackupPassword
             }
             guard keys.sourceKeybagID == record.keybagID else {
-                throw BackupError.notAuthentic(path: backup.path, reason: "its backup keybag belongs to another device than the one named by its authentication record")
+                throw BackupError.notAuthentic(
+                    path: backup.path,
+                    reason:
+                        "its backup keybag belongs to another device than the one named by its authentication record")
             }
             key = keys.backupAuthenticationKey
             backupKeys = keys
         }
-        let contents = BackupAuthentication.Contents(backupID: id, manifest: manifest, objectList: objectList, backupKeybag: keybagBytes)
+        let contents = BackupAuthentication.Contents(
+            backupID: id, manifest: manifest, objectList: objectList, backupKeybag: keybagBytes)
         guard record.check(contents, key: key) else {
-            throw BackupError.notAuthentic(path: backup.path, reason: "its authentication does not match its contents: it was modified, or was not made by this device (or by the device whose backup password was given)")
+            throw BackupError.notAuthentic(
+                path: backup.path,
+                reason:
+                    "its authentication does not match its contents: it was modified, or was not made by this device (or by the device whose backup password was given)"
+            )
         }
-        guard let text = String(validating: objectList, as: UTF8.self) else { throw BackupError.badBackup(path: backup.path, reason: "malformed object list") }
+        guard let text = String(validating: objectList, as: UTF8.self) else {
+            throw BackupError.badBackup(path: backup.path, reason: "malformed object list")
+        }
         let objects = text.split(separator: "\n").map(String.init)
         guard objects.allSatisfy({ BackupRepository.isObjectName(Substring($0)) }) else {
             throw BackupError.badBackup(path: backup.path, reason: "malformed object list")
         }
-        return AuthenticatedBackup(id: id, sealedManifest: manifest, objects: objects, backupKeys: backupKeys, device: record.keybagID)
+        return AuthenticatedBackup(
+            id: id, sealedManifest: manifest, objects: objects, backupKeys: backupKeys, device: record.keybagID)
     }
 
     /// Opens the authenticated, sealed manifest: with this device's class B key when this device
@@ -71,7 +102,8 @@ extension RestoreEngine {
 
     func manifest(of authenticated: AuthenticatedBackup, files: ProtectedFileManager) async throws -> BackupManifest {
         // The checked bytes go to a private file: nothing can swap them after the check.
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dp-manifest-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "dp-manifest-\(UUID().uuidString)")
         try POSIXFile.call("mkdir", directory.path) { mkdir($0, 0o700) }
         defer { try? FileManager.default.removeItem(at: directory) }
         let copy = directory.appendingPathComponent(BackupManifest.fileName)
@@ -96,7 +128,9 @@ extension RestoreEngine {
         let fd = try POSIXFile.open(url.path, .readOnly)
         defer { try? fd.close() }
         let header = try POSIXFile.read(fd, count: 48, at: 0, path: url.path)
-        guard header.count == 48 else { throw BackupError.badBackup(path: url.path, reason: "truncated protected file") }
+        guard header.count == 48 else {
+            throw BackupError.badBackup(path: url.path, reason: "truncated protected file")
+        }
         return UUID(bytes: Array(header[32..<48]))
     }
 }

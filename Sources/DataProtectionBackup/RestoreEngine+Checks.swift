@@ -22,29 +22,38 @@ extension RestoreEngine {
             // here): a link and a directory of the same name would be judged by one and
             // resolved through the other.
             guard kinds.updateValue(entry.kind, forKey: LosslessPath.key(entry.path)) == nil else {
-                throw BackupError.badBackup(path: "manifest", reason: "\(LosslessPath.display(entry.path)) is listed twice")
+                throw BackupError.badBackup(
+                    path: "manifest", reason: "\(LosslessPath.display(entry.path)) is listed twice")
             }
             if entry.kind == .symlink { links.append((entry.path, entry.linkTarget ?? "")) }
             if let sha = entry.sha256, !objects.contains(sha) {
-                throw BackupError.badBackup(path: "manifest", reason: "\(LosslessPath.display(entry.path)) uses an object its object list does not name")
+                throw BackupError.badBackup(
+                    path: "manifest",
+                    reason: "\(LosslessPath.display(entry.path)) uses an object its object list does not name")
             }
         }
         for entry in entries {
             let parts = LosslessPath.components(of: entry.path)
             for depth in 1..<max(parts.count, 1) {
-                guard kinds[LosslessPath.key(parts[0..<depth].joined(separator: "/"))] == .directory else { throw BackupError.unsafePath(LosslessPath.display(entry.path)) }
+                guard kinds[LosslessPath.key(parts[0..<depth].joined(separator: "/"))] == .directory else {
+                    throw BackupError.unsafePath(LosslessPath.display(entry.path))
+                }
             }
         }
         var byBytes: [[UInt8]: String] = [:]
         for link in links { byBytes[LosslessPath.key(link.path)] = link.target }
-        return Set(links.filter { !resolvesInside(link: $0.path, target: $0.target, linksByBytes: byBytes) }.map { LosslessPath.key($0.path) })
+        return Set(
+            links.filter { !resolvesInside(link: $0.path, target: $0.target, linksByBytes: byBytes) }.map {
+                LosslessPath.key($0.path)
+            })
     }
 
     /// A manifest name must be relative and plain: no empty, `.` or `..` component, no NUL.
     static func checkName(_ name: String) throws {
         let parts = LosslessPath.components(of: name, omittingEmpty: false)
         guard !name.isEmpty, !LosslessPath.isAbsolute(name), !LosslessPath.bytes(of: name).contains(0),
-              parts.allSatisfy({ !$0.isEmpty && !LosslessPath.isDotOrDotDot($0) }) else {
+            parts.allSatisfy({ !$0.isEmpty && !LosslessPath.isDotOrDotDot($0) })
+        else {
             throw BackupError.unsafePath(LosslessPath.display(name))
         }
     }
@@ -54,7 +63,9 @@ extension RestoreEngine {
         var current = root
         for part in LosslessPath.components(of: name).dropLast() {
             current += "/" + part
-            guard let st = POSIXFile.linkStatus(current), st.st_mode & S_IFMT == S_IFDIR else { throw BackupError.unsafePath(LosslessPath.display(name)) }
+            guard let st = POSIXFile.linkStatus(current), st.st_mode & S_IFMT == S_IFDIR else {
+                throw BackupError.unsafePath(LosslessPath.display(name))
+            }
         }
     }
 

@@ -13,7 +13,9 @@ extension RestoreEngine {
     ///   where the manifest can be opened, the files that use it.
     public func verify(files: ProtectedFileManager, password: String?) async throws -> Int {
         let verification = try await verification(files: files, password: password)
-        if !verification.problems.isEmpty { throw BackupError.verificationFailed(problems: verification.problems.map(\.description)) }
+        if !verification.problems.isEmpty {
+            throw BackupError.verificationFailed(problems: verification.problems.map(\.description))
+        }
         return verification.objectsChecked
     }
 
@@ -52,8 +54,12 @@ extension RestoreEngine {
                 // A chunked file restores from its packs too: its list must parse and name only
                 // packs the backup lists (an intact list that does not is named as malformed).
                 guard entry.chunked, !damaged.contains(sha) else { continue }
-                guard let list = try? repository.chunkList(sha, size: entry.size), list.packs.allSatisfy(listed.contains) else {
-                    if !problems.contains(where: { $0.object == sha }) { problems.append(.init(object: sha, issue: .malformed, files: [])) }
+                guard let list = try? repository.chunkList(sha, size: entry.size),
+                    list.packs.allSatisfy(listed.contains)
+                else {
+                    if !problems.contains(where: { $0.object == sha }) {
+                        problems.append(.init(object: sha, issue: .malformed, files: []))
+                    }
                     continue
                 }
                 for pack in list.packs { users[pack, default: []].append(entry.path) }
@@ -64,6 +70,8 @@ extension RestoreEngine {
             // the damage is still reported, by object.
             filesNamed = problems.isEmpty
         }
-        return BackupVerification(backup: authenticated.id, objectsChecked: authenticated.objects.count, filesNamed: filesNamed, problems: problems)
+        return BackupVerification(
+            backup: authenticated.id, objectsChecked: authenticated.objects.count, filesNamed: filesNamed,
+            problems: problems)
     }
 }

@@ -20,7 +20,9 @@ public struct RestoreEngine: Sendable {
 
     public init(backup: URL) { self.backup = backup.standardizedFileURL }
 
-    var repository: BackupRepository { BackupRepository(url: backup.deletingLastPathComponent().deletingLastPathComponent()) }
+    var repository: BackupRepository {
+        BackupRepository(url: backup.deletingLastPathComponent().deletingLastPathComponent())
+    }
 
     /// A backup whose authentication verified, with the bytes that were checked (never read again).
     struct AuthenticatedBackup {
@@ -43,8 +45,10 @@ public struct RestoreEngine: Sendable {
     /// - Parameters:
     ///   - files: this device's protected files, for rewrapping files from another device.
     ///   - password: the backup password, needed only for a backup made on another device.
-    public func restore(to destination: URL, files: ProtectedFileManager, password: String?, options: RestoreOptions = RestoreOptions(),
-                        log: (String) -> Void = { _ in }, progress: (BackupProgress) -> Void = { _ in }) async throws -> RestoreSummary {
+    public func restore(
+        to destination: URL, files: ProtectedFileManager, password: String?, options: RestoreOptions = RestoreOptions(),
+        log: (String) -> Void = { _ in }, progress: (BackupProgress) -> Void = { _ in }
+    ) async throws -> RestoreSummary {
         let destination = destination.standardizedFileURL
         let authenticated = try await authenticate(files: files, password: password)
         let backupManifest = try await manifest(of: authenticated, files: files)
@@ -55,7 +59,8 @@ public struct RestoreEngine: Sendable {
         case nil: rootDefault = nil
         case let text?:
             guard let number = UInt8(text), let cls = ProtectionClass(rawValue: number) else {
-                throw BackupError.badBackup(path: backup.path, reason: "the manifest's default class \(text) does not exist")
+                throw BackupError.badBackup(
+                    path: backup.path, reason: "the manifest's default class \(text) does not exist")
             }
             rootDefault = cls
         }
@@ -64,11 +69,13 @@ public struct RestoreEngine: Sendable {
 
         // Before writing anything: which objects are missing. Which device an object belongs to
         // is read from its bytes only once they are copied and their SHA-256 checked.
-        var unreadable: [[UInt8]: String] = [:]      // damaged before a byte is copied: why
+        var unreadable: [[UInt8]: String] = [:]   // damaged before a byte is copied: why
         for entry in entries where entry.kind == .file {
             guard let sha = entry.sha256, repository.hasObject(sha) else {
                 if options.allOrNothing {
-                    throw BackupError.badBackup(path: backup.path, reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
+                    throw BackupError.badBackup(
+                        path: backup.path,
+                        reason: "the object of \(LosslessPath.display(entry.path)) is missing (verify the backup)")
                 }
                 unreadable[LosslessPath.key(entry.path)] = DamagedContent.missing.issue
                 continue
@@ -87,12 +94,18 @@ public struct RestoreEngine: Sendable {
         // Another user who can rename entries in the parent could swap the staging directory for
         // a link of theirs mid-restore: refuse such a parent (a sticky one, like /tmp, is fine).
         if let st = POSIXFile.status(parent.path), st.st_mode & 0o022 != 0, st.st_mode & S_ISVTX == 0 {
-            throw BackupError.badBackup(path: parent.path, reason: "other users can rename entries in the destination's parent (mode \(String(st.st_mode & 0o7777, radix: 8))); restore into a directory only you can write")
+            throw BackupError.badBackup(
+                path: parent.path,
+                reason:
+                    "other users can rename entries in the destination's parent (mode \(String(st.st_mode & 0o7777, radix: 8))); restore into a directory only you can write"
+            )
         }
         // What an interrupted restore to the same destination left (plaintext included) goes first.
         let stalePrefix = ".\(destination.lastPathComponent).dp-restore-"
         for name in (try? POSIXFile.directoryEntries(parent.path)) ?? [] where name.hasPrefix(stalePrefix) {
-            if let st = POSIXFile.linkStatus(parent.path + "/" + name), st.st_uid == getuid(), st.st_mode & S_IFMT == S_IFDIR {
+            if let st = POSIXFile.linkStatus(parent.path + "/" + name), st.st_uid == getuid(),
+                st.st_mode & S_IFMT == S_IFDIR
+            {
                 try? FileManager.default.removeItem(atPath: parent.path + "/" + name)
             }
         }
@@ -101,12 +114,16 @@ public struct RestoreEngine: Sendable {
         do {
             // DEST keeps the stronger of its own default (an empty directory made for the restore)
             // and the backed-up one: a restore never weakens what the destination promised.
-            let destinationDefault = POSIXFile.kind(destination.path).isDirectory ? try DirectoryDefault.get(destination.path) : nil
-            if let stronger = [rootDefault, destinationDefault].compactMap({ $0 }).max() { try DirectoryDefault.set(stronger, stage.path) }
-            let summary = try await restore(entries, into: stage, files: files, outwardLinks: outwardLinks,
-                                             unreadable: unreadable, backupKeys: authenticated.backupKeys,
-                                             listedObjects: Set(authenticated.objects),
-                                             options: options, reportingAs: destination, log: log, progress: progress)
+            let destinationDefault =
+                POSIXFile.kind(destination.path).isDirectory ? try DirectoryDefault.get(destination.path) : nil
+            if let stronger = [rootDefault, destinationDefault].compactMap({ $0 }).max() {
+                try DirectoryDefault.set(stronger, stage.path)
+            }
+            let summary = try await restore(
+                entries, into: stage, files: files, outwardLinks: outwardLinks,
+                unreadable: unreadable, backupKeys: authenticated.backupKeys,
+                listedObjects: Set(authenticated.objects),
+                options: options, reportingAs: destination, log: log, progress: progress)
             if POSIXFile.kind(destination.path).exists { try POSIXFile.call("rmdir", destination.path) { rmdir($0) } }
             try POSIXFile.call("rename", stage.path, destination.path) { rename($0, $1) }
             return summary
@@ -131,7 +148,8 @@ public struct RestoreEngine: Sendable {
         static let notRegular = DamagedContent(issue: "its stored content is not a regular file")
         static let wrongSize = DamagedContent(issue: "its stored content is not the size the backup recorded")
         static let unauthentic = DamagedContent(issue: "its stored content does not authenticate")
-        static let otherDevice = DamagedContent(issue: "it was protected by another device's keybag, which this backup does not carry")
+        static let otherDevice = DamagedContent(
+            issue: "it was protected by another device's keybag, which this backup does not carry")
     }
 
 }

@@ -1,5 +1,6 @@
 import DataProtection
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -75,7 +76,9 @@ final class FileKindCache: Sendable {
         }
     }
 
-    private static func insert(_ entry: Entry, for identity: InodeIdentity, into state: inout Generations, capacity: Int) {
+    private static func insert(
+        _ entry: Entry, for identity: InodeIdentity, into state: inout Generations, capacity: Int
+    ) {
         if state.current[identity] == nil, state.current.count >= capacity {
             state.previous = state.current
             state.current = [:]

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -48,8 +49,10 @@ final class FileNode: Sendable {
     /// what decides whether an app owns it (``ServedApps``), in one step.
     let zone: InodeIdentity?
 
-    init(id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?, zone: InodeIdentity? = nil,
-         owner: UInt64 = 0, isReadOnly: Bool = false) {
+    init(
+        id: UInt64, fd: Int32, status st: stat, parent: UInt64, floor: ProtectionClass?, zone: InodeIdentity? = nil,
+        owner: UInt64 = 0, isReadOnly: Bool = false
+    ) {
         self.floor = floor
         self.zone = zone
         self.owner = owner
@@ -115,7 +118,8 @@ enum DescriptorLimit {
         var limit = rlimit()
         guard getrlimit(resource, &limit) == 0 else { return 1024 }
         if geteuid() == 0, let text = try? String(contentsOfFile: "/proc/sys/fs/nr_open", encoding: .utf8),
-           let most = rlim_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), limit.rlim_max < min(most, 1 << 20) {
+            let most = rlim_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), limit.rlim_max < min(most, 1 << 20)
+        {
             var raised = limit
             raised.rlim_max = min(most, 1 << 20)
             raised.rlim_cur = raised.rlim_max

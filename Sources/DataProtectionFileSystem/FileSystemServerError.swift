@@ -1,5 +1,6 @@
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,5 +1,6 @@
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,9 @@ final class HandleTable: Sendable {
     }
 
     func file(_ id: UInt64) throws(Errno) -> (FileNode, Bool) {
-        guard case .file(let node, let writable)? = state.withLock({ $0.handles[id] }) else { throw Errno(rawValue: EBADF) }
+        guard case .file(let node, let writable)? = state.withLock({ $0.handles[id] }) else {
+            throw Errno(rawValue: EBADF)
+        }
         return (node, writable)
     }
 

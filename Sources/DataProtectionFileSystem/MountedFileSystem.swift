@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -104,7 +105,9 @@ public final class MountedFileSystem: Sendable {
             let dev = UInt64(st.st_dev)
             let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & ~UInt64(0xfff))
             let minor = (dev & 0xff) | ((dev >> 12) & ~UInt64(0xff))
-            guard let handle = FileHandle(forWritingAtPath: "/sys/class/bdi/\(major):\(minor)/read_ahead_kb") else { return }
+            guard let handle = FileHandle(forWritingAtPath: "/sys/class/bdi/\(major):\(minor)/read_ahead_kb") else {
+                return
+            }
             try? handle.write(contentsOf: Data("\(Self.readaheadKiB)\n".utf8))
             try? handle.close()
         }
@@ -127,8 +130,9 @@ public final class MountedFileSystem: Sendable {
         let size = Self.maxWrite + 64 * 1024
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
-        let session = KernelSession(operations: fileSystem, replier: KernelReplier(fd: device.fd), interrupts: interrupts,
-                                    maxWrite: Self.maxWrite)
+        let session = KernelSession(
+            operations: fileSystem, replier: KernelReplier(fd: device.fd), interrupts: interrupts,
+            maxWrite: Self.maxWrite)
         // The caller's kernel masked a create's mode with the caller's umask already: this
         // thread makes items with the mode it is given, never masked again by the server's umask.
         do throws(Errno) { try SystemCall.unshareFileSystemAttributesWithoutUmask() } catch {
@@ -145,8 +149,8 @@ public final class MountedFileSystem: Sendable {
             if grow, n > 0 { startThread() }
             if n < 0 {
                 switch errno {
-                case EINTR, EAGAIN, ENOENT: continue     // ENOENT: a request interrupted before it was read
-                default: return                           // ENODEV: unmounted
+                case EINTR, EAGAIN, ENOENT: continue   // ENOENT: a request interrupted before it was read
+                default: return   // ENODEV: unmounted
                 }
             }
             if n == 0 { return }
@@ -157,10 +161,16 @@ public final class MountedFileSystem: Sendable {
     /// Unmounts (lazily: programs still inside keep what they hold until they leave); ``serve()``
     /// then returns.
     public func unmount() throws {
-        guard !unmounted.withLock({ let was = $0; $0 = true; return was }) else { return }
+        guard
+            !unmounted.withLock({
+                let was = $0; $0 = true; return was
+            })
+        else { return }
         // The fusermount3 that made the mount unmounts it as it ends (one unmount, no complaint
         // from a second); else, or if it does not end, an unmount of our own.
-        if let monitor = device.monitor, monitor.unmount(waiting: 10), !FUSEDevice.isMounted(device.mountPoint) { return }
+        if let monitor = device.monitor, monitor.unmount(waiting: 10), !FUSEDevice.isMounted(device.mountPoint) {
+            return
+        }
         try FUSEDevice.unmount(device.mountPoint)
     }
 

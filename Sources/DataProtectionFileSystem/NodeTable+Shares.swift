@@ -2,6 +2,7 @@ import DataProtectionSystem
 import Foundation
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -47,7 +48,11 @@ extension NodeTable {
         }
 
         /// The pin, now the caller's to close.
-        func takePin() -> Int32 { pin.withLock { let fd = $0; $0 = -1; return fd } }
+        func takePin() -> Int32 {
+            pin.withLock {
+                let fd = $0; $0 = -1; return fd
+            }
+        }
 
         deinit { let fd = takePin(); if fd >= 0 { close(fd) } }
     }
@@ -61,7 +66,11 @@ extension NodeTable {
         init(owner: UInt64) { self.owner = owner }
 
         /// Whether it was still pending (it no longer is).
-        func take() -> Bool { pending.withLock { let was = $0; $0 = false; return was } }
+        func take() -> Bool {
+            pending.withLock {
+                let was = $0; $0 = false; return was
+            }
+        }
     }
 
     /// The program asking, when the table is shared.

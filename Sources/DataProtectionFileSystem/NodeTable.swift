@@ -3,6 +3,7 @@ import DataProtectionSystem
 import Foundation
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -66,10 +67,14 @@ final class NodeTable: Sendable {
     /// runs made them.
     let apps: ServedApps
 
-    init(rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil,
-         sharedByRequester: Bool = false, readOnlyPrefixes: [[UInt8]] = [], apps: ServedApps = ServedApps()) throws {
+    init(
+        rootDescriptor: Int32, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil, maxNodes: Int? = nil,
+        sharedByRequester: Bool = false, readOnlyPrefixes: [[UInt8]] = [], apps: ServedApps = ServedApps()
+    ) throws {
         var st = stat()
-        guard fstat(rootDescriptor, &st) == 0 else { throw FileSystemServerError.system("stat", Errno(rawValue: errno)) }
+        guard fstat(rootDescriptor, &st) == 0 else {
+            throw FileSystemServerError.system("stat", Errno(rawValue: errno))
+        }
         self.floorOfDirectory = floorOfDirectory
         self.sharedByRequester = sharedByRequester
         self.readOnlyPrefixes = readOnlyPrefixes
@@ -79,8 +84,9 @@ final class NodeTable: Sendable {
         let descriptors = DescriptorLimit.raise() * 3 / 8
         capacity = max(64, min(descriptors, maxNodes ?? descriptors))
         let rootFloor = floorOfDirectory?(rootDescriptor)
-        root = FileNode(id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE),
-                        floor: rootFloor, zone: rootFloor == nil ? nil : InodeIdentity(st))
+        root = FileNode(
+            id: UInt64(FUSE_ROOT_ID_VALUE), fd: rootDescriptor, status: st, parent: UInt64(FUSE_ROOT_ID_VALUE),
+            floor: rootFloor, zone: rootFloor == nil ? nil : InodeIdentity(st))
         state.withLock {
             $0.nodes[root.id] = (root, 1)
             $0.byIdentity[root.identity] = root.id
@@ -96,11 +102,15 @@ final class NodeTable: Sendable {
     /// With the inode number a directory listing gave (`inodeHint`), a node the kernel holds for
     /// that inode is found with one `fstatat` (the name must still lead to it). A new node takes
     /// `reservation` if given (an item just made), else room in the requester's share.
-    func lookup(_ name: [UInt8], in parent: FileNode, inodeHint: UInt64? = nil, reservation: Reservation? = nil) throws(Errno) -> (FileNode, stat) {
+    func lookup(
+        _ name: [UInt8], in parent: FileNode, inodeHint: UInt64? = nil, reservation: Reservation? = nil
+    ) throws(Errno) -> (FileNode, stat) {
         if let inodeHint, let known = existing(InodeIdentity(device: parent.identity.device, inode: inodeHint)) {
             var st = stat()
-            if withName(name, { fstatat(parent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, InodeIdentity(st) == known.identity,
-               st.st_mode & S_IFMT == known.kind, count(known, parent: parent.id, name: name) {
+            if withName(name, { fstatat(parent.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0,
+                InodeIdentity(st) == known.identity,
+                st.st_mode & S_IFMT == known.kind, count(known, parent: parent.id, name: name)
+            {
                 return (known, st)
             }
         }
@@ -118,7 +128,9 @@ final class NodeTable: Sendable {
     /// just made) with one. It
     /// takes `reservation` if given; else, with no room (``capacity``, or the requester's share),
     /// `ENFILE` (the descriptor is closed).
-    func adopt(_ fd: Int32, _ st: stat, parent: FileNode, name: [UInt8], reservation: Reservation? = nil) throws(Errno) -> FileNode {
+    func adopt(
+        _ fd: Int32, _ st: stat, parent: FileNode, name: [UInt8], reservation: Reservation? = nil
+    ) throws(Errno) -> FileNode {
         let identity = InodeIdentity(st)
         if let known = reuse(identity, st, parent: parent.id, name: name) {
             close(fd)
@@ -134,7 +146,9 @@ final class NodeTable: Sendable {
         let claimant = reservation == nil ? claimant() : nil
         let readOnly = parent === root && readOnlyPrefixes.contains { name.starts(with: $0) }
         let (node, adopted) = state.withLock { state -> (FileNode?, Bool) in
-            if let known = Self.counted(identity, st, parent: parent.id, name: name, in: &state) { return (known, false) }
+            if let known = Self.counted(identity, st, parent: parent.id, name: name, in: &state) {
+                return (known, false)
+            }
             let owner: UInt64
             if let reservation, reservation.take() {
                 state.reserved -= 1
@@ -145,7 +159,9 @@ final class NodeTable: Sendable {
                 askForPassOnRefusal(in: &state)
                 return (nil, false)
             }
-            let node = FileNode(id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, zone: zone, owner: owner, isReadOnly: readOnly)
+            let node = FileNode(
+                id: state.next, fd: fd, status: st, parent: parent.id, floor: floor, zone: zone, owner: owner,
+                isReadOnly: readOnly)
             state.next += 1
             state.tick += 1
             node.lastSeen.withLock { $0 = (name, state.tick) }
@@ -168,8 +184,11 @@ final class NodeTable: Sendable {
         state.withLock { Self.counted(identity, st, parent: parent, name: name, in: &$0) }
     }
 
-    private static func counted(_ identity: InodeIdentity, _ st: stat, parent: UInt64, name: [UInt8], in state: inout State) -> FileNode? {
-        guard let id = state.byIdentity[identity], var entry = state.nodes[id], entry.node.kind == st.st_mode & S_IFMT else { return nil }
+    private static func counted(
+        _ identity: InodeIdentity, _ st: stat, parent: UInt64, name: [UInt8], in state: inout State
+    ) -> FileNode? {
+        guard let id = state.byIdentity[identity], var entry = state.nodes[id], entry.node.kind == st.st_mode & S_IFMT
+        else { return nil }
         entry.lookups += 1
         state.nodes[id] = entry
         state.tick += 1
@@ -188,7 +207,11 @@ final class NodeTable: Sendable {
     func move(_ node: FileNode, to parent: UInt64, name: [UInt8]) {
         node.parent.withLock { $0 = parent }
         node.lastSeen.withLock { $0.name = name }
-        guard node.evictionAsked.withLock({ asked in defer { asked = nil }; return asked != nil }) else { return }
+        guard
+            node.evictionAsked.withLock({ asked in
+                defer { asked = nil }; return asked != nil
+            })
+        else { return }
         state.withLock { $0.fileChanges &+= 1 }
     }
 
@@ -202,7 +225,9 @@ final class NodeTable: Sendable {
     /// The request never waits for the pass: the kernel holds the parent directory's lock until
     /// it is answered, and asking it to forget a name there takes that lock.
     func askForPassOnRefusal(in state: inout State) {
-        guard !state.evictionPending, state.fileChanges != state.fileChangesAtPass, state.nodes.count > lowWater else { return }
+        guard !state.evictionPending, state.fileChanges != state.fileChangesAtPass, state.nodes.count > lowWater else {
+            return
+        }
         state.evictionPending = true
         overflowing.signal()
     }
@@ -219,13 +244,15 @@ final class NodeTable: Sendable {
         guard all.count > lowWater else { return [] }
         // Directories are never given back (see ProtectedFileSystem.evictUnused): the others,
         // oldest first, however many directories are older.
-        let seen = all.filter { $0.id != root.id && !$0.isDirectory }.compactMap { node -> (FileNode, (name: [UInt8], tick: UInt64))? in
+        let seen = all.filter { $0.id != root.id && !$0.isDirectory }.compactMap {
+            node -> (FileNode, (name: [UInt8], tick: UInt64))? in
             let seen = node.lastSeen.withLock { $0 }
             guard !seen.name.isEmpty, !spared(seen.name), node.evictionAsked.withLock({ $0 != seen.tick }),
-                  node.open.withLock({ file in
-                      if file.handles > 0 { file.passedOverWhileOpen = true }
-                      return file.handles == 0
-                  }) else { return nil }
+                node.open.withLock({ file in
+                    if file.handles > 0 { file.passedOverWhileOpen = true }
+                    return file.handles == 0
+                })
+            else { return nil }
             return (node, seen)
         }.sorted { $0.1.tick < $1.1.tick }
         return seen.prefix(all.count - lowWater).map { candidate in

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -42,11 +43,15 @@ extension ProtectedFileSystem {
     /// linked to another name below a floor (``refuseBelowFloor(_:named:in:)``).
     func newFileClass(named name: [UInt8], in directory: FileNode) -> ProtectionClass {
         let inherited = defaultClass(in: directory)
-        for suffix in Self.databaseSidecarSuffixes where name.count > suffix.count && name.suffix(suffix.count).elementsEqual(suffix) {
+        for suffix in Self.databaseSidecarSuffixes
+        where name.count > suffix.count && name.suffix(suffix.count).elementsEqual(suffix) {
             let database = Array(name.dropLast(suffix.count))
             var st = stat()
-            guard withName(database, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, st.st_mode & S_IFMT == S_IFREG else { break }
-            guard case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: database, in: directory, st) else { break }
+            guard withName(database, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0,
+                st.st_mode & S_IFMT == S_IFREG
+            else { break }
+            guard case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: database, in: directory, st)
+            else { break }
             let cls = max(inherited, prefix.protectionClass)
             return suffix == Self.walIndexSuffix ? cls.walIndexClass : cls
         }
@@ -75,17 +80,23 @@ extension ProtectedFileSystem {
         guard writable, node.open.withLock({ $0.protectionClass }) == .complete else { return }
         let name = node.lastSeen.withLock { $0.name }
         guard Self.isWALIndexName(name), let st = try? node.status(), st.st_nlink == 1,
-              let parent = try? nodes.node(node.parent.withLock { $0 }) else { return }
+            let parent = try? nodes.node(node.parent.withLock { $0 })
+        else { return }
         let database = Array(name.dropLast(Self.walIndexSuffix.count))
         var beside = stat()
-        guard withName(database, { fstatat(parent.fd, $0, &beside, AT_SYMLINK_NOFOLLOW) }) == 0, beside.st_mode & S_IFMT == S_IFREG,
-              case .protected? = kinds.kind(of: beside) ?? readKind(named: database, in: parent, beside) else { return }
+        guard withName(database, { fstatat(parent.fd, $0, &beside, AT_SYMLINK_NOFOLLOW) }) == 0,
+            beside.st_mode & S_IFMT == S_IFREG,
+            case .protected? = kinds.kind(of: beside) ?? readKind(named: database, in: parent, beside)
+        else { return }
         guard let engine = try? engine(of: node, writing: false),
-              let head = try? node.open.withLock({ _ in try engine.read(at: 0, count: 4) }),
-              Self.walIndexVersion.starts(with: Array(head)) else { return }
+            let head = try? node.open.withLock({ _ in try engine.read(at: 0, count: 4) }),
+            Self.walIndexVersion.starts(with: Array(head))
+        else { return }
         do {
             try rewrap(node, to: ProtectionClass.complete.walIndexClass)
-            logger.info("the WAL index \(describe(node)) is now class C (class A's lock would revoke it under the program mapping it)")
+            logger.info(
+                "the WAL index \(describe(node)) is now class C (class A's lock would revoke it under the program mapping it)"
+            )
         } catch {
             logger.notice("the WAL index \(describe(node)) stays class A: \(error)")
         }
@@ -104,7 +115,8 @@ extension ProtectedFileSystem {
     func directoryDefault(of node: FileNode) -> ProtectionClass? {
         let changed = (try? node.status())?.st_ctim
         if let cached = node.directoryDefault.withLock({ $0 }), let changed, cached.changed.tv_sec == changed.tv_sec,
-           cached.changed.tv_nsec == changed.tv_nsec {
+            cached.changed.tv_nsec == changed.tv_nsec
+        {
             return cached.cls
         }
         var buffer = [UInt8](repeating: 0, count: 64)

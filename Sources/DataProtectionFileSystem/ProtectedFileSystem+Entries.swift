@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,7 +17,9 @@ extension ProtectedFileSystem {
 
     /// The attributes the kernel is given for `node`: the backing item's, with a protected file's
     /// plaintext size.
-    func attributes(_ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> NodeAttributes {
+    func attributes(
+        _ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil
+    ) -> NodeAttributes {
         let size = node.isRegularFile ? UInt64(max(0, plaintextSize(node, st, named: name))) : UInt64(st.st_size)
         return NodeAttributes(status: st, size: size)
     }
@@ -24,7 +27,9 @@ extension ProtectedFileSystem {
     /// A regular file's plaintext size: its engine's when open, else from its header and length.
     func plaintextSize(_ node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> Int64 {
         if let size = node.open.withLock({ $0.engine?.size }) { return size }
-        if case .protected(let prefix) = kind(of: node, st, named: name) { return prefix.plaintextSize(fileSize: Int64(st.st_size)) }
+        if case .protected(let prefix) = kind(of: node, st, named: name) {
+            return prefix.plaintextSize(fileSize: Int64(st.st_size))
+        }
         return Int64(st.st_size)
     }
 
@@ -33,7 +38,9 @@ extension ProtectedFileSystem {
     /// when the caller has them (a lookup: one `openat`), else through `/proc/self/fd`; a name
     /// that now leads to another inode is not read. A file that cannot be read is taken as plain
     /// (it is served read-only then).
-    func kind(of node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil) -> ProtectedFilePrefix.Kind {
+    func kind(
+        of node: FileNode, _ st: stat, named name: (parent: FileNode, name: [UInt8])? = nil
+    ) -> ProtectedFilePrefix.Kind {
         if let cached = kinds.kind(of: st) { return cached }
         var found: ProtectedFilePrefix.Kind? = st.st_size < 2 ? .plain : nil
         if found == nil, let name { found = readKind(named: name.name, in: name.parent, st) }
@@ -88,7 +95,9 @@ extension ProtectedFileSystem {
     /// (every caller's, the mount not being shared with other users).
     func checkAccess(_ nodeID: UInt64, mask: Int32) throws(Errno) {
         let node = try nodes.node(nodeID)
-        guard faccessat(AT_FDCWD, node.reopenPath, mask & (R_OK | W_OK | X_OK), AT_EACCESS) == 0 else { throw Errno(rawValue: errno) }
+        guard faccessat(AT_FDCWD, node.reopenPath, mask & (R_OK | W_OK | X_OK), AT_EACCESS) == 0 else {
+            throw Errno(rawValue: errno)
+        }
     }
 
     /// Refuses a reserved name (``reservedNames``): `EPERM`.
@@ -112,7 +121,9 @@ extension ProtectedFileSystem {
         }
     }
 
-    func setAttributes(_ change: AttributeChange, of nodeID: UInt64, _ request: RequestContext) throws(Errno) -> NodeAttributes {
+    func setAttributes(
+        _ change: AttributeChange, of nodeID: UInt64, _ request: RequestContext
+    ) throws(Errno) -> NodeAttributes {
         let node = try nodes.node(nodeID)
         guard !node.isReadOnly else { throw Errno(rawValue: EPERM) }
         try requireTerritory(node, change: change)
@@ -122,7 +133,9 @@ extension ProtectedFileSystem {
             guard chmod(node.reopenPath, mode) == 0 else { throw Errno(rawValue: errno) }
         }
         if change.owner != nil || change.group != nil {
-            let done = fchownat(node.fd, "", change.owner ?? UInt32.max, change.group ?? UInt32.max, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+            let done = fchownat(
+                node.fd, "", change.owner ?? UInt32.max, change.group ?? UInt32.max, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW
+            )
             guard done == 0 else { throw Errno(rawValue: errno) }
         }
         if let size = change.size {
@@ -135,7 +148,9 @@ extension ProtectedFileSystem {
             // A link's own times on its O_PATH descriptor (a kernel that refuses it leaves them);
             // anything else's through the descriptor's /proc/self/fd link.
             if node.kind == S_IFLNK {
-                guard utimensat(node.fd, "", times, AT_EMPTY_PATH) == 0 || errno == EINVAL else { throw Errno(rawValue: errno) }
+                guard utimensat(node.fd, "", times, AT_EMPTY_PATH) == 0 || errno == EINVAL else {
+                    throw Errno(rawValue: errno)
+                }
             } else if node.isRegularFile {
                 // Under the file's lock: a close that settles the file (the kernel sends RELEASE
                 // after close() returned, so it may come after this) keeps the time set here.
@@ -172,7 +187,9 @@ extension ProtectedFileSystem {
         switch mode & S_IFMT {
         case S_IFREG:
             // An empty regular file: a protected file of its directory's class, as CREATE makes.
-            let (node, st) = try createProtectedFile(name, in: parent, mode: mode & 0o7777, exclusive: true, reservation: room).node
+            let (node, st) = try createProtectedFile(
+                name, in: parent, mode: mode & 0o7777, exclusive: true, reservation: room
+            ).node
             detach(node)   // made, not opened: no handle holds it
             return entry(node, st)
         case S_IFIFO, S_IFSOCK:
@@ -189,7 +206,9 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(parentID)
         try requireTerritory(parent, else: EACCES)
         try refuseReserved(name)
-        guard !target.isEmpty, target.count < Int(PATH_MAX) else { throw Errno(rawValue: target.isEmpty ? ENOENT : ENAMETOOLONG) }
+        guard !target.isEmpty, target.count < Int(PATH_MAX) else {
+            throw Errno(rawValue: target.isEmpty ? ENOENT : ENAMETOOLONG)
+        }
         let room = try nodes.reserve()
         defer { nodes.release(room) }
         let made = withName(target) { targetPath in withName(name) { symlinkat(targetPath, parent.fd, $0) } }
@@ -201,8 +220,12 @@ extension ProtectedFileSystem {
     /// The class of the protected regular file `name` in `directory` (which `st` describes): the
     /// open file's, else its header's; `nil` for a plain one.
     func protectedClass(named name: [UInt8], in directory: FileNode, _ st: stat) -> ProtectionClass? {
-        if let node = nodes.existing(InodeIdentity(st)), let cls = node.open.withLock({ $0.protectionClass }) { return cls }
-        if case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: name, in: directory, st) { return prefix.protectionClass }
+        if let node = nodes.existing(InodeIdentity(st)), let cls = node.open.withLock({ $0.protectionClass }) {
+            return cls
+        }
+        if case .protected(let prefix)? = kinds.kind(of: st) ?? readKind(named: name, in: directory, st) {
+            return prefix.protectionClass
+        }
         return nil
     }
 
@@ -218,10 +241,14 @@ extension ProtectedFileSystem {
         let parent = try nodes.node(parentID)
         try requireTerritory(parent, else: EACCES)
         try refuseReserved(name)
-        guard withName(name, { unlinkat(parent.fd, $0, directory ? AT_REMOVEDIR : 0) }) == 0 else { throw Errno(rawValue: errno) }
+        guard withName(name, { unlinkat(parent.fd, $0, directory ? AT_REMOVEDIR : 0) }) == 0 else {
+            throw Errno(rawValue: errno)
+        }
     }
 
-    func rename(_ old: [UInt8], in parentID: UInt64, to new: [UInt8], in newParentID: UInt64, flags: UInt32) throws(Errno) {
+    func rename(
+        _ old: [UInt8], in parentID: UInt64, to new: [UInt8], in newParentID: UInt64, flags: UInt32
+    ) throws(Errno) {
         let parent = try nodes.node(parentID)
         let newParent = try nodes.node(newParentID)
         try requireTerritory(parent, else: EACCES)
@@ -232,25 +259,33 @@ extension ProtectedFileSystem {
         // other, it would be a class-C file where the floor promises A. (Only a WAL index's name
         // is looked at: no other rename pays for a look at its file.)
         var moving = stat()
-        if newParent.floor != nil, Self.isWALIndexName(old), withName(old, { fstatat(parent.fd, $0, &moving, AT_SYMLINK_NOFOLLOW) }) == 0,
-           moving.st_mode & S_IFMT == S_IFREG {
+        if newParent.floor != nil, Self.isWALIndexName(old),
+            withName(old, { fstatat(parent.fd, $0, &moving, AT_SYMLINK_NOFOLLOW) }) == 0,
+            moving.st_mode & S_IFMT == S_IFREG
+        {
             try refuseBelowFloor(protectedClass(named: old, in: parent, moving), named: new, in: newParent)
         }
         if flags & RENAME_EXCHANGE != 0, parent.floor != nil, Self.isWALIndexName(new) {
             var other = stat()
-            if withName(new, { fstatat(newParent.fd, $0, &other, AT_SYMLINK_NOFOLLOW) }) == 0, other.st_mode & S_IFMT == S_IFREG {
+            if withName(new, { fstatat(newParent.fd, $0, &other, AT_SYMLINK_NOFOLLOW) }) == 0,
+                other.st_mode & S_IFMT == S_IFREG
+            {
                 try refuseBelowFloor(protectedClass(named: new, in: newParent, other), named: old, in: parent)
             }
         }
         let renamed = withName(old) { from in
-            withName(new) { to in Result { () throws(Errno) in try SystemCall.renameat2(parent.fd, from, newParent.fd, to, flags: flags) } }
+            withName(new) { to in
+                Result { () throws(Errno) in try SystemCall.renameat2(parent.fd, from, newParent.fd, to, flags: flags) }
+            }
         }
         try renamed.get()
         // The moved item's node (if the kernel holds one) now lives under its new parent; with
         // RENAME_EXCHANGE, the other item under the old one.
         for (directory, name) in [(newParent, new)] + (flags & RENAME_EXCHANGE != 0 ? [(parent, old)] : []) {
             var st = stat()
-            if withName(name, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0, let moved = nodes.existing(InodeIdentity(st)) {
+            if withName(name, { fstatat(directory.fd, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0,
+                let moved = nodes.existing(InodeIdentity(st))
+            {
                 nodes.move(moved, to: directory.id, name: name)
             }
         }
@@ -289,7 +324,9 @@ extension ProtectedFileSystem {
     /// many as fit in the size it asks for. With `plus` (READDIRPLUS), each
     /// entry but `.` and `..` comes with its node and attributes, as LOOKUP gives them (a lookup
     /// counted for each: an entry is looked up only once it is sure to fit).
-    func readDirectory(_ nodeID: UInt64, handle: UInt64, from offset: Int64, into listing: inout DirectoryListing) throws(Errno) {
+    func readDirectory(
+        _ nodeID: UInt64, handle: UInt64, from offset: Int64, into listing: inout DirectoryListing
+    ) throws(Errno) {
         let directory = try handles.directory(handle)
         let parent = try nodes.node(nodeID)
         let wanted = listing.capacity
@@ -299,7 +336,9 @@ extension ProtectedFileSystem {
             defer { close(fd) }
             guard lseek(fd, off_t(offset), SEEK_SET) >= 0 else { throw Errno(rawValue: errno) }
             var raw = [UInt8](repeating: 0, count: wanted)
-            let n = try raw.withUnsafeMutableBytes { buffer in Result { () throws(Errno) in try SystemCall.getdents64(fd, buffer) } }.get()
+            let n = try raw.withUnsafeMutableBytes { buffer in
+                Result { () throws(Errno) in try SystemCall.getdents64(fd, buffer) }
+            }.get()
             var at = 0
             while at + 19 <= n {
                 let inode = raw.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt64.self) }
@@ -312,7 +351,9 @@ extension ProtectedFileSystem {
                 let name = Array(raw[(at + 19)..<(at + 19 + nameLength)])
                 guard listing.fits(nameLength: nameLength) else { break }
                 var found: NodeEntry?
-                if listing.plus, name != [0x2E], name != [0x2E, 0x2E], let (node, st) = try? nodes.lookup(name, in: parent, inodeHint: inode) {
+                if listing.plus, name != [0x2E], name != [0x2E, 0x2E],
+                    let (node, st) = try? nodes.lookup(name, in: parent, inodeHint: inode)
+                {
                     found = entry(node, st, named: (parent, name))
                 }
                 listing.append(name: name, inode: inode, nextOffset: next, type: type, entry: found)

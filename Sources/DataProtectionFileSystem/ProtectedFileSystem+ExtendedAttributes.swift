@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -54,7 +55,9 @@ extension ProtectedFileSystem {
         guard let size = try? SystemCall.listxattr(node.reopenPath, &none), size > 0 else { return [] }
         var buffer = [UInt8](repeating: 0, count: size)
         guard let n = try? SystemCall.listxattr(node.reopenPath, &buffer), n > 0 else { return [] }
-        return buffer[0..<n].split(separator: 0).map(Array.init).filter { Self.isServed($0) && $0 != Self.classAttributeName }
+        return buffer[0..<n].split(separator: 0).map(Array.init).filter {
+            Self.isServed($0) && $0 != Self.classAttributeName
+        }
     }
 
     func setExtendedAttribute(_ name: [UInt8], of nodeID: UInt64, to value: [UInt8], flags: Int32) throws(Errno) {
@@ -62,7 +65,10 @@ extension ProtectedFileSystem {
         guard !node.isReadOnly else { throw Errno(rawValue: EPERM) }
         try requireTerritory(node)
         if name == Self.classAttributeName {
-            guard let cls = ProtectionClass(name: String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            guard
+                let cls = ProtectionClass(
+                    name: String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            else {
                 throw Errno(rawValue: EINVAL)
             }
             try setClass(cls, of: node)
@@ -88,7 +94,9 @@ extension ProtectedFileSystem {
             }
             node.directoryDefault.withLock { $0 = nil }
         }
-        try withName(name) { attribute in Result { () throws(Errno) in try SystemCall.removexattr(node.reopenPath, attribute) } }.get()
+        try withName(name) { attribute in
+            Result { () throws(Errno) in try SystemCall.removexattr(node.reopenPath, attribute) }
+        }.get()
         node.directoryDefault.withLock { $0 = nil }
     }
 
@@ -129,9 +137,17 @@ extension ProtectedFileSystem {
             // under it, through the open engine if there is one: one writer of the header at a
             // time, whose marks are kept (FORMAT.md §3).
             let path = describe(node)
-            guard let rewrap = try runBlocking({ [files] in try await files.prepareRewrap(fd: FileDescriptor(rawValue: fd), path: path, to: cls) }) else { return }
+            guard
+                let rewrap = try runBlocking({ [files] in
+                    try await files.prepareRewrap(fd: FileDescriptor(rawValue: fd), path: path, to: cls)
+                })
+            else { return }
             try node.open.withLock { file in
-                if let engine = file.engine { try engine.apply(rewrap) } else { try rewrap.apply(fd: FileDescriptor(rawValue: fd), path: path) }
+                if let engine = file.engine {
+                    try engine.apply(rewrap)
+                } else {
+                    try rewrap.apply(fd: FileDescriptor(rawValue: fd), path: path)
+                }
                 file.protectionClass = cls
                 if cls == .complete { file.mayHavePages = true }
             }

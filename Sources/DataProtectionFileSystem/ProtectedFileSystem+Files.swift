@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,15 +34,18 @@ extension ProtectedFileSystem {
         return handles.add(.file(node, writable: writable))
     }
 
-    func createFile(_ name: [UInt8], in parentID: UInt64, mode: UInt32, _ options: OpenOptions) throws(Errno) -> (NodeEntry, UInt64) {
+    func createFile(
+        _ name: [UInt8], in parentID: UInt64, mode: UInt32, _ options: OpenOptions
+    ) throws(Errno) -> (NodeEntry, UInt64) {
         let parent = try nodes.node(parentID)
         try requireTerritory(parent, else: EACCES)
         try refuseReserved(name)
         try refuseSetID(mode, S_IFREG)
         let room = try nodes.reserve()
         defer { nodes.release(room) }
-        let ((node, st), created) = try createProtectedFile(name, in: parent, mode: mode & 0o7777, exclusive: options.isExclusive,
-                                                            reservation: room)
+        let ((node, st), created) = try createProtectedFile(
+            name, in: parent, mode: mode & 0o7777, exclusive: options.isExclusive,
+            reservation: room)
         do throws(Errno) {
             if !created {
                 try attach(node, writing: options.isWritable || options.truncates)
@@ -59,8 +63,10 @@ extension ProtectedFileSystem {
 
     /// Makes `name` in `parent` a new, empty protected file of the directory's default class,
     /// attached (one handle counted) — or, when it exists and `exclusive` is false, looks it up.
-    func createProtectedFile(_ name: [UInt8], in parent: FileNode, mode: UInt32, exclusive: Bool,
-                             reservation: NodeTable.Reservation) throws(Errno) -> (node: (FileNode, stat), created: Bool) {
+    func createProtectedFile(
+        _ name: [UInt8], in parent: FileNode, mode: UInt32, exclusive: Bool,
+        reservation: NodeTable.Reservation
+    ) throws(Errno) -> (node: (FileNode, stat), created: Bool) {
         let fd = withName(name) { openat(parent.fd, $0, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
         if fd < 0 {
             let code = errno
@@ -71,7 +77,10 @@ extension ProtectedFileSystem {
         let cls = newFileClass(named: name, in: parent)
         let engine: ProtectedFileEngine
         do {
-            engine = try runBlocking { [files] in try await files.createEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(name), protection: cls) }
+            engine = try runBlocking { [files] in
+                try await files.createEngine(
+                    fd: FileDescriptor(rawValue: fd), path: self.describe(name), protection: cls)
+            }
         } catch {
             close(fd)
             _ = withName(name) { unlinkat(parent.fd, $0, 0) }
@@ -116,17 +125,23 @@ extension ProtectedFileSystem {
         // what is there now.
         // A file this mount holds open is the one the caller means, linked or not (a reopen
         // through /proc/self/fd of an unlinked file).
-        guard (try node.status()).st_nlink > 0 || node.open.withLock({ $0.handles > 0 }) else { throw Errno(rawValue: ESTALE) }
+        guard (try node.status()).st_nlink > 0 || node.open.withLock({ $0.handles > 0 }) else {
+            throw Errno(rawValue: ESTALE)
+        }
         // The class: the open file's, else from the header on a descriptor opened now.
         var fd: Int32 = -1, writable = false, cls: ProtectionClass?
-        if let open = node.open.withLock({ $0.handles > 0 && $0.descriptor >= 0 ? ($0.protectionClass, $0.writable) : nil }) {
+        if let open = node.open.withLock({
+            $0.handles > 0 && $0.descriptor >= 0 ? ($0.protectionClass, $0.writable) : nil
+        }) {
             cls = open.0
             if cls == nil, writing { throw Errno(rawValue: EACCES) }   // a plain file, read-only
             // The caller's own rights, as the backing file has them now: another handle's
             // descriptor says nothing of them (its mode may have changed since, or its opener
             // asked for other rights).
             let rights = (writing ? W_OK : 0) | (reading ? R_OK : 0)
-            if rights != 0, faccessat(AT_FDCWD, node.reopenPath, rights, AT_EACCESS) != 0 { throw Errno(rawValue: errno) }
+            if rights != 0, faccessat(AT_FDCWD, node.reopenPath, rights, AT_EACCESS) != 0 {
+                throw Errno(rawValue: errno)
+            }
         } else {
             fd = open(node.reopenPath, O_RDWR | O_CLOEXEC)
             writable = true
@@ -199,7 +214,10 @@ extension ProtectedFileSystem {
         let cls = defaultClass(in: parent)
         let engine: ProtectedFileEngine
         do {
-            engine = try runBlocking { [files] in try await files.createEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(node), protection: cls) }
+            engine = try runBlocking { [files] in
+                try await files.createEngine(
+                    fd: FileDescriptor(rawValue: fd), path: self.describe(node), protection: cls)
+            }
         } catch {
             close(fd)
             throw Self.errorCode(error)
@@ -210,7 +228,9 @@ extension ProtectedFileSystem {
 
     /// Counts one more handle on a file just made protected (its read-write descriptor and its
     /// new engine); if another handle opened it meanwhile, that one's descriptor and engine stay.
-    private func attach(_ node: FileNode, newFile fd: Int32, engine: ProtectedFileEngine, protectionClass cls: ProtectionClass) {
+    private func attach(
+        _ node: FileNode, newFile fd: Int32, engine: ProtectedFileEngine, protectionClass cls: ProtectionClass
+    ) {
         node.open.withLock { file in
             if file.handles == 0 {
                 if file.descriptor >= 0 { close(file.descriptor) }
@@ -238,7 +258,9 @@ extension ProtectedFileSystem {
             // leaves it marked as being written, which still opens.
             if file.writable { try? file.engine?.settle() }
             var st = stat()
-            if let engine = file.engine, fstat(file.descriptor, &st) == 0 { kinds.record(.protected(engine.prefix), for: st) }
+            if let engine = file.engine, fstat(file.descriptor, &st) == 0 {
+                kinds.record(.protected(engine.prefix), for: st)
+            }
             file.engine = nil
             if file.descriptor >= 0 { close(file.descriptor) }
             file.descriptor = -1
@@ -266,7 +288,9 @@ extension ProtectedFileSystem {
         guard opening || mayOpen(cls) else { throw Errno(rawValue: EACCES) }
         let opened: ProtectedFileEngine
         do {
-            opened = try runBlocking { [files] in try await files.openEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(node)) }
+            opened = try runBlocking { [files] in
+                try await files.openEngine(fd: FileDescriptor(rawValue: fd), path: self.describe(node))
+            }
         } catch {
             throw Self.errorCode(error)
         }
@@ -280,7 +304,9 @@ extension ProtectedFileSystem {
     func read(_ nodeID: UInt64, handle: UInt64, at offset: Int64, count: Int) throws(Errno) -> Data {
         let (node, _) = try handles.file(handle)
         if let engine = try engine(of: node, writing: false) {
-            do { return try node.open.withLock { _ in try engine.read(at: offset, count: count) } } catch { throw Self.errorCode(error) }
+            do { return try node.open.withLock { _ in try engine.read(at: offset, count: count) } } catch {
+                throw Self.errorCode(error)
+            }
         }
         let fd = node.open.withLock { $0.descriptor }
         var data = Data(count: count)
@@ -289,8 +315,10 @@ extension ProtectedFileSystem {
         return data.prefix(n)
     }
 
-    func write(_ nodeID: UInt64, handle: UInt64, _ bytes: UnsafeRawBufferPointer, at offset: Int64, killsSetID: Bool,
-               _ request: RequestContext) throws(Errno) -> Int {
+    func write(
+        _ nodeID: UInt64, handle: UInt64, _ bytes: UnsafeRawBufferPointer, at offset: Int64, killsSetID: Bool,
+        _ request: RequestContext
+    ) throws(Errno) -> Int {
         let (node, writable) = try handles.file(handle)
         guard writable else { throw Errno(rawValue: EBADF) }   // the kernel sends none: checked all the same
         // The request's buffer is this serving thread's, read into again by the next request:
@@ -298,7 +326,9 @@ extension ProtectedFileSystem {
         // refused at the lock included), by the file's class before or after the call.
         let classBefore = node.open.withLock { $0.protectionClass }
         defer {
-            if classBefore == .complete || node.open.withLock({ $0.protectionClass }) == .complete, let base = bytes.baseAddress {
+            if classBefore == .complete || node.open.withLock({ $0.protectionClass }) == .complete,
+                let base = bytes.baseAddress
+            {
                 memset(UnsafeMutableRawPointer(mutating: base), 0, bytes.count)
             }
         }
@@ -306,7 +336,9 @@ extension ProtectedFileSystem {
         if let engine = try engine(of: node, writing: true) {
             try withRoomForZeros(engine, upTo: offset) { () throws(Errno) in
                 try extendWithZeros(node, engine, to: offset, request: request)
-                do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch { throw Self.errorCode(error) }
+                do { try node.open.withLock { _ in try engine.write(bytes, at: offset) } } catch {
+                    throw Self.errorCode(error)
+                }
             }
         } else {
             throw Errno(rawValue: EACCES)   // a plain file is read-only through the mount
@@ -327,7 +359,9 @@ extension ProtectedFileSystem {
         }
     }
 
-    func allocate(_ nodeID: UInt64, handle: UInt64, at offset: Int64, length: Int64, mode: UInt32, _ request: RequestContext) throws(Errno) {
+    func allocate(
+        _ nodeID: UInt64, handle: UInt64, at offset: Int64, length: Int64, mode: UInt32, _ request: RequestContext
+    ) throws(Errno) {
         let (node, writable) = try handles.file(handle)
         guard writable else { throw Errno(rawValue: EBADF) }
         let keepSize = UInt32(FALLOC_FL_KEEP_SIZE)
@@ -350,7 +384,9 @@ extension ProtectedFileSystem {
     func truncate(_ node: FileNode, to size: Int64, handle: UInt64?, request: RequestContext) throws(Errno) {
         guard size >= 0 else { throw Errno(rawValue: EINVAL) }
         if let handle {
-            guard let (held, writable) = try? handles.file(handle), held === node, writable else { throw Errno(rawValue: EBADF) }
+            guard let (held, writable) = try? handles.file(handle), held === node, writable else {
+                throw Errno(rawValue: EBADF)
+            }
         }
         if handle == nil { try attach(node, writing: true) }
         defer { if handle == nil { detach(node) } }
@@ -362,7 +398,9 @@ extension ProtectedFileSystem {
         if let engine = try engine(of: node, writing: true) {
             try withRoomForZeros(engine, upTo: size) { () throws(Errno) in
                 try extendWithZeros(node, engine, to: size, request: request)
-                do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch { throw Self.errorCode(error) }
+                do { try node.open.withLock { _ in try engine.truncate(to: size) } } catch {
+                    throw Self.errorCode(error)
+                }
             }
         } else {
             throw Errno(rawValue: EACCES)
@@ -377,7 +415,9 @@ extension ProtectedFileSystem {
     /// refused beyond ``maxZeroFill`` (`EFBIG`), beyond the disk's free space less what fills
     /// under way will take (`ENOSPC`), or past the fills the requesting program may have at once
     /// (`EAGAIN`, ``ZeroFills``), before anything is written.
-    func withRoomForZeros(_ engine: ProtectedFileEngine, upTo size: Int64, _ body: () throws(Errno) -> Void) throws(Errno) {
+    func withRoomForZeros(
+        _ engine: ProtectedFileEngine, upTo size: Int64, _ body: () throws(Errno) -> Void
+    ) throws(Errno) {
         let gap = size - engine.size
         guard gap > 0 else { return try body() }
         guard gap <= Self.maxZeroFill else { throw Errno(rawValue: EFBIG) }
@@ -385,7 +425,8 @@ extension ProtectedFileSystem {
         guard fstatvfs(engine.fd.rawValue, &st) == 0 else { throw Errno(rawValue: errno) }
         let free = Int64(st.f_bavail) * Int64(st.f_frsize)
         let needed = gap + gap / 4096 * 28 + 64 << 20   // sealed zeros, and room left for others
-        let fill = try fills.begin(bytes: needed, free: free, long: gap > Self.zeroFillStep, program: Requester.namespace)
+        let fill = try fills.begin(
+            bytes: needed, free: free, long: gap > Self.zeroFillStep, program: Requester.namespace)
         defer { fills.end(fill) }
         try body()
     }
@@ -397,12 +438,16 @@ extension ProtectedFileSystem {
     /// Extends `engine`'s file with zeros up to `size` step by step (nothing when it is that long
     /// already); `EINTR` when the kernel interrupts `request` (its program got a signal): the
     /// file keeps the zeros sealed so far.
-    func extendWithZeros(_ node: FileNode, _ engine: ProtectedFileEngine, to size: Int64, request: RequestContext) throws(Errno) {
+    func extendWithZeros(
+        _ node: FileNode, _ engine: ProtectedFileEngine, to size: Int64, request: RequestContext
+    ) throws(Errno) {
         while true {
             let current = node.open.withLock { _ in engine.size }
             guard size - current > Self.zeroFillStep else { return }   // the last step: the caller's own call
             if request.isInterrupted { throw Errno(rawValue: EINTR) }
-            do { try node.open.withLock { _ in try engine.truncate(to: current + Self.zeroFillStep) } } catch { throw Self.errorCode(error) }
+            do { try node.open.withLock { _ in try engine.truncate(to: current + Self.zeroFillStep) } } catch {
+                throw Self.errorCode(error)
+            }
         }
     }
 

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,7 +28,9 @@ extension ProtectedFileSystem {
         // A keybagd back after a restart, locked again after its first unlock by then: class C,
         // closed when the daemon went, is open again (class A comes with didBecomeAvailable).
         let returns = await keybag.addReturnObserver { [self] available in
-            if available.contains(.completeUntilFirstUserAuthentication) { gate.set(.completeUntilFirstUserAuthentication, .available) }
+            if available.contains(.completeUntilFirstUserAuthentication) {
+                gate.set(.completeUntilFirstUserAuthentication, .available)
+            }
         }
         return Observers(discard: discard, events: events, returns: returns)
     }

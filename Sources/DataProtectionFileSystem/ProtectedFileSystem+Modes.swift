@@ -1,6 +1,7 @@
 import DataProtectionSystem
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -8,7 +9,8 @@ import Glibc
 /// The modes of items made through the mount. The kernel applies the caller's umask to the mode
 /// of a CREATE, MKDIR or MKNOD before sending it (this server does not ask for
 /// `FUSE_DONT_MASK`): the mode it sends is the mode the item must get, as on tmpfs. Each serving
-/// thread therefore runs without a umask of its own (``SystemCall/unshareFileSystemAttributesWithoutUmask()``); where the
+/// thread therefore runs without a umask of its own (``SystemCall/unshareFileSystemAttributesWithoutUmask()``);
+/// where the
 /// kernel refuses that, each item made is given its mode afterwards (one call more).
 extension ProtectedFileSystem {
     /// Whether every serving thread runs without a umask (else modes are set after making).
@@ -17,7 +19,9 @@ extension ProtectedFileSystem {
     /// A serving thread could not drop its umask: items are given their modes after being made.
     static func noteServerUmaskApplies(errno code: Int32, logger: Logger) {
         if serverUmaskIsOff.exchange(false, ordering: .relaxed) {
-            logger.notice("serving threads keep the process's umask (unshare(CLONE_FS): \(String(cString: strerror(code)))); each item made is given the caller's mode afterwards")
+            logger.notice(
+                "serving threads keep the process's umask (unshare(CLONE_FS): \(String(cString: strerror(code)))); each item made is given the caller's mode afterwards"
+            )
         }
     }
 

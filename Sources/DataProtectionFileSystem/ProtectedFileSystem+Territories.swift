@@ -1,6 +1,7 @@
-import SystemPackage
 import Foundation
 import Synchronization
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -52,7 +53,8 @@ extension ProtectedFileSystem {
     /// grant's descriptor): never a mode, an owner or explicit times.
     func requireTerritory(_ node: FileNode, change: AttributeChange) throws(Errno) {
         guard isOutsideRequestersTerritories(node) else { return }
-        guard change.isSizeOrTouchOnly, let handle = change.handle, let (held, writable) = try? handles.file(handle), held === node, writable
+        guard change.isSizeOrTouchOnly, let handle = change.handle, let (held, writable) = try? handles.file(handle),
+            held === node, writable
         else { throw Errno(rawValue: EPERM) }
     }
 }

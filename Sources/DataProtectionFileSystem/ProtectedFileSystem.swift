@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -49,7 +50,8 @@ public final class ProtectedFileSystem: Sendable {
     let floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)?
     /// Whether set-user-ID and set-group-ID bits are refused (`EPERM`) rather than kept.
     let refusesSetID: Bool
-    /// Whether callers may lack this server's capabilities (``init(directory:files:floorOfDirectory:refusesSetID:reservedNames:sharesNodesAmongApps:servesWithoutPrivileges:readOnlyPrefixes:maxNodes:)``).
+    /// Whether callers may lack this server's capabilities
+    /// (``init(directory:files:floorOfDirectory:refusesSetID:reservedNames:sharesNodesAmongApps:servesWithoutPrivileges:readOnlyPrefixes:maxNodes:)``).
     let servesWithoutPrivileges: Bool
     /// Names no program may make, remove, rename or link through the mount (`EPERM`), anywhere:
     /// what the server reads its floors from (a container's metadata).
@@ -86,17 +88,23 @@ public final class ProtectedFileSystem: Sendable {
     ///     it is open as a file; default: three eighths of the descriptor limit, so that both stay
     ///     within three quarters of it). Past half of it, the least recently found are given back
     ///     to the kernel.
-    public init(directory: String, files: ProtectedFileManager, floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
-                refusesSetID: Bool = false, reservedNames: Set<String> = [], sharesNodesAmongApps: Bool = false,
-                servesWithoutPrivileges: Bool = false, readOnlyPrefixes: Set<String> = [], maxNodes: Int? = nil) throws {
+    public init(
+        directory: String, files: ProtectedFileManager,
+        floorOfDirectory: (@Sendable (Int32) -> ProtectionClass?)? = nil,
+        refusesSetID: Bool = false, reservedNames: Set<String> = [], sharesNodesAmongApps: Bool = false,
+        servesWithoutPrivileges: Bool = false, readOnlyPrefixes: Set<String> = [], maxNodes: Int? = nil
+    ) throws {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, O_PATH | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))")
+        }
         self.directory = absolute
         self.files = files
-        self.nodes = try NodeTable(rootDescriptor: fd, floorOfDirectory: floorOfDirectory, maxNodes: maxNodes,
-                                   sharedByRequester: sharesNodesAmongApps, readOnlyPrefixes: readOnlyPrefixes.map { Array($0.utf8) },
-                                   apps: apps)
+        self.nodes = try NodeTable(
+            rootDescriptor: fd, floorOfDirectory: floorOfDirectory, maxNodes: maxNodes,
+            sharedByRequester: sharesNodesAmongApps, readOnlyPrefixes: readOnlyPrefixes.map { Array($0.utf8) },
+            apps: apps)
         self.rootDefault = files.defaultProtection(forNewItemAt: URL(fileURLWithPath: absolute + "/x"))
         self.floorOfDirectory = floorOfDirectory
         self.refusesSetID = refusesSetID
@@ -112,7 +120,8 @@ public final class ProtectedFileSystem: Sendable {
         if absolute == directory || absolute.hasPrefix(directory + "/") {
             throw FileSystemServerError.badMountPoint(absolute, "is inside the directory it would serve")
         }
-        let device = try FUSEDevice.mount(at: absolute, kernelChecksPermissions: servesWithoutPrivileges && geteuid() == 0)
+        let device = try FUSEDevice.mount(
+            at: absolute, kernelChecksPermissions: servesWithoutPrivileges && geteuid() == 0)
         return MountedFileSystem(fileSystem: self, device: device)
     }
 }

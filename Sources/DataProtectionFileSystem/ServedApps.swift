@@ -1,7 +1,8 @@
 import DataProtectionSystem
 import Foundation
-import SystemPackage
 import Synchronization
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -68,7 +69,9 @@ public final class ServedApps: Sendable {
         /// program. A supervisor that dies closes its lease before its sandbox is killed; until
         /// the sandbox's last process is gone, it stays served as the app.
         public func end() {
-            let process = process.withLock { let fd = $0; $0 = -1; return fd }
+            let process = process.withLock {
+                let fd = $0; $0 = -1; return fd
+            }
             guard process >= 0 else { return }
             let (apps, namespace, id) = (self.apps, self.namespace, self.id)
             var poller = pollfd(fd: process, events: Int16(POLLIN), revents: 0)
@@ -105,15 +108,22 @@ public final class ServedApps: Sendable {
             guard fd >= 0 else { throw FileSystemServerError.system("open \(path)", Errno(rawValue: errno)) }
             held.append(fd)
             var st = stat()
-            guard fstat(fd, &st) == 0 else { throw FileSystemServerError.system("stat \(path)", Errno(rawValue: errno)) }
+            guard fstat(fd, &st) == 0 else {
+                throw FileSystemServerError.system("stat \(path)", Errno(rawValue: errno))
+            }
             identities.insert(InodeIdentity(st))
         }
         // The process first, then its namespace, then the process checked alive: the namespace
         // read is that process's, not one whose number went to another meanwhile.
         let process: Int32
-        do throws(Errno) { process = try SystemCall.pidfdOpen(pid_t(pid)) } catch { throw FileSystemServerError.system("the sandbox's process \(pid)", error) }
+        do throws(Errno) { process = try SystemCall.pidfdOpen(pid_t(pid)) } catch {
+            throw FileSystemServerError.system("the sandbox's process \(pid)", error)
+        }
         let pin = open("/proc/\(pid)/ns/pid", O_RDONLY | O_CLOEXEC)
-        guard pin >= 0 else { let code = errno; close(process); throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", Errno(rawValue: code)) }
+        guard pin >= 0 else {
+            let code = errno; close(process);
+            throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", Errno(rawValue: code))
+        }
         var st = stat(), own = stat()
         guard fstat(pin, &st) == 0, SystemCall.pidfdIsRunning(process) else {
             close(pin); close(process)

@@ -1,5 +1,6 @@
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -35,7 +36,8 @@ final class ZeroFills: Sendable {
         try state.withLock { state throws(Errno) -> Fill in
             guard bytes <= free - state.bytes else { throw Errno(rawValue: ENOSPC) }
             guard state.all[program, default: 0] < Self.fillsPerProgram,
-                  !long || state.long[program, default: 0] < Self.longFillsPerProgram else { throw Errno(rawValue: EAGAIN) }
+                !long || state.long[program, default: 0] < Self.longFillsPerProgram
+            else { throw Errno(rawValue: EAGAIN) }
             state.all[program, default: 0] += 1
             if long { state.long[program, default: 0] += 1 }
             state.bytes += bytes

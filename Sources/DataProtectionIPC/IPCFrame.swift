@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -29,7 +30,10 @@ package enum IPCFrame {
 
     /// The 4-byte header of a frame of `length` bytes.
     package static func header(_ length: Int) -> [UInt8] {
-        [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16), UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length)]
+        [
+            UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
+            UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length),
+        ]
     }
 
     /// Sends a frame built in place: `frame` holds 4 bytes for the length, then the payload.
@@ -70,7 +74,9 @@ package enum IPCFrame {
         let frame = header(payload.count) + payload
         var dropped = 0
         for fd in fds {
-            let sent = frame.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            let sent = frame.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+            }
             if sent != frame.count {
                 shutdown(fd, Int32(SHUT_RDWR))
                 fds.remove(fd)

@@ -1,6 +1,7 @@
 import DataProtectionSystem
-import SystemPackage
 import Foundation
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -41,7 +42,9 @@ package struct IPCFrameReader: Sendable {
     /// The next frame's payload; `nil` at a clean end of stream.
     package mutating func frame() throws -> [UInt8]? {
         guard try fill(4, allowEOF: true) else { return nil }
-        let length = Int(buffer[start]) << 24 | Int(buffer[start + 1]) << 16 | Int(buffer[start + 2]) << 8 | Int(buffer[start + 3])
+        let length =
+            Int(buffer[start]) << 24 | Int(buffer[start + 1]) << 16 | Int(buffer[start + 2]) << 8
+            | Int(buffer[start + 3])
         guard length >= 2, length <= IPCFrame.maxLength else { throw IPCError("frame length \(length) out of range") }
         guard try fill(4 + length, allowEOF: false) else { throw IPCError("truncated frame") }
         let payload = Array(buffer[(start + 4)..<(start + 4 + length)])
@@ -84,7 +87,9 @@ package struct IPCFrameReader: Sendable {
             case .failure(let failure):
                 buffer.removeLast(room)
                 if failure == .interrupted { continue }
-                if failure == .resourceTemporarilyUnavailable || failure == .wouldBlock { throw IPCError("no answer within the timeout") }
+                if failure == .resourceTemporarilyUnavailable || failure == .wouldBlock {
+                    throw IPCError("no answer within the timeout")
+                }
                 throw IPCError("recvmsg: \(failure.description)")
             case .success(let (n, passed)):
                 buffer.removeLast(room - n)

@@ -1,8 +1,9 @@
 import DataProtectionSystem
-import SystemPackage
 import Foundation
 import Logging
 import Synchronization
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,7 +14,8 @@ import Glibc
 /// connection, and a back-off — not a spin — when `accept` runs out of descriptors or memory.
 ///
 /// ```swift
-/// let server = IPCServer(listener: try UnixSocket.listen(on: path), maxConnections: 256, busyFrame: frame, logger: logger)
+/// let server = IPCServer(listener: try UnixSocket.listen(on: path), maxConnections: 256, busyFrame: frame, logger:
+/// logger)
 /// server.serve { fd in handle(fd) }      // never returns; `handle` closes `fd`
 /// ```
 package final class IPCServer: Sendable {

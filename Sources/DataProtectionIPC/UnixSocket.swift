@@ -1,6 +1,7 @@
 import DataProtectionSystem
-import SystemPackage
 import Foundation
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +18,9 @@ package enum UnixSocket {
         var address = sockaddr_un()
         guard fill(&address, path) else { close(fd); return nil }
         let ok = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         guard ok == 0 else { close(fd); return nil }
         setTimeouts(fd, seconds: timeout)
@@ -31,8 +34,12 @@ package enum UnixSocket {
         var info = stat()
         guard lstat(directory, &info) == 0 else { return nil }
         guard info.st_mode & S_IFMT == S_IFDIR else { return "\(directory) is not a directory" }
-        guard info.st_uid == getuid() else { return "\(directory) belongs to uid \(info.st_uid), not to this user (uid \(getuid()))" }
-        guard info.st_mode & 0o077 == 0 else { return "\(directory) is open to other users (mode \(String(info.st_mode & 0o777, radix: 8)))" }
+        guard info.st_uid == getuid() else {
+            return "\(directory) belongs to uid \(info.st_uid), not to this user (uid \(getuid()))"
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            return "\(directory) is open to other users (mode \(String(info.st_mode & 0o777, radix: 8)))"
+        }
         return nil
     }
 
@@ -43,7 +50,9 @@ package enum UnixSocket {
     /// - Throws: ``IPCError`` saying which check failed; nothing was sent.
     package static func connectTrusted(_ path: String, timeout: Int = 5) throws -> Int32? {
         let directory = (path as NSString).deletingLastPathComponent
-        if let why = distrustedDirectory(directory) { throw IPCError("refused to connect to \(path): \(why); nothing was sent") }
+        if let why = distrustedDirectory(directory) {
+            throw IPCError("refused to connect to \(path): \(why); nothing was sent")
+        }
         var info = stat()
         guard lstat(path, &info) == 0 else { return nil }
         guard info.st_mode & S_IFMT == S_IFSOCK, info.st_uid == getuid() else {
@@ -53,7 +62,9 @@ package enum UnixSocket {
         guard let peer = peerCredentials(fd), peer.uid == getuid() else {
             let who = peerCredentials(fd).map { "uid \($0.uid), pid \($0.pid)" } ?? "an unknown peer"
             close(fd)
-            throw IPCError("refused to talk to \(path): it is served by \(who), not by this user (uid \(getuid())); nothing was sent")
+            throw IPCError(
+                "refused to talk to \(path): it is served by \(who), not by this user (uid \(getuid())); nothing was sent"
+            )
         }
         return fd
     }
@@ -90,9 +101,16 @@ package enum UnixSocket {
             throw IPCError("cannot create \(directory): \(String(cString: strerror(errno)))")
         }
         var info = stat()
-        guard lstat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { throw IPCError("\(directory) is not a directory") }
-        guard info.st_uid == getuid() else { throw IPCError("\(directory) belongs to uid \(info.st_uid), not to this user") }
-        guard info.st_mode & 0o077 == 0 else { throw IPCError("\(directory) is open to other users (mode \(String(info.st_mode & 0o777, radix: 8))); it must be 0700") }
+        guard lstat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw IPCError("\(directory) is not a directory")
+        }
+        guard info.st_uid == getuid() else {
+            throw IPCError("\(directory) belongs to uid \(info.st_uid), not to this user")
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw IPCError(
+                "\(directory) is open to other users (mode \(String(info.st_mode & 0o777, radix: 8))); it must be 0700")
+        }
         if let fd = connect(path, timeout: 1) {
             close(fd)
             throw IPCError("another server already listens on \(path)")
@@ -104,12 +122,16 @@ package enum UnixSocket {
         guard fill(&address, path) else { close(fd); throw IPCError("socket path too long: \(path)") }
         let previous = umask(0o177)
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         umask(previous)
         guard bound == 0 else { close(fd); throw IPCError("bind \(path): \(String(cString: strerror(errno)))") }
         chmod(path, 0o600)
-        guard Glibc.listen(fd, backlog) == 0 else { close(fd); throw IPCError("listen: \(String(cString: strerror(errno)))") }
+        guard Glibc.listen(fd, backlog) == 0 else {
+            close(fd); throw IPCError("listen: \(String(cString: strerror(errno)))")
+        }
         return fd
     }
 
@@ -118,11 +140,15 @@ package enum UnixSocket {
     /// socket bound to `expected` in a 0700 directory of this user; `nil` without one.
     package static func activatedSocket(expected path: String) throws -> Int32? {
         let environment = ProcessInfo.processInfo.environment
-        guard let pid = environment["LISTEN_PID"], pid == String(getpid()), let count = environment["LISTEN_FDS"] else { return nil }
+        guard let pid = environment["LISTEN_PID"], pid == String(getpid()), let count = environment["LISTEN_FDS"] else {
+            return nil
+        }
         unsetenv("LISTEN_PID")
         unsetenv("LISTEN_FDS")
         unsetenv("LISTEN_FDNAMES")
-        guard count == "1" else { throw IPCError("systemd passed \(count) sockets; exactly one is taken (ListenStream=\(path))") }
+        guard count == "1" else {
+            throw IPCError("systemd passed \(count) sockets; exactly one is taken (ListenStream=\(path))")
+        }
         let fd: Int32 = 3
         var address = sockaddr_un()
         var length = socklen_t(MemoryLayout<sockaddr_un>.size)
@@ -132,12 +158,16 @@ package enum UnixSocket {
         var type: Int32 = 0
         var typeLength = socklen_t(MemoryLayout<Int32>.size)
         guard named == 0, address.sun_family == sa_family_t(AF_UNIX),
-              getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typeLength) == 0, type == Int32(SOCK_STREAM.rawValue) else {
+            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typeLength) == 0, type == Int32(SOCK_STREAM.rawValue)
+        else {
             throw IPCError("the socket systemd passed is not a Unix stream socket")
         }
-        let bound = withUnsafeBytes(of: address.sun_path) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+        let bound = withUnsafeBytes(of: address.sun_path) { raw in
+            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+        }
         guard bound == path else {
-            throw IPCError("systemd passed a socket on \(bound), but this server's socket is \(path); fix ListenStream=")
+            throw IPCError(
+                "systemd passed a socket on \(bound), but this server's socket is \(path); fix ListenStream=")
         }
         let directory = (path as NSString).deletingLastPathComponent
         var info = stat()
@@ -155,7 +185,9 @@ package enum UnixSocket {
     package static func send(descriptor: Int32, over socket: Int32, message: [UInt8] = [0]) throws {
         precondition(!message.isEmpty)
         let sent = message.withUnsafeBytes { bytes -> Result<Int, Errno> in
-            do throws(Errno) { return .success(try SystemCall.sendmsg(socket, bytes, descriptor: descriptor)) } catch { return .failure(error) }
+            do throws(Errno) { return .success(try SystemCall.sendmsg(socket, bytes, descriptor: descriptor)) } catch {
+                return .failure(error)
+            }
         }
         let n = try sent.mapError { IPCError("sendmsg: \($0.description)") }.get()
         guard n == message.count else { throw IPCError("sendmsg: sent \(n) of \(message.count) bytes") }
@@ -163,7 +195,9 @@ package enum UnixSocket {
 
     /// Receives a message of at most `capacity` bytes and the descriptor sent with it (`nil`
     /// when none was); the descriptor is close-on-exec. End of stream is an error.
-    package static func receiveDescriptor(from socket: Int32, capacity: Int = 1) throws -> (message: [UInt8], descriptor: Int32?) {
+    package static func receiveDescriptor(
+        from socket: Int32, capacity: Int = 1
+    ) throws -> (message: [UInt8], descriptor: Int32?) {
         var buffer = [UInt8](repeating: 0, count: max(1, capacity))
         let received = buffer.withUnsafeMutableBytes { bytes -> Result<(count: Int, descriptor: Int32?), Errno> in
             do throws(Errno) { return .success(try SystemCall.recvmsg(socket, bytes)) } catch { return .failure(error) }

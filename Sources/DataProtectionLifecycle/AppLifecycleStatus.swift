@@ -28,7 +28,8 @@ public struct AppLifecycleStatus: Codable, Sendable, Equatable {
     public var backgroundTimeRemaining: Double?
 
     enum CodingKeys: String, CodingKey {
-        case identifier = "Identifier", state = "State", suspension = "Suspension", stoppedByKernel = "StoppedByKernel", pid = "PID", tasks = "Tasks"
+        case identifier = "Identifier", state = "State", suspension = "Suspension", stoppedByKernel = "StoppedByKernel",
+            pid = "PID", tasks = "Tasks"
         case backgroundTimeRemaining = "BackgroundTimeRemaining", limits = "Limits"
     }
 
@@ -39,7 +40,9 @@ public struct AppLifecycleStatus: Codable, Sendable, Equatable {
         limits = controller.run.limitsInForce
         stoppedByKernel = controller.run.isStoppedByKernel
         pid = controller.run.pid
-        tasks = controller.tasks.sorted { $0.key < $1.key }.map { RunningTask(id: $0.key, name: $0.value.name, started: $0.value.started) }
+        tasks = controller.tasks.sorted { $0.key < $1.key }.map {
+            RunningTask(id: $0.key, name: $0.value.name, started: $0.value.started)
+        }
         backgroundTimeRemaining = controller.timeRemaining
     }
 

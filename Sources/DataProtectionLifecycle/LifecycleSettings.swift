@@ -3,7 +3,8 @@ import Foundation
 /// The supervisor's timing rules for background apps, on its clock (virtual in tests).
 ///
 /// ```swift
-/// let service = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: 600))  // iOS 4's 10 minutes
+/// let service = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: 600))  // iOS
+/// 4's 10 minutes
 /// ```
 public struct LifecycleSettings: Sendable, Equatable {
     /// Time a background app may run its background tasks per trip to the background (iOS
@@ -19,8 +20,10 @@ public struct LifecycleSettings: Sendable, Equatable {
     /// The longest grace period an app can be given before it is killed: an hour.
     public static let longestTerminationDeadline: TimeInterval = 3600
 
-    public init(backgroundTimeBudget: TimeInterval = 30, expirationWarning: TimeInterval = 5,
-                suspensionDelay: TimeInterval = 5, terminationDeadline: TimeInterval = 5) {
+    public init(
+        backgroundTimeBudget: TimeInterval = 30, expirationWarning: TimeInterval = 5,
+        suspensionDelay: TimeInterval = 5, terminationDeadline: TimeInterval = 5
+    ) {
         self.backgroundTimeBudget = max(0, backgroundTimeBudget)
         self.expirationWarning = max(0, min(expirationWarning, backgroundTimeBudget))
         self.suspensionDelay = max(0, suspensionDelay)

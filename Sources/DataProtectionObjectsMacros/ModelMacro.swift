@@ -5,27 +5,39 @@ import SwiftSyntaxMacros
 /// `@Model`: makes a class a `PersistentModel` — a backing object, the entity description,
 /// key-path names, and accessors on every stored property.
 public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
-    public static func expansion(of node: AttributeSyntax, providingMembersOf declaration: some DeclGroupSyntax,
-                                 conformingTo protocols: [TypeSyntax], in context: some MacroExpansionContext) throws -> [DeclSyntax] {
-        guard let classDecl = declaration.as(ClassDeclSyntax.self) else { throw MacroError("@Model applies to classes") }
+    public static func expansion(
+        of node: AttributeSyntax, providingMembersOf declaration: some DeclGroupSyntax,
+        conformingTo protocols: [TypeSyntax], in context: some MacroExpansionContext
+    ) throws -> [DeclSyntax] {
+        guard let classDecl = declaration.as(ClassDeclSyntax.self) else {
+            throw MacroError("@Model applies to classes")
+        }
         let name = classDecl.name.text
-        let access = classDecl.modifiers.contains { $0.name.text == "public" || $0.name.text == "open" } ? "public " : ""
+        let access =
+            classDecl.modifiers.contains { $0.name.text == "public" || $0.name.text == "open" } ? "public " : ""
         let properties = try StoredProperty.all(in: classDecl.memberBlock.members)
         let attributes = properties.filter { if case .attribute = $0.kind { true } else { false } }
         let relationships = properties.filter { if case .attribute = $0.kind { false } else { true } }
         let isFinal = classDecl.modifiers.contains { $0.name.text == "final" }
         // The extension role adds PersistentModel only where it is missing: none to add means the
         // superclass is a model already, and this class is a sub-entity of it.
-        let superclass = protocols.isEmpty ? classDecl.inheritanceClause?.inheritedTypes.first?.type.trimmedDescription : nil
+        let superclass =
+            protocols.isEmpty ? classDecl.inheritanceClause?.inheritedTypes.first?.type.trimmedDescription : nil
         if superclass != nil, let property = properties.first(where: { $0.initializer != nil }) {
-            throw MacroError("\(property.name): properties of a @Model subclass cannot have initial values; set them in init")
+            throw MacroError(
+                "\(property.name): properties of a @Model subclass cannot have initial values; set them in init")
         }
-        let hasIndexMacro = classDecl.memberBlock.members.contains { $0.decl.as(MacroExpansionDeclSyntax.self)?.macroName.text == "Index" }
-        let keyPathCases = (properties.map { "if keyPath == \\\(name).\($0.name) as AnyKeyPath { return \"\($0.name)\" }" }
+        let hasIndexMacro = classDecl.memberBlock.members.contains {
+            $0.decl.as(MacroExpansionDeclSyntax.self)?.macroName.text == "Index"
+        }
+        let keyPathCases =
+            (properties.map { "if keyPath == \\\(name).\($0.name) as AnyKeyPath { return \"\($0.name)\" }" }
             + (superclass == nil ? ["if keyPath == \\\(name).persistentModelID as AnyKeyPath { return \"\" }"] : []))
             .joined(separator: "\n        ")
-        let indexes = superclass == nil || hasIndexMacro
-            ? "_dpIndexes().map { DataProtectionObjects.IndexDescription($0.compactMap { propertyName(for: $0) }) }" : "[]"
+        let indexes =
+            superclass == nil || hasIndexMacro
+            ? "_dpIndexes().map { DataProtectionObjects.IndexDescription($0.compactMap { propertyName(for: $0) }) }"
+            : "[]"
         let entity = """
             DataProtectionObjects.EntityDescription(
                     \(literal(name)),\(superclass.map { " parent: \(literal($0))," } ?? "")
@@ -87,33 +99,45 @@ public struct ModelMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
 
     private static func literal(_ text: String) -> String { "\"" + text + "\"" }
 
-    public static func expansion(of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
-                                 providingAttributesFor member: some DeclSyntaxProtocol,
-                                 in context: some MacroExpansionContext) throws -> [AttributeSyntax] {
-        guard let variable = member.as(VariableDeclSyntax.self), (try? StoredProperty(variable)) != nil else { return [] }
+    public static func expansion(
+        of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
+        providingAttributesFor member: some DeclSyntaxProtocol,
+        in context: some MacroExpansionContext
+    ) throws -> [AttributeSyntax] {
+        guard let variable = member.as(VariableDeclSyntax.self), (try? StoredProperty(variable)) != nil else {
+            return []
+        }
         return ["@_PersistedProperty"]
     }
 
-    public static func expansion(of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
-                                 providingExtensionsOf type: some TypeSyntaxProtocol, conformingTo protocols: [TypeSyntax],
-                                 in context: some MacroExpansionContext) throws -> [ExtensionDeclSyntax] {
+    public static func expansion(
+        of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
+        providingExtensionsOf type: some TypeSyntaxProtocol, conformingTo protocols: [TypeSyntax],
+        in context: some MacroExpansionContext
+    ) throws -> [ExtensionDeclSyntax] {
         // A subclass of a model conforms through its superclass already.
-        protocols.isEmpty ? [] : [try ExtensionDeclSyntax("extension \(type.trimmed): DataProtectionObjects.PersistentModel {}")]
+        protocols.isEmpty
+            ? [] : [try ExtensionDeclSyntax("extension \(type.trimmed): DataProtectionObjects.PersistentModel {}")]
     }
 }
 
 /// `@_PersistedProperty`: the accessors of one stored property, reading and writing the backing object.
 public struct PersistedPropertyMacro: AccessorMacro {
-    public static func expansion(of node: AttributeSyntax, providingAccessorsOf declaration: some DeclSyntaxProtocol,
-                                 in context: some MacroExpansionContext) throws -> [AccessorDeclSyntax] {
-        guard let variable = declaration.as(VariableDeclSyntax.self), let property = try StoredProperty(variable) else { return [] }
+    public static func expansion(
+        of node: AttributeSyntax, providingAccessorsOf declaration: some DeclSyntaxProtocol,
+        in context: some MacroExpansionContext
+    ) throws -> [AccessorDeclSyntax] {
+        guard let variable = declaration.as(VariableDeclSyntax.self), let property = try StoredProperty(variable) else {
+            return []
+        }
         let name = property.name
         let className = context.lexicalContext.lazy.compactMap { $0.as(ClassDeclSyntax.self) }.first?.name.text ?? ""
         var accessors: [AccessorDeclSyntax] = []
         switch property.kind {
         case .attribute(let type):
             if property.initializer != nil {
-                accessors.append("""
+                accessors.append(
+                    """
                     @storageRestrictions(accesses: _dpBacking)
                     init(initialValue) {
                         DataProtectionObjects.ManagedObject._backing(&_dpBacking, context: nil, entityName: \(literal: className))
@@ -124,11 +148,15 @@ public struct PersistedPropertyMacro: AccessorMacro {
             accessors.append("get { _attribute(\(literal: name), as: (\(raw: type)).self) }")
             accessors.append("set { _setAttribute(\(literal: name), newValue) }")
         case .toOne(let destination):
-            if property.initializer != nil { accessors.append("@storageRestrictions(accesses: _dpBacking) init(initialValue) { }") }
+            if property.initializer != nil {
+                accessors.append("@storageRestrictions(accesses: _dpBacking) init(initialValue) { }")
+            }
             accessors.append("get { _toOne(\(literal: name), as: \(raw: destination).self) }")
             accessors.append("set { _setToOne(\(literal: name), newValue) }")
         case .toMany(let destination):
-            if property.initializer != nil { accessors.append("@storageRestrictions(accesses: _dpBacking) init(initialValue) { }") }
+            if property.initializer != nil {
+                accessors.append("@storageRestrictions(accesses: _dpBacking) init(initialValue) { }")
+            }
             accessors.append("get { _toMany(\(literal: name), as: \(raw: destination).self) }")
             accessors.append("set { _setToMany(\(literal: name), newValue) }")
         }
@@ -138,14 +166,18 @@ public struct PersistedPropertyMacro: AccessorMacro {
 
 /// `@Attribute`, `@Relationship`, `@Transient`: markers read by `@Model`; they add nothing.
 public struct MarkerMacro: PeerMacro {
-    public static func expansion(of node: AttributeSyntax, providingPeersOf declaration: some DeclSyntaxProtocol,
-                                 in context: some MacroExpansionContext) throws -> [DeclSyntax] { [] }
+    public static func expansion(
+        of node: AttributeSyntax, providingPeersOf declaration: some DeclSyntaxProtocol,
+        in context: some MacroExpansionContext
+    ) throws -> [DeclSyntax] { [] }
 }
 
 /// `#Index<Message>([\.sentAt], [\.conversation, \.sentAt])`: the model's indexes.
 public struct IndexMacro: DeclarationMacro {
-    public static func expansion(of node: some FreestandingMacroExpansionSyntax,
-                                 in context: some MacroExpansionContext) throws -> [DeclSyntax] {
+    public static func expansion(
+        of node: some FreestandingMacroExpansionSyntax,
+        in context: some MacroExpansionContext
+    ) throws -> [DeclSyntax] {
         guard let root = node.genericArgumentClause?.arguments.first?.argument.trimmedDescription else {
             throw MacroError("#Index needs the model type: #Index<Message>([\\.sentAt])")
         }

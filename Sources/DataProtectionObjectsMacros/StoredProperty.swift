@@ -32,11 +32,12 @@ struct StoredProperty {
 
     init?(_ variable: VariableDeclSyntax) throws {
         guard variable.bindingSpecifier.tokenKind == .keyword(.var),
-              !variable.modifiers.contains(where: { ["static", "class", "lazy"].contains($0.name.text) }),
-              !variable.attributes.contains(where: { Self.attributeName($0) == "Transient" }),
-              variable.bindings.count == 1, let binding = variable.bindings.first,
-              binding.accessorBlock == nil,
-              let identifier = binding.pattern.as(IdentifierPatternSyntax.self) else { return nil }
+            !variable.modifiers.contains(where: { ["static", "class", "lazy"].contains($0.name.text) }),
+            !variable.attributes.contains(where: { Self.attributeName($0) == "Transient" }),
+            variable.bindings.count == 1, let binding = variable.bindings.first,
+            binding.accessorBlock == nil,
+            let identifier = binding.pattern.as(IdentifierPatternSyntax.self)
+        else { return nil }
         guard let typeSyntax = binding.typeAnnotation?.type else {
             throw MacroError("\(identifier.identifier.text): a persisted property needs an explicit type")
         }
@@ -44,7 +45,9 @@ struct StoredProperty {
         initializer = binding.initializer?.value
         let attribute = variable.attributes.first { Self.attributeName($0) == "Attribute" }
         indexed = attribute.map { $0.description.contains("indexed") } ?? false
-        let relationship = variable.attributes.compactMap { $0.as(AttributeSyntax.self) }.first { $0.attributeName.trimmedDescription == "Relationship" }
+        let relationship = variable.attributes.compactMap { $0.as(AttributeSyntax.self) }.first {
+            $0.attributeName.trimmedDescription == "Relationship"
+        }
         var deleteRule: String?
         var inverse: String?
         if case .argumentList(let arguments)? = relationship?.arguments {
@@ -53,8 +56,10 @@ struct StoredProperty {
                 case "deleteRule": deleteRule = argument.expression.trimmedDescription
                 case "inverse":
                     guard let keyPath = argument.expression.as(KeyPathExprSyntax.self),
-                          let last = keyPath.components.last?.component.as(KeyPathPropertyComponentSyntax.self) else {
-                        throw MacroError("\(identifier.identifier.text): inverse: takes a key path such as \\Conversation.messages")
+                        let last = keyPath.components.last?.component.as(KeyPathPropertyComponentSyntax.self)
+                    else {
+                        throw MacroError(
+                            "\(identifier.identifier.text): inverse: takes a key path such as \\Conversation.messages")
                     }
                     inverse = last.declName.baseName.text
                 default: break
@@ -77,13 +82,17 @@ struct StoredProperty {
         }
         var wrapped: String?
         if let optional = type.as(OptionalTypeSyntax.self) { wrapped = optional.wrappedType.trimmedDescription }
-        if let iuo = type.as(ImplicitlyUnwrappedOptionalTypeSyntax.self) { wrapped = iuo.wrappedType.trimmedDescription }
+        if let iuo = type.as(ImplicitlyUnwrappedOptionalTypeSyntax.self) {
+            wrapped = iuo.wrappedType.trimmedDescription
+        }
         if let base = wrapped {
             if attributeTypes.contains(base) && !relationship { return .attribute(type: text) }
             return .toOne(destination: base)
         }
         if attributeTypes.contains(text) && !relationship { return .attribute(type: text) }
-        throw MacroError("\(property): a to-one relationship must be optional (\(text)?), as in SwiftData; or the type \(text) is not an attribute type")
+        throw MacroError(
+            "\(property): a to-one relationship must be optional (\(text)?), as in SwiftData; or the type \(text) is not an attribute type"
+        )
     }
 
     static func attributeName(_ element: AttributeListSyntax.Element) -> String? {
@@ -95,12 +104,14 @@ struct StoredProperty {
         switch kind {
         case .attribute(let type):
             let defaultArgument = initializer.map { ", default: .some(\($0.trimmedDescription))" } ?? ""
-            return "DataProtectionObjects.AttributeDescription.for(\"\(name)\", (\(type)).self\(defaultArgument), indexed: \(indexed))"
+            return
+                "DataProtectionObjects.AttributeDescription.for(\"\(name)\", (\(type)).self\(defaultArgument), indexed: \(indexed))"
         case .toOne(let destination), .toMany(let destination):
             var toMany = false
             if case .toMany = kind { toMany = true }
             let inverseArgument = inverse.map { "\"\($0)\"" } ?? "nil"
-            return "DataProtectionObjects.RelationshipDescription(\"\(name)\", to: \"\(destination)\", inverse: \(inverseArgument), toMany: \(toMany), deleteRule: \(deleteRule ?? ".nullify"), indexed: \(indexed))"
+            return
+                "DataProtectionObjects.RelationshipDescription(\"\(name)\", to: \"\(destination)\", inverse: \(inverseArgument), toMany: \(toMany), deleteRule: \(deleteRule ?? ".nullify"), indexed: \(indexed))"
         }
     }
 }

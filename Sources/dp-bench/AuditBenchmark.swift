@@ -3,6 +3,7 @@ import DataProtection
 import DataProtectionAudit
 @_spi(Testing) import DataProtectionKeybag
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,28 +14,35 @@ struct AuditBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit",
         abstract: "Auditing a tree of protected files vs find's walk.",
-        discussion: "Audit of a tree of protected files (1% plain) vs find's walk of it; target: 100,000 files under 10 s.")
+        discussion:
+            "Audit of a tree of protected files (1% plain) vs find's walk of it; target: 100,000 files under 10 s.")
 
     @Option(help: "Files in the tree.") var files = 100_000
     @Option(help: "Runs of each (the best is kept).") var runs = 3
 
     func run() async throws {
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-bench-audit-\(UUID().uuidString.prefix(8))")
+        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
+            "dp-bench-audit-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: base) }
-        let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let keybag = try await Keybag.create(
+            root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
         let manager = ProtectedFileManager(keybag: keybag)
         let sample = base.appendingPathComponent("sample")
-        try await manager.write(Data(repeating: 7, count: 1_000), to: sample, protection: .completeUntilFirstUserAuthentication)
+        try await manager.write(
+            Data(repeating: 7, count: 1_000), to: sample, protection: .completeUntilFirstUserAuthentication)
         let protected = try Data(contentsOf: sample)
         let tree = base.appendingPathComponent("tree")
         // 100 files a directory, ten directories a level: a tree apps have, not one flat directory.
         var plain = 0
         for index in 0..<files {
             let directory = tree.appendingPathComponent("d\(index / 10_000)/d\(index / 100 % 100)")
-            if index % 100 == 0 { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+            if index % 100 == 0 {
+                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            }
             let isPlain = index % 100 == 99
             if isPlain { plain += 1 }
-            let fd = open(directory.appendingPathComponent("f\(index)").path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            let fd = open(
+                directory.appendingPathComponent("f\(index)").path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             let bytes = isPlain ? Data("plain".utf8) : protected
             let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
             close(fd)
@@ -46,17 +54,26 @@ struct AuditBenchmark: AsyncParsableCommand {
         var auditTimes: [Double] = [], findTimes: [Double] = []
         for _ in 0..<runs {
             auditTimes.append(try await seconds { findings = try Auditor().audit(tree: tree).findings.count })
-            guard let find = runTool("/usr/bin/find", [tree.path, "-printf", "%m %s %p\\n"], discardOutput: true) else { throw ValidationError("find failed") }
+            guard let find = runTool("/usr/bin/find", [tree.path, "-printf", "%m %s %p\\n"], discardOutput: true) else {
+                throw ValidationError("find failed")
+            }
             findTimes.append(find.seconds)
         }
-        guard findings == plain else { throw ValidationError("the audit found \(findings) findings, not the \(plain) planted") }
+        guard findings == plain else {
+            throw ValidationError("the audit found \(findings) findings, not the \(plain) planted")
+        }
         let audit = auditTimes.min()!, find = findTimes.min()!
         printTable([
-            Row(metric: "audit of \(files) files", ours: Double(files) / audit, peerName: "find -printf (a stat per item)", peer: Double(files) / find, unit: "files/s"),
+            Row(
+                metric: "audit of \(files) files", ours: Double(files) / audit,
+                peerName: "find -printf (a stat per item)", peer: Double(files) / find, unit: "files/s")
         ])
         print("")
         print(String(format: "target: %d files under 10 s (%.2f s)", files, audit))
-        print(String(format: "summary: files=%d audit_s=%.2f find_s=%.2f audit_files_per_s=%.0f find_files_per_s=%.0f audit_vs_find=%.2f findings=%d",
-                     files, audit, find, Double(files) / audit, Double(files) / find, find / audit, findings))
+        print(
+            String(
+                format:
+                    "summary: files=%d audit_s=%.2f find_s=%.2f audit_files_per_s=%.0f find_files_per_s=%.0f audit_vs_find=%.2f findings=%d",
+                files, audit, find, Double(files) / audit, Double(files) / find, find / audit, findings))
     }
 }

@@ -10,7 +10,8 @@ struct FilesBenchmark: AsyncParsableCommand {
         commandName: "files",
         abstract: "Protected files vs openssl speed, cp, cat and age.",
         usage: "dp-bench files [<options>]",
-        discussion: "Protected files: sequential write/read, random 4 KiB reads, class changes — beside openssl speed and age.")
+        discussion:
+            "Protected files: sequential write/read, random 4 KiB reads, class changes — beside openssl speed and age.")
 
     @Option(help: "Size of the sequential file in MiB.") var sizeMiB = 1024
     @Option(help: "Random 4 KiB reads to time.") var randomReads = 20_000
@@ -21,14 +22,20 @@ struct FilesBenchmark: AsyncParsableCommand {
         #if DEBUG
         print("warning: a debug build; run `swift run -c release dp-bench files` for real figures")
         #endif
-        let base = URL(fileURLWithPath: dir ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()))
-            .appendingPathComponent("dp-bench-\(UUID().uuidString.prefix(8))")
+        let base = URL(
+            fileURLWithPath: dir
+                ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
+        )
+        .appendingPathComponent("dp-bench-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: base) }
         let bytes = Double(sizeMiB) * 1_048_576
 
-        print("dp-bench files: \(sizeMiB) MiB in \(base.path); cpu: \(cpuModel()); \(ProcessInfo.processInfo.activeProcessorCount) cores")
-        let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        print(
+            "dp-bench files: \(sizeMiB) MiB in \(base.path); cpu: \(cpuModel()); \(ProcessInfo.processInfo.activeProcessorCount) cores"
+        )
+        let keybag = try await Keybag.create(
+            root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
         let files = ProtectedFileManager(keybag: keybag)
 
         // The same random plaintext for us and for age.
@@ -73,7 +80,8 @@ struct FilesBenchmark: AsyncParsableCommand {
         // offsets, interleaved in rounds so that the machine's noise falls on all three alike.
         let blocks = (sizeMiB << 20) / 4096
         let offsets = (0..<randomReads).map { _ in Int64(Int.random(in: 0..<blocks) * 4096) }
-        var ourLatencies: [Double] = [], largeSegmentLatencies: [Double] = [], plainLatencies: [Double] = [], twoPageLatencies: [Double] = []
+        var ourLatencies: [Double] = [], largeSegmentLatencies: [Double] = [], plainLatencies: [Double] = [],
+            twoPageLatencies: [Double] = []
         let handle = try await files.openHandle(forReadingFrom: randomAccess)
         let largeSegmentHandle = try await files.openHandle(forReadingFrom: protected)
         let raw = try FileDescriptor.open(FilePath(plain.path), .readOnly)
@@ -82,7 +90,9 @@ struct FilesBenchmark: AsyncParsableCommand {
         for start in stride(from: 0, to: offsets.count, by: round) {
             let slice = offsets[start..<min(start + round, offsets.count)]
             for offset in slice {
-                let t = try await seconds { _ = try buffer.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: offset, into: $0) } }
+                let t = try await seconds {
+                    _ = try buffer.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: offset, into: $0) }
+                }
                 plainLatencies.append(t * 1e6)
             }
             for offset in slice {
@@ -93,7 +103,9 @@ struct FilesBenchmark: AsyncParsableCommand {
             // its own (format 2, FORMAT.md §3), so two pages come from the kernel.
             for offset in slice {
                 let at = min(offset, Int64(sizeMiB << 20) - 8192)
-                let t = try await seconds { _ = try twoPages.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: at, into: $0) } }
+                let t = try await seconds {
+                    _ = try twoPages.withUnsafeMutableBytes { try raw.read(fromAbsoluteOffset: at, into: $0) }
+                }
                 twoPageLatencies.append(t * 1e6)
             }
             for offset in slice.prefix(round / 10) {
@@ -109,7 +121,10 @@ struct FilesBenchmark: AsyncParsableCommand {
         let small = base.appendingPathComponent("small")
         try FileManager.default.createDirectory(at: small, withIntermediateDirectories: true)
         let smallURLs = (0..<classChanges).map { small.appendingPathComponent("f\($0)") }
-        for url in smallURLs { try await files.write(Data(repeating: 7, count: 4096), to: url, protection: .completeUntilFirstUserAuthentication) }
+        for url in smallURLs {
+            try await files.write(
+                Data(repeating: 7, count: 4096), to: url, protection: .completeUntilFirstUserAuthentication)
+        }
         let rewrapSeconds = try await seconds {
             for url in smallURLs { try await files.setProtection(.complete, ofItemAt: url) }
         }
@@ -126,7 +141,8 @@ struct FilesBenchmark: AsyncParsableCommand {
         let copy = base.appendingPathComponent("plain-copy.bin")
         let kernelWriteSeconds = try await seconds {
             let input = try FileDescriptor.open(FilePath(plain.path), .readOnly)
-            let output = try FileDescriptor.open(FilePath(copy.path), .writeOnly, options: [.create, .truncate], permissions: .ownerReadWrite)
+            let output = try FileDescriptor.open(
+                FilePath(copy.path), .writeOnly, options: [.create, .truncate], permissions: .ownerReadWrite)
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             while true {
                 let n = try buffer.withUnsafeMutableBytes { try input.read(into: $0) }
@@ -150,26 +166,71 @@ struct FilesBenchmark: AsyncParsableCommand {
         let mb = bytes / 1e6
         let opensslMBs = openssl.map { $0 / 1e6 }
         let rows = [
-            Row(metric: "sequential write, new file (atomic)", ours: mb / writeSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "sequential overwrite in place (handle)", ours: mb / overwriteSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "sequential read", ours: mb / readSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "sequential write", ours: mb / writeSeconds, peerName: "age -e (X25519, ChaCha20-Poly1305)", peer: age.map { mb / $0.encrypt }, unit: "MB/s"),
-            Row(metric: "sequential read", ours: mb / readSeconds, peerName: "age -d", peer: age.map { mb / $0.decrypt }, unit: "MB/s"),
-            Row(metric: "  context: plain copy to a new file, same dir", ours: mb / kernelWriteSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "  context: swift-crypto seal, 64 KiB, memory", ours: sealMBs, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "  context: swift-crypto open, 64 KiB, memory", ours: openMBs, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "  context: sequential read, random-access file", ours: mb / randomAccessReadSeconds, peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
-            Row(metric: "random 4 KiB read p50 (random-access file)", ours: percentile(ourLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
-            Row(metric: "random 4 KiB read p99 (random-access file)", ours: percentile(ourLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
-            Row(metric: "  context: plain pread of 8 KiB p50 (two pages)", ours: percentile(twoPageLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
-            Row(metric: "  context: random 4 KiB read p50, 64 KiB segments", ours: percentile(largeSegmentLatencies, 50), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
-            Row(metric: "  context: random 4 KiB read p99, 64 KiB segments", ours: percentile(largeSegmentLatencies, 99), peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
-            Row(metric: "dpctl write G < pipe", ours: cli.map { mb / $0.write } ?? .nan, peerName: "cat F | dd of=G bs=1M conv=fsync", peer: cli.map { mb / $0.ddFsync }, unit: "MB/s"),
-            Row(metric: "  context: dpctl write G < pipe", ours: cli.map { mb / $0.write } ?? .nan, peerName: "cp, same bytes, same file system", peer: cli.map { mb / $0.cp }, unit: "MB/s"),
-            Row(metric: "dpctl cat G | cat > /dev/null (class D)", ours: cli.map { mb / $0.catPipe } ?? .nan, peerName: "cat F | cat > /dev/null", peer: cli.map { mb / $0.plainCatPipe }, unit: "MB/s"),
-            Row(metric: "dpctl cat G > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "our library's sequential read", peer: mb / readSeconds, unit: "MB/s"),
-            Row(metric: "  context: dpctl cat G > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan, peerName: "cat, same bytes", peer: cli.map { mb / $0.plainCat }, unit: "MB/s"),
-            Row(metric: "class changes (rewrap, 4 KiB files)", ours: Double(classChanges) / rewrapSeconds, peerName: "re-encrypting each file", peer: Double(reencryptCount) / reencryptSeconds, unit: "files/s"),
+            Row(
+                metric: "sequential write, new file (atomic)", ours: mb / writeSeconds,
+                peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(
+                metric: "sequential overwrite in place (handle)", ours: mb / overwriteSeconds,
+                peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(
+                metric: "sequential read", ours: mb / readSeconds, peerName: "openssl speed aes-256-gcm 16 KiB",
+                peer: opensslMBs, unit: "MB/s"),
+            Row(
+                metric: "sequential write", ours: mb / writeSeconds, peerName: "age -e (X25519, ChaCha20-Poly1305)",
+                peer: age.map { mb / $0.encrypt }, unit: "MB/s"),
+            Row(
+                metric: "sequential read", ours: mb / readSeconds, peerName: "age -d",
+                peer: age.map { mb / $0.decrypt }, unit: "MB/s"),
+            Row(
+                metric: "  context: plain copy to a new file, same dir", ours: mb / kernelWriteSeconds,
+                peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(
+                metric: "  context: swift-crypto seal, 64 KiB, memory", ours: sealMBs,
+                peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(
+                metric: "  context: swift-crypto open, 64 KiB, memory", ours: openMBs,
+                peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(
+                metric: "  context: sequential read, random-access file", ours: mb / randomAccessReadSeconds,
+                peerName: "openssl speed aes-256-gcm 16 KiB", peer: opensslMBs, unit: "MB/s"),
+            Row(
+                metric: "random 4 KiB read p50 (random-access file)", ours: percentile(ourLatencies, 50),
+                peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs",
+                higherIsBetter: false),
+            Row(
+                metric: "random 4 KiB read p99 (random-access file)", ours: percentile(ourLatencies, 99),
+                peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 99), unit: "µs",
+                higherIsBetter: false),
+            Row(
+                metric: "  context: plain pread of 8 KiB p50 (two pages)", ours: percentile(twoPageLatencies, 50),
+                peerName: "plain pread, same offsets", peer: percentile(plainLatencies, 50), unit: "µs",
+                higherIsBetter: false),
+            Row(
+                metric: "  context: random 4 KiB read p50, 64 KiB segments",
+                ours: percentile(largeSegmentLatencies, 50), peerName: "plain pread, same offsets",
+                peer: percentile(plainLatencies, 50), unit: "µs", higherIsBetter: false),
+            Row(
+                metric: "  context: random 4 KiB read p99, 64 KiB segments",
+                ours: percentile(largeSegmentLatencies, 99), peerName: "plain pread, same offsets",
+                peer: percentile(plainLatencies, 99), unit: "µs", higherIsBetter: false),
+            Row(
+                metric: "dpctl write G < pipe", ours: cli.map { mb / $0.write } ?? .nan,
+                peerName: "cat F | dd of=G bs=1M conv=fsync", peer: cli.map { mb / $0.ddFsync }, unit: "MB/s"),
+            Row(
+                metric: "  context: dpctl write G < pipe", ours: cli.map { mb / $0.write } ?? .nan,
+                peerName: "cp, same bytes, same file system", peer: cli.map { mb / $0.cp }, unit: "MB/s"),
+            Row(
+                metric: "dpctl cat G | cat > /dev/null (class D)", ours: cli.map { mb / $0.catPipe } ?? .nan,
+                peerName: "cat F | cat > /dev/null", peer: cli.map { mb / $0.plainCatPipe }, unit: "MB/s"),
+            Row(
+                metric: "dpctl cat G > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan,
+                peerName: "our library's sequential read", peer: mb / readSeconds, unit: "MB/s"),
+            Row(
+                metric: "  context: dpctl cat G > /dev/null", ours: cli.map { mb / $0.cat } ?? .nan,
+                peerName: "cat, same bytes", peer: cli.map { mb / $0.plainCat }, unit: "MB/s"),
+            Row(
+                metric: "class changes (rewrap, 4 KiB files)", ours: Double(classChanges) / rewrapSeconds,
+                peerName: "re-encrypting each file", peer: Double(reencryptCount) / reencryptSeconds, unit: "files/s"),
         ]
         print("(our sequential figures: the median of three runs each)")
         print("")
@@ -178,32 +239,47 @@ struct FilesBenchmark: AsyncParsableCommand {
         let writeRatio = rows[0].ratio.map { String(format: "%.2f", $0) } ?? "na"
         let overwriteRatio = rows[1].ratio.map { String(format: "%.2f", $0) } ?? "na"
         let readRatio = rows[2].ratio.map { String(format: "%.2f", $0) } ?? "na"
-        print("target: sequential read and write ≥ 0.60× openssl (new-file write \(writeRatio)×, in-place write \(overwriteRatio)×, read \(readRatio)×)")
+        print(
+            "target: sequential read and write ≥ 0.60× openssl (new-file write \(writeRatio)×, in-place write \(overwriteRatio)×, read \(readRatio)×)"
+        )
         print("new-file writes are bound by the kernel's page allocation: compare with the plain copy above.")
         let p99Ratio = percentile(ourLatencies, 99) / percentile(plainLatencies, 99)
-        print("targets (issue 33): random 4 KiB p99 ≤ 2× plain pread (\(String(format: "%.2f", p99Ratio))×)"
-            + (cli.map { String(format: ", dpctl cat pipe ≤ 1.25× (%.2f×), dpctl write ≤ 1.25× dd conv=fsync (%.2f×)",
-                                $0.catPipe / $0.plainCatPipe, $0.write / $0.ddFsync) } ?? ""))
-        print("summary: " + [
-            "write_mbs=\(format(mb / writeSeconds))", "read_mbs=\(format(mb / readSeconds))",
-            "openssl_gcm16k_mbs=\(opensslMBs.map(format) ?? "na")",
-            "write_vs_openssl=\(writeRatio)", "overwrite_mbs=\(format(mb / overwriteSeconds))", "overwrite_vs_openssl=\(overwriteRatio)", "read_vs_openssl=\(readRatio)",
-            "age_encrypt_mbs=\(age.map { format(mb / $0.encrypt) } ?? "na")", "age_decrypt_mbs=\(age.map { format(mb / $0.decrypt) } ?? "na")",
-            "rand4k_p50_us=\(format(percentile(ourLatencies, 50)))", "rand4k_p99_us=\(format(percentile(ourLatencies, 99)))",
-            "pread_p50_us=\(format(percentile(plainLatencies, 50)))", "pread_p99_us=\(format(percentile(plainLatencies, 99)))",
-            "rand4k_p99_vs_pread=\(String(format: "%.2f", percentile(ourLatencies, 99) / percentile(plainLatencies, 99)))",
-            "random_access_file_read_mbs=\(format(mb / randomAccessReadSeconds))",
-            "class_changes_per_s=\(format(Double(classChanges) / rewrapSeconds))",
-            "dpctl_write_s=\(cli.map { String(format: "%.3f", $0.write) } ?? "na")", "cp_s=\(cli.map { String(format: "%.3f", $0.cp) } ?? "na")",
-            "dd_fsync_s=\(cli.map { String(format: "%.3f", $0.ddFsync) } ?? "na")",
-            "dpctl_write_vs_dd_fsync_time=\(cli.map { String(format: "%.2f", $0.write / $0.ddFsync) } ?? "na")",
-            "dpctl_write_vs_cp_time=\(cli.map { String(format: "%.2f", $0.write / $0.cp) } ?? "na")",
-            "dpctl_cat_pipe_s=\(cli.map { String(format: "%.3f", $0.catPipe) } ?? "na")",
-            "cat_pipe_s=\(cli.map { String(format: "%.3f", $0.plainCatPipe) } ?? "na")",
-            "dpctl_cat_pipe_vs_cat_pipe_time=\(cli.map { String(format: "%.2f", $0.catPipe / $0.plainCatPipe) } ?? "na")",
-            "dpctl_cat_mbs=\(cli.map { format(mb / $0.cat) } ?? "na")", "dpctl_cat_vs_library_read=\(cli.map { String(format: "%.2f", readSeconds / $0.cat) } ?? "na")",
-            "plain_copy_mbs=\(format(mb / kernelWriteSeconds))", "swiftcrypto_seal64k_mbs=\(format(sealMBs))", "swiftcrypto_open64k_mbs=\(format(openMBs))",
-        ].joined(separator: " "))
+        print(
+            "targets (issue 33): random 4 KiB p99 ≤ 2× plain pread (\(String(format: "%.2f", p99Ratio))×)"
+                + (cli.map {
+                    String(
+                        format: ", dpctl cat pipe ≤ 1.25× (%.2f×), dpctl write ≤ 1.25× dd conv=fsync (%.2f×)",
+                        $0.catPipe / $0.plainCatPipe, $0.write / $0.ddFsync)
+                } ?? ""))
+        print(
+            "summary: "
+                + [
+                    "write_mbs=\(format(mb / writeSeconds))", "read_mbs=\(format(mb / readSeconds))",
+                    "openssl_gcm16k_mbs=\(opensslMBs.map(format) ?? "na")",
+                    "write_vs_openssl=\(writeRatio)", "overwrite_mbs=\(format(mb / overwriteSeconds))",
+                    "overwrite_vs_openssl=\(overwriteRatio)", "read_vs_openssl=\(readRatio)",
+                    "age_encrypt_mbs=\(age.map { format(mb / $0.encrypt) } ?? "na")",
+                    "age_decrypt_mbs=\(age.map { format(mb / $0.decrypt) } ?? "na")",
+                    "rand4k_p50_us=\(format(percentile(ourLatencies, 50)))",
+                    "rand4k_p99_us=\(format(percentile(ourLatencies, 99)))",
+                    "pread_p50_us=\(format(percentile(plainLatencies, 50)))",
+                    "pread_p99_us=\(format(percentile(plainLatencies, 99)))",
+                    "rand4k_p99_vs_pread=\(String(format: "%.2f", percentile(ourLatencies, 99) / percentile(plainLatencies, 99)))",
+                    "random_access_file_read_mbs=\(format(mb / randomAccessReadSeconds))",
+                    "class_changes_per_s=\(format(Double(classChanges) / rewrapSeconds))",
+                    "dpctl_write_s=\(cli.map { String(format: "%.3f", $0.write) } ?? "na")",
+                    "cp_s=\(cli.map { String(format: "%.3f", $0.cp) } ?? "na")",
+                    "dd_fsync_s=\(cli.map { String(format: "%.3f", $0.ddFsync) } ?? "na")",
+                    "dpctl_write_vs_dd_fsync_time=\(cli.map { String(format: "%.2f", $0.write / $0.ddFsync) } ?? "na")",
+                    "dpctl_write_vs_cp_time=\(cli.map { String(format: "%.2f", $0.write / $0.cp) } ?? "na")",
+                    "dpctl_cat_pipe_s=\(cli.map { String(format: "%.3f", $0.catPipe) } ?? "na")",
+                    "cat_pipe_s=\(cli.map { String(format: "%.3f", $0.plainCatPipe) } ?? "na")",
+                    "dpctl_cat_pipe_vs_cat_pipe_time=\(cli.map { String(format: "%.2f", $0.catPipe / $0.plainCatPipe) } ?? "na")",
+                    "dpctl_cat_mbs=\(cli.map { format(mb / $0.cat) } ?? "na")",
+                    "dpctl_cat_vs_library_read=\(cli.map { String(format: "%.2f", readSeconds / $0.cat) } ?? "na")",
+                    "plain_copy_mbs=\(format(mb / kernelWriteSeconds))", "swiftcrypto_seal64k_mbs=\(format(sealMBs))",
+                    "swiftcrypto_open64k_mbs=\(format(openMBs))",
+                ].joined(separator: " "))
     }
 
     /// Through the CLI, seconds each (median of 3, alternated), or nil when dpctl is not beside
@@ -211,7 +287,9 @@ struct FilesBenchmark: AsyncParsableCommand {
     /// (`cat F | dd of=G bs=1M conv=fsync`); `cp`; `dpctl cat` to /dev/null and `cat`; and
     /// `dpctl cat G | cat > /dev/null` (G of class D) beside `cat F | cat > /dev/null`.
     func cliFigures(plain: URL, base: URL, root: String) throws -> CLIFigures? {
-        let dpctl = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("dpctl").path
+        let dpctl = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(
+            "dpctl"
+        ).path
         guard FileManager.default.isExecutableFile(atPath: dpctl) else {
             print("note: no dpctl beside dp-bench; `swift build -c release` builds both for the CLI figures")
             return nil
@@ -219,7 +297,14 @@ struct FilesBenchmark: AsyncParsableCommand {
         func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
         let target = base.appendingPathComponent("cli.bin").path, copy = base.appendingPathComponent("cp.bin").path
         let classD = base.appendingPathComponent("cli-d.bin").path
-        guard runTool("sh", ["-c", "\(quoted(dpctl)) write --root \(quoted(root)) --class D \(quoted(classD)) < \(quoted(plain.path))"]) != nil else {
+        guard
+            runTool(
+                "sh",
+                [
+                    "-c",
+                    "\(quoted(dpctl)) write --root \(quoted(root)) --class D \(quoted(classD)) < \(quoted(plain.path))",
+                ]) != nil
+        else {
             print("note: dpctl write failed")
             return nil
         }
@@ -228,22 +313,35 @@ struct FilesBenchmark: AsyncParsableCommand {
             try? FileManager.default.removeItem(atPath: copy)
             guard let c = runTool("cp", [plain.path, copy]) else { return nil }
             try? FileManager.default.removeItem(atPath: copy)
-            guard let d = runTool("sh", ["-c", "cat \(quoted(plain.path)) | dd of=\(quoted(copy)) bs=1M conv=fsync status=none"]) else { return nil }
+            guard
+                let d = runTool(
+                    "sh", ["-c", "cat \(quoted(plain.path)) | dd of=\(quoted(copy)) bs=1M conv=fsync status=none"])
+            else { return nil }
             try? FileManager.default.removeItem(atPath: target)
-            guard let w = runTool("sh", ["-c", "cat \(quoted(plain.path)) | \(quoted(dpctl)) write --root \(quoted(root)) --class complete \(quoted(target))"]) else {
+            guard
+                let w = runTool(
+                    "sh",
+                    [
+                        "-c",
+                        "cat \(quoted(plain.path)) | \(quoted(dpctl)) write --root \(quoted(root)) --class complete \(quoted(target))",
+                    ])
+            else {
                 print("note: dpctl write failed")
                 return nil
             }
             guard let r = runTool(dpctl, ["cat", "--root", root, target], discardOutput: true),
-                  let p = runTool("cat", [plain.path], discardOutput: true),
-                  let rp = runTool("sh", ["-c", "\(quoted(dpctl)) cat --root \(quoted(root)) \(quoted(classD)) | cat > /dev/null"]),
-                  let pp = runTool("sh", ["-c", "cat \(quoted(plain.path)) | cat > /dev/null"]) else { return nil }
+                let p = runTool("cat", [plain.path], discardOutput: true),
+                let rp = runTool(
+                    "sh", ["-c", "\(quoted(dpctl)) cat --root \(quoted(root)) \(quoted(classD)) | cat > /dev/null"]),
+                let pp = runTool("sh", ["-c", "cat \(quoted(plain.path)) | cat > /dev/null"])
+            else { return nil }
             for (index, run) in [c, d, w, r, p, rp, pp].enumerated() { figures[index].append(run.seconds) }
         }
         for path in [copy, target, classD] { try? FileManager.default.removeItem(atPath: path) }
         let median = figures.map { percentile($0, 50) }
-        return CLIFigures(cp: median[0], ddFsync: median[1], write: median[2], cat: median[3], plainCat: median[4],
-                          catPipe: median[5], plainCatPipe: median[6])
+        return CLIFigures(
+            cp: median[0], ddFsync: median[1], write: median[2], cat: median[3], plainCat: median[4],
+            catPipe: median[5], plainCatPipe: median[6])
     }
 
     struct CLIFigures {
@@ -278,12 +376,15 @@ struct FilesBenchmark: AsyncParsableCommand {
         let openTime = try clock.measure {
             for i in 0..<count { _ = try AES.GCM.open(boxes[i % boxes.count], using: key) }
         }
-        func mbs(_ d: Duration) -> Double { Double(count) * 65_536 / 1e6 / (Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18) }
+        func mbs(_ d: Duration) -> Double {
+            Double(count) * 65_536 / 1e6 / (Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18)
+        }
         return (mbs(sealTime), mbs(openTime))
     }
 
     func writeRandomFile(_ url: URL, bytes: Int) throws {
-        let fd = try FileDescriptor.open(FilePath(url.path), .writeOnly, options: [.create, .truncate], permissions: .ownerReadWrite)
+        let fd = try FileDescriptor.open(
+            FilePath(url.path), .writeOnly, options: [.create, .truncate], permissions: .ownerReadWrite)
         defer { try? fd.close() }
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
         var written = 0
@@ -297,7 +398,10 @@ struct FilesBenchmark: AsyncParsableCommand {
 
     /// `openssl speed -evp aes-256-gcm -bytes 16384`, bytes per second.
     func opensslGCM16K() -> Double? {
-        guard let result = runTool("openssl", ["speed", "-evp", "aes-256-gcm", "-bytes", "16384", "-seconds", "3", "-mr"]) else {
+        guard
+            let result = runTool(
+                "openssl", ["speed", "-evp", "aes-256-gcm", "-bytes", "16384", "-seconds", "3", "-mr"])
+        else {
             print("note: openssl not found; install Debian's openssl for the peer figure")
             return nil
         }
@@ -316,13 +420,13 @@ struct FilesBenchmark: AsyncParsableCommand {
         }
         let identity = base.appendingPathComponent("age.key").path
         guard runTool("age-keygen", ["-o", identity]) != nil,
-              let recipient = try? String(contentsOfFile: identity, encoding: .utf8)
+            let recipient = try? String(contentsOfFile: identity, encoding: .utf8)
                 .split(separator: "\n").first(where: { $0.hasPrefix("# public key: ") })?
                 .replacingOccurrences(of: "# public key: ", with: "")
         else { return nil }
         let encrypted = base.appendingPathComponent("plain.age").path
         guard let encrypt = runTool("age", ["-r", recipient, "-o", encrypted, plain.path]),
-              let decrypt = runTool("age", ["-d", "-i", identity, "-o", "/dev/null", encrypted], discardOutput: true)
+            let decrypt = runTool("age", ["-d", "-i", identity, "-o", "/dev/null", encrypted], discardOutput: true)
         else { return nil }
         return (encrypt.seconds, decrypt.seconds)
     }

@@ -1,7 +1,7 @@
 import DataProtection
 import DataProtectionBackup
-import DataProtectionTestSupport
 import DataProtectionSQLite
+import DataProtectionTestSupport
 import Foundation
 import GRDB
 
@@ -26,7 +26,8 @@ struct IncrementalBackupFigures {
         // A class-C database of about `mebibytes` MiB: one 3,000-byte row per 4 KiB page.
         let databaseURL = source.appendingPathComponent("mail.db")
         let rows = (mebibytes << 20) / 4096
-        let database = try await ProtectedDatabase.open(at: databaseURL, keybag: keybag, protection: .completeUntilFirstUserAuthentication, mode: .queue)
+        let database = try await ProtectedDatabase.open(
+            at: databaseURL, keybag: keybag, protection: .completeUntilFirstUserAuthentication, mode: .queue)
         try await database.write { db in
             try db.execute(sql: "CREATE TABLE message(id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
             let insert = try db.makeStatement(sql: "INSERT INTO message(id, body) VALUES (?, randomblob(3000))")
@@ -35,7 +36,8 @@ struct IncrementalBackupFigures {
         try await database.close()
         // A protected file of the same size, made for random access (4 KiB pages).
         let fileURL = source.appendingPathComponent("journal.bin")
-        let handle = try await files.createFile(at: fileURL, protection: .completeUntilFirstUserAuthentication, access: .randomAccess)
+        let handle = try await files.createFile(
+            at: fileURL, protection: .completeUntilFirstUserAuthentication, access: .randomAccess)
         var block = [UInt8](repeating: 0, count: 1 << 20)
         for i in 0..<mebibytes {
             try fillRandom(&block)
@@ -43,9 +45,12 @@ struct IncrementalBackupFigures {
         }
         try await handle.close()
 
-        var engine = BackupEngine(source: source, repository: BackupRepository(url: base.appendingPathComponent("repo-big")), files: files)
+        var engine = BackupEngine(
+            source: source, repository: BackupRepository(url: base.appendingPathComponent("repo-big")), files: files)
         engine.encryptedDatabases = { url in
-            await DatabasePageCheck(forDatabaseAt: url, keybag: keybag).map { EncryptedPageCheck(pageSize: $0.pageSize, authenticates: $0.authenticates) }
+            await DatabasePageCheck(forDatabaseAt: url, keybag: keybag).map {
+                EncryptedPageCheck(pageSize: $0.pageSize, authenticates: $0.authenticates)
+            }
         }
         let resticRepository = base.appendingPathComponent("restic-big")
         setenv("RESTIC_REPOSITORY", resticRepository.path, 1)
@@ -53,8 +58,9 @@ struct IncrementalBackupFigures {
         _ = try await engine.run()
         if hasRestic { _ = runTool("restic", ["backup", "--quiet", source.path]) }
 
-        var figures = IncrementalBackupFigures(databaseBytes: size(databaseURL), oursDatabase: 0, resticDatabase: nil,
-                                               fileBytes: size(fileURL), oursFile: 0, resticFile: nil, oursSeconds: 0, resticSeconds: nil)
+        var figures = IncrementalBackupFigures(
+            databaseBytes: size(databaseURL), oursDatabase: 0, resticDatabase: nil,
+            fileBytes: size(fileURL), oursFile: 0, resticFile: nil, oursSeconds: 0, resticSeconds: nil)
         /// What one more backup adds to each repository (all of it: packs, lists, manifest, records), and its time.
         func backUpAgain() async throws -> (ours: Int64, restic: Int64?) {
             let oursBefore = regularFileBytes(under: engine.repository.url)
@@ -71,7 +77,9 @@ struct IncrementalBackupFigures {
         let database2 = try await ProtectedDatabase.open(at: databaseURL, keybag: keybag, mode: .queue)
         let changedRows = Set((0..<rows / 100).map { _ in Int.random(in: 1...rows) })
         try await database2.write { db in
-            for id in changedRows { try db.execute(sql: "UPDATE message SET body = randomblob(3000) WHERE id = ?", arguments: [id]) }
+            for id in changedRows {
+                try db.execute(sql: "UPDATE message SET body = randomblob(3000) WHERE id = ?", arguments: [id])
+            }
         }
         try await database2.close()
         (figures.oursDatabase, figures.resticDatabase) = try await backUpAgain()
@@ -88,5 +96,7 @@ struct IncrementalBackupFigures {
         return figures
     }
 
-    static func size(_ url: URL) -> Int64 { Int64((try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0) }
+    static func size(_ url: URL) -> Int64 {
+        Int64((try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0)
+    }
 }

@@ -1,6 +1,7 @@
 import DataProtection
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,10 +52,12 @@ func printTable(_ rows: [Row]) {
     var widths = [Int](repeating: 0, count: 5)
     for line in lines { for (i, cell) in line.enumerated() { widths[i] = max(widths[i], cell.count) } }
     for line in lines {
-        print(line.enumerated().map { i, cell in
-            i == 0 || i == 2 ? cell.padding(toLength: widths[i], withPad: " ", startingAt: 0)
-                : String(repeating: " ", count: widths[i] - cell.count) + cell
-        }.joined(separator: "  "))
+        print(
+            line.enumerated().map { i, cell in
+                i == 0 || i == 2
+                    ? cell.padding(toLength: widths[i], withPad: " ", startingAt: 0)
+                    : String(repeating: " ", count: widths[i] - cell.count) + cell
+            }.joined(separator: "  "))
     }
 }
 
@@ -71,7 +74,9 @@ func format(_ value: Double) -> String {
 /// signals, and a child inheriting that mask never sees `SIGALRM` — `openssl speed` would then
 /// run forever.
 @discardableResult
-func runTool(_ executable: String, _ arguments: [String], discardOutput: Bool = false) -> (seconds: Double, output: String)? {
+func runTool(
+    _ executable: String, _ arguments: [String], discardOutput: Bool = false
+) -> (seconds: Double, output: String)? {
     var pipe: [Int32] = [0, 0]
     guard Glibc.pipe(&pipe) == 0 else { return nil }
     var actions = posix_spawn_file_actions_t()
@@ -115,7 +120,10 @@ func runTool(_ executable: String, _ arguments: [String], discardOutput: Bool = 
     let elapsed = ContinuousClock.now - start
     // Exited normally with status 0.
     guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else { return nil }
-    return (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, String(decoding: output, as: UTF8.self))
+    return (
+        Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+        String(decoding: output, as: UTF8.self)
+    )
 }
 
 /// Whether a command is on PATH.
@@ -130,7 +138,9 @@ func fillRandom(_ buffer: inout [UInt8]) throws {
     defer { try? urandom.close() }
     var done = 0
     while done < buffer.count {
-        done += try buffer.withUnsafeMutableBytes { try urandom.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[done...])) }
+        done += try buffer.withUnsafeMutableBytes {
+            try urandom.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[done...]))
+        }
     }
 }
 

@@ -11,7 +11,8 @@ struct SFTPBackupFigures {
     var ours: (first: Double, again: Double)
     var restic: (first: Double, again: Double)?
 
-    static func measure(tree: URL, base: URL, files: ProtectedFileManager, runs: Int) async throws -> SFTPBackupFigures {
+    static func measure(tree: URL, base: URL, files: ProtectedFileManager, runs: Int) async throws -> SFTPBackupFigures
+    {
         let server = try LoopbackServer.sftp(keysIn: base.appendingPathComponent("ssh").path)
         defer { server.server.kill() }
         let served = base.appendingPathComponent("sftp-served")
@@ -33,13 +34,15 @@ struct SFTPBackupFigures {
         for index in 0..<runs {
             setenv("RESTIC_REPOSITORY", "sftp:root@127.0.0.1:\(served.path)/restic-\(index)", 1)
             guard runTool("restic", ["init", "--quiet"] + command) != nil,
-                  let first = runTool("restic", ["backup", "--quiet"] + command + [tree.path])?.seconds,
-                  let again = runTool("restic", ["backup", "--quiet"] + command + [tree.path])?.seconds else { break }
+                let first = runTool("restic", ["backup", "--quiet"] + command + [tree.path])?.seconds,
+                let again = runTool("restic", ["backup", "--quiet"] + command + [tree.path])?.seconds
+            else { break }
             resticFirsts.append(first)
             resticAgains.append(again)
             try? FileManager.default.removeItem(at: served.appendingPathComponent("restic-\(index)"))
         }
-        return SFTPBackupFigures(ours: (percentile(ourFirsts, 50), percentile(ourAgains, 50)),
-                                 restic: resticFirsts.count == runs ? (percentile(resticFirsts, 50), percentile(resticAgains, 50)) : nil)
+        return SFTPBackupFigures(
+            ours: (percentile(ourFirsts, 50), percentile(ourAgains, 50)),
+            restic: resticFirsts.count == runs ? (percentile(resticFirsts, 50), percentile(resticAgains, 50)) : nil)
     }
 }

@@ -19,7 +19,9 @@ struct SQLiteBenchmark: AsyncParsableCommand {
         commandName: "sqlite",
         abstract: "Encrypted SQLite vs SQLCipher 4 on six workloads.",
         usage: "dp-bench sqlite [<options>]",
-        discussion: "Encrypted SQLite: ours beside SQLCipher 4 on six workloads (absolute times, median of runs), plain SQLite as context.")
+        discussion:
+            "Encrypted SQLite: ours beside SQLCipher 4 on six workloads (absolute times, median of runs), plain SQLite as context."
+    )
 
     @Option(help: "Rows inserted (in transactions of 10,000).")
     var rows = 1_000_000
@@ -58,7 +60,10 @@ struct SQLiteBenchmark: AsyncParsableCommand {
     struct Mixed: Codable { var operations: Int; var rows: Int; var batch: Int; var select: String; var update: String }
 
     var settings: [String] {
-        ["PRAGMA page_size = \(Self.pageSize)", "PRAGMA cache_size = -\(Self.cacheKiB)", "PRAGMA journal_mode = DELETE"]
+        [
+            "PRAGMA page_size = \(Self.pageSize)", "PRAGMA cache_size = -\(Self.cacheKiB)",
+            "PRAGMA journal_mode = DELETE",
+        ]
     }
 
     func workload() -> [Group] {
@@ -66,29 +71,42 @@ struct SQLiteBenchmark: AsyncParsableCommand {
         var inserts: [String] = ["CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, value REAL, payload BLOB)"]
         for b in 0..<(rows + batch - 1) / batch {
             let count = min(batch, rows - b * batch)
-            inserts += ["BEGIN",
-                        """
-                        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(count))
-                        INSERT INTO t(id, name, value, payload)
-                        SELECT \(b * batch) + i, printf('name-%08d', ((\(b * batch) + i) * 7919) % \(rows)), (\(b * batch) + i) * 0.5, randomblob(64) FROM n
-                        """,
-                        "COMMIT"]
+            inserts += [
+                "BEGIN",
+                """
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(count))
+                INSERT INTO t(id, name, value, payload)
+                SELECT \(b * batch) + i, printf('name-%08d', ((\(b * batch) + i) * 7919) % \(rows)), (\(b * batch) + i) * 0.5, randomblob(64) FROM n
+                """,
+                "COMMIT",
+            ]
         }
         return [
             Group(name: "insert", statements: inserts),
-            Group(name: "point_select", statements: ["""
-                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(selects))
-                SELECT sum((SELECT value FROM t WHERE id = (i * 7919) % \(rows) + 1)) FROM n
-                """]),
-            Group(name: "range_scan", statements: ["""
-                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(ranges))
-                SELECT sum((SELECT sum(value) FROM t WHERE id BETWEEN (i * 7919) % \(rows) AND (i * 7919) % \(rows) + 99)) FROM n
-                """]),
+            Group(
+                name: "point_select",
+                statements: [
+                    """
+                    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(selects))
+                    SELECT sum((SELECT value FROM t WHERE id = (i * 7919) % \(rows) + 1)) FROM n
+                    """
+                ]),
+            Group(
+                name: "range_scan",
+                statements: [
+                    """
+                    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(ranges))
+                    SELECT sum((SELECT sum(value) FROM t WHERE id BETWEEN (i * 7919) % \(rows) AND (i * 7919) % \(rows) + 99)) FROM n
+                    """
+                ]),
             Group(name: "full_scan", statements: ["SELECT sum(length(name)), sum(value), sum(length(payload)) FROM t"]),
             Group(name: "index_build", statements: ["CREATE INDEX t_name ON t(name)"]),
-            Group(name: "mixed_90_10", mixed: Mixed(operations: mixed, rows: rows, batch: 1_000,
-                                                    select: "SELECT value FROM t WHERE id = ?",
-                                                    update: "UPDATE t SET value = value + 1 WHERE id = ?")),
+            Group(
+                name: "mixed_90_10",
+                mixed: Mixed(
+                    operations: mixed, rows: rows, batch: 1_000,
+                    select: "SELECT value FROM t WHERE id = ?",
+                    update: "UPDATE t SET value = value + 1 WHERE id = ?")),
         ]
     }
 
@@ -97,10 +115,13 @@ struct SQLiteBenchmark: AsyncParsableCommand {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { if directory == nil { try? FileManager.default.removeItem(atPath: dir) } }
         let groups = workload()
-        print("dp-bench sqlite: \(rows) rows, \(selects) point selects, \(ranges) range scans, \(mixed) mixed operations; " +
-              "page size \(Self.pageSize), page cache \(Self.cacheKiB) KiB, rollback journal; median of \(runs) runs; databases in \(dir)")
+        print(
+            "dp-bench sqlite: \(rows) rows, \(selects) point selects, \(ranges) range scans, \(mixed) mixed operations; "
+                + "page size \(Self.pageSize), page cache \(Self.cacheKiB) KiB, rollback journal; median of \(runs) runs; databases in \(dir)"
+        )
 
-        let interpreter = python ?? ProcessInfo.processInfo.environment["DP_PYTHON"]
+        let interpreter =
+            python ?? ProcessInfo.processInfo.environment["DP_PYTHON"]
             ?? packageRoot.appendingPathComponent(".venv-oracle/bin/python").path
         let script = packageRoot.appendingPathComponent("bench/sqlcipher_workload.py").path
         var plainRuns: [[String: Double]] = [], ourRuns: [[String: Double]] = [], peerRuns: [[String: Double]] = []
@@ -108,7 +129,8 @@ struct SQLiteBenchmark: AsyncParsableCommand {
         var databaseBytes = 0
         for run in 0..<runs {
             plainRuns.append(try time(DatabaseQueue(path: dir + "/plain.db"), groups))
-            ourRuns.append(try time(DatabaseQueue(path: dir + "/ours.db", key: try SQLCipherKey(rawKeyHex: Self.rawKey)), groups))
+            ourRuns.append(
+                try time(DatabaseQueue(path: dir + "/ours.db", key: try SQLCipherKey(rawKeyHex: Self.rawKey)), groups))
             databaseBytes = (try? FileManager.default.attributesOfItem(atPath: dir + "/ours.db")[.size] as? Int) ?? 0
             for name in ["plain.db", "ours.db"] { try? FileManager.default.removeItem(atPath: dir + "/" + name) }
             if let peer = try runPeer(interpreter, script, dir, groups) {
@@ -142,17 +164,24 @@ struct SQLiteBenchmark: AsyncParsableCommand {
         }
         printColumns(lines)
         print("")
-        print(String(format: "database: %.1f MiB, %.0f× the page cache", Double(databaseBytes) / 1_048_576,
-                     Double(databaseBytes) / Double(Self.cacheKiB * 1024)))
+        print(
+            String(
+                format: "database: %.1f MiB, %.0f× the page cache", Double(databaseBytes) / 1_048_576,
+                Double(databaseBytes) / Double(Self.cacheKiB * 1024)))
         let probe = try PageCipherProbe.microsecondsPerPage()
-        var pageLine = "page cipher alone, 4096-byte page: seal \(String(format: "%.2f", probe.seal)) µs, open \(String(format: "%.2f", probe.open)) µs (OpenSSL libcrypto)"
+        var pageLine =
+            "page cipher alone, 4096-byte page: seal \(String(format: "%.2f", probe.seal)) µs, open \(String(format: "%.2f", probe.open)) µs (OpenSSL libcrypto)"
         if let sha = opensslMicros(["sha512"]), let dec = opensslMicros(["-evp", "aes-256-cbc", "-decrypt"]) {
             pageLine += String(format: "; `openssl speed` of the same primitives: open %.2f µs", sha + dec)
             summary.append(String(format: "page_open_us=%.2f openssl_page_open_us=%.2f", probe.open, sha + dec))
         }
         print(pageLine)
         print("open a class-managed database (median of 50): \(String(format: "%.2f", openMillis)) ms (target ≤ 5 ms)")
-        if let peerVersion { print("peer: SQLCipher \(peerVersion) via Python sqlcipher3; ours: system SQLite \(String(cString: sqlite3_libversion()))") }
+        if let peerVersion {
+            print(
+                "peer: SQLCipher \(peerVersion) via Python sqlcipher3; ours: system SQLite \(String(cString: sqlite3_libversion()))"
+            )
+        }
         if !peerRuns.isEmpty { summary.insert("worst_vs_sqlcipher=\(String(format: "%.3f", worst))", at: 0) }
         summary.append("open_ms=\(String(format: "%.2f", openMillis))")
         print("summary: " + summary.joined(separator: " "))
@@ -197,7 +226,9 @@ struct SQLiteBenchmark: AsyncParsableCommand {
 
     /// Microseconds `openssl speed` takes for 4096 bytes of `algorithm`.
     func opensslMicros(_ algorithm: [String]) -> Double? {
-        guard let result = runTool("openssl", ["speed", "-bytes", "4096", "-seconds", "1", "-mr"] + algorithm) else { return nil }
+        guard let result = runTool("openssl", ["speed", "-bytes", "4096", "-seconds", "1", "-mr"] + algorithm) else {
+            return nil
+        }
         for line in result.output.split(separator: "\n") where line.hasPrefix("+F:") {
             if let bytesPerSecond = line.split(separator: ":").last.flatMap({ Double($0) }), bytesPerSecond > 0 {
                 return 4096 / bytesPerSecond * 1e6
@@ -224,8 +255,9 @@ struct SQLiteBenchmark: AsyncParsableCommand {
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0,
-              let json = try JSONSerialization.jsonObject(with: data) as? [String: Any],
-              let keyed = json["keyed"] as? [String: Double] else {
+            let json = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let keyed = json["keyed"] as? [String: Double]
+        else {
             print("peer failed (exit \(process.terminationStatus)); is sqlcipher3-binary installed in \(python)?")
             return nil
         }
@@ -253,15 +285,18 @@ struct SQLiteBenchmark: AsyncParsableCommand {
     }
 }
 
-let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
 
 func printColumns(_ lines: [[String]]) {
     var widths = [Int](repeating: 0, count: lines[0].count)
     for line in lines { for (i, cell) in line.enumerated() { widths[i] = max(widths[i], cell.count) } }
     for line in lines {
-        print(line.enumerated().map { i, cell in
-            i == 0 ? cell.padding(toLength: widths[i], withPad: " ", startingAt: 0)
-                : String(repeating: " ", count: widths[i] - cell.count) + cell
-        }.joined(separator: "  "))
+        print(
+            line.enumerated().map { i, cell in
+                i == 0
+                    ? cell.padding(toLength: widths[i], withPad: " ", startingAt: 0)
+                    : String(repeating: " ", count: widths[i] - cell.count) + cell
+            }.joined(separator: "  "))
     }
 }

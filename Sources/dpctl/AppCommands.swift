@@ -25,8 +25,11 @@ struct App: AsyncParsableCommand {
             runs a command as the app, confined: it sees its own container, its App Groups' \
             containers and the system, nothing else of the data root or of your home.
             """,
-        subcommands: [AppInstall.self, AppList.self, AppInfo.self, AppRun.self, AppBackground.self, AppForeground.self, AppState.self, AppStop.self,
-                      AppSetProtection.self, AppSetDocumentBrowser.self, AppUninstall.self, AppServeFileSystem.self])
+        subcommands: [
+            AppInstall.self, AppList.self, AppInfo.self, AppRun.self, AppBackground.self, AppForeground.self,
+            AppState.self, AppStop.self,
+            AppSetProtection.self, AppSetDocumentBrowser.self, AppUninstall.self, AppServeFileSystem.self,
+        ])
 }
 
 /// Opens the device (locked, unless a passcode file is given) and the container manager.
@@ -48,31 +51,51 @@ struct AppInstall: AsyncParsableCommand {
             """)
 
     @OptionGroup var device: DeviceOptions
-    @Argument(help: ArgumentHelp("The app's identifier: \(AppIdentifier.rule).", valueName: "id")) var identifier: String
+    @Argument(help: ArgumentHelp("The app's identifier: \(AppIdentifier.rule).", valueName: "id")) var identifier:
+        String
     @Option(help: ArgumentHelp("The container's default class: \(ProtectionClass.spellings).", valueName: "class"))
     var defaultProtection: ProtectionClass = .default
-    @Option(name: .customLong("group"), help: ArgumentHelp("An App Group the app belongs to (repeatable): \(AppGroupIdentifier.rule).", valueName: "group-id"))
+    @Option(
+        name: .customLong("group"),
+        help: ArgumentHelp(
+            "An App Group the app belongs to (repeatable): \(AppGroupIdentifier.rule).", valueName: "group-id"))
     var groups: [String] = []
-    @Flag(help: "Expose Documents to other apps through grants (UISupportsDocumentBrowser; off by default).") var documentBrowser = false
-    @Flag(help: "The app reads its files through DataProtection (CurrentApp.files), so `audit --fix` may protect its plain files in place.")
+    @Flag(help: "Expose Documents to other apps through grants (UISupportsDocumentBrowser; off by default).")
+    var documentBrowser = false
+    @Flag(
+        help:
+            "The app reads its files through DataProtection (CurrentApp.files), so `audit --fix` may protect its plain files in place."
+    )
     var usesProtectedFiles = false
-    @Flag(help: "The network entitlement: the app reaches the outside world through user-mode networking (slirp4netns), never the host's loopback services; off by default.")
+    @Flag(
+        help:
+            "The network entitlement: the app reaches the outside world through user-mode networking (slirp4netns), never the host's loopback services; off by default."
+    )
     var network = false
-    @Option(help: ArgumentHelp("Processes and threads the app may have at once (systemd's TasksMax; default \(AppResourceLimits.defaultTasks)).", valueName: "n"))
+    @Option(
+        help: ArgumentHelp(
+            "Processes and threads the app may have at once (systemd's TasksMax; default \(AppResourceLimits.defaultTasks)).",
+            valueName: "n"))
     var tasksMax: Int?
-    @Option(help: ArgumentHelp("Memory the app may use, as 512M or 2G (systemd's MemoryMax; default half of this machine's). Held where a memory cgroup can be made.", valueName: "size"))
+    @Option(
+        help: ArgumentHelp(
+            "Memory the app may use, as 512M or 2G (systemd's MemoryMax; default half of this machine's). Held where a memory cgroup can be made.",
+            valueName: "size"))
     var memoryMax: String?
 
     func run() async throws {
         let id = try appIdentifier(identifier)
         let groupIDs = try groups.map(groupIdentifier)
         let memory = try memoryMax.map { text in
-            guard let bytes = AppResourceLimits.parseSize(text) else { throw ValidationError("--memory-max \(text): expected a size such as 512M or 2G") }
+            guard let bytes = AppResourceLimits.parseSize(text) else {
+                throw ValidationError("--memory-max \(text): expected a size such as 512M or 2G")
+            }
             return bytes
         }
-        let app = try await containerManager(device).install(id, defaultProtection: defaultProtection, groups: groupIDs, documentBrowser: documentBrowser,
-                                                                      usesProtectedFiles: usesProtectedFiles, network: network,
-                                                                      tasksMax: tasksMax, memoryMax: memory)
+        let app = try await containerManager(device).install(
+            id, defaultProtection: defaultProtection, groups: groupIDs, documentBrowser: documentBrowser,
+            usesProtectedFiles: usesProtectedFiles, network: network,
+            tasksMax: tasksMax, memoryMax: memory)
         printOut("installed \(app.identifier) in \(app.url.path) (default class \(app.defaultProtection))")
     }
 }
@@ -87,14 +110,21 @@ struct AppList: AsyncParsableCommand {
         let apps = manager.apps()
         if json { return printJSON(apps.map { AppReport($0, manager: manager) }) }
         guard !apps.isEmpty else { return printOut("no apps installed") }
-        printOut(table([["APP", "CLASS", "GROUPS", "CONTAINER"]] + apps.map {
-            [$0.identifier.rawValue, $0.defaultProtection.shortName, $0.groups.map(\.rawValue).joined(separator: ","), $0.url.path]
-        }))
+        printOut(
+            table(
+                [["APP", "CLASS", "GROUPS", "CONTAINER"]]
+                    + apps.map {
+                        [
+                            $0.identifier.rawValue, $0.defaultProtection.shortName,
+                            $0.groups.map(\.rawValue).joined(separator: ","), $0.url.path,
+                        ]
+                    }))
     }
 }
 
 struct AppInfo: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "info", abstract: "Show an app's container, class, groups, entitlements.")
+    static let configuration = CommandConfiguration(
+        commandName: "info", abstract: "Show an app's container, class, groups, entitlements.")
     @OptionGroup var device: DeviceOptions
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
     @Flag(help: "Print JSON.") var json = false
@@ -108,22 +138,32 @@ struct AppInfo: AsyncParsableCommand {
             "app:              \(report.identifier)",
             "container:        \(report.container)",
             "uuid:             \(report.uuid)",
-            "default class:    \(report.defaultProtection)" + (report.defaultProtection != report.entitledProtection ? " (entitlement: \(report.entitledProtection))" : ""),
-            "document browser: " + (report.documentBrowser
-                ? "yes: Documents is EXPOSED — you can grant other apps its items (dpctl grant); never Documents/Inbox"
-                : "no: Documents is not exposed to other apps"),
-            "reads files:      " + (report.usesProtectedFiles
-                ? "through DataProtection: `audit --fix` may protect its plain files in place"
-                : "as they are on disk, perhaps: `audit --fix` leaves its plain files for you"),
-            "network:          " + (report.network ? "yes, through user-mode networking (slirp4netns); never the host's loopback" : "none"),
+            "default class:    \(report.defaultProtection)"
+                + (report.defaultProtection != report.entitledProtection
+                    ? " (entitlement: \(report.entitledProtection))" : ""),
+            "document browser: "
+                + (report.documentBrowser
+                    ? "yes: Documents is EXPOSED — you can grant other apps its items (dpctl grant); never Documents/Inbox"
+                    : "no: Documents is not exposed to other apps"),
+            "reads files:      "
+                + (report.usesProtectedFiles
+                    ? "through DataProtection: `audit --fix` may protect its plain files in place"
+                    : "as they are on disk, perhaps: `audit --fix` leaves its plain files for you"),
+            "network:          "
+                + (report.network
+                    ? "yes, through user-mode networking (slirp4netns); never the host's loopback" : "none"),
             "limits:           \(report.tasksMax) tasks, \(AppResourceLimits.describe(bytes: report.memoryMax)) of memory"
                 + (app.metadata.tasksMax == nil && app.metadata.memoryMax == nil ? " (the defaults)" : ""),
             "installed:        \(report.created)",
         ]
         for group in report.groups {
-            lines.append("group:            \(group.identifier) \(group.container ?? "(missing)") class \(group.defaultProtection ?? "-")\(group.protectionSet ? "" : " (not set: iOS's default)")")
+            lines.append(
+                "group:            \(group.identifier) \(group.container ?? "(missing)") class \(group.defaultProtection ?? "-")\(group.protectionSet ? "" : " (not set: iOS's default)")"
+            )
         }
-        for (key, value) in report.entitlements.sorted(by: { $0.key < $1.key }) { lines.append("entitlement:      \(key) = \(value)") }
+        for (key, value) in report.entitlements.sorted(by: { $0.key < $1.key }) {
+            lines.append("entitlement:      \(key) = \(value)")
+        }
         printOut(lines.joined(separator: "\n"))
     }
 }
@@ -171,8 +211,10 @@ struct AppReport: Encodable {
         created = ISO8601DateFormatter().string(from: app.metadata.created)
         groups = app.groups.map { id in
             let group = try? manager.group(id)
-            return Group(identifier: id.rawValue, container: group?.url.path, defaultProtection: group?.defaultProtection.iOSName,
-                         protection: group?.defaultProtection.shortName, protectionSet: group?.isProtectionSet ?? false)
+            return Group(
+                identifier: id.rawValue, container: group?.url.path,
+                defaultProtection: group?.defaultProtection.iOSName,
+                protection: group?.defaultProtection.shortName, protectionSet: group?.isProtectionSet ?? false)
         }
         entitlements = app.metadata.entitlements
     }
@@ -203,17 +245,27 @@ struct AppRun: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
-    @Flag(help: "Run the app unconfined (it still gets its places and keys). Says so on standard error.") var noSandbox = false
-    @Option(help: ArgumentHelp("Background time per trip to the background, for background tasks (30s as iOS today; 10m as in iOS 4).", valueName: "duration"))
+    @Flag(help: "Run the app unconfined (it still gets its places and keys). Says so on standard error.")
+    var noSandbox = false
+    @Option(
+        help: ArgumentHelp(
+            "Background time per trip to the background, for background tasks (30s as iOS today; 10m as in iOS 4).",
+            valueName: "duration"))
     var backgroundTime = "30s"
-    @Option(help: ArgumentHelp("How long the app has to end after willTerminate and SIGTERM before it is killed (at most 1h).", valueName: "duration"))
+    @Option(
+        help: ArgumentHelp(
+            "How long the app has to end after willTerminate and SIGTERM before it is killed (at most 1h).",
+            valueName: "duration"))
     var grace = "5s"
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
-    @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
+    @Argument(
+        parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
     var command: [String] = []
 
     func validate() throws {
-        guard !command.isEmpty else { throw ValidationError("give the command after --: dpctl app run ID -- COMMAND [ARGS...]") }
+        guard !command.isEmpty else {
+            throw ValidationError("give the command after --: dpctl app run ID -- COMMAND [ARGS...]")
+        }
         _ = try parseDuration(backgroundTime)
         try validateGrace(grace)
     }
@@ -222,13 +274,18 @@ struct AppRun: AsyncParsableCommand {
         let id = try appIdentifier(identifier)
         let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
         if noSandbox {
-            FileHandle.standardError.write(Data("dpctl: running \(id) WITHOUT its sandbox (--no-sandbox): it can reach everything you can\n".utf8))
+            FileHandle.standardError.write(
+                Data("dpctl: running \(id) WITHOUT its sandbox (--no-sandbox): it can reach everything you can\n".utf8))
         }
-        let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: try parseDuration(backgroundTime),
-                                                                                 terminationDeadline: try parseDuration(grace)),
-                                         clock: SystemClock())
-        let supervisor = AppSupervisor(manager: manager, services: [lifecycle, SharingService(manager: manager)],
-                                       fileSystem: await fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag))
+        let lifecycle = LifecycleService(
+            manager: manager,
+            settings: LifecycleSettings(
+                backgroundTimeBudget: try parseDuration(backgroundTime),
+                terminationDeadline: try parseDuration(grace)),
+            clock: SystemClock())
+        let supervisor = AppSupervisor(
+            manager: manager, services: [lifecycle, SharingService(manager: manager)],
+            fileSystem: await fileSystemLauncher(passcodeFile: unlock.passcodeFile, keybag: manager.files.keybag))
         let signals = TerminationSignals { lifecycle.terminateAll() }
         defer { signals.cancel() }
         let status = try await supervisor.run(id, command: command, sandboxed: !noSandbox)
@@ -267,7 +324,9 @@ struct AppSetProtection: AsyncParsableCommand {
         bar.finish()
         printOut("\(identifier): default class \(protectionClass) for new files")
         if let report {
-            printOut("re-protected \(counted(report.filesChanged, "file")) (\(report.filesUnchanged) already \(protectionClass.shortName)), \(report.failures.count) failed")
+            printOut(
+                "re-protected \(counted(report.filesChanged, "file")) (\(report.filesUnchanged) already \(protectionClass.shortName)), \(report.failures.count) failed"
+            )
             for (path, why) in report.failures.sorted(by: { $0.key < $1.key }) { printOut("  failed: \(path): \(why)") }
             if !report.failures.isEmpty { throw ExitCode(ExitStatus.unavailable.rawValue) }
         }
@@ -293,8 +352,11 @@ struct AppSetDocumentBrowser: AsyncParsableCommand {
     func run() async throws {
         let manager = try await containerManager(device)
         try manager.setSupportsDocumentBrowser(setting == .on, ofApp: try appIdentifier(identifier))
-        printOut("\(identifier): document browser \(setting.rawValue)" + (setting == .on
-            ? " (Documents is exposed: you can grant other apps its items)" : " (the grants you made start no new access)"))
+        printOut(
+            "\(identifier): document browser \(setting.rawValue)"
+                + (setting == .on
+                    ? " (Documents is exposed: you can grant other apps its items)"
+                    : " (the grants you made start no new access)"))
     }
 }
 
@@ -333,7 +395,8 @@ struct GroupSetProtection: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("The group's identifier.", valueName: "group-id")) var identifier: String
-    @Argument(help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class")) var protectionClass: ProtectionClass
+    @Argument(help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class")) var protectionClass:
+        ProtectionClass
     @Flag(help: "Re-protect the files already in the group container too.") var reprotect = false
 
     func run() async throws {
@@ -356,7 +419,11 @@ final class TerminationSignals {
     private let sources: [any DispatchSourceSignal]
     private final class Count: Sendable {
         private let value = Mutex(0)
-        func next() -> Int { value.withLock { $0 += 1; return $0 } }
+        func next() -> Int {
+            value.withLock {
+                $0 += 1; return $0
+            }
+        }
     }
 
     init(_ terminate: @escaping @Sendable () -> Void) {

@@ -2,6 +2,7 @@ import ArgumentParser
 import DataProtectionContainers
 import DataProtectionKeybag
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -39,7 +40,10 @@ struct AppServeFileSystem: AsyncParsableCommand {
         if null >= 0 { _ = dup2(null, STDOUT_FILENO); close(null) }
         // DATAPROTECTION_FS_MAX_NODES bounds the inodes served at once (tests; tuning).
         let maxNodes = ProcessInfo.processInfo.environment["DATAPROTECTION_FS_MAX_NODES"].flatMap(Int.init)
-        do { try await ContainerFileSystem.serve(manager, readiness: readiness, linger: .seconds(max(0, linger)), maxNodes: maxNodes) } catch { throw ExitCode(1) }
+        do {
+            try await ContainerFileSystem.serve(
+                manager, readiness: readiness, linger: .seconds(max(0, linger)), maxNodes: maxNodes)
+        } catch { throw ExitCode(1) }
     }
 }
 
@@ -53,14 +57,17 @@ struct AppServeFileSystem: AsyncParsableCommand {
 /// later run; with keybagd, or without a passcode (nothing to carry), it stays a while for the
 /// next app.
 func fileSystemLauncher(passcodeFile: String?, keybag: Keybag) async -> ContainerFileSystem.Launcher {
-    let passcode: String? = keybag.daemonSocket != nil ? nil
+    let passcode: String? =
+        keybag.daemonSocket != nil
+        ? nil
         : passcodeFile.flatMap { $0 == "-" ? nil : URL(fileURLWithPath: $0).standardizedFileURL.path }
     let passcodeSet = await keybag.status.passcodeSet
     let lingers = keybag.daemonSocket != nil || !passcodeSet
     return { root in
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["app", "serve-file-system", "--root", root] + (passcode.map { ["--passcode-file", $0] } ?? [])
+        process.arguments =
+            ["app", "serve-file-system", "--root", root] + (passcode.map { ["--passcode-file", $0] } ?? [])
             + (lingers ? [] : ["--linger", "0"])
         let output = Pipe()
         process.standardOutput = output

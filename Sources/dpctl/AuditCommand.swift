@@ -31,27 +31,41 @@ struct Audit: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("A directory tree to audit.", valueName: "path")) var path: String?
-    @Option(help: ArgumentHelp("Audit this app: its container, its groups' containers and its grants.", valueName: "id")) var app: String?
+    @Option(
+        help: ArgumentHelp("Audit this app: its container, its groups' containers and its grants.", valueName: "id"))
+    var app: String?
     @Flag(help: "Audit the whole device (the default).") var all = false
     @Flag(help: "Print JSON.") var json = false
     @Flag(help: "Print a SARIF 2.1.0 log (GitHub code scanning, CI dashboards).") var sarif = false
-    @Option(help: ArgumentHelp("Report findings of this severity and above: low, medium or high.", valueName: "severity"))
+    @Option(
+        help: ArgumentHelp("Report findings of this severity and above: low, medium or high.", valueName: "severity"))
     var minSeverity: AuditSeverity = .low
     @Flag(help: "Apply the safe fixes, after listing them; never deletes data.") var fix = false
-    @Option(help: ArgumentHelp("Files at least this large (MB) under Documents or Library must be marked do-not-back-up.", valueName: "MB"))
+    @Option(
+        help: ArgumentHelp(
+            "Files at least this large (MB) under Documents or Library must be marked do-not-back-up.", valueName: "MB")
+    )
     var largeFile: Double = 5
-    @Option(help: ArgumentHelp("Inbox files older than this many days are reported.", valueName: "days")) var inboxAge: Double = 7
+    @Option(help: ArgumentHelp("Inbox files older than this many days are reported.", valueName: "days")) var inboxAge:
+        Double = 7
 
     func validate() throws {
-        if [path != nil, app != nil, all].filter({ $0 }).count > 1 { throw ValidationError("name one of PATH, --app ID or --all") }
+        if [path != nil, app != nil, all].filter({ $0 }).count > 1 {
+            throw ValidationError("name one of PATH, --app ID or --all")
+        }
         if json && sarif { throw ValidationError("choose --json or --sarif") }
         // At most a petabyte and a century: finite numbers that fit the auditor's integers.
-        guard largeFile.isFinite, largeFile > 0, largeFile <= 1e9 else { throw ValidationError("--large-file must be a number of MB above 0, at most 1e9") }
-        guard inboxAge.isFinite, inboxAge >= 0, inboxAge <= 36_500 else { throw ValidationError("--inbox-age must be a number of days from 0 to 36500") }
+        guard largeFile.isFinite, largeFile > 0, largeFile <= 1e9 else {
+            throw ValidationError("--large-file must be a number of MB above 0, at most 1e9")
+        }
+        guard inboxAge.isFinite, inboxAge >= 0, inboxAge <= 36_500 else {
+            throw ValidationError("--inbox-age must be a number of days from 0 to 36500")
+        }
     }
 
     func run() async throws {
-        let auditor = Auditor(options: AuditOptions(largeFileThreshold: Int64(largeFile * 1_000_000), inboxMaxAge: inboxAge * 86_400))
+        let auditor = Auditor(
+            options: AuditOptions(largeFileThreshold: Int64(largeFile * 1_000_000), inboxMaxAge: inboxAge * 86_400))
         // The audit reads the data root without its keybag (a device whose secret cannot be
         // loaded is still audited); the device is opened only to fix, once, after modes.
         let catalog = path == nil ? ContainerCatalog(layout: DataRootLayout(root: try device.resolvedRoot)) : nil
@@ -67,14 +81,17 @@ struct Audit: AsyncParsableCommand {
                 if chosen.isEmpty {
                     if pass == 1 {
                         let pending = final.findings(atLeast: minSeverity).count
-                        printError("nothing to fix automatically\(pending > 0 ? " (\(pending) finding\(pending == 1 ? "" : "s") need a person)" : "")")
+                        printError(
+                            "nothing to fix automatically\(pending > 0 ? " (\(pending) finding\(pending == 1 ? "" : "s") need a person)" : "")"
+                        )
                     }
                     break
                 }
                 printError("fixing \(chosen.count) finding\(chosen.count == 1 ? "" : "s"):")
                 for finding in chosen { printError("  \(finding.rule.id) \(command(for: finding))") }
                 // Modes first, with no device: a loose device secret keeps the device from opening.
-                var outcomes = await AuditFixer().apply(chosen.filter { if case .setMode = $0.fix { true } else { false } })
+                var outcomes = await AuditFixer().apply(
+                    chosen.filter { if case .setMode = $0.fix { true } else { false } })
                 let rest = chosen.filter { if case .setMode = $0.fix { false } else { true } }
                 if !rest.isEmpty {
                     if !opened {
@@ -94,7 +111,9 @@ struct Audit: AsyncParsableCommand {
         if json {
             printOut(String(decoding: try final.json(minimum: minSeverity, command: command(for:)), as: UTF8.self))
         } else if sarif {
-            printOut(String(decoding: try final.sarif(base: base, minimum: minSeverity, command: command(for:)), as: UTF8.self))
+            printOut(
+                String(
+                    decoding: try final.sarif(base: base, minimum: minSeverity, command: command(for:)), as: UTF8.self))
         } else {
             printTable(shown, examined: final.itemsExamined, base: base)
         }
@@ -133,9 +152,15 @@ struct Audit: AsyncParsableCommand {
         for f in findings where seen.insert(f.rule).inserted {
             printOut("  \(f.rule.id) \(f.rule.name): \(f.rule.why)")
         }
-        for f in findings { printOut("  \(f.rule.id) \(shown(f.path)): \(f.fix.isAutomatic ? "[--fix] " : "")\(command(for: f))") }
-        let counts = AuditSeverity.allCases.reversed().map { s in "\(findings.filter { $0.severity == s }.count) \(s.rawValue)" }
-        printOut("\(findings.count) finding\(findings.count == 1 ? "" : "s") (\(counts.joined(separator: ", "))) in \(examined) items below \(LosslessPath.display(base))")
+        for f in findings {
+            printOut("  \(f.rule.id) \(shown(f.path)): \(f.fix.isAutomatic ? "[--fix] " : "")\(command(for: f))")
+        }
+        let counts = AuditSeverity.allCases.reversed().map { s in
+            "\(findings.filter { $0.severity == s }.count) \(s.rawValue)"
+        }
+        printOut(
+            "\(findings.count) finding\(findings.count == 1 ? "" : "s") (\(counts.joined(separator: ", "))) in \(examined) items below \(LosslessPath.display(base))"
+        )
     }
 
     private func finding(_ f: AuditFinding) -> String { "\(f.rule.id) \(LosslessPath.display(f.path))" }
@@ -148,16 +173,22 @@ struct Audit: AsyncParsableCommand {
         case .protect(let cls): return "dpctl protect\(root) \(path) --class \(cls.letter)"
         case .excludeFromBackup: return "dpctl exclude\(root) \(path)"
         case .setAppDefault(let app, let cls): return "dpctl app set-protection\(root) \(app) \(cls.letter) --reprotect"
-        case .setGroupDefault(let group, let cls): return "dpctl group set-protection\(root) \(group) \(cls.letter) --reprotect"
+        case .setGroupDefault(let group, let cls):
+            return "dpctl group set-protection\(root) \(group) \(cls.letter) --reprotect"
         case .setMode(let mode): return "chmod \(String(mode, radix: 8)) \(path)"
         case .removeGrant(let id), .limitGrant(let id): return "dpctl revoke\(root) \(id.uuidString)"
         case .encryptDatabase(let cls): return "dpctl sql\(root) \(path) --import-plaintext --class \(cls.letter)"
         case .protectOnceNoOtherProgramReadsIt(let cls):
-            return "dpctl protect\(root) \(path) --class \(cls.letter), once no program reads it directly (a database passphrase, an app that does not use protected files)"
-        case .keepDatabaseKeyProtected: return "keep its key in a protected file (dpctl protect KEYFILE) or move its data to a class-managed database (dpctl sql DB --class C)"
+            return
+                "dpctl protect\(root) \(path) --class \(cls.letter), once no program reads it directly (a database passphrase, an app that does not use protected files)"
+        case .keepDatabaseKeyProtected:
+            return
+                "keep its key in a protected file (dpctl protect KEYFILE) or move its data to a class-managed database (dpctl sql DB --class C)"
         case .removeStaleFile: return "with no connection open, check and remove \(path)"
-        case .moveToKeychain(let key): return "move \"\(key)\" to the keychain, then remove it from the group's preferences"
-        case .stopExposingDocuments(let app): return "reinstall \(app) without --document-browser if it does not need it (back up its data first)"
+        case .moveToKeychain(let key):
+            return "move \"\(key)\" to the keychain, then remove it from the group's preferences"
+        case .stopExposingDocuments(let app):
+            return "reinstall \(app) without --document-browser if it does not need it (back up its data first)"
         case .deleteInboxFile: return "have the app delete \(path) once handled"
         case .removeLink: return "replace or remove the link \(path)"
         case .inspectDamagedFile: return "dpctl cat \(path) says what is wrong; restore it from a backup"
@@ -170,15 +201,18 @@ struct Audit: AsyncParsableCommand {
     private func shellQuoted(_ path: String) -> String {
         let bytes = LosslessPath.bytes(of: path)
         let plain = bytes.allSatisfy { b in
-            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || "/._-+:@%".utf8.contains(b)
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+                || "/._-+:@%".utf8.contains(b)
         }
         if plain { return path }
         if String(validating: bytes, as: UTF8.self) != nil, !bytes.contains(where: { $0 < 0x20 || $0 == 0x7F }) {
             return "'" + path.replacingOccurrences(of: "'", with: "'\\''") + "'"
         }
-        return "$'" + bytes.map { b in
-            b >= 0x20 && b < 0x7F && b != 0x27 && b != 0x5C ? String(UnicodeScalar(b)) : String(format: "\\x%02X", b)
-        }.joined() + "'"
+        return "$'"
+            + bytes.map { b in
+                b >= 0x20 && b < 0x7F && b != 0x27 && b != 0x5C
+                    ? String(UnicodeScalar(b)) : String(format: "\\x%02X", b)
+            }.joined() + "'"
     }
 }
 

@@ -13,7 +13,9 @@ enum CommandSuggestion {
             return unknown(first, in: "dpctl", among: commands.flatMap(names(of:)))
         }
         let subcommands = command.configuration.subcommands
-        guard !subcommands.isEmpty, arguments.count > 1, !arguments[1].hasPrefix("-"), arguments[1] != "help" else { return nil }
+        guard !subcommands.isEmpty, arguments.count > 1, !arguments[1].hasPrefix("-"), arguments[1] != "help" else {
+            return nil
+        }
         let second = arguments[1]
         if subcommands.contains(where: { names(of: $0).contains(second) }) { return nil }
         return unknown(second, in: "dpctl \(first)", among: subcommands.flatMap(names(of:)))
@@ -29,7 +31,9 @@ enum CommandSuggestion {
         let distances = names.map { ($0, distance(word.lowercased(), $0.lowercased())) }
         guard let best = distances.map(\.1).min(), best <= max(2, word.count / 3) else { return text }
         let nearest = distances.filter { $0.1 == best }.map(\.0)
-        text += "\n\nThe most similar command\(nearest.count == 1 ? " is" : "s are")\n" + nearest.map { "\t\($0)" }.joined(separator: "\n")
+        text +=
+            "\n\nThe most similar command\(nearest.count == 1 ? " is" : "s are")\n"
+            + nearest.map { "\t\($0)" }.joined(separator: "\n")
         return text
     }
 
@@ -45,7 +49,9 @@ enum CommandSuggestion {
             for j in 1...b.count {
                 let cost = a[i - 1] == b[j - 1] ? 0 : 1
                 table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + cost)
-                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] { table[i][j] = min(table[i][j], table[i - 2][j - 2] + 1) }
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                    table[i][j] = min(table[i][j], table[i - 2][j - 2] + 1)
+                }
             }
         }
         return table[a.count][b.count]

@@ -20,11 +20,14 @@ struct DPCtl: AsyncParsableCommand {
             """,
         version: DataProtectionVersion.string,
         subcommands: [
-            Tour.self, Init.self, Status.self, Unlock.self, Lock.self, Write.self, Cat.self, List.self, Protect.self, Copy.self,
+            Tour.self, Init.self, Status.self, Unlock.self, Lock.self, Write.self, Cat.self, List.self, Protect.self,
+            Copy.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, Policy.self, Erase.self, TPM.self,
-            Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self, Backups.self,
+            Exclude.self, Include.self, Exclusions.self, BackupPassword.self, Backup.self, Restore.self, Verify.self,
+            Backups.self,
             Forget.self, Prune.self,
-            SQL.self, SQLKey.self, Daemon.self, App.self, Group.self, Defaults.self, Share.self, GrantCommand.self, Grants.self, Revoke.self,
+            SQL.self, SQLKey.self, Daemon.self, App.self, Group.self, Defaults.self, Share.self, GrantCommand.self,
+            Grants.self, Revoke.self,
             Audit.self, Mount.self, Unmount.self,
         ]
     )
@@ -41,13 +44,17 @@ struct DPCtl: AsyncParsableCommand {
         // Arguments are bytes: read them from argv as such (LosslessPath), so `dpctl write $'y\xfe'`
         // and `$'y\xfd'` name two files, not one `y\u{FFFD}`.
         let raw = (1..<Int(CommandLine.argc)).map { index in
-            LosslessPath.string(fromBytes: UnsafeBufferPointer(start: UnsafeRawPointer(CommandLine.unsafeArgv[index]!).assumingMemoryBound(to: UInt8.self),
-                                                               count: strlen(CommandLine.unsafeArgv[index]!)))
+            LosslessPath.string(
+                fromBytes: UnsafeBufferPointer(
+                    start: UnsafeRawPointer(CommandLine.unsafeArgv[index]!).assumingMemoryBound(to: UInt8.self),
+                    count: strlen(CommandLine.unsafeArgv[index]!)))
         }
         let arguments = hoistingGlobalOptions(raw)
         // The file system servers carry plaintext through buffers they free: glibc overwrites
         // every freed block in them (a re-execution with its tunables, once).
-        if arguments.first == "mount" || arguments.starts(with: ["app", "serve-file-system"]) { HeapHygiene.reexecIfNeeded() }
+        if arguments.first == "mount" || arguments.starts(with: ["app", "serve-file-system"]) {
+            HeapHygiene.reexecIfNeeded()
+        }
         if let message = CommandSuggestion.message(for: arguments, root: Self.self) {
             FileHandle.standardError.write(Data("dpctl: \(message)\n".utf8))
             Foundation.exit(ExitStatus.usage.rawValue)
@@ -69,7 +76,7 @@ struct DPCtl: AsyncParsableCommand {
             exit(withError: error)
         } catch let error as CleanExit {
             exit(withError: error)
-        } catch where exitCode(for: error) == .success {
+        } catch  where exitCode(for: error) == .success {
             // `dpctl --help` and `dpctl help …` arrive here: the parser returns its help command,
             // whose run throws the request for help. swift-argument-parser prints it.
             exit(withError: error)
@@ -80,7 +87,10 @@ struct DPCtl: AsyncParsableCommand {
     }
 
     /// Commands whose work is done by a subcommand (`app`, `share`…), from the command tree.
-    static let groups = Set(configuration.subcommands.filter { !$0.configuration.subcommands.isEmpty }.compactMap { $0.configuration.commandName })
+    static let groups = Set(
+        configuration.subcommands.filter { !$0.configuration.subcommands.isEmpty }.compactMap {
+            $0.configuration.commandName
+        })
 
     static func hoistingGlobalOptions(_ arguments: [String]) -> [String] {
         var global: [String] = []

@@ -19,7 +19,8 @@ struct UserUnits {
 
     init(root: String) {
         let environment = ProcessInfo.processInfo.environment
-        let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+        let config =
+            environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
             ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config").path
         directory = config + "/systemd/user"
         instance = Self.escapePath(root)
@@ -40,8 +41,9 @@ struct UserUnits {
         for (index, byte) in LosslessPath.bytes(of: parts.joined(separator: "/")).enumerated() {
             switch byte {
             case UInt8(ascii: "/"): out += "-"
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: ":"), UInt8(ascii: "_"):
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: ":"), UInt8(ascii: "_"):
                 out.append(Character(UnicodeScalar(byte)))
             case UInt8(ascii: ".") where index > 0: out += "."
             default: out += String(format: "\\x%02x", byte)
@@ -57,43 +59,50 @@ struct DaemonInstall: AsyncParsableCommand {
         abstract: "Write systemd user units running keybagd.",
         usage: "dpctl daemon install [<options>]",
         discussion: """
-        Writes the template $XDG_CONFIG_HOME/systemd/user/keybagd@.service (default ~/.config/...), \
-        running the keybagd installed next to this dpctl (one in a build directory is refused), and for this root a drop-in with its idle lock; the \
-        root is the unit's instance (keybagd@home-me-.local-share-dataprotection.service), so every \
-        root gets its own. With --socket-activation it also writes keybagd@INSTANCE.socket: systemd \
-        then listens on the root's socket and starts keybagd on the first connection. It prints the \
-        systemctl commands that start it. An existing unit with other content is left alone unless \
-        --force is given. `dpctl daemon uninstall` removes this root's units.
-        """)
+            Writes the template $XDG_CONFIG_HOME/systemd/user/keybagd@.service (default ~/.config/...), \
+            running the keybagd installed next to this dpctl (one in a build directory is refused), and for this root a drop-in with its idle lock; the \
+            root is the unit's instance (keybagd@home-me-.local-share-dataprotection.service), so every \
+            root gets its own. With --socket-activation it also writes keybagd@INSTANCE.socket: systemd \
+            then listens on the root's socket and starts keybagd on the first connection. It prints the \
+            systemctl commands that start it. An existing unit with other content is left alone unless \
+            --force is given. `dpctl daemon uninstall` removes this root's units.
+            """)
 
     @OptionGroup var device: DeviceOptions
 
     @Option(help: ArgumentHelp("Lock after this many seconds without a request.", valueName: "seconds"))
     var idleLock: Int = 900
 
-    @Flag(help: "Start keybagd on the first connection (systemd socket activation); also writes keybagd@INSTANCE.socket.")
+    @Flag(
+        help: "Start keybagd on the first connection (systemd socket activation); also writes keybagd@INSTANCE.socket.")
     var socketActivation = false
 
     @Flag(help: "Replace an existing unit.")
     var force = false
 
-    @Flag(help: "Use a keybagd inside a build directory (a development set-up: the next clean or build breaks the unit).")
+    @Flag(
+        help: "Use a keybagd inside a build directory (a development set-up: the next clean or build breaks the unit).")
     var fromBuildDirectory = false
 
     func run() async throws {
-        let dpctl = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
+        let dpctl = URL(
+            fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0])
         let keybagd = dpctl.deletingLastPathComponent().appendingPathComponent("keybagd").path
         guard FileManager.default.isExecutableFile(atPath: keybagd) else {
             throw CLIError("no keybagd next to dpctl (\(keybagd)): install both with scripts/install")
         }
         if let why = Self.buildDirectoryReason(keybagd: keybagd), !fromBuildDirectory {
-            throw CLIError("\(keybagd) is \(why); install with scripts/install and run the installed dpctl, "
-                           + "or pass --from-build-directory", status: .usage)
+            throw CLIError(
+                "\(keybagd) is \(why); install with scripts/install and run the installed dpctl, "
+                    + "or pass --from-build-directory", status: .usage)
         }
         let root = try device.resolvedRoot
         let units = UserUnits(root: root)
-        var files = [(units.directory + "/" + UserUnits.template, Self.template(keybagd: keybagd)),
-                     (units.dropIn, Self.dropIn(root: root, idleLock: idleLock))]
+        var files = [
+            (units.directory + "/" + UserUnits.template, Self.template(keybagd: keybagd)),
+            (units.dropIn, Self.dropIn(root: root, idleLock: idleLock)),
+        ]
         if socketActivation {
             let socketName = (KeybagSocket.path(forRoot: root) as NSString).lastPathComponent
             files.append((units.directory + "/" + units.socket, Self.socketUnit(socketName: socketName, root: root)))
@@ -117,7 +126,9 @@ struct DaemonInstall: AsyncParsableCommand {
     /// (`.build`, `.build-static` …), or a debug build (this dpctl's, which `swift build` makes
     /// beside it). `nil` for an installed one.
     static func buildDirectoryReason(keybagd: String) -> String? {
-        if keybagd.split(separator: "/").contains(where: { $0.hasPrefix(".build") }) { return "inside a build directory (`swift package clean` or the next build would break the unit)" }
+        if keybagd.split(separator: "/").contains(where: { $0.hasPrefix(".build") }) {
+            return "inside a build directory (`swift package clean` or the next build would break the unit)"
+        }
         #if DEBUG
         return "a debug build (slow, and it loads the Swift runtime from the toolchain that built it)"
         #else
@@ -185,7 +196,9 @@ struct DaemonUninstall: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "uninstall",
         abstract: "Remove this data root's keybagd units.",
-        discussion: "The template unit goes with the last root. Stops and disables them first through `systemctl --user` when a user manager answers.")
+        discussion:
+            "The template unit goes with the last root. Stops and disables them first through `systemctl --user` when a user manager answers."
+    )
 
     @OptionGroup var device: DeviceOptions
 
@@ -195,7 +208,8 @@ struct DaemonUninstall: AsyncParsableCommand {
         // Best effort: without a user manager (a container, a test) there is nothing to stop.
         _ = runQuietly("systemctl", ["--user", "disable", "--now", units.service, units.socket])
         var removed: [String] = []
-        for path in [units.directory + "/" + units.socket, units.dropInDirectory] where FileManager.default.fileExists(atPath: path) {
+        for path in [units.directory + "/" + units.socket, units.dropInDirectory]
+        where FileManager.default.fileExists(atPath: path) {
             try FileManager.default.removeItem(atPath: path)
             removed.append(path)
         }

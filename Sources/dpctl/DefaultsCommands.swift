@@ -19,11 +19,15 @@ struct Defaults: AsyncParsableCommand {
 
 /// Runs `body` on DOMAIN's preferences, opened with the device's keys (not while the app, or a
 /// member of the group, runs).
-func withPreferences<T>(_ device: DeviceOptions, _ unlock: UnlockOptions, domain: String,
-                        _ body: (ProtectedUserDefaults) async throws -> T) async throws -> T {
+func withPreferences<T>(
+    _ device: DeviceOptions, _ unlock: UnlockOptions, domain: String,
+    _ body: (ProtectedUserDefaults) async throws -> T
+) async throws -> T {
     let manager = try await containerManager(device, passcodeFile: unlock.passcodeFile)
     // Preferences are read whole before any change is written: asking and trying again is safe.
-    return try await PasscodePrompt.retrying(manager.files.keybag) { try await manager.withPreferences(of: domain, body) }
+    return try await PasscodePrompt.retrying(manager.files.keybag) {
+        try await manager.withPreferences(of: domain, body)
+    }
 }
 
 /// A string as macOS `defaults read` writes one: bare when it is a plain word, else quoted with
@@ -45,23 +49,29 @@ func quotedPreference(_ string: String) -> String {
 func describePreference(_ value: Any, indent: String = "") -> String {
     switch value {
     case let string as String: return quotedPreference(string)
-    case let data as Data: return "{length = \(data.count), bytes = 0x\(data.map { String(format: "%02x", $0) }.joined())}"
+    case let data as Data:
+        return "{length = \(data.count), bytes = 0x\(data.map { String(format: "%02x", $0) }.joined())}"
     case let date as Date: return ISO8601DateFormatter().string(from: date)
     case let bool as Bool: return bool ? "1" : "0"
     case let array as [Any]:
         guard !array.isEmpty else { return "()" }
-        return "(\n" + array.map { indent + "    " + describePreference($0, indent: indent + "    ") }.joined(separator: ",\n") + "\n\(indent))"
+        return "(\n"
+            + array.map { indent + "    " + describePreference($0, indent: indent + "    ") }.joined(separator: ",\n")
+            + "\n\(indent))"
     case let dictionary as [String: Any]:
         guard !dictionary.isEmpty else { return "{\n\(indent)}" }
-        return "{\n" + dictionary.keys.sorted().map { key in
-            indent + "    " + describePreference(key) + " = " + describePreference(dictionary[key]!, indent: indent + "    ") + ";"
-        }.joined(separator: "\n") + "\n\(indent)}"
+        return "{\n"
+            + dictionary.keys.sorted().map { key in
+                indent + "    " + describePreference(key) + " = "
+                    + describePreference(dictionary[key]!, indent: indent + "    ") + ";"
+            }.joined(separator: "\n") + "\n\(indent)}"
     default: return "\(value)"
     }
 }
 
 struct DefaultsRead: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "read", abstract: "Print DOMAIN's preferences, or the value of KEY.",
+    static let configuration = CommandConfiguration(
+        commandName: "read", abstract: "Print DOMAIN's preferences, or the value of KEY.",
         usage: "dpctl defaults read <domain> [<key>] [<options>]")
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -73,7 +83,9 @@ struct DefaultsRead: AsyncParsableCommand {
     func run() async throws {
         try await withPreferences(device, unlock, domain: domain) { defaults in
             if let key {
-                guard let value = defaults.object(forKey: key) else { throw CLIError("the key \(key) does not exist in \(domain)") }
+                guard let value = defaults.object(forKey: key) else {
+                    throw CLIError("the key \(key) does not exist in \(domain)")
+                }
                 printOut(describePreference(value))
             } else {
                 printOut(describePreference(defaults.dictionaryRepresentation()))
@@ -99,7 +111,8 @@ struct DefaultsWrite: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
     @Argument(help: ArgumentHelp("An app's or an App Group's identifier.", valueName: "domain")) var domain: String
     @Argument(help: ArgumentHelp("The key.", valueName: "key")) var key: String
-    @Argument(help: ArgumentHelp("The value (several for array and dict).", valueName: "value")) var values: [String] = []
+    @Argument(help: ArgumentHelp("The value (several for array and dict).", valueName: "value")) var values: [String] =
+        []
     @Option(help: "How to read VALUE.") var type: ValueType = .string
 
     func parsedValue() throws -> Any {
@@ -113,7 +126,9 @@ struct DefaultsWrite: AsyncParsableCommand {
             guard let value = Int(try single()) else { throw ValidationError("\(values[0]) is not an integer") }
             return value
         case .float:
-            guard let value = Double(try single()), value.isFinite else { throw ValidationError("\(values[0]) is not a number") }
+            guard let value = Double(try single()), value.isFinite else {
+                throw ValidationError("\(values[0]) is not a number")
+            }
             return value
         case .bool:
             switch try single().lowercased() {
@@ -123,13 +138,18 @@ struct DefaultsWrite: AsyncParsableCommand {
             }
         case .data:
             let text = try single()
-            guard text.count % 2 == 0, let bytes = Optional(stride(from: 0, to: text.count, by: 2).compactMap({ i -> UInt8? in
-                let start = text.index(text.startIndex, offsetBy: i)
-                return UInt8(text[start..<text.index(start, offsetBy: 2)], radix: 16)
-            })), bytes.count * 2 == text.count else { throw ValidationError("\(text) is not hexadecimal bytes") }
+            guard text.count % 2 == 0,
+                let bytes = Optional(
+                    stride(from: 0, to: text.count, by: 2).compactMap({ i -> UInt8? in
+                        let start = text.index(text.startIndex, offsetBy: i)
+                        return UInt8(text[start..<text.index(start, offsetBy: 2)], radix: 16)
+                    })), bytes.count * 2 == text.count
+            else { throw ValidationError("\(text) is not hexadecimal bytes") }
             return Data(bytes)
         case .date:
-            guard let date = ISO8601DateFormatter().date(from: try single()) else { throw ValidationError("\(values[0]) is not an ISO 8601 date") }
+            guard let date = ISO8601DateFormatter().date(from: try single()) else {
+                throw ValidationError("\(values[0]) is not an ISO 8601 date")
+            }
             return date
         case .array:
             return values
@@ -155,7 +175,8 @@ struct DefaultsWrite: AsyncParsableCommand {
 }
 
 struct DefaultsDelete: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "delete", abstract: "Remove KEY (or every key) from DOMAIN's preferences.",
+    static let configuration = CommandConfiguration(
+        commandName: "delete", abstract: "Remove KEY (or every key) from DOMAIN's preferences.",
         usage: "dpctl defaults delete <domain> [<key>] [<options>]")
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -167,7 +188,9 @@ struct DefaultsDelete: AsyncParsableCommand {
     func run() async throws {
         try await withPreferences(device, unlock, domain: domain) { defaults in
             if let key {
-                guard defaults.object(forKey: key) != nil else { throw CLIError("the key \(key) does not exist in \(domain)") }
+                guard defaults.object(forKey: key) != nil else {
+                    throw CLIError("the key \(key) does not exist in \(domain)")
+                }
                 defaults.removeObject(forKey: key)
             } else {
                 for key in defaults.dictionaryRepresentation().keys { defaults.removeObject(forKey: key) }

@@ -7,27 +7,40 @@ struct Init: AsyncParsableCommand {
         commandName: "init",
         abstract: "Set up a new device in the data root.",
         usage: "dpctl init [<options>]",
-        discussion: "Writes the device secret, the class keys and the keybag. scrypt parameters are calibrated so one passcode attempt costs at least 80 ms on this machine.")
+        discussion:
+            "Writes the device secret, the class keys and the keybag. scrypt parameters are calibrated so one passcode attempt costs at least 80 ms on this machine."
+    )
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("File holding the passcode (\"-\" for standard input); without it and --no-passcode, it is asked twice on the terminal.", valueName: "file"))
+    @Option(
+        help: ArgumentHelp(
+            "File holding the passcode (\"-\" for standard input); without it and --no-passcode, it is asked twice on the terminal.",
+            valueName: "file"))
     var passcodeFile: String?
     @Flag(help: "No passcode: data protection stays inactive (everything is always available).")
     var noPasscode = false
-    @Option(parsing: .unconditional, help: ArgumentHelp(
-        "Seconds between a lock and the discarding of class A keys (0 to \(Int(PasscodePolicy.maximumGracePeriod))).", valueName: "seconds"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "Seconds between a lock and the discarding of class A keys (0 to \(Int(PasscodePolicy.maximumGracePeriod))).",
+            valueName: "seconds"))
     var gracePeriod: Seconds = Seconds(10)
     @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes.")
     var eraseAfterTenFailures = false
-    @Option(help: ArgumentHelp(
-        "The passcode policy: passcodes shorter than this are refused (\(PasscodePolicy.minimumLengthRange.lowerBound) to \(PasscodePolicy.minimumLengthRange.upperBound)).",
-        valueName: "characters"))
+    @Option(
+        help: ArgumentHelp(
+            "The passcode policy: passcodes shorter than this are refused (\(PasscodePolicy.minimumLengthRange.lowerBound) to \(PasscodePolicy.minimumLengthRange.upperBound)).",
+            valueName: "characters"))
     var minPasscodeLength = PasscodePolicy.defaultMinimumLength
-    @Flag(inversion: .prefixedNo, help: ArgumentHelp(
-        "Seal the device secret by the TPM (--no-tpm: keep it in a file, the default).",
-        discussion: "The TPM is reached through $\(TPMBinding.tctiEnvironmentVariable) (default device:/dev/tpmrm0)."))
+    @Flag(
+        inversion: .prefixedNo,
+        help: ArgumentHelp(
+            "Seal the device secret by the TPM (--no-tpm: keep it in a file, the default).",
+            discussion:
+                "The TPM is reached through $\(TPMBinding.tctiEnvironmentVariable) (default device:/dev/tpmrm0)."))
     var tpm = false
-    @Option(help: ArgumentHelp("With --tpm: bind to these PCRs of the SHA-256 bank (e.g. 7 or 0+7).", valueName: "list"))
+    @Option(
+        help: ArgumentHelp("With --tpm: bind to these PCRs of the SHA-256 bank (e.g. 7 or 0+7).", valueName: "list"))
     var tpmPcrs: String?
 
     func validate() throws {
@@ -48,30 +61,41 @@ struct Init: AsyncParsableCommand {
         if !noPasscode, passcodeFile == nil, FileManager.default.fileExists(atPath: root + "/keybag") {
             throw KeybagError.alreadyInitialized(root: root)
         }
-        let passcode = noPasscode ? nil : try PasscodePrompt.newSecret("passcode", file: passcodeFile, option: "--passcode-file (or --no-passcode)",
-                                                                       minimumLength: minPasscodeLength)
+        let passcode =
+            noPasscode
+            ? nil
+            : try PasscodePrompt.newSecret(
+                "passcode", file: passcodeFile, option: "--passcode-file (or --no-passcode)",
+                minimumLength: minPasscodeLength)
         let binding = tpm ? TPMBinding(pcrs: tpmPcrs.flatMap(TPMPCRSelection.init(parsing:))) : nil
-        let keybag = try await Keybag.create(root: root, passcode: passcode, gracePeriod: gracePeriod.value,
-                                             eraseAfterTenFailures: eraseAfterTenFailures, minimumPasscodeLength: minPasscodeLength,
-                                             tpm: binding)
+        let keybag = try await Keybag.create(
+            root: root, passcode: passcode, gracePeriod: gracePeriod.value,
+            eraseAfterTenFailures: eraseAfterTenFailures, minimumPasscodeLength: minPasscodeLength,
+            tpm: binding)
         let status = await keybag.status
         printOut("initialized \(status.root) (keybag \(status.keybagID))")
-        printOut(status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive")
+        printOut(
+            status.passcodeSet ? "passcode set; passcode KDF \(status.kdf)" : "no passcode: data protection is inactive"
+        )
         printOut("device secret " + status.deviceSecret.consequence)
     }
 }
 
 struct Status: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show lock state, passcode, failures and delays.",
+    static let configuration = CommandConfiguration(
+        commandName: "status", abstract: "Show lock state, passcode, failures and delays.",
         usage: "dpctl status [--json] [--check] [<options>]")
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
     @Flag(help: "Print JSON.")
     var json = false
-    @Flag(help: ArgumentHelp(
-        "Print only the lock state; exit 0 when protected data is available, 3 when it is not (as `systemctl is-active`).",
-        discussion: "Protected data is available when class A is: unlocked, within the grace period after a lock, or no passcode set."))
+    @Flag(
+        help: ArgumentHelp(
+            "Print only the lock state; exit 0 when protected data is available, 3 when it is not (as `systemctl is-active`).",
+            discussion:
+                "Protected data is available when class A is: unlocked, within the grace period after a lock, or no passcode set."
+        ))
     var check = false
 
     func run() async throws {
@@ -98,18 +122,26 @@ struct Status: AsyncParsableCommand {
             switch s.deviceSecret {
             case .file: object["deviceSecret"] = ["storage": "file", "consequence": s.deviceSecret.consequence]
             case .tpm(let pcrs):
-                object["deviceSecret"] = ["storage": "tpm", "pcrs": pcrs?.indices ?? [], "consequence": s.deviceSecret.consequence]
+                object["deviceSecret"] = [
+                    "storage": "tpm", "pcrs": pcrs?.indices ?? [], "consequence": s.deviceSecret.consequence,
+                ]
             }
             if let l = s.tpmLockout {
-                object["tpm"] = ["inLockout": l.inLockout, "lockoutAuthorizationSet": l.lockoutAuthorizationSet,
-                                 "failedTries": Int(l.failedTries), "maxTries": Int(l.maxTries),
-                                 "remainingTries": Int(l.remainingTries), "recoveryIntervalSeconds": Int(l.recoveryInterval)]
+                object["tpm"] = [
+                    "inLockout": l.inLockout, "lockoutAuthorizationSet": l.lockoutAuthorizationSet,
+                    "failedTries": Int(l.failedTries), "maxTries": Int(l.maxTries),
+                    "remainingTries": Int(l.remainingTries), "recoveryIntervalSeconds": Int(l.recoveryInterval),
+                ]
             }
             if let problem = s.tpmProblem { object["tpmProblem"] = problem }
             let unsupported = TPMBinding.unsupportedReason
-            object["tpmSupport"] = ["available": unsupported == nil, "reason": unsupported ?? NSNull()] as [String: Any]
-            if let rollback = s.lastRollback { object["lastKeybagRollback"] = ISO8601DateFormatter().string(from: rollback) }
-            let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+            object["tpmSupport"] =
+                ["available": unsupported == nil, "reason": unsupported ?? NSNull()] as [String: Any]
+            if let rollback = s.lastRollback {
+                object["lastKeybagRollback"] = ISO8601DateFormatter().string(from: rollback)
+            }
+            let data = try JSONSerialization.data(
+                withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
             printOut(String(decoding: data, as: UTF8.self))
             return
         }
@@ -117,30 +149,55 @@ struct Status: AsyncParsableCommand {
             ["root:", s.root],
             ["keybag:", s.keybagID.uuidString],
             ["state:", s.lockState.rawValue],
-            ["passcode:", s.passcodeSet ? "set" : "not set — data protection is INACTIVE (every class is always available)"],
+            [
+                "passcode:",
+                s.passcodeSet ? "set" : "not set — data protection is INACTIVE (every class is always available)",
+            ],
             ["failed attempts:", "\(s.failedAttempts)"],
             ["next attempt:", s.delayRemaining.map { "in \(Int($0.rounded(.up))) s" } ?? "allowed now"],
-            ["grace period:", "\(s.gracePeriod) s" + (s.graceRemaining.map { "; class A discarded in \(Int($0.rounded(.up))) s" } ?? "")],
+            [
+                "grace period:",
+                "\(s.gracePeriod) s"
+                    + (s.graceRemaining.map { "; class A discarded in \(Int($0.rounded(.up))) s" } ?? ""),
+            ],
             ["erase after 10:", s.eraseAfterTenFailures ? "on" : "off"],
             ["passcode policy:", "at least \(s.minimumPasscodeLength) characters"],
             ["passcode KDF:", "\(s.kdf)"],
             ["available:", s.available.isEmpty ? "nothing" : s.available.map(\.description).joined(separator: ", ")],
-            ["keys held by:", keybag.daemonSocket.map { "keybagd (\($0))" } ?? "this process only (no keybagd serves this root; each dpctl run starts before first unlock)"],
+            [
+                "keys held by:",
+                keybag.daemonSocket.map { "keybagd (\($0))" }
+                    ?? "this process only (no keybagd serves this root; each dpctl run starts before first unlock)",
+            ],
             ["device secret:", s.deviceSecret.consequence],
         ]
         var extra: [[String]] = []
         if let l = s.tpmLockout {
-            extra.append(["TPM lockout:", l.inLockout
-                ? "IN LOCKOUT: no passcode is accepted until a failure expires (one every \(l.recoveryInterval) s)"
-                : "\(l.failedTries) of \(l.maxTries) failures counted, \(l.remainingTries) left (one forgotten every \(l.recoveryInterval) s)"])
+            extra.append([
+                "TPM lockout:",
+                l.inLockout
+                    ? "IN LOCKOUT: no passcode is accepted until a failure expires (one every \(l.recoveryInterval) s)"
+                    : "\(l.failedTries) of \(l.maxTries) failures counted, \(l.remainingTries) left (one forgotten every \(l.recoveryInterval) s)"
+                    ,
+            ])
             if !l.lockoutAuthorizationSet {
-                extra.append(["", "the TPM's lockout authorization is not set: anyone who can reach the TPM can reset or turn off this limit (tpm2_changeauth -c lockout sets one)"])
+                extra.append([
+                    "",
+                    "the TPM's lockout authorization is not set: anyone who can reach the TPM can reset or turn off this limit (tpm2_changeauth -c lockout sets one)",
+                ])
             }
         }
         if let problem = s.tpmProblem { extra.append(["TPM:", "unreachable: \(problem)"]) }
-        extra.append(["TPM support:", TPMBinding.unsupportedReason.map { "not available: \($0)" } ?? "available (the TPM Software Stack is installed)"])
+        extra.append([
+            "TPM support:",
+            TPMBinding.unsupportedReason.map { "not available: \($0)" }
+                ?? "available (the TPM Software Stack is installed)",
+        ])
         if let rollback = s.lastRollback {
-            extra.append(["rollback:", "an older keybag was put back (detected \(ISO8601DateFormatter().string(from: rollback))); the newer count was kept"])
+            extra.append([
+                "rollback:",
+                "an older keybag was put back (detected \(ISO8601DateFormatter().string(from: rollback))); the newer count was kept",
+            ])
         }
         printOut(table(rows + extra))
     }
@@ -190,21 +247,30 @@ struct Lock: AsyncParsableCommand {
 }
 
 struct Policy: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "policy",
+    static let configuration = CommandConfiguration(
+        commandName: "policy",
         abstract: "Show or change the passcode and lock policy.",
         usage: "dpctl policy [<options>]",
-        discussion: "A change needs the device unlocked. The passcode rule applies when a passcode is next set or changed: the current one still unlocks.")
+        discussion:
+            "A change needs the device unlocked. The passcode rule applies when a passcode is next set or changed: the current one still unlocks."
+    )
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
-    @Option(parsing: .unconditional, help: ArgumentHelp(
-        "Seconds between a lock and the discarding of class A keys (0 to \(Int(PasscodePolicy.maximumGracePeriod))).", valueName: "seconds"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "Seconds between a lock and the discarding of class A keys (0 to \(Int(PasscodePolicy.maximumGracePeriod))).",
+            valueName: "seconds"))
     var gracePeriod: Seconds?
-    @Flag(inversion: .prefixedNo, help: "Crypto-erase the device after 10 consecutive wrong passcodes, or not (as on init).")
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Crypto-erase the device after 10 consecutive wrong passcodes, or not (as on init).")
     var eraseAfterTenFailures: Bool?
-    @Option(help: ArgumentHelp(
-        "Refuse new passcodes shorter than this (\(PasscodePolicy.minimumLengthRange.lowerBound) to \(PasscodePolicy.minimumLengthRange.upperBound); default \(PasscodePolicy.defaultMinimumLength)).",
-        valueName: "characters"))
+    @Option(
+        help: ArgumentHelp(
+            "Refuse new passcodes shorter than this (\(PasscodePolicy.minimumLengthRange.lowerBound) to \(PasscodePolicy.minimumLengthRange.upperBound); default \(PasscodePolicy.defaultMinimumLength)).",
+            valueName: "characters"))
     var minPasscodeLength: Int?
 
     func validate() throws {
@@ -222,8 +288,9 @@ struct Policy: AsyncParsableCommand {
             }
         }
         let s = await keybag.status
-        printOut("grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off"); "
-                 + "passcodes of at least \(s.minimumPasscodeLength) characters")
+        printOut(
+            "grace period \(s.gracePeriod) s; erase after 10 failures \(s.eraseAfterTenFailures ? "on" : "off"); "
+                + "passcodes of at least \(s.minimumPasscodeLength) characters")
     }
 }
 
@@ -234,15 +301,18 @@ struct SetPasscode: AsyncParsableCommand {
         usage: "dpctl set-passcode [<options>]")
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("File holding the new passcode (default: asked twice on the terminal).", valueName: "file"))
+    @Option(
+        help: ArgumentHelp("File holding the new passcode (default: asked twice on the terminal).", valueName: "file"))
     var newPasscodeFile: String?
 
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: nil)
         if await keybag.status.passcodeSet { throw KeybagError.passcodeAlreadySet }
         let minimum = await keybag.status.minimumPasscodeLength
-        try await keybag.setPasscode(try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file",
-                                                                  minimumLength: minimum))
+        try await keybag.setPasscode(
+            try PasscodePrompt.newSecret(
+                "passcode", file: newPasscodeFile, option: "--new-passcode-file",
+                minimumLength: minimum))
         printOut("passcode set: class A, B and C keys are now wrapped by it")
     }
 }
@@ -252,12 +322,16 @@ struct ChangePasscode: AsyncParsableCommand {
         commandName: "change-passcode",
         abstract: "Change the passcode (no file is rewritten).",
         usage: "dpctl change-passcode [<options>]",
-        discussion: "Only the class keys are rewrapped under the new passcode. Without the files, both are asked on the terminal (the new one twice).")
+        discussion:
+            "Only the class keys are rewrapped under the new passcode. Without the files, both are asked on the terminal (the new one twice)."
+    )
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("File holding the current passcode (default: asked on the terminal).", valueName: "file"))
+    @Option(
+        help: ArgumentHelp("File holding the current passcode (default: asked on the terminal).", valueName: "file"))
     var passcodeFile: String?
-    @Option(help: ArgumentHelp("File holding the new passcode (default: asked twice on the terminal).", valueName: "file"))
+    @Option(
+        help: ArgumentHelp("File holding the new passcode (default: asked twice on the terminal).", valueName: "file"))
     var newPasscodeFile: String?
 
     func run() async throws {
@@ -272,10 +346,13 @@ struct ChangePasscode: AsyncParsableCommand {
         } else if PasscodePrompt.canAsk {
             throw CLIError("no current passcode typed: nothing was changed", status: .usage)
         } else {
-            throw CLIError("no terminal to ask for the current passcode on: give --passcode-file FILE (nothing was changed)", status: .usage)
+            throw CLIError(
+                "no terminal to ask for the current passcode on: give --passcode-file FILE (nothing was changed)",
+                status: .usage)
         }
         let minimum = await keybag.status.minimumPasscodeLength
-        let new = try PasscodePrompt.newSecret("passcode", file: newPasscodeFile, option: "--new-passcode-file", minimumLength: minimum)
+        let new = try PasscodePrompt.newSecret(
+            "passcode", file: newPasscodeFile, option: "--new-passcode-file", minimumLength: minimum)
         try await keybag.changePasscode(from: current, to: new)
         printOut("passcode changed")
     }
@@ -311,7 +388,9 @@ struct Erase: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "erase",
         abstract: "Crypto-erase the device: every file unrecoverable.",
-        discussion: "Destroys the keybag and the device secret (and the TPM's objects): every protected file of this root becomes unrecoverable. On a terminal it asks you to type ERASE; without a terminal (a script, a pipe) it refuses unless --yes is given.")
+        discussion:
+            "Destroys the keybag and the device secret (and the TPM's objects): every protected file of this root becomes unrecoverable. On a terminal it asks you to type ERASE; without a terminal (a script, a pipe) it refuses unless --yes is given."
+    )
 
     @OptionGroup var device: DeviceOptions
     @Flag(help: "Do not ask for confirmation.")
@@ -339,9 +418,12 @@ struct Erase: AsyncParsableCommand {
         guard !yes else { return }
         // No terminal, no implied consent: `dpctl erase </dev/null` in a script erases nothing.
         guard isatty(STDIN_FILENO) == 1 else {
-            throw CLIError("not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(root) from a script", status: .usage)
+            throw CLIError(
+                "not erased: standard input is not a terminal, so nobody can confirm; pass --yes to erase \(root) from a script",
+                status: .usage)
         }
-        FileHandle.standardError.write(Data("Erase \(root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
+        FileHandle.standardError.write(
+            Data("Erase \(root)? Every protected file becomes unrecoverable. Type ERASE: ".utf8))
         guard readLine() == "ERASE" else { throw CLIError("not erased") }
     }
 }

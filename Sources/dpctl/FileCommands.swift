@@ -21,28 +21,35 @@ struct Write: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The file to write.") var path: String
-    @Option(name: .customLong("class"), help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class"))
+    @Option(
+        name: .customLong("class"), help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class"))
     var protectionClass: ProtectionClass?
-    @Flag(help: "Bind the file to this device too (like the keychain's ThisDeviceOnly): no backup restores it elsewhere.")
+    @Flag(
+        help: "Bind the file to this device too (like the keychain's ThisDeviceOnly): no backup restores it elsewhere.")
     var thisDeviceOnly = false
     @OptionGroup var unlock: UnlockOptions
 
     func validate() throws {
         try requirePaths(path)
-        if path.hasSuffix("/") { throw ValidationError("\(LosslessPath.display(path)) ends with /: name a file, not a directory") }
+        if path.hasSuffix("/") {
+            throw ValidationError("\(LosslessPath.display(path)) ends with /: name a file, not a directory")
+        }
     }
 
     func run() async throws {
-        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile, standardInputCarriesData: true))
+        let files = ProtectedFileManager(
+            keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile, standardInputCarriesData: true))
         let url = URL(fileURLWithPath: path)
         var classes = [protectionClass ?? files.defaultProtection(forNewItemAt: url)]
         if case .protected(let existing)? = try? files.protection(ofItemAt: url) { classes.append(existing) }
         try await PasscodePrompt.unlockIfNeeded(files.keybag, creating: classes)
         // A pipe holds 64 KiB by default: each read then takes 64 KiB and a wake-up of the writer.
         // Ask for 1 MiB (the unprivileged limit); a refusal only costs speed.
-        _ = fcntl(FileDescriptor.standardInput.rawValue, 1031 /* F_SETPIPE_SZ, not imported by Glibc */, Int32(1 << 20))
-        try await files.write(contentsOf: .standardInput, to: url, protection: protectionClass,
-                              thisDeviceOnly: thisDeviceOnly ? true : nil)
+        _ = fcntl(
+            FileDescriptor.standardInput.rawValue, 1031 /* F_SETPIPE_SZ, not imported by Glibc */, Int32(1 << 20))
+        try await files.write(
+            contentsOf: .standardInput, to: url, protection: protectionClass,
+            thisDeviceOnly: thisDeviceOnly ? true : nil)
     }
 }
 
@@ -64,7 +71,8 @@ struct Cat: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "The files to print, one after the other.") var paths: [String]
-    @Flag(help: "Authenticate each whole file before printing anything of it (decrypts it twice).") var verifyFirst = false
+    @Flag(help: "Authenticate each whole file before printing anything of it (decrypts it twice).") var verifyFirst =
+        false
     @Flag(help: "Refuse a file that is not protected instead of printing it with a warning.") var strict = false
     @OptionGroup var unlock: UnlockOptions
 
@@ -94,7 +102,9 @@ struct Cat: AsyncParsableCommand {
         let out = FileDescriptor.standardOutput
         if case .plain = try files.protection(ofItemAt: url) {
             // Nothing vouches for these bytes: say so.
-            printError("dpctl: warning: \(LosslessPath.display(path)) is not a protected file: printed as it is, unauthenticated")
+            printError(
+                "dpctl: warning: \(LosslessPath.display(path)) is not a protected file: printed as it is, unauthenticated"
+            )
             try writeAll(out, try await files.contents(of: url))
             return
         }
@@ -178,7 +188,8 @@ struct List: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Flag(name: .customShort("R"), help: "List subdirectories recursively.") var recursive = false
-    @Flag(help: "Print JSON: an array of {name, class, backup, size, protection, kind, included …} (FORMAT §5.0).") var json = false
+    @Flag(help: "Print JSON: an array of {name, class, backup, size, protection, kind, included …} (FORMAT §5.0).")
+    var json = false
     @Flag(help: "Sizes in bytes instead of 76.3 MiB.") var bytes = false
     @Argument(help: "Files or directories.") var paths: [String] = ["."]
 
@@ -192,8 +203,10 @@ struct List: AsyncParsableCommand {
         // Only for paths in the data root, where containers live: opening a device bound to a
         // TPM asks the TPM, which an ls elsewhere has no reason to wait for.
         if let root = try? device.resolvedRoot, paths.contains(where: { Self.path($0, isInside: root) }),
-           let keybag = try? await Keybag.open(root: root) {
-            let policy = ContainerManager(files: ProtectedFileManager(keybag: keybag)).backupExclusionPolicy(for: URL(fileURLWithPath: "/"))
+            let keybag = try? await Keybag.open(root: root)
+        {
+            let policy = ContainerManager(files: ProtectedFileManager(keybag: keybag)).backupExclusionPolicy(
+                for: URL(fileURLWithPath: "/"))
             probe.excludedPlaces = policy.excludedPaths.map { "/" + $0 }
         }
         var items: [ListedItem] = []
@@ -206,7 +219,9 @@ struct List: AsyncParsableCommand {
         var rows = [["CLASS", "BACKUP", "SIZE", "NAME"]]
         for item in items {
             let size = item.size.map { bytes ? "\($0)" : humanSize($0) } ?? "-"
-            rows.append([item.class, item.backup, size, LosslessPath.display(item.name) + (item.error.map { "  (\($0))" } ?? "")])
+            rows.append([
+                item.class, item.backup, size, LosslessPath.display(item.name) + (item.error.map { "  (\($0))" } ?? ""),
+            ])
         }
         printOut(table(rows, rightAligned: [2]))
     }
@@ -224,7 +239,9 @@ struct List: AsyncParsableCommand {
             let shown = prefix.map { name == "." ? $0 : ($0.hasSuffix("/") ? $0 : $0 + "/") + name } ?? name
             items.append(probe.item(item, name: shown))
         }
-        guard let st = POSIXFile.status(url.path) else { throw ProtectedFileError.noSuchFile(path: LosslessPath.display(url.path)) }
+        guard let st = POSIXFile.status(url.path) else {
+            throw ProtectedFileError.noSuchFile(path: LosslessPath.display(url.path))
+        }
         if st.st_mode & S_IFMT == S_IFDIR {
             describe(url, name: ".")
             // Names as bytes (readdir); shown escaped (`\xE9`), like `ls -b`.
@@ -235,7 +252,10 @@ struct List: AsyncParsableCommand {
                 for name in try POSIXFile.directoryEntries(directory) {
                     let child = relative.isEmpty ? name : relative + "/" + name
                     names.append(child)
-                    if recursive, let st = POSIXFile.linkStatus(url.path + "/" + child), st.st_mode & S_IFMT == S_IFDIR { pending.append(child) }
+                    if recursive, let st = POSIXFile.linkStatus(url.path + "/" + child), st.st_mode & S_IFMT == S_IFDIR
+                    {
+                        pending.append(child)
+                    }
                 }
             }
             for name in names.sorted() { describe(url.appendingPathComponent(name), name: name) }
@@ -274,7 +294,9 @@ struct ListedItem: Encodable {
     var excludedBy: String?
 
     func encode(to encoder: any Encoder) throws {
-        enum Key: String, CodingKey { case `class`, backup, size, name, error, protection, kind, inherited, thisDeviceOnly, included, excludedBy }
+        enum Key: String, CodingKey {
+            case `class`, backup, size, name, error, protection, kind, inherited, thisDeviceOnly, included, excludedBy
+        }
         var container = encoder.container(keyedBy: Key.self)
         try container.encode(`class`, forKey: .class)
         try container.encode(backup, forKey: .backup)
@@ -301,8 +323,10 @@ struct ProtectionProbe {
         switch try? BackupExclusionAttribute.exclusion(of: url) {
         case .included?:
             let byPlace = excludedByPlace(url)
-            (item.backup, item.included, item.excludedBy) = byPlace ? ("no (by place)", false, "place") : ("yes", true, nil)
-        case .excludedByOwnAttribute?: (item.backup, item.included, item.excludedBy) = ("no (marked)", false, "attribute")
+            (item.backup, item.included, item.excludedBy) =
+                byPlace ? ("no (by place)", false, "place") : ("yes", true, nil)
+        case .excludedByOwnAttribute?:
+            (item.backup, item.included, item.excludedBy) = ("no (marked)", false, "attribute")
         case .excludedByAncestor?: (item.backup, item.included, item.excludedBy) = ("no (inherited)", false, "ancestor")
         case nil: (item.backup, item.included, item.excludedBy) = ("?", nil, nil)
         }
@@ -316,8 +340,13 @@ struct ProtectionProbe {
     }
 
     private func classified(_ url: URL, name: String) -> ListedItem {
-        func item(_ label: String, _ kind: String, _ protection: ProtectionClass? = nil, size: Int64? = nil, name: String = name) -> ListedItem {
-            ListedItem(class: label, backup: "", size: size, name: name, error: nil, protection: protection, kind: kind, included: nil, excludedBy: nil)
+        func item(
+            _ label: String, _ kind: String, _ protection: ProtectionClass? = nil, size: Int64? = nil,
+            name: String = name
+        ) -> ListedItem {
+            ListedItem(
+                class: label, backup: "", size: size, name: name, error: nil, protection: protection, kind: kind,
+                included: nil, excludedBy: nil)
         }
         // A link whose target is missing is no damage: it has nothing to protect.
         if POSIXFile.status(url.path) == nil, let st = POSIXFile.linkStatus(url.path), st.st_mode & S_IFMT == S_IFLNK {
@@ -331,20 +360,27 @@ struct ProtectionProbe {
                 // Which class is inherited, and that it is: the nearest ancestor's default, or
                 // iOS's default when none has one.
                 let inherited = DirectoryDefault.inherited(forNewItemAt: url.path) ?? .default
-                var listed = item("dir default: " + (cls?.shortName ?? "inherited (\(inherited.shortName))"), "directory", cls ?? inherited, name: name + "/")
+                var listed = item(
+                    "dir default: " + (cls?.shortName ?? "inherited (\(inherited.shortName))"), "directory",
+                    cls ?? inherited, name: name + "/")
                 listed.inherited = cls == nil
                 return listed
             case .protected(let cls):
                 let deviceOnly = (try? ItemInspector.isThisDeviceOnly(url)) == true
-                var listed = item("\(cls.shortName) (\(cls.letter))\(deviceOnly ? ", this device only" : "")", "protected-file", cls,
-                                  size: Int64(try ItemInspector.plaintextSize(ofItemAt: url)))
+                var listed = item(
+                    "\(cls.shortName) (\(cls.letter))\(deviceOnly ? ", this device only" : "")", "protected-file", cls,
+                    size: Int64(try ItemInspector.plaintextSize(ofItemAt: url)))
                 listed.thisDeviceOnly = deviceOnly
                 return listed
             case .plain:
                 let size = POSIXFile.status(url.path).map { Int64($0.st_size) } ?? 0
-                if let cls = databaseClass(url) { return item("\(cls.shortName) (\(cls.letter)), database", "database", cls, size: size) }
+                if let cls = databaseClass(url) {
+                    return item("\(cls.shortName) (\(cls.letter)), database", "database", cls, size: size)
+                }
                 // Encrypted with a key of its own (no class: the device's keys do not open it).
-                if SQLCipherFileProbe.looksLikeSQLCipher(atPath: url.path) { return item("sqlcipher", "sqlcipher-database", size: size) }
+                if SQLCipherFileProbe.looksLikeSQLCipher(atPath: url.path) {
+                    return item("sqlcipher", "sqlcipher-database", size: size)
+                }
                 return item("plain (unprotected)", "plain-file", size: size)
             case .other:
                 return item("-", "other")
@@ -365,7 +401,10 @@ struct ProtectionProbe {
             database = String(database.dropLast(suffix.count))
         }
         if DatabaseFileKind.isPlainDatabase(database) { return nil }
-        guard case .protected(let cls)? = try? ItemInspector.protection(ofItemAt: URL(fileURLWithPath: database + DatabaseKeyFile.suffix)) else { return nil }
+        guard
+            case .protected(let cls)? = try? ItemInspector.protection(
+                ofItemAt: URL(fileURLWithPath: database + DatabaseKeyFile.suffix))
+        else { return nil }
         return cls
     }
 }
@@ -385,7 +424,8 @@ struct Protect: AsyncParsableCommand {
     @Flag(name: .customShort("R"), help: "Re-protect whole trees.") var recursive = false
     @OptionGroup var quiet: QuietOption
     @Argument(help: "Files or directories.") var paths: [String]
-    @Option(name: .customLong("class"), help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class"))
+    @Option(
+        name: .customLong("class"), help: ArgumentHelp("The class: \(ProtectionClass.spellings).", valueName: "class"))
     var protectionClass: ProtectionClass
     @OptionGroup var unlock: UnlockOptions
 
@@ -400,7 +440,9 @@ struct Protect: AsyncParsableCommand {
         guard recursive else {
             // Every path exists and reads, and every class needed is available, before the first change.
             for url in urls { _ = try files.protection(ofItemAt: url) }
-            try await PasscodePrompt.retrying(files.keybag) { try await files.checkClassesAvailable(forReprotecting: urls, to: protectionClass) }
+            try await PasscodePrompt.retrying(files.keybag) {
+                try await files.checkClassesAvailable(forReprotecting: urls, to: protectionClass)
+            }
             for url in urls { try await files.setProtection(protectionClass, ofItemAt: url) }
             return
         }
@@ -422,7 +464,11 @@ struct Protect: AsyncParsableCommand {
             throw error
         }
         bar.finish()
-        if !quiet.quiet { printOut("\(total.filesChanged) files changed, \(total.filesUnchanged) already \(protectionClass.shortName), \(total.directories) directories") }
+        if !quiet.quiet {
+            printOut(
+                "\(total.filesChanged) files changed, \(total.filesUnchanged) already \(protectionClass.shortName), \(total.directories) directories"
+            )
+        }
         for (path, reason) in total.failures.sorted(by: { $0.key < $1.key }) {
             // The reason names the file already, in most cases.
             let line = reason.contains(path) ? reason : "\(path): \(reason)"
@@ -445,7 +491,8 @@ struct Copy: AsyncParsableCommand {
 
     @OptionGroup var device: DeviceOptions
     @Argument(help: "Source.") var source: String
-    @Argument(help: "Destination: a new name, or an existing directory to copy into (as cp does).") var destination: String
+    @Argument(help: "Destination: a new name, or an existing directory to copy into (as cp does).") var destination:
+        String
     @Option(name: .customLong("class"), help: "Give the copy this class instead (the only way to lower it).")
     var protectionClass: ProtectionClass?
     @OptionGroup var unlock: UnlockOptions
@@ -455,7 +502,9 @@ struct Copy: AsyncParsableCommand {
     func run() async throws {
         let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
         try await PasscodePrompt.unlockIfNeeded(files.keybag, reading: PasscodePrompt.classes(below: source))
-        try await files.copyItem(at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: Self.target(of: source, at: destination)), protection: protectionClass)
+        try await files.copyItem(
+            at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: Self.target(of: source, at: destination)),
+            protection: protectionClass)
     }
 
     /// Where the copy goes: into `destination` when it is a directory (or a link to one), under
@@ -465,12 +514,17 @@ struct Copy: AsyncParsableCommand {
         if let st = POSIXFile.status(destination), st.st_mode & S_IFMT == S_IFDIR {
             let name = POSIXFile.split(source).name
             guard name != "/", name != ".", name != ".." else {
-                throw CLIError("\(LosslessPath.display(source)): name the copy (\(LosslessPath.display(destination))/NAME)", status: .usage)
+                throw CLIError(
+                    "\(LosslessPath.display(source)): name the copy (\(LosslessPath.display(destination))/NAME)",
+                    status: .usage)
             }
             return (destination.hasSuffix("/") ? destination : destination + "/") + name
         }
         if destination.hasSuffix("/") {
-            throw ProtectedFileError.fileSystem(FileSystemError("copy", path: LosslessPath.display(destination), errno: POSIXFile.linkStatus(destination) == nil ? .noSuchFileOrDirectory : .notDirectory))
+            throw ProtectedFileError.fileSystem(
+                FileSystemError(
+                    "copy", path: LosslessPath.display(destination),
+                    errno: POSIXFile.linkStatus(destination) == nil ? .noSuchFileOrDirectory : .notDirectory))
         }
         return destination
     }

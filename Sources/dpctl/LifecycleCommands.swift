@@ -52,7 +52,9 @@ struct AppState: AsyncParsableCommand {
             suspension = status.suspension
             stoppedByKernel = status.stoppedByKernel
             pid = status.pid
-            tasks = status.tasks.map { Task(id: $0.id, name: $0.name, started: ISO8601DateFormatter().string(from: $0.started)) }
+            tasks = status.tasks.map {
+                Task(id: $0.id, name: $0.name, started: ISO8601DateFormatter().string(from: $0.started))
+            }
             backgroundTimeRemaining = status.backgroundTimeRemaining
             limits = status.limits
         }
@@ -73,11 +75,15 @@ struct AppState: AsyncParsableCommand {
         for status in statuses {
             var line = "\(status.identifier): \(status.state)"
             if let pid = status.pid { line += ", pid \(pid)" }
-            if let left = status.backgroundTimeRemaining { line += String(format: ", %.0f s of background time left", left) }
+            if let left = status.backgroundTimeRemaining {
+                line += String(format: ", %.0f s of background time left", left)
+            }
             line += ", suspended by \(status.suspension)"
             printOut(line)
             if let limits = status.limits { printOut("  limits: \(limits)") }
-            for task in status.tasks { printOut("  background task \(task.id): \(task.name.isEmpty ? "(unnamed)" : task.name)") }
+            for task in status.tasks {
+                printOut("  background task \(task.id): \(task.name.isEmpty ? "(unnamed)" : task.name)")
+            }
         }
     }
 }
@@ -94,7 +100,10 @@ struct AppStop: AsyncParsableCommand {
             """)
 
     @OptionGroup var device: DeviceOptions
-    @Option(help: ArgumentHelp("How long the app has to end before it is killed (at most 1h; default: what `dpctl app run` was given).", valueName: "duration"))
+    @Option(
+        help: ArgumentHelp(
+            "How long the app has to end before it is killed (at most 1h; default: what `dpctl app run` was given).",
+            valueName: "duration"))
     var grace: String?
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
 

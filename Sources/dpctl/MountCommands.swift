@@ -4,6 +4,7 @@ import DataProtectionFileSystem
 import DataProtectionKeybag
 import Foundation
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,8 +46,10 @@ struct Mount: AsyncParsableCommand {
             do {
                 if let daemon = try StartedKeybagd.start(root: root) {
                     (served, started) = (true, daemon)
-                    note("no keybagd served \(root): started one for this mount (pid \(daemon.process.processIdentifier)); `dpctl lock` locks it,"
-                         + " and it stops when the mount ends (with it, for other programs using \(root) meanwhile: run keybagd yourself to share one)")
+                    note(
+                        "no keybagd served \(root): started one for this mount (pid \(daemon.process.processIdentifier)); `dpctl lock` locks it,"
+                            + " and it stops when the mount ends (with it, for other programs using \(root) meanwhile: run keybagd yourself to share one)"
+                    )
                 }
             } catch {
                 // Another command started one meanwhile (two mounts of one root at once): use it.
@@ -59,8 +62,11 @@ struct Mount: AsyncParsableCommand {
         let keybag = try await device.openDevice(passcodeFile: served ? unlock.passcodeFile : nil)
         let fileSystem = try ProtectedFileSystem(directory: directory, files: ProtectedFileManager(keybag: keybag))
         let mounted = try fileSystem.mount(at: mountPoint)
-        note("serving \(fileSystem.directory) at \(mounted.mountPoint); Ctrl-C or `dpctl umount \(mounted.mountPoint)` ends it"
-             + (keybag.daemonSocket == nil ? " (keybagd was not found beside dpctl: classes A, B and C are not served; install keybagd, or start it for \(root))" : ""))
+        note(
+            "serving \(fileSystem.directory) at \(mounted.mountPoint); Ctrl-C or `dpctl umount \(mounted.mountPoint)` ends it"
+                + (keybag.daemonSocket == nil
+                    ? " (keybagd was not found beside dpctl: classes A, B and C are not served; install keybagd, or start it for \(root))"
+                    : ""))
         let signals = TerminationSignals { try? mounted.unmount() }
         defer { signals.cancel() }
         await mounted.serve()
@@ -83,7 +89,8 @@ struct StartedKeybagd {
 
     /// keybagd beside this dpctl (installed together, or built together), if it is there.
     static var executable: String? {
-        let path = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("keybagd").path
+        let path = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("keybagd").path
         return FileManager.default.isExecutableFile(atPath: path) ? path : nil
     }
 
@@ -103,12 +110,15 @@ struct StartedKeybagd {
         try? errors.fileHandleForWriting.close()
         let said = Self.forwardWarnings(errors.fileHandleForReading)
         var line = Data()
-        while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line += byte }
+        while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) {
+            line += byte
+        }
         guard String(decoding: line, as: UTF8.self).hasPrefix("ready ") else {
             process.waitUntilExit()
             let last = said.lines.withLock { $0 }.last.map { $0.hasPrefix("keybagd: ") ? String($0.dropFirst(9)) : $0 }
             let why = last.map { ": " + $0 } ?? " (it exited with status \(process.terminationStatus))"
-            throw CLIError("keybagd could not be started for \(root)\(why); start it yourself: keybagd --root \(root) &")
+            throw CLIError(
+                "keybagd could not be started for \(root)\(why); start it yourself: keybagd --root \(root) &")
         }
         return StartedKeybagd(process: process)
     }

@@ -29,7 +29,9 @@ enum PasscodePrompt {
     /// Unlocks `keybag` with a passcode typed on the terminal when one of `reading` cannot be
     /// opened or one of `creating` cannot be created now, the device has a passcode, and there
     /// is a terminal. Otherwise it does nothing: the command goes on and fails as it would.
-    static func unlockIfNeeded(_ keybag: Keybag, reading: some Sequence<ProtectionClass> = [], creating: some Sequence<ProtectionClass> = []) async throws {
+    static func unlockIfNeeded(
+        _ keybag: Keybag, reading: some Sequence<ProtectionClass> = [], creating: some Sequence<ProtectionClass> = []
+    ) async throws {
         var needed = false
         for cls in reading where !(await keybag.isAvailable(cls)) { needed = true }
         for cls in creating where !(await keybag.canCreate(cls)) { needed = true }
@@ -43,7 +45,7 @@ enum PasscodePrompt {
     static func retrying<T>(_ keybag: Keybag, _ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
-        } catch where ExitStatus(for: error) == .unavailable {
+        } catch  where ExitStatus(for: error) == .unavailable {
             guard try await ask(keybag) else { throw error }
             return try await body()
         }
@@ -54,8 +56,11 @@ enum PasscodePrompt {
     @discardableResult
     static func ask(_ keybag: Keybag) async throws -> Bool {
         guard questionsAllowed,
-              await keybag.lockState != .unlocked, await keybag.status.passcodeSet, terminalAvailable,
-              asked.withLock({ let before = $0; $0 = true; return !before }) else { return false }
+            await keybag.lockState != .unlocked, await keybag.status.passcodeSet, terminalAvailable,
+            asked.withLock({
+                let before = $0; $0 = true; return !before
+            })
+        else { return false }
         guard var typed = readHidden(prompt: "Passcode: ") else { return false }
         defer { typed.resetBytes(in: 0..<typed.count) }
         guard !typed.isEmpty, let passcode = String(bytes: typed, encoding: .utf8) else { return false }
@@ -91,8 +96,12 @@ enum PasscodePrompt {
         }
         guard var second = readHidden(prompt: "Repeat the new \(what): ") else { return nil }
         defer { second.resetBytes(in: 0..<second.count) }
-        guard first == second else { throw CLIError("the two \(what)s typed differ: nothing was changed", status: .usage) }
-        guard let secret = String(bytes: first, encoding: .utf8) else { throw CLIError("the \(what) typed is not UTF-8: nothing was changed", status: .usage) }
+        guard first == second else {
+            throw CLIError("the two \(what)s typed differ: nothing was changed", status: .usage)
+        }
+        guard let secret = String(bytes: first, encoding: .utf8) else {
+            throw CLIError("the \(what) typed is not UTF-8: nothing was changed", status: .usage)
+        }
         return secret
     }
 
@@ -101,7 +110,8 @@ enum PasscodePrompt {
     static func newSecret(_ what: String, file: String?, option: String, minimumLength: Int? = nil) throws -> String {
         if let file { return try readPasscode(file) }
         if let typed = try typedNewSecret(what, minimumLength: minimumLength) { return typed }
-        throw CLIError("no terminal to ask for the new \(what) on: give \(option) FILE (nothing was changed)", status: .usage)
+        throw CLIError(
+            "no terminal to ask for the new \(what) on: give \(option) FILE (nothing was changed)", status: .usage)
     }
 
     /// Reads one line from the terminal with echo off; echo comes back however the read ends,

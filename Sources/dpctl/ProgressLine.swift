@@ -47,16 +47,25 @@ final class ProgressLine: Sendable {
             return true
         }
         guard due else { return }
-        FileHandle.standardError.write(Data("\r\(Self.line(done: done, total: total, bytes: bytes, totalBytes: totalBytes, unit: unit, elapsed: now - started))\u{1B}[K".utf8))
+        FileHandle.standardError.write(
+            Data(
+                "\r\(Self.line(done: done, total: total, bytes: bytes, totalBytes: totalBytes, unit: unit, elapsed: now - started))\u{1B}[K"
+                    .utf8))
     }
 
     func finish() {
-        guard enabled, state.withLock({ let was = $0.finished; $0.finished = true; return !was }) else { return }
+        guard enabled,
+            state.withLock({
+                let was = $0.finished; $0.finished = true; return !was
+            })
+        else { return }
         FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
     }
 
     /// The text of the bar (no terminal codes), for a given elapsed time.
-    static func line(done: Int, total: Int, bytes: Int64?, totalBytes: Int64?, unit: String, elapsed: Duration) -> String {
+    static func line(
+        done: Int, total: Int, bytes: Int64?, totalBytes: Int64?, unit: String, elapsed: Duration
+    ) -> String {
         let done = max(0, done), bytes = bytes.map { max(0, $0) }
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         guard total > 0 else { return "\(done) \(unit)" + (bytes.map { "  " + humanSize($0) } ?? "") }
@@ -73,7 +82,8 @@ final class ProgressLine: Sendable {
         }
         if seconds >= 1, fraction > 0.01, fraction < 1 {
             let remaining = Int((seconds / fraction - seconds).rounded())
-            text += remaining >= 3600
+            text +=
+                remaining >= 3600
                 ? String(format: "  ETA %d:%02d:%02d", remaining / 3600, remaining / 60 % 60, remaining % 60)
                 : String(format: "  ETA %d:%02d", remaining / 60, remaining % 60)
         }
@@ -81,7 +91,8 @@ final class ProgressLine: Sendable {
         let width = min(30, 79 - 2 - text.count)
         if width >= 5 {
             let filled = Int(fraction * Double(width))
-            text = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]" + text
+            text =
+                "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]" + text
         } else {
             text = String(text.drop(while: { $0 == " " }))
         }

@@ -18,7 +18,9 @@ enum DisplayedPaths {
 
 /// A remote repository argument (`rclone:REMOTE:PATH[/backups/ID]`, `sftp:…`): the repository
 /// and, when one was named, the backup's ID.
-func remoteRepository(_ argument: String, layout: DataRootLayout, namingABackup: Bool = false) throws -> (RemoteRepository, id: String?) {
+func remoteRepository(
+    _ argument: String, layout: DataRootLayout, namingABackup: Bool = false
+) throws -> (RemoteRepository, id: String?) {
     var repository = argument
     var id: String?
     // Only `restore` and `verify` take REPOSITORY/backups/ID, and only an ID's shape is split
@@ -37,19 +39,25 @@ func remoteRepository(_ argument: String, layout: DataRootLayout, namingABackup:
 
 /// A remote backup fetched for reading: the mirror's backups and, for `restore` and `verify`,
 /// the objects of the one named (or of the latest that authenticates).
-func fetchRemoteBackup(_ argument: String, files: ProtectedFileManager, password: String?, quiet: Bool) async throws -> (URL, RemoteRepository) {
+func fetchRemoteBackup(
+    _ argument: String, files: ProtectedFileManager, password: String?, quiet: Bool
+) async throws -> (URL, RemoteRepository) {
     let (remote, id) = try remoteRepository(argument, layout: files.keybag.layout, namingABackup: true)
     let mirror = try await remote.fetchForReading()
     let backup: URL
     if let id {
         backup = mirror.backupURL(id: id)
         guard POSIXFile.kind(backup.path).exists else {
-            if POSIXFile.kind(mirror.backupURL(id: id, incomplete: true).path).exists { throw BackupError.incompleteBackup(path: argument) }
+            if POSIXFile.kind(mirror.backupURL(id: id, incomplete: true).path).exists {
+                throw BackupError.incompleteBackup(path: argument)
+            }
             throw BackupError.notABackup(path: argument)
         }
     } else {
         backup = try await mirror.latestAuthenticBackup(files: files, password: password) { skipped, why in
-            printError("dpctl: warning: passing over \(LosslessPath.display(skipped.lastPathComponent)): \(LosslessPath.display(DisplayedPaths.apply(String(describing: why))))")
+            printError(
+                "dpctl: warning: passing over \(LosslessPath.display(skipped.lastPathComponent)): \(LosslessPath.display(DisplayedPaths.apply(String(describing: why))))"
+            )
         }
         if !quiet { printError("dpctl: using the latest backup, \(LosslessPath.display(backup.lastPathComponent))") }
     }

@@ -63,17 +63,21 @@ struct SQLResultFormatter {
             let width = names.map(\.count).max() ?? 0
             return rows.map { row in
                 zip(names, row).map { name, value in
-                    String(repeating: " ", count: max(0, width - name.count)) + name + " = " + Self.escaped(text(value)) + "\n"
+                    String(repeating: " ", count: max(0, width - name.count)) + name + " = " + Self.escaped(text(value))
+                        + "\n"
                 }.joined()
             }.joined(separator: "\n")
         case .column:
             // Widths of what is printed: escaped names and values.
             let names = columns.map(Self.escaped)
             let cells = rows.map { $0.map { Self.escaped(text($0)) } }
-            let widths = names.indices.map { i in max(names[i].count, cells.map { i < $0.count ? $0[i].count : 0 }.max() ?? 0) }
+            let widths = names.indices.map { i in
+                max(names[i].count, cells.map { i < $0.count ? $0[i].count : 0 }.max() ?? 0)
+            }
             func line(_ fields: [String]) -> String {
                 let padded = zip(fields, widths).map { $0 + String(repeating: " ", count: max(0, $1 - $0.count)) }
-                return padded.joined(separator: "  ").replacingOccurrences(of: " +$", with: "", options: .regularExpression) + "\n"
+                return padded.joined(separator: "  ").replacingOccurrences(
+                    of: " +$", with: "", options: .regularExpression) + "\n"
             }
             var out = ""
             if header {
@@ -131,7 +135,9 @@ struct SQLResultFormatter {
     /// combining mark cannot hide one) or edge spaces.
     static func csvField(_ text: String) -> String {
         let special = ",\"\n\r".unicodeScalars
-        guard text.unicodeScalars.contains(where: { special.contains($0) }) || text.hasPrefix(" ") || text.hasSuffix(" ") else {
+        guard
+            text.unicodeScalars.contains(where: { special.contains($0) }) || text.hasPrefix(" ") || text.hasSuffix(" ")
+        else {
             return text
         }
         var out = "\""

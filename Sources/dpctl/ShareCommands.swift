@@ -38,7 +38,9 @@ struct ShareOpenIn: AsyncParsableCommand {
         let broker = SharingBroker(manager: try await containerManager(device, passcodeFile: unlock.passcodeFile))
         let (sender, recipient) = (try appIdentifier(from), try appIdentifier(to))
         // The sender's file is opened before anything is written into the recipient's Inbox.
-        let copy = try await PasscodePrompt.retrying(broker.manager.files.keybag) { try await broker.openIn(file, from: sender, to: recipient) }
+        let copy = try await PasscodePrompt.retrying(broker.manager.files.keybag) {
+            try await broker.openIn(file, from: sender, to: recipient)
+        }
         printOut("sent to \(copy.recipient): \(copy.url.path) (class \(copy.protection.shortName))")
     }
 }
@@ -65,20 +67,24 @@ struct GrantCommand: AsyncParsableCommand {
     @Flag(help: "Let it delete the item.") var delete = false
     @Flag(help: "Let it add items below a granted directory.") var add = false
     @Flag(help: "Let it list a granted directory.") var enumerate = false
-    @Option(help: ArgumentHelp("End the grant after this long (30s, 10m, 2h, 7d).", valueName: "duration")) var expires: String?
+    @Option(help: ArgumentHelp("End the grant after this long (30s, 10m, 2h, 7d).", valueName: "duration")) var expires:
+        String?
     @Flag(help: "Keep the grant across the recipient's launches.") var persistent = false
 
     func validate() throws { _ = try expires.map(parseDuration) }
 
     func run() async throws {
         var capabilities: GrantCapabilities = []
-        for (flag, capability) in [(read, GrantCapabilities.reading), (write, .writing), (rename, .renaming), (delete, .deleting),
-                                   (add, .addingSubItems), (enumerate, .contentEnumerating)] where flag { capabilities.insert(capability) }
+        for (flag, capability) in [
+            (read, GrantCapabilities.reading), (write, .writing), (rename, .renaming), (delete, .deleting),
+            (add, .addingSubItems), (enumerate, .contentEnumerating),
+        ] where flag { capabilities.insert(capability) }
         if capabilities.isEmpty { capabilities = .reading }
         let lifetime = try expires.map(parseDuration)
         let broker = SharingBroker(manager: try await containerManager(device))
-        let grant = try broker.grant(item, from: try appIdentifier(from), to: try appIdentifier(to), capabilities: capabilities,
-                                     expiresAfter: lifetime, persistent: persistent, by: .user)
+        let grant = try broker.grant(
+            item, from: try appIdentifier(from), to: try appIdentifier(to), capabilities: capabilities,
+            expiresAfter: lifetime, persistent: persistent, by: .user)
         printOut(grant.id.uuidString)
     }
 }
@@ -111,14 +117,18 @@ struct Grants: AsyncParsableCommand {
         let broker = SharingBroker(manager: try await containerManager(device))
         let now = broker.manager.files.keybag.clock.now()
         let entries = broker.grants(involving: try app.map(appIdentifier)).map { g in
-            Entry(id: g.id.uuidString, provider: g.provider, item: g.path, recipient: g.recipient,
-                  capabilities: g.capabilities.description.split(separator: ",").map(String.init),
-                  expires: g.expires.map { ISO8601DateFormatter().string(from: $0) }, persistent: g.persistent, expired: g.isExpired(at: now))
+            Entry(
+                id: g.id.uuidString, provider: g.provider, item: g.path, recipient: g.recipient,
+                capabilities: g.capabilities.description.split(separator: ",").map(String.init),
+                expires: g.expires.map { ISO8601DateFormatter().string(from: $0) }, persistent: g.persistent,
+                expired: g.isExpired(at: now))
         }
         if json { return printJSON(entries) }
         for e in entries {
             let lifetime = e.expired ? "expired" : e.expires.map { "until \($0)" } ?? "until revoked"
-            printOut("\(e.id)  \(e.provider):\(LosslessPath.display(e.item)) -> \(e.recipient)  \(e.capabilities.joined(separator: ","))  \(lifetime)\(e.persistent ? ", persistent" : "")")
+            printOut(
+                "\(e.id)  \(e.provider):\(LosslessPath.display(e.item)) -> \(e.recipient)  \(e.capabilities.joined(separator: ","))  \(lifetime)\(e.persistent ? ", persistent" : "")"
+            )
         }
     }
 }
@@ -133,7 +143,9 @@ struct Revoke: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The grant's ID.", valueName: "grant-id")) var grant: String
 
     func run() async throws {
-        guard let id = UUID(uuidString: grant) else { throw ValidationError("\(grant) is not a grant ID (dpctl grants lists them)") }
+        guard let id = UUID(uuidString: grant) else {
+            throw ValidationError("\(grant) is not a grant ID (dpctl grants lists them)")
+        }
         try SharingBroker(manager: try await containerManager(device)).revoke(id)
         printOut("revoked \(id)")
     }

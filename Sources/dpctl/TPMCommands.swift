@@ -7,12 +7,12 @@ struct TPM: AsyncParsableCommand {
         commandName: "tpm",
         abstract: "Move the device secret into or out of the TPM.",
         discussion: """
-        With the device secret sealed by a TPM 2.0, the TPM checks every passcode and counts wrong \
-        ones in its dictionary-attack lockout, failed attempts are counted where no copied file \
-        can reset them, and a copy of the data root is useless on another machine. The TPM is \
-        reached through $\(TPMBinding.tctiEnvironmentVariable) (default device:/dev/tpmrm0, which \
-        needs membership of the tss group). `dpctl status` shows the lockout state.
-        """,
+            With the device secret sealed by a TPM 2.0, the TPM checks every passcode and counts wrong \
+            ones in its dictionary-attack lockout, failed attempts are counted where no copied file \
+            can reset them, and a copy of the data root is useless on another machine. The TPM is \
+            reached through $\(TPMBinding.tctiEnvironmentVariable) (default device:/dev/tpmrm0, which \
+            needs membership of the tss group). `dpctl status` shows the lockout state.
+            """,
         subcommands: [TPMEnroll.self, TPMRemove.self])
 }
 
@@ -22,11 +22,11 @@ struct TPMEnroll: AsyncParsableCommand {
         abstract: "Move the device secret into the TPM.",
         usage: "dpctl tpm enroll [--tpm-pcrs <list>] [<options>]",
         discussion: """
-        A new secret is sealed by the TPM, every class key is rewrapped under it (no file is \
-        rewritten) and device.secret is overwritten and removed. A copy of the data root taken \
-        before enrollment still opens with the old secret: enrollment protects what is copied \
-        afterwards. Stop keybagd for the root first.
-        """)
+            A new secret is sealed by the TPM, every class key is rewrapped under it (no file is \
+            rewritten) and device.secret is overwritten and removed. A copy of the data root taken \
+            before enrollment still opens with the old secret: enrollment protects what is copied \
+            afterwards. Stop keybagd for the root first.
+            """)
 
     @OptionGroup var device: DeviceOptions
     @OptionGroup var unlock: UnlockOptions
@@ -42,7 +42,8 @@ struct TPMEnroll: AsyncParsableCommand {
     func run() async throws {
         let keybag = try await device.openDevice(passcodeFile: nil)
         let passcode = try await passcodeForRewrap(keybag, unlock.passcodeFile)
-        try await keybag.enrollTPM(passcode: passcode, TPMBinding(pcrs: tpmPcrs.flatMap(TPMPCRSelection.init(parsing:))))
+        try await keybag.enrollTPM(
+            passcode: passcode, TPMBinding(pcrs: tpmPcrs.flatMap(TPMPCRSelection.init(parsing:))))
         printOut(await keybag.status.deviceSecret.consequence)
     }
 }

@@ -1,21 +1,24 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionSQLite
-import GRDB
 import Foundation
+import GRDB
 
 struct Tour: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tour",
         abstract: "A demonstration on a temporary virtual device.",
-        discussion: "Every class in every lock state, the grace period, class B while locked, tamper detection, passcode delays. Runs in a temporary data root (removed afterwards) on a virtual clock, so it never waits.")
+        discussion:
+            "Every class in every lock state, the grace period, class B while locked, tamper detection, passcode delays. Runs in a temporary data root (removed afterwards) on a virtual clock, so it never waits."
+    )
 
     @OptionGroup(title: "Ignored by the tour (it always uses a temporary device)") var device: DeviceOptions
     @Flag(help: "Keep the temporary data root and print its path.") var keep = false
 
     func run() async throws {
         DeviceOptions.bootstrapLogging(verbose: false)
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dp-tour-\(UUID().uuidString.prefix(8))")
+        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
+            "dp-tour-\(UUID().uuidString.prefix(8))")
         defer { if !keep { try? FileManager.default.removeItem(at: base) } }
         try await TourScript(base: base).run()
         if keep { printOut("\nkept: \(base.path)") }
@@ -41,12 +44,16 @@ struct TourScript {
         let created = try await Keybag.create(root: root, passcode: passcode, clock: clock)
         let status = await created.status
         let cost = try status.kdf.measureOneAttempt()
-        printOut(table([
-            ["device secret:", "\(root)/device.secret (256 random bits, mode 0600)"],
-            ["keybag:", "\(root)/keybag (424 bytes, HMAC-authenticated)"],
-            ["passcode KDF:", "\(status.kdf), one attempt \(cost.formattedMilliseconds) on this machine (calibrated to ≥ 80 ms)"],
-            ["grace period:", "\(Int(status.gracePeriod)) s"],
-        ]))
+        printOut(
+            table([
+                ["device secret:", "\(root)/device.secret (256 random bits, mode 0600)"],
+                ["keybag:", "\(root)/keybag (424 bytes, HMAC-authenticated)"],
+                [
+                    "passcode KDF:",
+                    "\(status.kdf), one attempt \(cost.formattedMilliseconds) on this machine (calibrated to ≥ 80 ms)",
+                ],
+                ["grace period:", "\(Int(status.gracePeriod)) s"],
+            ]))
 
         let files = ProtectedFileManager(keybag: created)
         var urls: [ProtectionClass: URL] = [:]
@@ -59,7 +66,9 @@ struct TourScript {
         try await tamper(files: files, docs: docs)
         try await delays(root: root, urls: urls)
         try await database(root: root, docs: docs)
-        printOut("\nEverything above ran against the real library: AES-256-GCM segments, AES key wrap, X25519 for class B, scrypt,")
+        printOut(
+            "\nEverything above ran against the real library: AES-256-GCM segments, AES key wrap, X25519 for class B, scrypt,"
+        )
         printOut("and SQLCipher's page format (AES-256-CBC + HMAC-SHA512) under the system SQLite and GRDB.")
     }
 
@@ -91,12 +100,18 @@ struct TourScript {
         await probe("LOCKED +10 s")
         var rows = [["CLASS"] + columns.map(\.0)]
         for cls in ProtectionClass.allCases {
-            rows.append(["\(cls.letter) \(cls.fileProtectionType.rawValue.replacingOccurrences(of: "NSFileProtection", with: ""))"] + columns.map { $0.1[cls]! })
+            rows.append(
+                [
+                    "\(cls.letter) \(cls.fileProtectionType.rawValue.replacingOccurrences(of: "NSFileProtection", with: ""))"
+                ] + columns.map { $0.1[cls]! })
         }
         rows.append(["isProtectedDataAvailable"] + columns.map { $0.2 ? "true" : "false" })
         printOut(table(rows))
-        printOut("\nA: only while unlocked (and the grace period).  B: new files while locked; reopening needs an unlock.")
-        printOut("C: from the first unlock on, locked or not.      D: always.  Denied reads bridge to CocoaError 257, writes to 513.")
+        printOut(
+            "\nA: only while unlocked (and the grace period).  B: new files while locked; reopening needs an unlock.")
+        printOut(
+            "C: from the first unlock on, locked or not.      D: always.  Denied reads bridge to CocoaError 257, writes to 513."
+        )
     }
 
     // MARK: 3. Handles and events
@@ -117,7 +132,9 @@ struct TourScript {
         let aInGrace = (try? await handleA.read(at: 0, count: 64)) != nil
         clock.advance(by: 5)
         var aAfterGrace = "read ✓"
-        do { _ = try await handleA.read(at: 0, count: 64) } catch { aAfterGrace = "read ✗ (CocoaError \((error as NSError).code))" }
+        do { _ = try await handleA.read(at: 0, count: 64) } catch {
+            aAfterGrace = "read ✗ (CocoaError \((error as NSError).code))"
+        }
         let bWrite = (try? await handleB.append(Data(" + appended while locked".utf8))) != nil
         let bRead = (try? await handleB.read(at: 0, count: 100)) ?? Data()
         try await handleB.close()
@@ -136,12 +153,23 @@ struct TourScript {
         let downloadAfterUnlock = (try? await files.contents(of: download)) == payload
         try await handleA.close()
 
-        printOut(table([
-            ["HANDLE", "WHILE LOCKED", "AFTER UNLOCK"],
-            ["A, opened while unlocked", "+5 s read \(mark(aInGrace)); +10 s \(aAfterGrace)", "read \(mark(aAfterUnlock))"],
-            ["B, opened while unlocked", "+10 s write \(mark(bWrite)), read \(mark(!bRead.isEmpty)) \"\(String(decoding: bRead, as: UTF8.self))\"; after close reopen \(mark(bReopen))", "reopen ✓"],
-            ["B, created while locked", "write 150,000 bytes ✓; after close reopen \(mark(downloadReopen))", "read \(mark(downloadAfterUnlock)) (bytes match)"],
-        ]))
+        printOut(
+            table([
+                ["HANDLE", "WHILE LOCKED", "AFTER UNLOCK"],
+                [
+                    "A, opened while unlocked", "+5 s read \(mark(aInGrace)); +10 s \(aAfterGrace)",
+                    "read \(mark(aAfterUnlock))",
+                ],
+                [
+                    "B, opened while unlocked",
+                    "+10 s write \(mark(bWrite)), read \(mark(!bRead.isEmpty)) \"\(String(decoding: bRead, as: UTF8.self))\"; after close reopen \(mark(bReopen))",
+                    "reopen ✓",
+                ],
+                [
+                    "B, created while locked", "write 150,000 bytes ✓; after close reopen \(mark(downloadReopen))",
+                    "read \(mark(downloadAfterUnlock)) (bytes match)",
+                ],
+            ]))
         printOut("\nEvents (virtual time since the first unlock):")
         printOut(table([["T", "EVENT"]] + log.entries.map { [String(format: "+%.0f s", $0.0), $0.1.rawValue] }))
     }
@@ -158,26 +186,39 @@ struct TourScript {
         for db in [notes, inbox] {
             try await db.write { db in
                 try db.execute(sql: "CREATE TABLE message(id INTEGER PRIMARY KEY, text TEXT)")
-                for i in 1...1000 { try db.execute(sql: "INSERT INTO message(text) VALUES (?)", arguments: ["message \(i)"]) }
+                for i in 1...1000 {
+                    try db.execute(sql: "INSERT INTO message(text) VALUES (?)", arguments: ["message \(i)"])
+                }
             }
         }
         let head = try FileHandle(forReadingFrom: urlA).read(upToCount: 16) ?? Data()
-        let count: @Sendable (Database) throws -> Int = { try Int.fetchOne($0, sql: "SELECT count(*) FROM message") ?? 0 }
+        let count: @Sendable (Database) throws -> Int = {
+            try Int.fetchOne($0, sql: "SELECT count(*) FROM message") ?? 0
+        }
         await keybag.lock()
         clock.advance(by: 11)
         _ = await keybag.isProtectedDataAvailable
         var aLocked = "✓"
-        do { _ = try await notes.read(count) } catch { aLocked = "✗ (\((error as NSError).domain) \((error as NSError).code))" }
-        let bWrite = (try? await inbox.write { db in try db.execute(sql: "INSERT INTO message(text) VALUES ('pushed while locked')") }) != nil
+        do { _ = try await notes.read(count) } catch {
+            aLocked = "✗ (\((error as NSError).domain) \((error as NSError).code))"
+        }
+        let bWrite =
+            (try? await inbox.write { db in
+                try db.execute(sql: "INSERT INTO message(text) VALUES ('pushed while locked')")
+            }) != nil
         let bCount = (try? await inbox.read(count)) ?? -1
         try await keybag.unlock(passcode: "new-passcode")
         let aAfter = (try? await notes.read(count)) ?? -1
-        printOut(table([
-            ["DATABASE", "FILE STARTS WITH", "+11 s AFTER LOCK", "AFTER UNLOCK"],
-            ["notes-A.db (class A)", head.map { String(format: "%02x", $0) }.joined().prefix(16) + "… (salt, not \"SQLite format 3\")",
-             "read \(aLocked)", "\(aAfter) rows, same object, not reopened"],
-            ["inbox-B.db (class B)", "", "write \(mark(bWrite)), \(bCount) rows", "✓"],
-        ]))
+        printOut(
+            table([
+                ["DATABASE", "FILE STARTS WITH", "+11 s AFTER LOCK", "AFTER UNLOCK"],
+                [
+                    "notes-A.db (class A)",
+                    head.map { String(format: "%02x", $0) }.joined().prefix(16) + "… (salt, not \"SQLite format 3\")",
+                    "read \(aLocked)", "\(aAfter) rows, same object, not reopened",
+                ],
+                ["inbox-B.db (class B)", "", "write \(mark(bWrite)), \(bCount) rows", "✓"],
+            ]))
         try await notes.close()
         try await inbox.close()
         printOut("\nSQLCipher opens them too: dpctl sql-key DB prints the raw key for PRAGMA key = \"x'…'\".")
@@ -205,7 +246,8 @@ struct TourScript {
         cases.append(("truncate at a segment boundary", Array(original.prefix(header + 3 * segment))))
         cases.append(("truncate inside a segment", Array(original.prefix(original.count - 100))))
         cases.append(("extend with a copy of the last segment", original + Array(original[(header + 3 * segment)...])))
-        var reordered = original; reordered.replaceSubrange(s1, with: original[s2]); reordered.replaceSubrange(s2, with: original[s1])
+        var reordered = original; reordered.replaceSubrange(s1, with: original[s2]);
+        reordered.replaceSubrange(s2, with: original[s1])
         cases.append(("swap segments 1 and 2", reordered))
         var swapped = original; swapped.replaceSubrange(s1, with: otherBytes[s1])
         cases.append(("segment 1 from another file", swapped))
@@ -233,9 +275,14 @@ struct TourScript {
         for attempt in 1...10 {
             if attempt == 6 { keybag = try await Keybag.open(root: root, clock: clock) }   // a restart changes nothing
             var result: String
-            do { try await keybag.unlock(passcode: "wrong-\(attempt)"); result = "unlocked?!" } catch { result = "\(error)" }
+            do { try await keybag.unlock(passcode: "wrong-\(attempt)"); result = "unlocked?!" } catch {
+                result = "\(error)"
+            }
             let wait = await keybag.status.delayRemaining
-            rows.append(["\(attempt)\(attempt == 6 ? " (after a restart)" : "")", result, wait.map { "in \(Self.duration($0))" } ?? "now"])
+            rows.append([
+                "\(attempt)\(attempt == 6 ? " (after a restart)" : "")", result,
+                wait.map { "in \(Self.duration($0))" } ?? "now",
+            ])
             if let wait {
                 var early = "—"
                 do { try await keybag.unlock(passcode: passcode) } catch { early = "\(error)" }
@@ -254,7 +301,9 @@ struct TourScript {
         let reopened = try await Keybag.open(root: root, clock: clock)
         try await reopened.unlock(passcode: "new-passcode")
         let readable = (try? await ProtectedFileManager(keybag: reopened).contents(of: urls[.complete]!)) != nil
-        printOut("Passcode change: class keys rewrapped; class A file bytes unchanged \(mark(before == after)); readable with the new passcode \(mark(readable)).")
+        printOut(
+            "Passcode change: class keys rewrapped; class A file bytes unchanged \(mark(before == after)); readable with the new passcode \(mark(readable))."
+        )
     }
 
     static func duration(_ seconds: TimeInterval) -> String {
@@ -268,7 +317,9 @@ struct TourScript {
 final class EventRecorder: @unchecked Sendable {
     private let lock = NSLock()
     private var _entries: [(TimeInterval, ProtectedDataEvent)] = []
-    func record(_ event: ProtectedDataEvent, at t: TimeInterval) { lock.lock(); _entries.append((t, event)); lock.unlock() }
+    func record(_ event: ProtectedDataEvent, at t: TimeInterval) {
+        lock.lock(); _entries.append((t, event)); lock.unlock()
+    }
     var entries: [(TimeInterval, ProtectedDataEvent)] { lock.lock(); defer { lock.unlock() }; return _entries }
 }
 

@@ -30,8 +30,10 @@ final class DesktopLockWatcher: Sendable {
         if let range = line.range(of: "org.freedesktop.ScreenSaver.ActiveChanged ") {
             return flag(line[range.upperBound...]).map(Signal.screenSaverActive)
         }
-        if line.contains(": org.freedesktop.DBus.Properties.PropertiesChanged ("), line.contains("/org/freedesktop/login1/session/"),
-           let range = line.range(of: "'LockedHint': <") {
+        if line.contains(": org.freedesktop.DBus.Properties.PropertiesChanged ("),
+            line.contains("/org/freedesktop/login1/session/"),
+            let range = line.range(of: "'LockedHint': <")
+        {
             return flag(line[range.upperBound...].prefix(6)).map(Signal.sessionLocked)
         }
         if let range = line.range(of: "org.freedesktop.login1.Manager.PrepareForSleep ") {
@@ -44,17 +46,23 @@ final class DesktopLockWatcher: Sendable {
     func start(_ onSignal: @escaping @Sendable (Signal) -> Void) {
         let environment = ProcessInfo.processInfo.environment
         guard let gdbus = Self.findExecutable("gdbus") else {
-            logger.notice("gdbus (libglib2.0-bin) is not installed: desktop lock and suspend are not watched; lock with `dpctl lock`")
+            logger.notice(
+                "gdbus (libglib2.0-bin) is not installed: desktop lock and suspend are not watched; lock with `dpctl lock`"
+            )
             return
         }
         var watched: [String] = []
         if Self.sessionBusExists(environment) {
-            if monitor(gdbus, ["--session", "--dest", "org.freedesktop.ScreenSaver"], onSignal) { watched.append("the screensaver (session bus)") }
+            if monitor(gdbus, ["--session", "--dest", "org.freedesktop.ScreenSaver"], onSignal) {
+                watched.append("the screensaver (session bus)")
+            }
         } else {
             logger.notice("no D-Bus session bus here: the screensaver's lock is not watched")
         }
         if Self.systemBusExists(environment) {
-            if monitor(gdbus, ["--system", "--dest", "org.freedesktop.login1"], onSignal) { watched.append("logind's session lock and suspend (system bus)") }
+            if monitor(gdbus, ["--system", "--dest", "org.freedesktop.login1"], onSignal) {
+                watched.append("logind's session lock and suspend (system bus)")
+            }
         } else {
             logger.notice("no D-Bus system bus here: logind's session lock and suspend are not watched")
         }
@@ -69,7 +77,9 @@ final class DesktopLockWatcher: Sendable {
         for process in processes.withLock({ $0 }) where process.isRunning { process.terminate() }
     }
 
-    private func monitor(_ gdbus: String, _ arguments: [String], _ onSignal: @escaping @Sendable (Signal) -> Void) -> Bool {
+    private func monitor(
+        _ gdbus: String, _ arguments: [String], _ onSignal: @escaping @Sendable (Signal) -> Void
+    ) -> Bool {
         let process = Process()
         if let setpriv = Self.findExecutable("setpriv") {
             // The monitor dies with the daemon, even when the daemon is killed outright.
@@ -86,7 +96,11 @@ final class DesktopLockWatcher: Sendable {
             logger.notice("cannot run gdbus monitor \(arguments.joined(separator: " ")): \(error)")
             return false
         }
-        defer { if !process.isRunning { logger.notice("gdbus monitor \(arguments.joined(separator: " ")) did not start listening") } }
+        defer {
+            if !process.isRunning {
+                logger.notice("gdbus monitor \(arguments.joined(separator: " ")) did not start listening")
+            }
+        }
         processes.withLock { $0.append(process) }
         let listening = DispatchSemaphore(value: 0)
         let logger = self.logger
@@ -114,7 +128,9 @@ final class DesktopLockWatcher: Sendable {
 
     static func sessionBusExists(_ environment: [String: String]) -> Bool {
         if let address = environment["DBUS_SESSION_BUS_ADDRESS"], !address.isEmpty { return addressReachable(address) }
-        if let runtime = environment["XDG_RUNTIME_DIR"] { return FileManager.default.fileExists(atPath: runtime + "/bus") }
+        if let runtime = environment["XDG_RUNTIME_DIR"] {
+            return FileManager.default.fileExists(atPath: runtime + "/bus")
+        }
         return false
     }
 
@@ -132,7 +148,8 @@ final class DesktopLockWatcher: Sendable {
 
     static func findExecutable(_ name: String) -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        for directory in path.split(separator: ":") where FileManager.default.isExecutableFile(atPath: "\(directory)/\(name)") {
+        for directory in path.split(separator: ":")
+        where FileManager.default.isExecutableFile(atPath: "\(directory)/\(name)") {
             return "\(directory)/\(name)"
         }
         return nil

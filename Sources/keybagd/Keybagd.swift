@@ -1,8 +1,9 @@
 import ArgumentParser
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -14,36 +15,46 @@ struct Keybagd: AsyncParsableCommand {
         abstract: "Hold a data root's class keys, so one lock state governs every process.",
         usage: "keybagd [--root <dir>] [<options>]",
         discussion: """
-        keybagd plays the part of iOS's Secure Enclave and keybagd for one user and one data root. \
-        It starts before first unlock (a restart is a reboot). Processes of the same user that open \
-        the root find it through its socket and use it instead of their own keybag:
+            keybagd plays the part of iOS's Secure Enclave and keybagd for one user and one data root. \
+            It starts before first unlock (a restart is a reboot). Processes of the same user that open \
+            the root find it through its socket and use it instead of their own keybag:
 
-          keybagd --root ~/.local/share/dataprotection &
-          dpctl unlock     # the passcode from the terminal, or --passcode-file FILE
-          dpctl lock       # every process loses class A after the grace period
+              keybagd --root ~/.local/share/dataprotection &
+              dpctl unlock     # the passcode from the terminal, or --passcode-file FILE
+              dpctl lock       # every process loses class A after the grace period
 
-        The socket is $XDG_RUNTIME_DIR/dataprotection/keybagd-<root hash>.sock (mode 0600 in a 0700 \
-        directory); connections from other users are refused. Key pages are locked in memory and \
-        the process cannot be dumped or traced by other processes of the user.
-        """,
+            The socket is $XDG_RUNTIME_DIR/dataprotection/keybagd-<root hash>.sock (mode 0600 in a 0700 \
+            directory); connections from other users are refused. Key pages are locked in memory and \
+            the process cannot be dumped or traced by other processes of the user.
+            """,
         version: DataProtectionVersion.string)
 
-    @Option(name: .long, help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
     var root: String?
 
     @Option(name: .long, help: ArgumentHelp("Lock after this many seconds without a request.", valueName: "seconds"))
     var idleLock: Double?
 
-    @Option(name: .long, help: ArgumentHelp("Connections served at once; one more is told \"busy\" and closed.", valueName: "n"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("Connections served at once; one more is told \"busy\" and closed.", valueName: "n"))
     var maxConnections = 256
 
-    @Flag(name: .long, help: ArgumentHelp("Tests only: time stands still until a client advances it.", visibility: .hidden))
+    @Flag(
+        name: .long,
+        help: ArgumentHelp("Tests only: time stands still until a client advances it.", visibility: .hidden))
     var manualClock = false
 
     @Flag(name: .long, help: "Log each connection and lock change to standard error.")
     var verbose = false
 
-    @Option(name: .long, help: ArgumentHelp("Stop when process PID ends (a keybagd started for one `dpctl mount`).", valueName: "pid", visibility: .hidden))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Stop when process PID ends (a keybagd started for one `dpctl mount`).", valueName: "pid",
+            visibility: .hidden))
     var stopWithProcess: Int32?
 
     func validate() throws {
@@ -82,8 +93,9 @@ struct Keybagd: AsyncParsableCommand {
         do {
             let socketPath = KeybagSocket.path(forRoot: resolved)
             Self.rootLock = try KeybagDaemonLock.acquire(root: resolved, socketPath: socketPath)
-            daemon = try KeybagdServer(keybag: keybag, socketPath: KeybagSocket.path(forRoot: resolved),
-                                      manualClock: clock as? ManualClock, maxConnections: maxConnections)
+            daemon = try KeybagdServer(
+                keybag: keybag, socketPath: KeybagSocket.path(forRoot: resolved),
+                manualClock: clock as? ManualClock, maxConnections: maxConnections)
         } catch {
             FileHandle.standardError.write(Data("keybagd: \(error)\n".utf8))
             throw ExitCode(1)
@@ -100,7 +112,8 @@ struct Keybagd: AsyncParsableCommand {
             // SIGKILL included), and never another process that later gets its number — checked
             // to be the parent that started this daemon, not a process that took its number.
             guard let process = try? SystemCall.pidfdOpen(stopWithProcess), getppid() == stopWithProcess else {
-                FileHandle.standardError.write(Data("keybagd: process \(stopWithProcess) is not running (--stop-with-process)\n".utf8))
+                FileHandle.standardError.write(
+                    Data("keybagd: process \(stopWithProcess) is not running (--stop-with-process)\n".utf8))
                 throw ExitCode(1)
             }
             let thread = Thread {

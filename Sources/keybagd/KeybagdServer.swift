@@ -1,9 +1,10 @@
 import DataProtectionIPC
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,7 +35,9 @@ final class KeybagdServer: Sendable {
     /// One passcode check (scrypt) on the keybag at a time: the others wait on their own threads,
     /// so requests from everyone else never queue behind more than one of them.
     private let passcodeChecks = DispatchSemaphore(value: 1)
-    static let passcodeOps: Set<KeybagWire.Op> = [.unlock, .setPasscode, .changePasscode, .removePasscode, .setBackupPassword]
+    static let passcodeOps: Set<KeybagWire.Op> = [
+        .unlock, .setPasscode, .changePasscode, .removePasscode, .setBackupPassword,
+    ]
     private let lastActivity: Mutex<Date>
     private let listener: Int32
     /// Whether the listening socket came from systemd (socket activation): then systemd owns it.
@@ -74,7 +77,8 @@ final class KeybagdServer: Sendable {
         // The state page first, so no discard can happen unpublished. The observers run on the
         // keybag's executor as part of the change, before any other request is answered.
         let status = await keybag.status
-        let page = try KeybagStatePage.publish(socketPath: socketPath, available: status.available, locked: status.lockState != .unlocked)
+        let page = try KeybagStatePage.publish(
+            socketPath: socketPath, available: status.available, locked: status.lockState != .unlocked)
         await keybag.addObserver { [self] event in
             switch event {
             case .didBecomeAvailable: page.publishAvailable(ProtectionClass.allCases)
@@ -91,8 +95,12 @@ final class KeybagdServer: Sendable {
         FileHandle.standardOutput.write(Data("ready \(socketPath)\n".utf8))
         var busy = ByteWriter()
         busy.u8(KeybagWire.version); busy.u8(KeybagWire.Status.error.rawValue)
-        KeybagWire.error(&busy, .daemon("busy: \(maxConnections) connections are open (keybagd --max-connections); close some and retry"))
-        let server = IPCServer(listener: listener, maxConnections: maxConnections, sendTimeout: Self.sendTimeout, busyFrame: busy.bytes, logger: logger)
+        KeybagWire.error(
+            &busy,
+            .daemon("busy: \(maxConnections) connections are open (keybagd --max-connections); close some and retry"))
+        let server = IPCServer(
+            listener: listener, maxConnections: maxConnections, sendTimeout: Self.sendTimeout, busyFrame: busy.bytes,
+            logger: logger)
         server.serve { [self] fd in handle(fd) }
     }
 
@@ -113,7 +121,8 @@ final class KeybagdServer: Sendable {
     private func handle(_ fd: Int32) {
         guard let peer = KeybagSocket.peerUID(fd) else { close(fd); return }
         guard peer.uid == getuid() else {
-            let why = "refused: the peer (pid \(peer.pid)) runs as uid \(peer.uid); this keybagd serves uid \(getuid()) only"
+            let why =
+                "refused: the peer (pid \(peer.pid)) runs as uid \(peer.uid); this keybagd serves uid \(getuid()) only"
             logger.warning("\(why)")
             refuse(fd, why, waitForPeer: true)
             return
@@ -132,7 +141,8 @@ final class KeybagdServer: Sendable {
             defer { payload.wipeInPlace() }
             var reader = ByteReader(payload)
             guard (try? reader.u8("version")) == KeybagWire.version,
-                  let raw = try? reader.u8("op"), let op = KeybagWire.Op(rawValue: raw) else {
+                let raw = try? reader.u8("op"), let op = KeybagWire.Op(rawValue: raw)
+            else {
                 logger.info("closing a connection: unknown version or operation")
                 break
             }
@@ -207,16 +217,22 @@ final class KeybagdServer: Sendable {
     private func answer(_ op: KeybagWire.Op, _ r: inout ByteReader, _ w: inout ByteWriter) async throws {
         switch op {
         case .advanceClock:
-            guard let manualClock else { throw KeybagError.daemon("advance-clock needs a daemon started with --manual-clock") }
+            guard let manualClock else {
+                throw KeybagError.daemon("advance-clock needs a daemon started with --manual-clock")
+            }
             let seconds = try KeybagWire.double(&r, "seconds")
-            guard seconds.isFinite, seconds >= 0, seconds <= 1e9 else { throw KeybagError.invalidArgument("clock advance \(seconds) s") }
+            guard seconds.isFinite, seconds >= 0, seconds <= 1e9 else {
+                throw KeybagError.invalidArgument("clock advance \(seconds) s")
+            }
             manualClock.advance(by: seconds)
             _ = await keybag.lockState   // expire the grace period now, if due
             guard r.remaining == 0 else { throw KeybagWire.ProtocolError("trailing bytes in a request") }
         case .subscribe:
             break
         default:
-            guard let request = KeybagRequests.byOpcode[op] else { throw KeybagWire.ProtocolError("operation \(op) is not served") }
+            guard let request = KeybagRequests.byOpcode[op] else {
+                throw KeybagWire.ProtocolError("operation \(op) is not served")
+            }
             try await request.answer(&r, &w, keybag: keybag)
         }
     }

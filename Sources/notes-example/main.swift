@@ -32,8 +32,10 @@ func fail(_ text: String) -> Never {
 switch arguments.first {
 case "writer":
     // Inside the writer's sandbox.
-    guard let app = CurrentApp.shared, let shared = FileManager.default.containerURL(forSecurityApplicationGroupIdentifier: group),
-          let defaults = ProtectedUserDefaults(suiteName: group) else { fail("run me through the supervisor") }
+    guard let app = CurrentApp.shared,
+        let shared = FileManager.default.containerURL(forSecurityApplicationGroupIdentifier: group),
+        let defaults = ProtectedUserDefaults(suiteName: group)
+    else { fail("run me through the supervisor") }
     let note = shared.appendingPathComponent("Notes/shopping.txt")
     try FileManager.default.createDirectory(at: note.deletingLastPathComponent(), withIntermediateDirectories: true)
     let text = arguments.dropFirst().joined(separator: " ")
@@ -49,17 +51,23 @@ case "writer":
     say("[\(app.identifier)] wrote \"\(text)\" to the group container (class \(cls))")
 
 case "reader":
-    guard let app = CurrentApp.shared, let shared = FileManager.default.containerURL(forSecurityApplicationGroupIdentifier: group),
-          let defaults = ProtectedUserDefaults(suiteName: group) else { fail("run me through the supervisor") }
+    guard let app = CurrentApp.shared,
+        let shared = FileManager.default.containerURL(forSecurityApplicationGroupIdentifier: group),
+        let defaults = ProtectedUserDefaults(suiteName: group)
+    else { fail("run me through the supervisor") }
     let note = shared.appendingPathComponent("Notes/shopping.txt")
     let text = try await FileCoordinator().coordinate(readingItemAt: note) { url in
         String(decoding: try await app.files.contents(of: url), as: UTF8.self)
     }
-    say("[\(app.identifier)] read \"\(text)\" — last edited by \(defaults.string(forKey: "lastEditor") ?? "?"), \(defaults.integer(forKey: "edits")) edit(s)")
+    say(
+        "[\(app.identifier)] read \"\(text)\" — last edited by \(defaults.string(forKey: "lastEditor") ?? "?"), \(defaults.integer(forKey: "edits")) edit(s)"
+    )
     // The writer's own container is out of reach, even knowing its path.
     if let writerHome = arguments.dropFirst().first {
         let reachable = FileManager.default.isReadableFile(atPath: writerHome + "/Documents")
-        say("[\(app.identifier)] the writer's container is \(reachable ? "READABLE (not confined!)" : "out of reach, as on iOS")")
+        say(
+            "[\(app.identifier)] the writer's container is \(reachable ? "READABLE (not confined!)" : "out of reach, as on iOS")"
+        )
         if reachable { exit(1) }
     }
 
@@ -74,9 +82,11 @@ default:
     let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .calibrated())
     try await keybag.unlock(passcode: "123456")
     let manager = ContainerManager(files: ProtectedFileManager(keybag: keybag))
-    let writer = try await manager.install(try AppIdentifier("com.example.notes.writer"), defaultProtection: .complete,
-                                           groups: [try AppGroupIdentifier(group)])
-    let reader = try await manager.install(try AppIdentifier("com.example.notes.reader"), groups: [try AppGroupIdentifier(group)])
+    let writer = try await manager.install(
+        try AppIdentifier("com.example.notes.writer"), defaultProtection: .complete,
+        groups: [try AppGroupIdentifier(group)])
+    let reader = try await manager.install(
+        try AppIdentifier("com.example.notes.reader"), groups: [try AppGroupIdentifier(group)])
     // A group container starts at iOS's default class: give it the apps' (as on iOS).
     try await manager.setDefaultProtection(.completeUnlessOpen, ofGroup: try AppGroupIdentifier(group))
     say("device in \(root); installed \(writer.identifier) and \(reader.identifier), both in \(group)")
@@ -85,7 +95,8 @@ default:
     let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     do {
         guard try await supervisor.run(writer.identifier, command: [me, "writer", "milk, eggs, coffee"]) == 0,
-              try await supervisor.run(reader.identifier, command: [me, "reader", writer.url.path]) == 0 else { fail("an app failed") }
+            try await supervisor.run(reader.identifier, command: [me, "reader", writer.url.path]) == 0
+        else { fail("an app failed") }
     } catch {
         fail("\(error)")
     }

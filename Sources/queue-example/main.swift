@@ -15,8 +15,8 @@ import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionLifecycle
 import Foundation
-import SystemPackage
 import Logging
+import SystemPackage
 
 // The libraries' log lines (unlocked, locked…) are not the example's output: warnings only.
 LoggingSystem.bootstrap { label in
@@ -46,12 +46,18 @@ exit(0)
 /// background task begun in `willResignActive` and ended in `didBecomeActive` (the pair that
 /// also fires for the sleep button, which is why the sample chose it) or when the queue empties.
 func runApp() async throws {
-    guard let app = CurrentApp.shared, let lifecycle = AppLifecycle.shared else { fail("run me through the supervisor") }
+    guard let app = CurrentApp.shared, let lifecycle = AppLifecycle.shared else {
+        fail("run me through the supervisor")
+    }
     /// `@unchecked Sendable`: every access is under `lock`.
     final class TaskBox: @unchecked Sendable {
         let lock = NSLock()
         var id = BackgroundTaskIdentifier.invalid
-        func take() -> BackgroundTaskIdentifier { lock.withLock { defer { id = .invalid }; return id } }
+        func take() -> BackgroundTaskIdentifier {
+            lock.withLock {
+                defer { id = .invalid }; return id
+            }
+        }
         func set(_ new: BackgroundTaskIdentifier) { lock.withLock { id = new } }
     }
     let task = TaskBox()
@@ -97,7 +103,9 @@ func runApp() async throws {
         say("badge \(remaining)")
         if remaining == 9 {
             let read: String
-            do { read = "read (\(try await app.files.contents(of: secret).count) bytes)" } catch ProtectedFileError.unavailable {
+            do { read = "read (\(try await app.files.contents(of: secret).count) bytes)" } catch ProtectedFileError
+                .unavailable
+            {
                 read = "unavailable (locked)"
             }
             say("class-A read: \(read); class-B journal written: item \(remainingItems - remaining)")
@@ -118,12 +126,14 @@ func runDemo() async throws {
     var root = NSTemporaryDirectory() + "queue-example-" + UUID().uuidString
     if let index = arguments.firstIndex(of: "--root"), index + 1 < arguments.count { root = arguments[index + 1] }
     let clock = ManualClock()
-    let keybag = try await Keybag.create(root: root, passcode: "123456", kdf: .calibrated(), gracePeriod: 10, clock: clock)
+    let keybag = try await Keybag.create(
+        root: root, passcode: "123456", kdf: .calibrated(), gracePeriod: 10, clock: clock)
     try await keybag.unlock(passcode: "123456")
     let files = ProtectedFileManager(keybag: keybag)
     let manager = ContainerManager(files: files)
     let queue = try await manager.install(try AppIdentifier("com.example.queue"))
-    try await files.write(Data("class A".utf8), to: queue.documents.appendingPathComponent("secret.txt"), protection: .complete)
+    try await files.write(
+        Data("class A".utf8), to: queue.documents.appendingPathComponent("secret.txt"), protection: .complete)
     let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     let start = clock.now()
     func stamp() -> String { String(format: "t=%4.0fs", clock.now().timeIntervalSince(start)) }
@@ -134,20 +144,28 @@ func runDemo() async throws {
     /// Runs the app once; `script` is called with each badge it shows and may act (the user).
     /// `script` returns a line to wait for before the clock moves on (the app's answer to what
     /// the user just did), or `nil`.
-    func run(budget: TimeInterval, items: Int, _ script: @escaping (Int, LifecycleService) async throws -> String?) async throws -> [String: String] {
-        let lifecycle = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: budget), clock: clock)
-        let supervisor = AppSupervisor(manager: manager, services: [lifecycle], fileSystem: ContainerFileSystem.inProcess(manager))
+    func run(
+        budget: TimeInterval, items: Int, _ script: @escaping (Int, LifecycleService) async throws -> String?
+    ) async throws -> [String: String] {
+        let lifecycle = LifecycleService(
+            manager: manager, settings: LifecycleSettings(backgroundTimeBudget: budget), clock: clock)
+        let supervisor = AppSupervisor(
+            manager: manager, services: [lifecycle], fileSystem: ContainerFileSystem.inProcess(manager))
         let output = Pipe()
         let writeEnd = output.fileHandleForWriting.fileDescriptor
         let run = Task {
-            try await supervisor.run(queue.identifier, command: [me, "app", String(items)], standardInput: FileDescriptor(rawValue: open("/dev/null", O_RDONLY)),
-                                     standardOutput: FileDescriptor(rawValue: writeEnd))
+            try await supervisor.run(
+                queue.identifier, command: [me, "app", String(items)],
+                standardInput: FileDescriptor(rawValue: open("/dev/null", O_RDONLY)),
+                standardOutput: FileDescriptor(rawValue: writeEnd))
         }
         var facts: [String: String] = [:]
         var badge = items
         let lines = LineReader(output.fileHandleForReading.fileDescriptor)
         var hold: (line: String, target: Date)?
-        func advance(to target: Date) { if target > clock.now() { clock.advance(by: target.timeIntervalSince(clock.now())) } }
+        func advance(to target: Date) {
+            if target > clock.now() { clock.advance(by: target.timeIntervalSince(clock.now())) }
+        }
         var ownCopyClosed = false
         while let line = await lines.next() {
             if !ownCopyClosed {
@@ -166,7 +184,9 @@ func runDemo() async throws {
             }
             if line.hasPrefix("badge "), let value = Int(line.dropFirst(6)) {
                 badge = value
-                if value % 10 == 0 { say("\(stamp())  badge \(String(value).padding(toLength: 3, withPad: " ", startingAt: 0))") }
+                if value % 10 == 0 {
+                    say("\(stamp())  badge \(String(value).padding(toLength: 3, withPad: " ", startingAt: 0))")
+                }
                 continue
             }
             say("\(stamp())  badge \(String(badge).padding(toLength: 3, withPad: " ", startingAt: 0)) app: \(line)")
@@ -179,10 +199,14 @@ func runDemo() async throws {
             }
             // Its task just ended in the background: the supervisor suspends it (no more lines
             // until the user brings it back or stops it).
-            if line.hasPrefix("queue empty") || line.hasPrefix("expired!"), lifecycle.states(of: queue.identifier).first != .active {
+            if line.hasPrefix("queue empty") || line.hasPrefix("expired!"),
+                lifecycle.states(of: queue.identifier).first != .active
+            {
                 await lifecycle.wait(until: queue.identifier, is: .suspended)
                 facts["suspended at badge"] = String(badge)
-                say("\(stamp())            suspended by the supervisor (\(lifecycle.status(of: queue.identifier).first?.suspension ?? "?")): no CPU at all")
+                say(
+                    "\(stamp())            suspended by the supervisor (\(lifecycle.status(of: queue.identifier).first?.suspension ?? "?")): no CPU at all"
+                )
                 _ = try await script(-1, lifecycle)
             }
         }
@@ -204,17 +228,22 @@ func runDemo() async throws {
         }
         if badge == 20, !locked {
             locked = true
-            say("\(stamp())  badge 20  the device locks (class-A keys go 10 s later; class-B files opened before stay writable)")
+            say(
+                "\(stamp())  badge 20  the device locks (class-A keys go 10 s later; class-B files opened before stay writable)"
+            )
             await keybag.lock()
         }
         if badge == -1 {
-            say("\(stamp())            the user unlocks (the app was sent home, so it stays in the background), then stops it")
+            say(
+                "\(stamp())            the user unlocks (the app was sent home, so it stays in the background), then stops it"
+            )
             try await keybag.unlock(passcode: "123456")
             lifecycle.terminateAll()
         }
         return nil
     }
-    let journal = String(decoding: try await files.contents(of: queue.documents.appendingPathComponent("journal.txt")), as: UTF8.self)
+    let journal = String(
+        decoding: try await files.contents(of: queue.documents.appendingPathComponent("journal.txt")), as: UTF8.self)
     let written = journal.split(separator: "\n").count
 
     // Run 2: a short budget runs out.
@@ -239,16 +268,31 @@ func runDemo() async throws {
         return nil
     }
     let ok1 = first["class A"]?.hasPrefix("unavailable") == true && written == 60 && first["suspended at badge"] == "0"
-    let ok2 = second["expired"] != nil && (Int(second["suspended at badge"] ?? "0") ?? 0) > 0 && second["queue empty"] != nil
+    let ok2 =
+        second["expired"] != nil && (Int(second["suspended at badge"] ?? "0") ?? 0) > 0 && second["queue empty"] != nil
 
     say("")
     say("WHAT                                   ON iOS                                      HERE")
-    say("home button with a task running        keeps running, up to 10 minutes             " + (first["queue empty"].map { "kept running; queue empty at \($0)" } ?? "DID NOT FINISH"))
-    say("device locked meanwhile                runs on while asleep (up to the limit)      kept running; " + (first["class A"] ?? "no class-A read"))
-    say("class-B journal after the lock         writable (opened before the lock)           \(written) of 60 items written")
-    say("task ended, app in the background      suspended                                   " + (first["suspended at badge"] != nil ? "suspended (\(first["suspended at badge"] == "0" ? "queue empty" : "items left"))" : "NOT SUSPENDED"))
-    say("budget runs out                        expiration handler, then suspended          " + (second["expired"].map { "handler at \($0); suspended at badge \(second["suspended at badge"] ?? "?")" } ?? "NO HANDLER"))
-    say("back in front                          resumes                                     " + (second["queue empty"].map { "resumed; queue empty at \($0)" } ?? "DID NOT RESUME"))
+    say(
+        "home button with a task running        keeps running, up to 10 minutes             "
+            + (first["queue empty"].map { "kept running; queue empty at \($0)" } ?? "DID NOT FINISH"))
+    say(
+        "device locked meanwhile                runs on while asleep (up to the limit)      kept running; "
+            + (first["class A"] ?? "no class-A read"))
+    say(
+        "class-B journal after the lock         writable (opened before the lock)           \(written) of 60 items written"
+    )
+    say(
+        "task ended, app in the background      suspended                                   "
+            + (first["suspended at badge"] != nil
+                ? "suspended (\(first["suspended at badge"] == "0" ? "queue empty" : "items left"))" : "NOT SUSPENDED"))
+    say(
+        "budget runs out                        expiration handler, then suspended          "
+            + (second["expired"].map { "handler at \($0); suspended at badge \(second["suspended at badge"] ?? "?")" }
+                ?? "NO HANDLER"))
+    say(
+        "back in front                          resumes                                     "
+            + (second["queue empty"].map { "resumed; queue empty at \($0)" } ?? "DID NOT RESUME"))
     if !arguments.contains("--root") { try? FileManager.default.removeItem(atPath: root) }
     guard ok1, ok2 else { fail("the sample did not behave as Apple describes it") }
     say("done: the task kept the queue going in the background and across a lock, and an app without one was suspended")
@@ -267,7 +311,10 @@ final class LineReader: @unchecked Sendable {
                 while true {
                     let n = read(fd, &byte, 1)
                     if n < 0 && errno == EINTR { continue }
-                    if n <= 0 { continuation.resume(returning: line.isEmpty ? nil : String(decoding: line, as: UTF8.self)); return }
+                    if n <= 0 {
+                        continuation.resume(returning: line.isEmpty ? nil : String(decoding: line, as: UTF8.self));
+                        return
+                    }
                     if byte == 0x0A { continuation.resume(returning: String(decoding: line, as: UTF8.self)); return }
                     line.append(byte)
                 }

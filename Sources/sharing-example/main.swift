@@ -10,8 +10,8 @@ import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSharing
 import Foundation
-import SystemPackage
 import Logging
+import SystemPackage
 
 // The libraries' log lines (unlocked, locked…) are not the example's output: warnings only.
 LoggingSystem.bootstrap { label in
@@ -70,7 +70,8 @@ case "test8":
         do { try await item.write(Data("BBBB".utf8)); write = "write WORKED" } catch { write = "write refused" }
         try await item.endShare()
         let after = (try? await item.contents()) == nil ? "no access after the share" : "STILL READABLE after the share"
-        report("share extension", "read-only snapshot: \"\(content)\" (the later write stays private); \(write); \(after)")
+        report(
+            "share extension", "read-only snapshot: \"\(content)\" (the later write stays private); \(write); \(after)")
         break
     }
 
@@ -116,7 +117,9 @@ func runAll() async throws {
     _ = try await manager.install(try AppIdentifier("com.example.test11"), documentBrowser: true)
     say("device in \(root); installed test6 … test12 (test11 with the document browser)")
 
-    let supervisor = AppSupervisor(manager: manager, services: [SharingService(manager: manager)], fileSystem: ContainerFileSystem.inProcess(manager))
+    let supervisor = AppSupervisor(
+        manager: manager, services: [SharingService(manager: manager)],
+        fileSystem: ContainerFileSystem.inProcess(manager))
     let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     var results: [String: String] = [:]
     func run(_ app: String, _ role: String) async throws {
@@ -130,7 +133,8 @@ func runAll() async throws {
         try output.fileHandleForWriting.close()
         for line in text(output.fileHandleForReading.readDataToEndOfFile()).split(separator: "\n") {
             if line.hasPrefix("RESULT "), let bar = line.firstIndex(of: "|") {
-                results[String(line[line.index(line.startIndex, offsetBy: 7)..<bar])] = String(line[line.index(after: bar)...])
+                results[String(line[line.index(line.startIndex, offsetBy: 7)..<bar])] = String(
+                    line[line.index(after: bar)...])
             } else {
                 say(String(line))
             }
@@ -145,11 +149,15 @@ func runAll() async throws {
     try await run("test11", "test11")
     // The user grants test10 an item of test11's exposed Documents; test12 exposes nothing.
     let broker = SharingBroker(manager: manager)
-    _ = try broker.grant("Documents/report.txt", from: try AppIdentifier("com.example.test11"), to: try AppIdentifier("com.example.test10"),
-                         capabilities: [.reading], persistent: true)
+    _ = try broker.grant(
+        "Documents/report.txt", from: try AppIdentifier("com.example.test11"),
+        to: try AppIdentifier("com.example.test10"),
+        capabilities: [.reading], persistent: true)
     let refused: String
     do {
-        _ = try broker.grant("Documents/x", from: try AppIdentifier("com.example.test12"), to: try AppIdentifier("com.example.test10"), capabilities: [.reading])
+        _ = try broker.grant(
+            "Documents/x", from: try AppIdentifier("com.example.test12"), to: try AppIdentifier("com.example.test10"),
+            capabilities: [.reading])
         refused = "test12's Documents WAS GRANTED without exposure"
     } catch { refused = "an app without the entitlement: refused" }
     try await run("test10", "test10")
@@ -165,11 +173,16 @@ func runAll() async throws {
     say("CROSSING          APPS              ON iOS          ")
     say("                                    HERE")
     for (key, apps, ios) in rows {
-        say(key.padding(toLength: 18, withPad: " ", startingAt: 0) + apps.padding(toLength: 18, withPad: " ", startingAt: 0) + ios)
+        say(
+            key.padding(toLength: 18, withPad: " ", startingAt: 0)
+                + apps.padding(toLength: 18, withPad: " ", startingAt: 0) + ios)
         say(String(repeating: " ", count: 36) + (results[key] ?? "NO RESULT"))
     }
     if !arguments.contains("--root") { try? FileManager.default.removeItem(atPath: root) }
-    let failed = rows.filter { results[$0.0] == nil || results[$0.0]!.contains("WORKED") || results[$0.0]!.contains("STILL") || results[$0.0]!.contains("WAS GRANTED") }
+    let failed = rows.filter {
+        results[$0.0] == nil || results[$0.0]!.contains("WORKED") || results[$0.0]!.contains("STILL")
+            || results[$0.0]!.contains("WAS GRANTED")
+    }
     guard failed.isEmpty else { fail("a pitfall is open: \(failed.map(\.0))") }
     say("done: every crossing went through the broker, and each known pitfall is closed")
 }

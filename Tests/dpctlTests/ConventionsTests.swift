@@ -319,6 +319,24 @@ import Testing
         #expect(unstated.isEmpty, "no invariant stated above: \(unstated)")
     }
 
+    /// No line of the sources is wider than 120 columns unless a literal needs it (a string, a
+    /// multi-line string's text, a documentation link to a symbol): `swift format` with the
+    /// repository's `.swift-format` keeps code within it.
+    @Test func sourceLinesFitOneHundredTwentyColumns() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardizedFileURL.path
+        var wide: [String] = []
+        for case let relative as String in FileManager.default.enumerator(atPath: root + "/Sources")! where relative.hasSuffix(".swift") {
+            var inMultilineString = false
+            for (index, line) in try String(contentsOfFile: root + "/Sources/" + relative, encoding: .utf8).split(separator: "\n").enumerated() {
+                let quotes = line.components(separatedBy: "\"\"\"").count - 1
+                defer { if quotes % 2 == 1 { inMultilineString.toggle() } }
+                guard line.count > 120, !inMultilineString, quotes == 0, !line.contains("\""), !line.contains("``") else { continue }
+                wide.append("Sources/\(relative):\(index + 1)")
+            }
+        }
+        #expect(wide.isEmpty, "wider than 120 columns: \(wide)")
+    }
+
     /// On a terminal, a command that needs a locked class asks for the passcode (without echo),
     /// as fscrypt and age do; without one it fails with exit 3 as before.
     @Test func commandsAskForThePasscodeOnATerminal() throws {

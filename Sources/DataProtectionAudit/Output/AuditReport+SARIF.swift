@@ -8,8 +8,10 @@ import Foundation
 extension AuditReport {
     /// The findings at or above `minimum` as SARIF. `base` is the directory locations are given
     /// relative to (its URI is the run's `AUDITROOT`); paths outside it are absolute `file:` URIs.
-    public func sarif(base: String, minimum: AuditSeverity = .low, toolVersion: String = "1.0.0",
-                      command: (AuditFinding) -> String? = { _ in nil }) throws -> Data {
+    public func sarif(
+        base: String, minimum: AuditSeverity = .low, toolVersion: String = "1.0.0",
+        command: (AuditFinding) -> String? = { _ in nil }
+    ) throws -> Data {
         let rules = AuditRule.allCases
         let ruleObjects: [[String: Any]] = rules.map { rule in
             [
@@ -19,7 +21,10 @@ extension AuditReport {
                 "fullDescription": ["text": rule.why],
                 "help": ["text": rule.why],
                 "defaultConfiguration": ["level": Self.level(rule.severity)],
-                "properties": ["security-severity": Self.securitySeverity(rule.severity), "tags": ["security", "data-protection"], "precision": "high"],
+                "properties": [
+                    "security-severity": Self.securitySeverity(rule.severity), "tags": ["security", "data-protection"],
+                    "precision": "high",
+                ],
             ]
         }
         let baseDirectory = base.hasSuffix("/") ? String(base.dropLast()) : base
@@ -37,7 +42,10 @@ extension AuditReport {
             }
             var fixText = finding.fix.isAutomatic ? "Fixed by dpctl audit --fix. " : ""
             fixText += command(finding).map { "Fix: \($0)" } ?? "Fix: \(finding.fix.call)"
-            var properties: [String: Any] = ["severity": finding.severity.rawValue, "automaticFix": finding.fix.isAutomatic, "call": finding.fix.call]
+            var properties: [String: Any] = [
+                "severity": finding.severity.rawValue, "automaticFix": finding.fix.isAutomatic,
+                "call": finding.fix.call,
+            ]
             if let line = command(finding) { properties["command"] = line }
             return [
                 "ruleId": finding.rule.id,
@@ -47,22 +55,28 @@ extension AuditReport {
                 "locations": [["physicalLocation": ["artifactLocation": location, "region": ["startLine": 1]]]],
                 // Stable across runs and places: the rule, the path below the audited directory,
                 // and what tells apart findings on one item (a preference key, a grant).
-                "partialFingerprints": ["dpAuditFinding/v1": [finding.rule.id, Self.percentEncoded(relative), finding.discriminator].joined(separator: ":")],
+                "partialFingerprints": [
+                    "dpAuditFinding/v1": [finding.rule.id, Self.percentEncoded(relative), finding.discriminator].joined(
+                        separator: ":")
+                ],
                 "properties": properties,
             ]
         }
         let log: [String: Any] = [
             "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
             "version": "2.1.0",
-            "runs": [[
-                "tool": ["driver": ["name": "dpctl audit", "semanticVersion": toolVersion, "rules": ruleObjects]],
-                "originalUriBaseIds": ["AUDITROOT": ["uri": "file://" + Self.percentEncoded(baseDirectory) + "/"]],
-                "invocations": [["executionSuccessful": true]],
-                "columnKind": "unicodeCodePoints",
-                "results": results,
-            ]],
+            "runs": [
+                [
+                    "tool": ["driver": ["name": "dpctl audit", "semanticVersion": toolVersion, "rules": ruleObjects]],
+                    "originalUriBaseIds": ["AUDITROOT": ["uri": "file://" + Self.percentEncoded(baseDirectory) + "/"]],
+                    "invocations": [["executionSuccessful": true]],
+                    "columnKind": "unicodeCodePoints",
+                    "results": results,
+                ]
+            ],
         ]
-        return try JSONSerialization.data(withJSONObject: log, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        return try JSONSerialization.data(
+            withJSONObject: log, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
     }
 
     /// SARIF's levels: `error` for high, `warning` for medium, `note` for low.
@@ -89,8 +103,9 @@ extension AuditReport {
         var out = ""
         for byte in LosslessPath.bytes(of: path) {
             switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
                 out.unicodeScalars.append(Unicode.Scalar(byte))
             default:
                 out += String(format: "%%%02X", byte)

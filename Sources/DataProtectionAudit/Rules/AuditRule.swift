@@ -61,10 +61,16 @@ public enum AuditRule: String, Codable, Sendable, CaseIterable {
 
     public var severity: AuditSeverity {
         switch self {
-        case .plainFile, .containerDefaultNone, .plaintextDatabase, .plaintextDatabaseSidecar, .secretInGroupPreferences, .looseDataRootMode: .high
-        case .classNone, .weakerThanDirectory, .weakDatabaseKey, .largeFileBackedUp, .groupWeakerThanMember, .longLivedWriteGrant,
-             .linkLeavesContainer, .writableByOthers, .setIDOrSpecialFile: .medium
-        case .backupMarkLost, .groupDefaultUnset, .documentsExposed, .grantOfUninstalledApp, .staleInboxFile, .databaseWithItsOwnKey: .low
+        case .plainFile, .containerDefaultNone, .plaintextDatabase, .plaintextDatabaseSidecar,
+            .secretInGroupPreferences, .looseDataRootMode:
+            .high
+        case .classNone, .weakerThanDirectory, .weakDatabaseKey, .largeFileBackedUp, .groupWeakerThanMember,
+            .longLivedWriteGrant,
+            .linkLeavesContainer, .writableByOthers, .setIDOrSpecialFile:
+            .medium
+        case .backupMarkLost, .groupDefaultUnset, .documentsExposed, .grantOfUninstalledApp, .staleInboxFile,
+            .databaseWithItsOwnKey:
+            .low
         }
     }
 

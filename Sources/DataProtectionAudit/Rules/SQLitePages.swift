@@ -14,8 +14,11 @@ enum SQLitePages {
     static func isSideFile(_ prefix: [UInt8], suffix: String) -> Bool {
         switch suffix {
         case "-wal": walMagic.contains { prefix.starts(with: $0) }
-        case "-journal": prefix.starts(with: journalMagic) || (prefix.count >= 28 && prefix.prefix(28).allSatisfy { $0 == 0 })
-        case "-shm": prefix.count >= 4 && (prefix.prefix(4).elementsEqual([0x18, 0xE2, 0x2D, 0x00]) || prefix.prefix(4).allSatisfy { $0 == 0 })
+        case "-journal":
+            prefix.starts(with: journalMagic) || (prefix.count >= 28 && prefix.prefix(28).allSatisfy { $0 == 0 })
+        case "-shm":
+            prefix.count >= 4
+                && (prefix.prefix(4).elementsEqual([0x18, 0xE2, 0x2D, 0x00]) || prefix.prefix(4).allSatisfy { $0 == 0 })
         default: false
         }
     }
@@ -33,9 +36,12 @@ enum SQLitePages {
         }
         if header.starts(with: journalMagic) {
             let sector = Int(u32(header, 20)), pageSize = Int(u32(header, 24))
-            guard isPageSize(pageSize), sector >= 32, sector <= 65_536, size >= Int64(sector + 4 + pageSize) else { return false }
+            guard isPageSize(pageSize), sector >= 32, sector <= 65_536, size >= Int64(sector + 4 + pageSize) else {
+                return false
+            }
             let number = read(4, Int64(sector))
-            return looksLikePlaintextPage(read(pageSize, Int64(sector + 4)), pageNumber: number.count == 4 ? u32(number, 0) : 0)
+            return looksLikePlaintextPage(
+                read(pageSize, Int64(sector + 4)), pageNumber: number.count == 4 ? u32(number, 0) : 0)
         }
         return false
     }

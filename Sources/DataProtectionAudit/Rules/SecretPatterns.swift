@@ -5,12 +5,16 @@ import Foundation
 /// shaped like one whatever its key (a PEM private key, a JSON Web Token, an AWS access key, a
 /// GitHub or Slack token).
 enum SecretPatterns {
-    private static let keyWords = ["password", "passwd", "passcode", "secret", "token", "apikey", "api_key", "api-key",
-                                   "privatekey", "private_key", "private-key", "credential", "sessionid", "session_id"]
+    private static let keyWords = [
+        "password", "passwd", "passcode", "secret", "token", "apikey", "api_key", "api-key",
+        "privatekey", "private_key", "private-key", "credential", "sessionid", "session_id",
+    ]
 
     /// Why `value` under `key` looks like a secret, or `nil`.
     static func reason(key: String, value: Any) -> String? {
-        guard let text = value as? String ?? (value as? Data).flatMap({ String(data: $0, encoding: .utf8) }), !text.isEmpty else {
+        guard let text = value as? String ?? (value as? Data).flatMap({ String(data: $0, encoding: .utf8) }),
+            !text.isEmpty
+        else {
             return nil
         }
         if let shape = shape(of: text) { return shape }
@@ -21,12 +25,20 @@ enum SecretPatterns {
 
     private static func shape(of text: String) -> String? {
         if text.contains("-----BEGIN") && text.contains("PRIVATE KEY-----") { return "its value is a PEM private key" }
-        if text.range(of: #"^eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$"#, options: .regularExpression) != nil {
+        if text.range(of: #"^eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$"#, options: .regularExpression)
+            != nil
+        {
             return "its value is a JSON Web Token"
         }
-        if text.range(of: #"^(AKIA|ASIA)[0-9A-Z]{16}$"#, options: .regularExpression) != nil { return "its value is an AWS access key" }
-        if text.range(of: #"^gh[pousr]_[A-Za-z0-9]{36,}$"#, options: .regularExpression) != nil { return "its value is a GitHub token" }
-        if text.range(of: #"^xox[abprs]-[A-Za-z0-9-]{10,}$"#, options: .regularExpression) != nil { return "its value is a Slack token" }
+        if text.range(of: #"^(AKIA|ASIA)[0-9A-Z]{16}$"#, options: .regularExpression) != nil {
+            return "its value is an AWS access key"
+        }
+        if text.range(of: #"^gh[pousr]_[A-Za-z0-9]{36,}$"#, options: .regularExpression) != nil {
+            return "its value is a GitHub token"
+        }
+        if text.range(of: #"^xox[abprs]-[A-Za-z0-9-]{10,}$"#, options: .regularExpression) != nil {
+            return "its value is a Slack token"
+        }
         return nil
     }
 
@@ -65,8 +77,11 @@ enum SecretPatterns {
                     guard !scan.exhausted else { return }
                     scan.visited += 1
                     if scan.visited > visitLimit { scan.exhausted = true; return }
-                    if let nested = element as? [String: Any] { walk(nested, prefix: "\(path)[\(index)]", depth: depth + 1, into: &scan) }
-                    else if let why = reason(key: key, value: element) { scan.found.append(("\(path)[\(index)]", why)) }
+                    if let nested = element as? [String: Any] {
+                        walk(nested, prefix: "\(path)[\(index)]", depth: depth + 1, into: &scan)
+                    } else if let why = reason(key: key, value: element) {
+                        scan.found.append(("\(path)[\(index)]", why))
+                    }
                 }
             case let value?: if let why = reason(key: key, value: value) { scan.found.append((path, why)) }
             case nil: break

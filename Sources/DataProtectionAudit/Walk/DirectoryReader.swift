@@ -1,6 +1,7 @@
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,7 +32,9 @@ enum DirectoryReader {
     /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
     static func status(_ directory: Int32, _ name: String) -> stat? {
         var st = stat()
-        guard (try? LosslessPath.withCString(name) { fstatat(directory, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0 else { return nil }
+        guard (try? LosslessPath.withCString(name) { fstatat(directory, $0, &st, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+            return nil
+        }
         return st
     }
 
@@ -40,10 +43,14 @@ enum DirectoryReader {
     static func open(_ directory: Int32, _ name: String, directoryOnly: Bool = false) -> Int32? {
         var flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY
         if directoryOnly { flags |= O_DIRECTORY }
-        guard let fd = try? LosslessPath.withCString(name, { path -> Int32 in
-            let fd = openat(directory, path, flags | Self.noAccessTime)
-            return fd >= 0 || errno != EPERM ? fd : openat(directory, path, flags)
-        }), fd >= 0 else { return nil }
+        guard
+            let fd = try? LosslessPath.withCString(
+                name,
+                { path -> Int32 in
+                    let fd = openat(directory, path, flags | Self.noAccessTime)
+                    return fd >= 0 || errno != EPERM ? fd : openat(directory, path, flags)
+                }), fd >= 0
+        else { return nil }
         return fd
     }
 
@@ -67,9 +74,12 @@ enum DirectoryReader {
     /// Where a symbolic link points, its bytes mapped by ``LosslessPath``.
     static func linkTarget(_ directory: Int32, _ name: String) -> String? {
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = (try? LosslessPath.withCString(name) { path in
-            buffer.withUnsafeMutableBytes { readlinkat(directory, path, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) }
-        }) ?? -1
+        let n =
+            (try? LosslessPath.withCString(name) { path in
+                buffer.withUnsafeMutableBytes {
+                    readlinkat(directory, path, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count)
+                }
+            }) ?? -1
         return n >= 0 ? LosslessPath.string(fromBytes: buffer[..<n]) : nil
     }
 }

@@ -1,12 +1,13 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
 import DataProtectionKeybag
 import DataProtectionSQLite
+import DataProtectionSystem
 import Foundation
-import SystemPackage
 import Synchronization
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,7 +52,8 @@ struct TreeWalk {
     /// What the metadata at `path` says the directory is (a tree when there is none).
     static func kind(of path: String) -> Kind {
         guard let metadata = try? ContainerMetadata.read(container: path) else { return .tree }
-        return metadata.kind == .application ? .app(identifier: metadata.identifier) : .group(identifier: metadata.identifier)
+        return metadata.kind == .application
+            ? .app(identifier: metadata.identifier) : .group(identifier: metadata.identifier)
     }
 
     private var isContainer: Bool { kind != .tree }
@@ -65,26 +67,35 @@ struct TreeWalk {
         if Self.isDataRoot(Set(DirectoryReader.names(fd))) { throw AuditError.dataRoot(root) }
         rootFD = fd
         let inherited = DirectoryDefault.inherited(forNewItemAt: root) ?? .completeUntilFirstUserAuthentication
-        let own = DirectoryReader.attribute(fd, DirectoryDefault.attribute).flatMap { ProtectionClass(name: String(decoding: $0, as: UTF8.self)) }
+        let own = DirectoryReader.attribute(fd, DirectoryDefault.attribute).flatMap {
+            ProtectionClass(name: String(decoding: $0, as: UTF8.self))
+        }
         if isContainer, own == .noProtection {
-            let fix: AuditFix = switch kind {
-            case .app(let id): .setAppDefault(app: id, .completeUntilFirstUserAuthentication)
-            case .group(let id): .setGroupDefault(group: id, .completeUntilFirstUserAuthentication)
-            case .tree: .protect(.completeUntilFirstUserAuthentication)
-            }
+            let fix: AuditFix =
+                switch kind {
+                case .app(let id): .setAppDefault(app: id, .completeUntilFirstUserAuthentication)
+                case .group(let id): .setGroupDefault(group: id, .completeUntilFirstUserAuthentication)
+                case .tree: .protect(.completeUntilFirstUserAuthentication)
+                }
             add(.containerDefaultNone, root, "its default class is None (D)", fix)
         }
         if isContainer { containerClass = own ?? inherited }
-        let excludedAbove = (try? BackupExclusionAttribute.exclusion(of: URL(fileURLWithPath: root)))?.isExcludedFromBackup ?? false
+        let excludedAbove =
+            (try? BackupExclusionAttribute.exclusion(of: URL(fileURLWithPath: root)))?.isExcludedFromBackup ?? false
         walkDirectory(fd, status: st, relative: "", defaultClass: own ?? inherited, excluded: excludedAbove, depth: 0)
         for (_, file) in linked where file.seen < file.links {
-            add(.linkLeavesContainer, file.path, "a hard link: \(file.links) names, \(file.links - file.seen) of them outside \(isContainer ? "the container" : "the tree")", .removeLink)
+            add(
+                .linkLeavesContainer, file.path,
+                "a hard link: \(file.links) names, \(file.links - file.seen) of them outside \(isContainer ? "the container" : "the tree")",
+                .removeLink)
         }
     }
 
     // MARK: - Directories
 
-    private mutating func walkDirectory(_ fd: Int32, status st: stat, relative: String, defaultClass: ProtectionClass, excluded: Bool, depth: Int) {
+    private mutating func walkDirectory(
+        _ fd: Int32, status st: stat, relative: String, defaultClass: ProtectionClass, excluded: Bool, depth: Int
+    ) {
         examined += 1
         let path = relative.isEmpty ? root : root + "/" + relative
         checkMode(st, path: path)
@@ -94,12 +105,19 @@ struct TreeWalk {
         // it is audited as a device, never converted.
         if depth > 0, Self.isDataRoot(nameSet) { return }
         // Backup marks: the xattr and CACHEDIR.TAG go together (rule DP302).
-        let marked = DirectoryReader.attribute(fd, BackupExclusionAttribute.attribute).map { $0 == Array("false".utf8) } ?? false
+        let marked =
+            DirectoryReader.attribute(fd, BackupExclusionAttribute.attribute).map { $0 == Array("false".utf8) } ?? false
         let tagged = nameSet.contains(BackupExclusionAttribute.cacheDirectoryTagName) && Self.isCacheDirectoryTag(fd)
         if marked && !tagged {
-            add(.backupMarkLost, path, "marked do-not-back-up, but its CACHEDIR.TAG is gone: tar --exclude-caches, borg and restic --exclude-caches back it up", .excludeFromBackup, st)
+            add(
+                .backupMarkLost, path,
+                "marked do-not-back-up, but its CACHEDIR.TAG is gone: tar --exclude-caches, borg and restic --exclude-caches back it up",
+                .excludeFromBackup, st)
         } else if tagged && !marked {
-            add(.backupMarkLost, path, "has a CACHEDIR.TAG, but its do-not-back-up attribute is gone: backups that read the attribute include it", .excludeFromBackup, st)
+            add(
+                .backupMarkLost, path,
+                "has a CACHEDIR.TAG, but its do-not-back-up attribute is gone: backups that read the attribute include it",
+                .excludeFromBackup, st)
         }
         let excludedHere = excluded || marked || isExcludedByContainer(relative)
         guard depth < 512 else { return }
@@ -109,26 +127,33 @@ struct TreeWalk {
             switch child.st_mode & S_IFMT {
             case S_IFDIR:
                 guard let childFD = DirectoryReader.open(fd, name, directoryOnly: true) else { continue }
-                let own = DirectoryReader.attribute(childFD, DirectoryDefault.attribute).flatMap { ProtectionClass(name: String(decoding: $0, as: UTF8.self)) }
-                walkDirectory(childFD, status: child, relative: childRelative, defaultClass: own ?? defaultClass, excluded: excludedHere, depth: depth + 1)
+                let own = DirectoryReader.attribute(childFD, DirectoryDefault.attribute).flatMap {
+                    ProtectionClass(name: String(decoding: $0, as: UTF8.self))
+                }
+                walkDirectory(
+                    childFD, status: child, relative: childRelative, defaultClass: own ?? defaultClass,
+                    excluded: excludedHere, depth: depth + 1)
                 close(childFD)
             case S_IFLNK:
                 examined += 1
                 checkLink(fd, name, relative: relative)
             case S_IFREG:
                 examined += 1
-                checkFile(fd, name, status: child, relative: childRelative, directoryClass: defaultClass, excluded: excludedHere, siblings: nameSet)
+                checkFile(
+                    fd, name, status: child, relative: childRelative, directoryClass: defaultClass,
+                    excluded: excludedHere, siblings: nameSet)
             default:
                 examined += 1
                 // A FIFO, socket or device among data: nothing an app's data needs (the sandbox
                 // lets apps make sockets and FIFOs only in tmp).
-                let kind = switch child.st_mode & S_IFMT {
-                case S_IFIFO: "a FIFO"
-                case S_IFSOCK: "a socket"
-                case S_IFCHR: "a character device"
-                case S_IFBLK: "a block device"
-                default: "a special file"
-                }
+                let kind =
+                    switch child.st_mode & S_IFMT {
+                    case S_IFIFO: "a FIFO"
+                    case S_IFSOCK: "a socket"
+                    case S_IFCHR: "a character device"
+                    case S_IFBLK: "a block device"
+                    default: "a special file"
+                    }
                 if !(isContainer && (relative == "tmp" || relative.hasPrefix("tmp/"))) {
                     add(.setIDOrSpecialFile, root + "/" + childRelative, "\(kind), not data", .removeSpecialFile, child)
                 }
@@ -138,8 +163,10 @@ struct TreeWalk {
 
     // MARK: - Files
 
-    private mutating func checkFile(_ directory: Int32, _ name: String, status st: stat, relative: String, directoryClass: ProtectionClass,
-                                    excluded: Bool, siblings: Set<String>) {
+    private mutating func checkFile(
+        _ directory: Int32, _ name: String, status st: stat, relative: String, directoryClass: ProtectionClass,
+        excluded: Bool, siblings: Set<String>
+    ) {
         let path = root + "/" + relative
         checkMode(st, path: path)
         if st.st_nlink > 1 {
@@ -151,7 +178,10 @@ struct TreeWalk {
         if case .app = kind, relative.hasPrefix(AppContainer.inboxStorageName + "/") {
             let modified = Date(timeIntervalSince1970: TimeInterval(st.st_mtim.tv_sec))
             if options.now.timeIntervalSince(modified) > options.inboxMaxAge {
-                add(.staleInboxFile, path, "opened in \(Int(options.now.timeIntervalSince(modified) / 86_400)) days ago and still in the Inbox", .deleteInboxFile, st)
+                add(
+                    .staleInboxFile, path,
+                    "opened in \(Int(options.now.timeIntervalSince(modified) / 86_400)) days ago and still in the Inbox",
+                    .deleteInboxFile, st)
             }
         }
         if Self.isCoordinationRecord(name, relative: relative) { return }   // plain by design (FORMAT.md §10.5)
@@ -159,43 +189,68 @@ struct TreeWalk {
         defer { close(fd) }
         // What was opened is what was looked at (not swapped since the fstatat).
         var opened = stat()
-        guard fstat(fd, &opened) == 0, opened.st_mode & S_IFMT == S_IFREG, opened.st_ino == st.st_ino, opened.st_dev == st.st_dev else { return }
+        guard fstat(fd, &opened) == 0, opened.st_mode & S_IFMT == S_IFREG, opened.st_ino == st.st_ino,
+            opened.st_dev == st.st_dev
+        else { return }
         let header = DirectoryReader.prefix(fd, count: ProtectedFileHeader.size)
-        let fixClass = directoryClass == .noProtection ? ProtectionClass.completeUntilFirstUserAuthentication : directoryClass
+        let fixClass =
+            directoryClass == .noProtection ? ProtectionClass.completeUntilFirstUserAuthentication : directoryClass
 
         if ProtectedFileHeader.looksProtected(header) {
             // A header that does not parse is no protection at all (damaged, or forged to hide plaintext).
             guard header.count >= ProtectedFileHeader.size, (try? ProtectedFileHeader.parse(header, path: path)) != nil,
-                  let cls = ProtectionClass(rawValue: header[12]) else {
-                add(.plainFile, path, "its header looks protected but does not parse: damaged or forged", .inspectDamagedFile, st)
+                let cls = ProtectionClass(rawValue: header[12])
+            else {
+                add(
+                    .plainFile, path, "its header looks protected but does not parse: damaged or forged",
+                    .inspectDamagedFile, st)
                 return
             }
-            if name.hasSuffix(DatabaseKeyFile.suffix), siblings.contains(String(name.dropLast(DatabaseKeyFile.suffix.count))) {
+            if name.hasSuffix(DatabaseKeyFile.suffix),
+                siblings.contains(String(name.dropLast(DatabaseKeyFile.suffix.count)))
+            {
                 let reference = containerClass ?? directoryClass
                 if cls < reference {
                     let database = LosslessPath.display(String(name.dropLast(DatabaseKeyFile.suffix.count)))
-                    add(.weakDatabaseKey, path, "the key of \(database) is class \(cls.letter) (\(cls.shortName)); \(containerClass == nil ? "its directory's" : "the container's") default is \(reference.letter)", .protect(reference), st)
+                    add(
+                        .weakDatabaseKey, path,
+                        "the key of \(database) is class \(cls.letter) (\(cls.shortName)); \(containerClass == nil ? "its directory's" : "the container's") default is \(reference.letter)",
+                        .protect(reference), st)
                 }
             } else if cls == .noProtection {
                 add(.classNone, path, "class D (none)", .protect(fixClass), st)
             } else if cls < directoryClass {
-                add(.weakerThanDirectory, path, "class \(cls.letter) (\(cls.shortName)) in a directory whose default is \(directoryClass.letter) (\(directoryClass.shortName))", .protect(directoryClass), st)
+                add(
+                    .weakerThanDirectory, path,
+                    "class \(cls.letter) (\(cls.shortName)) in a directory whose default is \(directoryClass.letter) (\(directoryClass.shortName))",
+                    .protect(directoryClass), st)
             }
         } else {
-            checkUnprotected(fd, directory, name, status: st, header: header, path: path, relative: relative, fixClass: fixClass, siblings: siblings)
+            checkUnprotected(
+                fd, directory, name, status: st, header: header, path: path, relative: relative, fixClass: fixClass,
+                siblings: siblings)
         }
         if Int64(st.st_size) >= options.largeFileThreshold, !excluded, Self.isBackedUpLocation(relative),
-           DirectoryReader.attribute(fd, BackupExclusionAttribute.attribute) != Array("false".utf8) {
+            DirectoryReader.attribute(fd, BackupExclusionAttribute.attribute) != Array("false".utf8)
+        {
             add(.largeFileBackedUp, path, "\(Self.megabytes(Int64(st.st_size))) and backed up", .excludeFromBackup, st)
         }
     }
 
-    private mutating func checkUnprotected(_ fd: Int32, _ directory: Int32, _ name: String, status st: stat, header: [UInt8], path: String,
-                                           relative: String, fixClass: ProtectionClass, siblings: Set<String>) {
+    private mutating func checkUnprotected(
+        _ fd: Int32, _ directory: Int32, _ name: String, status st: stat, header: [UInt8], path: String,
+        relative: String, fixClass: ProtectionClass, siblings: Set<String>
+    ) {
         let size = Int64(st.st_size)
-        if name == BackupExclusionAttribute.cacheDirectoryTagName, header.starts(with: Array(BackupExclusionAttribute.cacheDirectoryTagSignature.utf8)) { return }
+        if name == BackupExclusionAttribute.cacheDirectoryTagName,
+            header.starts(with: Array(BackupExclusionAttribute.cacheDirectoryTagSignature.utf8))
+        {
+            return
+        }
         if SQLitePages.isPlaintextDatabase(header) {
-            add(.plaintextDatabase, path, "an SQLite database in plaintext (\(Self.megabytes(size)))", .encryptDatabase(fixClass), st)
+            add(
+                .plaintextDatabase, path, "an SQLite database in plaintext (\(Self.megabytes(size)))",
+                .encryptDatabase(fixClass), st)
             return
         }
         for suffix in ["-wal", "-journal", "-shm"] where name.hasSuffix(suffix) {
@@ -203,26 +258,40 @@ struct TreeWalk {
             // Only what SQLite writes passes for a side file: the WAL or journal magic, a wal-index.
             guard siblings.contains(database), SQLitePages.isSideFile(header, suffix: suffix) else { continue }
             if siblings.contains(database + DatabaseKeyFile.suffix), suffix != "-shm",
-               SQLitePages.sidecarHoldsPlaintext(size: size, read: { DirectoryReader.read(fd, count: $0, at: $1) }) {
-                add(.plaintextDatabaseSidecar, path, "holds plaintext pages of the encrypted database \(LosslessPath.display(database))", .removeStaleFile, st)
+                SQLitePages.sidecarHoldsPlaintext(size: size, read: { DirectoryReader.read(fd, count: $0, at: $1) })
+            {
+                add(
+                    .plaintextDatabaseSidecar, path,
+                    "holds plaintext pages of the encrypted database \(LosslessPath.display(database))",
+                    .removeStaleFile, st)
             }
             return   // a side file: its database's rule speaks for it (a -shm holds page numbers, no rows)
         }
         // An encrypted database: its key file beside it is a protected file.
-        if siblings.contains(name + DatabaseKeyFile.suffix), Self.isProtectedFile(directory, name + DatabaseKeyFile.suffix) { return }
+        if siblings.contains(name + DatabaseKeyFile.suffix),
+            Self.isProtectedFile(directory, name + DatabaseKeyFile.suffix)
+        {
+            return
+        }
         if case .group = kind, relative.hasPrefix("Library/Preferences/"), name.hasSuffix(".plist") {
             checkPlainPreferences(fd, size: size, path: path)
         }
         // An SQLCipher database: encrypted with its own key, which SQLCipher must go on opening.
         if SQLCipherFileProbe.looksLikeSQLCipher(head: DirectoryReader.read(fd, count: 1024, at: 0), size: size) {
-            add(.databaseWithItsOwnKey, path, "an SQLCipher database (\(Self.megabytes(size))), encrypted with a key of its own", .keepDatabaseKeyProtected, st)
+            add(
+                .databaseWithItsOwnKey, path,
+                "an SQLCipher database (\(Self.megabytes(size))), encrypted with a key of its own",
+                .keepDatabaseKeyProtected, st)
             return
         }
         // Converted in place only where every reader goes through the library: not a database's
         // passphrase file (SQLCipher reads it), not the files of an app that reads them as they are.
-        let someoneElseReadsIt = !containerReadersUseTheLibrary
-            || (size <= Self.smallFileLimit && directoryHoldsSQLCipherDatabase(directory, relative: relative, siblings: siblings))
-        add(.plainFile, path, "not in the protected format (\(Self.megabytes(size)))",
+        let someoneElseReadsIt =
+            !containerReadersUseTheLibrary
+            || (size <= Self.smallFileLimit
+                && directoryHoldsSQLCipherDatabase(directory, relative: relative, siblings: siblings))
+        add(
+            .plainFile, path, "not in the protected format (\(Self.megabytes(size)))",
             someoneElseReadsIt ? .protectOnceNoOtherProgramReadsIt(fixClass) : .protect(fixClass), st)
     }
 
@@ -231,7 +300,9 @@ struct TreeWalk {
 
     /// Whether an entry of `directory` (the file's at `relative`) looks like an SQLCipher database
     /// (the first 256 checked), looked at once per directory. A small plain file is not one.
-    private mutating func directoryHoldsSQLCipherDatabase(_ directory: Int32, relative: String, siblings: Set<String>) -> Bool {
+    private mutating func directoryHoldsSQLCipherDatabase(
+        _ directory: Int32, relative: String, siblings: Set<String>
+    ) -> Bool {
         // The directory's relative path, cut at the last `/` byte (names are bytes).
         let bytes = LosslessPath.bytes(of: relative)
         let key = Array(bytes[..<(bytes.lastIndex(of: UInt8(ascii: "/")) ?? 0)])
@@ -242,7 +313,11 @@ struct TreeWalk {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
-            if SQLCipherFileProbe.looksLikeSQLCipher(head: DirectoryReader.read(fd, count: 1024, at: 0), size: Int64(st.st_size)) { found = true; break }
+            if SQLCipherFileProbe.looksLikeSQLCipher(
+                head: DirectoryReader.read(fd, count: 1024, at: 0), size: Int64(st.st_size))
+            {
+                found = true; break
+            }
         }
         sqlcipherDirectories[key] = found
         return found
@@ -257,7 +332,10 @@ struct TreeWalk {
         findings += Self.onLargeStack { () -> [AuditFinding] in
             // A property list can nest as deep as its bytes allow: parsed on a thread whose stack
             // holds any that fits in 1 MB, so a hostile one cannot crash the audit.
-            guard let plist = try? PropertyListSerialization.propertyList(from: Data(bytes), format: nil) as? [String: Any] else { return [] }
+            guard
+                let plist = try? PropertyListSerialization.propertyList(from: Data(bytes), format: nil)
+                    as? [String: Any]
+            else { return [] }
             return Auditor.secrets(inPreferences: plist, at: path)
         }
     }
@@ -287,28 +365,38 @@ struct TreeWalk {
         // A relative link may pass through other links (`a -> s/..` with `s -> .`): the kernel
         // resolves it beneath the root and says whether it leaves (EXDEV).
         if outside == nil, !target.hasPrefix("/"),
-           (try? LosslessPath.withCString(linkRelative) { relative in
-               Result { () throws(Errno) in try SystemCall.openat2(rootFD, relative, Self.pathOnly | O_CLOEXEC, resolve: .beneath) }
-           }).map({ opened in
-               if case .success(let fd) = opened { close(fd) }
-               return opened == .failure(.improperLink)
-           }) == true {
+            (try? LosslessPath.withCString(linkRelative) { relative in
+                Result { () throws(Errno) in
+                    try SystemCall.openat2(rootFD, relative, Self.pathOnly | O_CLOEXEC, resolve: .beneath)
+                }
+            }).map({ opened in
+                if case .success(let fd) = opened { close(fd) }
+                return opened == .failure(.improperLink)
+            }) == true
+        {
             outside = "outside it, through other links"
         }
         if let outside {
-            add(.linkLeavesContainer, path, "a symbolic link to \(LosslessPath.display(target)), \(outside)", .removeLink)
+            add(
+                .linkLeavesContainer, path, "a symbolic link to \(LosslessPath.display(target)), \(outside)",
+                .removeLink)
         }
     }
 
     private mutating func checkMode(_ st: stat, path: String) {
         let mode = UInt16(st.st_mode & 0o7777)
         if mode & 0o6000 != 0, mode & 0o022 == 0 {   // with 022 too, DP602's chmod drops both
-            let bits = [mode & 0o4000 != 0 ? "set-user-ID" : nil, mode & 0o2000 != 0 ? "set-group-ID" : nil].compactMap { $0 }.joined(separator: " and ")
-            add(.setIDOrSpecialFile, path, "mode \(String(mode, radix: 8)): \(bits)", .setMode(mode & 0o1777 & ~0o022), st)
+            let bits = [mode & 0o4000 != 0 ? "set-user-ID" : nil, mode & 0o2000 != 0 ? "set-group-ID" : nil].compactMap
+            { $0 }.joined(separator: " and ")
+            add(
+                .setIDOrSpecialFile, path, "mode \(String(mode, radix: 8)): \(bits)", .setMode(mode & 0o1777 & ~0o022),
+                st)
         }
         if mode & 0o022 != 0 {
             let who = mode & 0o002 != 0 ? "every user" : "its group"
-            add(.writableByOthers, path, "mode \(String(mode, radix: 8)): writable by \(who)", .setMode(mode & 0o755), st)
+            add(
+                .writableByOthers, path, "mode \(String(mode, radix: 8)): writable by \(who)", .setMode(mode & 0o755),
+                st)
         }
     }
 
@@ -327,14 +415,20 @@ struct TreeWalk {
             guard target == root || target.hasPrefix(root + "/") else { return "outside it" }
             components = []
             for part in target.dropFirst(root.count).split(separator: "/") {
-                if part == ".." { if components.popLast() == nil { return "outside it" } } else if part != "." { components.append(part) }
+                if part == ".." {
+                    if components.popLast() == nil { return "outside it" }
+                } else if part != "." {
+                    components.append(part)
+                }
             }
             return nil
         }
         components = linkDirectory.split(separator: "/")
         for part in target.split(separator: "/") {
             if part == ".." {
-                if components.popLast() == nil { return "above the top of \(URL(fileURLWithPath: root).lastPathComponent)" }
+                if components.popLast() == nil {
+                    return "above the top of \(URL(fileURLWithPath: root).lastPathComponent)"
+                }
             } else if part != "." {
                 components.append(part)
             }
@@ -364,7 +458,8 @@ struct TreeWalk {
 
     /// A file coordination change record (`.coordination/<digest>.change`): plain by design.
     static func isCoordinationRecord(_ name: String, relative: String) -> Bool {
-        name.hasSuffix(".change") && (relative.hasPrefix(".coordination/") || relative.hasPrefix("Library/.coordination/"))
+        name.hasSuffix(".change")
+            && (relative.hasPrefix(".coordination/") || relative.hasPrefix("Library/.coordination/"))
     }
 
     private static func isProtectedFile(_ directory: Int32, _ name: String) -> Bool {
@@ -379,9 +474,12 @@ struct TreeWalk {
     }
 
     private static func isCacheDirectoryTag(_ directory: Int32) -> Bool {
-        guard let fd = DirectoryReader.open(directory, BackupExclusionAttribute.cacheDirectoryTagName) else { return false }
+        guard let fd = DirectoryReader.open(directory, BackupExclusionAttribute.cacheDirectoryTagName) else {
+            return false
+        }
         defer { close(fd) }
-        return DirectoryReader.prefix(fd, count: 43).starts(with: Array(BackupExclusionAttribute.cacheDirectoryTagSignature.utf8))
+        return DirectoryReader.prefix(fd, count: 43).starts(
+            with: Array(BackupExclusionAttribute.cacheDirectoryTagSignature.utf8))
     }
 
     static func megabytes(_ bytes: Int64) -> String {

@@ -9,19 +9,22 @@ final class MirrorDirectory: Sendable {
     private let lockDescriptor: Int32
 
     init(in parent: URL) throws {
-        try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            at: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         Self.removeAbandoned(in: parent)
         // Made under a dot name, locked, then renamed into view: a sweeping run never sees it unlocked.
         let name = UUID().uuidString.lowercased()
         let hidden = parent.appendingPathComponent("." + name)
-        try FileManager.default.createDirectory(at: hidden, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            at: hidden, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
         let fd = open(hidden.appendingPathComponent(".lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         url = parent.appendingPathComponent(name)
         guard fd >= 0, flock(fd, LOCK_EX | LOCK_NB) == 0, rename(hidden.path, url.path) == 0 else {
             let error = errno
             if fd >= 0 { close(fd) }
             try? FileManager.default.removeItem(at: hidden)
-            throw BackupError.remoteFailed(parent.path, reason: "cannot make a mirror directory: \(String(cString: strerror(error)))")
+            throw BackupError.remoteFailed(
+                parent.path, reason: "cannot make a mirror directory: \(String(cString: strerror(error)))")
         }
         lockDescriptor = fd
     }
@@ -38,7 +41,8 @@ final class MirrorDirectory: Sendable {
 
     /// Removes the mirrors of runs that are gone: those whose lock can be taken.
     static func removeAbandoned(in parent: URL) {
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: parent.path)) ?? [] where !name.hasPrefix(".") {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: parent.path)) ?? [] where !name.hasPrefix(".")
+        {
             let directory = parent.appendingPathComponent(name)
             let fd = open(directory.appendingPathComponent(".lock").path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
             guard fd >= 0 else {

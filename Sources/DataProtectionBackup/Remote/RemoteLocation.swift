@@ -34,7 +34,8 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
         if argument.hasPrefix("rclone:") {
             let target = String(argument.dropFirst("rclone:".count))
             // REMOTE:PATH; the remote's name as rclone allows it, or an on-the-fly `:backend,…:`.
-            guard let colon = target.firstIndex(of: ":"), colon != target.startIndex || target.dropFirst().contains(":") else {
+            guard let colon = target.firstIndex(of: ":"), colon != target.startIndex || target.dropFirst().contains(":")
+            else {
                 throw bad("expected rclone:REMOTE:PATH (a remote of `rclone config`)")
             }
             guard !target.contains("\n"), !target.hasPrefix("-") else { throw bad("not an rclone remote") }
@@ -54,7 +55,9 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
                 authority = String(authority[authority.index(after: at)...])
             }
             if let colon = authority.lastIndex(of: ":") {
-                guard let number = Int(authority[authority.index(after: colon)...]), (1...65535).contains(number) else { throw bad("the port is not a number from 1 to 65535") }
+                guard let number = Int(authority[authority.index(after: colon)...]), (1...65535).contains(number) else {
+                    throw bad("the port is not a number from 1 to 65535")
+                }
                 port = number
                 authority = String(authority[..<colon])
             }
@@ -71,8 +74,14 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
             host = authority
         }
         let safe = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
-        guard !host.isEmpty, host.allSatisfy(safe.contains) else { throw bad("the host name \(host) has characters a host name does not") }
-        if let user { guard !user.isEmpty, user.allSatisfy(safe.contains) else { throw bad("the user name has characters a user name does not") } }
+        guard !host.isEmpty, host.allSatisfy(safe.contains) else {
+            throw bad("the host name \(host) has characters a host name does not")
+        }
+        if let user {
+            guard !user.isEmpty, user.allSatisfy(safe.contains) else {
+                throw bad("the user name has characters a user name does not")
+            }
+        }
         guard !path.isEmpty, !path.contains("\n") else { throw bad("no path on the server") }
 
         // rclone's check after each upload runs `md5sum` on the server, one command per file
@@ -87,12 +96,16 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
         if !set("RCLONE_SFTP_KNOWN_HOSTS_FILE") {
             let knownHosts = home + "/.ssh/known_hosts"
             guard FileManager.default.fileExists(atPath: knownHosts) else {
-                throw bad("no \(knownHosts) to check the server's key against: connect once with ssh to record it (or set RCLONE_SFTP_KNOWN_HOSTS_FILE)")
+                throw bad(
+                    "no \(knownHosts) to check the server's key against: connect once with ssh to record it (or set RCLONE_SFTP_KNOWN_HOSTS_FILE)"
+                )
             }
             options.append("known_hosts_file=\(Self.quoted(knownHosts))")
         }
         if !set("RCLONE_SFTP_KEY_FILE"), !set("SSH_AUTH_SOCK"),
-           let key = ["id_ed25519", "id_ecdsa", "id_rsa"].map({ home + "/.ssh/" + $0 }).first(where: FileManager.default.fileExists) {
+            let key = ["id_ed25519", "id_ecdsa", "id_rsa"].map({ home + "/.ssh/" + $0 }).first(
+                where: FileManager.default.fileExists)
+        {
             options.append("key_file=\(Self.quoted(key))")
         }
         rcloneTarget = ":sftp," + options.joined(separator: ",") + ":" + path
@@ -109,12 +122,18 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     /// `text` with the values of rclone's password options (`pass=`, `password=`, `key_file_pass=`,
     /// `secret_access_key=` …) in connection strings replaced by `***`.
     static func redacting(_ text: String) -> String {
-        guard let pattern = try? NSRegularExpression(pattern: #"(?<![A-Za-z0-9_])((?:pass|password|key_file_pass|key_pem|secret_access_key|token|client_secret|session_token|account_key|key)=)("(?:[^"]|"")*"|'[^']*'|[^,:\s]*)"#,
-                                                     options: [.caseInsensitive]) else { return text }
-        let named = pattern.stringByReplacingMatches(in: text, range: NSRange(text.startIndex..., in: text), withTemplate: "$1***")
+        guard
+            let pattern = try? NSRegularExpression(
+                pattern:
+                    #"(?<![A-Za-z0-9_])((?:pass|password|key_file_pass|key_pem|secret_access_key|token|client_secret|session_token|account_key|key)=)("(?:[^"]|"")*"|'[^']*'|[^,:\s]*)"#,
+                options: [.caseInsensitive])
+        else { return text }
+        let named = pattern.stringByReplacingMatches(
+            in: text, range: NSRange(text.startIndex..., in: text), withTemplate: "$1***")
         // A password in a URL (`https://user:password@host/`, `sftp://user:password@host/`).
         guard let inURL = try? NSRegularExpression(pattern: #"(://[^/@\s:]*:)[^@\s/]*@"#) else { return named }
-        return inURL.stringByReplacingMatches(in: named, range: NSRange(named.startIndex..., in: named), withTemplate: "$1***@")
+        return inURL.stringByReplacingMatches(
+            in: named, range: NSRange(named.startIndex..., in: named), withTemplate: "$1***@")
     }
 
     /// A value in an rclone connection string, quoted (doubling its quotes) as rclone reads it.
@@ -122,6 +141,7 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
 
     /// A path inside the location, as rclone names it.
     func appending(_ relative: String) -> String {
-        rcloneTarget.hasSuffix("/") || rcloneTarget.hasSuffix(":") ? rcloneTarget + relative : rcloneTarget + "/" + relative
+        rcloneTarget.hasSuffix("/") || rcloneTarget.hasSuffix(":")
+            ? rcloneTarget + relative : rcloneTarget + "/" + relative
     }
 }

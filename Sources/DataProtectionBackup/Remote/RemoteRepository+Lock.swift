@@ -50,7 +50,9 @@ extension RemoteRepository {
                         return
                     }
                     if sinceConfirmed > Self.lostAfter {
-                        markLost("the repository's lock \(name) could not be refreshed for \(Int(Self.lostAfter.components.seconds / 60)) minutes")
+                        markLost(
+                            "the repository's lock \(name) could not be refreshed for \(Int(Self.lostAfter.components.seconds / 60)) minutes"
+                        )
                         return
                     }
                 }
@@ -63,18 +65,21 @@ extension RemoteRepository {
             let rclone = repository.rclone
             let bytes: Data
             do { bytes = try await rclone.read("locks/" + name) } catch let failure as Rclone.Failure
-                where failure.status == Rclone.fileNotFound || failure.status == Rclone.directoryNotFound {
+                where failure.status == Rclone.fileNotFound || failure.status == Rclone.directoryNotFound
+            {
                 return .lost("the repository's lock \(name) was removed by another process meanwhile")
             } catch {
                 return .failed
             }
-            guard (try? RemoteRepository.decoder().decode(LockRecord.self, from: bytes))?.sameHolder(as: record) == true else {
+            guard (try? RemoteRepository.decoder().decode(LockRecord.self, from: bytes))?.sameHolder(as: record) == true
+            else {
                 return .lost("the repository's lock \(name) was removed by another process meanwhile")
             }
             var fresh = record
             fresh.refreshed = Date()
             guard let encoded = try? RemoteRepository.encoder().encode(fresh),
-                  (try? await rclone.write(Array(encoded), to: "locks/" + name)) != nil else { return .failed }
+                (try? await rclone.write(Array(encoded), to: "locks/" + name)) != nil
+            else { return .failed }
             confirm()
             return await lookForOthers(repository)
         }
@@ -88,7 +93,8 @@ extension RemoteRepository {
                 return held
             }
             if let name = others.keys.first(where: before.contains) {
-                return .lost("another writer holds the repository (\(others[name]!)) and removed this one's lock meanwhile")
+                return .lost(
+                    "another writer holds the repository (\(others[name]!)) and removed this one's lock meanwhile")
             }
             return .refreshed
         }
@@ -140,8 +146,10 @@ extension RemoteRepository {
         /// namespace whose process has ended (or whose pid now names a process started at another
         /// time). Without them (or elsewhere) nothing is known: only its age says.
         var writerIsGone: Bool {
-            guard let machine, let boot, let pidNamespace, machine == LockRecord.thisMachine, boot == LockRecord.thisBoot,
-                  pidNamespace == LockRecord.thisPIDNamespace, host == ProcessInfo.processInfo.hostName, pid != getpid() else { return false }
+            guard let machine, let boot, let pidNamespace, machine == LockRecord.thisMachine,
+                boot == LockRecord.thisBoot,
+                pidNamespace == LockRecord.thisPIDNamespace, host == ProcessInfo.processInfo.hostName, pid != getpid()
+            else { return false }
             if kill(pid, 0) != 0 && errno == ESRCH { return true }
             guard let started, let now = LockRecord.startTime(of: pid) else { return false }
             return now != started
@@ -149,8 +157,9 @@ extension RemoteRepository {
 
         /// The record of a lock taken now by this process.
         static func now(purpose: String) -> LockRecord {
-            LockRecord(host: ProcessInfo.processInfo.hostName, pid: getpid(), purpose: purpose, refreshed: Date(),
-                       machine: thisMachine, boot: thisBoot, started: startTime(of: getpid()), pidNamespace: thisPIDNamespace)
+            LockRecord(
+                host: ProcessInfo.processInfo.hostName, pid: getpid(), purpose: purpose, refreshed: Date(),
+                machine: thisMachine, boot: thisBoot, started: startTime(of: getpid()), pidNamespace: thisPIDNamespace)
         }
 
         static let thisPIDNamespace = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid")
@@ -164,14 +173,16 @@ extension RemoteRepository {
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }
             let id = text.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "-", with: "")
             guard id.count == 32 else { return nil }
-            let mac = HMAC<SHA256>.authenticationCode(for: Data("DataProtection remote lock".utf8), using: SymmetricKey(data: Data(id.utf8)))
+            let mac = HMAC<SHA256>.authenticationCode(
+                for: Data("DataProtection remote lock".utf8), using: SymmetricKey(data: Data(id.utf8)))
             return Array(Array(mac).prefix(16)).hex
         }
 
         /// `/proc/PID/stat`'s 22nd field: when the process started, in clock ticks since boot.
         static func startTime(of pid: Int32) -> UInt64? {
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return nil }
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
             // After "PID (COMM)": field 3 onward; the start time is field 22.
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             return fields.count > 19 ? UInt64(fields[19]) : nil
@@ -226,7 +237,8 @@ extension RemoteRepository {
         var fresh: [String: String] = [:]
         for (name, item) in try await rclone.listFilesWithTimes("locks") where name != own && !name.contains("/") {
             let age = item.modified.map { Date().timeIntervalSince($0) } ?? 0
-            guard let record = try? Self.decoder().decode(LockRecord.self, from: await rclone.read("locks/" + name)) else {
+            guard let record = try? Self.decoder().decode(LockRecord.self, from: await rclone.read("locks/" + name))
+            else {
                 if age > Self.staleAfter {
                     try? await rclone.deleteFile("locks/" + name)
                     continue
@@ -250,10 +262,14 @@ extension RemoteRepository {
     /// not read again: no process judges a lock stale that young unless its clock is 25 minutes
     /// off. Otherwise it is refreshed now (read back, rewritten, the others listed).
     func check(_ lock: RemoteLock, confirmedWithin: Duration = refreshEvery) async throws {
-        func refuse(_ why: String) -> BackupError { .remoteFailed(location.description, reason: why + "; nothing more was sent: run it again") }
+        func refuse(_ why: String) -> BackupError {
+            .remoteFailed(location.description, reason: why + "; nothing more was sent: run it again")
+        }
         if let why = lock.lostReason { throw refuse(why) }
         if lock.sinceConfirmed > RemoteLock.lostAfter {
-            lock.markLost("the repository's lock \(lock.name) could not be refreshed for \(Int(RemoteLock.lostAfter.components.seconds / 60)) minutes")
+            lock.markLost(
+                "the repository's lock \(lock.name) could not be refreshed for \(Int(RemoteLock.lostAfter.components.seconds / 60)) minutes"
+            )
             throw refuse(lock.lostReason!)
         }
         guard lock.sinceConfirmed >= confirmedWithin || lock.hasSuspects else { return }
@@ -263,7 +279,9 @@ extension RemoteRepository {
             lock.markLost(why)
             throw refuse(why)
         case .failed:
-            throw BackupError.remoteFailed(location.description, reason: "checking the repository's lock failed; nothing more was sent: run it again")
+            throw BackupError.remoteFailed(
+                location.description,
+                reason: "checking the repository's lock failed; nothing more was sent: run it again")
         }
     }
 

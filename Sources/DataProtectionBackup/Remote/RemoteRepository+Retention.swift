@@ -5,12 +5,18 @@ extension RemoteRepository {
     /// `forget` on the remote repository: decided on the mirror exactly as a local repository's
     /// (``BackupRepository/forget(policy:files:password:calendar:dryRun:)``), then each removed
     /// backup's directory is deleted remotely, under the remote lock.
-    public func forget(policy: BackupRetentionPolicy, files: ProtectedFileManager, password: String?,
-                       calendar: Calendar = .current, dryRun: Bool = false) async throws -> ForgetReport {
+    public func forget(
+        policy: BackupRetentionPolicy, files: ProtectedFileManager, password: String?,
+        calendar: Calendar = .current, dryRun: Bool = false
+    ) async throws -> ForgetReport {
         guard policy.keepsSomething else { throw BackupError.emptyRetentionPolicy }
-        guard !dryRun else { return try await fetchForReading().forget(policy: policy, files: files, password: password, calendar: calendar, dryRun: true) }
+        guard !dryRun else {
+            return try await fetchForReading().forget(
+                policy: policy, files: files, password: password, calendar: calendar, dryRun: true)
+        }
         return try await withLock(for: "forget") { _ in
-            var report = try await fetchForReading().forget(policy: policy, files: files, password: password, calendar: calendar, dryRun: true)
+            var report = try await fetchForReading().forget(
+                policy: policy, files: files, password: password, calendar: calendar, dryRun: true)
             try await removeBackups(report.removed.map(\.id))
             report.dryRun = false
             return report
@@ -23,7 +29,11 @@ extension RemoteRepository {
         return try await withLock(for: "forget") { _ in
             var report = try await fetchForReading().forget(ids: ids, dryRun: true)
             // A remote backup without its record is `ID` there, `ID.incomplete` in the mirror.
-            try await removeBackups(report.removed.map { $0.id.hasSuffix(BackupRepository.incompleteSuffix) ? String($0.id.dropLast(BackupRepository.incompleteSuffix.count)) : $0.id })
+            try await removeBackups(
+                report.removed.map {
+                    $0.id.hasSuffix(BackupRepository.incompleteSuffix)
+                        ? String($0.id.dropLast(BackupRepository.incompleteSuffix.count)) : $0.id
+                })
             report.dryRun = false
             return report
         }
@@ -54,7 +64,9 @@ extension RemoteRepository {
         let objects = try await rcloneStep("listing the repository's objects") { try await rclone.listFiles("objects") }
         var used = Set<String>()
         for backup in mirror.finishedBackups() {
-            do { used.formUnion(try BackupRepository.objectList(of: backup)) } catch BackupError.badBackup(_, let reason) {
+            do { used.formUnion(try BackupRepository.objectList(of: backup)) } catch BackupError.badBackup(
+                _, let reason)
+            {
                 throw BackupError.badBackup(path: remotePath(of: backup.path), reason: reason + "; nothing was pruned")
             }
         }
@@ -63,7 +75,9 @@ extension RemoteRepository {
         for (path, size) in objects.sorted(by: { $0.key < $1.key }) {
             // Only `XX/SHA256` names are objects; anything else is left alone.
             let parts = path.split(separator: "/")
-            guard parts.count == 2, BackupRepository.isObjectName(parts[1]), parts[1].hasPrefix(parts[0]) else { continue }
+            guard parts.count == 2, BackupRepository.isObjectName(parts[1]), parts[1].hasPrefix(parts[0]) else {
+                continue
+            }
             if used.contains(String(parts[1])) {
                 report.objectsKept += 1
                 report.bytesKept += size

@@ -20,7 +20,8 @@ import SystemPackage
 ///
 /// ```swift
 /// let remote = try RemoteRepository(location: RemoteLocation("rclone:s3:bucket/backups"), layout: keybag.layout)
-/// let summary = try await remote.backUp(with: BackupEngine(source: documents, repository: remote.staging, files: files))
+/// let summary = try await remote.backUp(with: BackupEngine(source: documents, repository: remote.staging, files:
+/// files))
 /// let latest = try await remote.fetchForReading().latestAuthenticBackup(files: files, password: nil)
 /// try await remote.fetchObjects(of: latest)
 /// ```
@@ -42,7 +43,8 @@ public struct RemoteRepository: Sendable {
         // Keyed by what names the storage, not by how it is reached (key or known-hosts file).
         let name = Array(SHA256.hash(data: Data(location.identity.utf8))).hex
         area = URL(fileURLWithPath: layout.path(Self.areaDirectoryName)).appendingPathComponent(name)
-        try FileManager.default.createDirectory(at: area, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            at: area, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         mirrorDirectory = try MirrorDirectory(in: area.appendingPathComponent("mirrors"))
     }
 
@@ -51,7 +53,8 @@ public struct RemoteRepository: Sendable {
     public static func isBackupID<S: StringProtocol>(_ name: S) -> Bool {
         let bytes = Array(name.utf8)
         guard bytes.count == 24 || bytes.count == 25, bytes[8] == UInt8(ascii: "T"), bytes[15] == UInt8(ascii: "Z"),
-              bytes[16] == UInt8(ascii: "-") else { return false }
+            bytes[16] == UInt8(ascii: "-")
+        else { return false }
         let digits = bytes[0..<8] + bytes[9..<15]
         return digits.allSatisfy { (0x30...0x39).contains($0) }
             && bytes[17...].allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
@@ -82,8 +85,10 @@ public struct RemoteRepository: Sendable {
     /// - Throws: ``BackupError/remoteFailed(_:reason:)`` when the storage cannot be reached or a
     ///   transfer fails (what was stored stays staged and is sent by the next run);
     ///   ``BackupError/repositoryBusy(path:holder:)`` when another writer holds a lock.
-    public func backUp(with engine: BackupEngine, log: (String) -> Void = { _ in },
-                       progress: (BackupProgress) -> Void = { _ in }) async throws -> BackupSummary {
+    public func backUp(
+        with engine: BackupEngine, log: (String) -> Void = { _ in },
+        progress: (BackupProgress) -> Void = { _ in }
+    ) async throws -> BackupSummary {
         var engine = engine
         engine.repository = staging
         if engine.dryRun {
@@ -97,10 +102,14 @@ public struct RemoteRepository: Sendable {
             try await sendStaged(lock: lock, present: &present, log: log)
             engine.repository.objectsElsewhere = present
             let summary = try await engine.run(log: log, progress: progress)
-            let sent = try await sendStaged(lock: lock, present: &present, log: log, keepingChunkLists: engine.chunkListsInIndex())
+            let sent = try await sendStaged(
+                lock: lock, present: &present, log: log, keepingChunkLists: engine.chunkListsInIndex())
             // Sent, or the run failed: a backup of this run dropped as "not sent" is an error.
             guard sent.contains(summary.backup) else {
-                throw BackupError.remoteFailed(location.description, reason: "backup \(summary.backup) was not sent (an object it uses is no longer there): run it again")
+                throw BackupError.remoteFailed(
+                    location.description,
+                    reason: "backup \(summary.backup) was not sent (an object it uses is no longer there): run it again"
+                )
             }
             return summary
         }
@@ -114,14 +123,17 @@ public struct RemoteRepository: Sendable {
     /// of them otherwise. `present` is what the remote holds, and gains what is sent.
     /// - Returns: the IDs of the backups sent.
     @discardableResult
-    func sendStaged(lock: RemoteLock, present: inout Set<String>, log: (String) -> Void, keepingChunkLists: Set<String>? = nil,
-                    lockConfirmedWithin: Duration = RemoteRepository.refreshEvery) async throws -> Set<String> {
+    func sendStaged(
+        lock: RemoteLock, present: inout Set<String>, log: (String) -> Void, keepingChunkLists: Set<String>? = nil,
+        lockConfirmedWithin: Duration = RemoteRepository.refreshEvery
+    ) async throws -> Set<String> {
         let staging = self.staging
         guard POSIXFile.kind(staging.backups.path).isDirectory else { return [] }
         let finished = staging.finishedBackups()
         // Chunk lists sent already are listed here, so that they are not looked up again.
         let sentListsFile = staging.url.appendingPathComponent(".sent-chunk-lists")
-        var sentLists = Set(((try? String(contentsOf: sentListsFile, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
+        var sentLists = Set(
+            ((try? String(contentsOf: sentListsFile, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
         // A list sent once goes again if the remote no longer has it (emptied, or pruned by
         // another device): the backups that name it would be dropped otherwise.
         sentLists.formIntersection(present)
@@ -136,9 +148,13 @@ public struct RemoteRepository: Sendable {
             present.formUnion(waiting.map(\.name))
             var sending: [URL] = []
             for backup in finished {
-                if let missing = ((try? BackupRepository.objectList(of: backup)) ?? []).first(where: { !present.contains($0) }) {
+                if let missing = ((try? BackupRepository.objectList(of: backup)) ?? []).first(where: {
+                    !present.contains($0)
+                }) {
                     try FileManager.default.removeItem(at: backup)
-                    log("Not sent: backup \(backup.lastPathComponent): object \(missing.prefix(12))… it uses is no longer in \(location.description) (pruned since it was made); this backup stores it again")
+                    log(
+                        "Not sent: backup \(backup.lastPathComponent): object \(missing.prefix(12))… it uses is no longer in \(location.description) (pruned since it was made); this backup stores it again"
+                    )
                 } else {
                     sending.append(backup)
                 }
@@ -147,15 +163,18 @@ public struct RemoteRepository: Sendable {
             // makes anything read as complete) …
             var files = waiting.map { "objects/" + $0.path }
             for backup in sending {
-                files += try POSIXFile.directoryEntries(backup.path).filter { $0 != BackupAuthentication.fileName && !$0.hasPrefix(".") }
-                    .map { "backups/\(backup.lastPathComponent)/" + $0 }
+                files += try POSIXFile.directoryEntries(backup.path).filter {
+                    $0 != BackupAuthentication.fileName && !$0.hasPrefix(".")
+                }
+                .map { "backups/\(backup.lastPathComponent)/" + $0 }
             }
             try await rclone.upload(staging.url, to: "", files: files)
             // … then, the lock checked still ours, each record, oldest first.
             for backup in sending {
                 let id = backup.lastPathComponent
                 try await check(lock, confirmedWithin: lockConfirmedWithin)
-                try await rclone.upload(backup, to: "backups/\(id)", files: [BackupAuthentication.fileName], sizeOnly: false)
+                try await rclone.upload(
+                    backup, to: "backups/\(id)", files: [BackupAuthentication.fileName], sizeOnly: false)
                 try FileManager.default.removeItem(at: backup)
                 sent.insert(id)
                 log("Sent: backup \(id) to \(location.description)")
@@ -182,7 +201,8 @@ public struct RemoteRepository: Sendable {
     static func stagedObjects(in staging: BackupRepository) -> [(path: String, name: String)] {
         var objects: [(path: String, name: String)] = []
         for directory in (try? POSIXFile.directoryEntries(staging.objects.path)) ?? [] where !directory.hasPrefix(".") {
-            for name in (try? POSIXFile.directoryEntries(staging.objects.path + "/" + directory)) ?? [] where BackupRepository.isObjectName(Substring(name)) {
+            for name in (try? POSIXFile.directoryEntries(staging.objects.path + "/" + directory)) ?? []
+            where BackupRepository.isObjectName(Substring(name)) {
                 objects.append((directory + "/" + name, name))
             }
         }
@@ -202,14 +222,19 @@ public struct RemoteRepository: Sendable {
         try await rcloneStep("reading the repository's backups") {
             // Only directories named as backups are fetched: anything else under backups/ is not ours.
             let names = try await rclone.listDirectories("backups").filter { Self.isBackupID($0) }
-            if !names.isEmpty { try await rclone.download("backups", to: mirror.backups, include: names.map { "/\($0)/**" }) }
+            if !names.isEmpty {
+                try await rclone.download("backups", to: mirror.backups, include: names.map { "/\($0)/**" })
+            }
         }
-        for name in try POSIXFile.directoryEntries(mirror.backups.path) where !name.hasPrefix(".") && !name.hasSuffix(BackupRepository.incompleteSuffix) {
+        for name in try POSIXFile.directoryEntries(mirror.backups.path)
+        where !name.hasPrefix(".") && !name.hasSuffix(BackupRepository.incompleteSuffix) {
             let directory = mirror.backups.appendingPathComponent(name)
             // Present means whole: a record cut short (a backend that writes in place) is missing.
             let record = POSIXFile.linkStatus(directory.appendingPathComponent(BackupAuthentication.fileName).path)
             if record.map({ Int($0.st_size) != BackupAuthentication.length }) ?? true {
-                try POSIXFile.call("rename", directory.path) { rename($0, directory.path + BackupRepository.incompleteSuffix) }
+                try POSIXFile.call("rename", directory.path) {
+                    rename($0, directory.path + BackupRepository.incompleteSuffix)
+                }
             }
         }
         return mirror
@@ -236,7 +261,9 @@ public struct RemoteRepository: Sendable {
             var names = Set<String>()
             for (path, size) in try await rclone.listFiles("objects") where size > 0 {
                 let parts = path.split(separator: "/")
-                if parts.count == 2, BackupRepository.isObjectName(parts[1]), parts[1].hasPrefix(parts[0]) { names.insert(String(parts[1])) }
+                if parts.count == 2, BackupRepository.isObjectName(parts[1]), parts[1].hasPrefix(parts[0]) {
+                    names.insert(String(parts[1]))
+                }
             }
             return names
         }

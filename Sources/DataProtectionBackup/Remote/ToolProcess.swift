@@ -25,7 +25,9 @@ struct ToolProcess {
         defer { argv.forEach { free($0) } }
         // An inherited "ignore SIGCHLD" would let the kernel reap the tool before it is waited for.
         var action = sigaction()
-        if sigaction(SIGCHLD, nil, &action) == 0, action.__sigaction_handler.sa_handler.map({ unsafeBitCast($0, to: Int.self) == 1 }) == true {
+        if sigaction(SIGCHLD, nil, &action) == 0,
+            action.__sigaction_handler.sa_handler.map({ unsafeBitCast($0, to: Int.self) == 1 }) == true
+        {
             signal(SIGCHLD, SIG_DFL)   // SIG_IGN is handler 1
         }
         let sources = [input, output, error]
@@ -47,7 +49,9 @@ struct ToolProcess {
                 Thread.detachNewThread {
                     var info = siginfo_t()
                     var result: Int32
-                    repeat { result = waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) } while result != 0 && errno == EINTR
+                    repeat {
+                        result = waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT)
+                    } while result != 0 && errno == EINTR
                     guard result == 0 else {
                         continuation.resume(returning: .failure(NSError(domain: NSPOSIXErrorDomain, code: Int(errno))))
                         return
@@ -61,7 +65,11 @@ struct ToolProcess {
                         return
                     }
                     let signalled = (status & 0x7f) != 0
-                    continuation.resume(returning: .success(Ending(status: signalled ? 128 + (status & 0x7f) : (status >> 8) & 0xff, signalled: signalled)))
+                    continuation.resume(
+                        returning: .success(
+                            Ending(
+                                status: signalled ? 128 + (status & 0x7f) : (status >> 8) & 0xff, signalled: signalled))
+                    )
                 }
             }
         } onCancel: {

@@ -37,7 +37,8 @@ public final class CurrentApp: Sendable {
 
     /// Connects to the supervisor named by the environment (`DATAPROTECTION_SUPERVISOR_FD`).
     /// - Throws: ``ContainerError/notRunningAsApp`` when there is none.
-    public static func connect(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> CurrentApp {
+    public static func connect(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> CurrentApp
+    {
         guard let text = environment[SupervisorProtocol.descriptorVariable], let fd = Int32(text), fd >= 0 else {
             throw ContainerError.notRunningAsApp
         }
@@ -49,13 +50,18 @@ public final class CurrentApp: Sendable {
         for (id, path) in description.groups {
             if let group = try? AppGroupIdentifier(id) { groups[group] = URL(fileURLWithPath: path, isDirectory: true) }
         }
-        return CurrentApp(identifier: try AppIdentifier(description.identifier), url: URL(fileURLWithPath: description.container, isDirectory: true),
-                          groupContainers: groups, isSandboxed: description.sandboxed, isServedByFileSystem: description.servedByFileSystem,
-                          keybag: keybag, connection: connection)
+        return CurrentApp(
+            identifier: try AppIdentifier(description.identifier),
+            url: URL(fileURLWithPath: description.container, isDirectory: true),
+            groupContainers: groups, isSandboxed: description.sandboxed,
+            isServedByFileSystem: description.servedByFileSystem,
+            keybag: keybag, connection: connection)
     }
 
-    init(identifier: AppIdentifier, url: URL, groupContainers: [AppGroupIdentifier: URL], isSandboxed: Bool,
-         isServedByFileSystem: Bool = false, keybag: Keybag, connection: SupervisorConnection? = nil) {
+    init(
+        identifier: AppIdentifier, url: URL, groupContainers: [AppGroupIdentifier: URL], isSandboxed: Bool,
+        isServedByFileSystem: Bool = false, keybag: Keybag, connection: SupervisorConnection? = nil
+    ) {
         self.isServedByFileSystem = isServedByFileSystem
         self.connection = connection
         self.identifier = identifier

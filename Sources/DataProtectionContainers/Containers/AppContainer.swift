@@ -54,7 +54,10 @@ public struct AppContainer: Sendable, Equatable {
     public var temporaryDirectory: URL { url.appendingPathComponent("tmp", isDirectory: true) }
 
     /// The directories every app container has, relative to its root, in creation order.
-    static let directories = ["Documents", "Library", "Library/Application Support", "Library/Caches", "Library/Preferences", "tmp", inboxStorageName]
+    static let directories = [
+        "Documents", "Library", "Library/Application Support", "Library/Caches", "Library/Preferences", "tmp",
+        inboxStorageName,
+    ]
     /// The directories the app may write in (its container's root it may only read, as on iOS).
     static let writableDirectories = ["Documents", "Library", "tmp"]
     /// The directories left out of backups (iOS: `Library/Caches` and `tmp`), relative to the root.
@@ -77,10 +80,13 @@ public struct GroupContainer: Sendable, Equatable {
     /// ``ContainerManager/setDefaultProtection(_:ofGroup:reprotect:progress:)``), else iOS's
     /// default (class C) — the apps' own defaults do not reach shared containers (as on iOS).
     ///
-    /// Never weaker than the class the user set (``ContainerManager/setDefaultProtection(_:ofGroup:reprotect:progress:)``,
+    /// Never weaker than the class the user set
+    /// (``ContainerManager/setDefaultProtection(_:ofGroup:reprotect:progress:)``,
     /// kept in the metadata, which apps cannot write): a member that lowers the root's attribute
     /// lowers nothing.
-    public var defaultProtection: ProtectionClass { max(rootDefault(url) ?? .default, metadata.protectionClass ?? .noProtection) }
+    public var defaultProtection: ProtectionClass {
+        max(rootDefault(url) ?? .default, metadata.protectionClass ?? .noProtection)
+    }
     /// Whether anyone set the group's class.
     public var isProtectionSet: Bool { rootDefault(url) != nil || metadata.protectionClass != nil }
 

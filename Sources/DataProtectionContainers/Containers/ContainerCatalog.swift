@@ -20,34 +20,42 @@ public struct ContainerCatalog: Sendable {
     /// Every installed app, by identifier.
     public func apps() -> [AppContainer] {
         containers(in: layout.applications).compactMap { url, metadata in
-            metadata.kind == .application && (try? AppIdentifier(metadata.identifier)) != nil ? AppContainer(metadata: metadata, url: url) : nil
+            metadata.kind == .application && (try? AppIdentifier(metadata.identifier)) != nil
+                ? AppContainer(metadata: metadata, url: url) : nil
         }.sorted { $0.identifier < $1.identifier }
     }
 
     /// The installed app `identifier`.
     public func app(_ identifier: AppIdentifier) throws -> AppContainer {
-        guard let app = apps().first(where: { $0.identifier == identifier }) else { throw ContainerError.unknownApp(identifier) }
+        guard let app = apps().first(where: { $0.identifier == identifier }) else {
+            throw ContainerError.unknownApp(identifier)
+        }
         return app
     }
 
     /// The app installed in the container `uuid`, or `nil` (reads that container's metadata only).
     public func app(container uuid: UUID) -> AppContainer? {
         let path = layout.applicationContainer(uuid)
-        guard let metadata = try? ContainerMetadata.read(container: path), metadata.kind == .application, metadata.uuid == uuid,
-              (try? AppIdentifier(metadata.identifier)) != nil else { return nil }
+        guard let metadata = try? ContainerMetadata.read(container: path), metadata.kind == .application,
+            metadata.uuid == uuid,
+            (try? AppIdentifier(metadata.identifier)) != nil
+        else { return nil }
         return AppContainer(metadata: metadata, url: URL(fileURLWithPath: path, isDirectory: true))
     }
 
     /// Every group container.
     public func groups() -> [GroupContainer] {
         containers(in: layout.appGroups).compactMap { url, metadata in
-            metadata.kind == .appGroup && (try? AppGroupIdentifier(metadata.identifier)) != nil ? GroupContainer(metadata: metadata, url: url) : nil
+            metadata.kind == .appGroup && (try? AppGroupIdentifier(metadata.identifier)) != nil
+                ? GroupContainer(metadata: metadata, url: url) : nil
         }.sorted { $0.identifier < $1.identifier }
     }
 
     /// The container of `identifier`.
     public func group(_ identifier: AppGroupIdentifier) throws -> GroupContainer {
-        guard let group = groups().first(where: { $0.identifier == identifier }) else { throw ContainerError.unknownGroup(identifier) }
+        guard let group = groups().first(where: { $0.identifier == identifier }) else {
+            throw ContainerError.unknownGroup(identifier)
+        }
         return group
     }
 

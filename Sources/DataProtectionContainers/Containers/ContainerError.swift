@@ -40,7 +40,8 @@ public enum ContainerError: Error, Sendable, Equatable, CustomStringConvertible,
         case .invalidIdentifier(let text, let rule): "\"\(text)\" is not a valid identifier: expected \(rule)"
         case .unknownApp(let id): "no app \(id) is installed"
         case .unknownGroup(let id): "no container exists for \(id): no installed app belongs to it"
-        case .alreadyInstalled(let id): "\(id) is installed already (uninstall it first; a reinstall gets a new container)"
+        case .alreadyInstalled(let id):
+            "\(id) is installed already (uninstall it first; a reinstall gets a new container)"
         case .appRunning(let id): "\(id) is running: stop it first (its supervisor holds its container)"
         case .notAMember(let app, let group): "\(app) is not a member of \(group)"
         case .damagedMetadata(let path, let reason): "\(path): container metadata \(reason)"
@@ -48,7 +49,8 @@ public enum ContainerError: Error, Sendable, Equatable, CustomStringConvertible,
         case .sandboxUnavailable(let why): "the sandbox is not available here: \(why)"
         case .launchFailed(let why): "the app could not be started: \(why)"
         case .invalidLimit(let why): why
-        case .unsupportedPreferenceValue(let key, let type): "preference \"\(key)\": a \(type) cannot be stored in a property list"
+        case .unsupportedPreferenceValue(let key, let type):
+            "preference \"\(key)\": a \(type) cannot be stored in a property list"
         case .notRunningAsApp: "this process is not running as an app (start it with its supervisor, as `app run` does)"
         case .fileSystem(let error): error.description
         }

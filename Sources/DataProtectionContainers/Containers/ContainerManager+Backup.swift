@@ -15,9 +15,13 @@ extension ContainerManager {
         func add(_ container: URL, _ relatives: [String]) {
             let path = container.standardizedFileURL.resolvingSymlinksInPath().path
             let prefix: String
-            if path == base { prefix = "" } else if path.hasPrefix(base == "/" ? "/" : base + "/") {
+            if path == base {
+                prefix = ""
+            } else if path.hasPrefix(base == "/" ? "/" : base + "/") {
                 prefix = String(path.dropFirst(base == "/" ? 1 : base.count + 1)) + "/"
-            } else { return }
+            } else {
+                return
+            }
             for relative in relatives { excluded.insert(prefix + relative) }
         }
         for app in apps() { add(app.url, AppContainer.excludedFromBackup) }

@@ -21,11 +21,16 @@ extension ContainerManager {
     /// (``ReprotectionReport`` says what changed and what could not; `progress` is called per item).
     /// Re-protection follows no link and refuses while the app runs (``ContainerError/appRunning(_:)``).
     @discardableResult
-    public func setDefaultProtection(_ cls: ProtectionClass, ofApp identifier: AppIdentifier, reprotect: Bool = false,
-                                     progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
+    public func setDefaultProtection(
+        _ cls: ProtectionClass, ofApp identifier: AppIdentifier, reprotect: Bool = false,
+        progress: (@Sendable (ReprotectionProgress) -> Void)? = nil
+    ) async throws -> ReprotectionReport? {
         let app = try app(identifier)
         // Every class a re-protection needs is checked before the default changes.
-        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [app.url], to: cls, skipping: Self.notReprotected(in: app.url)) }
+        if reprotect {
+            try await files.checkClassesAvailable(
+                forReprotectingItemsAt: [app.url], to: cls, skipping: Self.notReprotected(in: app.url))
+        }
         var metadata = app.metadata
         metadata.defaultProtection = cls.iOSName
         try await files.setProtection(cls, ofItemAt: app.url)
@@ -33,8 +38,9 @@ extension ContainerManager {
         guard reprotect else { return nil }
         // Not while the app runs: nothing it does can then race the walk.
         return try await whileNotRunning([app]) {
-            try await files.reprotectItems(at: app.url, to: cls, settingDirectoryDefaults: false,
-                                           skipping: Self.notReprotected(in: app.url), progress: progress)
+            try await files.reprotectItems(
+                at: app.url, to: cls, settingDirectoryDefaults: false,
+                skipping: Self.notReprotected(in: app.url), progress: progress)
         }
     }
 
@@ -53,10 +59,15 @@ extension ContainerManager {
     /// containers; until this is called they are at iOS's default, class C). New files get it;
     /// `reprotect: true` re-protects the existing ones too.
     @discardableResult
-    public func setDefaultProtection(_ cls: ProtectionClass, ofGroup identifier: AppGroupIdentifier, reprotect: Bool = false,
-                                     progress: (@Sendable (ReprotectionProgress) -> Void)? = nil) async throws -> ReprotectionReport? {
+    public func setDefaultProtection(
+        _ cls: ProtectionClass, ofGroup identifier: AppGroupIdentifier, reprotect: Bool = false,
+        progress: (@Sendable (ReprotectionProgress) -> Void)? = nil
+    ) async throws -> ReprotectionReport? {
         let group = try group(identifier)
-        if reprotect { try await files.checkClassesAvailable(forReprotectingItemsAt: [group.url], to: cls, skipping: Self.notReprotected(in: group.url)) }
+        if reprotect {
+            try await files.checkClassesAvailable(
+                forReprotectingItemsAt: [group.url], to: cls, skipping: Self.notReprotected(in: group.url))
+        }
         try await files.setProtection(cls, ofItemAt: group.url)
         // Also where no member can write: the floor of every new file of the group (FORMAT §10.1).
         var metadata = group.metadata
@@ -65,8 +76,9 @@ extension ContainerManager {
         guard reprotect else { return nil }
         // Not while a member runs: nothing one does can then race the walk.
         return try await whileNotRunning(members(of: identifier)) {
-            try await files.reprotectItems(at: group.url, to: cls, settingDirectoryDefaults: false,
-                                           skipping: Self.notReprotected(in: group.url), progress: progress)
+            try await files.reprotectItems(
+                at: group.url, to: cls, settingDirectoryDefaults: false,
+                skipping: Self.notReprotected(in: group.url), progress: progress)
         }
     }
 }

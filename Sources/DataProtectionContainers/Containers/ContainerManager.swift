@@ -4,6 +4,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -57,14 +58,17 @@ public struct ContainerManager: Sendable {
     /// `containerURL(forSecurityApplicationGroupIdentifier:)` for `app`: the group's container,
     /// or `nil` when the app is not a member (iOS's answer; macOS would return a URL anyway).
     public func containerURL(forSecurityApplicationGroupIdentifier group: String, app: AppIdentifier) -> URL? {
-        guard let id = try? AppGroupIdentifier(group), let container = try? self.app(app), container.groups.contains(id) else { return nil }
+        guard let id = try? AppGroupIdentifier(group), let container = try? self.app(app), container.groups.contains(id)
+        else { return nil }
         return try? self.group(id).url
     }
 
     /// The preferences of an app (its identifier) or an App Group (`group.…`), for a tool outside
     /// the sandbox: `body` runs while neither the app nor any member of the group runs, so nothing
     /// it does can race the tool (`dpctl defaults`).
-    public func withPreferences<T>(of domain: String, _ body: (ProtectedUserDefaults) async throws -> T) async throws -> T {
+    public func withPreferences<T>(
+        of domain: String, _ body: (ProtectedUserDefaults) async throws -> T
+    ) async throws -> T {
         let url: URL
         let apps: [AppContainer]
         if domain.hasPrefix("group.") {
@@ -99,15 +103,21 @@ public struct ContainerManager: Sendable {
     ///     protect a plain file of its container in place (``ContainerMetadata/usesProtectedFiles``).
     ///   - network: The network entitlement (``ContainerMetadata/network``): off by default.
     @discardableResult
-    public func install(_ identifier: AppIdentifier, defaultProtection: ProtectionClass = .default,
-                        groups: [AppGroupIdentifier] = [], documentBrowser: Bool = false,
-                        usesProtectedFiles: Bool = false, network: Bool = false,
-                        tasksMax: Int? = nil, memoryMax: Int64? = nil) async throws -> AppContainer {
+    public func install(
+        _ identifier: AppIdentifier, defaultProtection: ProtectionClass = .default,
+        groups: [AppGroupIdentifier] = [], documentBrowser: Bool = false,
+        usesProtectedFiles: Bool = false, network: Bool = false,
+        tasksMax: Int? = nil, memoryMax: Int64? = nil
+    ) async throws -> AppContainer {
         if let tasksMax, !AppResourceLimits.tasksRange.contains(tasksMax) {
-            throw ContainerError.invalidLimit("the tasks limit \(tasksMax) is outside \(AppResourceLimits.tasksRange.lowerBound)…\(AppResourceLimits.tasksRange.upperBound)")
+            throw ContainerError.invalidLimit(
+                "the tasks limit \(tasksMax) is outside \(AppResourceLimits.tasksRange.lowerBound)…\(AppResourceLimits.tasksRange.upperBound)"
+            )
         }
         if let memoryMax, !AppResourceLimits.memoryRange.contains(memoryMax) {
-            throw ContainerError.invalidLimit("the memory limit \(AppResourceLimits.describe(bytes: memoryMax)) is outside \(AppResourceLimits.describe(bytes: AppResourceLimits.memoryRange.lowerBound))…\(AppResourceLimits.describe(bytes: AppResourceLimits.memoryRange.upperBound))")
+            throw ContainerError.invalidLimit(
+                "the memory limit \(AppResourceLimits.describe(bytes: memoryMax)) is outside \(AppResourceLimits.describe(bytes: AppResourceLimits.memoryRange.lowerBound))…\(AppResourceLimits.describe(bytes: AppResourceLimits.memoryRange.upperBound))"
+            )
         }
         try layout.prepareContainers()
         return try await withInstallLock {
@@ -123,12 +133,17 @@ public struct ContainerManager: Sendable {
             for directory in AppContainer.directories { try makeDirectory(staging + "/" + directory) }
             try await files.setProtection(defaultProtection, ofItemAt: URL(fileURLWithPath: staging))
             try markExcluded(AppContainer.excludedFromBackup, in: staging)
-            try fileSystem { _ = try POSIXFile.call("symlink", staging + "/Documents/Inbox") { symlink(AppContainer.inboxLinkTarget, $0) } }
-            let metadata = ContainerMetadata(schemaVersion: ContainerMetadata.currentSchemaVersion, kind: .application,
-                                             identifier: identifier.rawValue, uuid: uuid, defaultProtection: defaultProtection.iOSName,
-                                             groups: uniqueGroups.map(\.rawValue), documentBrowser: documentBrowser, created: Date(),
-                                             usesProtectedFiles: usesProtectedFiles ? true : nil, network: network ? true : nil,
-                                             tasksMax: tasksMax, memoryMax: memoryMax)
+            try fileSystem {
+                _ = try POSIXFile.call("symlink", staging + "/Documents/Inbox") {
+                    symlink(AppContainer.inboxLinkTarget, $0)
+                }
+            }
+            let metadata = ContainerMetadata(
+                schemaVersion: ContainerMetadata.currentSchemaVersion, kind: .application,
+                identifier: identifier.rawValue, uuid: uuid, defaultProtection: defaultProtection.iOSName,
+                groups: uniqueGroups.map(\.rawValue), documentBrowser: documentBrowser, created: Date(),
+                usesProtectedFiles: usesProtectedFiles ? true : nil, network: network ? true : nil,
+                tasksMax: tasksMax, memoryMax: memoryMax)
             try metadata.write(container: staging)
             try fileSystem { _ = try POSIXFile.call("rename", staging, final) { rename($0, $1) } }
             try? POSIXFile.syncDirectory(layout.applications)
@@ -142,9 +157,10 @@ public struct ContainerManager: Sendable {
         try makeDirectory(staging)
         for directory in GroupContainer.directories { try makeDirectory(staging + "/" + directory) }
         try markExcluded(GroupContainer.excludedFromBackup, in: staging)
-        let metadata = ContainerMetadata(schemaVersion: ContainerMetadata.currentSchemaVersion, kind: .appGroup,
-                                         identifier: group.rawValue, uuid: uuid, defaultProtection: nil,
-                                         groups: [], documentBrowser: false, created: Date())
+        let metadata = ContainerMetadata(
+            schemaVersion: ContainerMetadata.currentSchemaVersion, kind: .appGroup,
+            identifier: group.rawValue, uuid: uuid, defaultProtection: nil,
+            groups: [], documentBrowser: false, created: Date())
         try metadata.write(container: staging)
         try fileSystem { _ = try POSIXFile.call("rename", staging, layout.groupContainer(uuid)) { rename($0, $1) } }
     }
@@ -153,7 +169,9 @@ public struct ContainerManager: Sendable {
     /// borg reads and a `CACHEDIR.TAG` that tar, restic and borg honour).
     private func markExcluded(_ relativePaths: [String], in container: String) throws {
         for relative in relativePaths {
-            do { try BackupExclusionAttribute.set(excluded: true, for: URL(fileURLWithPath: container + "/" + relative)) } catch let error as BackupExclusionError {
+            do {
+                try BackupExclusionAttribute.set(excluded: true, for: URL(fileURLWithPath: container + "/" + relative))
+            } catch let error as BackupExclusionError {
                 if case .fileSystem(let failure) = error { throw ContainerError.fileSystem(failure) }
                 throw ContainerError.launchFailed(error.description)
             }
@@ -169,7 +187,9 @@ public struct ContainerManager: Sendable {
         try layout.prepareContainers()
         try await withInstallLock {
             let app = try app(identifier)
-            guard let running = try RunningAppLock.tryExclusive(layout, app.uuid) else { throw ContainerError.appRunning(identifier) }
+            guard let running = try RunningAppLock.tryExclusive(layout, app.uuid) else {
+                throw ContainerError.appRunning(identifier)
+            }
             defer { running.release() }
             // Whatever a supervisor killed outright left behind goes with it (a cgroup whose
             // supervisor still runs is another root's: a copied root keeps its apps' UUIDs).
@@ -193,13 +213,19 @@ public struct ContainerManager: Sendable {
     /// Runs `body` holding `ROOT/Containers/.lock`; first removes what an interrupted install or
     /// uninstall left (staging and removal directories).
     func withInstallLock<T>(_ body: () async throws -> T) async throws -> T {
-        let fd = try fileSystem { try POSIXFile.open(layout.containersLock, .readWrite, options: [.create], permissions: [.ownerReadWrite]) }
+        let fd = try fileSystem {
+            try POSIXFile.open(layout.containersLock, .readWrite, options: [.create], permissions: [.ownerReadWrite])
+        }
         defer { try? fd.close() }
         while flock(fd.rawValue, LOCK_EX) != 0 {
-            guard errno == EINTR else { throw ContainerError.fileSystem(FileSystemError("flock", path: layout.containersLock, errno: Errno(rawValue: errno))) }
+            guard errno == EINTR else {
+                throw ContainerError.fileSystem(
+                    FileSystemError("flock", path: layout.containersLock, errno: Errno(rawValue: errno)))
+            }
         }
         for directory in [layout.applications, layout.appGroups] {
-            for name in (try? POSIXFile.directoryEntries(directory)) ?? [] where name.hasPrefix(".staging-") || name.hasPrefix(".removing-") {
+            for name in (try? POSIXFile.directoryEntries(directory)) ?? []
+            where name.hasPrefix(".staging-") || name.hasPrefix(".removing-") {
                 try? removeTree(directory + "/" + name)
             }
         }

@@ -49,7 +49,8 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case schemaVersion = "SchemaVersion", kind = "Kind", identifier = "Identifier", uuid = "UUID"
-        case defaultProtection = "DefaultProtection", groups = "Groups", documentBrowser = "DocumentBrowser", created = "Created"
+        case defaultProtection = "DefaultProtection", groups = "Groups", documentBrowser = "DocumentBrowser", created =
+            "Created"
         case usesProtectedFiles = "UsesProtectedFiles"
         case network = "Network", tasksMax = "TasksMax", memoryMax = "MemoryMax"
     }
@@ -60,7 +61,9 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
     /// The entitlements this metadata stands for, with Apple's keys (`dpctl app info` shows them).
     public var entitlements: [String: String] {
         var result: [String: String] = [:]
-        if let cls = protectionClass { result["com.apple.developer.default-data-protection"] = cls.fileProtectionType.rawValue }
+        if let cls = protectionClass {
+            result["com.apple.developer.default-data-protection"] = cls.fileProtectionType.rawValue
+        }
         if kind == .application {
             result["com.apple.security.application-groups"] = groups.joined(separator: ",")
             result["UISupportsDocumentBrowser"] = documentBrowser ? "YES" : "NO"
@@ -80,8 +83,9 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
         guard fstat(file, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= 64 * 1024 else { return .complete }
         var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
         guard pread(file, &bytes, bytes.count, 0) == bytes.count,
-              let metadata = try? PropertyListDecoder().decode(ContainerMetadata.self, from: Data(bytes)),
-              metadata.schemaVersion == currentSchemaVersion else { return .complete }
+            let metadata = try? PropertyListDecoder().decode(ContainerMetadata.self, from: Data(bytes)),
+            metadata.schemaVersion == currentSchemaVersion
+        else { return .complete }
         return metadata.protectionClass
     }
 
@@ -97,19 +101,24 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
             throw ContainerError.damagedMetadata(path: path, reason: "is not a valid property list of this format")
         }
         guard metadata.schemaVersion == currentSchemaVersion else {
-            throw ContainerError.damagedMetadata(path: path, reason: "has schema version \(metadata.schemaVersion); this version reads \(currentSchemaVersion)")
+            throw ContainerError.damagedMetadata(
+                path: path,
+                reason: "has schema version \(metadata.schemaVersion); this version reads \(currentSchemaVersion)")
         }
         guard URL(fileURLWithPath: directory).lastPathComponent == metadata.uuid.uuidString else {
-            throw ContainerError.damagedMetadata(path: path, reason: "names UUID \(metadata.uuid.uuidString), not its directory's")
+            throw ContainerError.damagedMetadata(
+                path: path, reason: "names UUID \(metadata.uuid.uuidString), not its directory's")
         }
         if let name = metadata.defaultProtection, ProtectionClass(name: name) == nil {
             throw ContainerError.damagedMetadata(path: path, reason: "names an unknown class \(name)")
         }
         if let tasks = metadata.tasksMax, !AppResourceLimits.tasksRange.contains(tasks) {
-            throw ContainerError.damagedMetadata(path: path, reason: "has TasksMax \(tasks), outside \(AppResourceLimits.tasksRange)")
+            throw ContainerError.damagedMetadata(
+                path: path, reason: "has TasksMax \(tasks), outside \(AppResourceLimits.tasksRange)")
         }
         if let memory = metadata.memoryMax, !AppResourceLimits.memoryRange.contains(memory) {
-            throw ContainerError.damagedMetadata(path: path, reason: "has MemoryMax \(memory), outside \(AppResourceLimits.memoryRange)")
+            throw ContainerError.damagedMetadata(
+                path: path, reason: "has MemoryMax \(memory), outside \(AppResourceLimits.memoryRange)")
         }
         return metadata
     }
@@ -121,7 +130,9 @@ public struct ContainerMetadata: Sendable, Equatable, Codable {
         encoder.outputFormat = .binary
         let bytes = Array(try encoder.encode(self))
         do {
-            try POSIXFile.writeAtomically(directory + "/" + DataRootLayout.containerMetadataFileName, bytes, permissions: [.ownerRead, .groupRead, .otherRead])
+            try POSIXFile.writeAtomically(
+                directory + "/" + DataRootLayout.containerMetadataFileName, bytes,
+                permissions: [.ownerRead, .groupRead, .otherRead])
         } catch let error as FileSystemError {
             throw ContainerError.fileSystem(error)
         }

@@ -2,6 +2,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,7 +17,9 @@ final class RunningAppLock: Sendable {
 
     private init(fd: Int32) { self.fd = fd }
 
-    static func path(_ layout: DataRootLayout, _ uuid: UUID) -> String { layout.containers + "/.running/" + uuid.uuidString + ".lock" }
+    static func path(_ layout: DataRootLayout, _ uuid: UUID) -> String {
+        layout.containers + "/.running/" + uuid.uuidString + ".lock"
+    }
 
     /// Holds the lock shared (a supervisor, while its app runs).
     static func shared(_ layout: DataRootLayout, _ uuid: UUID) throws -> RunningAppLock {
@@ -31,7 +34,9 @@ final class RunningAppLock: Sendable {
     private static func take(_ path: String, _ operation: Int32) throws -> RunningAppLock? {
         try makeDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw ContainerError.fileSystem(FileSystemError("open", path: path, errno: Errno(rawValue: errno))) }
+        guard fd >= 0 else {
+            throw ContainerError.fileSystem(FileSystemError("open", path: path, errno: Errno(rawValue: errno)))
+        }
         while flock(fd, operation) != 0 {
             if errno == EINTR { continue }
             let failure = errno
@@ -52,7 +57,9 @@ extension ContainerManager {
         var held: [RunningAppLock] = []
         defer { held.forEach { $0.release() } }
         for app in apps {
-            guard let lock = try RunningAppLock.tryExclusive(layout, app.uuid) else { throw ContainerError.appRunning(app.identifier) }
+            guard let lock = try RunningAppLock.tryExclusive(layout, app.uuid) else {
+                throw ContainerError.appRunning(app.identifier)
+            }
             held.append(lock)
         }
         return try await body()

@@ -3,6 +3,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -35,7 +36,9 @@ struct CoordinationLock: Sendable {
             throw ContainerError.refusedItem(path: directory, reason: "is not a directory")
         }
         fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
-        guard fd >= 0 else { throw ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno))) }
+        guard fd >= 0 else {
+            throw ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
+        }
         if announcingOnly { return }
         while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
             guard errno == EINTR else {
@@ -77,7 +80,8 @@ struct CoordinationLock: Sendable {
     /// The lock file's path for `item`.
     static func path(for item: URL) throws -> String {
         let standardized = item.standardizedFileURL
-        let digest = SHA256.hash(data: Data(standardized.path.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256.hash(data: Data(standardized.path.utf8)).prefix(16).map { String(format: "%02x", $0) }
+            .joined()
         return coordinationDirectory(for: standardized) + "/" + digest + ".lock"
     }
 
@@ -89,7 +93,9 @@ struct CoordinationLock: Sendable {
         let path = item.standardizedFileURL.path
         if let app = CurrentApp.shared {
             if path.hasPrefix(app.url.path + "/") { return app.url.path + "/Library/.coordination" }
-            for group in app.groupContainers.values where path.hasPrefix(group.path + "/") { return group.path + "/.coordination" }
+            for group in app.groupContainers.values where path.hasPrefix(group.path + "/") {
+                return group.path + "/.coordination"
+            }
         }
         let parts = item.standardizedFileURL.pathComponents
         var index = parts.count - 1
@@ -97,8 +103,12 @@ struct CoordinationLock: Sendable {
             let uuid = parts[index]
             if UUID(uuidString: uuid)?.uuidString == uuid, parts[index - 3] == "Containers" {
                 let root = NSString.path(withComponents: Array(parts[...index]))
-                if parts[index - 2] == "Data" && parts[index - 1] == "Application" && index < parts.count - 1 { return root + "/Library/.coordination" }
-                if parts[index - 2] == "Shared" && parts[index - 1] == "AppGroup" && index < parts.count - 1 { return root + "/.coordination" }
+                if parts[index - 2] == "Data" && parts[index - 1] == "Application" && index < parts.count - 1 {
+                    return root + "/Library/.coordination"
+                }
+                if parts[index - 2] == "Shared" && parts[index - 1] == "AppGroup" && index < parts.count - 1 {
+                    return root + "/.coordination"
+                }
             }
             index -= 1
         }

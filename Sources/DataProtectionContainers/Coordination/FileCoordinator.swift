@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,7 +46,8 @@ public final class FileCoordinator: Sendable {
 
     public init(filePresenter: (any FilePresenter)? = nil) {
         self.filePresenter = filePresenter
-        self.origin = filePresenter.map { PresenterRegistry.shared.token(for: $0) } ?? "coordinator-" + UUID().uuidString
+        self.origin =
+            filePresenter.map { PresenterRegistry.shared.token(for: $0) } ?? "coordinator-" + UUID().uuidString
     }
 
     // MARK: - Presenters
@@ -53,14 +55,18 @@ public final class FileCoordinator: Sendable {
     /// Registers `presenter` for this process: it hears of coordinated changes to its item.
     public static func addFilePresenter(_ presenter: any FilePresenter) { PresenterRegistry.shared.add(presenter) }
     /// Unregisters `presenter` (balance every ``addFilePresenter(_:)``).
-    public static func removeFilePresenter(_ presenter: any FilePresenter) { PresenterRegistry.shared.remove(presenter) }
+    public static func removeFilePresenter(_ presenter: any FilePresenter) {
+        PresenterRegistry.shared.remove(presenter)
+    }
     /// The presenters registered in this process.
     public static var filePresenters: [any FilePresenter] { PresenterRegistry.shared.all() }
 
     // MARK: - Coordinating
 
     /// Runs `reader` while no coordinated writer of `url` runs (readers share).
-    public func coordinate<T>(readingItemAt url: URL, options: ReadingOptions = [], byAccessor reader: (URL) throws -> T) throws -> T {
+    public func coordinate<T>(
+        readingItemAt url: URL, options: ReadingOptions = [], byAccessor reader: (URL) throws -> T
+    ) throws -> T {
         let item = options.contains(.resolvesSymbolicLink) ? url.resolvingSymlinksInPath() : url
         let lock = try CoordinationLock(item: item, exclusive: false)
         defer { lock.release() }
@@ -69,7 +75,9 @@ public final class FileCoordinator: Sendable {
 
     /// Runs `writer` while no other coordinated reader or writer of `url` runs, then tells the
     /// item's presenters (changed, or deleted when `writer` removed it).
-    public func coordinate<T>(writingItemAt url: URL, options: WritingOptions = [], byAccessor writer: (URL) throws -> T) throws -> T {
+    public func coordinate<T>(
+        writingItemAt url: URL, options: WritingOptions = [], byAccessor writer: (URL) throws -> T
+    ) throws -> T {
         let lock = try CoordinationLock(item: url, exclusive: true)
         defer { lock.release() }
         let result = try writer(url)
@@ -79,12 +87,17 @@ public final class FileCoordinator: Sendable {
 
     /// Reads `readingURL` and writes `writingURL` under one coordination (both locks, taken in
     /// a fixed order, so two coordinators doing the reverse never deadlock).
-    public func coordinate<T>(readingItemAt readingURL: URL, options readingOptions: ReadingOptions = [],
-                              writingItemAt writingURL: URL, options writingOptions: WritingOptions = [],
-                              byAccessor accessor: (URL, URL) throws -> T) throws -> T {
+    public func coordinate<T>(
+        readingItemAt readingURL: URL, options readingOptions: ReadingOptions = [],
+        writingItemAt writingURL: URL, options writingOptions: WritingOptions = [],
+        byAccessor accessor: (URL, URL) throws -> T
+    ) throws -> T {
         let reading = try CoordinationLock.path(for: readingURL), writing = try CoordinationLock.path(for: writingURL)
-        if reading == writing { return try coordinate(writingItemAt: writingURL, options: writingOptions) { try accessor($0, $0) } }
-        let (first, second) = reading < writing ? ((readingURL, false), (writingURL, true)) : ((writingURL, true), (readingURL, false))
+        if reading == writing {
+            return try coordinate(writingItemAt: writingURL, options: writingOptions) { try accessor($0, $0) }
+        }
+        let (first, second) =
+            reading < writing ? ((readingURL, false), (writingURL, true)) : ((writingURL, true), (readingURL, false))
         let firstLock = try CoordinationLock(item: first.0, exclusive: first.1)
         defer { firstLock.release() }
         let secondLock = try CoordinationLock(item: second.0, exclusive: second.1)
@@ -106,8 +119,10 @@ public final class FileCoordinator: Sendable {
 
     /// ``coordinate(readingItemAt:options:byAccessor:)`` for async work (protected files'
     /// `contents(of:)`): the lock is waited for off the task's thread.
-    public func coordinate<T: Sendable>(readingItemAt url: URL, options: ReadingOptions = [],
-                                        byAccessor reader: (URL) async throws -> T) async throws -> T {
+    public func coordinate<T: Sendable>(
+        readingItemAt url: URL, options: ReadingOptions = [],
+        byAccessor reader: (URL) async throws -> T
+    ) async throws -> T {
         let item = options.contains(.resolvesSymbolicLink) ? url.resolvingSymlinksInPath() : url
         let lock = try await CoordinationLock.acquire(item: item, exclusive: false)
         defer { lock.release() }
@@ -116,8 +131,10 @@ public final class FileCoordinator: Sendable {
 
     /// ``coordinate(writingItemAt:options:byAccessor:)`` for async work (protected files'
     /// `write(_:to:)`): the lock is waited for off the task's thread.
-    public func coordinate<T: Sendable>(writingItemAt url: URL, options: WritingOptions = [],
-                                        byAccessor writer: (URL) async throws -> T) async throws -> T {
+    public func coordinate<T: Sendable>(
+        writingItemAt url: URL, options: WritingOptions = [],
+        byAccessor writer: (URL) async throws -> T
+    ) async throws -> T {
         let lock = try await CoordinationLock.acquire(item: url, exclusive: true)
         defer { lock.release() }
         let result = try await writer(url)

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,8 +16,8 @@ final class PresenterRegistry: Sendable {
     }
     private struct State {
         var entries: [ObjectIdentifier: Entry] = [:]
-        var watched: [Int32: String] = [:]          // inotify watch → directory
-        var lastRecord: [String: String] = [:]      // record path → last content delivered
+        var watched: [Int32: String] = [:]   // inotify watch → directory
+        var lastRecord: [String: String] = [:]   // record path → last content delivered
         var inotify: Int32 = -1
     }
     private let state = Mutex(State())
@@ -31,7 +32,9 @@ final class PresenterRegistry: Sendable {
 
     func add(_ presenter: any FilePresenter) {
         let token = token(for: presenter)
-        let directory = presenter.presentedItemURL.map { CoordinationLock.coordinationDirectory(for: $0.standardizedFileURL) }
+        let directory = presenter.presentedItemURL.map {
+            CoordinationLock.coordinationDirectory(for: $0.standardizedFileURL)
+        }
         state.withLock { state in
             state.entries[ObjectIdentifier(presenter)] = Entry(presenter: presenter, token: token)
             if state.inotify < 0 {
@@ -84,7 +87,8 @@ final class PresenterRegistry: Sendable {
             state.lastRecord[record] = text
             return state.entries.values.compactMap { entry in
                 guard entry.token != origin, let presenter = entry.presenter,
-                      presenter.presentedItemURL?.standardizedFileURL.path == path else { return nil }
+                    presenter.presentedItemURL?.standardizedFileURL.path == path
+                else { return nil }
                 return presenter
             }
         }

@@ -1,12 +1,13 @@
-import DataProtectionSystem
-import SystemPackage
 import DataProtection
 import DataProtectionFileSystem
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +18,9 @@ extension ContainerFileSystem {
     /// metadata, set-ID bits refused — listens for leases, writes `ready` and a newline to
     /// `readiness`, and returns once no lease has been open for `linger` (the next app then
     /// starts in a few milliseconds, not with a new server) and the file system is unmounted.
-    public static func serve(_ manager: ContainerManager, readiness: Int32, linger: Duration = .seconds(30), maxNodes: Int? = nil) async throws {
+    public static func serve(
+        _ manager: ContainerManager, readiness: Int32, linger: Duration = .seconds(30), maxNodes: Int? = nil
+    ) async throws {
         // `readiness` gets one line — `ready`, or `error: REASON` when serving could not start —
         // and is closed either way.
         var announced = false
@@ -39,23 +42,30 @@ extension ContainerFileSystem {
     /// (``DataRootLayout/servedSnapshotPrefix``): the snapshot itself stays where it is.
     private static func removeStraySnapshotNames(_ layout: DataRootLayout) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: layout.containers) else { return }
-        for name in names where name.hasPrefix(DataRootLayout.servedSnapshotPrefix) { unlink(layout.containers + "/" + name) }
+        for name in names where name.hasPrefix(DataRootLayout.servedSnapshotPrefix) {
+            unlink(layout.containers + "/" + name)
+        }
     }
 
-    private static func serveAnnouncing(_ manager: ContainerManager, linger: Duration, maxNodes: Int?, ready: () -> Void) async throws {
+    private static func serveAnnouncing(
+        _ manager: ContainerManager, linger: Duration, maxNodes: Int?, ready: () -> Void
+    ) async throws {
         let layout = manager.layout
         let logger = Logger(label: "dataprotection.containers.filesystem")
         let mountPoint = mountPoint(for: layout)
         let socketPath = socketPath(for: layout)
-        let fileSystem = try ProtectedFileSystem(directory: layout.containers, files: ProtectedFileManager(keybag: manager.files.keybag),
-                                                 floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true,
-                                                 reservedNames: [DataRootLayout.containerMetadataFileName], sharesNodesAmongApps: true,
-                                                 servesWithoutPrivileges: true, readOnlyPrefixes: [DataRootLayout.servedSnapshotPrefix],
-                                                 maxNodes: maxNodes)
+        let fileSystem = try ProtectedFileSystem(
+            directory: layout.containers, files: ProtectedFileManager(keybag: manager.files.keybag),
+            floorOfDirectory: ContainerMetadata.floor(ofDirectory:), refusesSetID: true,
+            reservedNames: [DataRootLayout.containerMetadataFileName], sharesNodesAmongApps: true,
+            servesWithoutPrivileges: true, readOnlyPrefixes: [DataRootLayout.servedSnapshotPrefix],
+            maxNodes: maxNodes)
         removeStraySnapshotNames(layout)
         // The socket first: it makes the 0700 directory the mount point lives in.
         let listener: Int32
-        do { listener = try UnixSocket.listen(on: socketPath) } catch let error as IPCError { throw unavailable(error.description) }
+        do { listener = try UnixSocket.listen(on: socketPath) } catch let error as IPCError {
+            throw unavailable(error.description)
+        }
         defer { close(listener) }
         try prepareMountPoint(mountPoint)
         let mounted = try fileSystem.mount(at: mountPoint)
@@ -70,7 +80,7 @@ extension ContainerFileSystem {
                     case .tooManyOpenFiles, .tooManyOpenFilesInSystem, .noMemory, .noBufferSpace:
                         usleep(10_000)   // out of descriptors or memory for now: the next app waits, never in vain
                         continue
-                    default: return      // the listener was shut down
+                    default: return   // the listener was shut down
                     }
                 }
                 guard UnixSocket.peerCredentials(client)?.uid == getuid() else { close(client); continue }
@@ -95,11 +105,15 @@ extension ContainerFileSystem {
                             }
                             let reply: String
                             do {
-                                guard admissions.count < 64 else { throw unavailable("too many admissions on one lease") }
+                                guard admissions.count < 64 else {
+                                    throw unavailable("too many admissions on one lease")
+                                }
                                 admissions.append(try admit(line, to: fileSystem.apps, layout: layout))
                                 reply = "ok"
                             } catch {
-                                reply = "error: " + "\(error)".map { $0.isNewline ? " " : $0 }.reduce(into: "") { $0.append($1) }
+                                reply =
+                                    "error: "
+                                    + "\(error)".map { $0.isNewline ? " " : $0 }.reduce(into: "") { $0.append($1) }
                             }
                             line = []
                             try? IPCFrame.sendBytes(client, Array((reply + "\n").utf8))
@@ -137,8 +151,11 @@ extension ContainerFileSystem {
     /// Admits an app's sandbox on a lease's line (FORMAT.md §10.6):
     /// `admit PID APP TERRITORY…`, each territory a directory's path relative to
     /// `ROOT/Containers` (an app's container, a group's).
-    private static func admit(_ line: [UInt8], to apps: ServedApps, layout: DataRootLayout) throws -> ServedApps.Admission {
-        let words = String(decoding: line, as: UTF8.self).split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+    private static func admit(
+        _ line: [UInt8], to apps: ServedApps, layout: DataRootLayout
+    ) throws -> ServedApps.Admission {
+        let words = String(decoding: line, as: UTF8.self).split(separator: " ", omittingEmptySubsequences: false).map(
+            String.init)
         guard words.count >= 3, words[0] == "admit", let pid = Int32(words[1]), pid > 0, !words[2].isEmpty else {
             throw unavailable("a lease's request is not one this server knows")
         }
@@ -163,7 +180,9 @@ extension ContainerFileSystem {
         if stat(path, &st) != 0, errno == ENOTCONN {
             try? MountedFileSystem.unmount(path)
         }
-        if mkdir(path, 0o700) != 0, errno != EEXIST { throw unavailable("cannot create \(path): \(String(cString: strerror(errno)))") }
+        if mkdir(path, 0o700) != 0, errno != EEXIST {
+            throw unavailable("cannot create \(path): \(String(cString: strerror(errno)))")
+        }
         guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid() else {
             throw unavailable("\(path) is not a directory of this user")
         }

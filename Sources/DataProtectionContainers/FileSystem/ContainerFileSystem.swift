@@ -1,10 +1,11 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionFileSystem
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -29,7 +30,9 @@ public enum ContainerFileSystem {
     public static func inProcess(_ manager: ContainerManager) -> Launcher {
         { _ in
             let ends: (read: Int32, write: Int32)
-            do throws(Errno) { ends = try SystemCall.pipe2CloseOnExec() } catch { throw unavailable("pipe: \(error.description)") }
+            do throws(Errno) { ends = try SystemCall.pipe2CloseOnExec() } catch {
+                throw unavailable("pipe: \(error.description)")
+            }
             let readiness = ends.write
             Task.detached { try? await serve(manager, readiness: readiness, linger: .zero) }
             return ends.read
@@ -76,7 +79,8 @@ public enum ContainerFileSystem {
             var line = "admit \(pid) \(app.uuidString)"
             for territory in territories {
                 guard territory.hasPrefix(layout.containers + "/") else {
-                    throw ContainerError.launchFailed("\(territory) is not inside the containers the file system serves")
+                    throw ContainerError.launchFailed(
+                        "\(territory) is not inside the containers the file system serves")
                 }
                 line += " " + territory.dropFirst(layout.containers.count + 1)
             }
@@ -86,7 +90,9 @@ public enum ContainerFileSystem {
             guard let reply = ContainerFileSystem.readLine(connection, timeout: 30) else {
                 throw ContainerError.launchFailed("the containers' file system server did not answer within 30 s")
             }
-            guard reply == "ok" else { throw ContainerError.launchFailed(reply.hasPrefix("error: ") ? String(reply.dropFirst(7)) : reply) }
+            guard reply == "ok" else {
+                throw ContainerError.launchFailed(reply.hasPrefix("error: ") ? String(reply.dropFirst(7)) : reply)
+            }
         }
 
         deinit { close(connection) }
@@ -98,7 +104,9 @@ public enum ContainerFileSystem {
     /// - Throws: ``ContainerError/sandboxUnavailable(_:)`` when no server could be reached or started.
     public static func lease(_ layout: DataRootLayout, launch: Launcher) throws -> Lease {
         do { try MountedFileSystem.checkAvailability() } catch let error as FileSystemServerError {
-            if case .unavailable(let why) = error { throw ContainerError.sandboxUnavailable("apps' containers are served through FUSE: \(why)") }
+            if case .unavailable(let why) = error {
+                throw ContainerError.sandboxUnavailable("apps' containers are served through FUSE: \(why)")
+            }
             throw unavailable(error.description)
         }
         let lockPath = lockPath(for: layout)
@@ -106,7 +114,9 @@ public enum ContainerFileSystem {
         guard lock >= 0 else { throw unavailable("cannot open \(lockPath): \(String(cString: strerror(errno)))") }
         defer { close(lock) }
         while flock(lock, LOCK_EX) != 0 {
-            guard errno == EINTR else { throw unavailable("cannot lock \(lockPath): \(String(cString: strerror(errno)))") }
+            guard errno == EINTR else {
+                throw unavailable("cannot lock \(lockPath): \(String(cString: strerror(errno)))")
+            }
         }
         if let lease = try connect(layout) { return lease }
         let readiness = try launch(layout.root)
@@ -115,7 +125,9 @@ public enum ContainerFileSystem {
         guard line == "ready" else {
             throw unavailable("its server did not start" + (line.map { ": \($0)" } ?? " (no answer within 60 s)"))
         }
-        guard let lease = try connect(layout) else { throw unavailable("its server started but does not answer on \(socketPath(for: layout))") }
+        guard let lease = try connect(layout) else {
+            throw unavailable("its server started but does not answer on \(socketPath(for: layout))")
+        }
         return lease
     }
 
@@ -123,7 +135,9 @@ public enum ContainerFileSystem {
     private static func connect(_ layout: DataRootLayout) throws -> Lease? {
         let path = socketPath(for: layout)
         let fd: Int32?
-        do { fd = try UnixSocket.connectTrusted(path, timeout: 30) } catch let error as IPCError { throw unavailable(error.description) }
+        do { fd = try UnixSocket.connectTrusted(path, timeout: 30) } catch let error as IPCError {
+            throw unavailable(error.description)
+        }
         guard let fd else { return nil }
         guard let line = readLine(fd, timeout: 30), line.hasPrefix(greeting + " ") else {
             close(fd)

@@ -29,12 +29,14 @@ public struct AppIdentifier: ValidatedIdentifier {
     public let rawValue: String
 
     /// The rule, as error messages and help state it.
-    public static let rule = "two or more dot-separated parts of ASCII letters, digits and hyphens (each 1-63 characters, 255 in all), like com.example.notes"
+    public static let rule =
+        "two or more dot-separated parts of ASCII letters, digits and hyphens (each 1-63 characters, 255 in all), like com.example.notes"
 
     public init(_ text: String) throws {
         guard Self.isReverseDNS(text) else { throw ContainerError.invalidIdentifier(text, rule: Self.rule) }
         guard !text.hasPrefix(AppGroupIdentifier.prefix) else {
-            throw ContainerError.invalidIdentifier(text, rule: "an app's identifier cannot start with \"group.\" (that prefix names App Groups)")
+            throw ContainerError.invalidIdentifier(
+                text, rule: "an app's identifier cannot start with \"group.\" (that prefix names App Groups)")
         }
         rawValue = text
     }
@@ -46,9 +48,11 @@ public struct AppIdentifier: ValidatedIdentifier {
         let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count >= 2 else { return false }
         return parts.allSatisfy { part in
-            (1...63).contains(part.count) && part.allSatisfy { byte in
-                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a) || byte == UInt8(ascii: "-")
-            }
+            (1...63).contains(part.count)
+                && part.allSatisfy { byte in
+                    (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a)
+                        || byte == UInt8(ascii: "-")
+                }
         }
     }
 }

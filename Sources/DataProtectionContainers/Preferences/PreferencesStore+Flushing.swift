@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,7 +16,9 @@ extension PreferencesStore {
     /// could not (it is tried again later); `true` too when it was not this process's to flush.
     func flush(lockDeadline: Date? = nil) -> Bool {
         condition.lock(); let verified = knownFile; condition.unlock()
-        guard url != nil, refusal() == nil, case .success(let lock) = lockFile(until: lockDeadline) else { return false }
+        guard url != nil, refusal() == nil, case .success(let lock) = lockFile(until: lockDeadline) else {
+            return false
+        }
         defer { close(lock) }
         return flushLocked(verified: verified)
     }

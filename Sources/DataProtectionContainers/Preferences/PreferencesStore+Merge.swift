@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,18 +34,24 @@ extension PreferencesStore {
         /// A version is kept beside the plist: a flush is due within ``flushDelay``.
         var flushSoon = false
 
-        static func failed(_ error: any Error) -> MergeOutcome { MergeOutcome(values: nil, identity: nil, ok: false, error: error) }
+        static func failed(_ error: any Error) -> MergeOutcome {
+            MergeOutcome(values: nil, identity: nil, ok: false, error: error)
+        }
     }
 
     /// Under the file's lock: reads the file, applies `changes`, writes it if anything changed.
     /// An unreadable file is never overwritten — unless a power cut left it so while its last
     /// flushed version was kept (`.ID.plist.durable`): that version takes its place.
-    func merge(_ changes: [String: Change], known: (file: PinnedFile, values: [String: Any])?, ownUnflushed: PinnedFile?,
-                       lockDeadline: Date?) -> MergeOutcome {
+    func merge(
+        _ changes: [String: Change], known: (file: PinnedFile, values: [String: Any])?, ownUnflushed: PinnedFile?,
+        lockDeadline: Date?
+    ) -> MergeOutcome {
         guard let url, let files else { return MergeOutcome() }
         // Nothing to write and the file as this process left it: nothing to read either (one
         // `lstat`, no lock: a writer that replaces it meanwhile is seen by the watcher).
-        if changes.isEmpty, let known, known.file.isStill(at: path) { return MergeOutcome(values: nil, identity: known.file) }
+        if changes.isEmpty, let known, known.file.isStill(at: path) {
+            return MergeOutcome(values: nil, identity: known.file)
+        }
         // The file and its directory are the app's: never follow a link planted there (to another
         // app's preferences, or out of the container), never read a FIFO or a device.
         if let refusal = refusal() {
@@ -71,7 +78,8 @@ extension PreferencesStore {
             return .failed(error)
         }
         if let pinned = before, let known, pinned.identity == known.file.identity {
-            if changes.isEmpty { return MergeOutcome(values: nil, identity: known.file) }   // nothing new on either side
+            // nothing new on either side
+            if changes.isEmpty { return MergeOutcome(values: nil, identity: known.file) }
             values = known.values   // nobody wrote it since: what it holds is known
         } else if let pinned = before {
             do {
@@ -91,7 +99,9 @@ extension PreferencesStore {
                     logger.notice("\(path): cannot be restored: \(error)")
                     return .failed(error)
                 }
-                logger.notice("\(error) — as a power cut can leave a file not yet flushed: its last flushed version (\(Self.durableCopyName(forPlistNamed: url.lastPathComponent))) is restored")
+                logger.notice(
+                    "\(error) — as a power cut can leave a file not yet flushed: its last flushed version (\(Self.durableCopyName(forPlistNamed: url.lastPathComponent))) is restored"
+                )
                 values = kept
                 before = keptFile   // renamed: the same inode, now at the path
             }
@@ -99,7 +109,10 @@ extension PreferencesStore {
         var kept = POSIXFile.linkStatus(durablePath) != nil
         guard !changes.isEmpty else { return MergeOutcome(values: values, identity: before, flushSoon: kept) }
         for (key, change) in changes {
-            switch change { case .set(let value): values[key] = value; case .remove: values[key] = nil }
+            switch change {
+            case .set(let value): values[key] = value;
+            case .remove: values[key] = nil
+            }
         }
         var unflushed = false
         do {
@@ -113,7 +126,9 @@ extension PreferencesStore {
                 // Beside a version kept by another writer (or by a run that ended before it
                 // flushed), a plist not written by this process: flushed first (it was read
                 // whole just now), so the version kept from now on is this one.
-                guard flushLocked(verified: before) else { throw ContainerError.refusedItem(path: path, reason: "cannot be flushed") }
+                guard flushLocked(verified: before) else {
+                    throw ContainerError.refusedItem(path: path, reason: "cannot be flushed")
+                }
                 kept = false
             }
             if !canDeferFlush || before == nil {
@@ -121,15 +136,20 @@ extension PreferencesStore {
                 try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, .durable)
             } else if kept {
                 // This process's own unflushed plist, the flushed version kept already.
-                try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, POSIXFile.Replacement(flushes: false))
+                try write(
+                    data, files: files, explicit: explicit, deviceOnly: deviceOnly,
+                    POSIXFile.Replacement(flushes: false))
                 unflushed = true
             } else {
                 do {
-                    try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly,
-                              POSIXFile.Replacement(flushes: false, keepingReplacedAt: durablePath))
+                    try write(
+                        data, files: files, explicit: explicit, deviceOnly: deviceOnly,
+                        POSIXFile.Replacement(flushes: false, keepingReplacedAt: durablePath))
                     unflushed = true
                 } catch let error as ProtectedFileError where Self.cannotLink(error) {
-                    logger.notice("\(directory): the file system cannot link the plist a second time: preferences are flushed at every write")
+                    logger.notice(
+                        "\(directory): the file system cannot link the plist a second time: preferences are flushed at every write"
+                    )
                     canDeferFlush = false
                     try write(data, files: files, explicit: explicit, deviceOnly: deviceOnly, .durable)
                 }
@@ -150,8 +170,12 @@ extension PreferencesStore {
         let kept = POSIXFile.linkStatus(durablePath) != nil
         // Read through its pin: the values are the pinned version's.
         do {
-            guard let pinned = try PinnedFile.at(path) else { return MergeOutcome(values: [:], identity: nil, flushSoon: kept) }
-            if let known, pinned.identity == known.file.identity { return MergeOutcome(values: nil, identity: known.file) }
+            guard let pinned = try PinnedFile.at(path) else {
+                return MergeOutcome(values: [:], identity: nil, flushSoon: kept)
+            }
+            if let known, pinned.identity == known.file.identity {
+                return MergeOutcome(values: nil, identity: known.file)
+            }
             return MergeOutcome(values: try readValues(pinned, named: path), identity: pinned, flushSoon: kept)
         } catch {
             if Self.mayBeTornByPowerCut(error), kept { return nil }
@@ -167,10 +191,13 @@ extension PreferencesStore {
         leftoversRemoved = true
         guard let url else { return }
         let prefix = POSIXFile.temporarySiblingPrefix(forName: url.lastPathComponent)
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix)
+        {
             let leftover = directory + "/" + name
             guard let st = POSIXFile.linkStatus(leftover), st.st_mode & S_IFMT == S_IFREG else { continue }
-            if unlink(leftover) == 0 { logger.notice("\(leftover): removed (left by a writer that was stopped mid-write)") }
+            if unlink(leftover) == 0 {
+                logger.notice("\(leftover): removed (left by a writer that was stopped mid-write)")
+            }
         }
     }
 
@@ -179,7 +206,8 @@ extension PreferencesStore {
     func lockFile(until deadline: Date?) -> Result<Int32, any Error> {
         let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard lock >= 0 else {
-            let error = ContainerError.fileSystem(FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
+            let error = ContainerError.fileSystem(
+                FileSystemError("open", path: lockPath, errno: Errno(rawValue: errno)))
             logger.notice("\(error)")
             return .failure(error)
         }
@@ -198,17 +226,26 @@ extension PreferencesStore {
                 continue
             }
             close(lock)
-            if failure == EWOULDBLOCK { logger.notice("\(lockPath): held by another process past the time this one may wait") }
-            return .failure(ContainerError.fileSystem(FileSystemError("flock", path: lockPath, errno: Errno(rawValue: failure))))
+            if failure == EWOULDBLOCK {
+                logger.notice("\(lockPath): held by another process past the time this one may wait")
+            }
+            return .failure(
+                ContainerError.fileSystem(FileSystemError("flock", path: lockPath, errno: Errno(rawValue: failure))))
         }
         return .success(lock)
     }
 
-    /// Writes `data` as the plist (see ``ProtectedFileManager/write(_:to:protection:thisDeviceOnly:access:replacement:)``).
-    func write(_ data: Data, files: ProtectedFileManager, explicit: ProtectionClass?, deviceOnly: Bool,
-                       _ replacement: POSIXFile.Replacement) throws {
+    /// Writes `data` as the plist (see
+    /// ``ProtectedFileManager/write(_:to:protection:thisDeviceOnly:access:replacement:)``).
+    func write(
+        _ data: Data, files: ProtectedFileManager, explicit: ProtectionClass?, deviceOnly: Bool,
+        _ replacement: POSIXFile.Replacement
+    ) throws {
         guard let url else { return }
-        try runBlocking { try await files.write(data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement) }
+        try runBlocking {
+            try await files.write(
+                data, to: url, protection: explicit, thisDeviceOnly: deviceOnly, replacement: replacement)
+        }
     }
 
     /// The dictionary in `pinned` (the plist, or its kept version, at `path`): a regular file
@@ -217,18 +254,24 @@ extension PreferencesStore {
     /// the path meanwhile.
     func readValues(_ pinned: PinnedFile, named path: String) throws -> [String: Any] {
         guard let files else { return [:] }
-        guard pinned.isRegularFile else { throw ContainerError.refusedItem(path: path, reason: "is not a regular file") }
+        guard pinned.isRegularFile else {
+            throw ContainerError.refusedItem(path: path, reason: "is not a regular file")
+        }
         let fd = open(pinned.reopenPath, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         var st = stat()
         guard fd >= 0, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
-              UInt64(st.st_dev) == pinned.identity.device, UInt64(st.st_ino) == pinned.identity.inode else {
+            UInt64(st.st_dev) == pinned.identity.device, UInt64(st.st_ino) == pinned.identity.inode
+        else {
             if fd >= 0 { close(fd) }
             throw ContainerError.refusedItem(path: path, reason: "is not a regular file")
         }
         defer { close(fd) }
         do {
             let data = try runBlocking { try await files.contents(of: URL(fileURLWithPath: "/proc/self/fd/\(fd)")) }
-            guard let dictionary = try? PropertyListSerialization.propertyList(from: data, options: [], format: nil) as? [String: Any] else {
+            guard
+                let dictionary = try? PropertyListSerialization.propertyList(from: data, options: [], format: nil)
+                    as? [String: Any]
+            else {
                 throw ContainerError.refusedItem(path: path, reason: "is not a property-list dictionary")
             }
             return dictionary
@@ -259,9 +302,12 @@ extension PreferencesStore {
     /// `RESOLVE_NO_SYMLINKS`: one call, where resolving the path walked it in Swift), or it is
     /// there and is not a regular file (a link, a FIFO, a directory).
     func refusal() -> ContainerError? {
-        let opened = (try? LosslessPath.withCString(directory) { path in
-            Result { () throws(Errno) in try SystemCall.openat2(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, resolve: .noSymlinks) }
-        }) ?? .failure(.tooManySymbolicLinkLevels)
+        let opened =
+            (try? LosslessPath.withCString(directory) { path in
+                Result { () throws(Errno) in
+                    try SystemCall.openat2(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, resolve: .noSymlinks)
+                }
+            }) ?? .failure(.tooManySymbolicLinkLevels)
         if case .failure(.noFunction) = opened {
             // A kernel before openat2 (5.6): the directory's resolved path must be its own.
             guard let resolved = realpath(directory, nil) else { return nil }

@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,11 +19,16 @@ extension PreferencesStore {
         guard fd >= 0 else { return }
         defer { close(fd) }
         let directory = url.deletingLastPathComponent().path
-        guard inotify_add_watch(fd, directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_CREATE)) >= 0 else { return }
+        guard inotify_add_watch(fd, directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_CREATE)) >= 0 else {
+            return
+        }
         let name = url.lastPathComponent
         var buffer = [UInt8](repeating: 0, count: 16384)
         while true {
-            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
+            var fds = [
+                pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0),
+            ]
             if poll(&fds, 2, -1) < 0 { if errno == EINTR { continue } else { return } }
             if fds[1].revents != 0 { return }
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }

@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,8 @@ extension PreferencesStore {
                 condition.wait()
             } else if completed < requested {
                 performRound()
-            } else if let due = writeDue, due <= now || due.timeIntervalSince(now) > Self.writeDelay {   // (or the clock was set back)
+            // (or the clock was set back)
+            } else if let due = writeDue, due <= now || due.timeIntervalSince(now) > Self.writeDelay {
                 requested += 1
                 performRound()
             } else if let due = flushDue, due <= now {
@@ -76,7 +78,10 @@ extension PreferencesStore {
             // What others wrote, with what this process set since (still pending) on top.
             var view = values
             for (key, change) in pending {
-                switch change { case .set(let value): view[key] = value; case .remove: view[key] = nil }
+                switch change {
+                case .set(let value): view[key] = value;
+                case .remove: view[key] = nil
+                }
             }
             changedElsewhere = !NSDictionary(dictionary: stored).isEqual(to: view)
             stored = view

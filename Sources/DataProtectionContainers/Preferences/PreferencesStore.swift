@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -44,8 +45,8 @@ final class PreferencesStore: @unchecked Sendable {
     var stored: [String: Any] = [:]
     var registered: [String: Any] = [:]
     var pending: [String: Change] = [:]
-    var requested = 0      // work requests (syncs, file events, sets once due)
-    var completed = 0      // requests the worker has finished
+    var requested = 0   // work requests (syncs, file events, sets once due)
+    var completed = 0   // requests the worker has finished
     var lastOK = true
     var lastError: (any Error)?
     var stopped = false
@@ -88,8 +89,18 @@ final class PreferencesStore: @unchecked Sendable {
         self.finishingTimeLimit = finishingTimeLimit
         path = url?.path ?? ""
         directory = url?.deletingLastPathComponent().path ?? ""
-        lockPath = url.map { $0.deletingLastPathComponent().appendingPathComponent(Self.lockFileName(forPlistNamed: $0.lastPathComponent)).path } ?? ""
-        durablePath = url.map { $0.deletingLastPathComponent().appendingPathComponent(Self.durableCopyName(forPlistNamed: $0.lastPathComponent)).path } ?? ""
+        lockPath =
+            url.map {
+                $0.deletingLastPathComponent().appendingPathComponent(
+                    Self.lockFileName(forPlistNamed: $0.lastPathComponent)
+                ).path
+            } ?? ""
+        durablePath =
+            url.map {
+                $0.deletingLastPathComponent().appendingPathComponent(
+                    Self.durableCopyName(forPlistNamed: $0.lastPathComponent)
+                ).path
+            } ?? ""
     }
 
     /// Loads the file, then starts the worker and the watcher.
@@ -130,7 +141,11 @@ final class PreferencesStore: @unchecked Sendable {
 
     func set(_ value: Any?, forKey key: String) {
         condition.lock()
-        if let value { stored[key] = value; pending[key] = .set(value) } else { stored[key] = nil; pending[key] = .remove }
+        if let value {
+            stored[key] = value; pending[key] = .set(value)
+        } else {
+            stored[key] = nil; pending[key] = .remove
+        }
         // A write already due is left as it is — unless it lies further ahead than a write is
         // ever put off (the clock was set back): then it is due again from now.
         let now = Date()
@@ -174,7 +189,9 @@ final class PreferencesStore: @unchecked Sendable {
     func announce() {
         condition.lock(); let continuations = Array(streams.values); condition.unlock()
         for continuation in continuations { continuation.yield() }
-        if let owner { NotificationCenter.default.post(name: ProtectedUserDefaults.didChangeNotification, object: owner) }
+        if let owner {
+            NotificationCenter.default.post(name: ProtectedUserDefaults.didChangeNotification, object: owner)
+        }
     }
 
     /// Stops the worker and the watcher (the defaults object went away), after writing what was
@@ -204,7 +221,9 @@ final class PreferencesStore: @unchecked Sendable {
             while busy { if !condition.wait(until: deadline) { break } }
         }
         if busy {
-            logger.notice("\(path): a write is still running after the time allowed (the file's lock may be held by another process): it is finished when it can be, unless this process exits first")
+            logger.notice(
+                "\(path): a write is still running after the time allowed (the file's lock may be held by another process): it is finished when it can be, unless this process exits first"
+            )
         }
         if !busy, !pending.isEmpty { performRound(lockDeadline: deadline) }
         let unflushed = flushDue != nil

@@ -13,7 +13,8 @@ import Synchronization
 /// defaults.set("dark", forKey: "theme")
 /// let shared = ProtectedUserDefaults(suiteName: "group.com.example.notes")!
 /// shared.set(3, forKey: "unread")
-/// NotificationCenter.default.addObserver(forName: ProtectedUserDefaults.didChangeNotification, object: shared, queue: nil) { _ in … }
+/// NotificationCenter.default.addObserver(forName: ProtectedUserDefaults.didChangeNotification, object: shared,
+/// queue: nil) { _ in … }
 /// ```
 ///
 /// Reads come from memory. Writes update memory at once and are written by a background worker
@@ -33,7 +34,8 @@ public final class ProtectedUserDefaults: Sendable {
     /// ``CurrentApp``) they live in memory only, for this process.
     public static let standard: ProtectedUserDefaults = {
         if let app = CurrentApp.shared {
-            return ProtectedUserDefaults(url: app.preferences.appendingPathComponent(app.identifier.rawValue + ".plist"), files: app.files)
+            return ProtectedUserDefaults(
+                url: app.preferences.appendingPathComponent(app.identifier.rawValue + ".plist"), files: app.files)
         }
         return ProtectedUserDefaults(inMemory: ())
     }()
@@ -49,7 +51,8 @@ public final class ProtectedUserDefaults: Sendable {
         }
         if suiteName.hasPrefix("group.") {
             guard let group = app.containerURL(forSecurityApplicationGroupIdentifier: suiteName) else { return nil }
-            self.init(url: group.appendingPathComponent("Library/Preferences/" + suiteName + ".plist"), files: app.files)
+            self.init(
+                url: group.appendingPathComponent("Library/Preferences/" + suiteName + ".plist"), files: app.files)
             return
         }
         guard !suiteName.isEmpty, !suiteName.contains("/"), suiteName != ".", suiteName != ".." else { return nil }
@@ -66,9 +69,11 @@ public final class ProtectedUserDefaults: Sendable {
     /// (tests lengthen it to see the flush when the defaults go away), and with what is pending
     /// written when they go away waiting `finishingTimeLimit` seconds at most for the file's lock
     /// (tests shorten it).
-    package init(url: URL, files: ProtectedFileManager, flushDelay: TimeInterval, finishingTimeLimit: TimeInterval = 5) {
+    package init(url: URL, files: ProtectedFileManager, flushDelay: TimeInterval, finishingTimeLimit: TimeInterval = 5)
+    {
         self.url = url
-        self.store = PreferencesStore(url: url, files: files, flushDelay: flushDelay, finishingTimeLimit: finishingTimeLimit)
+        self.store = PreferencesStore(
+            url: url, files: files, flushDelay: flushDelay, finishingTimeLimit: finishingTimeLimit)
         store.owner = self
         store.start()
     }

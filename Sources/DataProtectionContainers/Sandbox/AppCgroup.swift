@@ -1,6 +1,7 @@
 import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,8 +27,10 @@ final class AppCgroup: Sendable {
     /// Where the kernel counts the app's out-of-memory kills (`oom_kill N`).
     private let memoryEvents: String?
 
-    private init(path: String, home: String, legacy: [(path: String, home: String)] = [],
-                 limitsTasks: Bool = false, limitsMemory: Bool = false, memoryEvents: String? = nil) {
+    private init(
+        path: String, home: String, legacy: [(path: String, home: String)] = [],
+        limitsTasks: Bool = false, limitsMemory: Bool = false, memoryEvents: String? = nil
+    ) {
         self.path = path
         self.home = home
         self.legacy = legacy
@@ -38,12 +41,15 @@ final class AppCgroup: Sendable {
 
     /// Creates `name` below this process's cgroup, with `limits`, or `nil` where cgroup v2 is
     /// missing or not writable by this user.
-    static func make(name: String, limits: AppResourceLimits? = nil, in hierarchies: Hierarchies = .current()) -> AppCgroup? {
+    static func make(
+        name: String, limits: AppResourceLimits? = nil, in hierarchies: Hierarchies = .current()
+    ) -> AppCgroup? {
         guard let home = hierarchies.unified else { return nil }
         let path = home + "/" + name
         guard mkdir(path, 0o755) == 0 || errno == EEXIST else { return nil }
         guard access(path + "/cgroup.freeze", W_OK) == 0, access(path + "/cgroup.procs", W_OK) == 0,
-              access(home + "/cgroup.procs", W_OK) == 0 else {
+            access(home + "/cgroup.procs", W_OK) == 0
+        else {
             rmdir(path)
             return nil
         }
@@ -54,26 +60,32 @@ final class AppCgroup: Sendable {
         var events: String? = memory ? path + "/memory.events" : nil
         // Else a hybrid system's v1 hierarchies.
         var legacy: [(path: String, home: String)] = []
-        for (controller, file, value) in [("pids", "pids.max", String(limits.tasks)), ("memory", "memory.limit_in_bytes", String(limits.memoryBytes))] {
+        for (controller, file, value) in [
+            ("pids", "pids.max", String(limits.tasks)), ("memory", "memory.limit_in_bytes", String(limits.memoryBytes)),
+        ] {
             if controller == "pids" ? tasks : memory { continue }
             guard let v1 = hierarchies.legacy[controller] else { continue }
             let directory = v1 + "/" + name
             guard mkdir(directory, 0o755) == 0 || errno == EEXIST else { continue }
             // The child enters through `tasks` (one thread), and leaves the same way if it must.
             guard write(value, to: directory + "/" + file), access(directory + "/tasks", W_OK) == 0,
-                  access(v1 + "/tasks", W_OK) == 0 else {
+                access(v1 + "/tasks", W_OK) == 0
+            else {
                 rmdir(directory)
                 continue
             }
             legacy.append((directory, v1))
             if controller == "pids" { tasks = true } else { memory = true; events = directory + "/memory.oom_control" }
         }
-        return AppCgroup(path: path, home: home, legacy: legacy, limitsTasks: tasks, limitsMemory: memory, memoryEvents: events)
+        return AppCgroup(
+            path: path, home: home, legacy: legacy, limitsTasks: tasks, limitsMemory: memory, memoryEvents: events)
     }
 
     /// Whether the kernel ended one of the app's processes for going over its memory limit.
     var memoryLimitWasHit: Bool {
-        guard let memoryEvents, let text = try? String(contentsOfFile: memoryEvents, encoding: .utf8) else { return false }
+        guard let memoryEvents, let text = try? String(contentsOfFile: memoryEvents, encoding: .utf8) else {
+            return false
+        }
         return text.split(separator: "\n").contains { $0.hasPrefix("oom_kill ") && $0 != "oom_kill 0" }
     }
 
@@ -85,7 +97,10 @@ final class AppCgroup: Sendable {
         let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { throw ContainerError.launchFailed("\(path): \(String(cString: strerror(errno)))") }
         defer { close(directory) }
-        return try body(SystemCall.Birthplace(directory: directory, procs: path + "/cgroup.procs", home: home + "/cgroup.procs", legacy: legacy.map(\.path)))
+        return try body(
+            SystemCall.Birthplace(
+                directory: directory, procs: path + "/cgroup.procs", home: home + "/cgroup.procs",
+                legacy: legacy.map(\.path)))
     }
 
     /// Freezes (`true`) or thaws the cgroup; `false` when the kernel refused.
@@ -99,7 +114,8 @@ final class AppCgroup: Sendable {
 
     /// The processes in the cgroup.
     var processes: [pid_t] {
-        ((try? String(contentsOfFile: path + "/cgroup.procs", encoding: .utf8)) ?? "").split(separator: "\n").compactMap { pid_t($0) }
+        ((try? String(contentsOfFile: path + "/cgroup.procs", encoding: .utf8)) ?? "").split(separator: "\n").compactMap
+        { pid_t($0) }
     }
 
     /// Kills every process in the cgroup (`cgroup.kill`, Linux 5.14; else `SIGKILL` to each).
@@ -127,7 +143,9 @@ final class AppCgroup: Sendable {
         while true {
             var buffer = [UInt8](repeating: 0, count: 256)
             let n = pread(events, &buffer, buffer.count, 0)
-            if n > 0, String(decoding: buffer[0..<n], as: UTF8.self).split(separator: "\n").contains("populated 0") { break }
+            if n > 0, String(decoding: buffer[0..<n], as: UTF8.self).split(separator: "\n").contains("populated 0") {
+                break
+            }
             if deadline <= 0 {
                 if killed { break }
                 kill()   // still populated: what is left of the app goes now
@@ -173,8 +191,10 @@ final class AppCgroup: Sendable {
         for name in directoryNames(home, prefix: prefix) {
             guard let pid = pid_t(name.dropFirst(prefix.count).split(separator: "-").first ?? "") else { continue }
             if pid == getpid() || Glibc.kill(pid, 0) == 0 || errno == EPERM { continue }
-            let legacy = ["pids", "memory"].compactMap { hierarchies.legacy[$0] }.map { (path: $0 + "/" + name, home: $0) }
-                .filter { access($0.path, F_OK) == 0 }
+            let legacy = ["pids", "memory"].compactMap { hierarchies.legacy[$0] }.map {
+                (path: $0 + "/" + name, home: $0)
+            }
+            .filter { access($0.path, F_OK) == 0 }
             let orphan = AppCgroup(path: home + "/" + name, home: home, legacy: legacy)
             orphan.kill()
             // cgroup.kill is asynchronous: the directory goes once the last process has exited.
@@ -199,7 +219,9 @@ final class AppCgroup: Sendable {
         defer { closedir(stream) }
         var names: [String] = []
         while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
             if name.hasPrefix(prefix) { names.append(name) }
         }
         return names
@@ -216,7 +238,8 @@ final class AppCgroup: Sendable {
         static func current() -> Hierarchies {
             var hierarchies = Hierarchies()
             guard let mounts = MountTable.entries(),
-                  let text = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8) else { return hierarchies }
+                let text = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)
+            else { return hierarchies }
             // Lines `ID:CONTROLLERS:PATH` (`0::PATH` for cgroup v2).
             var own: [String: String] = [:]
             for line in text.split(separator: "\n") {
@@ -231,7 +254,10 @@ final class AppCgroup: Sendable {
             }
             for controller in ["pids", "memory"] {
                 guard let path = own[controller],
-                      let mount = mounts.first(where: { $0.type == "cgroup" && $0.root == "/" && $0.superOptions.contains(controller) }) else { continue }
+                    let mount = mounts.first(where: {
+                        $0.type == "cgroup" && $0.root == "/" && $0.superOptions.contains(controller)
+                    })
+                else { continue }
                 hierarchies.legacy[controller] = mount.mountPoint + path
             }
             return hierarchies

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -61,7 +62,8 @@ public struct AppResourceLimits: Sendable, Equatable {
     /// (powers of 1024; an optional `i` and `B`: `512M`, `2GiB`). `nil` when it is not one.
     public static func parseSize(_ text: String) -> Int64? {
         var digits = text.trimmingCharacters(in: .whitespaces)
-        for suffix in ["iB", "B", "i"] where digits.count > suffix.count && digits.hasSuffix(suffix) && !digits.dropLast(suffix.count).last!.isNumber {
+        for suffix in ["iB", "B", "i"]
+        where digits.count > suffix.count && digits.hasSuffix(suffix) && !digits.dropLast(suffix.count).last!.isNumber {
             digits.removeLast(suffix.count)
             break
         }
@@ -71,7 +73,8 @@ public struct AppResourceLimits: Sendable, Equatable {
             shift = Int64(10 * (index + 1))
             digits.removeLast()
         }
-        guard !digits.isEmpty, digits.allSatisfy(\.isNumber), let value = Int64(digits), value <= Int64.max >> shift else { return nil }
+        guard !digits.isEmpty, digits.allSatisfy(\.isNumber), let value = Int64(digits), value <= Int64.max >> shift
+        else { return nil }
         return value << shift
     }
 
@@ -81,6 +84,7 @@ public struct AppResourceLimits: Sendable, Equatable {
         var value = Double(bytes), unit = 0
         while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
         if unit == 0 { return "\(bytes) bytes" }
-        return value == value.rounded() ? String(format: "%.0f %@", value, units[unit]) : String(format: "%.1f %@", value, units[unit])
+        return value == value.rounded()
+            ? String(format: "%.0f %@", value, units[unit]) : String(format: "%.1f %@", value, units[unit])
     }
 }

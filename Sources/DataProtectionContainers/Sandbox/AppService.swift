@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,7 +28,10 @@ final class AppService: Sendable {
     private let observerTokens = Mutex<[UUID]>([])
     private let control = Mutex<Int32?>(nil)
 
-    init(description: AppDescription, run: RunningApp, keybag: Keybag, services: [any AppSupervisorService], logger: Logger) {
+    init(
+        description: AppDescription, run: RunningApp, keybag: Keybag, services: [any AppSupervisorService],
+        logger: Logger
+    ) {
         self.description = description
         self.run = run
         self.keybag = keybag
@@ -48,7 +52,11 @@ final class AppService: Sendable {
 
     /// Closes every channel (the app has ended).
     func stop() {
-        if let fd = control.withLock({ fd -> Int32? in defer { fd = nil }; return fd }) { shutdown(fd, Int32(SHUT_RDWR)) }
+        if let fd = control.withLock({ fd -> Int32? in
+            defer { fd = nil }; return fd
+        }) {
+            shutdown(fd, Int32(SHUT_RDWR))
+        }
         for fd in channels.withLock({ $0 }) { shutdown(fd, Int32(SHUT_RDWR)) }
         let tokens = observerTokens.withLock { $0 }
         let keybag = self.keybag
@@ -60,8 +68,10 @@ final class AppService: Sendable {
     private func serveControl(_ fd: Int32) {
         defer { close(fd) }
         while let frame = try? IPCFrame.read(fd) {
-            guard frame.count >= 2, frame[0] == SupervisorProtocol.version, let op = SupervisorProtocol.Op(rawValue: frame[1]),
-                  frame.count == (op == .serviceChannel ? 3 : 2) else {
+            guard frame.count >= 2, frame[0] == SupervisorProtocol.version,
+                let op = SupervisorProtocol.Op(rawValue: frame[1]),
+                frame.count == (op == .serviceChannel ? 3 : 2)
+            else {
                 logger.info("closing the app's socket: malformed request")
                 return
             }
@@ -77,7 +87,9 @@ final class AppService: Sendable {
                 let service = services.first { $0.serviceIdentifier == frame[2] }
                 let run = self.run
                 let channel = service.flatMap { service in
-                    openChannel(named: "app service channel") { service.serve(channel: FileDescriptor(rawValue: $0), run: run) }
+                    openChannel(named: "app service channel") {
+                        service.serve(channel: FileDescriptor(rawValue: $0), run: run)
+                    }
                 }
                 guard hand(channel, over: fd) else { return }
             }
@@ -89,7 +101,8 @@ final class AppService: Sendable {
     private func hand(_ channel: Int32?, over fd: Int32) -> Bool {
         guard let channel else { return sendByte(fd, SupervisorProtocol.channelRefused) }
         defer { close(channel) }
-        return (try? UnixSocket.send(descriptor: channel, over: fd, message: [SupervisorProtocol.channelGranted])) != nil
+        return (try? UnixSocket.send(descriptor: channel, over: fd, message: [SupervisorProtocol.channelGranted]))
+            != nil
     }
 
     private func sendByte(_ fd: Int32, _ byte: UInt8) -> Bool {
@@ -102,7 +115,8 @@ final class AppService: Sendable {
     private func openChannel(named name: String, serve: @escaping @Sendable (Int32) -> Void) -> Int32? {
         var fds: [Int32] = [-1, -1]
         guard channels.withLock({ $0.count }) < AppSupervisor.maxChannels,
-              socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else { return nil }
+            socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0
+        else { return nil }
         let ours = fds[0]
         channels.withLock { _ = $0.insert(ours) }
         UnixSocket.setTimeouts(ours, seconds: 5, sending: true, receiving: false)
@@ -122,7 +136,8 @@ final class AppService: Sendable {
         while true {
             guard let payload = try? IPCFrame.read(fd) else { return }
             defer { payload.wipeInPlace() }   // may carry a file key
-            guard payload.count >= 2, payload[0] == KeybagWire.version, let op = KeybagWire.Op(rawValue: payload[1]) else {
+            guard payload.count >= 2, payload[0] == KeybagWire.version, let op = KeybagWire.Op(rawValue: payload[1])
+            else {
                 logger.info("closing an app's keybag channel: unknown version or operation")
                 return
             }
@@ -131,7 +146,9 @@ final class AppService: Sendable {
                 // Registered and acknowledged under the subscribers' lock: no event can slip in
                 // before the acknowledgement, and none is missed after it.
                 let acknowledged = subscribers.withLock { set -> Bool in
-                    guard (try? IPCFrame.write(fd, [KeybagWire.version, KeybagWire.Status.ok.rawValue])) != nil else { return false }
+                    guard (try? IPCFrame.write(fd, [KeybagWire.version, KeybagWire.Status.ok.rawValue])) != nil else {
+                        return false
+                    }
                     set.insert(fd)
                     return true
                 }
@@ -145,11 +162,13 @@ final class AppService: Sendable {
             do {
                 if description.servedByFileSystem {
                     guard Keybag.servedAppOperations.contains(op) else {
-                        throw KeybagError.notPermitted("an app cannot ask for \(op) (only the lock state: the file system protects its files)")
+                        throw KeybagError.notPermitted(
+                            "an app cannot ask for \(op) (only the lock state: the file system protects its files)")
                     }
                 } else {
                     guard Keybag.appOperations.contains(op) else {
-                        throw KeybagError.notPermitted("an app cannot ask for \(op) (only its own files' keys and the lock state)")
+                        throw KeybagError.notPermitted(
+                            "an app cannot ask for \(op) (only its own files' keys and the lock state)")
                     }
                 }
                 let body = Array(payload[2...])

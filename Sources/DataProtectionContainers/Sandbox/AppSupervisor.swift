@@ -1,11 +1,12 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -42,8 +43,10 @@ public final class AppSupervisor: Sendable {
     /// - Parameter fileSystem: how the containers' file system is started when no server runs
     ///   for the data root; by default, in this process (``ContainerFileSystem/inProcess(_:)``:
     ///   it serves while this process's apps run). `dpctl` starts a process of its own.
-    public init(manager: ContainerManager, services: [any AppSupervisorService] = [], usesCgroups: Bool = true,
-                fileSystem: ContainerFileSystem.Launcher? = nil) {
+    public init(
+        manager: ContainerManager, services: [any AppSupervisorService] = [], usesCgroups: Bool = true,
+        fileSystem: ContainerFileSystem.Launcher? = nil
+    ) {
         self.manager = manager
         self.services = services
         self.usesCgroups = usesCgroups
@@ -61,10 +64,12 @@ public final class AppSupervisor: Sendable {
     /// - Throws: ``ContainerError/sandboxUnavailable(_:)`` when this machine lacks a part of the
     ///   sandbox (nothing is run), ``ContainerError/launchFailed(_:)`` when the app could not
     ///   start in it, ``ContainerError/unknownApp(_:)``.
-    public func run(_ identifier: AppIdentifier, command: [String], sandboxed: Bool = true,
-                    environment: [String: String] = ProcessInfo.processInfo.environment,
-                    standardInput: FileDescriptor = .standardInput, standardOutput: FileDescriptor = .standardOutput,
-                    standardError: FileDescriptor = .standardError) async throws -> Int32 {
+    public func run(
+        _ identifier: AppIdentifier, command: [String], sandboxed: Bool = true,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        standardInput: FileDescriptor = .standardInput, standardOutput: FileDescriptor = .standardOutput,
+        standardError: FileDescriptor = .standardError
+    ) async throws -> Int32 {
         let (input, output, errors) = (standardInput.rawValue, standardOutput.rawValue, standardError.rawValue)
         guard let name = command.first, !name.isEmpty else { throw ContainerError.launchFailed("no command given") }
         let app = try manager.app(identifier)
@@ -72,7 +77,8 @@ public final class AppSupervisor: Sendable {
         let requirements = sandboxed ? try SandboxRequirements.probe(environment: environment) : nil
         let executable = try Self.resolve(name, environment: environment)
         if executable.hasPrefix(manager.layout.containers + "/") {
-            throw ContainerError.launchFailed("\(name): a program inside a container cannot be run as an app (apps could replace it)")
+            throw ContainerError.launchFailed(
+                "\(name): a program inside a container cannot be run as an app (apps could replace it)")
         }
         let running = try RunningAppLock.shared(manager.layout, app.uuid)
         defer { running.release() }
@@ -86,9 +92,10 @@ public final class AppSupervisor: Sendable {
 
         var appEnvironment = Self.appEnvironment(app, groups: groups, passing: environment)
         appEnvironment[SupervisorProtocol.descriptorVariable] = String(SandboxProfile.supervisorDescriptor)
-        let description = AppDescription(identifier: app.identifier.rawValue, container: app.url.path,
-                                         groups: Dictionary(uniqueKeysWithValues: groups.map { ($0.identifier.rawValue, $0.url.path) }),
-                                         sandboxed: sandboxed, servedByFileSystem: lease != nil)
+        let description = AppDescription(
+            identifier: app.identifier.rawValue, container: app.url.path,
+            groups: Dictionary(uniqueKeysWithValues: groups.map { ($0.identifier.rawValue, $0.url.path) }),
+            sandboxed: sandboxed, servedByFileSystem: lease != nil)
 
         let control = try SocketPair()
         let status = try Pipe2()
@@ -99,7 +106,9 @@ public final class AppSupervisor: Sendable {
         let networking = sandboxed && app.metadata.network == true
         let slirp4netns = networking ? SandboxRequirements.slirp4netns(environment: environment) : nil
         if networking, slirp4netns == nil {
-            throw ContainerError.sandboxUnavailable("\(identifier) has the network entitlement, and slirp4netns is not installed: apt-get install slirp4netns")
+            throw ContainerError.sandboxUnavailable(
+                "\(identifier) has the network entitlement, and slirp4netns is not installed: apt-get install slirp4netns"
+            )
         }
         let limits = AppResourceLimits(metadata: app.metadata)
         let layout = manager.layout
@@ -107,9 +116,10 @@ public final class AppSupervisor: Sendable {
         // bubblewrap holds the sandbox before the app starts while the supervisor sets it up.
         let info = sandboxed ? try Pipe2() : nil, block = sandboxed ? try Pipe2() : nil
         if let requirements {
-            let profile = SandboxProfile(requirements: requirements, app: app, groups: groups, executable: executable,
-                                         arguments: Array(command.dropFirst()), environment: appEnvironment, limits: limits,
-                                         servedFrom: servedPath)
+            let profile = SandboxProfile(
+                requirements: requirements, app: app, groups: groups, executable: executable,
+                arguments: Array(command.dropFirst()), environment: appEnvironment, limits: limits,
+                servedFrom: servedPath)
             try profile.validate()
             argv = [requirements.bubblewrap] + profile.bubblewrapArguments()
             descriptors = [input, output, bwrapErrors.write, control.app, status.write, errors]
@@ -121,12 +131,19 @@ public final class AppSupervisor: Sendable {
         // What a supervisor killed outright left of this app (processes, perhaps frozen) ends now.
         let hierarchies = usesCgroups ? AppCgroup.Hierarchies.current() : AppCgroup.Hierarchies()
         if usesCgroups { AppCgroup.reapOrphans(ofApp: app.uuid, in: hierarchies) }
-        let cgroup = usesCgroups ? AppCgroup.make(name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))", limits: limits, in: hierarchies) : nil
-        let run = RunningApp(app: app, cgroup: cgroup, limits: limits, ownUserNamespace: sandboxed, servedPath: servedPath)
+        let cgroup =
+            usesCgroups
+            ? AppCgroup.make(
+                name: "dataprotection-\(app.uuid.uuidString)-\(getpid())-\(UUID().uuidString.prefix(8))",
+                limits: limits, in: hierarchies) : nil
+        let run = RunningApp(
+            app: app, cgroup: cgroup, limits: limits, ownUserNamespace: sandboxed, servedPath: servedPath)
         defer {
             run.ended()
             if run.exceededMemoryLimit {
-                logger.warning("\(identifier) was ended by the kernel: it went over its memory limit (\(AppResourceLimits.describe(bytes: limits.memoryBytes)))")
+                logger.warning(
+                    "\(identifier) was ended by the kernel: it went over its memory limit (\(AppResourceLimits.describe(bytes: limits.memoryBytes)))"
+                )
             }
             for service in services { service.appDidEnd(run) }
         }
@@ -135,7 +152,9 @@ public final class AppSupervisor: Sendable {
         try await service.start(control: control.supervisor)
         defer { service.stop() }
 
-        let child = ChildProcess(path: argv[0], arguments: argv, environment: requirements == nil ? appEnvironment : [:], descriptors: descriptors)
+        let child = ChildProcess(
+            path: argv[0], arguments: argv, environment: requirements == nil ? appEnvironment : [:],
+            descriptors: descriptors)
         let spawned = try run.spawn(child)
         control.closeAppEnd()
         status.closeWriteEnd()
@@ -144,15 +163,20 @@ public final class AppSupervisor: Sendable {
         if let info, let block, requirements != nil {
             do {
                 let sandbox = try SandboxNamespace.read(info: info)
-                try lease?.admit(sandboxProcess: sandbox.pid, app: app.uuid, territories: [app.url.path] + groups.map(\.url.path), layout: layout)
+                try lease?.admit(
+                    sandboxProcess: sandbox.pid, app: app.uuid, territories: [app.url.path] + groups.map(\.url.path),
+                    layout: layout)
                 try sandbox.limitInotify(limits)
-                if let slirp4netns { network = try UserModeNetwork.attach(slirp4netns: slirp4netns, sandbox: sandbox, errors: errors) }
+                if let slirp4netns {
+                    network = try UserModeNetwork.attach(slirp4netns: slirp4netns, sandbox: sandbox, errors: errors)
+                }
             } catch {
                 if let pid = child.pid { kill(pid, SIGKILL) }
                 _ = await child.exitStatus()
                 throw error
             }
-            _ = block.send(Array("go".utf8))   // the sandbox goes on: the app starts with its budget and network (gone: its status says why)
+            // the sandbox goes on: the app starts with its budget and network (gone: its status says why)
+            _ = block.send(Array("go".utf8))
             block.closeWriteEnd()
         }
         defer { if let network { Task { await network.stop() } } }
@@ -163,7 +187,8 @@ public final class AppSupervisor: Sendable {
                 // dp-sandbox-exec's line (after its "R", if it got that far), else bubblewrap's.
                 let fromHelper = report.first == UInt8(ascii: "R") ? Array(report.dropFirst()) : report
                 let message = String(decoding: fromHelper.isEmpty ? bwrapErrors.readAll() : fromHelper, as: UTF8.self)
-                let line = message.split(separator: "\n").first.map(String.init) ?? "bubblewrap exited with status \(code)"
+                let line =
+                    message.split(separator: "\n").first.map(String.init) ?? "bubblewrap exited with status \(code)"
                 throw ContainerError.launchFailed(line)
             }
             bwrapErrors.forward(to: errors)
@@ -176,13 +201,15 @@ public final class AppSupervisor: Sendable {
     /// The app's environment: its places (so unmodified Foundation code finds them, and programs
     /// in any language their App Groups' containers), a plain `PATH`, and the user's locale and
     /// terminal; nothing else of the caller's.
-    package static func appEnvironment(_ app: AppContainer, groups: [GroupContainer] = [], passing caller: [String: String]) -> [String: String] {
+    package static func appEnvironment(
+        _ app: AppContainer, groups: [GroupContainer] = [], passing caller: [String: String]
+    ) -> [String: String] {
         var env: [String: String] = [
             "HOME": app.url.path,
-            "CFFIXED_USER_HOME": app.url.path,                         // NSHomeDirectory()
-            "TMPDIR": app.temporaryDirectory.path + "/",               // NSTemporaryDirectory()
-            "XDG_CACHE_HOME": app.caches.path,                        // .cachesDirectory
-            "XDG_DATA_HOME": app.applicationSupport.path,             // .applicationSupportDirectory
+            "CFFIXED_USER_HOME": app.url.path,   // NSHomeDirectory()
+            "TMPDIR": app.temporaryDirectory.path + "/",   // NSTemporaryDirectory()
+            "XDG_CACHE_HOME": app.caches.path,   // .cachesDirectory
+            "XDG_DATA_HOME": app.applicationSupport.path,   // .applicationSupportDirectory
             "XDG_CONFIG_HOME": app.preferences.path,
             "XDG_STATE_HOME": app.applicationSupport.path,
             "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -190,10 +217,14 @@ public final class AppSupervisor: Sendable {
             SupervisorProtocol.containerVariable: app.url.path,
         ]
         if !groups.isEmpty {
-            env[SupervisorProtocol.groupContainersVariable] = groups.sorted { $0.identifier.rawValue < $1.identifier.rawValue }
-                .map { "\($0.identifier.rawValue)=\($0.url.path)" }.joined(separator: "\n")
+            env[SupervisorProtocol.groupContainersVariable] = groups.sorted {
+                $0.identifier.rawValue < $1.identifier.rawValue
+            }
+            .map { "\($0.identifier.rawValue)=\($0.url.path)" }.joined(separator: "\n")
         }
-        for key in ["LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "TZ", "COLUMNS", "LINES", "NO_COLOR"] {
+        for key in [
+            "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "TZ", "COLUMNS", "LINES", "NO_COLOR",
+        ] {
             if let value = caller[key] { env[key] = value }
         }
         return env

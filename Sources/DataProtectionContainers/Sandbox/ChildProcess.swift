@@ -1,7 +1,8 @@
 import DataProtectionSystem
 import Foundation
-import SystemPackage
 import Synchronization
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif

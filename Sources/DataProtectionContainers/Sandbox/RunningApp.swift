@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -40,8 +41,10 @@ public final class RunningApp: Sendable {
     /// app reads plaintext and never needs a key. `nil`: the app sees the directories themselves.
     public let servedPath: (@Sendable (String) -> String)?
 
-    init(app: AppContainer, cgroup: AppCgroup?, limits: AppResourceLimits, ownUserNamespace: Bool,
-         servedPath: (@Sendable (String) -> String)? = nil) {
+    init(
+        app: AppContainer, cgroup: AppCgroup?, limits: AppResourceLimits, ownUserNamespace: Bool,
+        servedPath: (@Sendable (String) -> String)? = nil
+    ) {
         self.servedPath = servedPath
         self.app = app
         self.cgroupIfMade = cgroup
@@ -60,14 +63,21 @@ public final class RunningApp: Sendable {
         } else if ownUserNamespace && getuid() != 0 {
             parts.append("tasks \(limits.tasks) (user namespace)")
         } else {
-            parts.append("tasks not limited (\(ownUserNamespace ? "root is exempt from RLIMIT_NPROC, and no pids cgroup could be made" : "unconfined"))")
+            parts.append(
+                "tasks not limited (\(ownUserNamespace ? "root is exempt from RLIMIT_NPROC, and no pids cgroup could be made" : "unconfined"))"
+            )
         }
         if cgroup?.limitsMemory == true {
             parts.append("memory \(AppResourceLimits.describe(bytes: limits.memoryBytes)) (memory cgroup)")
         } else {
-            parts.append("memory not limited (no memory cgroup: root, or a delegated cgroup such as systemd-run --user --scope -p Delegate=yes)")
+            parts.append(
+                "memory not limited (no memory cgroup: root, or a delegated cgroup such as systemd-run --user --scope -p Delegate=yes)"
+            )
         }
-        parts.append(ownUserNamespace ? "inotify \(limits.inotifyInstances) instances and \(limits.inotifyWatches) watches (user namespace)" : "inotify not limited (unconfined)")
+        parts.append(
+            ownUserNamespace
+                ? "inotify \(limits.inotifyInstances) instances and \(limits.inotifyWatches) watches (user namespace)"
+                : "inotify not limited (unconfined)")
         return parts.joined(separator: ", ")
     }
 
@@ -102,7 +112,8 @@ public final class RunningApp: Sendable {
     /// A process's pid in its innermost pid namespace (`NSpid`'s last field in `/proc/PID/status`).
     private static func innermostPID(_ pid: pid_t) -> pid_t? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") }) else { return nil }
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") })
+        else { return nil }
         return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last.flatMap { pid_t($0) }
     }
 
@@ -123,7 +134,9 @@ public final class RunningApp: Sendable {
     }
 
     func ended() {
-        state.withLock { $0.ended = true; $0.suspended = false }
+        state.withLock {
+            $0.ended = true; $0.suspended = false
+        }
         if cgroup?.memoryLimitWasHit == true { endedByMemoryLimit.withLock { $0 = true } }
         cgroupIfMade?.remove()
     }
@@ -224,10 +237,13 @@ public final class RunningApp: Sendable {
     /// Fields of `/proc/PID/stat` after the command name (which may hold spaces and parentheses).
     private static func statFields(_ pid: pid_t) -> [Substring]? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = text.lastIndex(of: ")") else { return nil }
+            let close = text.lastIndex(of: ")")
+        else { return nil }
         return text[text.index(after: close)...].split(separator: " ")
     }
 
     private static func processState(_ pid: pid_t) -> String? { statFields(pid)?.first.map(String.init) }
-    private static func parent(of pid: pid_t) -> pid_t? { statFields(pid).flatMap { $0.count > 1 ? pid_t($0[1]) : nil } }
+    private static func parent(of pid: pid_t) -> pid_t? {
+        statFields(pid).flatMap { $0.count > 1 ? pid_t($0[1]) : nil }
+    }
 }

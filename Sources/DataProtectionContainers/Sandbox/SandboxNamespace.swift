@@ -1,6 +1,7 @@
 import DataProtectionSystem
-import SystemPackage
 import Foundation
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,9 +32,12 @@ struct SandboxNamespace {
         guard let start = text.indices.first(where: { text[$0...].starts(with: key) }) else {
             throw ContainerError.launchFailed("bubblewrap did not say which process the sandbox is")
         }
-        var digits = text[(start + key.count)...].drop { $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        var digits = text[(start + key.count)...].drop {
+            $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t")
+        }
         digits = digits.prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
-        guard !digits.isEmpty, digits.count <= 9, let pid = pid_t(String(decoding: digits, as: UTF8.self)), pid > 0 else {
+        guard !digits.isEmpty, digits.count <= 9, let pid = pid_t(String(decoding: digits, as: UTF8.self)), pid > 0
+        else {
             throw ContainerError.launchFailed("bubblewrap did not say which process the sandbox is")
         }
         return SandboxNamespace(pid: pid)
@@ -42,11 +46,14 @@ struct SandboxNamespace {
     /// Opens the app's user namespace (`/proc/PID/ns/user`).
     func openUserNamespace() throws -> Int32 {
         let fd = open("/proc/\(pid)/ns/user", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw ContainerError.launchFailed("the sandbox's user namespace: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw ContainerError.launchFailed("the sandbox's user namespace: \(String(cString: strerror(errno)))")
+        }
         return fd
     }
 
-    /// Gives the app's user namespace its own inotify budget (``SystemCall/limitInotify(_:instances:watches:)``: a forked
+    /// Gives the app's user namespace its own inotify budget (``SystemCall/limitInotify(_:instances:watches:)``: a
+    /// forked
     /// child — one thread, as `setns` needs; this process has many — joins it and sets
     /// `/proc/sys/user/max_inotify_instances` and `max_inotify_watches` there).
     func limitInotify(_ limits: AppResourceLimits) throws {
@@ -55,9 +62,13 @@ struct SandboxNamespace {
         do throws(SystemCall.InotifyLimitError) {
             try SystemCall.limitInotify(namespace, instances: limits.inotifyInstances, watches: limits.inotifyWatches)
         } catch {
-            let steps = ["starting a helper", "joining the sandbox's user namespace", "max_inotify_instances", "max_inotify_watches"]
+            let steps = [
+                "starting a helper", "joining the sandbox's user namespace", "max_inotify_instances",
+                "max_inotify_watches",
+            ]
             let what = steps[Int(min(max(error.step, 0), 3))]
-            throw ContainerError.launchFailed("the app's inotify budget could not be set: \(what): \(error.errno.description)")
+            throw ContainerError.launchFailed(
+                "the app's inotify budget could not be set: \(what): \(error.errno.description)")
         }
     }
 }

@@ -1,5 +1,6 @@
 import DataProtectionKeybag
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,13 +52,17 @@ package struct SandboxProfile: Sendable {
     static let blockDescriptor: Int32 = 7
 
     /// `/etc` entries an ordinary program needs; anything else of `/etc` is not there.
-    static let etcEntries = ["passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "localtime", "timezone",
-                             "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "alternatives",
-                             "os-release", "mime.types", "locale.alias"]
+    static let etcEntries = [
+        "passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "localtime", "timezone",
+        "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "alternatives",
+        "os-release", "mime.types", "locale.alias",
+    ]
 
-    package init(requirements: SandboxRequirements, app: AppContainer, groups: [GroupContainer], executable: String,
-                 arguments: [String], environment: [String: String], limits: AppResourceLimits,
-                 servedFrom: (@Sendable (String) -> String)? = nil) {
+    package init(
+        requirements: SandboxRequirements, app: AppContainer, groups: [GroupContainer], executable: String,
+        arguments: [String], environment: [String: String], limits: AppResourceLimits,
+        servedFrom: (@Sendable (String) -> String)? = nil
+    ) {
         self.servedFrom = servedFrom
         self.requirements = requirements
         self.app = app
@@ -72,8 +77,11 @@ package struct SandboxProfile: Sendable {
     /// `landlock`, the program follows bubblewrap directly and nothing waits for the supervisor
     /// (the benchmark's "bubblewrap alone").
     package func bubblewrapArguments(landlock: Bool = true) -> [String] {
-        var a = ["--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-                 "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        var a = [
+            "--unshare-user", "--disable-userns", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        ]
         // A network namespace of its own, always: no host loopback service, no host abstract
         // socket, nothing of the host's /proc/net (iOS gives an app no view of other processes).
         a.append("--unshare-net")
@@ -108,7 +116,10 @@ package struct SandboxProfile: Sendable {
         }
         a += ["--chdir", container, "--clearenv"]
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { a += ["--setenv", key, value] }
-        a += landlock ? ["--", requirements.sandboxExec] + landlockArguments() + ["--", executable] + arguments : ["--", executable] + arguments
+        a +=
+            landlock
+            ? ["--", requirements.sandboxExec] + landlockArguments() + ["--", executable] + arguments
+            : ["--", executable] + arguments
         return a
     }
 
@@ -118,7 +129,9 @@ package struct SandboxProfile: Sendable {
         let system = ["/usr", "/etc", "/proc", "/dev"] + runtimeDirectories()
         for container in [app.url.path] + groups.map(\.url.path) {
             if let covering = system.first(where: { container == $0 || container.hasPrefix($0 + "/") }) {
-                throw ContainerError.sandboxUnavailable("the container \(container) is below \(covering), which apps may read: move the data root elsewhere")
+                throw ContainerError.sandboxUnavailable(
+                    "the container \(container) is below \(covering), which apps may read: move the data root elsewhere"
+                )
             }
         }
     }
@@ -136,24 +149,31 @@ package struct SandboxProfile: Sendable {
         let container = app.url.path
         rules.append(("read", container))
         // Sockets and FIFOs only in tmp (TMPDIR: Python's multiprocessing, asyncio …), never among data.
-        for directory in AppContainer.writableDirectories { rules.append((directory == "tmp" ? "scratch" : "write", container + "/" + directory)) }
+        for directory in AppContainer.writableDirectories {
+            rules.append((directory == "tmp" ? "scratch" : "write", container + "/" + directory))
+        }
         rules.append(("inbox", app.inboxStorage.path))
         for group in groups { rules.append(("shared", group.url.path)) }
         for (rights, path) in rules { a += ["--allow", rights + ":" + path] }
         return a
     }
 
-    private func metadataPath(_ container: String) -> String { container + "/" + DataRootLayout.containerMetadataFileName }
+    private func metadataPath(_ container: String) -> String {
+        container + "/" + DataRootLayout.containerMetadataFileName
+    }
 
     /// Where the Swift runtime this process uses lives, when outside `/usr` (a toolchain in
     /// `/opt`): an app built with it needs it to start. Read once per process.
     func runtimeDirectories() -> [String] { Self.runtime }
 
     private static let runtime: [String] = {
-        guard let data = try? FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/self/maps")).readToEnd() else { return [] }   // size 0 in stat: read to the end
+        guard let data = try? FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/self/maps")).readToEnd() else {
+            return []
+        }   // size 0 in stat: read to the end
         let maps = String(decoding: data, as: UTF8.self)
         var found = Set<String>()
-        for line in maps.split(separator: "\n") where line.hasSuffix("/libswiftCore.so") || line.contains("/libswiftCore.so ") {
+        for line in maps.split(separator: "\n")
+        where line.hasSuffix("/libswiftCore.so") || line.contains("/libswiftCore.so ") {
             guard let slash = line.firstIndex(of: "/") else { continue }
             let directory = URL(fileURLWithPath: String(line[slash...])).deletingLastPathComponent().path
             if !directory.hasPrefix("/usr/") { found.insert(directory) }

@@ -2,6 +2,7 @@ import DataProtectionIPC
 import DataProtectionKeybag
 import Foundation
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,10 +46,13 @@ struct AppDescription: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case identifier = "Identifier", container = "Container", groups = "Groups", sandboxed = "Sandboxed",
-             servedByFileSystem = "ServedByFileSystem"
+            servedByFileSystem = "ServedByFileSystem"
     }
 
-    init(identifier: String, container: String, groups: [String: String], sandboxed: Bool, servedByFileSystem: Bool = false) {
+    init(
+        identifier: String, container: String, groups: [String: String], sandboxed: Bool,
+        servedByFileSystem: Bool = false
+    ) {
         self.identifier = identifier
         self.container = container
         self.groups = groups
@@ -77,7 +81,9 @@ final class SupervisorConnection: Sendable {
     func describe() throws -> AppDescription {
         try exchange.withLock { _ in
             try IPCFrame.write(fd, [SupervisorProtocol.version, SupervisorProtocol.Op.describe.rawValue])
-            guard let reply = try IPCFrame.read(fd), reply.count > 2, reply[0] == SupervisorProtocol.version, reply[1] == 0 else {
+            guard let reply = try IPCFrame.read(fd), reply.count > 2, reply[0] == SupervisorProtocol.version,
+                reply[1] == 0
+            else {
                 throw IPCError("the supervisor did not describe the app")
             }
             return try PropertyListDecoder().decode(AppDescription.self, from: Data(reply[2...]))
@@ -98,7 +104,8 @@ final class SupervisorConnection: Sendable {
     private func openChannel(_ request: [UInt8]) -> Int32? {
         exchange.withLock { _ -> Int32? in
             guard (try? IPCFrame.write(fd, request)) != nil,
-                  let answer = try? UnixSocket.receiveDescriptor(from: fd, capacity: 1) else { return nil }
+                let answer = try? UnixSocket.receiveDescriptor(from: fd, capacity: 1)
+            else { return nil }
             guard answer.message == [SupervisorProtocol.channelGranted], let channel = answer.descriptor else {
                 if let stray = answer.descriptor { close(stray) }
                 return nil

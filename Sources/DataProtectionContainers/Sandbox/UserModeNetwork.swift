@@ -1,6 +1,7 @@
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -36,10 +37,13 @@ final class UserModeNetwork: Sendable {
         let ready = try Pipe2(), exitPipe = try Pipe2()
         let devNull = open("/dev/null", O_RDWR | O_CLOEXEC)
         defer { if devNull >= 0 { close(devNull) } }
-        let process = ChildProcess(path: slirp4netns, arguments: [
-            slirp4netns, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox", "--enable-seccomp",
-            "--userns-path=/proc/self/fd/5", "--ready-fd=3", "--exit-fd=4", String(pid), "tap0",
-        ], environment: [:], descriptors: [devNull, devNull, errors, ready.write, exitPipe.read, owner])
+        let process = ChildProcess(
+            path: slirp4netns,
+            arguments: [
+                slirp4netns, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                "--enable-seccomp",
+                "--userns-path=/proc/self/fd/5", "--ready-fd=3", "--exit-fd=4", String(pid), "tap0",
+            ], environment: [:], descriptors: [devNull, devNull, errors, ready.write, exitPipe.read, owner])
         try process.start()
         ready.closeWriteEnd()
         var byte: UInt8 = 0

@@ -11,7 +11,8 @@ func inotifyEvents(_ buffer: [UInt8], count: Int) -> [(watch: Int32, name: Strin
     var offset = 0
     while offset + 16 <= count {
         let length = Int(field(offset + 12))
-        let name = String(decoding: buffer[(offset + 16)..<min(count, offset + 16 + length)].prefix { $0 != 0 }, as: UTF8.self)
+        let name = String(
+            decoding: buffer[(offset + 16)..<min(count, offset + 16 + length)].prefix { $0 != 0 }, as: UTF8.self)
         events.append((Int32(bitPattern: field(offset)), name))
         offset += 16 + length
     }

@@ -42,6 +42,7 @@ struct DirectoryListing {
         dirent.type = UInt32(type)
         withUnsafeBytes(of: &dirent) { bytes += $0.prefix(Self.direntSize) }
         bytes += name
-        bytes += [UInt8](repeating: 0, count: record - (plus ? MemoryLayout<fuse_entry_out>.size : 0) - Self.direntSize - name.count)
+        bytes += [UInt8](
+            repeating: 0, count: record - (plus ? MemoryLayout<fuse_entry_out>.size : 0) - Self.direntSize - name.count)
     }
 }

@@ -1,10 +1,11 @@
 import CFUSEKernel
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
-import SystemPackage
 import Logging
 import Synchronization
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,7 +38,8 @@ struct FUSEDevice: Sendable {
     /// unless this process is root.
     static func checkAvailability() throws {
         guard access("/dev/fuse", R_OK | W_OK) == 0 else {
-            throw FileSystemServerError.unavailable("/dev/fuse is missing or not usable (load the fuse module, or give the container /dev/fuse)")
+            throw FileSystemServerError.unavailable(
+                "/dev/fuse is missing or not usable (load the fuse module, or give the container /dev/fuse)")
         }
         guard fusermount() != nil || geteuid() == 0 else {
             throw FileSystemServerError.unavailable("fusermount3 is not installed: apt-get install fuse3")
@@ -48,7 +50,9 @@ struct FUSEDevice: Sendable {
     ///
     /// - Parameter kernelChecksPermissions: `default_permissions`, the kernel checking modes and
     ///   owners with each caller's own credentials and capabilities before a request is sent.
-    static func mount(at mountPoint: String, allowOther: Bool = false, kernelChecksPermissions: Bool = false) throws -> FUSEDevice {
+    static func mount(
+        at mountPoint: String, allowOther: Bool = false, kernelChecksPermissions: Bool = false
+    ) throws -> FUSEDevice {
         try checkAvailability()
         var st = stat()
         guard stat(mountPoint, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
@@ -60,7 +64,8 @@ struct FUSEDevice: Sendable {
         // asks for a directory's attributes again before each create and remove (one round trip
         // more per file); with `allow_other` it is needed and set, and so it is when asked (a
         // server run as root for callers without capabilities: see ProtectedFileSystem).
-        let checks = (allowOther ? ",allow_other" : "") + (allowOther || kernelChecksPermissions ? ",default_permissions" : "")
+        let checks =
+            (allowOther ? ",allow_other" : "") + (allowOther || kernelChecksPermissions ? ",default_permissions" : "")
         let options = "rw,nosuid,nodev,fsname=\(fsName),subtype=\(fsName)" + checks
         if let fusermount = fusermount() {
             return try mountThroughFusermount(fusermount, at: mountPoint, options: options + ",auto_unmount")
@@ -81,7 +86,9 @@ struct FUSEDevice: Sendable {
 
     /// `fusermount3 -o OPTIONS -- MOUNTPOINT` with `_FUSE_COMMFD`: it opens `/dev/fuse`, mounts it
     /// and sends the descriptor back over a socket pair.
-    private static func mountThroughFusermount(_ fusermount: String, at mountPoint: String, options: String) throws -> FUSEDevice {
+    private static func mountThroughFusermount(
+        _ fusermount: String, at mountPoint: String, options: String
+    ) throws -> FUSEDevice {
         var pair: [Int32] = [0, 0]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw FileSystemServerError.system("socketpair", Errno(rawValue: errno))
@@ -99,7 +106,8 @@ struct FUSEDevice: Sendable {
         let monitor = FusermountMonitor(socket: pair[0], pid: pid)
         guard let received, received.count > 0, let fd = received.descriptor else {
             monitor.release()
-            throw FileSystemServerError.badMountPoint(mountPoint, "fusermount3 could not mount it (its message is above)")
+            throw FileSystemServerError.badMountPoint(
+                mountPoint, "fusermount3 could not mount it (its message is above)")
         }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         var device = FUSEDevice(fd: fd, mountPoint: mountPoint)
@@ -116,7 +124,9 @@ struct FUSEDevice: Sendable {
         let sources: [Int32] = [devNull, devNull, 2] + (socket.map { [$0] } ?? [])
         let environment = (socket == nil ? [] : ["_FUSE_COMMFD=3"]) + ["PATH=/usr/bin:/bin"]
         let spawned = withCStrings([fusermount] + arguments) { argv in
-            withCStrings(environment) { envp in Result { () throws(Errno) in try SystemCall.spawn(fusermount, argv, envp, descriptors: sources) } }
+            withCStrings(environment) { envp in
+                Result { () throws(Errno) in try SystemCall.spawn(fusermount, argv, envp, descriptors: sources) }
+            }
         }
         switch spawned {
         case .success(let pid): return (0, pid)
@@ -129,13 +139,20 @@ struct FUSEDevice: Sendable {
         guard isMounted(mountPoint) else { return }   // gone already (its server ended: auto_unmount)
         if let fusermount = fusermount() {
             let (spawned, pid) = spawn(fusermount, ["-u", "-z", "--", mountPoint])
-            guard spawned == 0 else { throw FileSystemServerError.system("running \(fusermount)", Errno(rawValue: spawned)) }
+            guard spawned == 0 else {
+                throw FileSystemServerError.system("running \(fusermount)", Errno(rawValue: spawned))
+            }
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
             if status == 0 { return }
-            if geteuid() != 0 { throw FileSystemServerError.badMountPoint(mountPoint, "could not be unmounted (fusermount3's message is above)") }
+            if geteuid() != 0 {
+                throw FileSystemServerError.badMountPoint(
+                    mountPoint, "could not be unmounted (fusermount3's message is above)")
+            }
         }
-        guard umount2(mountPoint, Int32(MNT_DETACH)) == 0 else { throw FileSystemServerError.system("umount \(mountPoint)", Errno(rawValue: errno)) }
+        guard umount2(mountPoint, Int32(MNT_DETACH)) == 0 else {
+            throw FileSystemServerError.system("umount \(mountPoint)", Errno(rawValue: errno))
+        }
     }
 }
 
@@ -157,7 +174,11 @@ final class FusermountMonitor: Sendable {
 
     /// Closes our end (once): fusermount3 unmounts and ends.
     func release() {
-        guard !released.withLock({ let was = $0; $0 = true; return was }) else { return }
+        guard
+            !released.withLock({
+                let was = $0; $0 = true; return was
+            })
+        else { return }
         close(socket)
     }
 

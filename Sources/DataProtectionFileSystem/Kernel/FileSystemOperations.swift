@@ -1,5 +1,6 @@
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,33 +20,43 @@ protocol FileSystemOperations: AnyObject, Sendable {
     func lookup(_ name: [UInt8], in parent: UInt64) throws(Errno) -> NodeEntry
     func attributes(of node: UInt64) throws(Errno) -> NodeAttributes
     func checkAccess(_ node: UInt64, mask: Int32) throws(Errno)
-    func setAttributes(_ change: AttributeChange, of node: UInt64, _ request: RequestContext) throws(Errno) -> NodeAttributes
+    func setAttributes(
+        _ change: AttributeChange, of node: UInt64, _ request: RequestContext
+    ) throws(Errno) -> NodeAttributes
     func readLink(_ node: UInt64) throws(Errno) -> [UInt8]
     func symbolicLink(_ name: [UInt8], in parent: UInt64, to target: [UInt8]) throws(Errno) -> NodeEntry
     func makeNode(_ name: [UInt8], in parent: UInt64, mode: UInt32) throws(Errno) -> NodeEntry
     func makeDirectory(_ name: [UInt8], in parent: UInt64, mode: UInt32) throws(Errno) -> NodeEntry
     func remove(_ name: [UInt8], in parent: UInt64, directory: Bool) throws(Errno)
-    func rename(_ name: [UInt8], in parent: UInt64, to newName: [UInt8], in newParent: UInt64, flags: UInt32) throws(Errno)
+    func rename(
+        _ name: [UInt8], in parent: UInt64, to newName: [UInt8], in newParent: UInt64, flags: UInt32) throws(Errno)
     func link(_ node: UInt64, as name: [UInt8], in newParent: UInt64) throws(Errno) -> NodeEntry
 
     /// Returns the new handle.
     func openFile(_ node: UInt64, _ options: OpenOptions) throws(Errno) -> UInt64
     /// Returns the file's entry and the new handle.
-    func createFile(_ name: [UInt8], in parent: UInt64, mode: UInt32, _ options: OpenOptions) throws(Errno) -> (NodeEntry, UInt64)
+    func createFile(
+        _ name: [UInt8], in parent: UInt64, mode: UInt32, _ options: OpenOptions
+    ) throws(Errno) -> (NodeEntry, UInt64)
     /// At most `count` bytes from `offset` (fewer at the end of the file).
     func read(_ node: UInt64, handle: UInt64, at offset: Int64, count: Int) throws(Errno) -> Data
     /// Returns how many bytes were written (all, or an error).
-    func write(_ node: UInt64, handle: UInt64, _ data: UnsafeRawBufferPointer, at offset: Int64, killsSetID: Bool,
-               _ request: RequestContext) throws(Errno) -> Int
+    func write(
+        _ node: UInt64, handle: UInt64, _ data: UnsafeRawBufferPointer, at offset: Int64, killsSetID: Bool,
+        _ request: RequestContext
+    ) throws(Errno) -> Int
     func release(_ node: UInt64, handle: UInt64)
     func synchronize(_ node: UInt64, handle: UInt64, dataOnly: Bool) throws(Errno)
-    func allocate(_ node: UInt64, handle: UInt64, at offset: Int64, length: Int64, mode: UInt32, _ request: RequestContext) throws(Errno)
+    func allocate(
+        _ node: UInt64, handle: UInt64, at offset: Int64, length: Int64, mode: UInt32, _ request: RequestContext)
+        throws(Errno)
     func fileSystemStatus(_ node: UInt64) throws(Errno) -> statvfs
 
     /// Returns the new handle.
     func openDirectory(_ node: UInt64) throws(Errno) -> UInt64
     /// Adds entries from the directory's `offset` to `listing` until it is full.
-    func readDirectory(_ node: UInt64, handle: UInt64, from offset: Int64, into listing: inout DirectoryListing) throws(Errno)
+    func readDirectory(
+        _ node: UInt64, handle: UInt64, from offset: Int64, into listing: inout DirectoryListing) throws(Errno)
     func releaseDirectory(_ node: UInt64, handle: UInt64)
     func synchronizeDirectory(_ node: UInt64, handle: UInt64, dataOnly: Bool) throws(Errno)
 

@@ -1,5 +1,6 @@
 import CFUSEKernel
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +18,8 @@ extension FileSystemRequest {
         switch fuse_opcode(rawValue: raw.opcode) {
         case FUSE_INIT:
             let offered = try raw.argument(fuse_init_in.self)
-            self = .initialize(major: offered.major, minor: offered.minor, maxReadahead: offered.max_readahead, flags: offered.flags)
+            self = .initialize(
+                major: offered.major, minor: offered.minor, maxReadahead: offered.max_readahead, flags: offered.flags)
         case FUSE_DESTROY: self = .destroy
         case FUSE_FORGET: self = .forget([(node, try raw.argument(fuse_forget_in.self).nlookup)])
         case FUSE_BATCH_FORGET: self = .forget(try Self.forgotten(raw))
@@ -25,7 +27,8 @@ extension FileSystemRequest {
 
         case FUSE_LOOKUP: self = .lookup(name: try KernelRequest.name(in: raw.body).name, parent: node)
         case FUSE_GETATTR: self = .getAttributes(node: node)
-        case FUSE_ACCESS: self = .checkAccess(node: node, mask: Int32(bitPattern: try raw.argument(fuse_access_in.self).mask))
+        case FUSE_ACCESS:
+            self = .checkAccess(node: node, mask: Int32(bitPattern: try raw.argument(fuse_access_in.self).mask))
         case FUSE_SETATTR: self = .setAttributes(node: node, AttributeChange(try raw.argument(fuse_setattr_in.self)))
         case FUSE_READLINK: self = .readLink(node: node)
         case FUSE_SYMLINK:
@@ -33,19 +36,25 @@ extension FileSystemRequest {
             self = .symbolicLink(name: name, parent: node, target: try KernelRequest.terminated(in: rest).0)
         case FUSE_MKNOD:
             let argument = try raw.argument(fuse_mknod_in.self)
-            self = .makeNode(name: try KernelRequest.name(in: try raw.tail(after: fuse_mknod_in.self)).name, parent: node, mode: argument.mode)
+            self = .makeNode(
+                name: try KernelRequest.name(in: try raw.tail(after: fuse_mknod_in.self)).name, parent: node,
+                mode: argument.mode)
         case FUSE_MKDIR:
             let argument = try raw.argument(fuse_mkdir_in.self)
             let name = try KernelRequest.name(in: try raw.tail(after: fuse_mkdir_in.self)).name
             self = .makeDirectory(name: name, parent: node, mode: argument.mode)
-        case FUSE_UNLINK: self = .remove(name: try KernelRequest.name(in: raw.body).name, parent: node, directory: false)
+        case FUSE_UNLINK:
+            self = .remove(name: try KernelRequest.name(in: raw.body).name, parent: node, directory: false)
         case FUSE_RMDIR: self = .remove(name: try KernelRequest.name(in: raw.body).name, parent: node, directory: true)
         case FUSE_RENAME:
             let argument = try raw.argument(fuse_rename_in.self)
-            self = try Self.rename(raw, names: try raw.tail(after: fuse_rename_in.self), newParent: argument.newdir, flags: 0)
+            self = try Self.rename(
+                raw, names: try raw.tail(after: fuse_rename_in.self), newParent: argument.newdir, flags: 0)
         case FUSE_RENAME2:
             let argument = try raw.argument(fuse_rename2_in.self)
-            self = try Self.rename(raw, names: try raw.tail(after: fuse_rename2_in.self), newParent: argument.newdir, flags: argument.flags)
+            self = try Self.rename(
+                raw, names: try raw.tail(after: fuse_rename2_in.self), newParent: argument.newdir, flags: argument.flags
+            )
         case FUSE_LINK:
             let argument = try raw.argument(fuse_link_in.self)
             let name = try KernelRequest.name(in: try raw.tail(after: fuse_link_in.self)).name
@@ -58,7 +67,8 @@ extension FileSystemRequest {
         case FUSE_CREATE:
             let argument = try raw.argument(fuse_create_in.self)
             let name = try KernelRequest.name(in: try raw.tail(after: fuse_create_in.self)).name
-            self = .create(name: name, parent: node, mode: argument.mode, OpenOptions(flags: Int32(bitPattern: argument.flags)))
+            self = .create(
+                name: name, parent: node, mode: argument.mode, OpenOptions(flags: Int32(bitPattern: argument.flags)))
         case FUSE_READ:
             let argument = try raw.argument(fuse_read_in.self)
             let size = min(Int(argument.size), maxWrite)
@@ -68,9 +78,10 @@ extension FileSystemRequest {
             let data = try raw.tail(after: fuse_write_in.self)
             let size = Int(argument.size)
             guard size <= data.count, size <= maxWrite else { throw Errno(rawValue: EINVAL) }
-            self = .write(node: node, handle: argument.fh, offset: Int64(bitPattern: argument.offset),
-                          data: UnsafeRawBufferPointer(rebasing: data[0..<size]),
-                          killsSetID: argument.write_flags & cfuse_write_kill_suidgid != 0)
+            self = .write(
+                node: node, handle: argument.fh, offset: Int64(bitPattern: argument.offset),
+                data: UnsafeRawBufferPointer(rebasing: data[0..<size]),
+                killsSetID: argument.write_flags & cfuse_write_kill_suidgid != 0)
         case FUSE_FLUSH: self = .flush
         case FUSE_RELEASE: self = .release(node: node, handle: try raw.argument(fuse_release_in.self).fh)
         case FUSE_FSYNC:
@@ -78,15 +89,17 @@ extension FileSystemRequest {
             self = .synchronize(node: node, handle: argument.fh, dataOnly: argument.fsync_flags & 1 != 0)
         case FUSE_FALLOCATE:
             let argument = try raw.argument(fuse_fallocate_in.self)
-            self = .allocate(node: node, handle: argument.fh, offset: Int64(bitPattern: argument.offset),
-                             length: Int64(bitPattern: argument.length), mode: argument.mode)
+            self = .allocate(
+                node: node, handle: argument.fh, offset: Int64(bitPattern: argument.offset),
+                length: Int64(bitPattern: argument.length), mode: argument.mode)
         case FUSE_STATFS: self = .fileSystemStatus(node: node)
 
         case FUSE_OPENDIR: self = .openDirectory(node: node)
         case FUSE_READDIR, FUSE_READDIRPLUS:
             let argument = try raw.argument(fuse_read_in.self)
-            self = .readDirectory(node: node, handle: argument.fh, offset: Int64(bitPattern: argument.offset), size: Int(argument.size),
-                                  plus: raw.opcode == FUSE_READDIRPLUS.rawValue)
+            self = .readDirectory(
+                node: node, handle: argument.fh, offset: Int64(bitPattern: argument.offset), size: Int(argument.size),
+                plus: raw.opcode == FUSE_READDIRPLUS.rawValue)
         case FUSE_RELEASEDIR: self = .releaseDirectory(node: node, handle: try raw.argument(fuse_release_in.self).fh)
         case FUSE_FSYNCDIR:
             let argument = try raw.argument(fuse_fsync_in.self)
@@ -106,8 +119,10 @@ extension FileSystemRequest {
             guard rest.count >= size else { throw Errno(rawValue: EINVAL) }
             let value = Array(rest[rest.startIndex..<(rest.startIndex + size)])
             self = .setExtendedAttribute(node: node, name: name, value: value, flags: Int32(bitPattern: flags))
-        case FUSE_LISTXATTR: self = .listExtendedAttributes(node: node, size: Int(try raw.argument(fuse_getxattr_in.self).size))
-        case FUSE_REMOVEXATTR: self = .removeExtendedAttribute(node: node, name: try KernelRequest.attributeName(in: raw.body).name)
+        case FUSE_LISTXATTR:
+            self = .listExtendedAttributes(node: node, size: Int(try raw.argument(fuse_getxattr_in.self).size))
+        case FUSE_REMOVEXATTR:
+            self = .removeExtendedAttribute(node: node, name: try KernelRequest.attributeName(in: raw.body).name)
 
         case FUSE_IOCTL: self = .ioctl
         default: self = .unknown(opcode: raw.opcode)
@@ -128,7 +143,9 @@ extension FileSystemRequest {
         }
     }
 
-    private static func rename(_ raw: KernelRequest, names: UnsafeRawBufferPointer, newParent: UInt64, flags: UInt32) throws(Errno) -> Self {
+    private static func rename(
+        _ raw: KernelRequest, names: UnsafeRawBufferPointer, newParent: UInt64, flags: UInt32
+    ) throws(Errno) -> Self {
         let (old, rest) = try KernelRequest.name(in: names)
         let (new, _) = try KernelRequest.name(in: rest)
         return .rename(name: old, parent: raw.nodeID, newName: new, newParent: newParent, flags: flags)
@@ -149,7 +166,8 @@ extension AttributeChange {
         size = has(cfuse_fattr_size) ? raw.size : nil
         handle = has(cfuse_fattr_fh) ? raw.fh : nil
         accessTime = has(cfuse_fattr_atime) ? time(raw.atime, raw.atimensec, now: has(cfuse_fattr_atime_now)) : nil
-        modificationTime = has(cfuse_fattr_mtime) ? time(raw.mtime, raw.mtimensec, now: has(cfuse_fattr_mtime_now)) : nil
+        modificationTime =
+            has(cfuse_fattr_mtime) ? time(raw.mtime, raw.mtimensec, now: has(cfuse_fattr_mtime_now)) : nil
         killsSetID = has(cfuse_fattr_kill_suidgid)
     }
 }

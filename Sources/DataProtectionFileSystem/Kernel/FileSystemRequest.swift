@@ -1,4 +1,5 @@
 import DataProtectionSystem
+
 #if canImport(Glibc)
 import Glibc
 #endif

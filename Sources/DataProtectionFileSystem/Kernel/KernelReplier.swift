@@ -1,5 +1,6 @@
 import CFUSEKernel
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,7 +19,10 @@ struct KernelReplier: Sendable {
         withUnsafeBytes(of: &header) { head in
             var vectors = [iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count)]
             if error == 0 {
-                for part in parts where part.count > 0 { vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count)) }
+                for part in parts where part.count > 0 {
+                    vectors.append(
+                        iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count))
+                }
             }
             // ENOENT: the request was interrupted and is gone; nothing else to do.
             _ = writev(fd, vectors, Int32(vectors.count))
@@ -48,13 +52,16 @@ struct KernelReplier: Sendable {
         header.unique = 0
         header.error = Int32(FUSE_NOTIFY_INVAL_ENTRY.rawValue)
         let terminated = name + [0]
-        header.len = UInt32(MemoryLayout<fuse_out_header>.size + MemoryLayout<fuse_notify_inval_entry_out>.size + terminated.count)
+        header.len = UInt32(
+            MemoryLayout<fuse_out_header>.size + MemoryLayout<fuse_notify_inval_entry_out>.size + terminated.count)
         return withUnsafeBytes(of: &header) { head in
             withUnsafeBytes(of: &body) { payload in
                 terminated.withUnsafeBytes { text in
-                    let vectors = [iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
-                                   iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count),
-                                   iovec(iov_base: UnsafeMutableRawPointer(mutating: text.baseAddress), iov_len: text.count)]
+                    let vectors = [
+                        iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
+                        iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count),
+                        iovec(iov_base: UnsafeMutableRawPointer(mutating: text.baseAddress), iov_len: text.count),
+                    ]
                     return writev(fd, vectors, 3) < 0 ? errno : 0
                 }
             }
@@ -72,8 +79,10 @@ struct KernelReplier: Sendable {
         header.len = UInt32(MemoryLayout<fuse_out_header>.size + MemoryLayout<fuse_notify_inval_inode_out>.size)
         return withUnsafeBytes(of: &header) { head in
             withUnsafeBytes(of: &body) { payload in
-                let vectors = [iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
-                               iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count)]
+                let vectors = [
+                    iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress), iov_len: head.count),
+                    iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: payload.count),
+                ]
                 return writev(fd, vectors, 2) < 0 ? errno : 0
             }
         }
@@ -110,9 +119,12 @@ struct KernelReplier: Sendable {
         attr.size = attributes.size
         attr.blocks = UInt64(st.st_blocks)
         // Times before 1970 are negative: carried as the protocol's two's complement, never trapped.
-        attr.atime = UInt64(bitPattern: Int64(st.st_atim.tv_sec)); attr.atimensec = UInt32(truncatingIfNeeded: st.st_atim.tv_nsec)
-        attr.mtime = UInt64(bitPattern: Int64(st.st_mtim.tv_sec)); attr.mtimensec = UInt32(truncatingIfNeeded: st.st_mtim.tv_nsec)
-        attr.ctime = UInt64(bitPattern: Int64(st.st_ctim.tv_sec)); attr.ctimensec = UInt32(truncatingIfNeeded: st.st_ctim.tv_nsec)
+        attr.atime = UInt64(bitPattern: Int64(st.st_atim.tv_sec));
+        attr.atimensec = UInt32(truncatingIfNeeded: st.st_atim.tv_nsec)
+        attr.mtime = UInt64(bitPattern: Int64(st.st_mtim.tv_sec));
+        attr.mtimensec = UInt32(truncatingIfNeeded: st.st_mtim.tv_nsec)
+        attr.ctime = UInt64(bitPattern: Int64(st.st_ctim.tv_sec));
+        attr.ctimensec = UInt32(truncatingIfNeeded: st.st_ctim.tv_nsec)
         attr.mode = st.st_mode
         attr.nlink = UInt32(st.st_nlink)
         attr.uid = st.st_uid

@@ -1,5 +1,6 @@
 import CFUSEKernel
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -49,16 +50,22 @@ struct KernelRequest {
     /// that is one anyway is refused, `EINVAL`); longer than `NAME_MAX`: `ENAMETOOLONG`.
     static func name(in bytes: UnsafeRawBufferPointer) throws(Errno) -> (name: [UInt8], rest: UnsafeRawBufferPointer) {
         let (name, rest) = try terminated(in: bytes)
-        guard !name.isEmpty, name != [0x2E], name != [0x2E, 0x2E], !name.contains(0x2F) else { throw Errno(rawValue: EINVAL) }
+        guard !name.isEmpty, name != [0x2E], name != [0x2E, 0x2E], !name.contains(0x2F) else {
+            throw Errno(rawValue: EINVAL)
+        }
         guard name.count <= Int(NAME_MAX) else { throw Errno(rawValue: ENAMETOOLONG) }
         return (name, rest)
     }
 
     /// An extended attribute's name (NUL-terminated, 1 to `XATTR_NAME_MAX` bytes: else `EINVAL`
     /// or `ERANGE`, as the kernel answers), and what follows it.
-    static func attributeName(in bytes: UnsafeRawBufferPointer) throws(Errno) -> (name: [UInt8], rest: UnsafeRawBufferPointer) {
+    static func attributeName(
+        in bytes: UnsafeRawBufferPointer
+    ) throws(Errno) -> (name: [UInt8], rest: UnsafeRawBufferPointer) {
         let (name, rest) = try terminated(in: bytes)
-        guard !name.isEmpty, name.count <= Int(XATTR_NAME_MAX) else { throw Errno(rawValue: name.isEmpty ? EINVAL : ERANGE) }
+        guard !name.isEmpty, name.count <= Int(XATTR_NAME_MAX) else {
+            throw Errno(rawValue: name.isEmpty ? EINVAL : ERANGE)
+        }
         return (name, rest)
     }
 

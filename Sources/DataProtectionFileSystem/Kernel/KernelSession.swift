@@ -1,6 +1,7 @@
 import CFUSEKernel
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,11 +46,15 @@ struct KernelSession: Sendable {
         let ops = operations
         switch request {
         case .initialize(let major, let minor, let maxReadahead, let flags):
-            replier.reply(unique, Self.initialized(major: major, minor: minor, maxReadahead: maxReadahead, flags: flags, maxWrite: maxWrite))
+            replier.reply(
+                unique,
+                Self.initialized(
+                    major: major, minor: minor, maxReadahead: maxReadahead, flags: flags, maxWrite: maxWrite))
         case .destroy: replier.reply(unique)
         case .forget(let nodes): for (node, count) in nodes { ops.forget(node, count: count) }
         case .interrupt: break   // recorded by the caller
-        case .lookup(let name, let parent): replier.reply(unique, KernelReplier.encode(try ops.lookup(name, in: parent)))
+        case .lookup(let name, let parent):
+            replier.reply(unique, KernelReplier.encode(try ops.lookup(name, in: parent)))
         case .getAttributes(let node): replier.reply(unique, KernelReplier.encode(try ops.attributes(of: node)))
         case .checkAccess(let node, let mask):
             try ops.checkAccess(node, mask: mask)
@@ -120,7 +125,7 @@ struct KernelSession: Sendable {
             try ops.removeExtendedAttribute(name, of: node)
             replier.reply(unique)
         case .ioctl: throw Errno(rawValue: ENOTTY)   // not remembered by the kernel: the cheapest answer
-        case .unknown: throw Errno(rawValue: ENOSYS)  // the kernel remembers it for most calls
+        case .unknown: throw Errno(rawValue: ENOSYS)   // the kernel remembers it for most calls
         }
     }
 
@@ -144,14 +149,17 @@ struct KernelSession: Sendable {
 
     /// INIT's answer: this server's protocol version and what it asks for of what the kernel
     /// offers. An older or newer major: ours alone, and the kernel gives up.
-    static func initialized(major: UInt32, minor: UInt32, maxReadahead: UInt32, flags: UInt32, maxWrite: Int) -> fuse_init_out {
+    static func initialized(
+        major: UInt32, minor: UInt32, maxReadahead: UInt32, flags: UInt32, maxWrite: Int
+    ) -> fuse_init_out {
         var out = fuse_init_out()
         out.major = cfuse_major
         out.minor = cfuse_minor
         guard major == cfuse_major else { return out }
         out.minor = min(minor, cfuse_minor)
         out.max_readahead = maxReadahead
-        let wanted = cfuse_async_read | cfuse_atomic_o_trunc | cfuse_big_writes | cfuse_max_pages | cfuse_parallel_dirops
+        let wanted =
+            cfuse_async_read | cfuse_atomic_o_trunc | cfuse_big_writes | cfuse_max_pages | cfuse_parallel_dirops
             | cfuse_handle_killpriv_v2 | cfuse_do_readdirplus | cfuse_readdirplus_auto
         out.flags = flags & wanted
         out.max_background = 64

@@ -23,7 +23,9 @@ extension Keybag {
     /// the embedded keybag, or passed on to keybagd. Errors are the keybag's own
     /// (``KeybagError``), ready to be sent back as the daemon would.
     package func answer(_ op: KeybagWire.Op, body: [UInt8]) async throws -> [UInt8] {
-        guard let request = KeybagRequests.byOpcode[op] else { throw KeybagWire.ProtocolError("operation \(op) is not served") }
+        guard let request = KeybagRequests.byOpcode[op] else {
+            throw KeybagWire.ProtocolError("operation \(op) is not served")
+        }
         if let embedded = backend as? EmbeddedKeybag {
             var reader = ByteReader(body)
             var writer = ByteWriter(capacity: 1024)

@@ -1,6 +1,7 @@
 import DataProtectionSystem
-import SystemPackage
 import Foundation
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -36,7 +37,8 @@ package enum KeybagDaemonLock {
             let holder = read(fd)
             close(fd)
             if error == .resourceTemporarilyUnavailable || error == .permissionDenied {
-                throw KeybagError.daemon("another \(holder.described) already serves \(root): one data root has one keybagd")
+                throw KeybagError.daemon(
+                    "another \(holder.described) already serves \(root): one data root has one keybagd")
             }
             throw KeybagError.io(path: path, reason: error.description)
         }
@@ -61,7 +63,10 @@ package enum KeybagDaemonLock {
     private static func read(_ fd: Int32) -> Holder {
         var buffer = [UInt8](repeating: 0, count: 4200)
         let count = max(0, pread(fd, &buffer, buffer.count, 0))
-        let lines = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
-        return Holder(pid: lines.first.flatMap { Int32($0) }, socketPath: lines.count > 1 && !lines[1].isEmpty ? String(lines[1]) : nil)
+        let lines = String(decoding: buffer[0..<count], as: UTF8.self).split(
+            separator: "\n", omittingEmptySubsequences: false)
+        return Holder(
+            pid: lines.first.flatMap { Int32($0) },
+            socketPath: lines.count > 1 && !lines[1].isEmpty ? String(lines[1]) : nil)
     }
 }

@@ -1,5 +1,5 @@
-import DataProtectionIPC
 import Crypto
+import DataProtectionIPC
 import DataProtectionSystem
 import Foundation
 
@@ -73,10 +73,12 @@ package enum KeybagRequests {
         Hello.self, Status.self, Unlock.self, Lock.self, IsAvailable.self, CanCreate.self, Generation.self,
         WrapNewFileKey.self, UnwrapFileKey.self, RewrapFileKey.self, Wrap.self, LockStateRequest.self,
         IsProtectedDataAvailable.self, GracePeriod.self, SetGracePeriod.self, SetPasscode.self, ChangePasscode.self,
-        RemovePasscode.self, SetBackupPassword.self, Erase.self, SetEraseAfterTenFailures.self, BackupAuthenticationKey.self,
+        RemovePasscode.self, SetBackupPassword.self, Erase.self, SetEraseAfterTenFailures.self,
+        BackupAuthenticationKey.self,
         SetMinimumPasscodeLength.self,
     ]
-    package static let byOpcode: [KeybagWire.Op: any KeybagRequest.Type] = Dictionary(uniqueKeysWithValues: all.map { ($0.op, $0) })
+    package static let byOpcode: [KeybagWire.Op: any KeybagRequest.Type] = Dictionary(
+        uniqueKeysWithValues: all.map { ($0.op, $0) })
 
     package struct Hello: EmptyKeybagRequest {
         package static let op = KeybagWire.Op.hello
@@ -88,7 +90,9 @@ package enum KeybagRequests {
         package static func decode(_ r: inout ByteReader) throws -> (id: UUID, root: String) {
             (try KeybagWire.uuid(&r), try KeybagWire.string(&r, "root"))
         }
-        package func perform(on keybag: EmbeddedKeybag) async throws -> (id: UUID, root: String) { (keybag.id, keybag.root) }
+        package func perform(on keybag: EmbeddedKeybag) async throws -> (id: UUID, root: String) {
+            (keybag.id, keybag.root)
+        }
     }
 
     package struct Status: EmptyKeybagRequest {
@@ -119,7 +123,9 @@ package enum KeybagRequests {
         package static let op = KeybagWire.Op.isAvailable
         package let protectionClass: ProtectionClass
         package init(protectionClass: ProtectionClass) { self.protectionClass = protectionClass }
-        package func perform(on keybag: EmbeddedKeybag) async throws -> Bool { await keybag.isAvailable(protectionClass) }
+        package func perform(on keybag: EmbeddedKeybag) async throws -> Bool {
+            await keybag.isAvailable(protectionClass)
+        }
     }
 
     package struct CanCreate: ClassKeybagRequest {
@@ -136,14 +142,18 @@ package enum KeybagRequests {
         package init(protectionClass: ProtectionClass) { self.protectionClass = protectionClass }
         package static func encode(_ response: Int, _ w: inout ByteWriter) { w.u64(UInt64(response)) }
         package static func decode(_ r: inout ByteReader) throws -> Int { Int(try r.u64("generation")) }
-        package func perform(on keybag: EmbeddedKeybag) async throws -> Int { try await keybag.generation(of: protectionClass) }
+        package func perform(on keybag: EmbeddedKeybag) async throws -> Int {
+            try await keybag.generation(of: protectionClass)
+        }
     }
 
     package struct GracePeriod: EmptyKeybagRequest {
         package static let op = KeybagWire.Op.gracePeriod
         package init() {}
         package static func encode(_ response: TimeInterval, _ w: inout ByteWriter) { KeybagWire.double(&w, response) }
-        package static func decode(_ r: inout ByteReader) throws -> TimeInterval { try KeybagWire.double(&r, "seconds") }
+        package static func decode(_ r: inout ByteReader) throws -> TimeInterval {
+            try KeybagWire.double(&r, "seconds")
+        }
         package func perform(on keybag: EmbeddedKeybag) async throws -> TimeInterval { await keybag.gracePeriod }
     }
 
@@ -174,7 +184,9 @@ package enum KeybagRequests {
         package init(length: Int) { self.length = length }
         package func encode(_ w: inout ByteWriter) { w.u8(UInt8(clamping: length)) }
         package init(_ r: inout ByteReader) throws { length = Int(try r.u8("length")) }
-        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.setMinimumPasscodeLength(length) }
+        package func perform(on keybag: EmbeddedKeybag) async throws {
+            try await keybag.setMinimumPasscodeLength(length)
+        }
     }
 
     package struct Unlock: SecretKeybagRequest {
@@ -203,19 +215,25 @@ package enum KeybagRequests {
         package static let op = KeybagWire.Op.changePasscode
         package let old: SecretBytes, new: SecretBytes
         package init(old: SecretBytes, new: SecretBytes) { self.old = old; self.new = new }
-        package func encode(_ w: inout ByteWriter) { KeybagWire.secretString(&w, old); KeybagWire.secretString(&w, new) }
+        package func encode(_ w: inout ByteWriter) {
+            KeybagWire.secretString(&w, old); KeybagWire.secretString(&w, new)
+        }
         package init(_ r: inout ByteReader) throws {
             old = try KeybagWire.secretString(&r, "old")
             new = try KeybagWire.secretString(&r, "new")
         }
-        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.changePasscode(from: old, to: new) }
+        package func perform(on keybag: EmbeddedKeybag) async throws {
+            try await keybag.changePasscode(from: old, to: new)
+        }
     }
 
     package struct RemovePasscode: SecretKeybagRequest {
         package static let op = KeybagWire.Op.removePasscode
         package let secret: SecretBytes
         package init(secret: SecretBytes) { self.secret = secret }
-        package func perform(on keybag: EmbeddedKeybag) async throws { try await keybag.removePasscode(current: secret) }
+        package func perform(on keybag: EmbeddedKeybag) async throws {
+            try await keybag.removePasscode(current: secret)
+        }
     }
 
     package struct SetBackupPassword: SecretKeybagRequest {
@@ -286,9 +304,13 @@ package enum KeybagRequests {
             wrapped = try KeybagWire.wrapped(&r)
             protectionClass = try KeybagWire.protectionClass(&r)
         }
-        package static func encode(_ response: WrappedFileKey, _ w: inout ByteWriter) { KeybagWire.wrapped(&w, response) }
+        package static func encode(_ response: WrappedFileKey, _ w: inout ByteWriter) {
+            KeybagWire.wrapped(&w, response)
+        }
         package static func decode(_ r: inout ByteReader) throws -> WrappedFileKey { try KeybagWire.wrapped(&r) }
-        package func perform(on keybag: EmbeddedKeybag) async throws -> WrappedFileKey { try await keybag.rewrapFileKey(wrapped, to: protectionClass) }
+        package func perform(on keybag: EmbeddedKeybag) async throws -> WrappedFileKey {
+            try await keybag.rewrapFileKey(wrapped, to: protectionClass)
+        }
     }
 
     package struct Wrap: KeybagRequest {
@@ -309,7 +331,9 @@ package enum KeybagRequests {
             protectionClass = try KeybagWire.protectionClass(&r)
             thisDeviceOnly = try r.u8("this device only") == 1
         }
-        package static func encode(_ response: WrappedFileKey, _ w: inout ByteWriter) { KeybagWire.wrapped(&w, response) }
+        package static func encode(_ response: WrappedFileKey, _ w: inout ByteWriter) {
+            KeybagWire.wrapped(&w, response)
+        }
         package static func decode(_ r: inout ByteReader) throws -> WrappedFileKey { try KeybagWire.wrapped(&r) }
         package func perform(on keybag: EmbeddedKeybag) async throws -> WrappedFileKey {
             try await keybag.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
@@ -321,6 +345,8 @@ package enum KeybagRequests {
         package init() {}
         package static func encode(_ response: SymmetricKey, _ w: inout ByteWriter) { KeybagWire.key(&w, response) }
         package static func decode(_ r: inout ByteReader) throws -> SymmetricKey { try r.peekingKey() }
-        package func perform(on keybag: EmbeddedKeybag) async throws -> SymmetricKey { try await keybag.backupAuthenticationKey() }
+        package func perform(on keybag: EmbeddedKeybag) async throws -> SymmetricKey {
+            try await keybag.backupAuthenticationKey()
+        }
     }
 }

@@ -1,5 +1,6 @@
 import DataProtectionSystem
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -12,13 +13,16 @@ import Glibc
 /// The daemon holds an exclusive `flock` on the file while it lives; a client that can take a
 /// shared lock knows the daemon is gone and stops trusting the page. A restarted daemon
 /// rewrites the same file (same inode), with a new instance number, so mappings stay valid.
-/// `@unchecked Sendable`: the mapping never moves, and every word in it is read and written with acquire and release atomics (`SystemCall.loadAcquire`, `storeRelease`).
+/// `@unchecked Sendable`: the mapping never moves, and every word in it is read and written with acquire and
+/// release atomics (`SystemCall.loadAcquire`, `storeRelease`).
 package final class KeybagStatePage: @unchecked Sendable {
     static let size = 4096
     /// `\x89DPKS\r\n\x1a`, as a little-endian word.
     static let magic: UInt64 = 0x1A0A_0D53_4B50_4489
     static let version: UInt64 = 1
-    private enum Word: Int { case magic = 0, version, instance, available, generationA, generationB, generationC, generationD, locked }
+    private enum Word: Int {
+        case magic = 0, version, instance, available, generationA, generationB, generationC, generationD, locked
+    }
 
     private let fd: Int32
     private let words: UnsafeMutablePointer<UInt64>
@@ -64,7 +68,9 @@ package final class KeybagStatePage: @unchecked Sendable {
     /// Creates (or takes over) the page for a daemon: locks it exclusively for the daemon's
     /// life, and starts a new instance in which no class key was discarded yet, only
     /// `available` classes can be opened, and the device is `locked` or not.
-    package static func publish(socketPath: String, available: [ProtectionClass], locked: Bool) throws -> KeybagStatePage {
+    package static func publish(
+        socketPath: String, available: [ProtectionClass], locked: Bool
+    ) throws -> KeybagStatePage {
         let path = path(forSocket: socketPath)
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw KeybagError.daemon("cannot create \(path): \(String(cString: strerror(errno)))") }
@@ -75,7 +81,8 @@ package final class KeybagStatePage: @unchecked Sendable {
             usleep(5_000)
         }
         guard locked, fchmod(fd, 0o600) == 0, ftruncate(fd, off_t(size)) == 0,
-              let raw = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), raw != MAP_FAILED else {
+            let raw = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), raw != MAP_FAILED
+        else {
             let why = String(cString: strerror(errno))
             close(fd)
             throw KeybagError.daemon("cannot publish \(path): \(why)")
@@ -119,11 +126,13 @@ package final class KeybagStatePage: @unchecked Sendable {
         guard fd >= 0 else { return nil }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_uid == getuid(), info.st_size == off_t(size),
-              let raw = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), raw != MAP_FAILED else {
+            let raw = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), raw != MAP_FAILED
+        else {
             close(fd)
             return nil
         }
-        let page = KeybagStatePage(fd: fd, words: UnsafeMutableRawPointer(raw).bindMemory(to: UInt64.self, capacity: size / 8))
+        let page = KeybagStatePage(
+            fd: fd, words: UnsafeMutableRawPointer(raw).bindMemory(to: UInt64.self, capacity: size / 8))
         guard page.load(.magic) == magic, page.load(.version) == version else { return nil }
         return page
     }
@@ -147,14 +156,16 @@ package final class KeybagStatePage: @unchecked Sendable {
             }
         }
         package static func == (a: Reading, b: Reading) -> Bool {
-            a.instance == b.instance && a.available == b.available && a.generations == b.generations && a.isLocked == b.isLocked
+            a.instance == b.instance && a.available == b.available && a.generations == b.generations
+                && a.isLocked == b.isLocked
         }
     }
 
     package func read() -> Reading? {
         guard load(.magic) == Self.magic else { return nil }
-        let reading = Reading(instance: load(.instance), available: load(.available), isLocked: load(.locked) != 0,
-                              generations: (load(.generationA), load(.generationB), load(.generationC), load(.generationD)))
+        let reading = Reading(
+            instance: load(.instance), available: load(.available), isLocked: load(.locked) != 0,
+            generations: (load(.generationA), load(.generationB), load(.generationC), load(.generationD)))
         // The daemon holds an exclusive lock while it lives: a shared lock we can take means it is gone.
         if flock(fd, LOCK_SH | LOCK_NB) == 0 {
             flock(fd, LOCK_UN)

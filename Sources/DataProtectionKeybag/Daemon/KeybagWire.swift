@@ -2,6 +2,7 @@ import Crypto
 import DataProtectionIPC
 import DataProtectionSystem
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -61,7 +62,9 @@ package enum KeybagWire {
 
     package static func string(_ r: inout ByteReader, _ field: String) throws -> String {
         let n = Int(try r.u16(field))
-        guard let s = String(bytes: try r.raw(n, field), encoding: .utf8) else { throw ProtocolError("\(field) is not UTF-8") }
+        guard let s = String(bytes: try r.raw(n, field), encoding: .utf8) else {
+            throw ProtocolError("\(field) is not UTF-8")
+        }
         return s
     }
 
@@ -105,7 +108,9 @@ package enum KeybagWire {
 
     package static func double(_ w: inout ByteWriter, _ d: Double) { w.u64(d.bitPattern) }
 
-    package static func double(_ r: inout ByteReader, _ field: String) throws -> Double { Double(bitPattern: try r.u64(field)) }
+    package static func double(_ r: inout ByteReader, _ field: String) throws -> Double {
+        Double(bitPattern: try r.u64(field))
+    }
 
     static let lockStates: [LockState] = [.beforeFirstUnlock, .locked, .unlocked]
 
@@ -135,7 +140,9 @@ package enum KeybagWire {
         let ephemeralCount = Int(try r.u16("ephemeral key length"))
         let ephemeral = ephemeralCount == 0 ? nil : try r.raw(ephemeralCount, "ephemeral key")
         guard wrappedKey.count <= 256, flags <= 1 else { throw ProtocolError("bad wrapped key") }
-        return WrappedFileKey(protectionClass: cls, keybagID: id, wrappedKey: wrappedKey, ephemeralPublicKey: ephemeral, thisDeviceOnly: flags == 1)
+        return WrappedFileKey(
+            protectionClass: cls, keybagID: id, wrappedKey: wrappedKey, ephemeralPublicKey: ephemeral,
+            thisDeviceOnly: flags == 1)
     }
 
     package static func status(_ w: inout ByteWriter, _ s: KeybagStatus) {
@@ -176,25 +183,31 @@ package enum KeybagWire {
         let graceLeft = try double(&r, "grace remaining")
         let kdf = try r.raw(3, "kdf")
         let mask = try r.u8("available")
-        var status = KeybagStatus(root: root, keybagID: id, lockState: state, passcodeSet: flags & 1 != 0, failedAttempts: failed,
-                                  delayRemaining: delay < 0 ? nil : delay, gracePeriod: grace, graceRemaining: graceLeft < 0 ? nil : graceLeft,
-                                  eraseAfterTenFailures: flags & 2 != 0, kdf: PasscodeKDF(logN: kdf[0], r: kdf[1], p: kdf[2]),
-                                  available: ProtectionClass.allCases.filter { mask & (1 << ($0.rawValue - 1)) != 0 })
+        var status = KeybagStatus(
+            root: root, keybagID: id, lockState: state, passcodeSet: flags & 1 != 0, failedAttempts: failed,
+            delayRemaining: delay < 0 ? nil : delay, gracePeriod: grace,
+            graceRemaining: graceLeft < 0 ? nil : graceLeft,
+            eraseAfterTenFailures: flags & 2 != 0, kdf: PasscodeKDF(logN: kdf[0], r: kdf[1], p: kdf[2]),
+            available: ProtectionClass.allCases.filter { mask & (1 << ($0.rawValue - 1)) != 0 })
         let storage = try r.u8("secret storage")
         let pcrMask = try r.u32("PCR mask")
         guard storage <= 1, pcrMask <= 0xFF_FFFF else { throw ProtocolError("bad device-secret storage") }
         status.deviceSecret = storage == 0 ? .file : .tpm(pcrs: pcrMask == 0 ? nil : TPMPCRSelection(mask: pcrMask))
         if try r.u8("lockout present") == 1 {
             let flags = try r.u8("lockout flags")
-            status.tpmLockout = TPMLockoutState(inLockout: flags & 1 != 0, lockoutAuthorizationSet: flags & 2 != 0, failedTries: try r.u32("failed tries"), maxTries: try r.u32("max tries"),
-                                                recoveryInterval: try r.u32("recovery"), lockoutRecovery: try r.u32("lockout recovery"))
+            status.tpmLockout = TPMLockoutState(
+                inLockout: flags & 1 != 0, lockoutAuthorizationSet: flags & 2 != 0,
+                failedTries: try r.u32("failed tries"), maxTries: try r.u32("max tries"),
+                recoveryInterval: try r.u32("recovery"), lockoutRecovery: try r.u32("lockout recovery"))
         }
         let problem = try string(&r, "TPM problem")
         status.tpmProblem = problem.isEmpty ? nil : problem
         let rollback = Int64(bitPattern: try r.u64("last rollback"))
         status.lastRollback = rollback == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(rollback) / 1000)
         let minimumLength = Int(try r.u8("minimum passcode length"))
-        guard PasscodePolicy.minimumLengthRange.contains(minimumLength) else { throw ProtocolError("bad minimum passcode length") }
+        guard PasscodePolicy.minimumLengthRange.contains(minimumLength) else {
+            throw ProtocolError("bad minimum passcode length")
+        }
         status.minimumPasscodeLength = minimumLength
         return status
     }
@@ -241,7 +254,8 @@ package enum KeybagWire {
         case .invalidArgument(let why): w.u8(19); string(&w, why)
         case .notPermitted(let what): w.u8(20); string(&w, what)
         case .tpm(let why): w.u8(21); string(&w, why)
-        case .tpmLockout(let failures, let interval): w.u8(22); w.u32(UInt32(clamping: failures)); w.u32(UInt32(clamping: interval))
+        case .tpmLockout(let failures, let interval):
+            w.u8(22); w.u32(UInt32(clamping: failures)); w.u32(UInt32(clamping: interval))
         case .wrongBackupPassword: w.u8(23)
         case .newerKeybagFormat(let version, let readable):
             w.u8(24); w.u16(version); w.u8(UInt8(clamping: readable.count)); for v in readable.prefix(255) { w.u16(v) }
@@ -272,7 +286,8 @@ package enum KeybagWire {
         case 19: return .invalidArgument(try string(&r, "why"))
         case 20: return .notPermitted(try string(&r, "what"))
         case 21: return .tpm(try string(&r, "why"))
-        case 22: return .tpmLockout(failedTries: Int(try r.u32("failures")), recoveryInterval: Int(try r.u32("interval")))
+        case 22:
+            return .tpmLockout(failedTries: Int(try r.u32("failures")), recoveryInterval: Int(try r.u32("interval")))
         case 23: return .wrongBackupPassword
         case 24:
             let version = try r.u16("version")

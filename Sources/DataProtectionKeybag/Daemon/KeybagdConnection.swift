@@ -1,11 +1,12 @@
 import Crypto
+import DataProtectionIPC
 import DataProtectionSystem
 import Foundation
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
-import DataProtectionIPC
 
 /// Where keybagd listens for a data root, and the Unix-socket calls around it.
 package enum KeybagSocket {
@@ -88,8 +89,9 @@ package final class KeybagdConnection: Sendable {
             // runtime directory) holds the root's daemon lock: using keys of this process would
             // give the device a second lock state.
             if socketPath == nil, let holder = KeybagDaemonLock.holder(root: root), holder.socketPath != path {
-                throw KeybagError.daemon("\(holder.described) serves \(root), but this process looks for it on \(path)"
-                    + " (XDG_RUNTIME_DIR differs): run with the daemon's XDG_RUNTIME_DIR")
+                throw KeybagError.daemon(
+                    "\(holder.described) serves \(root), but this process looks for it on \(path)"
+                        + " (XDG_RUNTIME_DIR differs): run with the daemon's XDG_RUNTIME_DIR")
             }
             return nil   // no daemon, or a stale socket file
         }
@@ -100,7 +102,9 @@ package final class KeybagdConnection: Sendable {
             // header): a daemon of another root on this path gets nothing else.
             let served = try KeybagRequests.Hello.decode(&hello).id
             if let expected = KeybagFile.identifier(atRoot: root), served != expected {
-                throw KeybagError.daemon("refused: the daemon on \(path) serves keybag \(served.uuidString), not \(root)'s (\(expected.uuidString)); nothing else was sent")
+                throw KeybagError.daemon(
+                    "refused: the daemon on \(path) serves keybag \(served.uuidString), not \(root)'s (\(expected.uuidString)); nothing else was sent"
+                )
             }
             // The daemon publishes its page before it answers (a socket-activated one starts now).
             client.page.withLock { $0 = KeybagStatePage.attach(socketPath: path) }
@@ -115,7 +119,9 @@ package final class KeybagdConnection: Sendable {
     /// A client whose connections come from `connector` (an app's channels to its supervisor,
     /// which speaks this protocol for the operations an app may use). `description` names the
     /// other end in messages. There is no state page: every answer is a round trip.
-    package static func connect(description: String, connector: @escaping @Sendable () -> Int32?) throws -> KeybagdConnection {
+    package static func connect(
+        description: String, connector: @escaping @Sendable () -> Int32?
+    ) throws -> KeybagdConnection {
         guard let fd = connector() else { throw KeybagError.daemon("no connection to \(description)") }
         let client = KeybagdConnection(socketPath: description, fd: fd, connector: connector)
         try client.call(.hello)
@@ -137,13 +143,19 @@ package final class KeybagdConnection: Sendable {
             do {
                 do { try KeybagWire.writeFrame(open, request.bytes) } catch {
                     // A daemon that refused the connection may have said why before closing it.
-                    guard let payload = try? KeybagWire.readFrame(open), payload.count > 2, payload[1] == KeybagWire.Status.error.rawValue else { throw error }
+                    guard let payload = try? KeybagWire.readFrame(open), payload.count > 2,
+                        payload[1] == KeybagWire.Status.error.rawValue
+                    else { throw error }
                     var reader = ByteReader(Array(payload[2...]))
                     throw try KeybagWire.error(&reader)
                 }
-                guard let payload = try KeybagWire.readFrame(open) else { throw KeybagWire.ProtocolError("the daemon closed the connection") }
+                guard let payload = try KeybagWire.readFrame(open) else {
+                    throw KeybagWire.ProtocolError("the daemon closed the connection")
+                }
                 var reader = ByteReader(payload)
-                guard try reader.u8("version") == KeybagWire.version else { throw KeybagWire.ProtocolError("protocol version") }
+                guard try reader.u8("version") == KeybagWire.version else {
+                    throw KeybagWire.ProtocolError("protocol version")
+                }
                 switch KeybagWire.Status(rawValue: try reader.u8("status")) {
                 case .ok: return reader
                 case .error: throw try KeybagWire.error(&reader)
@@ -184,12 +196,17 @@ package final class KeybagdConnection: Sendable {
     /// changes what the page shows); class A and B keys always ask the daemon, so a lock takes
     /// effect exactly when the daemon says. Entries go when they are found stale.
     package func cachedFileKey(_ wrapped: WrappedFileKey) -> (key: SymmetricKey, generation: Int)? {
-        guard wrapped.protectionClass == .completeUntilFirstUserAuthentication || wrapped.protectionClass == .noProtection,
-              let reading = pageReading() else { return nil }
+        guard
+            wrapped.protectionClass == .completeUntilFirstUserAuthentication
+                || wrapped.protectionClass == .noProtection,
+            let reading = pageReading()
+        else { return nil }
         return fileKeys.withLock { cache in
             guard let entry = cache[wrapped] else { return nil }
             let cls = wrapped.protectionClass
-            guard entry.instance == reading.instance, entry.generation == reading.generation(cls), reading.isAvailable(cls) else {
+            guard entry.instance == reading.instance, entry.generation == reading.generation(cls),
+                reading.isAvailable(cls)
+            else {
                 cache = cache.filter { $0.key.protectionClass != cls && $0.value.instance == reading.instance }
                 return nil
             }
@@ -198,10 +215,13 @@ package final class KeybagdConnection: Sendable {
     }
 
     /// Keeps a file key the daemon just unwrapped, if nothing changed on the page while it did.
-    package func rememberFileKey(_ wrapped: WrappedFileKey, key: SymmetricKey, generation: Int, observedBefore: KeybagStatePage.Reading?) {
+    package func rememberFileKey(
+        _ wrapped: WrappedFileKey, key: SymmetricKey, generation: Int, observedBefore: KeybagStatePage.Reading?
+    ) {
         let cls = wrapped.protectionClass
         guard cls == .completeUntilFirstUserAuthentication || cls == .noProtection, let before = observedBefore,
-              before.generation(cls) == UInt64(generation), pageReading() == before else { return }
+            before.generation(cls) == UInt64(generation), pageReading() == before
+        else { return }
         fileKeys.withLock { cache in
             if cache.count >= Self.fileKeyCacheLimit { cache.removeAll() }
             cache[wrapped] = CachedFileKey(key: key, instance: before.instance, generation: before.generation(cls))
@@ -210,11 +230,15 @@ package final class KeybagdConnection: Sendable {
 
     /// Opens a second connection that receives events; `handler` runs on a background thread
     /// until the connection ends (then `ended` runs once).
-    package func subscribe(_ handler: @escaping @Sendable (KeybagWire.Event) -> Void, ended: @escaping @Sendable () -> Void) throws {
+    package func subscribe(
+        _ handler: @escaping @Sendable (KeybagWire.Event) -> Void, ended: @escaping @Sendable () -> Void
+    ) throws {
         guard let fd = connector() else { throw KeybagError.daemon("not running (\(socketPath))") }
         do {
             try KeybagWire.writeFrame(fd, [KeybagWire.version, KeybagWire.Op.subscribe.rawValue])
-            guard let payload = try KeybagWire.readFrame(fd), payload.count >= 2, payload[1] == KeybagWire.Status.ok.rawValue else {
+            guard let payload = try KeybagWire.readFrame(fd), payload.count >= 2,
+                payload[1] == KeybagWire.Status.ok.rawValue
+            else {
                 throw KeybagWire.ProtocolError("subscription refused")
             }
         } catch {
@@ -229,8 +253,9 @@ package final class KeybagdConnection: Sendable {
             while let payload = try? KeybagWire.readFrame(fd) {
                 var reader = ByteReader(payload)
                 guard (try? reader.u8("version")) == KeybagWire.version,
-                      (try? reader.u8("status")) == KeybagWire.Status.event.rawValue,
-                      let event = try? KeybagWire.event(&reader) else { return }
+                    (try? reader.u8("status")) == KeybagWire.Status.event.rawValue,
+                    let event = try? KeybagWire.event(&reader)
+                else { return }
                 handler(event)
             }
         }

@@ -10,13 +10,21 @@ import Foundation
 public enum DataRoot {
     /// The data root to use.
     /// - Throws: ``KeybagError/invalidArgument(_:)`` when `explicit` or `DP_ROOT` is the empty string.
-    public static func resolve(_ explicit: String? = nil, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> String {
+    public static func resolve(
+        _ explicit: String? = nil, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> String {
         if let explicit {
-            guard !explicit.isEmpty else { throw KeybagError.invalidArgument("the data root is an empty path (an unset variable?); name a directory") }
+            guard !explicit.isEmpty else {
+                throw KeybagError.invalidArgument(
+                    "the data root is an empty path (an unset variable?); name a directory")
+            }
             return standardized(explicit)
         }
         if let env = environment["DP_ROOT"] {
-            guard !env.isEmpty else { throw KeybagError.invalidArgument("DP_ROOT is set but empty (an unset variable?); unset it or name a directory") }
+            guard !env.isEmpty else {
+                throw KeybagError.invalidArgument(
+                    "DP_ROOT is set but empty (an unset variable?); unset it or name a directory")
+            }
             return standardized(env)
         }
         if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") { return standardized(xdg + "/dataprotection") }

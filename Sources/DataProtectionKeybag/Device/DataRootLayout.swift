@@ -44,8 +44,10 @@ public struct DataRootLayout: Sendable, Equatable {
     /// elsewhere: with them and a backup password, a passcode could be attacked offline, or the
     /// device cloned with its failure count rolled back (iOS never backs up the device key or
     /// the system keybag).
-    public static let deviceFileNames: Set<String> = [DeviceSecret.fileName, TPMBindingRecord.fileName, KeybagFile.fileName, "keybag.lock",
-                                                      "keybag.spare", BackupKeybag.fileName, "layout", KeybagDaemonLock.fileName]
+    public static let deviceFileNames: Set<String> = [
+        DeviceSecret.fileName, TPMBindingRecord.fileName, KeybagFile.fileName, "keybag.lock",
+        "keybag.spare", BackupKeybag.fileName, "layout", KeybagDaemonLock.fileName,
+    ]
 
     /// Whether `directory` is a data root: it holds a keybag and a device secret (in a file, or
     /// sealed by a TPM).
@@ -59,7 +61,9 @@ public struct DataRootLayout: Sendable, Equatable {
     /// root that an erase removes, and returns its path. Registering twice is harmless.
     @discardableResult
     public func register(_ name: String) throws -> String {
-        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\n"), !Self.deviceFileNames.contains(name) else {
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.contains("\n"),
+            !Self.deviceFileNames.contains(name)
+        else {
             throw KeybagError.invalidArgument("\(name) cannot be registered in a data root")
         }
         guard !registeredEntries().contains(name) else { return path(name) }

@@ -32,7 +32,9 @@ struct DeviceSecret: Sendable {
     static func unseal(_ record: TPMBindingRecord, from tpm: TPMDevice) throws -> DeviceSecret {
         let bytes = try tpm.unsealDeviceSecret(record)
         guard bytes.count == byteCount else {
-            throw KeybagError.badDeviceSecret("the TPM object 0x\(String(record.deviceObject, radix: 16)) holds \(bytes.count) bytes, not \(byteCount)")
+            throw KeybagError.badDeviceSecret(
+                "the TPM object 0x\(String(record.deviceObject, radix: 16)) holds \(bytes.count) bytes, not \(byteCount)"
+            )
         }
         return bytes.withUnsafeBytes { DeviceSecret(key: SymmetricKey(data: $0)) }
     }
@@ -60,7 +62,8 @@ struct DeviceSecret: Sendable {
             throw KeybagError.badDeviceSecret("\(path) is missing (the keybag cannot be opened without it)")
         }
         guard st.st_mode & 0o077 == 0 else {
-            throw KeybagError.badDeviceSecret("\(path) is accessible by other users (mode \(String(st.st_mode & 0o777, radix: 8))); it must be 0600")
+            throw KeybagError.badDeviceSecret(
+                "\(path) is accessible by other users (mode \(String(st.st_mode & 0o777, radix: 8))); it must be 0600")
         }
         let bytes = try POSIXFile.readAll(path)
         guard bytes.count == byteCount else {

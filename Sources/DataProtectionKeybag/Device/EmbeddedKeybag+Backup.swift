@@ -19,9 +19,12 @@ extension EmbeddedKeybag {
     package func setBackupPassword(_ password: SecretBytes) throws {
         if password.isEmpty { throw KeybagError.emptyPasscode }
         try requireUnlocked()
-        guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil else { throw KeybagError.deviceLocked(state) }
+        guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil else {
+            throw KeybagError.deviceLocked(state)
+        }
         let kdf = PasscodeKDF(logN: max(file.kdf.logN, 15), r: file.kdf.r, p: file.kdf.p)
-        let backup = try BackupKeybag(sourceKeybagID: id, classKeys: classKeys, classBPrivate: bPrivate, password: password, kdf: kdf)
+        let backup = try BackupKeybag(
+            sourceKeybagID: id, classKeys: classKeys, classBPrivate: bPrivate, password: password, kdf: kdf)
         try POSIXFile.writeAtomically(backupKeybagURL.path, backup.encoded, permissions: [.ownerReadWrite])
     }
 
@@ -35,8 +38,10 @@ extension EmbeddedKeybag {
 
     /// Rewraps a file key that another device wrapped (its class keys come from a backup
     /// keybag) under this device's key for the same class — or for `protectionClass`.
-    package func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
-                             as protectionClass: ProtectionClass? = nil) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
+    package func adoptFileKey(
+        _ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
+        as protectionClass: ProtectionClass? = nil
+    ) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
         let key = try backupKeys.unwrap(wrapped)
         return (key, try wrap(key, for: protectionClass ?? wrapped.protectionClass))
     }

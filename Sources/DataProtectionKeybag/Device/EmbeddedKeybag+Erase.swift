@@ -34,15 +34,21 @@ extension EmbeddedKeybag {
     /// so only handles inside this library's own ranges are touched.
     package static func eraseUnopened(root: String, tpmTCTI: String) throws {
         let layout = DataRootLayout(root: root)
-        guard POSIXFile.kind(layout.keybag).exists || POSIXFile.kind(layout.deviceSecret).exists || POSIXFile.kind(layout.tpmBinding).exists else {
+        guard
+            POSIXFile.kind(layout.keybag).exists || POSIXFile.kind(layout.deviceSecret).exists
+                || POSIXFile.kind(layout.tpmBinding).exists
+        else {
             throw KeybagError.notInitialized(root: root)
         }
         var tpmFailure: Error?
         if let bytes = try? POSIXFile.readAll(layout.tpmBinding),
-           let record = try? TPMBindingRecord.decode(bytes, path: layout.tpmBinding) {
+            let record = try? TPMBindingRecord.decode(bytes, path: layout.tpmBinding)
+        {
             var objects = [record.deviceObject]
             var indices: [UInt32] = []
-            if let keybag = try? POSIXFile.readAll(layout.keybag), keybag.count == KeybagFile.totalSize, keybag[400] == 1 {
+            if let keybag = try? POSIXFile.readAll(layout.keybag), keybag.count == KeybagFile.totalSize,
+                keybag[400] == 1
+            {
                 let u32 = { (offset: Int) in keybag[offset..<offset + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
                 objects.append(u32(404))
                 indices = [u32(408), u32(412)]
@@ -50,7 +56,8 @@ extension EmbeddedKeybag {
             objects = objects.filter { TPMDevice.persistentRange.contains($0) }
             indices = indices.filter { TPMDevice.counterRange.contains($0) }
             do {
-                try TPMDevice(tcti: tpmTCTI).remove(objects: objects, counter: indices.first, base: indices.dropFirst().first)
+                try TPMDevice(tcti: tpmTCTI).remove(
+                    objects: objects, counter: indices.first, base: indices.dropFirst().first)
             } catch { tpmFailure = error }
         }
         destroyRootFiles(layout)

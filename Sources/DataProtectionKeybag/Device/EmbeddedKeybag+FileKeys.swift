@@ -17,7 +17,9 @@ extension EmbeddedKeybag {
 
     /// Creates a random 256-bit file key and wraps it under `protectionClass`.
     /// Class B needs only the class public key, so it works while locked.
-    package func wrapNewFileKey(for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
+    package func wrapNewFileKey(
+        for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false
+    ) throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
         let key = SymmetricKey(size: .bits256)
         return (key, try wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly))
     }
@@ -37,11 +39,15 @@ extension EmbeddedKeybag {
                 guard let ephemeralBytes = wrapped.ephemeralPublicKey, let bPrivate = classBPrivateKey else {
                     throw KeybagError.keyUnwrapFailed(.completeUnlessOpen)
                 }
-                return try ClassBKeyAgreement.unwrap(wrapped.wrappedKey, ephemeralPublic: ephemeralBytes, classPrivate: bPrivate,
-                                                     binding: wrapped.thisDeviceOnly ? deviceBinding : nil)
+                return try ClassBKeyAgreement.unwrap(
+                    wrapped.wrappedKey, ephemeralPublic: ephemeralBytes, classPrivate: bPrivate,
+                    binding: wrapped.thisDeviceOnly ? deviceBinding : nil)
             }
-            guard let classKey = classKeys[wrapped.protectionClass] else { throw KeybagError.keyUnwrapFailed(wrapped.protectionClass) }
-            return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: wrapped.thisDeviceOnly ? deviceBinding.bind(classKey) : classKey)
+            guard let classKey = classKeys[wrapped.protectionClass] else {
+                throw KeybagError.keyUnwrapFailed(wrapped.protectionClass)
+            }
+            return try AES.KeyWrap.unwrap(
+                wrapped.wrappedKey, using: wrapped.thisDeviceOnly ? deviceBinding.bind(classKey) : classKey)
         } catch let error as KeybagError {
             throw error
         } catch {
@@ -58,24 +64,33 @@ extension EmbeddedKeybag {
 
     /// Rewraps a file key under another class (its content is not touched). Needs the old
     /// class available and the new one creatable.
-    package func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) throws -> WrappedFileKey {
+    package func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) throws -> WrappedFileKey
+    {
         try wrap(try unwrapFileKey(wrapped), for: protectionClass, thisDeviceOnly: wrapped.thisDeviceOnly)
     }
 
     /// Wraps an existing file key under `protectionClass` (and this device's secret when
     /// `thisDeviceOnly`).
-    package func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) throws -> WrappedFileKey {
+    package func wrap(
+        _ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false
+    ) throws -> WrappedFileKey {
         try requireNotErased()
         let binding = thisDeviceOnly ? deviceBinding : nil
         if protectionClass == .completeUnlessOpen {
             let (wrapped, ephemeralPublic) = try ClassBKeyAgreement.wrap(key, to: classBPublicKey, binding: binding)
-            return WrappedFileKey(protectionClass: .completeUnlessOpen, keybagID: id, wrappedKey: wrapped, ephemeralPublicKey: ephemeralPublic,
-                                  thisDeviceOnly: thisDeviceOnly)
+            return WrappedFileKey(
+                protectionClass: .completeUnlessOpen, keybagID: id, wrappedKey: wrapped,
+                ephemeralPublicKey: ephemeralPublic,
+                thisDeviceOnly: thisDeviceOnly)
         }
         try requireAvailable(protectionClass)
-        guard let classKey = classKeys[protectionClass] else { throw KeybagError.classUnavailable(protectionClass, state) }
+        guard let classKey = classKeys[protectionClass] else {
+            throw KeybagError.classUnavailable(protectionClass, state)
+        }
         let kek = binding?.bind(classKey) ?? classKey
-        return WrappedFileKey(protectionClass: protectionClass, keybagID: id,
-                              wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), ephemeralPublicKey: nil, thisDeviceOnly: thisDeviceOnly)
+        return WrappedFileKey(
+            protectionClass: protectionClass, keybagID: id,
+            wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), ephemeralPublicKey: nil,
+            thisDeviceOnly: thisDeviceOnly)
     }
 }

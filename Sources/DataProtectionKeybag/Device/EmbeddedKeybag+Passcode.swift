@@ -45,7 +45,9 @@ extension EmbeddedKeybag {
 
     func rewrapClassKeys(newPasscode: SecretBytes?) throws {
         if let newPasscode, newPasscode.isEmpty { throw KeybagError.emptyPasscode }
-        guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil, classKeys[.completeUntilFirstUserAuthentication] != nil else {
+        guard let bPrivate = classBPrivateKey, classKeys[.complete] != nil,
+            classKeys[.completeUntilFirstUserAuthentication] != nil
+        else {
             throw KeybagError.deviceLocked(state)
         }
         var replacedObject: UInt32 = 0
@@ -55,8 +57,9 @@ extension EmbeddedKeybag {
             var kek = secret.derive(Self.labelNoPasscode)
             var newObject: UInt32 = 0
             if let newPasscode {
-                (kek, newObject) = try Self.newPasscodeKEK(secret: secret, binding: binding, device: tpmDevice, kdf: file.kdf,
-                                                           salt: updated.salt, passcode: newPasscode)
+                (kek, newObject) = try Self.newPasscodeKEK(
+                    secret: secret, binding: binding, device: tpmDevice, kdf: file.kdf,
+                    salt: updated.salt, passcode: newPasscode)
             }
             if var fields = updated.tpm {
                 replacedObject = fields.passcodeObject
@@ -68,8 +71,9 @@ extension EmbeddedKeybag {
                     throw error
                 }
             }
-            updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek,
-                                                   passcodeSet: updated.passcodeSet, dKEK: secret.derive(Self.labelClassD))
+            updated.records = try Self.makeRecords(
+                keys: classKeys, bPrivate: bPrivate, kek: kek,
+                passcodeSet: updated.passcodeSet, dKEK: secret.derive(Self.labelClassD))
             do {
                 try persist(updated)
             } catch {
@@ -80,7 +84,9 @@ extension EmbeddedKeybag {
         if replacedObject != 0 {
             // The old passcode's object goes, so the old passcode opens nothing even with an old keybag.
             do { try tpmDevice.remove(objects: [replacedObject], counter: nil) } catch {
-                logger.warning("the old passcode's TPM object 0x\(String(replacedObject, radix: 16)) could not be removed: \(error)")
+                logger.warning(
+                    "the old passcode's TPM object 0x\(String(replacedObject, radix: 16)) could not be removed: \(error)"
+                )
             }
         }
         state = .unlocked
@@ -90,54 +96,63 @@ extension EmbeddedKeybag {
     ///
     /// Runs under the keybag lock with the keybag reloaded from disk, so attempts from several
     /// processes are serialized and all count against one counter.
-    func verifyPasscode(_ passcode: SecretBytes) throws -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
+    func verifyPasscode(
+        _ passcode: SecretBytes
+    ) throws -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
         try requireNotErased()
         var repeated = false
-        let outcome: Result<([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey), KeybagError> = try withKeybagLock {
-            prepareSpare()   // while there is room: on a full disk the attempt is counted through it
-            let now = clock.now()
-            // With a TPM: a keybag copied back is caught here, and its count restored.
-            let counter = try reconcileAttemptCounter(now: now)
-            if let remaining = delayRemaining(now: now) {
-                return .failure(.passcodeDelayed(retryAfter: remaining, failedAttempts: Int(file.failedAttempts)))
-            }
-            try requireTPMNotLockedOut()
-            let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
-            let tag = stretched.withUnsafeBytes { Array(HMAC<SHA256>.authenticationCode(for: $0, using: secret.derive(Self.labelFailedTag)).prefix(16)) }
-            if file.failedAttempts > 0, tag == file.lastFailedTag {
-                // The same wrong passcode again: rejected, but not counted (as on iOS), and so
-                // never the attempt that erases.
-                repeated = true
+        let outcome: Result<([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey), KeybagError> =
+            try withKeybagLock {
+                prepareSpare()   // while there is room: on a full disk the attempt is counted through it
+                let now = clock.now()
+                // With a TPM: a keybag copied back is caught here, and its count restored.
+                let counter = try reconcileAttemptCounter(now: now)
+                if let remaining = delayRemaining(now: now) {
+                    return .failure(.passcodeDelayed(retryAfter: remaining, failedAttempts: Int(file.failedAttempts)))
+                }
+                try requireTPMNotLockedOut()
+                let stretched = try file.kdf.derive(passcode: passcode, salt: file.salt)
+                let tag = stretched.withUnsafeBytes {
+                    Array(
+                        HMAC<SHA256>.authenticationCode(for: $0, using: secret.derive(Self.labelFailedTag)).prefix(16))
+                }
+                if file.failedAttempts > 0, tag == file.lastFailedTag {
+                    // The same wrong passcode again: rejected, but not counted (as on iOS), and so
+                    // never the attempt that erases.
+                    repeated = true
+                    return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
+                }
+                // Count the attempt on disk (and in the TPM's counter) *before* checking it.
+                var counted = file
+                // saturate
+                counted.failedAttempts = counted.failedAttempts == .max ? .max : counted.failedAttempts + 1
+                counted.lastFailureMillis = Self.millis(now)
+                if let counter {
+                    try countAttemptInTPM(&counted, counter: counter)
+                } else {
+                    try persist(counted)
+                }
+
+                if let kek = try attemptKEK(stretched: stretched),
+                    let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek)
+                {
+                    var reset = file
+                    reset.failedAttempts = 0
+                    reset.lastFailureMillis = 0
+                    reset.lastFailedTag = Self.zeros16
+                    if let seen = reset.tpm?.counterSeen {
+                        try forgiveAttemptsInTPM(upTo: seen)
+                        reset.tpm?.counterBase = seen
+                    }
+                    try persist(reset)
+                    return .success(unwrapped)
+                }
+                // Only a passcode known to be wrong is remembered as "the last wrong one".
+                var failed = file
+                failed.lastFailedTag = tag
+                try persist(failed)
                 return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
             }
-            // Count the attempt on disk (and in the TPM's counter) *before* checking it.
-            var counted = file
-            counted.failedAttempts = counted.failedAttempts == .max ? .max : counted.failedAttempts + 1   // saturate
-            counted.lastFailureMillis = Self.millis(now)
-            if let counter {
-                try countAttemptInTPM(&counted, counter: counter)
-            } else {
-                try persist(counted)
-            }
-
-            if let kek = try attemptKEK(stretched: stretched), let unwrapped = try? Self.unwrapPasscodeClasses(file, kek: kek) {
-                var reset = file
-                reset.failedAttempts = 0
-                reset.lastFailureMillis = 0
-                reset.lastFailedTag = Self.zeros16
-                if let seen = reset.tpm?.counterSeen {
-                    try forgiveAttemptsInTPM(upTo: seen)
-                    reset.tpm?.counterBase = seen
-                }
-                try persist(reset)
-                return .success(unwrapped)
-            }
-            // Only a passcode known to be wrong is remembered as "the last wrong one".
-            var failed = file
-            failed.lastFailedTag = tag
-            try persist(failed)
-            return .failure(.wrongPasscode(failedAttempts: Int(file.failedAttempts)))
-        }
         if case .failure(.wrongPasscode(let failures)) = outcome {
             logger.notice("wrong passcode (\(failures) consecutive failures)")
             if file.eraseAfterTenFailures, failures >= PasscodePolicy.eraseThreshold, !repeated {
@@ -156,7 +171,8 @@ extension EmbeddedKeybag {
         defer { try? fd.close() }   // closing the descriptor releases the lock
         try POSIXFile.check("flock", lockPath) { flock(fd.rawValue, LOCK_EX) }
         let path = root + "/" + KeybagFile.fileName
-        let current = POSIXFile.kind(path).exists
+        let current =
+            POSIXFile.kind(path).exists
             ? try KeybagFile.decode(try POSIXFile.readAll(path), macKey: secret.derive(KeybagFile.macLabel)) : nil
         guard let current, current.uuid == id else {
             // Another process erased the device (or set up a new one in its place).
@@ -169,7 +185,9 @@ extension EmbeddedKeybag {
             // (its failed-attempt count), write it back, and say so.
             var restored = file
             restored.lastRollbackMillis = Self.millis(clock.now())
-            logger.error("keybag rollback detected: generation \(current.generation) replaced \(file.generation); the newer keybag was restored")
+            logger.error(
+                "keybag rollback detected: generation \(current.generation) replaced \(file.generation); the newer keybag was restored"
+            )
             try persist(restored)
         } else {
             file = current

@@ -23,13 +23,16 @@ extension EmbeddedKeybag {
     // MARK: - Keys
 
     /// The class KEK of A, B and C: HKDF(device secret, salt: stretched passcode [‖ TPM passcode secret]).
-    static func passcodeKEK(secret: DeviceSecret, stretched: SymmetricKey, passcodeSecret: SecretBytes?) -> SymmetricKey {
+    static func passcodeKEK(secret: DeviceSecret, stretched: SymmetricKey, passcodeSecret: SecretBytes?) -> SymmetricKey
+    {
         stretched.withUnsafeBytes { stretchedBytes in
             guard let passcodeSecret else { return secret.derive(labelPasscode, salt: stretchedBytes) }
             let salt = SecretBytes(count: stretchedBytes.count + passcodeSecret.count)
             salt.withUnsafeMutableBytes { out in
                 out.copyMemory(from: stretchedBytes)
-                passcodeSecret.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: out[stretchedBytes.count...]).copyMemory(from: $0) }
+                passcodeSecret.withUnsafeBytes {
+                    UnsafeMutableRawBufferPointer(rebasing: out[stretchedBytes.count...]).copyMemory(from: $0)
+                }
             }
             defer { salt.wipe() }
             return salt.withUnsafeBytes { secret.derive(labelPasscodeTPM, salt: $0) }
@@ -48,12 +51,16 @@ extension EmbeddedKeybag {
 
     /// Stretches a new passcode and makes the KEK for it; with a TPM, seals a new passcode secret
     /// first and returns its object (0 without a TPM).
-    static func newPasscodeKEK(secret: DeviceSecret, binding: TPMBindingRecord?, device: TPMDevice, kdf: PasscodeKDF,
-                               salt: [UInt8], passcode: SecretBytes) throws -> (kek: SymmetricKey, passcodeObject: UInt32) {
+    static func newPasscodeKEK(
+        secret: DeviceSecret, binding: TPMBindingRecord?, device: TPMDevice, kdf: PasscodeKDF,
+        salt: [UInt8], passcode: SecretBytes
+    ) throws -> (kek: SymmetricKey, passcodeObject: UInt32) {
         let stretched = try kdf.derive(passcode: passcode, salt: salt)
         guard let binding else { return (passcodeKEK(secret: secret, stretched: stretched, passcodeSecret: nil), 0) }
         let passcodeSecret = SecretBytes(count: 32)
-        passcodeSecret.withUnsafeMutableBytes { out in SymmetricKey(size: .bits256).withUnsafeBytes { out.copyMemory(from: $0) } }
+        passcodeSecret.withUnsafeMutableBytes { out in
+            SymmetricKey(size: .bits256).withUnsafeBytes { out.copyMemory(from: $0) }
+        }
         defer { passcodeSecret.wipe() }
         var auth = tpmPasscodeAuth(secret: secret, stretched: stretched)
         defer { wipe(&auth) }
@@ -75,9 +82,13 @@ extension EmbeddedKeybag {
         let device = tpmDevice
         var auth = Self.tpmPasscodeAuth(secret: secret, stretched: stretched)
         defer { Self.wipe(&auth) }
-        guard let passcodeSecret = try Self.tpmCall("checking the passcode", device, {
-            try device.unsealPasscodeSecret(at: fields.passcodeObject, authValue: auth, pcrs: binding?.pcrs)
-        }) else { return nil }
+        guard
+            let passcodeSecret = try Self.tpmCall(
+                "checking the passcode", device,
+                {
+                    try device.unsealPasscodeSecret(at: fields.passcodeObject, authValue: auth, pcrs: binding?.pcrs)
+                })
+        else { return nil }
         defer { passcodeSecret.wipe() }
         return Self.passcodeKEK(secret: secret, stretched: stretched, passcodeSecret: passcodeSecret)
     }
@@ -92,11 +103,15 @@ extension EmbeddedKeybag {
         guard binding != nil, let fields = file.tpm else { return nil }
         let device = tpmDevice
         let auth = Self.tpmCounterAuth(secret: secret)
-        let counter = try Self.tpmCall("reading the attempt counter", device) { try device.readCounter(at: fields.counterIndex, authValue: auth) }
+        let counter = try Self.tpmCall("reading the attempt counter", device) {
+            try device.readCounter(at: fields.counterIndex, authValue: auth)
+        }
         guard fields.counterSeen < counter else { return counter }
         // The TPM's own record of the last correct passcode: the count does not include the
         // correct unlocks made since the keybag put back was current.
-        let base = try Self.tpmCall("reading the attempt base", device) { try device.readBase(at: fields.baseIndex, authValue: auth) }
+        let base = try Self.tpmCall("reading the attempt base", device) {
+            try device.readBase(at: fields.baseIndex, authValue: auth)
+        }
         let failures = UInt32(clamping: counter - min(max(base, fields.counterBase), counter))
         var repaired = file
         repaired.tpm?.counterSeen = counter
@@ -104,7 +119,9 @@ extension EmbeddedKeybag {
         repaired.failedAttempts = failures
         if repaired.failedAttempts > 0 { repaired.lastFailureMillis = Self.millis(now) }
         repaired.lastRollbackMillis = Self.millis(now)
-        logger.error("keybag rollback detected: it records attempt counter \(fields.counterSeen), the TPM's is \(counter); \(repaired.failedAttempts) failed attempts restored")
+        logger.error(
+            "keybag rollback detected: it records attempt counter \(fields.counterSeen), the TPM's is \(counter); \(repaired.failedAttempts) failed attempts restored"
+        )
         try persist(repaired)
         return counter
     }
@@ -118,7 +135,9 @@ extension EmbeddedKeybag {
         try persist(counted)
         let device = tpmDevice
         let auth = Self.tpmCounterAuth(secret: secret)
-        try Self.tpmCall("counting the attempt", device) { try device.incrementCounter(at: fields.counterIndex, authValue: auth) }
+        try Self.tpmCall("counting the attempt", device) {
+            try device.incrementCounter(at: fields.counterIndex, authValue: auth)
+        }
     }
 
     /// Records in the TPM that the failures up to `counter` are forgiven (a correct passcode, or a
@@ -127,24 +146,30 @@ extension EmbeddedKeybag {
         guard let fields = file.tpm else { return }
         let device = tpmDevice
         let auth = Self.tpmCounterAuth(secret: secret)
-        try Self.tpmCall("recording the attempt base", device) { try device.writeBase(counter, at: fields.baseIndex, authValue: auth) }
+        try Self.tpmCall("recording the attempt base", device) {
+            try device.writeBase(counter, at: fields.baseIndex, authValue: auth)
+        }
     }
 
-    /// The TPM's lockout state, thrown as ``KeybagError/tpmLockout(failedTries:recoveryInterval:)`` when it is locked out.
+    /// The TPM's lockout state, thrown as ``KeybagError/tpmLockout(failedTries:recoveryInterval:)`` when it is
+    /// locked out.
     func requireTPMNotLockedOut() throws {
         guard binding != nil, file.passcodeSet else { return }
         let device = tpmDevice
         let state = try Self.tpmCall("reading the lockout state", device) { try device.lockoutState() }
         if state.inLockout {
-            throw KeybagError.tpmLockout(failedTries: Int(state.failedTries), recoveryInterval: Int(state.recoveryInterval))
+            throw KeybagError.tpmLockout(
+                failedTries: Int(state.failedTries), recoveryInterval: Int(state.recoveryInterval))
         }
     }
 
     // MARK: - Creating, loading
 
-    static func createSealedByTPM(root: String, passcode: String?, kdf: PasscodeKDF, graceMillis: UInt32,
-                                  eraseAfterTenFailures: Bool, minimumPasscodeLength: UInt8, tpm: TPMBinding,
-                                  clock: any KeybagClock) async throws -> EmbeddedKeybag {
+    static func createSealedByTPM(
+        root: String, passcode: String?, kdf: PasscodeKDF, graceMillis: UInt32,
+        eraseAfterTenFailures: Bool, minimumPasscodeLength: UInt8, tpm: TPMBinding,
+        clock: any KeybagClock
+    ) async throws -> EmbeddedKeybag {
         let layout = DataRootLayout(root: root)
         let device = TPMDevice(tcti: tpm.tcti)
         let secret = DeviceSecret.generate()
@@ -157,28 +182,34 @@ extension EmbeddedKeybag {
                 .noProtection: SymmetricKey(size: .bits256),
             ]
             let bPrivate = Curve25519.KeyAgreement.PrivateKey()
-            var file = KeybagFile(uuid: UUID(), passcodeSet: passcode != nil, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
-                                  salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
-                                  gracePeriodMillis: graceMillis, records: [], generation: 1, tpm: fields)
+            var file = KeybagFile(
+                uuid: UUID(), passcodeSet: passcode != nil, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
+                salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
+                gracePeriodMillis: graceMillis, records: [], generation: 1, tpm: fields)
             file.minimumPasscodeLength = minimumPasscodeLength
             var kek = secret.derive(labelNoPasscode)
             if let passcode {
-                let made = try newPasscodeKEK(secret: secret, binding: record, device: device, kdf: kdf, salt: file.salt,
-                                              passcode: SecretBytes(utf8: passcode))
+                let made = try newPasscodeKEK(
+                    secret: secret, binding: record, device: device, kdf: kdf, salt: file.salt,
+                    passcode: SecretBytes(utf8: passcode))
                 created.objects.append(made.passcodeObject)
                 file.tpm?.passcodeObject = made.passcodeObject
                 kek = made.kek
             }
-            file.records = try makeRecords(keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet,
-                                           dKEK: secret.derive(labelClassD))
+            file.records = try makeRecords(
+                keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet,
+                dKEK: secret.derive(labelClassD))
             try POSIXFile.writeNew(layout.tpmBinding, record.encoded)
             do {
-                try POSIXFile.writeAtomically(layout.keybag, file.encoded(macKey: secret.derive(KeybagFile.macLabel)), permissions: [.ownerReadWrite])
+                try POSIXFile.writeAtomically(
+                    layout.keybag, file.encoded(macKey: secret.derive(KeybagFile.macLabel)),
+                    permissions: [.ownerReadWrite])
             } catch {
                 unlink(layout.tpmBinding)
                 throw error
             }
-            let keybag = EmbeddedKeybag(root: root, secret: secret, binding: record, file: file, clock: clock, tpmTCTI: tpm.tcti)
+            let keybag = EmbeddedKeybag(
+                root: root, secret: secret, binding: record, file: file, clock: clock, tpmTCTI: tpm.tcti)
             await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
             return keybag
         } catch {
@@ -200,25 +231,37 @@ extension EmbeddedKeybag {
 
     /// Seals `secret` in the TPM and creates the attempt counter and its base record: the
     /// binding record and the keybag's TPM fields (no passcode object yet).
-    static func sealNewDevice(_ secret: DeviceSecret, device: TPMDevice, pcrs: TPMPCRSelection?,
-                              created: inout TPMCreations) throws -> (TPMBindingRecord, KeybagTPMFields) {
+    static func sealNewDevice(
+        _ secret: DeviceSecret, device: TPMDevice, pcrs: TPMPCRSelection?,
+        created: inout TPMCreations
+    ) throws -> (TPMBindingRecord, KeybagTPMFields) {
         let record = try tpmCall("sealing the device secret", device) { try secret.seal(in: device, pcrs: pcrs) }
         created.objects.append(record.deviceObject)
         let auth = tpmCounterAuth(secret: secret)
         let index = try tpmCall("creating the attempt counter", device) { try device.defineCounter(authValue: auth) }
         created.counter = index
-        let counter = try tpmCall("reading the attempt counter", device) { try device.readCounter(at: index, authValue: auth) }
-        let base = try tpmCall("creating the attempt base", device) { try device.defineBase(authValue: auth, value: counter) }
+        let counter = try tpmCall("reading the attempt counter", device) {
+            try device.readCounter(at: index, authValue: auth)
+        }
+        let base = try tpmCall("creating the attempt base", device) {
+            try device.defineBase(authValue: auth, value: counter)
+        }
         created.base = base
-        return (record, KeybagTPMFields(passcodeObject: 0, counterIndex: index, baseIndex: base, counterBase: counter,
-                                        counterSeen: counter, bindingDigest: record.digest))
+        return (
+            record,
+            KeybagTPMFields(
+                passcodeObject: 0, counterIndex: index, baseIndex: base, counterBase: counter,
+                counterSeen: counter, bindingDigest: record.digest)
+        )
     }
 
     /// The device secret (from its file or from the TPM) and the keybag it authenticates.
     ///
     /// When both `device.secret` and `device.tpm` exist, an enrollment or a removal was
     /// interrupted: whichever secret authenticates the keybag wins, and the other is cleared away.
-    static func loadSecretAndKeybag(root: String, tpmTCTI: String) throws -> (DeviceSecret, TPMBindingRecord?, KeybagFile) {
+    static func loadSecretAndKeybag(
+        root: String, tpmTCTI: String
+    ) throws -> (DeviceSecret, TPMBindingRecord?, KeybagFile) {
         let layout = DataRootLayout(root: root)
         // Under the keybag lock: an enrollment, a removal or a recovery in another process is
         // either finished or not begun.
@@ -234,10 +277,13 @@ extension EmbeddedKeybag {
         let record = try TPMBindingRecord.decode(try POSIXFile.readAll(layout.tpmBinding), path: layout.tpmBinding)
         let device = TPMDevice(tcti: tpmTCTI)
         do {
-            let secret = try tpmCall("unsealing the device secret", device) { try DeviceSecret.unseal(record, from: device) }
+            let secret = try tpmCall("unsealing the device secret", device) {
+                try DeviceSecret.unseal(record, from: device)
+            }
             let file = try KeybagFile.decode(bytes, macKey: secret.derive(KeybagFile.macLabel))
             guard let fields = file.tpm, fields.bindingDigest == record.digest else {
-                throw KeybagError.corruptKeybag("it does not name \(layout.tpmBinding) as its device secret's TPM binding")
+                throw KeybagError.corruptKeybag(
+                    "it does not name \(layout.tpmBinding) as its device secret's TPM binding")
             }
             if hasFile { DeviceSecret.destroy(in: root) }   // an enrollment finished but for this
             return (secret, record, file)
@@ -264,7 +310,9 @@ extension EmbeddedKeybag {
     /// overwritten and removed. Needs the device unlocked, and the passcode when one is set.
     package func enrollTPM(passcode: SecretBytes?, binding requested: TPMBinding) throws {
         try requireNotErased()
-        guard binding == nil else { throw KeybagError.invalidArgument("the device secret is already sealed by the TPM") }
+        guard binding == nil else {
+            throw KeybagError.invalidArgument("the device secret is already sealed by the TPM")
+        }
         try unlockForRewrap(passcode: passcode)
         let device = TPMDevice(tcti: requested.tcti)
         let newSecret = DeviceSecret.generate()
@@ -274,13 +322,15 @@ extension EmbeddedKeybag {
                 guard passcode != nil || !file.passcodeSet else {
                     throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
                 }
-                let (record, fields) = try Self.sealNewDevice(newSecret, device: device, pcrs: requested.pcrs, created: &created)
+                let (record, fields) = try Self.sealNewDevice(
+                    newSecret, device: device, pcrs: requested.pcrs, created: &created)
                 var updated = file.withNewSalt(Self.randomBytes(16))
                 updated.tpm = fields
                 var kek = newSecret.derive(Self.labelNoPasscode)
                 if let passcode, file.passcodeSet {
-                    let made = try Self.newPasscodeKEK(secret: newSecret, binding: record, device: device, kdf: file.kdf,
-                                                       salt: updated.salt, passcode: passcode)
+                    let made = try Self.newPasscodeKEK(
+                        secret: newSecret, binding: record, device: device, kdf: file.kdf,
+                        salt: updated.salt, passcode: passcode)
                     created.objects.append(made.passcodeObject)
                     updated.tpm?.passcodeObject = made.passcodeObject
                     kek = made.kek
@@ -311,7 +361,9 @@ extension EmbeddedKeybag {
         try unlockForRewrap(passcode: passcode)
         try withKeybagLock {
             // The fields and the passcode state as they are now, under the lock.
-            guard let fields = file.tpm else { throw KeybagError.invalidArgument("the device secret is not sealed by a TPM") }
+            guard let fields = file.tpm else {
+                throw KeybagError.invalidArgument("the device secret is not sealed by a TPM")
+            }
             let passcode = file.passcodeSet ? passcode : nil
             guard passcode != nil || !file.passcodeSet else {
                 throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
@@ -319,9 +371,13 @@ extension EmbeddedKeybag {
             let newSecret = DeviceSecret.generate()
             var updated = file.withNewSalt(Self.randomBytes(16))
             updated.tpm = nil
-            let kek = try passcode.map {
-                try Self.newPasscodeKEK(secret: newSecret, binding: nil, device: tpmDevice, kdf: file.kdf, salt: updated.salt, passcode: $0).kek
-            } ?? newSecret.derive(Self.labelNoPasscode)
+            let kek =
+                try passcode.map {
+                    try Self.newPasscodeKEK(
+                        secret: newSecret, binding: nil, device: tpmDevice, kdf: file.kdf, salt: updated.salt,
+                        passcode: $0
+                    ).kek
+                } ?? newSecret.derive(Self.labelNoPasscode)
             try commitNewSecret(newSecret, updated, kek: kek, recordedIn: layout.deviceSecret) {
                 try newSecret.store(in: root)
             }
@@ -330,7 +386,9 @@ extension EmbeddedKeybag {
             try? POSIXFile.syncDirectory(root)
             let device = tpmDevice
             try Self.tpmCall("removing the TPM objects", device) {
-                try device.remove(objects: [record.deviceObject, fields.passcodeObject], counter: fields.counterIndex, base: fields.baseIndex)
+                try device.remove(
+                    objects: [record.deviceObject, fields.passcodeObject], counter: fields.counterIndex,
+                    base: fields.baseIndex)
             }
         }
         logger.notice("device secret moved from the TPM to \(layout.deviceSecret)")
@@ -340,12 +398,15 @@ extension EmbeddedKeybag {
     /// under `kek`) into `updated`, `record` writes the file that finds the new secret
     /// (`recordPath`), and the keybag is written under it. On failure the old secret stays in
     /// force and `recordPath` is removed.
-    private func commitNewSecret(_ newSecret: DeviceSecret, _ updated: KeybagFile, kek: SymmetricKey, recordedIn recordPath: String,
-                                 record: () throws -> Void) throws {
+    private func commitNewSecret(
+        _ newSecret: DeviceSecret, _ updated: KeybagFile, kek: SymmetricKey, recordedIn recordPath: String,
+        record: () throws -> Void
+    ) throws {
         guard let bPrivate = classBPrivateKey else { throw KeybagError.deviceLocked(state) }
         var updated = updated
-        updated.records = try Self.makeRecords(keys: classKeys, bPrivate: bPrivate, kek: kek, passcodeSet: updated.passcodeSet,
-                                               dKEK: newSecret.derive(Self.labelClassD))
+        updated.records = try Self.makeRecords(
+            keys: classKeys, bPrivate: bPrivate, kek: kek, passcodeSet: updated.passcodeSet,
+            dKEK: newSecret.derive(Self.labelClassD))
         try record()
         let oldSecret = secret
         secret = newSecret
@@ -361,7 +422,9 @@ extension EmbeddedKeybag {
     /// Checks the passcode (when one is set) and makes sure every class key is in memory.
     private func unlockForRewrap(passcode: SecretBytes?) throws {
         if file.passcodeSet {
-            guard let passcode else { throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys") }
+            guard let passcode else {
+                throw KeybagError.invalidArgument("the passcode is needed to rewrap the class keys")
+            }
             let (keys, bPrivate) = try verifyPasscode(passcode)
             adoptUnlockedKeys(keys, bPrivate: bPrivate)
         }
@@ -374,7 +437,9 @@ extension EmbeddedKeybag {
         let fields = file.tpm
         let device = tpmDevice
         try Self.tpmCall("removing the TPM objects", device) {
-            try device.remove(objects: [record.deviceObject, fields?.passcodeObject ?? 0], counter: fields?.counterIndex, base: fields?.baseIndex)
+            try device.remove(
+                objects: [record.deviceObject, fields?.passcodeObject ?? 0], counter: fields?.counterIndex,
+                base: fields?.baseIndex)
         }
     }
 
@@ -388,15 +453,18 @@ extension EmbeddedKeybag {
             switch error.kind {
             case .lockout:
                 let state = try? device.lockoutState()
-                throw KeybagError.tpmLockout(failedTries: Int(state?.failedTries ?? 0), recoveryInterval: Int(state?.recoveryInterval ?? 0))
+                throw KeybagError.tpmLockout(
+                    failedTries: Int(state?.failedTries ?? 0), recoveryInterval: Int(state?.recoveryInterval ?? 0))
             case .softwareStackMissing:
                 throw KeybagError.tpm("\(what): no TPM support here: \(error.detail)")
             case .unreachable:
                 throw KeybagError.tpm("\(what): no TPM answers on \(device.tcti) (\(error.detail))")
             case .policyFailed:
-                throw KeybagError.tpm("\(what): the TPM refused: the PCRs this device is bound to no longer hold their enrolled values")
+                throw KeybagError.tpm(
+                    "\(what): the TPM refused: the PCRs this device is bound to no longer hold their enrolled values")
             case .missing:
-                throw KeybagError.tpm("\(what): the TPM has no such object (erased, or this is another machine's TPM): \(error)")
+                throw KeybagError.tpm(
+                    "\(what): the TPM has no such object (erased, or this is another machine's TPM): \(error)")
             case .noSpace:
                 throw KeybagError.tpm("\(what): the TPM's non-volatile memory is full: \(error)")
             case .authorizationFailed, .other:

@@ -1,8 +1,8 @@
 import Crypto
+import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage
-import DataProtectionSystem
 
 /// The device kept in this process: its keybag, its lock state and the class keys the lock
 /// state allows. ``Keybag`` fronts it — or the one a keybagd daemon keeps.
@@ -58,38 +58,50 @@ package actor EmbeddedKeybag {
         guard stat(root, &st) == 0 else { throw KeybagError.io(path: root, reason: String(cString: strerror(errno))) }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw KeybagError.io(path: root, reason: "not a directory") }
         guard st.st_uid == geteuid() else {
-            throw KeybagError.io(path: root, reason: "the data root belongs to uid \(st.st_uid), not to this user (uid \(geteuid())): it would not be private")
+            throw KeybagError.io(
+                path: root,
+                reason:
+                    "the data root belongs to uid \(st.st_uid), not to this user (uid \(geteuid())): it would not be private"
+            )
         }
         guard st.st_mode & 0o7077 != 0 else { return }
         guard chmod(root, st.st_mode & 0o700) == 0 else {
-            throw KeybagError.io(path: root, reason: "cannot make the data root private (mode 0700): \(String(cString: strerror(errno)))")
+            throw KeybagError.io(
+                path: root, reason: "cannot make the data root private (mode 0700): \(String(cString: strerror(errno)))"
+            )
         }
     }
 
-    package static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
-                              gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
-                              minimumPasscodeLength: Int = PasscodePolicy.defaultMinimumLength,
-                              tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> EmbeddedKeybag {
+    package static func create(
+        root: String, passcode: String?, kdf: PasscodeKDF? = nil,
+        gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
+        minimumPasscodeLength: Int = PasscodePolicy.defaultMinimumLength,
+        tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()
+    ) async throws -> EmbeddedKeybag {
         let minimumLength = try PasscodePolicy.validMinimumLength(minimumPasscodeLength)
         if let passcode { try PasscodePolicy.check(SecretBytes(utf8: passcode), minimumLength: minimumLength) }
         let storedMinimum = UInt8(minimumLength == PasscodePolicy.defaultMinimumLength ? 0 : minimumLength)
         let graceMillis = try PasscodePolicy.gracePeriodMillis(gracePeriod)
         let layout = DataRootLayout(root: root)
         let keybagPath = layout.keybag
-        if POSIXFile.kind(keybagPath).exists || POSIXFile.kind(layout.deviceSecret).exists || POSIXFile.kind(layout.tpmBinding).exists {
+        if POSIXFile.kind(keybagPath).exists || POSIXFile.kind(layout.deviceSecret).exists
+            || POSIXFile.kind(layout.tpmBinding).exists
+        {
             throw KeybagError.alreadyInitialized(root: root)
         }
         do {
-            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
             throw KeybagError.io(path: root, reason: "cannot create the data root (\(error.localizedDescription))")
         }
         try makePrivate(root: root)
         let kdf = try kdf ?? PasscodeKDF.calibrated()
         if let tpm {
-            return try await createSealedByTPM(root: root, passcode: passcode, kdf: kdf, graceMillis: graceMillis,
-                                               eraseAfterTenFailures: eraseAfterTenFailures, minimumPasscodeLength: storedMinimum,
-                                               tpm: tpm, clock: clock)
+            return try await createSealedByTPM(
+                root: root, passcode: passcode, kdf: kdf, graceMillis: graceMillis,
+                eraseAfterTenFailures: eraseAfterTenFailures, minimumPasscodeLength: storedMinimum,
+                tpm: tpm, clock: clock)
         }
         let secret = try DeviceSecret.create(in: root)
         let keys: [ProtectionClass: SymmetricKey] = [
@@ -98,9 +110,10 @@ package actor EmbeddedKeybag {
             .noProtection: SymmetricKey(size: .bits256),
         ]
         let bPrivate = Curve25519.KeyAgreement.PrivateKey()
-        var file = KeybagFile(uuid: UUID(), passcodeSet: false, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
-                              salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
-                              gracePeriodMillis: graceMillis, records: [])
+        var file = KeybagFile(
+            uuid: UUID(), passcodeSet: false, eraseAfterTenFailures: eraseAfterTenFailures, kdf: kdf,
+            salt: randomBytes(16), failedAttempts: 0, lastFailureMillis: 0, lastFailedTag: zeros16,
+            gracePeriodMillis: graceMillis, records: [])
         file.minimumPasscodeLength = storedMinimum
         let dKEK = secret.derive(labelClassD)
         var kek = secret.derive(labelNoPasscode)
@@ -108,14 +121,17 @@ package actor EmbeddedKeybag {
             file.passcodeSet = true
             kek = try passcodeKEK(secret: secret, kdf: kdf, salt: file.salt, passcode: SecretBytes(utf8: passcode))
         }
-        file.records = try makeRecords(keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet, dKEK: dKEK)
+        file.records = try makeRecords(
+            keys: keys, bPrivate: bPrivate, kek: kek, passcodeSet: file.passcodeSet, dKEK: dKEK)
         do {
-            try POSIXFile.writeAtomically(keybagPath, file.encoded(macKey: secret.derive(KeybagFile.macLabel)), permissions: [.ownerReadWrite])
+            try POSIXFile.writeAtomically(
+                keybagPath, file.encoded(macKey: secret.derive(KeybagFile.macLabel)), permissions: [.ownerReadWrite])
         } catch {
             DeviceSecret.destroy(in: root)
             throw error
         }
-        let keybag = EmbeddedKeybag(root: root, secret: secret, binding: nil, file: file, clock: clock, tpmTCTI: TPMBinding.defaultTCTI)
+        let keybag = EmbeddedKeybag(
+            root: root, secret: secret, binding: nil, file: file, clock: clock, tpmTCTI: TPMBinding.defaultTCTI)
         await keybag.prepareSpare()
         await keybag.adoptUnlockedKeys(keys, bPrivate: bPrivate)
         return keybag
@@ -125,17 +141,23 @@ package actor EmbeddedKeybag {
     /// set, unlocked (protection inactive) when none is.
     ///
     /// - Parameter tpmTCTI: How to reach the TPM when it seals the device secret.
-    package static func open(root: String, clock: any KeybagClock = SystemClock(),
-                             tpmTCTI: String = TPMBinding.defaultTCTI) async throws -> EmbeddedKeybag {
+    package static func open(
+        root: String, clock: any KeybagClock = SystemClock(),
+        tpmTCTI: String = TPMBinding.defaultTCTI
+    ) async throws -> EmbeddedKeybag {
         let keybagPath = root + "/" + KeybagFile.fileName
         guard POSIXFile.kind(keybagPath).exists else { throw KeybagError.notInitialized(root: root) }
         let (secret, binding, file) = try loadSecretAndKeybag(root: root, tpmTCTI: tpmTCTI)
-        let keybag = EmbeddedKeybag(root: root, secret: secret, binding: binding, file: file, clock: clock, tpmTCTI: tpmTCTI)
+        let keybag = EmbeddedKeybag(
+            root: root, secret: secret, binding: binding, file: file, clock: clock, tpmTCTI: tpmTCTI)
         try await keybag.boot()
         return keybag
     }
 
-    init(root: String, secret: DeviceSecret, binding: TPMBindingRecord?, file: KeybagFile, clock: any KeybagClock, tpmTCTI: String) {
+    init(
+        root: String, secret: DeviceSecret, binding: TPMBindingRecord?, file: KeybagFile, clock: any KeybagClock,
+        tpmTCTI: String
+    ) {
         self.root = root
         self.id = file.uuid
         self.secret = secret
@@ -144,7 +166,8 @@ package actor EmbeddedKeybag {
         self.clock = clock
         self.tpmTCTI = tpmTCTI
         // A keybag that passed its MAC always holds a valid 32-byte public key.
-        self.classBPublicKey = (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: file.record(.completeUnlessOpen).publicKey))
+        self.classBPublicKey =
+            (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: file.record(.completeUnlessOpen).publicKey))
             ?? Curve25519.KeyAgreement.PrivateKey().publicKey
     }
 
@@ -152,7 +175,8 @@ package actor EmbeddedKeybag {
         if binding != nil {
             try withKeybagLock { try reconcileAttemptCounter(now: clock.now()) }
         }
-        classKeys[.noProtection] = try Self.unwrapSymmetric(file.record(.noProtection), kek: secret.derive(Self.labelClassD))
+        classKeys[.noProtection] = try Self.unwrapSymmetric(
+            file.record(.noProtection), kek: secret.derive(Self.labelClassD))
         Self.pinInMemory(classKeys[.noProtection]!)
         if !file.passcodeSet {
             let (keys, bPrivate) = try Self.unwrapPasscodeClasses(file, kek: secret.derive(Self.labelNoPasscode))
@@ -213,10 +237,10 @@ package actor EmbeddedKeybag {
             deviceSecret: binding.map { .tpm(pcrs: $0.pcrs) } ?? .file,
             tpmLockout: lockout,
             tpmProblem: problem,
-            lastRollback: file.lastRollbackMillis == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(file.lastRollbackMillis) / 1000),
+            lastRollback: file.lastRollbackMillis == 0
+                ? nil : Date(timeIntervalSince1970: TimeInterval(file.lastRollbackMillis) / 1000),
             minimumPasscodeLength: minimumPasscodeLength)
     }
-
 
     /// Seconds between a lock and the discarding of class-A keys.
     package var gracePeriod: TimeInterval { TimeInterval(file.gracePeriodMillis) / 1000 }
@@ -298,7 +322,9 @@ package actor EmbeddedKeybag {
     /// made while there is room (best effort).
     func prepareSpare() {
         let path = layout.keybagSpare
-        if let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT == S_IFREG, st.st_size == KeybagFile.totalSize { return }
+        if let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT == S_IFREG, st.st_size == KeybagFile.totalSize {
+            return
+        }
         try? POSIXFile.writeAtomically(path, Self.randomBytes(KeybagFile.totalSize), permissions: [.ownerReadWrite])
     }
 
@@ -308,7 +334,9 @@ package actor EmbeddedKeybag {
     /// there is no usable spare.
     func persistThroughSpare(_ bytes: [UInt8]) throws -> Bool {
         let spare = layout.keybagSpare, keybag = layout.keybag
-        guard let st = POSIXFile.linkStatus(spare), st.st_mode & S_IFMT == S_IFREG, st.st_size == bytes.count else { return false }
+        guard let st = POSIXFile.linkStatus(spare), st.st_mode & S_IFMT == S_IFREG, st.st_size == bytes.count else {
+            return false
+        }
         let fd = try POSIXFile.open(spare, .writeOnly, options: [.noFollow])
         defer { try? fd.close() }
         try POSIXFile.write(fd, bytes, at: 0, path: spare)
@@ -326,25 +354,36 @@ package actor EmbeddedKeybag {
         return true
     }
 
-    static func passcodeKEK(secret: DeviceSecret, kdf: PasscodeKDF, salt: [UInt8], passcode: SecretBytes) throws -> SymmetricKey {
+    static func passcodeKEK(
+        secret: DeviceSecret, kdf: PasscodeKDF, salt: [UInt8], passcode: SecretBytes
+    ) throws -> SymmetricKey {
         let stretched = try kdf.derive(passcode: passcode, salt: salt)
         return stretched.withUnsafeBytes { secret.derive(labelPasscode, salt: $0) }
     }
 
-    static func makeRecords(keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey,
-                                    kek: SymmetricKey, passcodeSet: Bool, dKEK: SymmetricKey) throws -> [ClassKeyRecord] {
+    static func makeRecords(
+        keys: [ProtectionClass: SymmetricKey], bPrivate: Curve25519.KeyAgreement.PrivateKey,
+        kek: SymmetricKey, passcodeSet: Bool, dKEK: SymmetricKey
+    ) throws -> [ClassKeyRecord] {
         let wrapType: ClassKeyRecord.WrapType = passcodeSet ? .passcodeAndDeviceSecret : .deviceSecret
         let noPublicKey = [UInt8](repeating: 0, count: 32)
-        func record(_ cls: ProtectionClass, _ key: SymmetricKey, _ kek: SymmetricKey, _ type: ClassKeyRecord.WrapType, _ pub: [UInt8]) throws -> ClassKeyRecord {
-            ClassKeyRecord(protectionClass: cls, wrapType: type, wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)), publicKey: pub)
+        func record(
+            _ cls: ProtectionClass, _ key: SymmetricKey, _ kek: SymmetricKey, _ type: ClassKeyRecord.WrapType,
+            _ pub: [UInt8]
+        ) throws -> ClassKeyRecord {
+            ClassKeyRecord(
+                protectionClass: cls, wrapType: type, wrappedKey: Array(try AES.KeyWrap.wrap(key, using: kek)),
+                publicKey: pub)
         }
-        guard let a = keys[.complete], let c = keys[.completeUntilFirstUserAuthentication], let d = keys[.noProtection] else {
+        guard let a = keys[.complete], let c = keys[.completeUntilFirstUserAuthentication], let d = keys[.noProtection]
+        else {
             throw KeybagError.deviceLocked(.locked)
         }
         return [
             try record(.complete, a, kek, wrapType, noPublicKey),
-            try record(.completeUnlessOpen, SymmetricKey(data: bPrivate.rawRepresentation), kek, wrapType,
-                       Array(bPrivate.publicKey.rawRepresentation)),
+            try record(
+                .completeUnlessOpen, SymmetricKey(data: bPrivate.rawRepresentation), kek, wrapType,
+                Array(bPrivate.publicKey.rawRepresentation)),
             try record(.completeUntilFirstUserAuthentication, c, kek, wrapType, noPublicKey),
             try record(.noProtection, d, dKEK, .deviceSecret, noPublicKey),
         ]
@@ -354,8 +393,11 @@ package actor EmbeddedKeybag {
         try AES.KeyWrap.unwrap(record.wrappedKey, using: kek)
     }
 
-    static func unwrapPasscodeClasses(_ file: KeybagFile, kek: SymmetricKey) throws
-        -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey) {
+    static func unwrapPasscodeClasses(
+        _ file: KeybagFile, kek: SymmetricKey
+    ) throws
+        -> ([ProtectionClass: SymmetricKey], Curve25519.KeyAgreement.PrivateKey)
+    {
         let a = try unwrapSymmetric(file.record(.complete), kek: kek)
         let c = try unwrapSymmetric(file.record(.completeUntilFirstUserAuthentication), kek: kek)
         let bRaw = try unwrapSymmetric(file.record(.completeUnlessOpen), kek: kek)

@@ -74,18 +74,23 @@ public final class Keybag: Sendable {
     /// - Returns: The keybag, unlocked.
     /// - Throws: ``KeybagError/daemon(_:)`` while a keybagd serves `root`,
     ///   ``KeybagError/passcodeTooShort(minimumLength:)`` for a passcode the policy refuses.
-    public static func create(root: String, passcode: String?, kdf: PasscodeKDF? = nil,
-                              gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
-                              minimumPasscodeLength: Int = PasscodePolicy.defaultMinimumLength,
-                              tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()) async throws -> Keybag {
+    public static func create(
+        root: String, passcode: String?, kdf: PasscodeKDF? = nil,
+        gracePeriod: TimeInterval = 10, eraseAfterTenFailures: Bool = false,
+        minimumPasscodeLength: Int = PasscodePolicy.defaultMinimumLength,
+        tpm: TPMBinding? = nil, clock: any KeybagClock = SystemClock()
+    ) async throws -> Keybag {
         // A daemon serving the root keeps its keybag in memory: a new one made under it would be
         // one it never sees (every process would go on getting the old, perhaps erased, one).
         if try KeybagdConnection.connect(root: root) != nil {
-            throw KeybagError.daemon("keybagd serves \(root): stop it before setting up a device there, and start it again afterwards")
+            throw KeybagError.daemon(
+                "keybagd serves \(root): stop it before setting up a device there, and start it again afterwards")
         }
-        return Keybag(embedded: try await EmbeddedKeybag.create(root: root, passcode: passcode, kdf: kdf, gracePeriod: gracePeriod,
-                                                         eraseAfterTenFailures: eraseAfterTenFailures,
-                                                         minimumPasscodeLength: minimumPasscodeLength, tpm: tpm, clock: clock))
+        return Keybag(
+            embedded: try await EmbeddedKeybag.create(
+                root: root, passcode: passcode, kdf: kdf, gracePeriod: gracePeriod,
+                eraseAfterTenFailures: eraseAfterTenFailures,
+                minimumPasscodeLength: minimumPasscodeLength, tpm: tpm, clock: clock))
     }
 
     /// Opens the device of `root` as after a reboot: *before first unlock* when a passcode is
@@ -96,8 +101,10 @@ public final class Keybag: Sendable {
     ///
     /// A device whose secret the TPM seals is reached through `tpmTCTI` (by default
     /// `$DATAPROTECTION_TPM_TCTI`, else `device:/dev/tpmrm0`).
-    public static func open(root: String, clock: any KeybagClock = SystemClock(),
-                            tpmTCTI: String = TPMBinding.defaultTCTI) async throws -> Keybag {
+    public static func open(
+        root: String, clock: any KeybagClock = SystemClock(),
+        tpmTCTI: String = TPMBinding.defaultTCTI
+    ) async throws -> Keybag {
         if let client = try KeybagdConnection.connect(root: root) {
             return Keybag(daemon: client, root: root, id: try client.send(KeybagRequests.Hello()).id)
         }
@@ -241,7 +248,9 @@ public final class Keybag: Sendable {
 
     private func embeddedForTPMChange() throws -> EmbeddedKeybag {
         guard let embedded = backend as? EmbeddedKeybag else {
-            throw KeybagError.notPermitted("the device secret can only be moved by the process holding the keys: keybagd serves this root; stop it first")
+            throw KeybagError.notPermitted(
+                "the device secret can only be moved by the process holding the keys: keybagd serves this root; stop it first"
+            )
         }
         return embedded
     }
@@ -257,7 +266,9 @@ public final class Keybag: Sendable {
 
     /// Creates a random 256-bit file key and wraps it under `protectionClass`.
     /// Class B needs only the class public key, so it works while locked.
-    public func wrapNewFileKey(for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
+    public func wrapNewFileKey(
+        for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false
+    ) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
         try await backend.wrapNewFileKey(for: protectionClass, thisDeviceOnly: thisDeviceOnly)
     }
 
@@ -269,17 +280,23 @@ public final class Keybag: Sendable {
     }
 
     /// ``unwrapFileKey(_:)`` and the current generation of the key's class, in one call.
-    package func unwrapFileKeyWithGeneration(_ wrapped: WrappedFileKey) async throws -> (key: SymmetricKey, generation: Int) {
+    package func unwrapFileKeyWithGeneration(
+        _ wrapped: WrappedFileKey
+    ) async throws -> (key: SymmetricKey, generation: Int) {
         try await backend.unwrapFileKeyWithGeneration(wrapped)
     }
 
     /// Unwraps a file key and wraps it under another class (a class change: no re-encryption).
-    public func rewrapFileKey(_ wrapped: WrappedFileKey, to protectionClass: ProtectionClass) async throws -> WrappedFileKey {
+    public func rewrapFileKey(
+        _ wrapped: WrappedFileKey, to protectionClass: ProtectionClass
+    ) async throws -> WrappedFileKey {
         try await backend.rewrapFileKey(wrapped, to: protectionClass)
     }
 
     /// Wraps an existing key under `protectionClass`.
-    public func wrap(_ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false) async throws -> WrappedFileKey {
+    public func wrap(
+        _ key: SymmetricKey, for protectionClass: ProtectionClass, thisDeviceOnly: Bool = false
+    ) async throws -> WrappedFileKey {
         try await backend.wrap(key, for: protectionClass, thisDeviceOnly: thisDeviceOnly)
     }
 
@@ -302,8 +319,10 @@ public final class Keybag: Sendable {
 
     /// Takes over a file key wrapped by another device, given that device's class keys (from its
     /// backup keybag): returns it wrapped under this keybag, in the same class or `protectionClass`.
-    public func adoptFileKey(_ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
-                             as protectionClass: ProtectionClass? = nil) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
+    public func adoptFileKey(
+        _ wrapped: WrappedFileKey, from backupKeys: BackupClassKeys,
+        as protectionClass: ProtectionClass? = nil
+    ) async throws -> (key: SymmetricKey, wrapped: WrappedFileKey) {
         try await backend.adoptFileKey(wrapped, from: backupKeys, as: protectionClass)
     }
 }
@@ -336,7 +355,9 @@ final class RemoteEvents: Sendable {
         /// When the live subscription began, and the wait before the next try after it ends.
         var connectedAt = Date.distantPast
         var nextWait: TimeInterval = 0
-        var isListenedTo: Bool { !observers.isEmpty || !discardObservers.isEmpty || !streams.isEmpty || !returnObservers.isEmpty }
+        var isListenedTo: Bool {
+            !observers.isEmpty || !discardObservers.isEmpty || !streams.isEmpty || !returnObservers.isEmpty
+        }
     }
     private let client: KeybagdConnection
     private let state = Mutex(State())
@@ -407,12 +428,15 @@ final class RemoteEvents: Sendable {
             return state.generation
         }
         do {
-            try client.subscribe({ [weak self] event in self?.deliver(event) }, ended: { [weak self] in self?.subscriptionEnded(generation) })
+            try client.subscribe(
+                { [weak self] event in self?.deliver(event) },
+                ended: { [weak self] in self?.subscriptionEnded(generation) })
         } catch {
             return .failed
         }
         let live = state.withLock { state -> Bool in
-            guard state.generation == generation else { return false }   // ended already (subscriptionEnded moved it on)
+            // ended already (subscriptionEnded moved it on)
+            guard state.generation == generation else { return false }
             state.connected = true
             state.subscribing = false
             state.connectedAt = Date()
@@ -432,7 +456,8 @@ final class RemoteEvents: Sendable {
             if wasLive {
                 // A daemon that drops each subscription at once keeps the wait growing.
                 let lasted = Date().timeIntervalSince(state.connectedAt)
-                state.nextWait = lasted < 1 ? min(max(state.nextWait * 2, Self.firstRetryInterval), Self.longestRetryInterval) : 0
+                state.nextWait =
+                    lasted < 1 ? min(max(state.nextWait * 2, Self.firstRetryInterval), Self.longestRetryInterval) : 0
             }
             state.connected = false
             guard state.isListenedTo, !state.subscribing else { return (wasLive, false) }
@@ -440,7 +465,9 @@ final class RemoteEvents: Sendable {
             return (wasLive, true)
         }
         if wasLive {
-            logger.warning("keybagd (\(client.socketPath)) went away: classes A, B and C are unavailable until it returns and is unlocked")
+            logger.warning(
+                "keybagd (\(client.socketPath)) went away: classes A, B and C are unavailable until it returns and is unlocked"
+            )
             deliver(.discarded(.complete))
             deliver(.discarded(.completeUnlessOpen))
             deliver(.discarded(.completeUntilFirstUserAuthentication))
@@ -469,16 +496,23 @@ final class RemoteEvents: Sendable {
 
     /// A daemon answers again: what it allows now is delivered.
     private func daemonReturned() {
-        let available = Set(ProtectionClass.allCases.filter { (try? client.send(KeybagRequests.IsAvailable(protectionClass: $0))) == true })
+        let available = Set(
+            ProtectionClass.allCases.filter {
+                (try? client.send(KeybagRequests.IsAvailable(protectionClass: $0))) == true
+            })
         let unlocked = (try? client.send(KeybagRequests.IsProtectedDataAvailable())) == true
-        logger.warning("keybagd (\(client.socketPath)) is back\(unlocked ? " and unlocked" : ": classes follow its lock state from now on")")
+        logger.warning(
+            "keybagd (\(client.socketPath)) is back\(unlocked ? " and unlocked" : ": classes follow its lock state from now on")"
+        )
         let returns = state.withLock { Array($0.returnObservers.values) }
         for observer in returns { observer(available) }
         if unlocked { deliver(.protectedData(.didBecomeAvailable)) }
     }
 
     private func deliver(_ event: KeybagWire.Event) {
-        let (observers, discards, streams) = state.withLock { ($0.observers.values, $0.discardObservers.values, $0.streams.values) }
+        let (observers, discards, streams) = state.withLock {
+            ($0.observers.values, $0.discardObservers.values, $0.streams.values)
+        }
         switch event {
         case .protectedData(let event):
             for observer in observers { observer(event) }

@@ -1,7 +1,7 @@
-import DataProtectionSystem
 import Crypto
-import _CryptoExtras
+import DataProtectionSystem
 import Foundation
+import _CryptoExtras
 
 /// scrypt parameters for turning a passcode into key material; stored in the keybag.
 ///
@@ -42,8 +42,9 @@ public struct PasscodeKDF: Sendable, Equatable, CustomStringConvertible {
     func derive(passcode: SecretBytes, salt: [UInt8]) throws -> SymmetricKey {
         defer { SystemCall.scrubStack() }
         return try passcode.withUnsafeBytes { bytes in
-            try KDF.Scrypt.deriveKey(from: bytes, salt: salt, outputByteCount: 32,
-                                     rounds: 1 << Int(logN), blockSize: Int(r), parallelism: Int(p))
+            try KDF.Scrypt.deriveKey(
+                from: bytes, salt: salt, outputByteCount: 32,
+                rounds: 1 << Int(logN), blockSize: Int(r), parallelism: Int(p))
         }
     }
 

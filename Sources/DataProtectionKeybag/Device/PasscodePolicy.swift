@@ -25,7 +25,9 @@ public enum PasscodePolicy {
     /// - Throws: ``KeybagError/invalidArgument(_:)`` outside ``minimumLengthRange``.
     public static func validMinimumLength(_ length: Int) throws -> Int {
         guard minimumLengthRange.contains(length) else {
-            throw KeybagError.invalidArgument("minimum passcode length \(length): it must be from \(minimumLengthRange.lowerBound) to \(minimumLengthRange.upperBound) characters")
+            throw KeybagError.invalidArgument(
+                "minimum passcode length \(length): it must be from \(minimumLengthRange.lowerBound) to \(minimumLengthRange.upperBound) characters"
+            )
         }
         return length
     }
@@ -35,7 +37,9 @@ public enum PasscodePolicy {
     /// - Throws: ``KeybagError/emptyPasscode``, ``KeybagError/passcodeTooShort(minimumLength:)``.
     static func check(_ passcode: SecretBytes, minimumLength: Int) throws {
         if passcode.isEmpty { throw KeybagError.emptyPasscode }
-        if passcode.withUnsafeBytes(characterCount) < minimumLength { throw KeybagError.passcodeTooShort(minimumLength: minimumLength) }
+        if passcode.withUnsafeBytes(characterCount) < minimumLength {
+            throw KeybagError.passcodeTooShort(minimumLength: minimumLength)
+        }
     }
 
     /// The characters a passcode's UTF-8 bytes hold, as the policy counts them (Unicode scalars:
@@ -55,7 +59,8 @@ public enum PasscodePolicy {
     /// - Throws: ``KeybagError/invalidArgument(_:)`` for NaN, infinities, negatives and more than a day.
     public static func gracePeriodMillis(_ seconds: TimeInterval) throws -> UInt32 {
         guard seconds.isFinite, seconds >= 0, seconds <= maximumGracePeriod else {
-            throw KeybagError.invalidArgument("grace period \(seconds) s: it must be a number of seconds from 0 to \(Int(maximumGracePeriod))")
+            throw KeybagError.invalidArgument(
+                "grace period \(seconds) s: it must be a number of seconds from 0 to \(Int(maximumGracePeriod))")
         }
         return UInt32((seconds * 1000).rounded())
     }

@@ -8,7 +8,8 @@ import Foundation
 /// | class | Foundation name | available |
 /// |---|---|---|
 /// | A `.complete` | `FileProtectionType.complete` | only while unlocked (plus the grace period after a lock) |
-/// | B `.completeUnlessOpen` | `.completeUnlessOpen` | new files can be written while locked; open handles survive a lock |
+/// | B `.completeUnlessOpen` | `.completeUnlessOpen` | new files can be written while locked; open handles survive
+/// a lock |
 /// | C `.completeUntilFirstUserAuthentication` | `.completeUntilFirstUserAuthentication` | from the first unlock on |
 /// | D `.noProtection` | `FileProtectionType.none` | always |
 ///
@@ -61,7 +62,9 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
         // different classes differ only by case).
         let folded = name.lowercased()
         for candidate in ProtectionClass.allCases
-        where [candidate.shortName, candidate.iOSName, candidate.fileProtectionType.rawValue, candidate.letter].contains(where: { $0.lowercased() == folded }) {
+        where [candidate.shortName, candidate.iOSName, candidate.fileProtectionType.rawValue, candidate.letter]
+            .contains(where: { $0.lowercased() == folded })
+        {
             self = candidate
             return
         }
@@ -88,7 +91,8 @@ public enum ProtectionClass: UInt8, Sendable, CaseIterable, Comparable, CustomSt
     /// Converts Foundation's `FileProtectionType`. Throws for a type this library does not
     /// implement (such as iOS 17's `completeWhenUserInactive`).
     public init(_ type: FileProtectionType) throws {
-        guard let match = ProtectionClass.allCases.first(where: { $0.fileProtectionType.rawValue == type.rawValue }) else {
+        guard let match = ProtectionClass.allCases.first(where: { $0.fileProtectionType.rawValue == type.rawValue })
+        else {
             throw KeybagError.unsupportedProtectionType(type.rawValue)
         }
         self = match

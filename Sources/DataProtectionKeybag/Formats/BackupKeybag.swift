@@ -20,7 +20,7 @@ public struct BackupKeybag: Sendable, Equatable {
     static let version: UInt16 = 1
     static let recordSize = 41
     static let bodySize = 48 + 4 * recordSize + 32   // 244
-    package static let totalSize = bodySize + 32             // 276
+    package static let totalSize = bodySize + 32   // 276
     public static let fileName = "backup-keybag"
 
     /// The keybag whose class keys this holds (file keys name it).
@@ -38,13 +38,17 @@ public struct BackupKeybag: Sendable, Equatable {
     /// Parses a backup keybag; the MAC is checked by ``unlock(password:)``.
     public init(bytes: [UInt8]) throws {
         func reject(_ why: String) -> KeybagError { .corruptKeybag("backup keybag: " + why) }
-        guard bytes.count >= 12, Array(bytes[0..<8]) == Self.magic else { throw reject("not a backup keybag (bad magic)") }
+        guard bytes.count >= 12, Array(bytes[0..<8]) == Self.magic else {
+            throw reject("not a backup keybag (bad magic)")
+        }
         var r = ByteReader(bytes)
         do {
             _ = try r.raw(8, "magic")
             let version = try r.u16("version")
             guard version == Self.version else { throw reject("format version \(version) is not supported") }
-            guard try r.u16("length") == UInt16(Self.totalSize), bytes.count == Self.totalSize else { throw reject("wrong length") }
+            guard try r.u16("length") == UInt16(Self.totalSize), bytes.count == Self.totalSize else {
+                throw reject("wrong length")
+            }
             sourceKeybagID = UUID(bytes: try r.raw(16, "keybag id"))
             salt = try r.raw(16, "salt")
             kdf = PasscodeKDF(logN: try r.u8("logN"), r: try r.u8("r"), p: try r.u8("p"))
@@ -69,8 +73,11 @@ public struct BackupKeybag: Sendable, Equatable {
     }
 
     /// Wraps class keys under `password`.
-    init(sourceKeybagID: UUID, classKeys: [ProtectionClass: SymmetricKey], classBPrivate: Curve25519.KeyAgreement.PrivateKey,
-         password: SecretBytes, kdf: PasscodeKDF) throws {
+    init(
+        sourceKeybagID: UUID, classKeys: [ProtectionClass: SymmetricKey],
+        classBPrivate: Curve25519.KeyAgreement.PrivateKey,
+        password: SecretBytes, kdf: PasscodeKDF
+    ) throws {
         let salt = SymmetricKey(size: .init(bitCount: 128)).withUnsafeBytes { Array($0) }
         let (kek, macKey) = try Self.keys(password: password, salt: salt, kdf: kdf)
         var w = ByteWriter()
@@ -90,14 +97,23 @@ public struct BackupKeybag: Sendable, Equatable {
         try self.init(bytes: w.bytes)
     }
 
-    static func keys(password: String, salt: [UInt8], kdf: PasscodeKDF) throws -> (kek: SymmetricKey, mac: SymmetricKey) {
+    static func keys(password: String, salt: [UInt8], kdf: PasscodeKDF) throws -> (kek: SymmetricKey, mac: SymmetricKey)
+    {
         try keys(password: SecretBytes(utf8: password), salt: salt, kdf: kdf)
     }
 
-    static func keys(password: SecretBytes, salt: [UInt8], kdf: PasscodeKDF) throws -> (kek: SymmetricKey, mac: SymmetricKey) {
+    static func keys(
+        password: SecretBytes, salt: [UInt8], kdf: PasscodeKDF
+    ) throws -> (kek: SymmetricKey, mac: SymmetricKey) {
         let stretched = try kdf.derive(passcode: password, salt: salt)
-        return (HKDF<SHA256>.deriveKey(inputKeyMaterial: stretched, info: Array("DataProtection v1 backup keybag KEK".utf8), outputByteCount: 32),
-                HKDF<SHA256>.deriveKey(inputKeyMaterial: stretched, info: Array("DataProtection v1 backup keybag MAC".utf8), outputByteCount: 32))
+        return (
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: stretched, info: Array("DataProtection v1 backup keybag KEK".utf8),
+                outputByteCount: 32),
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: stretched, info: Array("DataProtection v1 backup keybag MAC".utf8),
+                outputByteCount: 32)
+        )
     }
 
     /// Checks the password and unwraps the class keys.
@@ -105,13 +121,20 @@ public struct BackupKeybag: Sendable, Equatable {
     ///   passwords are not counted) when the password is wrong or the file was modified.
     public func unlock(password: String) throws -> BackupClassKeys {
         let (kek, macKey) = try Self.keys(password: password, salt: salt, kdf: kdf)
-        guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[Self.bodySize...]), authenticating: bytes[0..<Self.bodySize], using: macKey) else {
+        guard
+            HMAC<SHA256>.isValidAuthenticationCode(
+                Array(bytes[Self.bodySize...]), authenticating: bytes[0..<Self.bodySize], using: macKey)
+        else {
             throw KeybagError.wrongBackupPassword
         }
         var keys: [ProtectionClass: SymmetricKey] = [:]
         for (cls, wrapped) in wrappedKeys { keys[cls] = try AES.KeyWrap.unwrap(wrapped, using: kek) }
-        let bPrivate = try keys[.completeUnlessOpen]!.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
-        guard Array(bPrivate.publicKey.rawRepresentation) == classBPublicKey else { throw KeybagError.corruptKeybag("backup keybag: class B key pair does not match") }
+        let bPrivate = try keys[.completeUnlessOpen]!.withUnsafeBytes {
+            try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0)
+        }
+        guard Array(bPrivate.publicKey.rawRepresentation) == classBPublicKey else {
+            throw KeybagError.corruptKeybag("backup keybag: class B key pair does not match")
+        }
         keys[.completeUnlessOpen] = nil
         return BackupClassKeys(sourceKeybagID: sourceKeybagID, keys: keys, classBPrivate: bPrivate)
     }
@@ -139,8 +162,11 @@ public struct BackupClassKeys: Sendable {
         guard !wrapped.thisDeviceOnly else { throw KeybagError.thisDeviceOnly }
         do {
             if wrapped.protectionClass == .completeUnlessOpen {
-                guard let ephemeral = wrapped.ephemeralPublicKey else { throw KeybagError.keyUnwrapFailed(.completeUnlessOpen) }
-                return try ClassBKeyAgreement.unwrap(wrapped.wrappedKey, ephemeralPublic: ephemeral, classPrivate: classBPrivate)
+                guard let ephemeral = wrapped.ephemeralPublicKey else {
+                    throw KeybagError.keyUnwrapFailed(.completeUnlessOpen)
+                }
+                return try ClassBKeyAgreement.unwrap(
+                    wrapped.wrappedKey, ephemeralPublic: ephemeral, classPrivate: classBPrivate)
             }
             return try AES.KeyWrap.unwrap(wrapped.wrappedKey, using: keys[wrapped.protectionClass]!)
         } catch let error as KeybagError {
@@ -162,6 +188,7 @@ package enum BackupAuthenticationKey {
     static let label = "DataProtection v1 backup authentication"
 
     package static func derive(classD: SymmetricKey, keybagID: UUID) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(inputKeyMaterial: classD, salt: keybagID.bytes, info: Array(label.utf8), outputByteCount: 32)
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: classD, salt: keybagID.bytes, info: Array(label.utf8), outputByteCount: 32)
     }
 }

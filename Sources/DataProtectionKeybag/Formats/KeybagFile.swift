@@ -55,10 +55,10 @@ struct KeybagFile: Sendable, Equatable {
     static let readableVersions: [UInt16] = [1, 2, 3]
     static let recordSize = 76
     static let bodySizeV1 = 88 + 4 * recordSize   // 392
-    static let totalSizeV1 = bodySizeV1 + 32        // 424
+    static let totalSizeV1 = bodySizeV1 + 32   // 424
     static let extensionSize = 80
     static let bodySize = bodySizeV1 + extensionSize   // 472
-    static let totalSize = bodySize + 32               // 504
+    static let totalSize = bodySize + 32   // 504
     static let macLabel = "DataProtection v1 keybag MAC"
 
     var uuid: UUID
@@ -106,8 +106,10 @@ struct KeybagFile: Sendable, Equatable {
     package static func identifier(atRoot root: String) -> UUID? {
         guard let fd = try? POSIXFile.openRegularFile(root + "/" + fileName) else { return nil }
         defer { try? fd.close() }
-        guard let head = try? POSIXFile.read(fd, count: magic.count + 4 + 16, at: 0, path: root), head.count == magic.count + 4 + 16,
-              Array(head.prefix(magic.count)) == magic else { return nil }
+        guard let head = try? POSIXFile.read(fd, count: magic.count + 4 + 16, at: 0, path: root),
+            head.count == magic.count + 4 + 16,
+            Array(head.prefix(magic.count)) == magic
+        else { return nil }
         return UUID(bytes: Array(head.suffix(16)))
     }
 
@@ -150,25 +152,35 @@ struct KeybagFile: Sendable, Equatable {
         return w.bytes
     }
 
-    /// Parses and authenticates a keybag. Never traps; every defect is a `corruptKeybag` error, a newer version `newerKeybagFormat`.
+    /// Parses and authenticates a keybag. Never traps; every defect is a `corruptKeybag` error, a newer version
+    /// `newerKeybagFormat`.
     static func decode(_ bytes: [UInt8], macKey: SymmetricKey) throws -> KeybagFile {
         func reject(_ why: String) -> KeybagError { .corruptKeybag(why) }
         // The MAC first (FORMAT.md §2): no field is read from unauthenticated bytes. Only the
         // file's size is needed to find it (each version has its own size).
         // Unauthenticated bytes choose only the wording of the error, never what is trusted: a
         // version above ours is a claim, named as one (a newer DataProtection, or a modification).
-        let claimedVersion: UInt16? = bytes.count >= 10 && Array(bytes[0..<8]) == magic ? UInt16(bytes[8]) << 8 | UInt16(bytes[9]) : nil
+        let claimedVersion: UInt16? =
+            bytes.count >= 10 && Array(bytes[0..<8]) == magic ? UInt16(bytes[8]) << 8 | UInt16(bytes[9]) : nil
         let newerClaim = claimedVersion.flatMap { $0 > Self.version ? $0 : nil }
         guard bytes.count == totalSize || bytes.count == totalSizeV1 else {
-            if let newerClaim { throw KeybagError.newerKeybagFormat(version: newerClaim, readable: Self.readableVersions) }
+            if let newerClaim {
+                throw KeybagError.newerKeybagFormat(version: newerClaim, readable: Self.readableVersions)
+            }
             if claimedVersion == 0 { throw reject("keybag format version 0 is not a version") }
-            throw reject("wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
+            throw reject(
+                "wrong length (\(bytes.count) bytes, expected \(totalSize)): truncated, extended, or not a keybag")
         }
         let bodySize = bytes.count - 32
-        guard HMAC<SHA256>.isValidAuthenticationCode(Array(bytes[bodySize...]), authenticating: bytes[0..<bodySize], using: macKey) else {
+        guard
+            HMAC<SHA256>.isValidAuthenticationCode(
+                Array(bytes[bodySize...]), authenticating: bytes[0..<bodySize], using: macKey)
+        else {
             if let newerClaim {
-                throw reject("authentication failed: the keybag was modified, or belongs to another device secret, or a newer "
-                             + "DataProtection wrote it (it claims format version \(newerClaim); this one reads versions 1 to \(Self.version))")
+                throw reject(
+                    "authentication failed: the keybag was modified, or belongs to another device secret, or a newer "
+                        + "DataProtection wrote it (it claims format version \(newerClaim); this one reads versions 1 to \(Self.version))"
+                )
             }
             throw reject("authentication failed: the keybag was modified, or belongs to another device secret")
         }
@@ -178,12 +190,15 @@ struct KeybagFile: Sendable, Equatable {
             _ = try r.raw(8, "magic")
             let version = try r.u16("version")
             guard Self.readableVersions.contains(version) else {
-                throw reject("keybag format version \(version) is not supported (this build reads versions 1 to \(Self.version))")
+                throw reject(
+                    "keybag format version \(version) is not supported (this build reads versions 1 to \(Self.version))"
+                )
             }
             let expectedSize = version == 1 ? totalSizeV1 : totalSize
             let length = try r.u16("length")
             guard Int(length) == expectedSize, bytes.count == expectedSize else {
-                throw reject("length field \(length) and size \(bytes.count), expected \(expectedSize) for version \(version)")
+                throw reject(
+                    "length field \(length) and size \(bytes.count), expected \(expectedSize) for version \(version)")
             }
             let uuid = UUID(bytes: try r.raw(16, "uuid"))
             let flags = try r.u8("flags")
@@ -193,8 +208,12 @@ struct KeybagFile: Sendable, Equatable {
             guard kdf.isPlausible else { throw reject("implausible KDF parameters \(kdf)") }
             let minimumLength = try r.u8("minimum passcode length")
             if version == 3 {
-                guard PasscodePolicy.minimumLengthRange.contains(Int(minimumLength)), Int(minimumLength) != PasscodePolicy.defaultMinimumLength else {
-                    throw reject("minimum passcode length \(minimumLength) is outside \(PasscodePolicy.minimumLengthRange) or the default")
+                guard PasscodePolicy.minimumLengthRange.contains(Int(minimumLength)),
+                    Int(minimumLength) != PasscodePolicy.defaultMinimumLength
+                else {
+                    throw reject(
+                        "minimum passcode length \(minimumLength) is outside \(PasscodePolicy.minimumLengthRange) or the default"
+                    )
                 }
             } else if minimumLength != 0 {
                 throw reject("reserved bytes not zero")
@@ -209,19 +228,23 @@ struct KeybagFile: Sendable, Equatable {
             var records: [ClassKeyRecord] = []
             for cls in ProtectionClass.allCases {
                 guard try r.u8("class") == cls.rawValue else { throw reject("class records out of order") }
-                guard let wrap = ClassKeyRecord.WrapType(rawValue: try r.u8("wrap type")) else { throw reject("unknown wrap type") }
+                guard let wrap = ClassKeyRecord.WrapType(rawValue: try r.u8("wrap type")) else {
+                    throw reject("unknown wrap type")
+                }
                 guard try r.raw(2, "reserved") == [0, 0] else { throw reject("reserved bytes not zero") }
                 let wrapped = try r.raw(40, "wrapped key")
                 let pub = try r.raw(32, "public key")
-                records.append(ClassKeyRecord(protectionClass: cls, wrapType: wrap, wrappedKey: wrapped, publicKey: pub))
+                records.append(
+                    ClassKeyRecord(protectionClass: cls, wrapType: wrap, wrappedKey: wrapped, publicKey: pub))
             }
             let passcodeSet = flags & 1 != 0
             guard records[3].wrapType == .deviceSecret,
-                  records[0..<3].allSatisfy({ $0.wrapType == (passcodeSet ? .passcodeAndDeviceSecret : .deviceSecret) })
+                records[0..<3].allSatisfy({ $0.wrapType == (passcodeSet ? .passcodeAndDeviceSecret : .deviceSecret) })
             else { throw reject("class records disagree with the passcode flag") }
-            var file = KeybagFile(uuid: uuid, passcodeSet: passcodeSet, eraseAfterTenFailures: flags & 2 != 0, kdf: kdf,
-                                  salt: salt, failedAttempts: failed, lastFailureMillis: lastFailure, lastFailedTag: tag,
-                                  gracePeriodMillis: grace, records: records)
+            var file = KeybagFile(
+                uuid: uuid, passcodeSet: passcodeSet, eraseAfterTenFailures: flags & 2 != 0, kdf: kdf,
+                salt: salt, failedAttempts: failed, lastFailureMillis: lastFailure, lastFailedTag: tag,
+                gracePeriodMillis: grace, records: records)
             file.minimumPasscodeLength = minimumLength
             guard version >= 2 else { return file }
             file.generation = try r.u64("generation")
@@ -239,10 +262,13 @@ struct KeybagFile: Sendable, Equatable {
                 guard passcodeSet == (passcodeObject != 0), counterIndex != 0, baseIndex != 0, base <= seen else {
                     throw reject("TPM fields disagree with the passcode flag")
                 }
-                file.tpm = KeybagTPMFields(passcodeObject: passcodeObject, counterIndex: counterIndex, baseIndex: baseIndex, counterBase: base,
-                                           counterSeen: seen, bindingDigest: digest)
+                file.tpm = KeybagTPMFields(
+                    passcodeObject: passcodeObject, counterIndex: counterIndex, baseIndex: baseIndex, counterBase: base,
+                    counterSeen: seen, bindingDigest: digest)
             } else {
-                guard passcodeObject == 0, counterIndex == 0, baseIndex == 0, base == 0, seen == 0, digest.allSatisfy({ $0 == 0 }) else {
+                guard passcodeObject == 0, counterIndex == 0, baseIndex == 0, base == 0, seen == 0,
+                    digest.allSatisfy({ $0 == 0 })
+                else {
                     throw reject("TPM fields set in a keybag whose device secret is a file")
                 }
             }

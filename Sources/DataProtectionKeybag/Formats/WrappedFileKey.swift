@@ -18,8 +18,10 @@ public struct WrappedFileKey: Sendable, Hashable {
     /// `…ThisDeviceOnly` classes: a backup keybag cannot unwrap it on another device.
     public var thisDeviceOnly: Bool
 
-    public init(protectionClass: ProtectionClass, keybagID: UUID, wrappedKey: [UInt8], ephemeralPublicKey: [UInt8]?,
-                thisDeviceOnly: Bool = false) {
+    public init(
+        protectionClass: ProtectionClass, keybagID: UUID, wrappedKey: [UInt8], ephemeralPublicKey: [UInt8]?,
+        thisDeviceOnly: Bool = false
+    ) {
         self.protectionClass = protectionClass
         self.keybagID = keybagID
         self.wrappedKey = wrappedKey

@@ -1,5 +1,5 @@
-import DataProtectionSystem
 import Crypto
+import DataProtectionSystem
 import Foundation
 
 /// Bytes of a secret — a passcode, a key on its way through a socket — in memory this package
@@ -12,7 +12,8 @@ import Foundation
 /// try kdf.derive(passcode: passcode, salt: salt)       // scrypt reads it in place
 /// passcode.wipe()                                     // or let it go: deinit wipes too
 /// ```
-/// `@unchecked Sendable`: its buffer is filled by its one owner at creation and wiped by it at the end; in between it is only read.
+/// `@unchecked Sendable`: its buffer is filled by its one owner at creation and wiped by it at the end; in between
+/// it is only read.
 package final class SecretBytes: @unchecked Sendable {
     private let base: UnsafeMutableRawPointer
     private let capacity: Int
@@ -24,7 +25,8 @@ package final class SecretBytes: @unchecked Sendable {
         let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
         capacity = max(pageSize, (count + pageSize - 1) / pageSize * pageSize)
         guard let mapped = mmap(nil, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
-              mapped != MAP_FAILED else {
+            mapped != MAP_FAILED
+        else {
             fatalError("SecretBytes: mmap of \(capacity) bytes failed")   // out of address space
         }
         base = mapped
@@ -78,7 +80,9 @@ extension Array where Element == UInt8 {
     /// Zeroes the array's storage in place, even where other copies share it (for buffers that
     /// carried a secret and are about to be released).
     package func wipeInPlace() {
-        withUnsafeBufferPointer { SystemCall.explicitBzero(UnsafeMutableRawPointer(mutating: $0.baseAddress), $0.count) }
+        withUnsafeBufferPointer {
+            SystemCall.explicitBzero(UnsafeMutableRawPointer(mutating: $0.baseAddress), $0.count)
+        }
     }
 }
 

@@ -43,10 +43,14 @@ struct TPMBindingRecord: Sendable, Equatable {
         do {
             _ = try r.raw(8, "magic")
             let version = try r.u16("version")
-            guard version == Self.version else { throw reject("version \(version) is not supported (this build reads \(Self.version))") }
+            guard version == Self.version else {
+                throw reject("version \(version) is not supported (this build reads \(Self.version))")
+            }
             guard try r.u16("flags") == 0 else { throw reject("unknown flags") }
             let object = try r.u32("device object")
-            guard object >> 24 == 0x81 else { throw reject("device object 0x\(String(object, radix: 16)) is not a persistent handle") }
+            guard object >> 24 == 0x81 else {
+                throw reject("device object 0x\(String(object, radix: 16)) is not a persistent handle")
+            }
             guard try r.u16("bank") == 0x000B, try r.u16("reserved") == 0 else { throw reject("unsupported PCR bank") }
             let mask = try r.u32("PCR mask")
             guard mask <= 0xFF_FFFF else { throw reject("PCR mask beyond PCR 23") }

@@ -45,7 +45,8 @@ extension TPMConnection {
         var info = TPM2B_NV_PUBLIC()
         info.nvPublic.nvIndex = index
         info.nvPublic.nameAlg = TPM2_ALG_SHA256
-        info.nvPublic.attributes = (TPMA_NV(type) << TPMA_NV(TPMA_NV_TPM2_NT_SHIFT)) | TPMA_NV_AUTHWRITE | TPMA_NV_AUTHREAD | TPMA_NV_NO_DA
+        info.nvPublic.attributes =
+            (TPMA_NV(type) << TPMA_NV(TPMA_NV_TPM2_NT_SHIFT)) | TPMA_NV_AUTHWRITE | TPMA_NV_AUTHREAD | TPMA_NV_NO_DA
         info.nvPublic.dataSize = 8
         let primary = try createStoragePrimary()
         defer { flush(primary) }
@@ -53,7 +54,9 @@ extension TPMConnection {
         defer { flush(session) }
         var nv = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_NV_DefineSpace") {
-            Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &auth, &info, &nv)
+            Esys_NV_DefineSpace(
+                esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &auth, &info,
+                &nv)
         }
         close(nv)
     }
@@ -86,7 +89,9 @@ extension TPMConnection {
         defer { Esys_Free(data) }
         guard let data else { throw TPMError(kind: .other, call: "Esys_NV_Read", code: 0) }
         let bytes = Self.bytes(of: data.pointee)
-        guard bytes.count == 8 else { throw TPMError(kind: .other, call: "Esys_NV_Read (\(bytes.count) bytes)", code: 0) }
+        guard bytes.count == 8 else {
+            throw TPMError(kind: .other, call: "Esys_NV_Read (\(bytes.count) bytes)", code: 0)
+        }
         return bytes.reduce(0) { $0 << 8 | UInt64($1) }
     }
 
@@ -95,7 +100,9 @@ extension TPMConnection {
         let nv: ESYS_TR
         do { nv = try resource(index) } catch let error as TPMError where error.kind == .missing { return }
         try check("Esys_NV_UndefineSpace") {
-            Esys_NV_UndefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), nv, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE))
+            Esys_NV_UndefineSpace(
+                esys, ESYS_TR(ESYS_TR_RH_OWNER), nv, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE))
         }
     }
 }

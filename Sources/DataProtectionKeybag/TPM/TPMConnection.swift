@@ -29,12 +29,15 @@ final class TPMConnection {
         // The device TCTI opens its path for writing and writes TPM commands into it: only a
         // character device (a TPM) is handed to it, never a file that happens to be named.
         // Every spelling of it counts: `device:`, `tcti-device:`, `libtss2-tcti-device.so.0:` …
-        let (name, configuration) = tcti.firstIndex(of: ":").map { (String(tcti[..<$0]), String(tcti[tcti.index(after: $0)...])) } ?? (tcti, "")
+        let (name, configuration) =
+            tcti.firstIndex(of: ":").map { (String(tcti[..<$0]), String(tcti[tcti.index(after: $0)...])) } ?? (tcti, "")
         if name.lowercased().contains("device"), case let path = configuration.isEmpty ? "/dev/tpm0" : configuration {
             var st = stat()
             guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFCHR else {
-                throw TPMError(kind: .unreachable, call: "Tss2_TctiLdr_Initialize(\(tcti))", code: 0x000A_000B,   // TSS2_TCTI_RC_BAD_VALUE
-                               reason: "\(path) is not a character device, so not a TPM; nothing was written to it")
+                throw TPMError(
+                    // TSS2_TCTI_RC_BAD_VALUE
+                    kind: .unreachable, call: "Tss2_TctiLdr_Initialize(\(tcti))", code: 0x000A_000B,
+                    reason: "\(path) is not a character device, so not a TPM; nothing was written to it")
             }
         }
         var tctiContext: OpaquePointer?
@@ -65,7 +68,8 @@ final class TPMConnection {
         var inPublic = TPM2B_PUBLIC()
         inPublic.publicArea.type = TPM2_ALG_ECC
         inPublic.publicArea.nameAlg = TPM2_ALG_SHA256
-        inPublic.publicArea.objectAttributes = TPMA_OBJECT_RESTRICTED | TPMA_OBJECT_DECRYPT | TPMA_OBJECT_FIXEDTPM
+        inPublic.publicArea.objectAttributes =
+            TPMA_OBJECT_RESTRICTED | TPMA_OBJECT_DECRYPT | TPMA_OBJECT_FIXEDTPM
             | TPMA_OBJECT_FIXEDPARENT | TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_USERWITHAUTH | TPMA_OBJECT_NODA
         inPublic.publicArea.parameters.eccDetail.symmetric.algorithm = TPM2_ALG_AES
         inPublic.publicArea.parameters.eccDetail.symmetric.keyBits.aes = 128
@@ -82,10 +86,14 @@ final class TPMConnection {
         var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
         var ticket: OpaquePointer?
         try check("Esys_CreatePrimary") {
-            Esys_CreatePrimary(esys, ESYS_TR(ESYS_TR_RH_OWNER), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                               &inSensitive, &inPublic, &outsideInfo, &creationPCR, &handle, &outPublic, &creationData, &creationHash, &ticket)
+            Esys_CreatePrimary(
+                esys, ESYS_TR(ESYS_TR_RH_OWNER), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE),
+                &inSensitive, &inPublic, &outsideInfo, &creationPCR, &handle, &outPublic, &creationData, &creationHash,
+                &ticket)
         }
-        Esys_Free(outPublic); Esys_Free(UnsafeMutableRawPointer(creationData)); Esys_Free(creationHash); Esys_Free(UnsafeMutableRawPointer(ticket))
+        Esys_Free(outPublic); Esys_Free(UnsafeMutableRawPointer(creationData)); Esys_Free(creationHash);
+        Esys_Free(UnsafeMutableRawPointer(ticket))
         return handle
     }
 
@@ -98,8 +106,10 @@ final class TPMConnection {
     ///     through that policy (no `userWithAuth`).
     ///   - dictionaryAttackProtected: Whether wrong authorization values count towards the
     ///     TPM's lockout (`noDA` clear).
-    func createPersistentSealedObject(parent: ESYS_TR, secret: [UInt8], authValue: [UInt8], policy: [UInt8]?,
-                                      dictionaryAttackProtected: Bool, at handle: UInt32) throws {
+    func createPersistentSealedObject(
+        parent: ESYS_TR, secret: [UInt8], authValue: [UInt8], policy: [UInt8]?,
+        dictionaryAttackProtected: Bool, at handle: UInt32
+    ) throws {
         var inSensitive = TPM2B_SENSITIVE_CREATE()
         Self.fill(&inSensitive.sensitive.userAuth, authValue)
         Self.fill(&inSensitive.sensitive.data, secret)
@@ -124,22 +134,28 @@ final class TPMConnection {
         let session = try startSession(type: TPM2_SE(TPM2_SE_HMAC), salt: parent, attributes: TPMA_SESSION_DECRYPT)
         defer { flush(session) }
         try check("Esys_Create") {
-            Esys_Create(esys, parent, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &inSensitive, &inPublic, &outsideInfo,
-                        &creationPCR, &outPrivate, &outPublic, &creationData, &creationHash, &ticket)
+            Esys_Create(
+                esys, parent, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &inSensitive, &inPublic,
+                &outsideInfo,
+                &creationPCR, &outPrivate, &outPublic, &creationData, &creationHash, &ticket)
         }
         defer {
-            Esys_Free(UnsafeMutableRawPointer(outPrivate)); Esys_Free(outPublic); Esys_Free(UnsafeMutableRawPointer(creationData))
+            Esys_Free(UnsafeMutableRawPointer(outPrivate)); Esys_Free(outPublic);
+            Esys_Free(UnsafeMutableRawPointer(creationData))
             Esys_Free(creationHash); Esys_Free(UnsafeMutableRawPointer(ticket))
         }
         var loaded = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_Load") {
-            Esys_Load(esys, parent, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), outPrivate, outPublic, &loaded)
+            Esys_Load(
+                esys, parent, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), outPrivate,
+                outPublic, &loaded)
         }
         defer { flush(loaded) }
         var persistent = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_EvictControl") {
-            Esys_EvictControl(esys, ESYS_TR(ESYS_TR_RH_OWNER), loaded, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
-                              ESYS_TR(ESYS_TR_NONE), TPMI_DH_PERSISTENT(handle), &persistent)
+            Esys_EvictControl(
+                esys, ESYS_TR(ESYS_TR_RH_OWNER), loaded, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE), TPMI_DH_PERSISTENT(handle), &persistent)
         }
         close(persistent)
     }
@@ -147,7 +163,9 @@ final class TPMConnection {
     /// `Esys_TR_FromTPMPublic` + `Esys_Unseal` through a salted session with the `encrypt`
     /// attribute: a policy session when `pcrs` is given (`Esys_PolicyPCR`, then
     /// `Esys_PolicyAuthValue` when the object has an authorization value), an HMAC session otherwise.
-    func unseal(persistent handle: UInt32, parent: ESYS_TR, authValue: [UInt8], pcrs: TPMPCRSelection?) throws -> SecretBytes {
+    func unseal(
+        persistent handle: UInt32, parent: ESYS_TR, authValue: [UInt8], pcrs: TPMPCRSelection?
+    ) throws -> SecretBytes {
         let object = try resource(handle)
         defer { close(object) }
         try setAuth(object, authValue)
@@ -174,7 +192,9 @@ final class TPMConnection {
             Esys_Free(out)
         }
         let count = min(Int(out.pointee.size), MemoryLayout.size(ofValue: out.pointee.buffer))
-        return withUnsafeBytes(of: &out.pointee.buffer) { SecretBytes(copying: UnsafeRawBufferPointer(rebasing: $0.prefix(count))) }
+        return withUnsafeBytes(of: &out.pointee.buffer) {
+            SecretBytes(copying: UnsafeRawBufferPointer(rebasing: $0.prefix(count)))
+        }
     }
 
     /// The policy digest an object must carry to be used with ``unseal(persistent:parent:authValue:pcrs:)``
@@ -185,7 +205,8 @@ final class TPMConnection {
         try applyPolicy(session, pcrs: pcrs, authValue: authValue)
         var digest: UnsafeMutablePointer<TPM2B_DIGEST>?
         try check("Esys_PolicyGetDigest") {
-            Esys_PolicyGetDigest(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &digest)
+            Esys_PolicyGetDigest(
+                esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &digest)
         }
         defer { Esys_Free(digest) }
         guard let digest else { return [] }
@@ -199,8 +220,9 @@ final class TPMConnection {
         do { object = try resource(handle) } catch let error as TPMError where error.kind == .missing { return }
         var out = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_EvictControl") {
-            Esys_EvictControl(esys, ESYS_TR(ESYS_TR_RH_OWNER), object, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
-                              ESYS_TR(ESYS_TR_NONE), TPMI_DH_PERSISTENT(handle), &out)
+            Esys_EvictControl(
+                esys, ESYS_TR(ESYS_TR_RH_OWNER), object, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE), TPMI_DH_PERSISTENT(handle), &out)
         }
     }
 
@@ -211,8 +233,9 @@ final class TPMConnection {
         var more: TPMI_YES_NO = 0
         var data: UnsafeMutablePointer<TPMS_CAPABILITY_DATA>?
         try check("Esys_GetCapability(handles)") {
-            Esys_GetCapability(esys, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), TPM2_CAP(TPM2_CAP_HANDLES),
-                               first, count, &more, &data)
+            Esys_GetCapability(
+                esys, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), TPM2_CAP(TPM2_CAP_HANDLES),
+                first, count, &more, &data)
         }
         defer { Esys_Free(data) }
         guard let data else { return [] }
@@ -242,7 +265,9 @@ final class TPMConnection {
     func resetDictionaryAttackLockout(lockoutAuth: [UInt8]) throws {
         try setAuth(ESYS_TR(ESYS_TR_RH_LOCKOUT), lockoutAuth)
         try check("Esys_DictionaryAttackLockReset") {
-            Esys_DictionaryAttackLockReset(esys, ESYS_TR(ESYS_TR_RH_LOCKOUT), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE))
+            Esys_DictionaryAttackLockReset(
+                esys, ESYS_TR(ESYS_TR_RH_LOCKOUT), ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE))
         }
     }
 
@@ -250,8 +275,9 @@ final class TPMConnection {
         var more: TPMI_YES_NO = 0
         var data: UnsafeMutablePointer<TPMS_CAPABILITY_DATA>?
         try check("Esys_GetCapability(properties)") {
-            Esys_GetCapability(esys, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                               TPM2_CAP(TPM2_CAP_TPM_PROPERTIES), first, count, &more, &data)
+            Esys_GetCapability(
+                esys, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                TPM2_CAP(TPM2_CAP_TPM_PROPERTIES), first, count, &more, &data)
         }
         defer { Esys_Free(data) }
         guard let data else { return [:] }
@@ -273,8 +299,10 @@ final class TPMConnection {
         symmetric.mode.aes = TPM2_ALG_CFB
         var session = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_StartAuthSession") {
-            Esys_StartAuthSession(esys, salt ?? ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                  ESYS_TR(ESYS_TR_NONE), nil, type, &symmetric, TPM2_ALG_SHA256, &session)
+            Esys_StartAuthSession(
+                esys, salt ?? ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE), nil, type, &symmetric, TPM2_ALG_SHA256, &session)
         }
         let flags = attributes | TPMA_SESSION_CONTINUESESSION
         let rc = Esys_TRSess_SetAttributes(esys, session, flags, 0xFF)
@@ -289,7 +317,8 @@ final class TPMConnection {
         var selection = pcrs.list
         var digest = TPM2B_DIGEST()
         try check("Esys_PolicyPCR") {
-            Esys_PolicyPCR(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &digest, &selection)
+            Esys_PolicyPCR(
+                esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &digest, &selection)
         }
         if authValue {
             try check("Esys_PolicyAuthValue") {
@@ -302,7 +331,8 @@ final class TPMConnection {
     func resource(_ handle: UInt32) throws -> ESYS_TR {
         var object = ESYS_TR(ESYS_TR_NONE)
         try check("Esys_TR_FromTPMPublic(0x\(String(handle, radix: 16)))") {
-            Esys_TR_FromTPMPublic(esys, handle, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &object)
+            Esys_TR_FromTPMPublic(
+                esys, handle, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &object)
         }
         return object
     }

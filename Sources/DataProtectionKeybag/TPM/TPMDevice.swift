@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
 
-/// How a device's secret is bound to a TPM 2.0 (``Keybag/create(root:passcode:kdf:gracePeriod:eraseAfterTenFailures:tpm:clock:)``,
+/// How a device's secret is bound to a TPM 2.0
+/// (``Keybag/create(root:passcode:kdf:gracePeriod:eraseAfterTenFailures:tpm:clock:)``,
 /// ``Keybag/enrollTPM(passcode:_:)``).
 ///
 /// The TPM then holds the device secret (sealed, no authorization: class D and the keybag's
@@ -27,7 +28,8 @@ public struct TPMBinding: Sendable, Equatable {
 
     /// `$DATAPROTECTION_TPM_TCTI`, or the kernel's resource manager `device:/dev/tpmrm0`.
     public static var defaultTCTI: String {
-        ProcessInfo.processInfo.environment[tctiEnvironmentVariable].flatMap { $0.isEmpty ? nil : $0 } ?? "device:/dev/tpmrm0"
+        ProcessInfo.processInfo.environment[tctiEnvironmentVariable].flatMap { $0.isEmpty ? nil : $0 }
+            ?? "device:/dev/tpmrm0"
     }
 
     /// Why TPM operations cannot run in this process (the TPM Software Stack's libraries, loaded
@@ -64,8 +66,9 @@ struct TPMDevice: Sendable {
         defer { tpm.flush(primary) }
         let handle = try freeHandle(tpm, in: Self.persistentRange)
         let policy = try pcrs.map { try tpm.policyDigest(pcrs: $0, authValue: false) }
-        try tpm.createPersistentSealedObject(parent: primary, secret: secret, authValue: [], policy: policy,
-                                             dictionaryAttackProtected: false, at: handle)
+        try tpm.createPersistentSealedObject(
+            parent: primary, secret: secret, authValue: [], policy: policy,
+            dictionaryAttackProtected: false, at: handle)
         return TPMBindingRecord(deviceObject: handle, pcrs: pcrs)
     }
 
@@ -83,8 +86,9 @@ struct TPMDevice: Sendable {
         defer { tpm.flush(primary) }
         let handle = try freeHandle(tpm, in: Self.persistentRange)
         let policy = try pcrs.map { try tpm.policyDigest(pcrs: $0, authValue: true) }
-        try tpm.createPersistentSealedObject(parent: primary, secret: secret, authValue: authValue, policy: policy,
-                                             dictionaryAttackProtected: true, at: handle)
+        try tpm.createPersistentSealedObject(
+            parent: primary, secret: secret, authValue: authValue, policy: policy,
+            dictionaryAttackProtected: true, at: handle)
         return handle
     }
 

@@ -47,7 +47,9 @@ package struct TPMError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The stack's own words for the code.
     package var detail: String {
         if let reason { return reason }
-        guard TPMSoftwareStack.isAvailable, let text = Tss2_RC_Decode(code) else { return "0x" + String(code, radix: 16) }
+        guard TPMSoftwareStack.isAvailable, let text = Tss2_RC_Decode(code) else {
+            return "0x" + String(code, radix: 16)
+        }
         return String(cString: text)
     }
 
@@ -62,16 +64,16 @@ package struct TPMError: Error, Sendable, Equatable, CustomStringConvertible {
         if code & 0x80 != 0 {   // format one
             switch code & 0x3F {
             case 0x0E: return .authorizationFailed   // TPM_RC_AUTH_FAIL
-            case 0x1D: return .policyFailed          // TPM_RC_POLICY_FAIL
-            case 0x0B: return .missing               // TPM_RC_HANDLE
+            case 0x1D: return .policyFailed   // TPM_RC_POLICY_FAIL
+            case 0x0B: return .missing   // TPM_RC_HANDLE
             default: return .other
             }
         }
         switch code & 0xFFF {
-        case 0x921: return .lockout                  // TPM_RC_LOCKOUT
-        case 0x14B: return .noSpace                  // TPM_RC_NV_SPACE
-        case 0x902: return .noSpace                  // TPM_RC_OBJECT_MEMORY
-        case 0x14C: return .noSpace                  // TPM_RC_NV_DEFINED (a handle taken meanwhile)
+        case 0x921: return .lockout   // TPM_RC_LOCKOUT
+        case 0x14B: return .noSpace   // TPM_RC_NV_SPACE
+        case 0x902: return .noSpace   // TPM_RC_OBJECT_MEMORY
+        case 0x14C: return .noSpace   // TPM_RC_NV_DEFINED (a handle taken meanwhile)
         case 0x18B, 0x28B: return .missing
         default: return .other
         }

@@ -5,6 +5,7 @@ import DataProtectionSystem
 import Foundation
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -70,7 +71,9 @@ public final class AppLifecycle: Sendable {
         AsyncStream { continuation in
             let id = UUID()
             inner.withLock { $0.streams[id] = continuation }
-            continuation.onTermination = { [weak self] _ in _ = self?.inner.withLock { $0.streams.removeValue(forKey: id) } }
+            continuation.onTermination = { [weak self] _ in
+                _ = self?.inner.withLock { $0.streams.removeValue(forKey: id) }
+            }
         }
     }
 
@@ -94,9 +97,14 @@ public final class AppLifecycle: Sendable {
     /// `expirationHandler` is called (on its own thread): end the task there. Returns
     /// ``BackgroundTaskIdentifier/invalid`` when the app's time in the background is spent (or
     /// no supervisor serves the lifecycle).
-    public func beginBackgroundTask(withName name: String? = nil, expirationHandler: (@Sendable () -> Void)? = nil) -> BackgroundTaskIdentifier {
+    public func beginBackgroundTask(
+        withName name: String? = nil, expirationHandler: (@Sendable () -> Void)? = nil
+    ) -> BackgroundTaskIdentifier {
         // The handler is registered before the ID is known to the supervisor's timer.
-        let answer = ask(LifecycleProtocol.request(LifecycleProtocol.Op.beginTask.rawValue) { LifecycleProtocol.string(&$0, name ?? "") })
+        let answer = ask(
+            LifecycleProtocol.request(LifecycleProtocol.Op.beginTask.rawValue) {
+                LifecycleProtocol.string(&$0, name ?? "")
+            })
         guard var body = answer, let raw = try? body.u32("id") else { return .invalid }
         let id = BackgroundTaskIdentifier(rawValue: raw)
         guard id != .invalid, let expirationHandler else { return id }
@@ -123,7 +131,8 @@ public final class AppLifecycle: Sendable {
     /// `.greatestFiniteMagnitude` while it is in front (as UIKit returns).
     public var backgroundTimeRemaining: TimeInterval {
         guard var body = ask(LifecycleProtocol.request(LifecycleProtocol.Op.timeRemaining.rawValue)),
-              let seconds = try? LifecycleProtocol.double(&body, "remaining") else { return 0 }
+            let seconds = try? LifecycleProtocol.double(&body, "remaining")
+        else { return 0 }
         return seconds < 0 ? .greatestFiniteMagnitude : seconds
     }
 
@@ -131,7 +140,9 @@ public final class AppLifecycle: Sendable {
     /// its own thread as a background task; if the time runs out first, `block(true)` is called
     /// concurrently (stop the work); when `block(false)` returns the task ends. When no time is
     /// left, only `block(true)` is called.
-    public func performExpiringActivity(withReason reason: String, using block: @escaping @Sendable (_ expired: Bool) -> Void) {
+    public func performExpiringActivity(
+        withReason reason: String, using block: @escaping @Sendable (_ expired: Bool) -> Void
+    ) {
         let id = beginBackgroundTask(withName: reason) { block(true) }
         guard id != .invalid else {
             Thread { block(true) }.start()
@@ -170,7 +181,9 @@ public final class AppLifecycle: Sendable {
     private static func hearTerminationAgain() {
         var current = sigaction()
         guard sigaction(SIGTERM, nil, &current) == 0, let handler = current.__sigaction_handler.sa_handler,
-              unsafeBitCast(handler, to: UnsafeRawPointer.self) == unsafeBitCast(quietTermination, to: UnsafeRawPointer.self) else { return }
+            unsafeBitCast(handler, to: UnsafeRawPointer.self)
+                == unsafeBitCast(quietTermination, to: UnsafeRawPointer.self)
+        else { return }
         var standard = sigaction()
         standard.__sigaction_handler.sa_handler = nil   // SIG_DFL
         sigemptyset(&standard.sa_mask)
@@ -181,8 +194,9 @@ public final class AppLifecycle: Sendable {
         guard let fd = app.openServiceChannel(LifecycleProtocol.serviceIdentifier)?.rawValue else { return }
         UnixSocket.setTimeouts(fd, seconds: 0)
         guard (try? IPCFrame.write(fd, LifecycleProtocol.request(LifecycleProtocol.Op.subscribe.rawValue))) != nil,
-              let answer = try? IPCFrame.read(fd), var body = try? LifecycleProtocol.body(answer),
-              let raw = try? body.u8("state"), let state = ApplicationState(rawValue: raw) else {
+            let answer = try? IPCFrame.read(fd), var body = try? LifecycleProtocol.body(answer),
+            let raw = try? body.u8("state"), let state = ApplicationState(rawValue: raw)
+        else {
             close(fd)
             return
         }
@@ -196,11 +210,15 @@ public final class AppLifecycle: Sendable {
                 // No supervisor to say willTerminate any more: SIGTERM ends the app again.
                 Self.hearTerminationAgain()
                 close(fd)
-                let streams = inner.withLock { inner in defer { inner.streams = [:] }; return inner.streams.values }
+                let streams = inner.withLock { inner in
+                    defer { inner.streams = [:] }; return inner.streams.values
+                }
                 for stream in streams { stream.finish() }
             }
             while let frame = try? IPCFrame.read(fd) {
-                guard frame.count >= 3, frame[0] == LifecycleProtocol.version, frame[1] == LifecycleProtocol.Status.event.rawValue else { return }
+                guard frame.count >= 3, frame[0] == LifecycleProtocol.version,
+                    frame[1] == LifecycleProtocol.Status.event.rawValue
+                else { return }
                 if frame[2] == LifecycleProtocol.taskExpiring {
                     var r = ByteReader(Array(frame[3...]))
                     guard let id = try? r.u32("id") else { return }

@@ -4,6 +4,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,8 @@ final class LifecycleRequests: Sendable {
             if fd == nil { fd = app.openServiceChannel(LifecycleProtocol.serviceIdentifier)?.rawValue }
             guard let open = fd else { return nil }
             guard (try? IPCFrame.write(open, request)) != nil, let answer = try? IPCFrame.read(open),
-                  let body = try? LifecycleProtocol.body(answer) else {
+                let body = try? LifecycleProtocol.body(answer)
+            else {
                 close(open)
                 fd = nil
                 return nil

@@ -3,6 +3,7 @@ import DataProtectionIPC
 import DataProtectionKeybag
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,8 @@ final class SupervisorClock: KeybagClock {
 
     func now() -> Date {
         guard var body = requests.ask(LifecycleProtocol.request(LifecycleProtocol.Op.now.rawValue)),
-              let seconds = try? LifecycleProtocol.double(&body, "now") else { return Date() }
+            let seconds = try? LifecycleProtocol.double(&body, "now")
+        else { return Date() }
         return Date(timeIntervalSince1970: seconds)
     }
 
@@ -35,11 +37,15 @@ final class SupervisorClock: KeybagClock {
             return
         }
         UnixSocket.setTimeouts(fd, seconds: 0)
-        let request = LifecycleProtocol.request(LifecycleProtocol.Op.sleepUntil.rawValue) { LifecycleProtocol.double(&$0, deadline.timeIntervalSince1970) }
+        let request = LifecycleProtocol.request(LifecycleProtocol.Op.sleepUntil.rawValue) {
+            LifecycleProtocol.double(&$0, deadline.timeIntervalSince1970)
+        }
         try await withTaskCancellationHandler {
             let answered = await Task.detached { () -> Bool in
                 defer { close(fd) }
-                guard (try? IPCFrame.write(fd, request)) != nil, let answer = try? IPCFrame.read(fd) else { return false }
+                guard (try? IPCFrame.write(fd, request)) != nil, let answer = try? IPCFrame.read(fd) else {
+                    return false
+                }
                 return (try? LifecycleProtocol.body(answer)) != nil
             }.value
             try Task.checkCancellation()

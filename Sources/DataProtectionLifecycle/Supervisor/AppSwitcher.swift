@@ -45,20 +45,28 @@ public struct AppSwitcher: Sendable {
     /// started with another, when `nil`) unless it ends first.
     public func terminate(_ app: AppIdentifier, grace: TimeInterval? = nil) throws {
         if let grace, !(grace.isFinite && grace >= 0 && grace <= LifecycleSettings.longestTerminationDeadline) {
-            throw LifecycleError.refused("a grace period must be between 0 and \(Int(LifecycleSettings.longestTerminationDeadline)) seconds")
+            throw LifecycleError.refused(
+                "a grace period must be between 0 and \(Int(LifecycleSettings.longestTerminationDeadline)) seconds")
         }
-        for answer in try ask(.terminate, app, { w in if let grace { LifecycleProtocol.double(&w, grace) } }) { _ = try LifecycleProtocol.body(answer) }
+        for answer in try ask(.terminate, app, { w in if let grace { LifecycleProtocol.double(&w, grace) } }) {
+            _ = try LifecycleProtocol.body(answer)
+        }
     }
 
-    private func ask(_ op: LifecycleProtocol.ControlOp, _ app: AppIdentifier, _ body: (inout ByteWriter) -> Void = { _ in }) throws -> [[UInt8]] {
+    private func ask(
+        _ op: LifecycleProtocol.ControlOp, _ app: AppIdentifier, _ body: (inout ByteWriter) -> Void = { _ in }
+    ) throws -> [[UInt8]] {
         let container = try manager.app(app)
-        return try LifecycleControlSocket.send(LifecycleProtocol.request(op.rawValue, body), root: manager.layout.root, app: container)
+        return try LifecycleControlSocket.send(
+            LifecycleProtocol.request(op.rawValue, body), root: manager.layout.root, app: container)
     }
 
     private func states(_ answers: [[UInt8]]) throws -> [ApplicationState] {
         try answers.map { answer in
             var body = try LifecycleProtocol.body(answer)
-            guard let state = ApplicationState(rawValue: try body.u8("state")) else { throw LifecycleError.protocolViolation("an unknown state") }
+            guard let state = ApplicationState(rawValue: try body.u8("state")) else {
+                throw LifecycleError.protocolViolation("an unknown state")
+            }
             return state
         }
     }

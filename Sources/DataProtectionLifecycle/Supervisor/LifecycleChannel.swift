@@ -4,6 +4,7 @@ import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,7 +22,9 @@ enum LifecycleChannel {
         func answer(_ payload: [UInt8]) -> Bool { writer.write(payload) }
         while let frame = try? IPCFrame.read(fd) {
             var r = ByteReader(frame)
-            guard (try? r.u8("version")) == LifecycleProtocol.version, let raw = try? r.u8("op"), let op = LifecycleProtocol.Op(rawValue: raw) else {
+            guard (try? r.u8("version")) == LifecycleProtocol.version, let raw = try? r.u8("op"),
+                let op = LifecycleProtocol.Op(rawValue: raw)
+            else {
                 logger.info("closing \(controller.identifier)'s lifecycle channel: malformed request")
                 return
             }
@@ -53,7 +56,8 @@ enum LifecycleChannel {
                 }
                 guard answer(w.bytes) else { return }
             case .sleepUntil:
-                guard let seconds = try? LifecycleProtocol.double(&r, "deadline"), seconds.isFinite, r.remaining == 0 else { return }
+                guard let seconds = try? LifecycleProtocol.double(&r, "deadline"), seconds.isFinite, r.remaining == 0
+                else { return }
                 guard sleep == nil else {
                     logger.info("closing \(controller.identifier)'s lifecycle channel: a second sleep on it")
                     return

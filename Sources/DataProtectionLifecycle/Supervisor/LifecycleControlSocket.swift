@@ -1,11 +1,12 @@
-import DataProtectionSystem
-import SystemPackage
 import Crypto
 import DataProtectionContainers
 import DataProtectionIPC
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import Logging
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -36,7 +37,9 @@ enum LifecycleControlSocket {
         // Another user's directory (made first in /tmp) is never listed or connected to.
         guard UnixSocket.distrustedDirectory(directory) == nil else { return [] }
         let prefix = prefix(root: root, container: container)
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasPrefix(prefix) && $0.hasSuffix(".sock") }
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+            $0.hasPrefix(prefix) && $0.hasSuffix(".sock")
+        }
         return names.sorted().map { directory + "/" + $0 }
     }
 
@@ -46,7 +49,8 @@ enum LifecycleControlSocket {
         var answers: [[UInt8]] = []
         for path in sockets(root: root, container: app.uuid) {
             guard let fd = try? UnixSocket.connectTrusted(path, timeout: 5) else {
-                if UnixSocket.distrustedDirectory((path as NSString).deletingLastPathComponent) == nil { unlink(path) }   // its supervisor is gone
+                // its supervisor is gone
+                if UnixSocket.distrustedDirectory((path as NSString).deletingLastPathComponent) == nil { unlink(path) }
                 continue
             }
             defer { close(fd) }
@@ -110,8 +114,10 @@ enum LifecycleControlSocket {
         }
 
         private static func answer(_ request: [UInt8], _ controller: LifecycleController) -> [UInt8] {
-            guard request.count >= 2, request[0] == LifecycleProtocol.version, let op = LifecycleProtocol.ControlOp(rawValue: request[1]),
-                  request.count == 2 || (op == .terminate && request.count == 10) else {
+            guard request.count >= 2, request[0] == LifecycleProtocol.version,
+                let op = LifecycleProtocol.ControlOp(rawValue: request[1]),
+                request.count == 2 || (op == .terminate && request.count == 10)
+            else {
                 return LifecycleProtocol.failure("unknown request")
             }
             do {
@@ -125,8 +131,13 @@ enum LifecycleControlSocket {
                 case .terminate:
                     var body = ByteReader(Array(request[2...]))
                     let grace = request.count == 10 ? try LifecycleProtocol.double(&body, "grace") : nil
-                    guard grace.map({ $0.isFinite && $0 >= 0 && $0 <= LifecycleSettings.longestTerminationDeadline }) ?? true else {
-                        return LifecycleProtocol.failure("a grace period must be between 0 and \(Int(LifecycleSettings.longestTerminationDeadline)) seconds")
+                    guard
+                        grace.map({ $0.isFinite && $0 >= 0 && $0 <= LifecycleSettings.longestTerminationDeadline })
+                            ?? true
+                    else {
+                        return LifecycleProtocol.failure(
+                            "a grace period must be between 0 and \(Int(LifecycleSettings.longestTerminationDeadline)) seconds"
+                        )
                     }
                     controller.terminate(grace: grace)
                     return LifecycleProtocol.ok

@@ -5,6 +5,7 @@ import DataProtectionSystem
 import Foundation
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -53,7 +54,10 @@ final class LifecycleController: Sendable {
         var waiters: [(ApplicationState, CheckedContinuation<Void, Never>)] = []
     }
 
-    init(run: RunningApp, settings: LifecycleSettings, clock: any KeybagClock, deviceLocked: Bool, inhibitor: SleepInhibitor, logger: Logger) {
+    init(
+        run: RunningApp, settings: LifecycleSettings, clock: any KeybagClock, deviceLocked: Bool,
+        inhibitor: SleepInhibitor, logger: Logger
+    ) {
         self.run = run
         self.settings = settings
         self.clock = clock
@@ -108,7 +112,9 @@ final class LifecycleController: Sendable {
     @discardableResult
     func moveToForeground() throws -> ApplicationState {
         try inner.withLock { inner in
-            guard !inner.deviceLocked else { throw LifecycleError.refused("the device is locked: \(identifier) comes to the front after an unlock") }
+            guard !inner.deviceLocked else {
+                throw LifecycleError.refused("the device is locked: \(identifier) comes to the front after an unlock")
+            }
             guard !inner.terminating, !inner.ended else { throw LifecycleError.refused("\(identifier) is terminating") }
             toForeground(&inner)
             return inner.state
@@ -160,7 +166,8 @@ final class LifecycleController: Sendable {
         Task {
             try? await clock.sleep(until: deadline)
             guard !self.inner.withLock({ $0.ended }) else { return }
-            self.logger.notice("\(self.identifier) did not exit within \(Self.describe(grace)) of willTerminate and SIGTERM; killed")
+            self.logger.notice(
+                "\(self.identifier) did not exit within \(Self.describe(grace)) of willTerminate and SIGTERM; killed")
             self.run.kill()
         }
     }
@@ -193,7 +200,9 @@ final class LifecycleController: Sendable {
     /// Adds a subscriber: answered with the state, under the lock, so no event slips between.
     func subscribe(_ fd: Int32) -> Bool {
         inner.withLock { inner in
-            guard !inner.ended, (try? IPCFrame.write(fd, LifecycleProtocol.ok + [inner.state.rawValue])) != nil else { return false }
+            guard !inner.ended, (try? IPCFrame.write(fd, LifecycleProtocol.ok + [inner.state.rawValue])) != nil else {
+                return false
+            }
             inner.subscribers.insert(fd)
             return true
         }
@@ -315,7 +324,9 @@ final class LifecycleController: Sendable {
             }
             if !inner.tasks.isEmpty, now >= end {
                 for (id, task) in inner.tasks.sorted(by: { $0.key < $1.key }) {
-                    logger.warning("\(identifier): background task '\(task.name)' (\(id)) was still running when its \(Int(settings.backgroundTimeBudget)) s in the background ran out; ended by the system")
+                    logger.warning(
+                        "\(identifier): background task '\(task.name)' (\(id)) was still running when its \(Int(settings.backgroundTimeBudget)) s in the background ran out; ended by the system"
+                    )
                 }
                 inner.tasks = [:]
                 inhibitor.release()

@@ -6,6 +6,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,15 +31,18 @@ public final class LifecycleService: AppSupervisorService {
     /// Where `systemd-inhibit` runs (its `PATH` and `DBUS_SYSTEM_BUS_ADDRESS`).
     private let environment: [String: String]
     private let logger = Logger(label: "lifecycle")
-    private let runs = Mutex<[UUID: (controller: LifecycleController, control: LifecycleControlSocket.ControlServer?)]>([:])
+    private let runs = Mutex<[UUID: (controller: LifecycleController, control: LifecycleControlSocket.ControlServer?)]>(
+        [:])
     private let observing = Mutex(false)
 
     /// - Parameters:
     ///   - clock: the clock deadlines run on (default: the keybag's).
     ///   - environment: where `systemd-inhibit` finds the system bus for sleep inhibitors
     ///     (`DBUS_SYSTEM_BUS_ADDRESS`, `PATH`).
-    public init(manager: ContainerManager, settings: LifecycleSettings = LifecycleSettings(), clock: (any KeybagClock)? = nil,
-                environment: [String: String] = ProcessInfo.processInfo.environment) {
+    public init(
+        manager: ContainerManager, settings: LifecycleSettings = LifecycleSettings(), clock: (any KeybagClock)? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) {
         self.manager = manager
         self.settings = settings
         self.clock = clock ?? manager.files.keybag.clock
@@ -51,7 +55,9 @@ public final class LifecycleService: AppSupervisorService {
         let keybag = manager.files.keybag
         await observeLockOnce(keybag)
         let locked = await keybag.lockState != .unlocked
-        let controller = LifecycleController(run: run, settings: settings, clock: clock, deviceLocked: locked, inhibitor: SleepInhibitor(environment: environment, logger: logger), logger: logger)
+        let controller = LifecycleController(
+            run: run, settings: settings, clock: clock, deviceLocked: locked,
+            inhibitor: SleepInhibitor(environment: environment, logger: logger), logger: logger)
         let control = LifecycleControlSocket.serve(controller, root: manager.layout.root, logger: logger)
         runs.withLock { $0[run.id] = (controller, control) }
     }
@@ -119,7 +125,11 @@ public final class LifecycleService: AppSupervisorService {
 
     /// The keybag's lock and unlock move every app this service runs (once per service).
     private func observeLockOnce(_ keybag: Keybag) async {
-        guard observing.withLock({ observing -> Bool in defer { observing = true }; return !observing }) else { return }
+        guard
+            observing.withLock({ observing -> Bool in
+                defer { observing = true }; return !observing
+            })
+        else { return }
         let reference = WeakReference(self)
         _ = await keybag.addObserver { event in
             guard let self = reference.value else { return }
@@ -136,7 +146,8 @@ public final class LifecycleService: AppSupervisorService {
 
 /// A reference that does not keep its object alive (the keybag's observer must not keep the
 /// service, which holds the keybag).
-/// `@unchecked Sendable`: a weak reference's loads and stores are atomic in Swift's runtime, and it is never reassigned.
+/// `@unchecked Sendable`: a weak reference's loads and stores are atomic in Swift's runtime, and it is never
+/// reassigned.
 private final class WeakReference<Object: AnyObject & Sendable>: @unchecked Sendable {
     weak var value: Object?
     init(_ value: Object) { self.value = value }

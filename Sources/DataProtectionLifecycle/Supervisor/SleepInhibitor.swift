@@ -2,6 +2,7 @@ import DataProtectionContainers
 import Foundation
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -58,7 +59,9 @@ final class SleepInhibitor: Sendable {
             process.environment = environment
             var pair: [Int32] = [-1, -1]
             guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-                say("cannot make a socket for systemd-inhibit: \(String(cString: strerror(errno))); background tasks do not hold back sleep")
+                say(
+                    "cannot make a socket for systemd-inhibit: \(String(cString: strerror(errno))); background tasks do not hold back sleep"
+                )
                 return
             }
             let input = FileHandle(fileDescriptor: pair[0], closeOnDealloc: true)
@@ -82,9 +85,11 @@ final class SleepInhibitor: Sendable {
                 let echoed = output.fileHandleForReading.availableData
                 if echoed.isEmpty {
                     process.waitUntilExit()
-                    let why = String(decoding: errors.fileHandleForReading.availableData, as: UTF8.self)
+                    let why =
+                        String(decoding: errors.fileHandleForReading.availableData, as: UTF8.self)
                         .split(separator: "\n").first.map(String.init) ?? "exit status \(process.terminationStatus)"
-                    self?.say("logind did not grant a sleep inhibitor (\(why)): background tasks do not hold back sleep")
+                    self?.say(
+                        "logind did not grant a sleep inhibitor (\(why)): background tasks do not hold back sleep")
                 } else {
                     logger.debug("holding a sleep delay inhibitor for \(who): \(why)")
                 }
@@ -95,14 +100,20 @@ final class SleepInhibitor: Sendable {
 
     /// Lets the inhibitor go (closing `cat`'s input ends it, and logind drops the inhibitor).
     func release() {
-        guard let holder = held.withLock({ holder -> Holder? in defer { holder = nil }; return holder }) else { return }
+        guard
+            let holder = held.withLock({ holder -> Holder? in
+                defer { holder = nil }; return holder
+            })
+        else { return }
         try? holder.input.close()
         let process = holder.process
         Thread { process.waitUntilExit() }.start()
     }
 
     private func say(_ message: String) {
-        let first = Self.warned.withLock { warned -> Bool in defer { warned = true }; return !warned }
+        let first = Self.warned.withLock { warned -> Bool in
+            defer { warned = true }; return !warned
+        }
         if first { logger.notice("\(message)") }
     }
 }

@@ -73,7 +73,8 @@ enum LifecycleProtocol {
     /// The body of an `ok` answer, or the error's message thrown as ``LifecycleError/refused(_:)``.
     static func body(_ answer: [UInt8]) throws -> ByteReader {
         var r = ByteReader(answer)
-        guard (try? r.u8("version")) == version, let raw = try? r.u8("status"), let status = Status(rawValue: raw) else {
+        guard (try? r.u8("version")) == version, let raw = try? r.u8("status"), let status = Status(rawValue: raw)
+        else {
             throw LifecycleError.protocolViolation("a malformed answer")
         }
         switch status {

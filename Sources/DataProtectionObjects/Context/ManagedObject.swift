@@ -39,7 +39,7 @@ public final class ManagedObject {
     var committedToOne: [ObjectID?] = []
     var changedAttributes = PropertyIndexes()
     var changedToOne = PropertyIndexes()
-    var toMany: [Int: ToManyState] = [:]     // by index in entity.relationships
+    var toMany: [Int: ToManyState] = [:]   // by index in entity.relationships
     var hasRelationChanges: Bool { toMany.values.contains { !$0.added.isEmpty || !$0.removed.isEmpty } }
     /// The fetch this fault came from: firing it loads its neighbours too.
     var faultBatch: FaultBatch?
@@ -85,8 +85,9 @@ public final class ManagedObject {
 
     /// The ID of an object not inserted yet.
     static let placeholderID = ObjectID(entity: placeholderEntity, primaryKey: 0)
-    static let placeholderEntity = Entity(description: EntityDescription("_Unattached"), root: "_Unattached",
-                                                              lineage: ["_Unattached"], attributes: [], relationships: [], indexes: [])
+    static let placeholderEntity = Entity(
+        description: EntityDescription("_Unattached"), root: "_Unattached",
+        lineage: ["_Unattached"], attributes: [], relationships: [], indexes: [])
 
     /// Leaves the context (deleted and saved, rolled back, or reset).
     func detach() {
@@ -124,7 +125,9 @@ public final class ManagedObject {
     }
 
     private func requireEntity() throws -> Entity {
-        guard let entity else { throw ObjectGraphError.wrongContext("object of \(modelTypeName ?? "?") (insert it into a context first)") }
+        guard let entity else {
+            throw ObjectGraphError.wrongContext("object of \(modelTypeName ?? "?") (insert it into a context first)")
+        }
         return entity
     }
 
@@ -139,7 +142,9 @@ public final class ManagedObject {
     public func value(forKey key: String) throws -> AttributeValue {
         if let unattached { if case .attribute(let v)? = unattached[key] { return v } else { return .null } }
         let entity = try requireEntity()
-        guard let i = entity.attributeIndex[key] else { throw ObjectGraphError.unknownProperty(entity: entity.name, property: key) }
+        guard let i = entity.attributeIndex[key] else {
+            throw ObjectGraphError.unknownProperty(entity: entity.name, property: key)
+        }
         try fulfill()
         return values[i]
     }
@@ -148,9 +153,12 @@ public final class ManagedObject {
     public func setValue(_ value: AttributeValue, forKey key: String) throws {
         if unattached != nil { unattached![key] = .attribute(value); return }
         let entity = try requireEntity()
-        guard let i = entity.attributeIndex[key] else { throw ObjectGraphError.unknownProperty(entity: entity.name, property: key) }
+        guard let i = entity.attributeIndex[key] else {
+            throw ObjectGraphError.unknownProperty(entity: entity.name, property: key)
+        }
         guard value.fits(entity.attributes[i].type) else {
-            throw ObjectGraphError.typeMismatch(entity: entity.name, property: key, expected: "\(entity.attributes[i].type)")
+            throw ObjectGraphError.typeMismatch(
+                entity: entity.name, property: key, expected: "\(entity.attributes[i].type)")
         }
         try fulfill()
         guard values[i] != value else { return }
@@ -163,7 +171,9 @@ public final class ManagedObject {
     public func object(forKey key: String) throws -> ManagedObject? {
         if let unattached { if case .toOne(let o)? = unattached[key] { return o } else { return nil } }
         let entity = try requireEntity()
-        guard let i = entity.toOneIndex[key] else { throw ObjectGraphError.unknownProperty(entity: entity.name, property: key) }
+        guard let i = entity.toOneIndex[key] else {
+            throw ObjectGraphError.unknownProperty(entity: entity.name, property: key)
+        }
         try fulfill()
         guard let id = toOne[i], let context else { return nil }
         return context.object(with: id)
@@ -175,7 +185,9 @@ public final class ManagedObject {
         if unattached != nil { unattached![key] = .toOne(object); return }
         let entity = try requireEntity()
         guard let context else { throw ObjectGraphError.wrongContext(objectID.description) }
-        guard let i = entity.toOneIndex[key] else { throw ObjectGraphError.unknownProperty(entity: entity.name, property: key) }
+        guard let i = entity.toOneIndex[key] else {
+            throw ObjectGraphError.unknownProperty(entity: entity.name, property: key)
+        }
         if let object { try context.adopt(object) }
         try context.setToOne(self, index: i, to: object, maintainInverse: true)
     }
@@ -194,7 +206,11 @@ public final class ManagedObject {
     public func add(_ object: ManagedObject, toKey key: String) throws {
         try joinContext(of: object)
         if unattached != nil {
-            if case .toMany(let list)? = unattached![key] { unattached![key] = .toMany(list + [object]) } else { unattached![key] = .toMany([object]) }
+            if case .toMany(let list)? = unattached![key] {
+                unattached![key] = .toMany(list + [object])
+            } else {
+                unattached![key] = .toMany([object])
+            }
             return
         }
         let entity = try requireEntity()

@@ -24,8 +24,11 @@ extension ObjectContext {
         // 2. Deny.
         for member in members {
             for (i, relationship) in member.entity!.relationships.enumerated() where relationship.deleteRule == .deny {
-                if try destinations(of: member, index: i).contains(where: { !$0.isDeleted && !closure.contains(ObjectIdentifier($0)) }) {
-                    throw ObjectGraphError.deleteDenied(object: member.objectID.description, relationship: relationship.name)
+                if try destinations(of: member, index: i).contains(where: {
+                    !$0.isDeleted && !closure.contains(ObjectIdentifier($0))
+                }) {
+                    throw ObjectGraphError.deleteDenied(
+                        object: member.objectID.description, relationship: relationship.name)
                 }
             }
         }

@@ -21,14 +21,17 @@ extension ObjectContext {
                     let candidate = self.object(with: batch.ids[position], batch: batch, position: position)
                     if candidate.isFault { faults.append(candidate) }
                 }
-                if zip(faults, faults.dropFirst()).contains(where: { $0.objectID.primaryKey > $1.objectID.primaryKey }) {
+                if zip(faults, faults.dropFirst()).contains(where: { $0.objectID.primaryKey > $1.objectID.primaryKey })
+                {
                     faults.sort { $0.objectID.primaryKey < $1.objectID.primaryKey }
                 }
                 var next = 0
                 for node in try store.nodes(for: faults.map(\.objectID)) {
                     while next < faults.count, faults[next].objectID.primaryKey < node.objectID.primaryKey { next += 1 }
                     // A row out of that order (a store that does not sort) is found by its ID.
-                    let loaded = next < faults.count && faults[next].objectID == node.objectID ? faults[next] : self.object(with: node.objectID)
+                    let loaded =
+                        next < faults.count && faults[next].objectID == node.objectID
+                        ? faults[next] : self.object(with: node.objectID)
                     if loaded.isFault { loaded.fill(with: node) }
                 }
                 if object.isFault { throw ObjectGraphError.objectDeleted(object.objectID.description) }

@@ -27,7 +27,8 @@ extension ObjectContext {
     public func count(_ request: FetchRequest) throws -> Int {
         let entity = try model.entity(named: request.entityName)
         if !request.includesPendingChanges || !hasPendingChanges(for: entity) {
-            guard case .count(let n) = try store.execute(try storeRequest(request, resultType: .count, merging: false)) else { return 0 }
+            guard case .count(let n) = try store.execute(try storeRequest(request, resultType: .count, merging: false))
+            else { return 0 }
             return n
         }
         return try fetchIDs(request, loadValues: nil).count
@@ -37,21 +38,27 @@ extension ObjectContext {
     /// key paths through to-one relationships to attributes). Reads the store only, as
     /// CoreData's dictionary results do: unsaved changes are not seen.
     public func fetchDictionaries(_ request: FetchRequest, properties: [String]) throws -> [[String: AttributeValue]] {
-        guard case .dictionaries(let rows) = try store.execute(try storeRequest(request, resultType: .dictionaries(properties), merging: false)) else {
+        guard
+            case .dictionaries(let rows) = try store.execute(
+                try storeRequest(request, resultType: .dictionaries(properties), merging: false))
+        else {
             return []
         }
         return rows
     }
 
     func hasPendingChanges(for entity: Entity) -> Bool {
-        registered.insertedObjects.contains { entity.includes($0.objectID.entity) } || deleted.contains { entity.includes($0.entity) }
+        registered.insertedObjects.contains { entity.includes($0.objectID.entity) }
+            || deleted.contains { entity.includes($0.entity) }
     }
 
     func storeRequest(_ request: FetchRequest, resultType: FetchResultType, merging: Bool) throws -> StoreFetchRequest {
-        StoreFetchRequest(entity: try model.entity(named: request.entityName), predicate: request.predicate, sortKeys: request.sortKeys,
-                          limit: merging ? nil : request.fetchLimit, offset: merging ? 0 : request.fetchOffset,
-                          includesSubentities: request.includesSubentities, resultType: resultType,
-                          includesPropertyValues: resultType == .objects)
+        StoreFetchRequest(
+            entity: try model.entity(named: request.entityName), predicate: request.predicate,
+            sortKeys: request.sortKeys,
+            limit: merging ? nil : request.fetchLimit, offset: merging ? 0 : request.fetchOffset,
+            includesSubentities: request.includesSubentities, resultType: resultType,
+            includesPropertyValues: resultType == .objects)
     }
 
     /// Fetches, registers, and merges unsaved inserts and deletes. `loadValues`: true = rows,
@@ -59,7 +66,8 @@ extension ObjectContext {
     func fetchIDs(_ request: FetchRequest, loadValues: Bool?) throws -> [ObjectID] {
         let entity = try model.entity(named: request.entityName)
         let merging = request.includesPendingChanges && hasPendingChanges(for: entity)
-        var storeRequest = try storeRequest(request, resultType: loadValues == true ? .objects : .objectIDs, merging: merging)
+        var storeRequest = try storeRequest(
+            request, resultType: loadValues == true ? .objects : .objectIDs, merging: merging)
         storeRequest.includesPropertyValues = loadValues == true
         var ids: [ObjectID]
         switch try store.execute(storeRequest) {
@@ -88,7 +96,9 @@ extension ObjectContext {
         let source = ContextValueSource(context: self)
         for object in registered.insertedObjects {
             let id = object.objectID
-            guard request.includesSubentities ? entity.includes(object.entity!) : object.entity === entity else { continue }
+            guard request.includesSubentities ? entity.includes(object.entity!) : object.entity === entity else {
+                continue
+            }
             if let predicate = request.predicate, try predicate.evaluate(on: id, source: source) != true { continue }
             ids.append(id)
         }

@@ -8,7 +8,9 @@ extension ObjectContext {
     func toManyIDs(_ object: ManagedObject, index: Int) throws -> OrderedSet<ObjectID> {
         if let loaded = object.toMany[index]?.loaded { return loaded }
         let relationship = object.entity!.relationships[index]
-        var ids = object.objectID.isTemporaryID ? [] : OrderedSet(try store.destinations(of: relationship, for: object.objectID))
+        var ids =
+            object.objectID.isTemporaryID
+            ? [] : OrderedSet(try store.destinations(of: relationship, for: object.objectID))
         let state = object.toMany[index] ?? ManagedObject.ToManyState()
         ids.subtract(state.removed)
         ids.append(contentsOf: state.added)
@@ -21,7 +23,8 @@ extension ObjectContext {
         let entity = object.entity!
         let relationship = entity.toOneRelationships[index]
         if let target, !entity.destination(of: relationship).includes(target.entity!) {
-            throw ObjectGraphError.typeMismatch(entity: entity.name, property: relationship.name, expected: relationship.destination)
+            throw ObjectGraphError.typeMismatch(
+                entity: entity.name, property: relationship.name, expected: relationship.destination)
         }
         let old = object.toOne[index]
         guard old != target?.objectID else { return }
@@ -37,7 +40,8 @@ extension ObjectContext {
         let entity = object.entity!
         let relationship = entity.relationships[index]
         if !entity.destination(of: relationship).includes(target.entity!) {
-            throw ObjectGraphError.typeMismatch(entity: entity.name, property: relationship.name, expected: relationship.destination)
+            throw ObjectGraphError.typeMismatch(
+                entity: entity.name, property: relationship.name, expected: relationship.destination)
         }
         // Mutated in place: a copy of the state would copy its sets on every add.
         let added = Self.mutate(object, index) { state -> Bool in
@@ -79,7 +83,8 @@ extension ObjectContext {
             // One-to-one: the target's previous partner loses it.
             try target.fulfill()
             if let previous = target.toOne[i], previous != object.objectID,
-               let back = entity.toOneRelationships[i].inverse {
+                let back = entity.toOneRelationships[i].inverse
+            {
                 let partner = self.object(with: previous)
                 try partner.fulfill()
                 if let j = partner.entity!.toOneIndex[back], partner.toOne[j] == target.objectID {

@@ -10,11 +10,14 @@ extension ObjectContext {
         for object in insertedThenUpdated {
             guard !object.isDeleted, let entity = object.entity else { continue }
             let id = object.objectID
-            for (i, attribute) in entity.attributes.enumerated() where !attribute.isOptional && object.values[i].isNull {
+            for (i, attribute) in entity.attributes.enumerated() where !attribute.isOptional && object.values[i].isNull
+            {
                 throw ObjectGraphError.missingValue(object: id.description, property: attribute.name)
             }
             for (i, relationship) in entity.toOneRelationships.enumerated() where !relationship.isOptional {
-                guard let target = object.toOne[i] else { throw ObjectGraphError.missingValue(object: id.description, property: relationship.name) }
+                guard let target = object.toOne[i] else {
+                    throw ObjectGraphError.missingValue(object: id.description, property: relationship.name)
+                }
                 if registered[target]?.isDeleted == true {
                     throw ObjectGraphError.missingValue(object: id.description, property: relationship.name)
                 }
@@ -45,13 +48,19 @@ extension ObjectContext {
             seen[slot] = true
             let root = object.entity!.root
             if last < 0 || groups[last].root != root {
-                last = groups.firstIndex { $0.root == root } ?? { groups.append((root, [])); return groups.count - 1 }()
+                last =
+                    groups.firstIndex { $0.root == root }
+                    ?? {
+                        groups.append((root, [])); return groups.count - 1
+                    }()
             }
             groups[last].objects.append(object)
         }
         guard !groups.isEmpty else { return }
         var keys: [[ObjectID]] = []
-        for group in groups { keys.append(try store.obtainPermanentIDs(for: group.objects[0].entity!, count: group.objects.count)) }
+        for group in groups {
+            keys.append(try store.obtainPermanentIDs(for: group.objects[0].entity!, count: group.objects.count))
+        }
         registered.reserveCapacity(objects.count)
         for (group, ids) in zip(groups, keys) {
             for (object, id) in zip(group.objects, ids) {
@@ -103,7 +112,9 @@ extension ObjectContext {
                 break
             } catch ObjectGraphError.conflict(let names) where mergePolicy != .error && attempt < 3 {
                 attempt += 1
-                let conflicted = (updated.union(deleted)).compactMap { registered[$0] }.filter { names.contains($0.objectID.description) }
+                let conflicted = (updated.union(deleted)).compactMap { registered[$0] }.filter {
+                    names.contains($0.objectID.description)
+                }
                 for object in conflicted { try resolveConflict(object) }
             }
         }
@@ -114,18 +125,26 @@ extension ObjectContext {
         var request = SaveChangesRequest()
         let overwrite = mergePolicy == .overwrite
         for object in registered.insertedObjects {
-            request.inserted.append(StoreObjectChange(objectID: object.objectID, values: object.values, toOne: object.toOne, expectedVersion: nil, newVersion: 1))
+            request.inserted.append(
+                StoreObjectChange(
+                    objectID: object.objectID, values: object.values, toOne: object.toOne, expectedVersion: nil,
+                    newVersion: 1))
         }
         for id in updated {
             guard let object = registered[id], !object.isDeleted else { continue }
             if object.changedAttributes.isEmpty && object.changedToOne.isEmpty { continue }
-            request.updated.append(StoreObjectChange(objectID: id, values: object.values, toOne: object.toOne,
-                                                     expectedVersion: overwrite ? nil : object.version, newVersion: object.version + 1))
+            request.updated.append(
+                StoreObjectChange(
+                    objectID: id, values: object.values, toOne: object.toOne,
+                    expectedVersion: overwrite ? nil : object.version, newVersion: object.version + 1))
         }
         for id in deleted {
             guard let object = registered[id] else { continue }
-            request.deleted.append(StoreObjectChange(objectID: id, values: [], toOne: [], expectedVersion: overwrite || object.isFault ? nil : object.version,
-                                                     newVersion: 0))
+            request.deleted.append(
+                StoreObjectChange(
+                    objectID: id, values: [], toOne: [],
+                    expectedVersion: overwrite || object.isFault ? nil : object.version,
+                    newVersion: 0))
         }
         for object in insertedThenUpdated {
             guard !object.isDeleted, let entity = object.entity else { continue }
@@ -134,8 +153,10 @@ extension ObjectContext {
                 let relationship = entity.relationships[index]
                 guard let join = entity.joinTable(for: relationship), join.sourceIsFirst else { continue }
                 let added = state.added.filter { registered[$0]?.isDeleted != true }
-                request.relationChanges.append(StoreRelationChange(source: id, relationship: relationship.name, added: Array(added),
-                                                                   removed: Array(state.removed)))
+                request.relationChanges.append(
+                    StoreRelationChange(
+                        source: id, relationship: relationship.name, added: Array(added),
+                        removed: Array(state.removed)))
             }
         }
         return request
@@ -143,13 +164,19 @@ extension ObjectContext {
 
     func didSave() {
         for object in insertedThenUpdated {
-            if object.isInserted { object.version = 1 } else if !object.changedAttributes.isEmpty || !object.changedToOne.isEmpty { object.version += 1 }
+            if object.isInserted {
+                object.version = 1
+            } else if !object.changedAttributes.isEmpty || !object.changedToOne.isEmpty {
+                object.version += 1
+            }
             object.isInserted = false
             object.committedValues = object.values
             object.committedToOne = object.toOne
             object.changedAttributes = []
             object.changedToOne = []
-            for (index, state) in object.toMany { object.toMany[index] = ManagedObject.ToManyState(loaded: state.loaded) }
+            for (index, state) in object.toMany {
+                object.toMany[index] = ManagedObject.ToManyState(loaded: state.loaded)
+            }
         }
         for id in deleted {
             if let object = registered.remove(id) { object.detach() }
@@ -157,7 +184,9 @@ extension ObjectContext {
         // Relationship deltas recorded on objects outside the save (inverses of one-to-many) are now in the store.
         registered.forEach { object in
             guard !object.toMany.isEmpty, object.hasRelationChanges else { return }
-            for (index, state) in object.toMany { object.toMany[index] = ManagedObject.ToManyState(loaded: state.loaded) }
+            for (index, state) in object.toMany {
+                object.toMany[index] = ManagedObject.ToManyState(loaded: state.loaded)
+            }
         }
         registered.clearInserted()
         updated = []

@@ -54,7 +54,9 @@ public final class ObjectContext {
         if let object = registered[id] { return object }
         // An ID made with another instance of the same model is taken by entity name.
         var id = id
-        if let own = model.entitiesByName[id.entity.name], own !== id.entity { id = ObjectID(entity: own, primaryKey: id.primaryKey) }
+        if let own = model.entitiesByName[id.entity.name], own !== id.entity {
+            id = ObjectID(entity: own, primaryKey: id.primaryKey)
+        }
         let object = ManagedObject(entity: id.entity, objectID: id, context: self, isFault: true)
         registered.register(object, as: id)
         return object
@@ -64,7 +66,8 @@ public final class ObjectContext {
     public func objectID(forURIRepresentation uri: URL) -> ObjectID? {
         let parts = uri.path.split(separator: "/")
         guard uri.scheme == "x-dataprotection", parts.count == 2, let entity = model.entitiesByName[String(parts[0])],
-              let first = parts[1].first, let key = Int64(parts[1].dropFirst()), key > 0, first == "p" || first == "t" else { return nil }
+            let first = parts[1].first, let key = Int64(parts[1].dropFirst()), key > 0, first == "p" || first == "t"
+        else { return nil }
         return ObjectID(entity: entity, primaryKey: first == "p" ? key : -key)
     }
 

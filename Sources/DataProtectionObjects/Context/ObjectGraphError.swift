@@ -33,7 +33,8 @@ public enum ObjectGraphError: Error, Sendable, Equatable, CustomStringConvertibl
         case .unknownEntity(let name): "no entity named \(name) in the model"
         case .unknownProperty(let entity, let property): "\(entity) has no property \(property)"
         case .typeMismatch(let entity, let property, let expected): "\(entity).\(property) takes \(expected)"
-        case .missingValue(let object, let property): "\(object): \(property) is required but has no value; set it before saving"
+        case .missingValue(let object, let property):
+            "\(object): \(property) is required but has no value; set it before saving"
         case .deleteDenied(let object, let relationship):
             "\(object) cannot be deleted while \(relationship) is not empty (delete rule deny); empty it first"
         case .conflict(let objects):

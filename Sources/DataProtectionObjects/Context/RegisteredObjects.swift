@@ -50,7 +50,9 @@ struct RegisteredObjects {
         let key = -id.primaryKey
         guard key > 0, key >> Self.slotBits == serial else { return nil }
         let index = (key & Self.slotMask) - firstSlot
-        guard index >= 0, index < Int64(slots.count), let object = slots[Int(index)], object.entity?.root == id.entity.root else { return nil }
+        guard index >= 0, index < Int64(slots.count), let object = slots[Int(index)],
+            object.entity?.root == id.entity.root
+        else { return nil }
         return object
     }
 

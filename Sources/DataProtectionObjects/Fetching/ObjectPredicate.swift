@@ -50,13 +50,18 @@ public indirect enum ObjectPredicate: Sendable, Hashable {
     case any(String, ObjectPredicate)
 
     /// `property op value`, the property written as a dotted key path (`"conversation.title"`).
-    public static func compare(_ property: String, _ op: ComparisonOperator, _ value: AttributeValue) -> ObjectPredicate {
+    public static func compare(_ property: String, _ op: ComparisonOperator, _ value: AttributeValue) -> ObjectPredicate
+    {
         .comparison(.property(property.split(separator: ".").map(String.init)), op, .value(value))
     }
 
     /// A string test on a property (dotted key path).
-    public static func string(_ property: String, _ operation: StringOperation, _ value: String, caseInsensitive: Bool = false) -> ObjectPredicate {
-        .string(.property(property.split(separator: ".").map(String.init)), operation, .value(.string(value)), caseInsensitive: caseInsensitive)
+    public static func string(
+        _ property: String, _ operation: StringOperation, _ value: String, caseInsensitive: Bool = false
+    ) -> ObjectPredicate {
+        .string(
+            .property(property.split(separator: ".").map(String.init)), operation, .value(.string(value)),
+            caseInsensitive: caseInsensitive)
     }
 
     /// `property IN values`.
@@ -65,7 +70,8 @@ public indirect enum ObjectPredicate: Sendable, Hashable {
     }
 
     /// `property BETWEEN lower AND upper` (both included).
-    public static func between(_ property: String, _ lower: AttributeValue, _ upper: AttributeValue) -> ObjectPredicate {
+    public static func between(_ property: String, _ lower: AttributeValue, _ upper: AttributeValue) -> ObjectPredicate
+    {
         .between(.property(property.split(separator: ".").map(String.init)), .value(lower), .value(upper))
     }
 
@@ -131,7 +137,8 @@ extension ObjectPredicate {
             return Self.compare(a, op, b)
         case .string(let lhs, let operation, let rhs, let caseInsensitive):
             guard case .value(.string(var text)) = try lhs.resolve(on: id, source: source),
-                  case .value(.string(var pattern)) = try rhs.resolve(on: id, source: source) else { return nil }
+                case .value(.string(var pattern)) = try rhs.resolve(on: id, source: source)
+            else { return nil }
             if caseInsensitive {
                 text = text.lowercased()
                 pattern = pattern.lowercased()
@@ -144,7 +151,8 @@ extension ObjectPredicate {
             case .contains:
                 if p.isEmpty { return true }
                 guard t.count >= p.count else { return false }
-                for start in 0...(t.count - p.count) where t[start] == p[0] && t[start..<(start + p.count)].elementsEqual(p) { return true }
+                for start in 0...(t.count - p.count)
+                where t[start] == p[0] && t[start..<(start + p.count)].elementsEqual(p) { return true }
                 return false
             }
         case .oneOf(let lhs, let values):
@@ -152,7 +160,8 @@ extension ObjectPredicate {
             if a.isNull { return nil }
             return try Self.any(values, is: true) { value in
                 let b = try value.resolve(on: id, source: source)
-                return b.isNull ? nil : Self.compare(a, .equal, b)   // SQL: x IN (…, NULL) is unknown unless x matches another
+                // SQL: x IN (…, NULL) is unknown unless x matches another
+                return b.isNull ? nil : Self.compare(a, .equal, b)
             }
         case .between(let operand, let lower, let upper):
             let v = try operand.resolve(on: id, source: source)
@@ -182,7 +191,9 @@ extension ObjectPredicate {
 
     /// SQL's fold of OR (`target` true) or, negated, AND (`target` false): whether some element
     /// evaluates to `target`; unknown when none does but some are unknown.
-    private static func any<C: Sequence>(_ elements: C, is target: Bool, _ test: (C.Element) throws -> Bool?) rethrows -> Bool? {
+    private static func any<C: Sequence>(
+        _ elements: C, is target: Bool, _ test: (C.Element) throws -> Bool?
+    ) rethrows -> Bool? {
         var unknown = false
         for element in elements {
             switch try test(element) {
@@ -218,8 +229,10 @@ extension ObjectPredicate {
             }
         case (.value(let x), .value(let y)):
             switch op {
-            case .equal: return x.isNull || y.isNull ? x.isNull == y.isNull : AttributeValue.compare(x, y) == .orderedSame
-            case .notEqual: return x.isNull || y.isNull ? x.isNull != y.isNull : AttributeValue.compare(x, y) != .orderedSame
+            case .equal:
+                return x.isNull || y.isNull ? x.isNull == y.isNull : AttributeValue.compare(x, y) == .orderedSame
+            case .notEqual:
+                return x.isNull || y.isNull ? x.isNull != y.isNull : AttributeValue.compare(x, y) != .orderedSame
             case .less: return AttributeValue.compare(x, y).map { $0 == .orderedAscending }
             case .lessOrEqual: return AttributeValue.compare(x, y).map { $0 != .orderedDescending }
             case .greater: return AttributeValue.compare(x, y).map { $0 == .orderedDescending }

@@ -53,14 +53,17 @@ public struct Translator {
         switch try node(expression) {
         case .operand(let o): return o
         case .path(let path, false): return .property(path)
-        default: throw ObjectGraphError.unsupportedPredicate("\(type(of: expression)) is not a value or a to-one key path")
+        default:
+            throw ObjectGraphError.unsupportedPredicate("\(type(of: expression)) is not a value or a to-one key path")
         }
     }
 
     static func constant(_ value: Any) throws -> TranslatedNode {
         if let id = value as? ObjectID { return .operand(.object(id)) }
         if let model = value as? any PersistentModel { return .operand(.object(model.managedObject.objectID)) }
-        if let convertible = value as? any AttributeValueConvertible { return .operand(.value(convertible.attributeValue)) }
+        if let convertible = value as? any AttributeValueConvertible {
+            return .operand(.value(convertible.attributeValue))
+        }
         if let list = value as? [any AttributeValueConvertible] { return .list(list.map { .value($0.attributeValue) }) }
         if let list = value as? [any PersistentModel] { return .list(list.map { .object($0.managedObject.objectID) }) }
         if let optional = value as? any OptionalModel { return .operand(.object(optional.wrappedObjectID)) }
@@ -80,7 +83,9 @@ public protocol ObjectPredicateTranslatable {
 
 extension PredicateExpressions.Variable: ObjectPredicateTranslatable {
     public func translate(_ translator: inout Translator) throws -> TranslatedNode {
-        guard let base = translator.bases[key] else { throw ObjectGraphError.unsupportedPredicate("a variable from an outer scope") }
+        guard let base = translator.bases[key] else {
+            throw ObjectGraphError.unsupportedPredicate("a variable from an outer scope")
+        }
         return .path(base, isToMany: false)
     }
 }
@@ -142,26 +147,29 @@ extension PredicateExpressions.NotEqual: ObjectPredicateTranslatable {
 
 extension PredicateExpressions.Comparison: ObjectPredicateTranslatable {
     public func translate(_ translator: inout Translator) throws -> TranslatedNode {
-        let op: ComparisonOperator = switch self.op {
-        case .lessThan: .less
-        case .lessThanOrEqual: .lessOrEqual
-        case .greaterThan: .greater
-        case .greaterThanOrEqual: .greaterOrEqual
-        @unknown default: throw ObjectGraphError.unsupportedPredicate("comparison \(self.op)")
-        }
+        let op: ComparisonOperator =
+            switch self.op {
+            case .lessThan: .less
+            case .lessThanOrEqual: .lessOrEqual
+            case .greaterThan: .greater
+            case .greaterThanOrEqual: .greaterOrEqual
+            @unknown default: throw ObjectGraphError.unsupportedPredicate("comparison \(self.op)")
+            }
         return .predicate(.comparison(try translator.operand(lhs), op, try translator.operand(rhs)))
     }
 }
 
 extension PredicateExpressions.CollectionContainsCollection: ObjectPredicateTranslatable {
     public func translate(_ translator: inout Translator) throws -> TranslatedNode {
-        .predicate(.string(try translator.operand(base), .contains, try translator.operand(other), caseInsensitive: false))
+        .predicate(
+            .string(try translator.operand(base), .contains, try translator.operand(other), caseInsensitive: false))
     }
 }
 
 extension PredicateExpressions.SequenceStartsWith: ObjectPredicateTranslatable {
     public func translate(_ translator: inout Translator) throws -> TranslatedNode {
-        .predicate(.string(try translator.operand(base), .beginsWith, try translator.operand(prefix), caseInsensitive: false))
+        .predicate(
+            .string(try translator.operand(base), .beginsWith, try translator.operand(prefix), caseInsensitive: false))
     }
 }
 
@@ -172,7 +180,9 @@ extension PredicateExpressions.SequenceContains: ObjectPredicateTranslatable {
         case .list(let values): return .predicate(.oneOf(element, values))
         case .path(let path, true):
             // `conversation.participants.contains(account)`: ANY participant == account.
-            guard case .object = element else { throw ObjectGraphError.unsupportedPredicate("contains() on a to-many needs an object") }
+            guard case .object = element else {
+                throw ObjectGraphError.unsupportedPredicate("contains() on a to-many needs an object")
+            }
             return .predicate(.any(path.joined(separator: "."), .comparison(.property([]), .equal, element)))
         default: throw ObjectGraphError.unsupportedPredicate("contains() on \(type(of: sequence))")
         }
@@ -216,7 +226,8 @@ extension PredicateExpressions.Range: ObjectPredicateTranslatable {
 extension PredicateExpressions.OptionalFlatMap: ObjectPredicateTranslatable {
     public func translate(_ translator: inout Translator) throws -> TranslatedNode {
         guard case .path(let base, false) = try translator.node(wrapped) else {
-            throw ObjectGraphError.unsupportedPredicate("optional chaining on something other than a to-one relationship")
+            throw ObjectGraphError.unsupportedPredicate(
+                "optional chaining on something other than a to-one relationship")
         }
         translator.bases[variable.key] = base
         return try translator.node(transform)

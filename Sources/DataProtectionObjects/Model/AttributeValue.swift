@@ -56,7 +56,8 @@ public enum AttributeValue: Sendable, Hashable, CustomStringConvertible {
         case (.integer(let v), .integer16): v >= Int64(Int16.min) && v <= Int64(Int16.max)
         case (.integer(let v), .integer32): v >= Int64(Int32.min) && v <= Int64(Int32.max)
         case (.integer, .integer64), (.double, .double), (.decimal, .decimal), (.string, .string),
-             (.boolean, .boolean), (.date, .date), (.data, .binaryData), (.uuid, .uuid), (.url, .uri): true
+            (.boolean, .boolean), (.date, .date), (.data, .binaryData), (.uuid, .uuid), (.url, .uri):
+            true
         default: false
         }
     }
@@ -100,12 +101,18 @@ enum StorageValue: Hashable {
     case null, integer(Int64), real(Double), text(String), blob(Data)
 
     private var rank: Int {
-        switch self { case .null: 0; case .integer, .real: 1; case .text: 2; case .blob: 3 }
+        switch self {
+        case .null: 0;
+        case .integer, .real: 1;
+        case .text: 2;
+        case .blob: 3
+        }
     }
 
     static func compare(_ lhs: StorageValue, _ rhs: StorageValue) -> ComparisonResult {
         switch (lhs, rhs) {
-        case (.integer(let a), .integer(let b)): return a < b ? .orderedAscending : a > b ? .orderedDescending : .orderedSame
+        case (.integer(let a), .integer(let b)):
+            return a < b ? .orderedAscending : a > b ? .orderedDescending : .orderedSame
         case (.integer(let a), .real(let b)): return order(Double(a), b)
         case (.real(let a), .integer(let b)): return order(a, Double(b))
         case (.real(let a), .real(let b)): return order(a, b)

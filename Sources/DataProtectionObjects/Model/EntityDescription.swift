@@ -17,8 +17,10 @@ public struct AttributeDescription: Sendable, Hashable, Codable {
     /// Whether a single-column index is created for the attribute.
     public var isIndexed: Bool
 
-    public init(_ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: AttributeValue? = nil,
-                indexed: Bool = false) {
+    public init(
+        _ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: AttributeValue? = nil,
+        indexed: Bool = false
+    ) {
         self.name = name
         self.type = type
         self.isOptional = optional
@@ -29,9 +31,12 @@ public struct AttributeDescription: Sendable, Hashable, Codable {
     enum CodingKeys: String, CodingKey { case name, type, isOptional, hasDefault, isIndexed }
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        self.init(try c.decode(String.self, forKey: .name), try c.decode(AttributeType.self, forKey: .type),
-                  optional: try c.decode(Bool.self, forKey: .isOptional), indexed: try c.decode(Bool.self, forKey: .isIndexed))
-        if try c.decode(Bool.self, forKey: .hasDefault) { defaultValue = .null }   // the value itself is not needed to compare schemas
+        self.init(
+            try c.decode(String.self, forKey: .name), try c.decode(AttributeType.self, forKey: .type),
+            optional: try c.decode(Bool.self, forKey: .isOptional), indexed: try c.decode(Bool.self, forKey: .isIndexed)
+        )
+        // the value itself is not needed to compare schemas
+        if try c.decode(Bool.self, forKey: .hasDefault) { defaultValue = .null }
     }
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
@@ -70,8 +75,10 @@ public struct RelationshipDescription: Sendable, Hashable, Codable {
     /// Whether a single-column index is created for the key column (to-one only).
     public var isIndexed: Bool
 
-    public init(_ name: String, to destination: String, inverse: String? = nil, toMany: Bool = false, optional: Bool = true,
-                deleteRule: DeleteRule = .nullify, indexed: Bool = false) {
+    public init(
+        _ name: String, to destination: String, inverse: String? = nil, toMany: Bool = false, optional: Bool = true,
+        deleteRule: DeleteRule = .nullify, indexed: Bool = false
+    ) {
         self.name = name
         self.destination = destination
         self.inverse = inverse
@@ -105,8 +112,10 @@ public struct EntityDescription: Sendable, Hashable, Codable {
     public var relationships: [RelationshipDescription]
     public var indexes: [IndexDescription]
 
-    public init(_ name: String, parent: String? = nil, abstract: Bool = false, attributes: [AttributeDescription] = [],
-                relationships: [RelationshipDescription] = [], indexes: [IndexDescription] = []) {
+    public init(
+        _ name: String, parent: String? = nil, abstract: Bool = false, attributes: [AttributeDescription] = [],
+        relationships: [RelationshipDescription] = [], indexes: [IndexDescription] = []
+    ) {
         self.name = name
         self.parent = parent
         self.isAbstract = abstract

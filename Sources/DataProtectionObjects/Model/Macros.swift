@@ -17,13 +17,16 @@ import Foundation
 ///     init(title: String) { self.title = title }
 /// }
 /// ```
-@attached(member, names: named(_dpBacking), named(_dpContext), named(managedObject), named(init(managedObject:)), named(entityDescription), named(propertyName(for:)))
+@attached(
+    member, names: named(_dpBacking), named(_dpContext), named(managedObject), named(init(managedObject:)),
+    named(entityDescription), named(propertyName(for:)))
 @attached(memberAttribute)
 @attached(extension, conformances: PersistentModel)
 public macro Model() = #externalMacro(module: "DataProtectionObjectsMacros", type: "ModelMacro")
 
 @attached(accessor, names: named(init), named(get), named(set))
-public macro _PersistedProperty() = #externalMacro(module: "DataProtectionObjectsMacros", type: "PersistedPropertyMacro")
+public macro _PersistedProperty() =
+    #externalMacro(module: "DataProtectionObjectsMacros", type: "PersistedPropertyMacro")
 
 /// Options of a persisted attribute.
 public enum AttributeOption: Sendable {
@@ -33,12 +36,14 @@ public enum AttributeOption: Sendable {
 
 /// Marks an attribute's options: `@Attribute(.indexed) var sentAt: Date`.
 @attached(peer)
-public macro Attribute(_ options: AttributeOption...) = #externalMacro(module: "DataProtectionObjectsMacros", type: "MarkerMacro")
+public macro Attribute(_ options: AttributeOption...) =
+    #externalMacro(module: "DataProtectionObjectsMacros", type: "MarkerMacro")
 
 /// A relationship's delete rule and inverse: `@Relationship(deleteRule: .cascade, inverse: \Message.conversation)`.
 /// Declaring the inverse on one side is enough.
 @attached(peer)
-public macro Relationship(deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil) = #externalMacro(module: "DataProtectionObjectsMacros", type: "MarkerMacro")
+public macro Relationship(deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil) =
+    #externalMacro(module: "DataProtectionObjectsMacros", type: "MarkerMacro")
 
 /// A stored property that is not persisted.
 @attached(peer)
@@ -46,7 +51,8 @@ public macro Transient() = #externalMacro(module: "DataProtectionObjectsMacros",
 
 /// The model's indexes, single or compound: `#Index<Message>([\.sentAt], [\.conversation, \.sentAt])`.
 @freestanding(declaration, names: named(_dpIndexes))
-public macro Index<T>(_ indexes: [PartialKeyPath<T>]...) = #externalMacro(module: "DataProtectionObjectsMacros", type: "IndexMacro")
+public macro Index<T>(_ indexes: [PartialKeyPath<T>]...) =
+    #externalMacro(module: "DataProtectionObjectsMacros", type: "IndexMacro")
 
 extension PersistentModel {
     /// The indexes `#Index` declares (none by default).

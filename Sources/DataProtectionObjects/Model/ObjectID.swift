@@ -32,8 +32,10 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
     }
 
     public init(from decoder: any Decoder) throws {
-        throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                                                debugDescription: "an ObjectID is decoded with ObjectContext.objectID(forURIRepresentation:)"))
+        throw DecodingError.dataCorrupted(
+            .init(
+                codingPath: decoder.codingPath,
+                debugDescription: "an ObjectID is decoded with ObjectContext.objectID(forURIRepresentation:)"))
     }
 
     public var description: String { "\(entity.name)/\(isTemporaryID ? "t\(-primaryKey)" : "p\(primaryKey)")" }

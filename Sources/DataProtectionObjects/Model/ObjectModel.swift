@@ -11,7 +11,7 @@ import Foundation
 ///                       relationships: [RelationshipDescription("messages", to: "Message", inverse: "conversation",
 ///                                                               toMany: true, deleteRule: .cascade)]),
 ///     EntityDescription("Message", attributes: [AttributeDescription("text", .string)],
-///                       relationships: [RelationshipDescription("conversation", to: "Conversation", inverse: "messages")]),
+/// relationships: [RelationshipDescription("conversation", to: "Conversation", inverse: "messages")]),
 /// ])
 /// ```
 ///
@@ -37,7 +37,9 @@ public final class ObjectModel: Sendable {
             guard byName.updateValue(description, forKey: description.name) == nil else {
                 throw ObjectGraphError.invalidModel("entity \(description.name) is declared twice")
             }
-            guard Self.isIdentifier(description.name) else { throw ObjectGraphError.invalidModel("\(description.name) is not a valid entity name") }
+            guard Self.isIdentifier(description.name) else {
+                throw ObjectGraphError.invalidModel("\(description.name) is not a valid entity name")
+            }
         }
         let entities = try Self.resolve(descriptions, byName: byName)
         self.entities = entities
@@ -63,10 +65,11 @@ public final class ObjectModel: Sendable {
         for entity in descriptions {
             for relationship in entity.relationships {
                 guard let inverse = relationship.inverse,
-                      let e = result.firstIndex(where: { $0.name == relationship.destination }),
-                      let r = result[e].relationships.firstIndex(where: { $0.name == inverse }),
-                      result[e].relationships[r].inverse == nil,
-                      result[e].relationships[r].destination == entity.name else { continue }
+                    let e = result.firstIndex(where: { $0.name == relationship.destination }),
+                    let r = result[e].relationships.firstIndex(where: { $0.name == inverse }),
+                    result[e].relationships[r].inverse == nil,
+                    result[e].relationships[r].destination == entity.name
+                else { continue }
                 result[e].relationships[r].inverse = relationship.name
             }
         }
@@ -74,19 +77,28 @@ public final class ObjectModel: Sendable {
     }
 
     static func isIdentifier(_ name: String) -> Bool {
-        guard let first = name.unicodeScalars.first, first == "_" || CharacterSet.letters.contains(first) else { return false }
-        return name.unicodeScalars.allSatisfy { $0 == "_" || CharacterSet.alphanumerics.contains($0) } && name.utf8.count <= 64
+        guard let first = name.unicodeScalars.first, first == "_" || CharacterSet.letters.contains(first) else {
+            return false
+        }
+        return name.unicodeScalars.allSatisfy { $0 == "_" || CharacterSet.alphanumerics.contains($0) }
+            && name.utf8.count <= 64
             && !name.uppercased().hasPrefix("Z_")
     }
 
-    private static func resolve(_ descriptions: [EntityDescription], byName: [String: EntityDescription]) throws -> [Entity] {
+    private static func resolve(
+        _ descriptions: [EntityDescription], byName: [String: EntityDescription]
+    ) throws -> [Entity] {
         // Parents before children, and no cycles.
         func chain(_ name: String) throws -> [EntityDescription] {
             var result: [EntityDescription] = []
             var current: String? = name
             while let n = current {
-                guard let d = byName[n] else { throw ObjectGraphError.invalidModel("entity \(name) has unknown parent \(n)") }
-                guard !result.contains(where: { $0.name == n }) else { throw ObjectGraphError.invalidModel("entity \(name) inherits from itself") }
+                guard let d = byName[n] else {
+                    throw ObjectGraphError.invalidModel("entity \(name) has unknown parent \(n)")
+                }
+                guard !result.contains(where: { $0.name == n }) else {
+                    throw ObjectGraphError.invalidModel("entity \(name) inherits from itself")
+                }
                 result.insert(d, at: 0)
                 current = d.parent
             }
@@ -103,7 +115,8 @@ public final class ObjectModel: Sendable {
             for d in lineage {
                 for a in d.attributes {
                     guard Self.isIdentifier(a.name), names.insert(a.name).inserted else {
-                        throw ObjectGraphError.invalidModel("\(description.name).\(a.name) is declared twice or is not a valid name")
+                        throw ObjectGraphError.invalidModel(
+                            "\(description.name).\(a.name) is declared twice or is not a valid name")
                     }
                     if let value = a.defaultValue, !value.fits(a.type) {
                         throw ObjectGraphError.invalidModel("the default of \(d.name).\(a.name) is not a \(a.type)")
@@ -112,7 +125,8 @@ public final class ObjectModel: Sendable {
                 }
                 for r in d.relationships {
                     guard Self.isIdentifier(r.name), names.insert(r.name).inserted else {
-                        throw ObjectGraphError.invalidModel("\(description.name).\(r.name) is declared twice or is not a valid name")
+                        throw ObjectGraphError.invalidModel(
+                            "\(description.name).\(r.name) is declared twice or is not a valid name")
                     }
                     relationships.append(r)
                     owners[r.name] = d.name
@@ -120,22 +134,26 @@ public final class ObjectModel: Sendable {
                 indexes += d.indexes
             }
             let root = lineage[0].name
-            resolved[description.name] = Entity(description: description, root: root, lineage: lineage.map(\.name),
-                                                attributes: attributes, relationships: relationships, indexes: indexes)
+            resolved[description.name] = Entity(
+                description: description, root: root, lineage: lineage.map(\.name),
+                attributes: attributes, relationships: relationships, indexes: indexes)
             resolved[description.name]!.relationshipOwners = owners
         }
         // Relationships: destinations exist, inverses point back.
         for entity in resolved.values {
             for r in entity.relationships {
                 guard let destination = resolved[r.destination] else {
-                    throw ObjectGraphError.invalidModel("\(entity.name).\(r.name) points to unknown entity \(r.destination)")
+                    throw ObjectGraphError.invalidModel(
+                        "\(entity.name).\(r.name) points to unknown entity \(r.destination)")
                 }
                 if let inverseName = r.inverse {
                     guard let inverse = destination.relationship(named: inverseName) else {
-                        throw ObjectGraphError.invalidModel("\(entity.name).\(r.name): inverse \(r.destination).\(inverseName) does not exist")
+                        throw ObjectGraphError.invalidModel(
+                            "\(entity.name).\(r.name): inverse \(r.destination).\(inverseName) does not exist")
                     }
                     guard inverse.inverse == r.name, entity.lineage.contains(inverse.destination) else {
-                        throw ObjectGraphError.invalidModel("\(entity.name).\(r.name) and \(r.destination).\(inverseName) are not each other's inverse")
+                        throw ObjectGraphError.invalidModel(
+                            "\(entity.name).\(r.name) and \(r.destination).\(inverseName) are not each other's inverse")
                     }
                 }
             }
@@ -143,7 +161,9 @@ public final class ObjectModel: Sendable {
                 for property in index.properties {
                     let isToOne = entity.relationship(named: property).map { !$0.isToMany } ?? false
                     guard entity.attributeIndex[property] != nil || isToOne else {
-                        throw ObjectGraphError.invalidModel("index on \(entity.name) names \(property), which is not an attribute or to-one relationship")
+                        throw ObjectGraphError.invalidModel(
+                            "index on \(entity.name) names \(property), which is not an attribute or to-one relationship"
+                        )
                     }
                 }
             }
@@ -164,7 +184,8 @@ public final class ObjectModel: Sendable {
 }
 
 /// An entity of a model with everything it inherits resolved: what contexts and stores use.
-/// `@unchecked Sendable`: its `nonisolated(unsafe)` links (sub-entities, owners, model) are set while the model is built, before it is shared; read-only afterwards.
+/// `@unchecked Sendable`: its `nonisolated(unsafe)` links (sub-entities, owners, model) are set while the model is
+/// built, before it is shared; read-only afterwards.
 public final class Entity: @unchecked Sendable, CustomStringConvertible {
     public let name: String
     /// The entity whose table holds this one's rows (itself, unless it is a sub-entity).
@@ -193,15 +214,18 @@ public final class Entity: @unchecked Sendable, CustomStringConvertible {
     // Strong on purpose: entities outlive nothing without their model (a model is built once, kept for the process).
     nonisolated(unsafe) var model: ObjectModel?
 
-    init(description: EntityDescription, root: String, lineage: [String], attributes: [AttributeDescription],
-         relationships: [RelationshipDescription], indexes: [IndexDescription]) {
+    init(
+        description: EntityDescription, root: String, lineage: [String], attributes: [AttributeDescription],
+        relationships: [RelationshipDescription], indexes: [IndexDescription]
+    ) {
         self.name = description.name
         self.declaration = description
         self.root = root
         self.lineage = lineage
         self.attributes = attributes
         self.relationships = relationships
-        self.indexes = indexes + attributes.filter(\.isIndexed).map { IndexDescription([$0.name]) }
+        self.indexes =
+            indexes + attributes.filter(\.isIndexed).map { IndexDescription([$0.name]) }
             + relationships.filter { $0.isIndexed && !$0.isToMany }.map { IndexDescription([$0.name]) }
         self.toOneRelationships = relationships.filter { !$0.isToMany }
         self.attributeIndex = Dictionary(uniqueKeysWithValues: attributes.enumerated().map { ($1.name, $0) })
@@ -247,13 +271,15 @@ extension Entity {
         let destination = destination(of: relationship)
         guard let inverse = destination.relationship(named: inverseName), inverse.isToMany else { return nil }
         let theirs = "\(destination.relationshipOwners[inverseName] ?? destination.name)_\(inverseName)"
-        return mine <= theirs ? JoinTable(name: "Z_" + mine, sourceIsFirst: true) : JoinTable(name: "Z_" + theirs, sourceIsFirst: false)
+        return mine <= theirs
+            ? JoinTable(name: "Z_" + mine, sourceIsFirst: true) : JoinTable(name: "Z_" + theirs, sourceIsFirst: false)
     }
 
     /// For a to-many that is the inverse of a to-one: the destination's to-one relationship.
     func inverseToOne(of relationship: RelationshipDescription) -> RelationshipDescription? {
         guard relationship.isToMany, let inverseName = relationship.inverse,
-              let inverse = destination(of: relationship).relationship(named: inverseName), !inverse.isToMany else { return nil }
+            let inverse = destination(of: relationship).relationship(named: inverseName), !inverse.isToMany
+        else { return nil }
         return inverse
     }
 }

@@ -58,8 +58,10 @@ extension ManagedObject {
     /// built with `init` gets an unattached one; one made by a fetch is given its object).
     /// Once the object is in a context, the instance becomes its typed wrapper and keeps the
     /// context alive (objects refer to their context weakly; typed instances do not).
-    public static func _backing(_ backing: inout ManagedObject?, context: inout ObjectContext?, entityName: @autoclosure () -> String,
-                                classIsFinal: Bool, model: AnyObject) -> ManagedObject {
+    public static func _backing(
+        _ backing: inout ManagedObject?, context: inout ObjectContext?, entityName: @autoclosure () -> String,
+        classIsFinal: Bool, model: AnyObject
+    ) -> ManagedObject {
         // The common case — a wrapper made by a fetch, or one already bound — costs two checks.
         if let existing = backing, context != nil { return existing }
         let object = _backing(&backing, context: nil, entityName: entityName())
@@ -73,7 +75,9 @@ extension ManagedObject {
         return object
     }
 
-    public static func _backing(_ backing: inout ManagedObject?, context: ObjectContext?, entityName: String) -> ManagedObject {
+    public static func _backing(
+        _ backing: inout ManagedObject?, context: ObjectContext?, entityName: String
+    ) -> ManagedObject {
         if let existing = backing { return existing }
         let object = ManagedObject(unattachedEntityName: entityName)
         backing = object
@@ -101,7 +105,9 @@ extension PersistentModel {
 
     public func _setAttribute<T: AttributeValueConvertible>(_ key: String, _ value: T) {
         let object = managedObject
-        do { try object.setValue(value.attributeValue, forKey: key) } catch { object.context?.recordFaultError(error, writing: true) }
+        do { try object.setValue(value.attributeValue, forKey: key) } catch {
+            object.context?.recordFaultError(error, writing: true)
+        }
     }
 
     public func _toOne<T: PersistentModel>(_ key: String, as type: T.Type = T.self) -> T? {
@@ -116,7 +122,9 @@ extension PersistentModel {
 
     public func _setToOne<T: PersistentModel>(_ key: String, _ value: T?) {
         let object = managedObject
-        do { try object.setObject(value?.managedObject, forKey: key) } catch { object.context?.recordFaultError(error, writing: true) }
+        do { try object.setObject(value?.managedObject, forKey: key) } catch {
+            object.context?.recordFaultError(error, writing: true)
+        }
     }
 
     public func _toMany<T: PersistentModel>(_ key: String, as type: T.Type = T.self) -> [T] {
@@ -131,7 +139,9 @@ extension PersistentModel {
 
     public func _setToMany<T: PersistentModel>(_ key: String, _ value: [T]) {
         let object = managedObject
-        do { try object.setObjects(value.map(\.managedObject), forKey: key) } catch { object.context?.recordFaultError(error, writing: true) }
+        do { try object.setObjects(value.map(\.managedObject), forKey: key) } catch {
+            object.context?.recordFaultError(error, writing: true)
+        }
     }
 
     /// Models are equal when they are the same instance (one instance per object per context).
@@ -186,13 +196,17 @@ public struct FetchDescriptor<T: PersistentModel>: Sendable {
         var parts: [ObjectPredicate] = []
         if let predicate { parts.append(try PredicateTranslator.translate(predicate)) }
         if let condition { parts.append(condition) }
-        var request = FetchRequest(entityName: T.entityDescription.name, predicate: parts.isEmpty ? nil : parts.count == 1 ? parts[0] : .and(parts))
-        request.sortKeys = try sortBy.map { descriptor in
-            guard let keyPath = descriptor.keyPath, let name = T.propertyName(for: keyPath) else {
-                throw ObjectGraphError.unsupportedPredicate("a sort descriptor of \(T.self) does not name a stored property")
-            }
-            return SortKey(path: [name], ascending: descriptor.order == .forward)
-        } + sortKeys
+        var request = FetchRequest(
+            entityName: T.entityDescription.name,
+            predicate: parts.isEmpty ? nil : parts.count == 1 ? parts[0] : .and(parts))
+        request.sortKeys =
+            try sortBy.map { descriptor in
+                guard let keyPath = descriptor.keyPath, let name = T.propertyName(for: keyPath) else {
+                    throw ObjectGraphError.unsupportedPredicate(
+                        "a sort descriptor of \(T.self) does not name a stored property")
+                }
+                return SortKey(path: [name], ascending: descriptor.order == .forward)
+            } + sortKeys
         request.fetchLimit = fetchLimit
         request.fetchOffset = fetchOffset ?? 0
         request.includesPendingChanges = includesPendingChanges
@@ -237,7 +251,9 @@ extension ObjectContext {
         try count(try descriptor.request())
     }
 
-    public func fetchDictionaries<T: PersistentModel>(_ descriptor: FetchDescriptor<T>, properties: [String]) throws -> [[String: AttributeValue]] {
+    public func fetchDictionaries<T: PersistentModel>(
+        _ descriptor: FetchDescriptor<T>, properties: [String]
+    ) throws -> [[String: AttributeValue]] {
         try fetchDictionaries(try descriptor.request(), properties: properties)
     }
 

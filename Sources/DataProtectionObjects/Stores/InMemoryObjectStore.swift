@@ -60,8 +60,9 @@ public final class InMemoryObjectStore: PersistentStore {
             guard let row = state.tables[objectID.entity.root]?[objectID.primaryKey] else {
                 throw ObjectGraphError.objectDeleted(objectID.description)
             }
-            return StoreNode(objectID: ObjectID(entity: row.entity, primaryKey: objectID.primaryKey), values: row.values,
-                             toOne: row.toOne, version: row.version)
+            return StoreNode(
+                objectID: ObjectID(entity: row.entity, primaryKey: objectID.primaryKey), values: row.values,
+                toOne: row.toOne, version: row.version)
         }
     }
 
@@ -74,9 +75,12 @@ public final class InMemoryObjectStore: PersistentStore {
             let source = Source(state: state)
             var ids: [ObjectID] = []
             for (key, row) in state.tables[request.entity.root] ?? [:] {
-                guard request.includesSubentities ? request.entity.includes(row.entity) : row.entity === request.entity else { continue }
+                guard request.includesSubentities ? request.entity.includes(row.entity) : row.entity === request.entity
+                else { continue }
                 let id = ObjectID(entity: row.entity, primaryKey: key)
-                if let predicate = request.predicate, try predicate.evaluate(on: id, source: source) != true { continue }
+                if let predicate = request.predicate, try predicate.evaluate(on: id, source: source) != true {
+                    continue
+                }
                 ids.append(id)
             }
             ids = try Self.sort(ids, by: request.sortKeys, source: source)
@@ -86,22 +90,29 @@ public final class InMemoryObjectStore: PersistentStore {
             case .objectIDs: return .objectIDs(ids)
             case .objects:
                 guard request.includesPropertyValues else { return .objectIDs(ids) }
-                return .nodes(ids.map { id in
-                    let row = state.tables[id.entity.root]![id.primaryKey]!
-                    return StoreNode(objectID: id, values: row.values, toOne: row.toOne, version: row.version)
-                })
+                return .nodes(
+                    ids.map { id in
+                        let row = state.tables[id.entity.root]![id.primaryKey]!
+                        return StoreNode(objectID: id, values: row.values, toOne: row.toOne, version: row.version)
+                    })
             case .dictionaries(let properties):
-                return .dictionaries(try ids.map { id in
-                    var dictionary: [String: AttributeValue] = [:]
-                    for property in properties {
-                        guard case .value(let value) = try PredicateOperand.property(property.split(separator: ".").map(String.init))
-                            .resolve(on: id, source: source) else {
-                            throw ObjectGraphError.unsupportedPredicate("\(property) is a relationship; dictionaries hold attributes")
+                return .dictionaries(
+                    try ids.map { id in
+                        var dictionary: [String: AttributeValue] = [:]
+                        for property in properties {
+                            guard
+                                case .value(let value) = try PredicateOperand.property(
+                                    property.split(separator: ".").map(String.init)
+                                )
+                                .resolve(on: id, source: source)
+                            else {
+                                throw ObjectGraphError.unsupportedPredicate(
+                                    "\(property) is a relationship; dictionaries hold attributes")
+                            }
+                            dictionary[property] = value
                         }
-                        dictionary[property] = value
-                    }
-                    return dictionary
-                })
+                        return dictionary
+                    })
             }
         }
     }
@@ -109,17 +120,22 @@ public final class InMemoryObjectStore: PersistentStore {
     /// Sorts as the SQLite store's ORDER BY does: by each key (NULL first), then by primary key.
     static func sort(_ ids: [ObjectID], by keys: [SortKey], source: some ObjectValueSource) throws -> [ObjectID] {
         let decorated = try ids.map { id in
-            (id, try keys.map { key -> AttributeValue in
-                switch try PredicateOperand.property(key.path).resolve(on: id, source: source) {
-                case .value(let v): v
-                case .object(let o): o.map { .integer($0.primaryKey) } ?? .null
+            (
+                id,
+                try keys.map { key -> AttributeValue in
+                    switch try PredicateOperand.property(key.path).resolve(on: id, source: source) {
+                    case .value(let v): v
+                    case .object(let o): o.map { .integer($0.primaryKey) } ?? .null
+                    }
                 }
-            })
+            )
         }
         return decorated.sorted { a, b in
             for (index, key) in keys.enumerated() {
                 let order = AttributeValue.sortOrder(a.1[index], b.1[index])
-                if order != .orderedSame { return key.ascending ? order == .orderedAscending : order == .orderedDescending }
+                if order != .orderedSame {
+                    return key.ascending ? order == .orderedAscending : order == .orderedDescending
+                }
             }
             return a.0.primaryKey < b.0.primaryKey
         }.map(\.0)
@@ -128,7 +144,9 @@ public final class InMemoryObjectStore: PersistentStore {
     struct Source: ObjectValueSource {
         let state: State
         func row(_ id: ObjectID) throws -> Row {
-            guard let row = state.tables[id.entity.root]?[id.primaryKey] else { throw ObjectGraphError.objectDeleted(id.description) }
+            guard let row = state.tables[id.entity.root]?[id.primaryKey] else {
+                throw ObjectGraphError.objectDeleted(id.description)
+            }
             return row
         }
         func attribute(_ index: Int, of id: ObjectID) throws -> AttributeValue { try row(id).values[index] }
@@ -139,7 +157,8 @@ public final class InMemoryObjectStore: PersistentStore {
                 let keys = state.pointing["\(destination.root).\(inverse.name)"]?[id.primaryKey] ?? []
                 return keys.sorted().compactMap { key in
                     guard let row = state.tables[destination.root]?[key], destination.includes(row.entity),
-                          let slot = row.entity.toOneIndex[inverse.name], row.toOne[slot] == id else { return nil }
+                        let slot = row.entity.toOneIndex[inverse.name], row.toOne[slot] == id
+                    else { return nil }
                     return ObjectID(entity: row.entity, primaryKey: key)
                 }
             }
@@ -173,7 +192,9 @@ public final class InMemoryObjectStore: PersistentStore {
             guard conflicts.isEmpty else { throw ObjectGraphError.conflict(objects: conflicts) }
             for change in request.inserted + request.updated {
                 let id = change.objectID
-                if let old = state.tables[id.entity.root]?[id.primaryKey] { state.index(old, key: id.primaryKey, adding: false) }
+                if let old = state.tables[id.entity.root]?[id.primaryKey] {
+                    state.index(old, key: id.primaryKey, adding: false)
+                }
                 let row = Row(entity: id.entity, values: change.values, toOne: change.toOne, version: change.newVersion)
                 state.tables[id.entity.root, default: [:]][id.primaryKey] = row
                 state.index(row, key: id.primaryKey, adding: true)
@@ -181,7 +202,9 @@ public final class InMemoryObjectStore: PersistentStore {
             }
             for change in request.deleted {
                 let id = change.objectID
-                if let old = state.tables[id.entity.root]?[id.primaryKey] { state.index(old, key: id.primaryKey, adding: false) }
+                if let old = state.tables[id.entity.root]?[id.primaryKey] {
+                    state.index(old, key: id.primaryKey, adding: false)
+                }
                 state.tables[id.entity.root]?[id.primaryKey] = nil
                 for relationship in id.entity.relationships {
                     guard let join = id.entity.joinTable(for: relationship) else { continue }
@@ -190,14 +213,19 @@ public final class InMemoryObjectStore: PersistentStore {
             }
             for change in request.relationChanges {
                 guard let relationship = change.source.entity.relationship(named: change.relationship),
-                      let join = change.source.entity.joinTable(for: relationship) else { continue }
+                    let join = change.source.entity.joinTable(for: relationship)
+                else { continue }
                 for target in change.removed {
-                    let (a, b) = join.sourceIsFirst ? (change.source.primaryKey, target.primaryKey) : (target.primaryKey, change.source.primaryKey)
+                    let (a, b) =
+                        join.sourceIsFirst
+                        ? (change.source.primaryKey, target.primaryKey) : (target.primaryKey, change.source.primaryKey)
                     state.joinsForward[join.name]?[a]?.removeAll { $0 == b }
                     state.joinsBackward[join.name]?[b]?.removeAll { $0 == a }
                 }
                 for target in change.added {
-                    let (a, b) = join.sourceIsFirst ? (change.source.primaryKey, target.primaryKey) : (target.primaryKey, change.source.primaryKey)
+                    let (a, b) =
+                        join.sourceIsFirst
+                        ? (change.source.primaryKey, target.primaryKey) : (target.primaryKey, change.source.primaryKey)
                     if !(state.joinsForward[join.name]?[a]?.contains(b) ?? false) {
                         state.joinsForward[join.name, default: [:]][a, default: []].append(b)
                         state.joinsBackward[join.name, default: [:]][b, default: []].append(a)
@@ -209,10 +237,14 @@ public final class InMemoryObjectStore: PersistentStore {
 
     private static func removeAll(of key: Int64, first: Bool, table: String, state: inout State) {
         if first {
-            for other in state.joinsForward[table]?[key] ?? [] { state.joinsBackward[table]?[other]?.removeAll { $0 == key } }
+            for other in state.joinsForward[table]?[key] ?? [] {
+                state.joinsBackward[table]?[other]?.removeAll { $0 == key }
+            }
             state.joinsForward[table]?[key] = nil
         } else {
-            for other in state.joinsBackward[table]?[key] ?? [] { state.joinsForward[table]?[other]?.removeAll { $0 == key } }
+            for other in state.joinsBackward[table]?[key] ?? [] {
+                state.joinsForward[table]?[other]?.removeAll { $0 == key }
+            }
             state.joinsBackward[table]?[key] = nil
         }
     }

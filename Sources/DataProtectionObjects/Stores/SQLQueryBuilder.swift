@@ -22,7 +22,9 @@ struct SQLQueryBuilder {
 
     /// The SQL expression for a key path from `entity` (at `alias`). Decimal columns (exact
     /// text) are cast to REAL `forComparison`; otherwise the stored column is given as it is.
-    mutating func column(_ path: [String], entity: Entity, alias: String, forComparison: Bool = true) throws -> (sql: String, kind: ColumnKind) {
+    mutating func column(
+        _ path: [String], entity: Entity, alias: String, forComparison: Bool = true
+    ) throws -> (sql: String, kind: ColumnKind) {
         if path.isEmpty { return ("\(alias).Z_PK", .toOne(entity)) }   // the object itself
         var current = entity, currentAlias = alias
         for (position, name) in path.enumerated() {
@@ -45,7 +47,8 @@ struct SQLQueryBuilder {
             } else {
                 let joined = newAlias()
                 joinAliases[joinKey] = joined
-                joinClauses.append("LEFT JOIN \(SQLiteSchema.quote(destination.root)) AS \(joined) ON \(joined).Z_PK = \(keyColumn)")
+                joinClauses.append(
+                    "LEFT JOIN \(SQLiteSchema.quote(destination.root)) AS \(joined) ON \(joined).Z_PK = \(keyColumn)")
                 currentAlias = joined
             }
             current = destination
@@ -61,7 +64,9 @@ struct SQLQueryBuilder {
         return "\(alias).Z_ENT IN (\(wanted.map { String($0.code) }.joined(separator: ",")))"
     }
 
-    private mutating func operand(_ operand: PredicateOperand, entity: Entity, alias: String, as kind: ColumnKind?) throws -> String {
+    private mutating func operand(
+        _ operand: PredicateOperand, entity: Entity, alias: String, as kind: ColumnKind?
+    ) throws -> String {
         switch operand {
         case .property(let path): return try column(path, entity: entity, alias: alias).sql
         case .value(let value):
@@ -88,20 +93,27 @@ struct SQLQueryBuilder {
         switch predicate {
         case .constant(let v): return v ? "1" : "0"
         case .and(let parts):
-            return parts.isEmpty ? "1" : "(" + (try parts.map { try condition($0, entity: entity, alias: alias) }.joined(separator: " AND ")) + ")"
+            return parts.isEmpty
+                ? "1"
+                : "(" + (try parts.map { try condition($0, entity: entity, alias: alias) }.joined(separator: " AND "))
+                    + ")"
         case .or(let parts):
-            return parts.isEmpty ? "0" : "(" + (try parts.map { try condition($0, entity: entity, alias: alias) }.joined(separator: " OR ")) + ")"
+            return parts.isEmpty
+                ? "0"
+                : "(" + (try parts.map { try condition($0, entity: entity, alias: alias) }.joined(separator: " OR "))
+                    + ")"
         case .not(let inner):
             return "(NOT \(try condition(inner, entity: entity, alias: alias)))"
         case .comparison(let lhs, let op, let rhs):
             let k = try kind(of: lhs, entity: entity, alias: alias) ?? kind(of: rhs, entity: entity, alias: alias)
             let a = try operand(lhs, entity: entity, alias: alias, as: k)
             let b = try operand(rhs, entity: entity, alias: alias, as: k)
-            let sqlOp = switch op {
-            case .equal: "IS"
-            case .notEqual: "IS NOT"
-            default: op.rawValue
-            }
+            let sqlOp =
+                switch op {
+                case .equal: "IS"
+                case .notEqual: "IS NOT"
+                default: op.rawValue
+                }
             return "(\(a) \(sqlOp) \(b))"
         case .string(let lhs, let operation, let rhs, let caseInsensitive):
             var a = try operand(lhs, entity: entity, alias: alias, as: nil)
@@ -134,7 +146,9 @@ struct SQLQueryBuilder {
     }
 
     /// `EXISTS (SELECT 1 FROM destination …)` for `ANY path.<inner>`.
-    private mutating func anyCondition(_ path: [String], _ inner: ObjectPredicate, entity: Entity, alias: String) throws -> String {
+    private mutating func anyCondition(
+        _ path: [String], _ inner: ObjectPredicate, entity: Entity, alias: String
+    ) throws -> String {
         guard let name = path.first else { throw ObjectGraphError.unsupportedPredicate("ANY needs a relationship") }
         guard let relationship = entity.relationship(named: name) else {
             throw ObjectGraphError.unknownProperty(entity: entity.name, property: name)
@@ -146,9 +160,11 @@ struct SQLQueryBuilder {
         var link: String
         var from = "\(SQLiteSchema.quote(destination.root)) AS \(d)"
         if !relationship.isToMany {
-            link = "\(d).Z_PK = \(alias).\(SQLiteSchema.quote(schema.layouts[entity.name]!.toOneColumns[entity.toOneIndex[name]!]))"
+            link =
+                "\(d).Z_PK = \(alias).\(SQLiteSchema.quote(schema.layouts[entity.name]!.toOneColumns[entity.toOneIndex[name]!]))"
         } else if let inverse = entity.inverseToOne(of: relationship) {
-            link = "\(d).\(SQLiteSchema.quote(schema.layouts[destination.name]!.toOneColumns[destination.toOneIndex[inverse.name]!])) = \(alias).Z_PK"
+            link =
+                "\(d).\(SQLiteSchema.quote(schema.layouts[destination.name]!.toOneColumns[destination.toOneIndex[inverse.name]!])) = \(alias).Z_PK"
         } else if let join = entity.joinTable(for: relationship) {
             let j = sub.newAlias()
             let (mine, theirs) = join.sourceIsFirst ? ("Z_1", "Z_2") : ("Z_2", "Z_1")
@@ -157,10 +173,14 @@ struct SQLQueryBuilder {
         } else {
             throw ObjectGraphError.unsupportedPredicate("\(entity.name).\(name) cannot be queried")
         }
-        if let filter = sub.entityCondition(destination, includesSubentities: true, alias: d) { link += " AND " + filter }
+        if let filter = sub.entityCondition(destination, includesSubentities: true, alias: d) {
+            link += " AND " + filter
+        }
         let rest = Array(path.dropFirst())
-        let body = rest.isEmpty ? try sub.condition(inner, entity: destination, alias: d)
-                                : try sub.anyCondition(rest, inner, entity: destination, alias: d)
+        let body =
+            rest.isEmpty
+            ? try sub.condition(inner, entity: destination, alias: d)
+            : try sub.anyCondition(rest, inner, entity: destination, alias: d)
         aliasCounter = sub.aliasCounter
         arguments += sub.arguments
         return "EXISTS (SELECT 1 FROM \(from) \(sub.joinClauses.joined(separator: " ")) WHERE \(link) AND \(body))"

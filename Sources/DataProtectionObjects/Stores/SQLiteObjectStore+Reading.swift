@@ -25,7 +25,8 @@ extension SQLiteObjectStore {
         try check(objectID.entity)
         let root = objectID.entity.root
         return try read { db in
-            let statement = try db.cachedStatement(sql: "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK = ?")
+            let statement = try db.cachedStatement(
+                sql: "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK = ?")
             guard let row = try Row.fetchOne(statement, arguments: [objectID.primaryKey]) else {
                 throw ObjectGraphError.objectDeleted(objectID.description)
             }
@@ -42,8 +43,11 @@ extension SQLiteObjectStore {
         return try read { db in
             var nodes: [StoreNode] = []
             nodes.reserveCapacity(objectIDs.count)
-            for chunk in stride(from: 0, to: objectIDs.count, by: 500).map({ objectIDs[$0..<min($0 + 500, objectIDs.count)] }) {
-                let sql = "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ","))) ORDER BY t0.Z_PK"
+            for chunk in stride(from: 0, to: objectIDs.count, by: 500).map({
+                objectIDs[$0..<min($0 + 500, objectIDs.count)]
+            }) {
+                let sql =
+                    "SELECT \(selectList(root)) FROM \(SQLiteSchema.quote(root)) AS t0 WHERE t0.Z_PK IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ","))) ORDER BY t0.Z_PK"
                 try db.cachedStatement(sql: sql).forEachRow(keys: chunk.lazy.map(\.primaryKey)) { row in
                     nodes.append(try decodeNode(row, root: root, plans: plans))
                 }
@@ -58,14 +62,17 @@ extension SQLiteObjectStore {
         let destination = entity.destination(of: relationship)
         let table = SQLiteSchema.quote(destination.root)
         let builder = SQLQueryBuilder(schema: schema)
-        let filter = builder.entityCondition(destination, includesSubentities: true, alias: "d").map { " AND " + $0 } ?? ""
+        let filter =
+            builder.entityCondition(destination, includesSubentities: true, alias: "d").map { " AND " + $0 } ?? ""
         let sql: String
         if let inverse = entity.inverseToOne(of: relationship) {
             let column = schema.layouts[destination.name]!.toOneColumns[destination.toOneIndex[inverse.name]!]
-            sql = "SELECT d.Z_PK, d.Z_ENT FROM \(table) AS d WHERE d.\(SQLiteSchema.quote(column)) = ?\(filter) ORDER BY d.Z_PK"
+            sql =
+                "SELECT d.Z_PK, d.Z_ENT FROM \(table) AS d WHERE d.\(SQLiteSchema.quote(column)) = ?\(filter) ORDER BY d.Z_PK"
         } else if let join = entity.joinTable(for: relationship) {
             let (mine, theirs) = join.sourceIsFirst ? ("Z_1", "Z_2") : ("Z_2", "Z_1")
-            sql = "SELECT d.Z_PK, d.Z_ENT FROM \(SQLiteSchema.quote(join.name)) AS j JOIN \(table) AS d ON d.Z_PK = j.\(theirs) WHERE j.\(mine) = ?\(filter) ORDER BY d.Z_PK"
+            sql =
+                "SELECT d.Z_PK, d.Z_ENT FROM \(SQLiteSchema.quote(join.name)) AS j JOIN \(table) AS d ON d.Z_PK = j.\(theirs) WHERE j.\(mine) = ?\(filter) ORDER BY d.Z_PK"
         } else {
             throw ObjectGraphError.unknownProperty(entity: entity.name, property: relationship.name)
         }
@@ -88,11 +95,16 @@ extension SQLiteObjectStore {
         let monomorphic = (entitiesByCode[entity.root]?.count ?? 0) == 1
         var builder = SQLQueryBuilder(schema: schema)
         var conditions: [String] = []
-        if let filter = builder.entityCondition(entity, includesSubentities: request.includesSubentities, alias: "t0") { conditions.append(filter) }
-        if let predicate = request.predicate { conditions.append(try builder.condition(predicate, entity: entity, alias: "t0")) }
+        if let filter = builder.entityCondition(entity, includesSubentities: request.includesSubentities, alias: "t0") {
+            conditions.append(filter)
+        }
+        if let predicate = request.predicate {
+            conditions.append(try builder.condition(predicate, entity: entity, alias: "t0"))
+        }
         var order: [String] = []
         for key in request.sortKeys {
-            order.append(try builder.column(key.path, entity: entity, alias: "t0").sql + (key.ascending ? " ASC" : " DESC"))
+            order.append(
+                try builder.column(key.path, entity: entity, alias: "t0").sql + (key.ascending ? " ASC" : " DESC"))
         }
         order.append("t0.Z_PK ASC")
         var selection: String
@@ -103,17 +115,20 @@ extension SQLiteObjectStore {
         case .dictionaries(let properties):
             var columns: [String] = []
             for property in properties {
-                let column = try builder.column(property.split(separator: ".").map(String.init), entity: entity, alias: "t0",
-                                                forComparison: false)
+                let column = try builder.column(
+                    property.split(separator: ".").map(String.init), entity: entity, alias: "t0",
+                    forComparison: false)
                 guard case .attribute(let type) = column.kind else {
-                    throw ObjectGraphError.unsupportedPredicate("\(property) is a relationship; dictionaries hold attributes")
+                    throw ObjectGraphError.unsupportedPredicate(
+                        "\(property) is a relationship; dictionaries hold attributes")
                 }
                 columns.append(column.sql)
                 dictionaryColumns.append((property, type))
             }
             selection = columns.isEmpty ? "t0.Z_PK" : columns.joined(separator: ", ")
         }
-        var sql = "SELECT \(selection) FROM \(SQLiteSchema.quote(entity.root)) AS t0 \(builder.joinClauses.joined(separator: " "))"
+        var sql =
+            "SELECT \(selection) FROM \(SQLiteSchema.quote(entity.root)) AS t0 \(builder.joinClauses.joined(separator: " "))"
         if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
         // Keys alone, unsorted and unlimited: let SQLite scan whichever index is smallest and
         // put the keys in order here (a table scan would decrypt every row's page).
@@ -125,7 +140,9 @@ extension SQLiteObjectStore {
         }
         let sortKeysHere = keysOnly && request.sortKeys.isEmpty && request.limit == nil && request.offset == 0
         if !sortKeysHere { sql += " ORDER BY " + order.joined(separator: ", ") }
-        if request.limit != nil || request.offset > 0 { sql += " LIMIT \(request.limit ?? -1) OFFSET \(request.offset)" }
+        if request.limit != nil || request.offset > 0 {
+            sql += " LIMIT \(request.limit ?? -1) OFFSET \(request.offset)"
+        }
         let arguments = StatementArguments(builder.arguments)
         if case .count = request.resultType { sql = "SELECT COUNT(*) FROM (\(sql))" }
         let root = entity.root
@@ -153,7 +170,8 @@ extension SQLiteObjectStore {
                 while let row = try rows.next() {
                     let code: Int64 = row[1]
                     guard let concrete = codes[code] else {
-                        throw ObjectGraphError.damagedStore(store: path, detail: "unknown entity code \(code) in \(root)")
+                        throw ObjectGraphError.damagedStore(
+                            store: path, detail: "unknown entity code \(code) in \(root)")
                     }
                     ids.append(ObjectID(entity: concrete, primaryKey: row[0]))
                 }
@@ -164,7 +182,9 @@ extension SQLiteObjectStore {
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() {
                     var dictionary: [String: AttributeValue] = [:]
-                    for (i, (name, type)) in dictionaryColumns.enumerated() { dictionary[name] = try attributeValue(row[i], type: type) }
+                    for (i, (name, type)) in dictionaryColumns.enumerated() {
+                        dictionary[name] = try attributeValue(row[i], type: type)
+                    }
                     result.append(dictionary)
                 }
                 return .dictionaries(result)

@@ -31,11 +31,14 @@ extension SQLiteObjectStore {
         }
 
         /// Each root table's rows by entity code.
-        static func all(model: ObjectModel, schema: SQLiteSchema, entitiesByCode: [String: [Int64: Entity]]) -> [String: [Int64: RowDecoding]] {
+        static func all(
+            model: ObjectModel, schema: SQLiteSchema, entitiesByCode: [String: [Int64: Entity]]
+        ) -> [String: [Int64: RowDecoding]] {
             var plans: [String: [Int64: RowDecoding]] = [:]
             for entity in model.entities {
                 guard let layout = schema.layouts[entity.name] else { continue }
-                plans[entity.root, default: [:]][entity.code] = RowDecoding(entity: entity, layout: layout, entitiesByCode: entitiesByCode)
+                plans[entity.root, default: [:]][entity.code] = RowDecoding(
+                    entity: entity, layout: layout, entitiesByCode: entitiesByCode)
             }
             return plans
         }
@@ -47,7 +50,8 @@ extension SQLiteObjectStore {
         let key = row.integer(0) ?? 0
         let code = row.integer(1) ?? 0
         guard let plan = plans[code] else {
-            throw ObjectGraphError.damagedStore(store: path, detail: "row \(key) of \(root) has unknown entity code \(code)")
+            throw ObjectGraphError.damagedStore(
+                store: path, detail: "row \(key) of \(root) has unknown entity code \(code)")
         }
         var values: [AttributeValue] = []
         values.reserveCapacity(plan.attributeTypes.count)
@@ -59,12 +63,16 @@ extension SQLiteObjectStore {
         for (i, destination) in plan.toOneDestinations.enumerated() {
             guard let target = row.integer(plan.toOneColumns[i]) else { toOne.append(nil); continue }
             var concrete = destination
-            if let column = plan.toOneEntityColumns[i], let code = row.integer(column), let named = plan.toOneCodes[i][code] {
+            if let column = plan.toOneEntityColumns[i], let code = row.integer(column),
+                let named = plan.toOneCodes[i][code]
+            {
                 concrete = named
             }
             toOne.append(ObjectID(entity: concrete, primaryKey: target))
         }
-        return StoreNode(objectID: ObjectID(entity: plan.entity, primaryKey: key), values: values, toOne: toOne, version: row.integer(2) ?? 0)
+        return StoreNode(
+            objectID: ObjectID(entity: plan.entity, primaryKey: key), values: values, toOne: toOne,
+            version: row.integer(2) ?? 0)
     }
 }
 

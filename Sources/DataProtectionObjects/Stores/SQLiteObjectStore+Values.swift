@@ -15,7 +15,8 @@ extension SQLiteObjectStore {
         case .boolean(let v): (v ? 1 : 0 as Int64).databaseValue
         case .double(let v): v.databaseValue
         case .date(let v): v.timeIntervalSinceReferenceDate.databaseValue
-        case .decimal(let v): forStorage ? v.description.databaseValue : NSDecimalNumber(decimal: v).doubleValue.databaseValue
+        case .decimal(let v):
+            forStorage ? v.description.databaseValue : NSDecimalNumber(decimal: v).doubleValue.databaseValue
         case .string(let v): v.databaseValue
         case .url(let v): v.absoluteString.databaseValue
         case .data(let v): v.databaseValue
@@ -32,7 +33,8 @@ extension SQLiteObjectStore {
         case (.int64(let v), .double): return .double(Double(v))
         case (.double(let v), .date): return .date(Date(timeIntervalSinceReferenceDate: v))
         case (.int64(let v), .date): return .date(Date(timeIntervalSinceReferenceDate: Double(v)))
-        case (.string(let v), .decimal): if let d = Decimal(string: v, locale: Locale(identifier: "en_US_POSIX")) { return .decimal(d) }
+        case (.string(let v), .decimal):
+            if let d = Decimal(string: v, locale: Locale(identifier: "en_US_POSIX")) { return .decimal(d) }
         case (.double(let v), .decimal): return .decimal(Decimal(v))
         case (.int64(let v), .decimal): return .decimal(Decimal(v))
         case (.string(let v), .string): return .string(v)

@@ -40,35 +40,46 @@ public final class SQLiteObjectStore: PersistentStore {
 
     /// Opens (creating, or migrating) an encrypted store at `url` whose key is wrapped under
     /// `protection` (or the directory's default class).
-    public static func open(at url: URL, keybag: Keybag, protection: ProtectionClass? = nil, model: ObjectModel,
-                            configuration: Configuration = Configuration()) async throws -> SQLiteObjectStore {
-        let database = try await ProtectedDatabase.open(at: url, keybag: keybag, protection: protection, mode: .pool,
-                                                       configuration: prepared(configuration))
-        return try SQLiteObjectStore(model: model, path: url.path, writer: try database.writer, protectedDatabase: database)
+    public static func open(
+        at url: URL, keybag: Keybag, protection: ProtectionClass? = nil, model: ObjectModel,
+        configuration: Configuration = Configuration()
+    ) async throws -> SQLiteObjectStore {
+        let database = try await ProtectedDatabase.open(
+            at: url, keybag: keybag, protection: protection, mode: .pool,
+            configuration: prepared(configuration))
+        return try SQLiteObjectStore(
+            model: model, path: url.path, writer: try database.writer, protectedDatabase: database)
     }
 
     /// Opens (creating, or migrating) a store on a plain — unencrypted — SQLite file.
     public convenience init(path: String, model: ObjectModel, configuration: Configuration = Configuration()) throws {
-        try self.init(model: model, path: path, writer: try DatabasePool(path: path, configuration: Self.prepared(configuration)),
-                      protectedDatabase: nil)
+        try self.init(
+            model: model, path: path, writer: try DatabasePool(path: path, configuration: Self.prepared(configuration)),
+            protectedDatabase: nil)
     }
 
     static func prepared(_ configuration: Configuration) -> Configuration {
         var configuration = configuration
         configuration.prepareDatabase { db in   // added to the caller's own setup, which runs first
-            db.add(function: DatabaseFunction(lowercaseFunction, argumentCount: 1, pure: true) { values in
-                String.fromDatabaseValue(values[0]).map { $0.lowercased() }
-            })
-            db.add(function: DatabaseFunction(endsWithFunction, argumentCount: 2, pure: true) { values in
-                guard let text = String.fromDatabaseValue(values[0]), let suffix = String.fromDatabaseValue(values[1]) else { return nil }
-                let t = Array(text.utf8), s = Array(suffix.utf8)
-                return t.count >= s.count && t.suffix(s.count).elementsEqual(s)
-            })
+            db.add(
+                function: DatabaseFunction(lowercaseFunction, argumentCount: 1, pure: true) { values in
+                    String.fromDatabaseValue(values[0]).map { $0.lowercased() }
+                })
+            db.add(
+                function: DatabaseFunction(endsWithFunction, argumentCount: 2, pure: true) { values in
+                    guard let text = String.fromDatabaseValue(values[0]),
+                        let suffix = String.fromDatabaseValue(values[1])
+                    else { return nil }
+                    let t = Array(text.utf8), s = Array(suffix.utf8)
+                    return t.count >= s.count && t.suffix(s.count).elementsEqual(s)
+                })
         }
         return configuration
     }
 
-    private init(model: ObjectModel, path: String, writer: any DatabaseWriter, protectedDatabase: ProtectedDatabase?) throws {
+    private init(
+        model: ObjectModel, path: String, writer: any DatabaseWriter, protectedDatabase: ProtectedDatabase?
+    ) throws {
         self.model = model
         self.path = path
         self.writer = writer
@@ -79,53 +90,73 @@ public final class SQLiteObjectStore: PersistentStore {
         self.entitiesByCode = codes
         self.rowDecodings = RowDecoding.all(model: model, schema: schema, entitiesByCode: codes)
         self.selectLists = schema.tables.mapValues { table in
-            (["Z_PK", "Z_ENT", "Z_OPT"] + table.columns.map { SQLiteSchema.quote($0.name) }).map { "t0.\($0)" }.joined(separator: ", ")
+            (["Z_PK", "Z_ENT", "Z_OPT"] + table.columns.map { SQLiteSchema.quote($0.name) }).map { "t0.\($0)" }.joined(
+                separator: ", ")
         }
-        self.metadata = try Self.prepareSchema(writer: writer, schema: schema, path: path, protectedDatabase: protectedDatabase)
+        self.metadata = try Self.prepareSchema(
+            writer: writer, schema: schema, path: path, protectedDatabase: protectedDatabase)
     }
 
     /// Creates the tables of a new store, or migrates an existing one to the model.
-    static func prepareSchema(writer: any DatabaseWriter, schema: SQLiteSchema, path: String,
-                                      protectedDatabase: ProtectedDatabase?) throws -> StoreMetadata {
+    static func prepareSchema(
+        writer: any DatabaseWriter, schema: SQLiteSchema, path: String,
+        protectedDatabase: ProtectedDatabase?
+    ) throws -> StoreMetadata {
         do {
             return try writer.write { db -> StoreMetadata in
-                try db.execute(sql: "CREATE TABLE IF NOT EXISTS Z_METADATA (Z_KEY TEXT PRIMARY KEY, Z_VALUE BLOB NOT NULL)")
-                try db.execute(sql: "CREATE TABLE IF NOT EXISTS Z_PRIMARYKEY (Z_NAME TEXT PRIMARY KEY, Z_MAX INTEGER NOT NULL)")
-                let stored = try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT Z_KEY, Z_VALUE FROM Z_METADATA")
-                    .map { ($0[0] as String, $0[1] as Data) })
+                try db.execute(
+                    sql: "CREATE TABLE IF NOT EXISTS Z_METADATA (Z_KEY TEXT PRIMARY KEY, Z_VALUE BLOB NOT NULL)")
+                try db.execute(
+                    sql: "CREATE TABLE IF NOT EXISTS Z_PRIMARYKEY (Z_NAME TEXT PRIMARY KEY, Z_MAX INTEGER NOT NULL)")
+                let stored = try Dictionary(
+                    uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT Z_KEY, Z_VALUE FROM Z_METADATA")
+                        .map { ($0[0] as String, $0[1] as Data) })
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys]
                 let modelJSON = try encoder.encode(schema.model.descriptions)
                 func save(_ identifier: String) throws {
-                    for (key, value) in [("storeIdentifier", Data(identifier.utf8)), ("modelVersionHash", Data(schema.model.versionHash.utf8)),
-                                         ("model", modelJSON), ("format", Data("1".utf8))] {
-                        try db.execute(sql: "INSERT OR REPLACE INTO Z_METADATA (Z_KEY, Z_VALUE) VALUES (?, ?)", arguments: [key, value])
+                    for (key, value) in [
+                        ("storeIdentifier", Data(identifier.utf8)),
+                        ("modelVersionHash", Data(schema.model.versionHash.utf8)),
+                        ("model", modelJSON), ("format", Data("1".utf8)),
+                    ] {
+                        try db.execute(
+                            sql: "INSERT OR REPLACE INTO Z_METADATA (Z_KEY, Z_VALUE) VALUES (?, ?)",
+                            arguments: [key, value])
                     }
                 }
                 guard let identifier = stored["storeIdentifier"].flatMap({ String(data: $0, encoding: .utf8) }) else {
-                    guard stored.isEmpty else { throw ObjectGraphError.damagedStore(store: path, detail: "metadata without a store identifier") }
+                    guard stored.isEmpty else {
+                        throw ObjectGraphError.damagedStore(store: path, detail: "metadata without a store identifier")
+                    }
                     for statement in schema.createStatements() { try db.execute(sql: statement) }
                     let identifier = UUID().uuidString
                     try save(identifier)
-                    return StoreMetadata(storeIdentifier: UUID(uuidString: identifier)!, modelVersionHash: schema.model.versionHash, storeType: "SQLite")
+                    return StoreMetadata(
+                        storeIdentifier: UUID(uuidString: identifier)!, modelVersionHash: schema.model.versionHash,
+                        storeType: "SQLite")
                 }
                 guard let uuid = UUID(uuidString: identifier), stored["format"] == Data("1".utf8) else {
                     throw ObjectGraphError.damagedStore(store: path, detail: "unknown store format")
                 }
                 let storedHash = stored["modelVersionHash"].flatMap { String(data: $0, encoding: .utf8) }
                 if storedHash != schema.model.versionHash {
-                    guard let json = stored["model"], let descriptions = try? JSONDecoder().decode([EntityDescription].self, from: json),
-                          let old = try? ObjectModel(descriptions) else {
+                    guard let json = stored["model"],
+                        let descriptions = try? JSONDecoder().decode([EntityDescription].self, from: json),
+                        let old = try? ObjectModel(descriptions)
+                    else {
                         throw ObjectGraphError.damagedStore(store: path, detail: "the stored model cannot be read")
                     }
                     switch schema.migration(from: old) {
-                    case .failure(.incompatibleModel(_, let reason)): throw ObjectGraphError.incompatibleModel(store: path, reason: reason)
+                    case .failure(.incompatibleModel(_, let reason)):
+                        throw ObjectGraphError.incompatibleModel(store: path, reason: reason)
                     case .failure(let error): throw error
                     case .success(let statements): for statement in statements { try db.execute(sql: statement) }
                     }
                     try save(identifier)
                 }
-                return StoreMetadata(storeIdentifier: uuid, modelVersionHash: schema.model.versionHash, storeType: "SQLite")
+                return StoreMetadata(
+                    storeIdentifier: uuid, modelVersionHash: schema.model.versionHash, storeType: "SQLite")
             }
         } catch {
             throw Self.explain(error, protectedDatabase: protectedDatabase, writing: true)
@@ -156,11 +187,15 @@ public final class SQLiteObjectStore: PersistentStore {
     }
 
     func read<T>(_ body: (Database) throws -> T) throws -> T {
-        do { return try writer.read(body) } catch { throw Self.explain(error, protectedDatabase: protectedDatabase, writing: false) }
+        do { return try writer.read(body) } catch {
+            throw Self.explain(error, protectedDatabase: protectedDatabase, writing: false)
+        }
     }
 
     func write<T>(_ body: (Database) throws -> T) throws -> T {
-        do { return try writer.write(body) } catch { throw Self.explain(error, protectedDatabase: protectedDatabase, writing: true) }
+        do { return try writer.write(body) } catch {
+            throw Self.explain(error, protectedDatabase: protectedDatabase, writing: true)
+        }
     }
 
 }

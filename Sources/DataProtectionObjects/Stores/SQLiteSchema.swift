@@ -30,7 +30,7 @@ struct SQLiteSchema {
 
     struct TableLayout {
         let root: String
-        var columns: [Column]          // after Z_PK, Z_ENT, Z_OPT
+        var columns: [Column]   // after Z_PK, Z_ENT, Z_OPT
         var columnIndex: [String: Int]
     }
 
@@ -52,7 +52,7 @@ struct SQLiteSchema {
             let family = model.entities.filter { $0.root == entity.name }
             var columns: [Column] = []
             var index: [String: Int] = [:]
-            var owners: [String: String] = [:]    // column → declaring entity
+            var owners: [String: String] = [:]   // column → declaring entity
             func add(_ column: Column, owner: String) -> String {
                 if let existing = owners[column.name], existing == owner { return column.name }
                 var name = column.name
@@ -66,16 +66,26 @@ struct SQLiteSchema {
             for member in family {
                 var attributeColumns: [String] = []
                 for attribute in member.attributes {
-                    let owner = member.lineage.last { model.entitiesByName[$0]!.declaration.attributes.contains { $0.name == attribute.name } } ?? member.name
-                    attributeColumns.append(add(Column(name: attribute.name, sqlType: attribute.type.sqlType,
-                                                       defaultSQL: attribute.defaultValue.map(Self.literal)), owner: owner))
+                    let owner =
+                        member.lineage.last {
+                            model.entitiesByName[$0]!.declaration.attributes.contains { $0.name == attribute.name }
+                        } ?? member.name
+                    attributeColumns.append(
+                        add(
+                            Column(
+                                name: attribute.name, sqlType: attribute.type.sqlType,
+                                defaultSQL: attribute.defaultValue.map(Self.literal)), owner: owner))
                 }
                 var toOneColumns: [String] = [], entityColumns: [String?] = []
                 for relationship in member.toOneRelationships {
                     let owner = member.relationshipOwners[relationship.name] ?? member.name
-                    toOneColumns.append(add(Column(name: relationship.name, sqlType: "INTEGER", defaultSQL: nil), owner: owner))
+                    toOneColumns.append(
+                        add(Column(name: relationship.name, sqlType: "INTEGER", defaultSQL: nil), owner: owner))
                     if member.destination(of: relationship).subentityNames.count > 1 {
-                        entityColumns.append(add(Column(name: relationship.name + "_ENT", sqlType: "INTEGER", defaultSQL: nil), owner: owner))
+                        entityColumns.append(
+                            add(
+                                Column(name: relationship.name + "_ENT", sqlType: "INTEGER", defaultSQL: nil),
+                                owner: owner))
                     } else {
                         entityColumns.append(nil)
                     }
@@ -84,10 +94,11 @@ struct SQLiteSchema {
             }
             tables[entity.name] = TableLayout(root: entity.name, columns: columns, columnIndex: index)
             for (name, p) in perEntity {
-                layouts[name] = EntityLayout(attributeColumns: p.attributes, toOneColumns: p.toOne, toOneEntityColumns: p.toOneEntity,
-                                             attributePositions: p.attributes.map { index[$0]! },
-                                             toOnePositions: p.toOne.map { index[$0]! },
-                                             toOneEntityPositions: p.toOneEntity.map { $0.map { index[$0]! } })
+                layouts[name] = EntityLayout(
+                    attributeColumns: p.attributes, toOneColumns: p.toOne, toOneEntityColumns: p.toOneEntity,
+                    attributePositions: p.attributes.map { index[$0]! },
+                    toOnePositions: p.toOne.map { index[$0]! },
+                    toOneEntityPositions: p.toOneEntity.map { $0.map { index[$0]! } })
             }
         }
     }
@@ -140,16 +151,23 @@ struct SQLiteSchema {
     func createStatements() -> [String] {
         var sql: [String] = []
         for (root, table) in tables.sorted(by: { $0.key < $1.key }) {
-            let columns = ["Z_PK INTEGER PRIMARY KEY", "Z_ENT INTEGER NOT NULL", "Z_OPT INTEGER NOT NULL"]
-                + table.columns.map { "\(Self.quote($0.name)) \($0.sqlType)" + ($0.defaultSQL.map { " DEFAULT \($0)" } ?? "") }
+            let columns =
+                ["Z_PK INTEGER PRIMARY KEY", "Z_ENT INTEGER NOT NULL", "Z_OPT INTEGER NOT NULL"]
+                + table.columns.map {
+                    "\(Self.quote($0.name)) \($0.sqlType)" + ($0.defaultSQL.map { " DEFAULT \($0)" } ?? "")
+                }
             sql.append("CREATE TABLE \(Self.quote(root)) (\(columns.joined(separator: ", ")))")
         }
         for join in joinTables.sorted() {
-            sql.append("CREATE TABLE \(Self.quote(join)) (Z_1 INTEGER NOT NULL, Z_2 INTEGER NOT NULL, PRIMARY KEY (Z_1, Z_2)) WITHOUT ROWID")
+            sql.append(
+                "CREATE TABLE \(Self.quote(join)) (Z_1 INTEGER NOT NULL, Z_2 INTEGER NOT NULL, PRIMARY KEY (Z_1, Z_2)) WITHOUT ROWID"
+            )
             sql.append("CREATE INDEX \(Self.quote(join + "_Z_2")) ON \(Self.quote(join)) (Z_2, Z_1)")
         }
         for (name, index) in indexes.sorted(by: { $0.key < $1.key }) {
-            sql.append("CREATE INDEX \(Self.quote(name)) ON \(Self.quote(index.table)) (\(index.columns.map(Self.quote).joined(separator: ", ")))")
+            sql.append(
+                "CREATE INDEX \(Self.quote(name)) ON \(Self.quote(index.table)) (\(index.columns.map(Self.quote).joined(separator: ", ")))"
+            )
         }
         return sql
     }
@@ -160,31 +178,49 @@ struct SQLiteSchema {
     /// relationships, new or removed indexes.
     func migration(from old: ObjectModel) -> Result<[String], ObjectGraphError> {
         let oldSchema = SQLiteSchema(model: old)
-        func refuse(_ reason: String) -> Result<[String], ObjectGraphError> { .failure(.incompatibleModel(store: "", reason: reason)) }
+        func refuse(_ reason: String) -> Result<[String], ObjectGraphError> {
+            .failure(.incompatibleModel(store: "", reason: reason))
+        }
         for oldEntity in old.entities {
-            guard let entity = model.entitiesByName[oldEntity.name] else { return refuse("entity \(oldEntity.name) was removed") }
+            guard let entity = model.entitiesByName[oldEntity.name] else {
+                return refuse("entity \(oldEntity.name) was removed")
+            }
             guard entity.root == oldEntity.root else { return refuse("entity \(entity.name) moved to another parent") }
             for attribute in oldEntity.attributes {
-                guard let new = entity.attribute(named: attribute.name) else { return refuse("\(entity.name).\(attribute.name) was removed") }
-                guard new.type == attribute.type else { return refuse("\(entity.name).\(attribute.name) changed type from \(attribute.type) to \(new.type)") }
-                guard new.isOptional || !attribute.isOptional else { return refuse("\(entity.name).\(attribute.name) became required") }
+                guard let new = entity.attribute(named: attribute.name) else {
+                    return refuse("\(entity.name).\(attribute.name) was removed")
+                }
+                guard new.type == attribute.type else {
+                    return refuse("\(entity.name).\(attribute.name) changed type from \(attribute.type) to \(new.type)")
+                }
+                guard new.isOptional || !attribute.isOptional else {
+                    return refuse("\(entity.name).\(attribute.name) became required")
+                }
             }
             for relationship in oldEntity.relationships {
-                guard let new = entity.relationship(named: relationship.name) else { return refuse("\(entity.name).\(relationship.name) was removed") }
+                guard let new = entity.relationship(named: relationship.name) else {
+                    return refuse("\(entity.name).\(relationship.name) was removed")
+                }
                 guard new.destination == relationship.destination, new.isToMany == relationship.isToMany,
-                      entity.joinTable(for: new) == oldEntity.joinTable(for: relationship),
-                      entity.inverseToOne(of: new)?.name == oldEntity.inverseToOne(of: relationship)?.name else {
+                    entity.joinTable(for: new) == oldEntity.joinTable(for: relationship),
+                    entity.inverseToOne(of: new)?.name == oldEntity.inverseToOne(of: relationship)?.name
+                else {
                     return refuse("\(entity.name).\(relationship.name) changed its destination, kind or inverse")
                 }
-                guard new.isOptional || !relationship.isOptional else { return refuse("\(entity.name).\(relationship.name) became required") }
+                guard new.isOptional || !relationship.isOptional else {
+                    return refuse("\(entity.name).\(relationship.name) became required")
+                }
             }
             for attribute in entity.attributes where oldEntity.attribute(named: attribute.name) == nil {
                 guard attribute.isOptional || attribute.defaultValue != nil else {
                     return refuse("new attribute \(entity.name).\(attribute.name) is required and has no default")
                 }
             }
-            for relationship in entity.toOneRelationships where oldEntity.relationship(named: relationship.name) == nil {
-                guard relationship.isOptional else { return refuse("new relationship \(entity.name).\(relationship.name) is required") }
+            for relationship in entity.toOneRelationships where oldEntity.relationship(named: relationship.name) == nil
+            {
+                guard relationship.isOptional else {
+                    return refuse("new relationship \(entity.name).\(relationship.name) is required")
+                }
             }
         }
         // A new sub-entity of an existing table may have required attributes: none of its rows exist yet.
@@ -195,15 +231,18 @@ struct SQLiteSchema {
                 continue
             }
             for column in table.columns where oldTable.columnIndex[column.name] == nil {
-                sql.append("ALTER TABLE \(Self.quote(root)) ADD COLUMN \(Self.quote(column.name)) \(column.sqlType)"
-                           + (column.defaultSQL.map { " DEFAULT \($0)" } ?? ""))
+                sql.append(
+                    "ALTER TABLE \(Self.quote(root)) ADD COLUMN \(Self.quote(column.name)) \(column.sqlType)"
+                        + (column.defaultSQL.map { " DEFAULT \($0)" } ?? ""))
             }
             for column in oldTable.columns where table.columnIndex[column.name] == nil {
                 return refuse("column \(root).\(column.name) would be dropped")
             }
         }
         for join in joinTables.subtracting(oldSchema.joinTables).sorted() {
-            sql.append("CREATE TABLE \(Self.quote(join)) (Z_1 INTEGER NOT NULL, Z_2 INTEGER NOT NULL, PRIMARY KEY (Z_1, Z_2)) WITHOUT ROWID")
+            sql.append(
+                "CREATE TABLE \(Self.quote(join)) (Z_1 INTEGER NOT NULL, Z_2 INTEGER NOT NULL, PRIMARY KEY (Z_1, Z_2)) WITHOUT ROWID"
+            )
             sql.append("CREATE INDEX \(Self.quote(join + "_Z_2")) ON \(Self.quote(join)) (Z_2, Z_1)")
         }
         let oldIndexes = oldSchema.indexes, newIndexes = indexes
@@ -212,7 +251,9 @@ struct SQLiteSchema {
         }
         for name in Set(newIndexes.keys).subtracting(oldIndexes.keys).sorted() {
             let index = newIndexes[name]!
-            sql.append("CREATE INDEX IF NOT EXISTS \(Self.quote(name)) ON \(Self.quote(index.table)) (\(index.columns.map(Self.quote).joined(separator: ", ")))")
+            sql.append(
+                "CREATE INDEX IF NOT EXISTS \(Self.quote(name)) ON \(Self.quote(index.table)) (\(index.columns.map(Self.quote).joined(separator: ", ")))"
+            )
         }
         return .success(sql)
     }

@@ -15,7 +15,8 @@ extension Statement {
         for (index, value) in zip(CInt(1)..., values) {
             let code = value.bind(to: statement, at: index)
             guard code == SQLITE_OK else {
-                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: "could not bind value \(index)", sql: sql)
+                throw DatabaseError(
+                    resultCode: ResultCode(rawValue: code), message: "could not bind value \(index)", sql: sql)
             }
         }
     }

@@ -48,8 +48,10 @@ package struct DatabaseKeyFile: Equatable {
         guard flags & ~1 == 0, (flags & 1 == 1) == (bytes.count == 80) else {
             throw DatabaseCipherError.damaged(path: path, detail: "database key record flags \(flags)")
         }
-        let pageSize = Int(UInt32(bytes[12]) << 24 | UInt32(bytes[13]) << 16 | UInt32(bytes[14]) << 8 | UInt32(bytes[15]))
+        let pageSize = Int(
+            UInt32(bytes[12]) << 24 | UInt32(bytes[13]) << 16 | UInt32(bytes[14]) << 8 | UInt32(bytes[15]))
         let format = try SQLCipherFormat(compatibility: Int(bytes[10])).withPageSize(pageSize)
-        return DatabaseKeyFile(format: format, key: Array(bytes[16..<48]), previousKey: bytes.count == 80 ? Array(bytes[48..<80]) : nil)
+        return DatabaseKeyFile(
+            format: format, key: Array(bytes[16..<48]), previousKey: bytes.count == 80 ? Array(bytes[48..<80]) : nil)
     }
 }

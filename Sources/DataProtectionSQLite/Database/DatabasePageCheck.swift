@@ -30,19 +30,25 @@ public final class DatabasePageCheck: Sendable {
         let keyURL = URL(fileURLWithPath: url.path + DatabaseKeyFile.suffix)
         // A key file is a protected file of an 48- or 80-byte record: anything much larger is not one.
         guard let st = POSIXFile.linkStatus(keyURL.path), st.st_mode & S_IFMT == S_IFREG, st.st_size <= 4096,
-              let data = try? await ProtectedFileManager(keybag: keybag).contents(of: keyURL),
-              let record = try? DatabaseKeyFile.parse(data, path: keyURL.path),
-              let fd = try? POSIXFile.openRegularFile(url.path) else { return nil }
+            let data = try? await ProtectedFileManager(keybag: keybag).contents(of: keyURL),
+            let record = try? DatabaseKeyFile.parse(data, path: keyURL.path),
+            let fd = try? POSIXFile.openRegularFile(url.path)
+        else { return nil }
         defer { try? fd.close() }
         // Every byte of a page but the salt is under its MAC only when the reserve is exactly IV
         // and MAC (SQLCipher 4); SQLCipher 3 pads it with bytes nothing authenticates.
         guard record.format.reserve == 16 + record.format.macSize else { return nil }
         let pageSize = record.format.pageSize
-        guard let page = try? POSIXFile.read(fd, count: pageSize, at: 0, path: url.path), page.count == pageSize else { return nil }
+        guard let page = try? POSIXFile.read(fd, count: pageSize, at: 0, path: url.path), page.count == pageSize else {
+            return nil
+        }
         let salt = Array(page[0..<16])
         for key in [record.key] + (record.previousKey.map { [$0] } ?? []) {
-            guard let keys = try? SQLCipherKey.rawKey(SymmetricKey(data: key), salt: nil).pageKeys(salt: salt, format: record.format),
-                  let session = try? PageCipher(format: record.format, keys: keys).makeSession() else { continue }
+            guard
+                let keys = try? SQLCipherKey.rawKey(SymmetricKey(data: key), salt: nil).pageKeys(
+                    salt: salt, format: record.format),
+                let session = try? PageCipher(format: record.format, keys: keys).makeSession()
+            else { continue }
             if page.withUnsafeBytes({ session.authenticates($0, pgno: 1) }) {
                 self.pageSize = pageSize
                 self.salt = salt

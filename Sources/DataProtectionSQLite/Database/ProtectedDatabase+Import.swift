@@ -25,21 +25,29 @@ extension ProtectedDatabase {
     /// - Throws: ``DatabaseCipherError/damaged(path:detail:)`` when `url` is not a plain SQLite
     ///   database; ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)``
     ///   when the class is unavailable now.
-    public static func importPlaintext(at url: URL, keybag: Keybag, protection: ProtectionClass? = nil,
-                                       format: SQLCipherFormat = .sqlcipher4) async throws {
-        guard let fd = try? POSIXFile.openRegularFile(url.path) else { throw DatabaseCipherError.damaged(path: url.path, detail: "not a regular file") }
+    public static func importPlaintext(
+        at url: URL, keybag: Keybag, protection: ProtectionClass? = nil,
+        format: SQLCipherFormat = .sqlcipher4
+    ) async throws {
+        guard let fd = try? POSIXFile.openRegularFile(url.path) else {
+            throw DatabaseCipherError.damaged(path: url.path, detail: "not a regular file")
+        }
         let head = (try? POSIXFile.read(fd, count: PageCipher.sqliteMagic.count, at: 0, path: url.path)) ?? []
         try? fd.close()
         guard Data(head).starts(with: PageCipher.sqliteMagic) else {
-            throw DatabaseCipherError.damaged(path: url.path, detail: "not a plain SQLite database (already encrypted?)")
+            throw DatabaseCipherError.damaged(
+                path: url.path, detail: "not a plain SQLite database (already encrypted?)")
         }
         let files = ProtectedFileManager(keybag: keybag)
         let protectionClass = protection ?? files.defaultProtection(forNewItemAt: url)
         let key = SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
-        try await files.write(Data(DatabaseKeyFile(format: format, key: key).encoded()), to: DatabaseKeyFile.url(for: url), protection: protectionClass)
+        try await files.write(
+            Data(DatabaseKeyFile(format: format, key: key).encoded()), to: DatabaseKeyFile.url(for: url),
+            protection: protectionClass)
         try SQLCipherMaintenance.replace(url.path) { temporary in
-            try SQLCipherMaintenance.copy(from: .init(path: url.path, key: nil, format: format),
-                                          to: .init(path: temporary, key: .rawKey(SymmetricKey(data: key), salt: nil), format: format))
+            try SQLCipherMaintenance.copy(
+                from: .init(path: url.path, key: nil, format: format),
+                to: .init(path: temporary, key: .rawKey(SymmetricKey(data: key), salt: nil), format: format))
         }
     }
 }

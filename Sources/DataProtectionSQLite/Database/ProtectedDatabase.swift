@@ -56,8 +56,10 @@ public final class ProtectedDatabase: Sendable {
     /// and writes plaintext pages through it, which seals them; the database has no key of its own.
     public var isServedByFileSystem: Bool { context == nil }
 
-    private init(url: URL, keybag: Keybag, format: SQLCipherFormat, protectionClass: ProtectionClass, context: CipherContext?,
-                 mode: Mode, configuration: Configuration) {
+    private init(
+        url: URL, keybag: Keybag, format: SQLCipherFormat, protectionClass: ProtectionClass, context: CipherContext?,
+        mode: Mode, configuration: Configuration
+    ) {
         self.url = url
         self.keybag = keybag
         self.format = format
@@ -71,10 +73,14 @@ public final class ProtectedDatabase: Sendable {
     ///
     /// - Throws: ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` when
     ///   the class is unavailable now; ``DatabaseCipherError`` for a missing key file or damage.
-    public static func open(at url: URL, keybag: Keybag, protection: ProtectionClass? = nil, mode: Mode = .pool,
-                            format: SQLCipherFormat = .sqlcipher4, configuration: Configuration = Configuration()) async throws -> ProtectedDatabase {
+    public static func open(
+        at url: URL, keybag: Keybag, protection: ProtectionClass? = nil, mode: Mode = .pool,
+        format: SQLCipherFormat = .sqlcipher4, configuration: Configuration = Configuration()
+    ) async throws -> ProtectedDatabase {
         if ProtectedFileManager.isServedByProtectedFileSystem(url.deletingLastPathComponent().path) {
-            return try await openServed(at: url, keybag: keybag, protection: protection, mode: mode, format: format, configuration: configuration)
+            return try await openServed(
+                at: url, keybag: keybag, protection: protection, mode: mode, format: format,
+                configuration: configuration)
         }
         let files = ProtectedFileManager(keybag: keybag)
         let keyURL = DatabaseKeyFile.url(for: url)
@@ -87,7 +93,8 @@ public final class ProtectedDatabase: Sendable {
             do {
                 data = try await files.contents(of: keyURL)
             } catch ProtectedFileError.unavailable(_, let cls, let lockState, let writing) {
-                throw ProtectedFileError.unavailable(path: url.path, protectionClass: cls, lockState: lockState, writing: writing)
+                throw ProtectedFileError.unavailable(
+                    path: url.path, protectionClass: cls, lockState: lockState, writing: writing)
             }
             record = try DatabaseKeyFile.parse(data, path: keyURL.path)
             guard case .protected(let cls) = try files.protection(ofItemAt: keyURL) else {
@@ -103,20 +110,24 @@ public final class ProtectedDatabase: Sendable {
         let (cipher, settled) = try Self.cipher(for: record, databasePath: url.path)
         if settled != record { try await files.write(Data(settled.encoded()), to: keyURL, protection: protectionClass) }
         let (writer, context) = try connect(path: url.path, cipher: cipher, mode: mode, configuration: configuration)
-        let database = ProtectedDatabase(url: url, keybag: keybag, format: record.format, protectionClass: protectionClass,
-                                         context: context, mode: mode, configuration: configuration)
+        let database = ProtectedDatabase(
+            url: url, keybag: keybag, format: record.format, protectionClass: protectionClass,
+            context: context, mode: mode, configuration: configuration)
         database.state.withLock { $0.writer = writer }
         await database.observeKeybag()
         return database
     }
 
-    private static func connect(path: String, cipher: PageCipher, mode: Mode, configuration: Configuration) throws -> (any DatabaseWriter, CipherContext) {
+    private static func connect(
+        path: String, cipher: PageCipher, mode: Mode, configuration: Configuration
+    ) throws -> (any DatabaseWriter, CipherContext) {
         let prepared = try CipherConnection.prepare(path: path, cipher: cipher, configuration: configuration)
         do {
-            let writer: any DatabaseWriter = switch mode {
-            case .queue: try DatabaseQueue(path: prepared.uri, configuration: prepared.configuration)
-            case .pool: try DatabasePool(path: prepared.uri, configuration: prepared.configuration)
-            }
+            let writer: any DatabaseWriter =
+                switch mode {
+                case .queue: try DatabaseQueue(path: prepared.uri, configuration: prepared.configuration)
+                case .pool: try DatabasePool(path: prepared.uri, configuration: prepared.configuration)
+                }
             return (writer, prepared.context)
         } catch {
             throw ownKeyFailed(prepared.translate(error))
@@ -127,12 +138,15 @@ public final class ProtectedDatabase: Sendable {
     /// does not open is damage (exit 4 in dpctl), not a wrong key the user could correct.
     private static func ownKeyFailed(_ error: any Error) -> any Error {
         guard case DatabaseCipherError.wrongKeyOrFormat(let path, _) = error else { return error }
-        return DatabaseCipherError.damaged(path: path, detail: "page 1 does not authenticate under the key in the database's key file")
+        return DatabaseCipherError.damaged(
+            path: path, detail: "page 1 does not authenticate under the key in the database's key file")
     }
 
     /// The page cipher for a key record, and the record to keep: when a rekey was interrupted
     /// (a previous key is recorded), page 1 tells which key the file is under.
-    private static func cipher(for record: DatabaseKeyFile, databasePath: String) throws -> (PageCipher, DatabaseKeyFile) {
+    private static func cipher(
+        for record: DatabaseKeyFile, databasePath: String
+    ) throws -> (PageCipher, DatabaseKeyFile) {
         let salt = try CipherConnection.existingSalt(databasePath)
         func make(_ key: [UInt8]) throws -> PageCipher {
             let keys = try SQLCipherKey.rawKey(SymmetricKey(data: key), salt: nil)
@@ -185,8 +199,9 @@ public final class ProtectedDatabase: Sendable {
     /// Unwraps the key again (after an unlock) and gives it back to the connections.
     private func restoreKeys() async throws {
         guard let context, context.isSealed else { return }
-        let record = try DatabaseKeyFile.parse(try await files.contents(of: DatabaseKeyFile.url(for: url)),
-                                               path: DatabaseKeyFile.url(for: url).path)
+        let record = try DatabaseKeyFile.parse(
+            try await files.contents(of: DatabaseKeyFile.url(for: url)),
+            path: DatabaseKeyFile.url(for: url).path)
         context.unseal(try Self.cipher(for: record, databasePath: url.path).0)
     }
 
@@ -221,9 +236,13 @@ public final class ProtectedDatabase: Sendable {
     }
 
     /// Writes outside of a transaction (for `VACUUM`, pragmas …), like GRDB's `writeWithoutTransaction`.
-    public func writeWithoutTransaction<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    public func writeWithoutTransaction<T: Sendable>(
+        _ updates: @escaping @Sendable (Database) throws -> T
+    ) async throws -> T {
         let writer = try await available(writing: true)
-        do { return try await writer.writeWithoutTransaction(updates) } catch { throw await explainWithLockState(error, writing: true) }
+        do { return try await writer.writeWithoutTransaction(updates) } catch {
+            throw await explainWithLockState(error, writing: true)
+        }
     }
 
     /// Returns once the database can be used: after an unlock, its keys come back by themselves
@@ -240,7 +259,8 @@ public final class ProtectedDatabase: Sendable {
             do {
                 try await restoreKeys()
             } catch ProtectedFileError.unavailable(_, let cls, let lockState, _) {
-                throw ProtectedFileError.unavailable(path: url.path, protectionClass: cls, lockState: lockState, writing: writing)
+                throw ProtectedFileError.unavailable(
+                    path: url.path, protectionClass: cls, lockState: lockState, writing: writing)
             }
         }
         return writer
@@ -259,7 +279,8 @@ public final class ProtectedDatabase: Sendable {
         let translated = Self.ownKeyFailed(DatabaseCipherError.translate(error, context: context))
         if case DatabaseCipherError.keysWithdrawn = translated {
             // Keys are withdrawn only when the class's key was discarded: the device is locked.
-            return ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass, lockState: .locked, writing: writing)
+            return ProtectedFileError.unavailable(
+                path: url.path, protectionClass: protectionClass, lockState: .locked, writing: writing)
         }
         return translated
     }
@@ -267,12 +288,16 @@ public final class ProtectedDatabase: Sendable {
     /// ``explain(_:writing:)`` with the lock state asked of the keybag.
     private func explainWithLockState(_ error: any Error, writing: Bool) async -> any Error {
         // Served: the file system refuses a locked class (EACCES); SQLite says "I/O error".
-        if isServedByFileSystem, protectionClass != .noProtection, (try? await keybag.generation(of: protectionClass)) == nil {
-            return ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass, lockState: await keybag.lockState, writing: writing)
+        if isServedByFileSystem, protectionClass != .noProtection,
+            (try? await keybag.generation(of: protectionClass)) == nil
+        {
+            return ProtectedFileError.unavailable(
+                path: url.path, protectionClass: protectionClass, lockState: await keybag.lockState, writing: writing)
         }
         let explained = explain(error, writing: writing)
         if case ProtectedFileError.unavailable(let path, let cls, _, let writing) = explained {
-            return ProtectedFileError.unavailable(path: path, protectionClass: cls, lockState: await keybag.lockState, writing: writing)
+            return ProtectedFileError.unavailable(
+                path: path, protectionClass: cls, lockState: await keybag.lockState, writing: writing)
         }
         return explained
     }
@@ -284,8 +309,9 @@ public final class ProtectedDatabase: Sendable {
     /// class is unavailable.
     public func rawKeyHex() async throws -> String {
         try refuseServed("its raw key")
-        let record = try DatabaseKeyFile.parse(try await files.contents(of: DatabaseKeyFile.url(for: url)),
-                                               path: DatabaseKeyFile.url(for: url).path)
+        let record = try DatabaseKeyFile.parse(
+            try await files.contents(of: DatabaseKeyFile.url(for: url)),
+            path: DatabaseKeyFile.url(for: url).path)
         return SQLCipherKey.hex(record.key)
     }
 
@@ -302,28 +328,38 @@ public final class ProtectedDatabase: Sendable {
         let old = try DatabaseKeyFile.parse(try await files.contents(of: keyURL), path: keyURL.path)
         let newKey = SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
         let writer = try self.writer
-        _ = try await writer.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
-        try await files.write(Data(DatabaseKeyFile(format: old.format, key: newKey, previousKey: old.key).encoded()),
-                              to: keyURL, protection: protectionClass)
+        _ = try await writer.writeWithoutTransaction { db in
+            try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try await files.write(
+            Data(DatabaseKeyFile(format: old.format, key: newKey, previousKey: old.key).encoded()),
+            to: keyURL, protection: protectionClass)
         try writer.close()
         let cipher = try Self.cipher(for: old, databasePath: url.path).0
         do {
             try SQLCipherMaintenance.replace(url.path) { temporary in
-                try SQLCipherMaintenance.copy(from: .init(path: url.path, key: nil, format: old.format, cipher: cipher),
-                                              to: .init(path: temporary, key: .rawKey(SymmetricKey(data: newKey), salt: nil), format: old.format))
+                try SQLCipherMaintenance.copy(
+                    from: .init(path: url.path, key: nil, format: old.format, cipher: cipher),
+                    to: .init(path: temporary, key: .rawKey(SymmetricKey(data: newKey), salt: nil), format: old.format))
             }
         } catch {
             // Nothing was replaced: keep the old key and reopen.
             try await files.write(Data(old.encoded()), to: keyURL, protection: protectionClass)
-            let (reopened, context) = try Self.connect(path: url.path, cipher: cipher, mode: mode, configuration: configuration)
-            state.withLock { $0.writer = reopened; $0.context = context }
+            let (reopened, context) = try Self.connect(
+                path: url.path, cipher: cipher, mode: mode, configuration: configuration)
+            state.withLock {
+                $0.writer = reopened; $0.context = context
+            }
             throw error
         }
         let record = DatabaseKeyFile(format: old.format, key: newKey)
         try await files.write(Data(record.encoded()), to: keyURL, protection: protectionClass)
-        let (reopened, context) = try Self.connect(path: url.path, cipher: try Self.cipher(for: record, databasePath: url.path).0,
-                                                   mode: mode, configuration: configuration)
-        state.withLock { $0.writer = reopened; $0.context = context }
+        let (reopened, context) = try Self.connect(
+            path: url.path, cipher: try Self.cipher(for: record, databasePath: url.path).0,
+            mode: mode, configuration: configuration)
+        state.withLock {
+            $0.writer = reopened; $0.context = context
+        }
     }
 
     /// Changes the class: the key is rewrapped, the database is not re-encrypted.
@@ -331,7 +367,8 @@ public final class ProtectedDatabase: Sendable {
         if isServedByFileSystem {
             // The file system rewraps each file's key: the database and its WAL files.
             for path in [url.path] + Self.sidecars(of: url.path) where FileManager.default.fileExists(atPath: path) {
-                try await files.setProtection(Self.sidecarClass(path, protectionClass), ofItemAt: URL(fileURLWithPath: path))
+                try await files.setProtection(
+                    Self.sidecarClass(path, protectionClass), ofItemAt: URL(fileURLWithPath: path))
             }
             state.withLock { $0.protectionClass = protectionClass }
             return
@@ -371,8 +408,10 @@ public final class ProtectedDatabase: Sendable {
     /// raised when they exist with a weaker one (made before by another member of a group, or
     /// another program); never lowered. A WAL file that is a link or not a regular file is refused.
     /// No key file, no key.
-    private static func openServed(at url: URL, keybag: Keybag, protection: ProtectionClass?, mode: Mode, format: SQLCipherFormat,
-                                   configuration: Configuration) async throws -> ProtectedDatabase {
+    private static func openServed(
+        at url: URL, keybag: Keybag, protection: ProtectionClass?, mode: Mode, format: SQLCipherFormat,
+        configuration: Configuration
+    ) async throws -> ProtectedDatabase {
         var files = ProtectedFileManager(keybag: keybag)
         files.servedByFileSystem = true
         let existing = try? files.protection(ofItemAt: url)
@@ -382,7 +421,10 @@ public final class ProtectedDatabase: Sendable {
             let file = URL(fileURLWithPath: path)
             var st = stat()
             if lstat(path, &st) != 0 {
-                guard errno == ENOENT else { throw ProtectedFileError.fileSystem(FileSystemError("lstat", path: path, errno: Errno(rawValue: errno))) }
+                guard errno == ENOENT else {
+                    throw ProtectedFileError.fileSystem(
+                        FileSystemError("lstat", path: path, errno: Errno(rawValue: errno)))
+                }
                 let handle = try await files.createFile(at: file, protection: sidecarClass(path, protectionClass))
                 try await handle.close()
                 continue
@@ -390,31 +432,38 @@ public final class ProtectedDatabase: Sendable {
             // Planted by another member of a group: a link (its target would be rewrapped, and
             // SQLite's pages go wherever it leads) or something SQLite cannot use as its file.
             guard st.st_mode & S_IFMT == S_IFREG else {
-                throw ProtectedFileError.notARegularFile(path: path, kind: st.st_mode & S_IFMT == S_IFLNK ? "symbolic link" : "special file")
+                throw ProtectedFileError.notARegularFile(
+                    path: path, kind: st.st_mode & S_IFMT == S_IFLNK ? "symbolic link" : "special file")
             }
-            if let current = try files.protection(ofItemAt: file).fileClass, current < sidecarClass(path, protectionClass) {
+            if let current = try files.protection(ofItemAt: file).fileClass,
+                current < sidecarClass(path, protectionClass)
+            {
                 // The file system rewraps its key.
                 try await files.setProtection(sidecarClass(path, protectionClass), ofItemAt: file)
             }
         }
         var configuration = configuration
         configuration.prepareDatabase { db in   // after the caller's own (GRDB runs them in order)
-            try db.execute(sql: "PRAGMA journal_mode = WAL")   // a rollback journal would be made anew, at the directory's class
+            // a rollback journal would be made anew, at the directory's class
+            try db.execute(sql: "PRAGMA journal_mode = WAL")
         }
         let writer: any DatabaseWriter
         do {
-            writer = switch mode {
-            case .queue: try DatabaseQueue(path: url.path, configuration: configuration)
-            case .pool: try DatabasePool(path: url.path, configuration: configuration)
-            }
+            writer =
+                switch mode {
+                case .queue: try DatabaseQueue(path: url.path, configuration: configuration)
+                case .pool: try DatabasePool(path: url.path, configuration: configuration)
+                }
         } catch {
             if protectionClass != .noProtection, (try? await keybag.generation(of: protectionClass)) == nil {
-                throw ProtectedFileError.unavailable(path: url.path, protectionClass: protectionClass, lockState: await keybag.lockState, writing: false)
+                throw ProtectedFileError.unavailable(
+                    path: url.path, protectionClass: protectionClass, lockState: await keybag.lockState, writing: false)
             }
             throw error
         }
-        let database = ProtectedDatabase(url: url, keybag: keybag, format: format, protectionClass: protectionClass,
-                                         context: nil, mode: mode, configuration: configuration)
+        let database = ProtectedDatabase(
+            url: url, keybag: keybag, format: format, protectionClass: protectionClass,
+            context: nil, mode: mode, configuration: configuration)
         database.state.withLock { $0.writer = writer }
         return database
     }

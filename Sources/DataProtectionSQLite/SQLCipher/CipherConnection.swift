@@ -16,12 +16,15 @@ enum CipherConnection {
         func translate(_ error: any Error) -> any Error { DatabaseCipherError.translate(error, context: context) }
     }
 
-    static func prepare(path: String, key: SQLCipherKey, format: SQLCipherFormat, configuration: Configuration) throws -> Prepared {
+    static func prepare(
+        path: String, key: SQLCipherKey, format: SQLCipherFormat, configuration: Configuration
+    ) throws -> Prepared {
         try CipherVFS.install()
         let absolute = absolutePath(path)
         let salt = try existingSalt(absolute) ?? randomSalt()
         let keys = try key.pageKeys(salt: salt, format: format)
-        return try prepare(path: absolute, cipher: try PageCipher(format: format, keys: keys), configuration: configuration)
+        return try prepare(
+            path: absolute, cipher: try PageCipher(format: format, keys: keys), configuration: configuration)
     }
 
     static func prepare(path absolute: String, cipher: PageCipher, configuration: Configuration) throws -> Prepared {
@@ -99,7 +102,9 @@ enum CipherConnection {
         let sql = "PRAGMA page_size = \(context.format.pageSize); PRAGMA user_version = 0;"
         guard sqlite3_exec(connection, sql, nil, nil, nil) == SQLITE_OK else {
             let message = String(cString: sqlite3_errmsg(connection))
-            throw DatabaseCipherError.translate(DatabaseError(resultCode: ResultCode(rawValue: sqlite3_extended_errcode(connection)), message: message), context: context)
+            throw DatabaseCipherError.translate(
+                DatabaseError(resultCode: ResultCode(rawValue: sqlite3_extended_errcode(connection)), message: message),
+                context: context)
         }
     }
 }
@@ -114,10 +119,14 @@ extension DatabaseQueue {
     ///
     /// The key is derived once here, not per connection. A wrong key or format throws
     /// ``DatabaseCipherError/wrongKeyOrFormat(path:format:)``.
-    public convenience init(path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
-                            configuration: Configuration = Configuration()) throws {
+    public convenience init(
+        path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
+        configuration: Configuration = Configuration()
+    ) throws {
         let prepared = try CipherConnection.prepare(path: path, key: key, format: format, configuration: configuration)
-        do { try self.init(path: prepared.uri, configuration: prepared.configuration) } catch { throw prepared.translate(error) }
+        do { try self.init(path: prepared.uri, configuration: prepared.configuration) } catch {
+            throw prepared.translate(error)
+        }
     }
 }
 
@@ -128,9 +137,13 @@ extension DatabasePool {
     /// let dbPool = try DatabasePool(path: "/data/app.db", key: try SQLCipherKey(rawKeyHex: hex))
     /// let count = try dbPool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") }
     /// ```
-    public convenience init(path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
-                            configuration: Configuration = Configuration()) throws {
+    public convenience init(
+        path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
+        configuration: Configuration = Configuration()
+    ) throws {
         let prepared = try CipherConnection.prepare(path: path, key: key, format: format, configuration: configuration)
-        do { try self.init(path: prepared.uri, configuration: prepared.configuration) } catch { throw prepared.translate(error) }
+        do { try self.init(path: prepared.uri, configuration: prepared.configuration) } catch {
+            throw prepared.translate(error)
+        }
     }
 }

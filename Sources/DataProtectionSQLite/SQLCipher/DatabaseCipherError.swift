@@ -81,7 +81,8 @@ public enum DatabaseCipherError: Error, Sendable, Equatable, CustomStringConvert
             return DatabaseCipherError.keysWithdrawn(path: context.path)
         default:
             if error.resultCode == .SQLITE_CORRUPT {
-                return DatabaseCipherError.damaged(path: context.path, detail: detail ?? error.message ?? "database disk image is malformed")
+                return DatabaseCipherError.damaged(
+                    path: context.path, detail: detail ?? error.message ?? "database disk image is malformed")
             }
             return error
         }

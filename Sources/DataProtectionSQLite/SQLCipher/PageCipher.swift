@@ -4,6 +4,7 @@ import DataProtectionSystem
 import Foundation
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -86,8 +87,10 @@ extension PageCipher {
         /// Encrypts the plaintext page `plain` (pageSize bytes) as page `pgno` into `out`.
         /// `fillReserve` fills the reserve area (the IV is its first 16 bytes): random, except in
         /// the test vectors.
-        func seal(_ plain: UnsafeRawBufferPointer, pgno: UInt32, into out: UnsafeMutableRawBufferPointer,
-                  fillReserve: (UnsafeMutableRawBufferPointer) throws -> Void = PageCipher.fillRandom) throws {
+        func seal(
+            _ plain: UnsafeRawBufferPointer, pgno: UInt32, into out: UnsafeMutableRawBufferPointer,
+            fillReserve: (UnsafeMutableRawBufferPointer) throws -> Void = PageCipher.fillRandom
+        ) throws {
             let usable = format.usableSize
             let start = pgno == 1 ? 16 : 0
             precondition(plain.count == pageSize && out.count == pageSize)
@@ -95,14 +98,23 @@ extension PageCipher {
             try fillReserve(UnsafeMutableRawBufferPointer(rebasing: out[usable...]))
             let base = out.baseAddress!.assumingMemoryBound(to: UInt8.self)
             guard EVP_EncryptInit_ex2(contexts.encrypt, nil, nil, base + usable, nil) == 1,
-                  EVP_CIPHER_CTX_set_padding(contexts.encrypt, 0) == 1 else { throw DatabaseCipherError.cipherFailed("AES-256-CBC setup") }
+                EVP_CIPHER_CTX_set_padding(contexts.encrypt, 0) == 1
+            else { throw DatabaseCipherError.cipherFailed("AES-256-CBC setup") }
             var written: Int32 = 0
-            guard EVP_EncryptUpdate(contexts.encrypt, base + start, &written,
-                                    plain.baseAddress!.assumingMemoryBound(to: UInt8.self) + start, Int32(usable - start)) == 1,
-                  Int(written) == usable - start else { throw DatabaseCipherError.cipherFailed("AES-256-CBC encryption") }
-            if start == 16 { keys.salt.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) } }
-            guard mac(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[start..<usable + 16]), pgno: pgno,
-                      into: base + usable + 16) else { throw DatabaseCipherError.cipherFailed("HMAC") }
+            guard
+                EVP_EncryptUpdate(
+                    contexts.encrypt, base + start, &written,
+                    plain.baseAddress!.assumingMemoryBound(to: UInt8.self) + start, Int32(usable - start)) == 1,
+                Int(written) == usable - start
+            else { throw DatabaseCipherError.cipherFailed("AES-256-CBC encryption") }
+            if start == 16 {
+                keys.salt.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) }
+            }
+            guard
+                mac(
+                    UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[start..<usable + 16]), pgno: pgno,
+                    into: base + usable + 16)
+            else { throw DatabaseCipherError.cipherFailed("HMAC") }
         }
 
         /// Authenticates and decrypts the raw page `raw` as page `pgno` into `out` (never the
@@ -113,17 +125,24 @@ extension PageCipher {
             let start = pgno == 1 ? 16 : 0
             guard raw.count == pageSize, out.count == pageSize else { return false }
             let source = raw.baseAddress!.assumingMemoryBound(to: UInt8.self)
-            guard mac(UnsafeRawBufferPointer(rebasing: raw[start..<usable + 16]), pgno: pgno,
-                      into: computedMAC.baseAddress!.assumingMemoryBound(to: UInt8.self)),
-                  CRYPTO_memcmp(computedMAC.baseAddress!, source + usable + 16, format.macSize) == 0 else { return false }
+            guard
+                mac(
+                    UnsafeRawBufferPointer(rebasing: raw[start..<usable + 16]), pgno: pgno,
+                    into: computedMAC.baseAddress!.assumingMemoryBound(to: UInt8.self)),
+                CRYPTO_memcmp(computedMAC.baseAddress!, source + usable + 16, format.macSize) == 0
+            else { return false }
             let target = out.baseAddress!.assumingMemoryBound(to: UInt8.self)
             var written: Int32 = 0
             guard EVP_DecryptInit_ex2(contexts.decrypt, nil, nil, source + usable, nil) == 1,
-                  EVP_CIPHER_CTX_set_padding(contexts.decrypt, 0) == 1,
-                  EVP_DecryptUpdate(contexts.decrypt, target + start, &written, source + start, Int32(usable - start)) == 1,
-                  Int(written) == usable - start else { return false }
+                EVP_CIPHER_CTX_set_padding(contexts.decrypt, 0) == 1,
+                EVP_DecryptUpdate(contexts.decrypt, target + start, &written, source + start, Int32(usable - start))
+                    == 1,
+                Int(written) == usable - start
+            else { return false }
             (target + usable).update(from: source + usable, count: pageSize - usable)
-            if start == 16 { Self.magic.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) } }
+            if start == 16 {
+                Self.magic.withUnsafeBytes { out.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 16) }
+            }
             return true
         }
 
@@ -132,8 +151,9 @@ extension PageCipher {
             let usable = format.usableSize
             let start = pgno == 1 ? 16 : 0
             guard raw.count == pageSize else { return false }
-            return mac(UnsafeRawBufferPointer(rebasing: raw[start..<usable + 16]), pgno: pgno,
-                       into: computedMAC.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            return mac(
+                UnsafeRawBufferPointer(rebasing: raw[start..<usable + 16]), pgno: pgno,
+                into: computedMAC.baseAddress!.assumingMemoryBound(to: UInt8.self))
                 && CRYPTO_memcmp(computedMAC.baseAddress!, raw.baseAddress! + usable + 16, format.macSize) == 0
         }
 
@@ -146,7 +166,9 @@ extension PageCipher {
             var length = 0
             return EVP_MAC_init(contexts.mac, nil, 0, nil) == 1
                 && EVP_MAC_update(contexts.mac, body.baseAddress!.assumingMemoryBound(to: UInt8.self), body.count) == 1
-                && withUnsafeBytes(of: &number) { EVP_MAC_update(contexts.mac, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), 4) } == 1
+                && withUnsafeBytes(of: &number) {
+                    EVP_MAC_update(contexts.mac, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), 4)
+                } == 1
                 && EVP_MAC_final(contexts.mac, out, &length, 64) == 1
                 && length == format.macSize
         }
@@ -176,23 +198,30 @@ extension PageCipher {
 
         init(format: SQLCipherFormat, keys: PageKeys) throws {
             guard let aes = Self.aes256CBC, let hmac = Self.hmac else {
-                throw DatabaseCipherError.cipherFailed("OpenSSL has no AES-256-CBC or HMAC (libcrypto's default provider is not loaded)")
+                throw DatabaseCipherError.cipherFailed(
+                    "OpenSSL has no AES-256-CBC or HMAC (libcrypto's default provider is not loaded)")
             }
             guard let encrypt = EVP_CIPHER_CTX_new() else { throw DatabaseCipherError.cipherFailed("out of memory") }
-            guard let decrypt = EVP_CIPHER_CTX_new() else { EVP_CIPHER_CTX_free(encrypt); throw DatabaseCipherError.cipherFailed("out of memory") }
+            guard let decrypt = EVP_CIPHER_CTX_new() else {
+                EVP_CIPHER_CTX_free(encrypt); throw DatabaseCipherError.cipherFailed("out of memory")
+            }
             guard let mac = EVP_MAC_CTX_new(hmac) else {
                 EVP_CIPHER_CTX_free(encrypt); EVP_CIPHER_CTX_free(decrypt)
                 throw DatabaseCipherError.cipherFailed("out of memory")
             }
             let contexts = Contexts(encrypt: encrypt, decrypt: decrypt, mac: mac)
-            let keyed = keys.encryptionKey.withUnsafeBytes { key -> Bool in
-                let key = key.baseAddress!.assumingMemoryBound(to: UInt8.self)
-                return EVP_EncryptInit_ex2(encrypt, aes, key, nil, nil) == 1 && EVP_DecryptInit_ex2(decrypt, aes, key, nil, nil) == 1
-            } && keys.macKey.withUnsafeBytes { key in
-                Self.withDigestParameter(format.compatibility >= 4 ? "SHA512" : "SHA1") { parameters in
-                    EVP_MAC_init(mac, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, parameters) == 1
+            let keyed =
+                keys.encryptionKey.withUnsafeBytes { key -> Bool in
+                    let key = key.baseAddress!.assumingMemoryBound(to: UInt8.self)
+                    return EVP_EncryptInit_ex2(encrypt, aes, key, nil, nil) == 1
+                        && EVP_DecryptInit_ex2(decrypt, aes, key, nil, nil) == 1
                 }
-            }
+                && keys.macKey.withUnsafeBytes { key in
+                    Self.withDigestParameter(format.compatibility >= 4 ? "SHA512" : "SHA1") { parameters in
+                        EVP_MAC_init(mac, key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count, parameters)
+                            == 1
+                    }
+                }
             guard keyed else { contexts.free(); throw DatabaseCipherError.cipherFailed("keying AES-256-CBC or HMAC") }
             template = contexts
         }
@@ -202,10 +231,16 @@ extension PageCipher {
         /// Copies of the keyed contexts, for one session.
         func copy() throws -> Contexts {
             try lock.withLock { _ in
-                guard let encrypt = EVP_CIPHER_CTX_new() else { throw DatabaseCipherError.cipherFailed("out of memory") }
-                guard let decrypt = EVP_CIPHER_CTX_new() else { EVP_CIPHER_CTX_free(encrypt); throw DatabaseCipherError.cipherFailed("out of memory") }
-                guard EVP_CIPHER_CTX_copy(encrypt, template.encrypt) == 1, EVP_CIPHER_CTX_copy(decrypt, template.decrypt) == 1,
-                      let mac = EVP_MAC_CTX_dup(template.mac) else {
+                guard let encrypt = EVP_CIPHER_CTX_new() else {
+                    throw DatabaseCipherError.cipherFailed("out of memory")
+                }
+                guard let decrypt = EVP_CIPHER_CTX_new() else {
+                    EVP_CIPHER_CTX_free(encrypt); throw DatabaseCipherError.cipherFailed("out of memory")
+                }
+                guard EVP_CIPHER_CTX_copy(encrypt, template.encrypt) == 1,
+                    EVP_CIPHER_CTX_copy(decrypt, template.decrypt) == 1,
+                    let mac = EVP_MAC_CTX_dup(template.mac)
+                else {
                     EVP_CIPHER_CTX_free(encrypt); EVP_CIPHER_CTX_free(decrypt)
                     throw DatabaseCipherError.cipherFailed("copying the keyed contexts")
                 }
@@ -217,8 +252,10 @@ extension PageCipher {
         private static func withDigestParameter<R>(_ name: String, _ body: (UnsafePointer<OSSL_PARAM>) -> R) -> R {
             "digest".withCString { key in
                 name.withCString { value in
-                    let parameters = [OSSL_PARAM_construct_utf8_string(key, UnsafeMutablePointer(mutating: value), 0),
-                                      OSSL_PARAM_construct_end()]
+                    let parameters = [
+                        OSSL_PARAM_construct_utf8_string(key, UnsafeMutablePointer(mutating: value), 0),
+                        OSSL_PARAM_construct_end(),
+                    ]
                     return parameters.withUnsafeBufferPointer { body($0.baseAddress!) }
                 }
             }

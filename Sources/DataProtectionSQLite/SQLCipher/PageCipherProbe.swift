@@ -4,8 +4,11 @@ import Foundation
 /// Measures the page cipher alone, for `dp-bench sqlite`'s context rows.
 package enum PageCipherProbe {
     /// Microseconds per page to seal and to open (authenticate + decrypt) `iterations` pages.
-    package static func microsecondsPerPage(format: SQLCipherFormat = .sqlcipher4, iterations: Int = 20_000) throws -> (seal: Double, open: Double) {
-        let keys = try SQLCipherKey.rawKey(.init(size: .bits256), salt: nil).pageKeys(salt: CipherConnection.randomSalt(), format: format)
+    package static func microsecondsPerPage(
+        format: SQLCipherFormat = .sqlcipher4, iterations: Int = 20_000
+    ) throws -> (seal: Double, open: Double) {
+        let keys = try SQLCipherKey.rawKey(.init(size: .bits256), salt: nil).pageKeys(
+            salt: CipherConnection.randomSalt(), format: format)
         let cipher = try PageCipher(format: format, keys: keys).makeSession()
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: format.pageSize, alignment: 16)
         let sealed = UnsafeMutableRawBufferPointer.allocate(byteCount: format.pageSize, alignment: 16)
@@ -14,7 +17,9 @@ package enum PageCipherProbe {
         plain.initializeMemory(as: UInt8.self, repeating: 7)
         let clock = ContinuousClock()
         let sealTime = try clock.measure {
-            for i in 0..<iterations { try cipher.seal(UnsafeRawBufferPointer(plain), pgno: UInt32(2 + i % 1000), into: sealed) }
+            for i in 0..<iterations {
+                try cipher.seal(UnsafeRawBufferPointer(plain), pgno: UInt32(2 + i % 1000), into: sealed)
+            }
         }
         try cipher.seal(UnsafeRawBufferPointer(plain), pgno: 2, into: sealed)
         var ok = true

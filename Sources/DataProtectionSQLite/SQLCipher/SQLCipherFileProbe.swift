@@ -19,8 +19,9 @@ public enum SQLCipherFileProbe {
     /// Whether the regular file at `path` (never followed if a link) looks like an SQLCipher database.
     public static func looksLikeSQLCipher(atPath path: String) -> Bool {
         guard let st = POSIXFile.linkStatus(path), st.st_mode & S_IFMT == S_IFREG,
-              st.st_size >= 1024, st.st_size % 512 == 0,
-              let fd = try? POSIXFile.openRegularFile(path) else { return false }
+            st.st_size >= 1024, st.st_size % 512 == 0,
+            let fd = try? POSIXFile.openRegularFile(path)
+        else { return false }
         defer { try? fd.close() }
         guard let head = try? POSIXFile.read(fd, count: 1024, at: 0, path: path) else { return false }
         return looksLikeSQLCipher(head: head, size: Int64(st.st_size))

@@ -30,7 +30,9 @@ public struct SQLCipherFormat: Sendable, Hashable, CustomStringConvertible {
         switch compatibility {
         case 3: self = .sqlcipher3
         case 4: self = .sqlcipher4
-        default: throw DatabaseCipherError.unsupportedFormat("cipher compatibility \(compatibility) (only 3 and 4 are supported)")
+        default:
+            throw DatabaseCipherError.unsupportedFormat(
+                "cipher compatibility \(compatibility) (only 3 and 4 are supported)")
         }
     }
 

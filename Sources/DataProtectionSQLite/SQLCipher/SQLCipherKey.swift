@@ -1,8 +1,8 @@
 import Crypto
-import DataProtectionSystem
-import _CryptoExtras
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
+import _CryptoExtras
 
 /// The key of an SQLCipher database, in the two modes SQLCipher defines.
 ///
@@ -48,8 +48,9 @@ public enum SQLCipherKey: Sendable {
         switch self {
         case .passphrase(let passphrase):
             salt = fileSalt
-            encryptionKey = try KDF.Insecure.PBKDF2.deriveKey(from: passphrase, salt: salt, using: kdf, outputByteCount: 32,
-                                                              unsafeUncheckedRounds: format.kdfIterations)
+            encryptionKey = try KDF.Insecure.PBKDF2.deriveKey(
+                from: passphrase, salt: salt, using: kdf, outputByteCount: 32,
+                unsafeUncheckedRounds: format.kdfIterations)
         case .rawKey(let key, let givenSalt):
             guard key.bitCount == 256 else { throw DatabaseCipherError.invalidKey("a raw key is 256 bits") }
             if let givenSalt {
@@ -63,7 +64,8 @@ public enum SQLCipherKey: Sendable {
         // SQLCipher: the MAC key is PBKDF2(enc key, salt XOR 0x3a, 2 rounds) with the same PRF.
         let macSalt = salt.map { $0 ^ 0x3a }
         let macKey = try encryptionKey.withUnsafeBytes { keyBytes in
-            try KDF.Insecure.PBKDF2.deriveKey(from: keyBytes, salt: macSalt, using: kdf, outputByteCount: 32, unsafeUncheckedRounds: 2)
+            try KDF.Insecure.PBKDF2.deriveKey(
+                from: keyBytes, salt: macSalt, using: kdf, outputByteCount: 32, unsafeUncheckedRounds: 2)
         }
         return PageKeys(encryptionKey: encryptionKey, macKey: macKey, salt: salt)
     }

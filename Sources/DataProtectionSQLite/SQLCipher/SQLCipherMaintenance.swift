@@ -1,9 +1,9 @@
-import DataProtectionSystem
-import SystemPackage
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import GRDB
 import GRDBSQLite
+import SystemPackage
 
 /// Whole-database operations on a *closed* database — rekey, SQLCipher 3 → 4 migration,
 /// export to and import from plain SQLite — each an explicit call, like SQLCipher's
@@ -31,35 +31,48 @@ public enum SQLCipherMaintenance {
     }
 
     /// Re-encrypts a database under a new key (also a new salt), in place. The format is kept.
-    public static func rekey(atPath path: String, from oldKey: SQLCipherKey, to newKey: SQLCipherKey,
-                             format: SQLCipherFormat = .sqlcipher4) throws {
+    public static func rekey(
+        atPath path: String, from oldKey: SQLCipherKey, to newKey: SQLCipherKey,
+        format: SQLCipherFormat = .sqlcipher4
+    ) throws {
         try replace(path) { temporary in
-            try copy(from: Side(path: path, key: oldKey, format: format), to: Side(path: temporary, key: newKey, format: format))
+            try copy(
+                from: Side(path: path, key: oldKey, format: format),
+                to: Side(path: temporary, key: newKey, format: format))
         }
     }
 
     /// Rewrites an SQLCipher 3 database in the SQLCipher 4 format (4096-byte pages, HMAC-SHA512),
     /// like `PRAGMA cipher_migrate`. A passphrase is re-derived with SQLCipher 4's KDF.
-    public static func migrate(atPath path: String, key: SQLCipherKey, from old: SQLCipherFormat = .sqlcipher3,
-                               to new: SQLCipherFormat = .sqlcipher4) throws {
+    public static func migrate(
+        atPath path: String, key: SQLCipherKey, from old: SQLCipherFormat = .sqlcipher3,
+        to new: SQLCipherFormat = .sqlcipher4
+    ) throws {
         try replace(path) { temporary in
             try copy(from: Side(path: path, key: key, format: old), to: Side(path: temporary, key: key, format: new))
         }
     }
 
     /// Writes a plain (unencrypted) SQLite copy of an encrypted database to `plainPath`.
-    public static func exportPlaintext(atPath path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
-                                       to plainPath: String) throws {
+    public static func exportPlaintext(
+        atPath path: String, key: SQLCipherKey, format: SQLCipherFormat = .sqlcipher4,
+        to plainPath: String
+    ) throws {
         try replace(plainPath) { temporary in
-            try copy(from: Side(path: path, key: key, format: format), to: Side(path: temporary, key: nil, format: format))
+            try copy(
+                from: Side(path: path, key: key, format: format), to: Side(path: temporary, key: nil, format: format))
         }
     }
 
     /// Writes an encrypted copy of the plain SQLite database at `plainPath` to `path`.
-    public static func importPlaintext(from plainPath: String, toPath path: String, key: SQLCipherKey,
-                                       format: SQLCipherFormat = .sqlcipher4) throws {
+    public static func importPlaintext(
+        from plainPath: String, toPath path: String, key: SQLCipherKey,
+        format: SQLCipherFormat = .sqlcipher4
+    ) throws {
         try replace(path) { temporary in
-            try copy(from: Side(path: plainPath, key: nil, format: format), to: Side(path: temporary, key: key, format: format))
+            try copy(
+                from: Side(path: plainPath, key: nil, format: format),
+                to: Side(path: temporary, key: key, format: format))
         }
     }
 
@@ -76,7 +89,9 @@ public enum SQLCipherMaintenance {
             defer { try? fd.close() }
             try POSIXFile.sync(fd, path: temporary)
             guard rename(temporary, absolute) == 0 else {
-                throw DatabaseError(resultCode: .SQLITE_CANTOPEN, message: "rename over \(absolute): \(String(cString: strerror(errno)))")
+                throw DatabaseError(
+                    resultCode: .SQLITE_CANTOPEN,
+                    message: "rename over \(absolute): \(String(cString: strerror(errno)))")
             }
             for suffix in ["-wal", "-shm", "-journal"] { unlink(absolute + suffix) }
             try? POSIXFile.syncDirectory((absolute as NSString).deletingLastPathComponent)
@@ -106,12 +121,15 @@ public enum SQLCipherMaintenance {
         try sourceConnection.execute("VACUUM INTO '\(targetURI.replacingOccurrences(of: "'", with: "''"))'")
         sourceConnection.close()
         // The new file must open with its key before it replaces anything.
-        let check = try Connection(side: Side(path: target.path, key: target.key, format: target.format,
-                                              cipher: targetContext?.cipher), creating: false)
+        let check = try Connection(
+            side: Side(
+                path: target.path, key: target.key, format: target.format,
+                cipher: targetContext?.cipher), creating: false)
         let verdict = try check.scalar("PRAGMA quick_check")
         check.close()
         guard verdict == "ok" else {
-            throw DatabaseCipherError.damaged(path: target.path, detail: "the new copy failed its check: \(verdict ?? "?")")
+            throw DatabaseCipherError.damaged(
+                path: target.path, detail: "the new copy failed its check: \(verdict ?? "?")")
         }
         withExtendedLifetime(targetContext) {}
     }
@@ -177,8 +195,9 @@ public enum SQLCipherMaintenance {
         }
 
         private func currentError() -> any Error {
-            let error = DatabaseError(resultCode: ResultCode(rawValue: sqlite3_extended_errcode(handle)),
-                                      message: String(cString: sqlite3_errmsg(handle)))
+            let error = DatabaseError(
+                resultCode: ResultCode(rawValue: sqlite3_extended_errcode(handle)),
+                message: String(cString: sqlite3_errmsg(handle)))
             guard let context else { return error }
             return DatabaseCipherError.translate(error, context: context)
         }

@@ -58,7 +58,11 @@ final class CipherContext: Sendable {
     func recordFailure(_ message: String) { state.withLock { $0.lastFailure = message } }
 
     /// The last failure recorded, cleared by reading it.
-    func takeFailure() -> String? { state.withLock { state in defer { state.lastFailure = nil }; return state.lastFailure } }
+    func takeFailure() -> String? {
+        state.withLock { state in
+            defer { state.lastFailure = nil }; return state.lastFailure
+        }
+    }
 }
 
 /// Contexts by token. The VFS finds a database's context through the `dp-context` URI

@@ -34,7 +34,9 @@ enum CipherVFS {
         // GRDB opens databases by name only; the cipher VFS is chosen through a `file:` URI. An
         // SQLite built without URI filenames would create a plain file *named* like the URI.
         guard sqlite3_compileoption_used("USE_URI") == 1 else {
-            throw DatabaseCipherError.unsupportedFormat("this SQLite (\(String(cString: sqlite3_libversion()))) was built without SQLITE_USE_URI, which the cipher VFS needs")
+            throw DatabaseCipherError.unsupportedFormat(
+                "this SQLite (\(String(cString: sqlite3_libversion()))) was built without SQLITE_USE_URI, which the cipher VFS needs"
+            )
         }
         guard installed else {
             throw DatabaseCipherError.unsupportedFormat("this SQLite has no default VFS to build the cipher VFS on")
@@ -71,10 +73,13 @@ enum CipherVFS {
     /// Where the Swift object's pointer sits in SQLite's `sqlite3_file` allocation.
     static let slotOffset = MemoryLayout<sqlite3_file>.stride
 
-    private static let temporaryKinds = SQLITE_OPEN_TEMP_DB | SQLITE_OPEN_TEMP_JOURNAL | SQLITE_OPEN_SUBJOURNAL | SQLITE_OPEN_TRANSIENT_DB
+    private static let temporaryKinds =
+        SQLITE_OPEN_TEMP_DB | SQLITE_OPEN_TEMP_JOURNAL | SQLITE_OPEN_SUBJOURNAL | SQLITE_OPEN_TRANSIENT_DB
 
-    private static func open(_ zName: UnsafePointer<CChar>?, _ file: UnsafeMutablePointer<sqlite3_file>, _ flags: Int32,
-                             _ outFlags: UnsafeMutablePointer<Int32>?) -> Int32 {
+    private static func open(
+        _ zName: UnsafePointer<CChar>?, _ file: UnsafeMutablePointer<sqlite3_file>, _ flags: Int32,
+        _ outFlags: UnsafeMutablePointer<Int32>?
+    ) -> Int32 {
         file.pointee.pMethods = nil
         let object: VFSFile
         let methods: UnsafeMutablePointer<sqlite3_io_methods>
@@ -86,7 +91,8 @@ enum CipherVFS {
             var context: CipherContext?
             if flags & SQLITE_OPEN_SUPER_JOURNAL == 0 {
                 guard let token = sqlite3_uri_parameter(zName, "dp-context").map({ String(cString: $0) }),
-                      let found = CipherContextRegistry.lookup(token) else {
+                    let found = CipherContextRegistry.lookup(token)
+                else {
                     logger.error("refusing to open \(String(cString: zName!)) without its cipher context")
                     return SQLITE_CANTOPEN
                 }
@@ -131,7 +137,8 @@ enum CipherVFS {
         m.initialize(to: sqlite3_io_methods())
         m.pointee.iVersion = version
         m.pointee.xClose = { file in
-            let slot = UnsafeMutableRawPointer(file!).advanced(by: CipherVFS.slotOffset).load(as: UnsafeMutableRawPointer.self)
+            let slot = UnsafeMutableRawPointer(file!).advanced(by: CipherVFS.slotOffset).load(
+                as: UnsafeMutableRawPointer.self)
             let rc = Unmanaged<VFSFile>.fromOpaque(slot).takeUnretainedValue().close()
             Unmanaged<VFSFile>.fromOpaque(slot).release()
             return rc
@@ -152,7 +159,9 @@ enum CipherVFS {
         m.pointee.xSectorSize = { file in CipherVFS.object(file).sectorSize() }
         m.pointee.xDeviceCharacteristics = { file in CipherVFS.object(file).deviceCharacteristics() }
         if version >= 2 {
-            m.pointee.xShmMap = { file, region, size, extend, out in CipherVFS.object(file).shmMap(region, size, extend, out) }
+            m.pointee.xShmMap = { file, region, size, extend, out in
+                CipherVFS.object(file).shmMap(region, size, extend, out)
+            }
             m.pointee.xShmLock = { file, offset, n, flags in CipherVFS.object(file).shmLock(offset, n, flags) }
             m.pointee.xShmBarrier = { file in CipherVFS.object(file).shmBarrier() }
             m.pointee.xShmUnmap = { file, delete in CipherVFS.object(file).shmUnmap(delete) }

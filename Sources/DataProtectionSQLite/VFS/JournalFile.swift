@@ -83,11 +83,15 @@ final class JournalFile: DiskFile {
                 context.recordFailure("journal image of page \(image.pgno) failed authentication")
                 return SQLITE_IOERR_DATA
             }
-            pendingChecksum = (offset + Int64(pageSize), Self.sample(UnsafeRawBufferPointer(buffer)) &- Self.sample(raw.readOnly))
+            pendingChecksum = (
+                offset + Int64(pageSize), Self.sample(UnsafeRawBufferPointer(buffer)) &- Self.sample(raw.readOnly)
+            )
             return SQLITE_OK
         }
         let rc = rawRead(buffer.baseAddress!, count: buffer.count, at: offset)
-        pendingImage = (buffer.count == 4 && rc == SQLITE_OK) ? (offset + 4, UnsafeRawBufferPointer(buffer).bigEndianUInt32(at: 0)) : nil
+        pendingImage =
+            (buffer.count == 4 && rc == SQLITE_OK)
+            ? (offset + 4, UnsafeRawBufferPointer(buffer).bigEndianUInt32(at: 0)) : nil
         return rc
     }
 }

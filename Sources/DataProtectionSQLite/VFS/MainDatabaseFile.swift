@@ -1,5 +1,5 @@
-import Logging
 import GRDBSQLite
+import Logging
 
 /// The main database file: page `n` sits at offset `(n − 1) × pageSize`, sealed.
 ///
@@ -53,10 +53,12 @@ final class MainDatabaseFile: DiskFile {
         return result
     }
 
-    private func readPage(_ pgno: UInt32, into out: UnsafeMutableRawBufferPointer, _ cipher: PageCipher.Session) -> Int32 {
+    private func readPage(
+        _ pgno: UInt32, into out: UnsafeMutableRawBufferPointer, _ cipher: PageCipher.Session
+    ) -> Int32 {
         let rc = rawRead(raw.bytes.baseAddress!, count: pageSize, at: Int64(pgno - 1) * Int64(pageSize))
         if rc == SQLITE_IOERR_SHORT_READ && raw.readOnly.isAllZero {
-            out.initializeMemory(as: UInt8.self, repeating: 0)    // past the end: SQLite expects zeros
+            out.initializeMemory(as: UInt8.self, repeating: 0)   // past the end: SQLite expects zeros
             return rc
         }
         if rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ { return rc }
@@ -83,7 +85,8 @@ final class MainDatabaseFile: DiskFile {
                 var done = 0
                 while done < buffer.count {
                     let pgno = UInt32((offset + Int64(done)) / size) + 1
-                    try cipher.seal(UnsafeRawBufferPointer(rebasing: buffer[done..<done + pageSize]), pgno: pgno, into: raw.bytes)
+                    try cipher.seal(
+                        UnsafeRawBufferPointer(rebasing: buffer[done..<done + pageSize]), pgno: pgno, into: raw.bytes)
                     let rc = rawWrite(raw.bytes.baseAddress!, count: pageSize, at: offset + Int64(done))
                     if rc != SQLITE_OK { return rc }
                     done += pageSize

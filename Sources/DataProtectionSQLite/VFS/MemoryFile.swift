@@ -16,10 +16,13 @@ final class MemoryFile: VFSFile {
         let start = Int(offset)
         let available = max(0, min(buffer.count, bytes.count - start))
         if available > 0 {
-            bytes.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: available) }
+            bytes.withUnsafeBytes {
+                buffer.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: available)
+            }
         }
         if available < buffer.count {
-            (buffer.baseAddress! + available).initializeMemory(as: UInt8.self, repeating: 0, count: buffer.count - available)
+            (buffer.baseAddress! + available).initializeMemory(
+                as: UInt8.self, repeating: 0, count: buffer.count - available)
             return SQLITE_IOERR_SHORT_READ
         }
         return SQLITE_OK
@@ -28,13 +31,17 @@ final class MemoryFile: VFSFile {
     override func write(_ buffer: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
         let end = Int(offset) + buffer.count
         if end > bytes.count { bytes.append(contentsOf: repeatElement(0, count: end - bytes.count)) }
-        bytes.withUnsafeMutableBytes { $0.baseAddress!.advanced(by: Int(offset)).copyMemory(from: buffer.baseAddress!, byteCount: buffer.count) }
+        bytes.withUnsafeMutableBytes {
+            $0.baseAddress!.advanced(by: Int(offset)).copyMemory(from: buffer.baseAddress!, byteCount: buffer.count)
+        }
         return SQLITE_OK
     }
 
     override func truncate(_ size: Int64) -> Int32 {
         if Int(size) < bytes.count {
-            _ = bytes.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[Int(size)...]).initializeMemory(as: UInt8.self, repeating: 0) }
+            _ = bytes.withUnsafeMutableBytes {
+                UnsafeMutableRawBufferPointer(rebasing: $0[Int(size)...]).initializeMemory(as: UInt8.self, repeating: 0)
+            }
             bytes.removeLast(bytes.count - Int(size))
         }
         return SQLITE_OK

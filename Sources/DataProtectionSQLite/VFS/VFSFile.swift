@@ -1,5 +1,5 @@
-import Synchronization
 import GRDBSQLite
+import Synchronization
 
 /// One file the cipher VFS opened: the Swift side of an `sqlite3_file`. SQLite calls a file
 /// from one connection at a time, so a file needs no lock of its own.
@@ -16,7 +16,9 @@ class VFSFile {
     func fileControl(_ op: Int32, _ argument: UnsafeMutableRawPointer?) -> Int32 { SQLITE_NOTFOUND }
     func sectorSize() -> Int32 { 4096 }
     func deviceCharacteristics() -> Int32 { 0 }
-    func shmMap(_ region: Int32, _ size: Int32, _ extend: Int32, _ out: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 { SQLITE_IOERR_SHMMAP }
+    func shmMap(
+        _ region: Int32, _ size: Int32, _ extend: Int32, _ out: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+    ) -> Int32 { SQLITE_IOERR_SHMMAP }
     func shmLock(_ offset: Int32, _ count: Int32, _ flags: Int32) -> Int32 { SQLITE_IOERR_SHMLOCK }
     func shmBarrier() {}
     func shmUnmap(_ delete: Int32) -> Int32 { SQLITE_OK }
@@ -59,11 +61,17 @@ class DiskFile: VFSFile {
     override func fileSize(_ out: UnsafeMutablePointer<sqlite3_int64>) -> Int32 { methods.xFileSize(real, out) }
     override func lock(_ level: Int32) -> Int32 { methods.xLock(real, level) }
     override func unlock(_ level: Int32) -> Int32 { methods.xUnlock(real, level) }
-    override func checkReservedLock(_ out: UnsafeMutablePointer<Int32>) -> Int32 { methods.xCheckReservedLock(real, out) }
-    override func fileControl(_ op: Int32, _ argument: UnsafeMutableRawPointer?) -> Int32 { methods.xFileControl(real, op, argument) }
+    override func checkReservedLock(_ out: UnsafeMutablePointer<Int32>) -> Int32 {
+        methods.xCheckReservedLock(real, out)
+    }
+    override func fileControl(_ op: Int32, _ argument: UnsafeMutableRawPointer?) -> Int32 {
+        methods.xFileControl(real, op, argument)
+    }
     override func sectorSize() -> Int32 { methods.xSectorSize(real) }
     override func deviceCharacteristics() -> Int32 { methods.xDeviceCharacteristics(real) }
-    override func shmMap(_ region: Int32, _ size: Int32, _ extend: Int32, _ out: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
+    override func shmMap(
+        _ region: Int32, _ size: Int32, _ extend: Int32, _ out: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+    ) -> Int32 {
         guard methods.iVersion >= 2, let map = methods.xShmMap else { return SQLITE_IOERR_SHMMAP }
         return map(real, region, size, extend, out)
     }
@@ -115,12 +123,14 @@ final class PageBuffer {
 extension UnsafeRawBufferPointer {
     var isAllZero: Bool { allSatisfy { $0 == 0 } }
     func bigEndianUInt32(at offset: Int) -> UInt32 {
-        UInt32(self[offset]) << 24 | UInt32(self[offset + 1]) << 16 | UInt32(self[offset + 2]) << 8 | UInt32(self[offset + 3])
+        UInt32(self[offset]) << 24 | UInt32(self[offset + 1]) << 16 | UInt32(self[offset + 2]) << 8
+            | UInt32(self[offset + 3])
     }
 }
 
 extension UnsafeRawBufferPointer {
     func littleEndianUInt32(at offset: Int) -> UInt32 {
-        UInt32(self[offset]) | UInt32(self[offset + 1]) << 8 | UInt32(self[offset + 2]) << 16 | UInt32(self[offset + 3]) << 24
+        UInt32(self[offset]) | UInt32(self[offset + 1]) << 8 | UInt32(self[offset + 2]) << 16 | UInt32(self[offset + 3])
+            << 24
     }
 }

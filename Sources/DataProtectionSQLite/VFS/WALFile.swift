@@ -1,5 +1,5 @@
-import Logging
 import GRDBSQLite
+import Logging
 
 /// The write-ahead log, in SQLCipher's layout: a 32-byte header, then frames of a 24-byte
 /// header and one sealed page.
@@ -58,15 +58,20 @@ final class WALFile: DiskFile {
         return (s1, s2)
     }
 
-    private func frameChain(header: UnsafeRawBufferPointer, page: UnsafeRawBufferPointer, bigEndianWords: Bool, previous: Chain) -> Chain {
-        Self.checksum(page, bigEndianWords: bigEndianWords,
-                      Self.checksum(UnsafeRawBufferPointer(rebasing: header[0..<8]), bigEndianWords: bigEndianWords, previous))
+    private func frameChain(
+        header: UnsafeRawBufferPointer, page: UnsafeRawBufferPointer, bigEndianWords: Bool, previous: Chain
+    ) -> Chain {
+        Self.checksum(
+            page, bigEndianWords: bigEndianWords,
+            Self.checksum(UnsafeRawBufferPointer(rebasing: header[0..<8]), bigEndianWords: bigEndianWords, previous))
     }
 
     /// The WAL header's word order and checksum, from disk.
     private func walHeader() -> (bigEndianWords: Bool, chain: Chain)? {
         var bytes = [UInt8](repeating: 0, count: 32)
-        guard bytes.withUnsafeMutableBytes({ rawRead($0.baseAddress!, count: 32, at: 0) }) == SQLITE_OK else { return nil }
+        guard bytes.withUnsafeMutableBytes({ rawRead($0.baseAddress!, count: 32, at: 0) }) == SQLITE_OK else {
+            return nil
+        }
         return bytes.withUnsafeBytes { b in ((b[3] & 1) == 1, (b.bigEndianUInt32(at: 24), b.bigEndianUInt32(at: 28))) }
     }
 
@@ -74,13 +79,20 @@ final class WALFile: DiskFile {
     private func storedChain(before frameStart: Int64) -> Chain? {
         if frameStart == Self.headerSize { return walHeader()?.chain }
         var bytes = [UInt8](repeating: 0, count: 8)
-        guard bytes.withUnsafeMutableBytes({ rawRead($0.baseAddress!, count: 8, at: frameStart - Int64(frameSize) + 16) }) == SQLITE_OK else { return nil }
+        guard
+            bytes.withUnsafeMutableBytes({ rawRead($0.baseAddress!, count: 8, at: frameStart - Int64(frameSize) + 16) })
+                == SQLITE_OK
+        else { return nil }
         return bytes.withUnsafeBytes { ($0.bigEndianUInt32(at: 0), $0.bigEndianUInt32(at: 4)) }
     }
 
     private static func store(_ chain: Chain, into header: UnsafeMutableRawBufferPointer) {
-        withUnsafeBytes(of: chain.0.bigEndian) { UnsafeMutableRawBufferPointer(rebasing: header[16..<20]).copyMemory(from: $0) }
-        withUnsafeBytes(of: chain.1.bigEndian) { UnsafeMutableRawBufferPointer(rebasing: header[20..<24]).copyMemory(from: $0) }
+        withUnsafeBytes(of: chain.0.bigEndian) {
+            UnsafeMutableRawBufferPointer(rebasing: header[16..<20]).copyMemory(from: $0)
+        }
+        withUnsafeBytes(of: chain.1.bigEndian) {
+            UnsafeMutableRawBufferPointer(rebasing: header[20..<24]).copyMemory(from: $0)
+        }
     }
 
     // MARK: - Writing
@@ -97,7 +109,10 @@ final class WALFile: DiskFile {
         let out = UnsafeMutableRawBufferPointer(rebasing: raw.bytes[0..<Self.frameHeaderSize])
         out.copyMemory(from: header)
         let sealed = UnsafeRawBufferPointer(rebasing: raw.readOnly[Self.frameHeaderSize...])
-        Self.store(frameChain(header: UnsafeRawBufferPointer(out), page: sealed, bigEndianWords: wal.bigEndianWords, previous: previous), into: out)
+        Self.store(
+            frameChain(
+                header: UnsafeRawBufferPointer(out), page: sealed, bigEndianWords: wal.bigEndianWords,
+                previous: previous), into: out)
         return rawWrite(raw.bytes.baseAddress!, count: withPage ? frameSize : Self.frameHeaderSize, at: frameStart)
     }
 
@@ -105,7 +120,9 @@ final class WALFile: DiskFile {
     private func flushPendingHeader() -> Int32 {
         guard let pending = pendingHeader else { return SQLITE_OK }
         pendingHeader = nil
-        let rc = rawRead(raw.bytes.baseAddress! + Self.frameHeaderSize, count: pageSize, at: pending.frameStart + Int64(Self.frameHeaderSize))
+        let rc = rawRead(
+            raw.bytes.baseAddress! + Self.frameHeaderSize, count: pageSize,
+            at: pending.frameStart + Int64(Self.frameHeaderSize))
         guard rc == SQLITE_OK else {
             CipherVFS.logger.error("WAL frame header at \(pending.frameStart) has no page to chain over")
             return SQLITE_IOERR_WRITE
@@ -134,8 +151,11 @@ final class WALFile: DiskFile {
                 plainChainCache = nil
                 if let pending = pendingHeader, pending.frameStart == frameStart {
                     pendingHeader = nil
-                    try cipher.seal(buffer, pgno: pending.bytes.withUnsafeBytes { $0.bigEndianUInt32(at: 0) }, into: sealedPage)
-                    return pending.bytes.withUnsafeBytes { writeFrame(header: $0, frameStart: frameStart, withPage: true) }
+                    try cipher.seal(
+                        buffer, pgno: pending.bytes.withUnsafeBytes { $0.bigEndianUInt32(at: 0) }, into: sealedPage)
+                    return pending.bytes.withUnsafeBytes {
+                        writeFrame(header: $0, frameStart: frameStart, withPage: true)
+                    }
                 }
                 // A page rewritten in place; SQLite rewrites the checksums after it.
                 guard let pgno = storedPageNumber(frameStart: frameStart) else { return SQLITE_IOERR_WRITE }
@@ -143,8 +163,12 @@ final class WALFile: DiskFile {
                 return rawWrite(sealedPage.baseAddress!, count: pageSize, at: offset)
             case (0, frameSize):
                 plainChainCache = nil
-                try cipher.seal(UnsafeRawBufferPointer(rebasing: buffer[headerSize...]), pgno: buffer.bigEndianUInt32(at: 0), into: sealedPage)
-                return writeFrame(header: UnsafeRawBufferPointer(rebasing: buffer[0..<headerSize]), frameStart: frameStart, withPage: true)
+                try cipher.seal(
+                    UnsafeRawBufferPointer(rebasing: buffer[headerSize...]), pgno: buffer.bigEndianUInt32(at: 0),
+                    into: sealedPage)
+                return writeFrame(
+                    header: UnsafeRawBufferPointer(rebasing: buffer[0..<headerSize]), frameStart: frameStart,
+                    withPage: true)
             default:
                 CipherVFS.logger.error("WAL write of \(buffer.count) bytes at \(offset) is not a frame, header or page")
                 return SQLITE_IOERR_WRITE
@@ -168,7 +192,9 @@ final class WALFile: DiskFile {
         if flushed != SQLITE_OK { return flushed }
         if offset < Self.headerSize {
             let rc = rawRead(buffer.baseAddress!, count: buffer.count, at: offset)
-            if rc == SQLITE_OK, offset == 0, buffer.count == Int(Self.headerSize), let evidence = headerTamperEvidence(UnsafeRawBufferPointer(buffer)) {
+            if rc == SQLITE_OK, offset == 0, buffer.count == Int(Self.headerSize),
+                let evidence = headerTamperEvidence(UnsafeRawBufferPointer(buffer))
+            {
                 context.recordFailure("WAL header: \(evidence)")
                 return SQLITE_IOERR_DATA
             }
@@ -185,7 +211,8 @@ final class WALFile: DiskFile {
             }
             let rc = rawRead(raw.bytes.baseAddress!, count: pageSize, at: offset)
             guard rc == SQLITE_OK else { buffer.initializeMemory(as: UInt8.self, repeating: 0); return rc }
-            guard cipher.open(UnsafeRawBufferPointer(rebasing: raw.readOnly[0..<pageSize]), pgno: pgno, into: buffer) else {
+            guard cipher.open(UnsafeRawBufferPointer(rebasing: raw.readOnly[0..<pageSize]), pgno: pgno, into: buffer)
+            else {
                 context.recordFailure("WAL frame at offset \(frameStart) (page \(pgno)) failed authentication")
                 return SQLITE_IOERR_DATA
             }
@@ -207,7 +234,9 @@ final class WALFile: DiskFile {
 
     /// Reads the frame at `frameStart` into `out` (frameSize bytes) as SQLite expects it:
     /// plaintext page, checksum chained over plaintext.
-    private func readWholeFrame(_ out: UnsafeMutableRawBufferPointer, frameStart: Int64, _ cipher: PageCipher.Session) -> Int32 {
+    private func readWholeFrame(
+        _ out: UnsafeMutableRawBufferPointer, frameStart: Int64, _ cipher: PageCipher.Session
+    ) -> Int32 {
         let headerSize = Self.frameHeaderSize
         let rc = rawRead(raw.bytes.baseAddress!, count: frameSize, at: frameStart)
         guard rc == SQLITE_OK else { out.initializeMemory(as: UInt8.self, repeating: 0); return rc }
@@ -215,17 +244,31 @@ final class WALFile: DiskFile {
         let header = UnsafeMutableRawBufferPointer(rebasing: out[0..<headerSize])
         header.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw.readOnly[0..<headerSize]))
         let sealed = UnsafeRawBufferPointer(rebasing: raw.readOnly[headerSize...])
-        let stored = (UnsafeRawBufferPointer(header).bigEndianUInt32(at: 16), UnsafeRawBufferPointer(header).bigEndianUInt32(at: 20))
-        let onDisk = frameChain(header: UnsafeRawBufferPointer(header), page: sealed, bigEndianWords: wal.bigEndianWords, previous: previous)
+        let stored = (
+            UnsafeRawBufferPointer(header).bigEndianUInt32(at: 16),
+            UnsafeRawBufferPointer(header).bigEndianUInt32(at: 20)
+        )
+        let onDisk = frameChain(
+            header: UnsafeRawBufferPointer(header), page: sealed, bigEndianWords: wal.bigEndianWords, previous: previous
+        )
         let page = UnsafeMutableRawBufferPointer(rebasing: out[headerSize...])
         guard onDisk == stored else {
             let pgno = UnsafeRawBufferPointer(header).bigEndianUInt32(at: 0)
             let macHolds = cipher.open(sealed, pgno: pgno, into: page)
             // Page 1's first 16 bytes are the database's salt, which the MAC does not cover.
-            let saltChanged = pgno == 1 && !cipher.keys.salt.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: sealed[0..<16]).elementsEqual($0) }
-            if let evidence = tamperEvidence(after: frameStart, storedChain: stored, computedChain: onDisk, macHolds: macHolds && !saltChanged, wal: wal) {
+            let saltChanged =
+                pgno == 1
+                && !cipher.keys.salt.withUnsafeBytes {
+                    UnsafeRawBufferPointer(rebasing: sealed[0..<16]).elementsEqual($0)
+                }
+            if let evidence = tamperEvidence(
+                after: frameStart, storedChain: stored, computedChain: onDisk, macHolds: macHolds && !saltChanged,
+                wal: wal)
+            {
                 page.initializeMemory(as: UInt8.self, repeating: 0)
-                context.recordFailure("WAL frame at offset \(frameStart): \(evidence); the frame after it continues the log, so this one was changed in place, not torn by a crash")
+                context.recordFailure(
+                    "WAL frame at offset \(frameStart): \(evidence); the frame after it continues the log, so this one was changed in place, not torn by a crash"
+                )
                 return SQLITE_IOERR_DATA
             }
             // The torn end of the log: make SQLite's own check fail here too.
@@ -240,12 +283,18 @@ final class WALFile: DiskFile {
         }
         // A frame that continues the chain was written in this log's generation, so its salts
         // are the header's; different salts were edited (the chain and MAC do not cover them).
-        if let salts = walSalts(), !UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(header)[8..<16]).elementsEqual(salts) {
+        if let salts = walSalts(),
+            !UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(header)[8..<16]).elementsEqual(salts)
+        {
             context.recordFailure("WAL frame at offset \(frameStart): its salts were changed")
             return SQLITE_IOERR_DATA
         }
-        guard let plainPrevious = plainChain(before: frameStart, cipher: cipher, wal: wal) else { return SQLITE_IOERR_READ }
-        let chain = frameChain(header: UnsafeRawBufferPointer(header), page: UnsafeRawBufferPointer(page), bigEndianWords: wal.bigEndianWords, previous: plainPrevious)
+        guard let plainPrevious = plainChain(before: frameStart, cipher: cipher, wal: wal) else {
+            return SQLITE_IOERR_READ
+        }
+        let chain = frameChain(
+            header: UnsafeRawBufferPointer(header), page: UnsafeRawBufferPointer(page),
+            bigEndianWords: wal.bigEndianWords, previous: plainPrevious)
         Self.store(chain, into: header)
         plainChainCache = (frameStart, chain)
         return SQLITE_OK
@@ -261,14 +310,17 @@ final class WALFile: DiskFile {
         let frame = UnsafeMutableRawBufferPointer.allocate(byteCount: frameSize, alignment: 16)
         defer { frame.deallocate() }
         for bigEndianWords in [(header[3] & 1) == 1, (header[3] & 1) == 0] {
-            let computed = Self.checksum(UnsafeRawBufferPointer(rebasing: header[0..<24]), bigEndianWords: bigEndianWords, (0, 0))
+            let computed = Self.checksum(
+                UnsafeRawBufferPointer(rebasing: header[0..<24]), bigEndianWords: bigEndianWords, (0, 0))
             if bigEndianWords == ((header[3] & 1) == 1), computed == stored { return nil }   // the header checks
             guard rawRead(frame.baseAddress!, count: frameSize, at: Self.headerSize) == SQLITE_OK else { return nil }
             let frameHeader = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(frame)[0..<Self.frameHeaderSize])
             let page = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(frame)[Self.frameHeaderSize...])
             let frameStored = (frameHeader.bigEndianUInt32(at: 16), frameHeader.bigEndianUInt32(at: 20))
             for start in [stored, computed]
-            where frameChain(header: frameHeader, page: page, bigEndianWords: bigEndianWords, previous: start) == frameStored {
+            where frameChain(header: frameHeader, page: page, bigEndianWords: bigEndianWords, previous: start)
+                == frameStored
+            {
                 return "its checksum does not match its fields, yet the first frame continues the log: it was changed"
             }
         }
@@ -278,7 +330,9 @@ final class WALFile: DiskFile {
     /// The WAL header's salts (bytes 16..<24).
     private func walSalts() -> [UInt8]? {
         var bytes = [UInt8](repeating: 0, count: 8)
-        guard bytes.withUnsafeMutableBytes({ rawRead($0.baseAddress!, count: 8, at: 16) }) == SQLITE_OK else { return nil }
+        guard bytes.withUnsafeMutableBytes({ rawRead($0.baseAddress!, count: 8, at: 16) }) == SQLITE_OK else {
+            return nil
+        }
         return bytes
     }
 
@@ -291,20 +345,29 @@ final class WALFile: DiskFile {
     /// changed; when the next frame continues the chain computed over this frame as it is, this
     /// frame's stored checksum was changed. (A frame left over from a rolled-back transaction
     /// continues the chain too, but its predecessor's page still authenticates, so no false alarm.)
-    private func tamperEvidence(after frameStart: Int64, storedChain: Chain, computedChain: Chain, macHolds: Bool,
-                                wal: (bigEndianWords: Bool, chain: Chain)) -> String? {
+    private func tamperEvidence(
+        after frameStart: Int64, storedChain: Chain, computedChain: Chain, macHolds: Bool,
+        wal: (bigEndianWords: Bool, chain: Chain)
+    ) -> String? {
         guard let salts = walSalts() else { return nil }
         let next = UnsafeMutableRawBufferPointer.allocate(byteCount: frameSize, alignment: 16)
         defer { next.deallocate() }
-        guard rawRead(next.baseAddress!, count: frameSize, at: frameStart + Int64(frameSize)) == SQLITE_OK else { return nil }
+        guard rawRead(next.baseAddress!, count: frameSize, at: frameStart + Int64(frameSize)) == SQLITE_OK else {
+            return nil
+        }
         let nextHeader = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(next)[0..<Self.frameHeaderSize])
         let nextPage = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(next)[Self.frameHeaderSize...])
         guard UnsafeRawBufferPointer(rebasing: nextHeader[8..<16]).elementsEqual(salts) else { return nil }
         let nextStored = (nextHeader.bigEndianUInt32(at: 16), nextHeader.bigEndianUInt32(at: 20))
-        if !macHolds, frameChain(header: nextHeader, page: nextPage, bigEndianWords: wal.bigEndianWords, previous: storedChain) == nextStored {
+        if !macHolds,
+            frameChain(header: nextHeader, page: nextPage, bigEndianWords: wal.bigEndianWords, previous: storedChain)
+                == nextStored
+        {
             return "its page or page number was changed"
         }
-        if frameChain(header: nextHeader, page: nextPage, bigEndianWords: wal.bigEndianWords, previous: computedChain) == nextStored {
+        if frameChain(header: nextHeader, page: nextPage, bigEndianWords: wal.bigEndianWords, previous: computedChain)
+            == nextStored
+        {
             return "its checksum was changed"
         }
         return nil
@@ -312,7 +375,9 @@ final class WALFile: DiskFile {
 
     /// SQLite's (plaintext) chain up to the frame before `frameStart`: from the cache when SQLite
     /// reads frames in order, else recomputed from the start of the log.
-    private func plainChain(before frameStart: Int64, cipher: PageCipher.Session, wal: (bigEndianWords: Bool, chain: Chain)) -> Chain? {
+    private func plainChain(
+        before frameStart: Int64, cipher: PageCipher.Session, wal: (bigEndianWords: Bool, chain: Chain)
+    ) -> Chain? {
         if frameStart == Self.headerSize { return wal.chain }
         if let cached = plainChainCache, cached.frameStart == frameStart - Int64(frameSize) { return cached.chain }
         var chain = wal.chain
@@ -321,9 +386,13 @@ final class WALFile: DiskFile {
         while position < frameStart {
             guard rawRead(raw.bytes.baseAddress!, count: frameSize, at: position) == SQLITE_OK else { return nil }
             let pgno = raw.readOnly.bigEndianUInt32(at: 0)
-            guard cipher.open(UnsafeRawBufferPointer(rebasing: raw.readOnly[headerSize...]), pgno: pgno, into: plain.bytes) else { return nil }
-            chain = frameChain(header: UnsafeRawBufferPointer(rebasing: raw.readOnly[0..<headerSize]), page: plain.readOnly,
-                               bigEndianWords: wal.bigEndianWords, previous: chain)
+            guard
+                cipher.open(
+                    UnsafeRawBufferPointer(rebasing: raw.readOnly[headerSize...]), pgno: pgno, into: plain.bytes)
+            else { return nil }
+            chain = frameChain(
+                header: UnsafeRawBufferPointer(rebasing: raw.readOnly[0..<headerSize]), page: plain.readOnly,
+                bigEndianWords: wal.bigEndianWords, previous: chain)
             position += Int64(frameSize)
         }
         return chain

@@ -4,6 +4,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,11 +31,12 @@ extension CurrentApp {
     ///   directory, a link…), `.protectedDataUnavailable` when the file's class is locked,
     ///   `.brokerUnavailable` when the supervisor offers no sharing.
     public func open(_ url: URL, in recipient: String, name: String? = nil) async throws {
-        try await ask(SharingProtocol.request(.openIn) { w in
-            SharingProtocol.string(&w, recipient)
-            SharingProtocol.string(&w, url.path)
-            SharingProtocol.string(&w, name ?? "")
-        })
+        try await ask(
+            SharingProtocol.request(.openIn) { w in
+                SharingProtocol.string(&w, recipient)
+                SharingProtocol.string(&w, url.path)
+                SharingProtocol.string(&w, name ?? "")
+            })
     }
 
     /// Shares `url` (a file of this app's container) with `recipient`, as a Share extension
@@ -42,25 +44,29 @@ extension CurrentApp {
     /// recipient reads a **snapshot** taken now, so later writes here stay private; `live: true`
     /// lets it see them (a known pitfall, made an explicit choice).
     public func share(_ url: URL, with recipient: String, live: Bool = false) async throws {
-        try await ask(SharingProtocol.request(.share) { w in
-            SharingProtocol.string(&w, recipient)
-            SharingProtocol.string(&w, url.path)
-            w.u8(live ? 1 : 0)
-        })
+        try await ask(
+            SharingProtocol.request(.share) { w in
+                SharingProtocol.string(&w, recipient)
+                SharingProtocol.string(&w, url.path)
+                w.u8(live ? 1 : 0)
+            })
     }
 
     /// Grants `recipient` `capabilities` on an item of this app's container — what a File
     /// Provider extension does, but the capabilities are enforced (a read-only grant hands out
     /// read-only descriptors). Returns the grant's ID. Not the Inbox, not the metadata.
-    public func grant(_ url: URL, to recipient: String, capabilities: GrantCapabilities, expiresAfter: TimeInterval? = nil,
-                      persistent: Bool = false) async throws -> UUID {
-        let answer = try await ask(SharingProtocol.request(.grant) { w in
-            SharingProtocol.string(&w, recipient)
-            SharingProtocol.string(&w, url.path)
-            w.u8(capabilities.rawValue)
-            w.u32(UInt32(clamping: Int(expiresAfter.map { max(1, $0.rounded(.up)) } ?? 0)))
-            w.u8(persistent ? 1 : 0)
-        })
+    public func grant(
+        _ url: URL, to recipient: String, capabilities: GrantCapabilities, expiresAfter: TimeInterval? = nil,
+        persistent: Bool = false
+    ) async throws -> UUID {
+        let answer = try await ask(
+            SharingProtocol.request(.grant) { w in
+                SharingProtocol.string(&w, recipient)
+                SharingProtocol.string(&w, url.path)
+                w.u8(capabilities.rawValue)
+                w.u32(UInt32(clamping: Int(expiresAfter.map { max(1, $0.rounded(.up)) } ?? 0)))
+                w.u8(persistent ? 1 : 0)
+            })
         guard answer.count == 16 else { throw SharingError.brokerUnavailable }
         return UUID(bytes: answer)
     }
@@ -70,10 +76,14 @@ extension CurrentApp {
     @discardableResult
     func ask(_ request: [UInt8], timeout: Int = 600) async throws -> [UInt8] {
         try await Task.detached { [self] in
-            guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else { throw SharingError.brokerUnavailable }
+            guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else {
+                throw SharingError.brokerUnavailable
+            }
             defer { try? channel.close() }
             UnixSocket.setTimeouts(channel.rawValue, seconds: timeout)
-            guard (try? IPCFrame.write(channel.rawValue, request)) != nil, let answer = try? IPCFrame.read(channel.rawValue) else {
+            guard (try? IPCFrame.write(channel.rawValue, request)) != nil,
+                let answer = try? IPCFrame.read(channel.rawValue)
+            else {
                 throw SharingError.brokerUnavailable
             }
             if let error = try SharingProtocol.outcome(answer) { throw error }
@@ -97,7 +107,9 @@ extension CurrentApp {
     }
 
     /// Events of the kinds in `mask`, parsed by `parse`, until the supervisor ends.
-    private func subscription<Element: Sendable>(_ mask: UInt8, _ parse: @escaping @Sendable ([UInt8]) -> Element?) -> AsyncStream<Element> {
+    private func subscription<Element: Sendable>(
+        _ mask: UInt8, _ parse: @escaping @Sendable ([UInt8]) -> Element?
+    ) -> AsyncStream<Element> {
         AsyncStream { continuation in
             guard let channel = openServiceChannel(SharingProtocol.serviceIdentifier) else {
                 continuation.finish()
@@ -105,8 +117,11 @@ extension CurrentApp {
             }
             let thread = Thread {
                 defer { try? channel.close(); continuation.finish() }
-                guard (try? IPCFrame.write(channel.rawValue, SharingProtocol.request(.subscribe) { $0.u8(mask) })) != nil,
-                      let first = try? IPCFrame.read(channel.rawValue), (try? SharingProtocol.outcome(first)) == .some(nil) else { return }
+                guard
+                    (try? IPCFrame.write(channel.rawValue, SharingProtocol.request(.subscribe) { $0.u8(mask) })) != nil,
+                    let first = try? IPCFrame.read(channel.rawValue),
+                    (try? SharingProtocol.outcome(first)) == .some(nil)
+                else { return }
                 while let frame = try? IPCFrame.read(channel.rawValue), let element = parse(frame) {
                     if case .terminated = continuation.yield(element) { return }
                 }
@@ -127,9 +142,11 @@ public struct OpenedURL: Sendable, Equatable {
 
     init?(event frame: [UInt8]) {
         var r = ByteReader(frame)
-        guard (try? r.u8("version")) == SharingProtocol.version, (try? r.u8("status")) == SharingProtocol.Status.event.rawValue,
-              (try? r.u8("kind")) == SharingProtocol.EventKind.opened.rawValue,
-              let path = try? SharingProtocol.string(&r, "path"), let sender = try? SharingProtocol.string(&r, "sender") else { return nil }
+        guard (try? r.u8("version")) == SharingProtocol.version,
+            (try? r.u8("status")) == SharingProtocol.Status.event.rawValue,
+            (try? r.u8("kind")) == SharingProtocol.EventKind.opened.rawValue,
+            let path = try? SharingProtocol.string(&r, "path"), let sender = try? SharingProtocol.string(&r, "sender")
+        else { return nil }
         url = URL(fileURLWithPath: path)
         self.sender = sender
     }

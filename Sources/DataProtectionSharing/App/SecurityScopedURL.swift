@@ -6,6 +6,7 @@ import DataProtectionSystem
 import Foundation
 import Synchronization
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -74,9 +75,12 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     /// A shared item from its event (FORMAT.md §11.4).
     init?(sharedEvent frame: [UInt8], app: CurrentApp) {
         var r = ByteReader(frame)
-        guard (try? r.u8("version")) == SharingProtocol.version, (try? r.u8("status")) == SharingProtocol.Status.event.rawValue,
-              (try? r.u8("kind")) == SharingProtocol.EventKind.shared.rawValue, let id = try? SharingProtocol.uuid(&r),
-              let sender = try? SharingProtocol.string(&r, "sender"), let location = try? SharingProtocol.string(&r, "location") else { return nil }
+        guard (try? r.u8("version")) == SharingProtocol.version,
+            (try? r.u8("status")) == SharingProtocol.Status.event.rawValue,
+            (try? r.u8("kind")) == SharingProtocol.EventKind.shared.rawValue, let id = try? SharingProtocol.uuid(&r),
+            let sender = try? SharingProtocol.string(&r, "sender"),
+            let location = try? SharingProtocol.string(&r, "location")
+        else { return nil }
         self.id = id
         url = URL(fileURLWithPath: location)
         provider = sender
@@ -110,11 +114,13 @@ public final class SecurityScopedURL: Sendable, Identifiable {
                 w.u8(0)
                 SharingProtocol.string(&w, "")
             }
-            let both = IPCFrame.header(start.count) + start + IPCFrame.header(open.count) + open   // one send, one wake-up
+            // one send, one wake-up
+            let both = IPCFrame.header(start.count) + start + IPCFrame.header(open.count) + open
             var opening = AccessChannel(fd)
             guard (try? IPCFrame.sendBytes(fd.rawValue, both)) != nil,
-                  let answer = try? opening.reader.frame(), let opened = try? opening.reader.frame(),
-                  (try? SharingProtocol.outcome(answer)) == .some(nil) else {
+                let answer = try? opening.reader.frame(), let opened = try? opening.reader.frame(),
+                (try? SharingProtocol.outcome(answer)) == .some(nil)
+            else {
                 opening.close()
                 return false
             }
@@ -132,10 +138,15 @@ public final class SecurityScopedURL: Sendable, Identifiable {
 
     /// Ends access: no new descriptor is handed out until access starts again.
     public func stopAccessingSecurityScopedResource() {
-        if let unused = prefetched.withLock({ fd -> FileDescriptor? in defer { fd = nil }; return fd }) { try? unused.close() }
+        if let unused = prefetched.withLock({ fd -> FileDescriptor? in
+            defer { fd = nil }; return fd
+        }) {
+            try? unused.close()
+        }
         channel.withLock { current in
             guard var open = current else { return }
-            _ = try? IPCFrame.write(open.fd.rawValue, SharingProtocol.request(.stopAccess) { SharingProtocol.uuid(&$0, id) })
+            _ = try? IPCFrame.write(
+                open.fd.rawValue, SharingProtocol.request(.stopAccess) { SharingProtocol.uuid(&$0, id) })
             open.close()
             current = nil
         }
@@ -144,7 +155,11 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     /// A descriptor of the item (or of `subpath` below a granted directory), from the broker.
     /// - Throws: ``SharingError/accessNotStarted(_:)``, `.notGranted`, `.grantExpired`, `.refused`…
     public func openDescriptor(forWriting: Bool = false, subpath: String = "") throws -> FileDescriptor {
-        if !forWriting, subpath.isEmpty, let ready = prefetched.withLock({ fd -> FileDescriptor? in defer { fd = nil }; return fd }) {
+        if !forWriting, subpath.isEmpty,
+            let ready = prefetched.withLock({ fd -> FileDescriptor? in
+                defer { fd = nil }; return fd
+            })
+        {
             return ready
         }
         let (_, descriptor) = try request(.open, withDescriptor: true) { w in
@@ -157,17 +172,23 @@ public final class SecurityScopedURL: Sendable, Identifiable {
 
     /// Sends a request on the access channel; returns the `ok` answer's bytes after the status,
     /// and the descriptor that follows it when `withDescriptor`.
-    private func request(_ op: SharingProtocol.Op, withDescriptor: Bool = false, _ body: (inout ByteWriter) -> Void) throws -> ([UInt8], FileDescriptor?) {
+    private func request(
+        _ op: SharingProtocol.Op, withDescriptor: Bool = false, _ body: (inout ByteWriter) -> Void
+    ) throws -> ([UInt8], FileDescriptor?) {
         try channel.withLock { current in
             guard current != nil else { throw SharingError.accessNotStarted(id) }
             let frame = SharingProtocol.request(op) { w in
                 SharingProtocol.uuid(&w, id)
                 body(&w)
             }
-            guard (try? IPCFrame.write(current!.fd.rawValue, frame)) != nil, let answer = try? current!.reader.frame(), answer.count >= 2 else {
+            guard (try? IPCFrame.write(current!.fd.rawValue, frame)) != nil, let answer = try? current!.reader.frame(),
+                answer.count >= 2
+            else {
                 throw SharingError.brokerUnavailable
             }
-            if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) { throw error }
+            if answer[1] != SharingProtocol.Status.ok.rawValue, let error = try SharingProtocol.outcome(answer) {
+                throw error
+            }
             guard withDescriptor else { return (Array(answer.dropFirst(2)), nil) }
             guard let descriptor = try? current!.reader.descriptor() else {
                 throw SharingError.brokerUnavailable
@@ -186,9 +207,13 @@ public final class SecurityScopedURL: Sendable, Identifiable {
     /// one); needs `.addingSubItems`. The class is the provider's directory's.
     public func createFile(_ subpath: String, contents data: Data) async throws {
         let (answer, descriptor) = try request(.create, withDescriptor: true) { SharingProtocol.string(&$0, subpath) }
-        guard let descriptor, answer.count == 1, let cls = ProtectionClass(rawValue: answer[0]) else { throw SharingError.brokerUnavailable }
+        guard let descriptor, answer.count == 1, let cls = ProtectionClass(rawValue: answer[0]) else {
+            throw SharingError.brokerUnavailable
+        }
         defer { try? descriptor.close() }
-        try await Self.fill(try await app.files.createFile(in: descriptor, url: url.appendingPathComponent(subpath), protection: cls), with: data)
+        try await Self.fill(
+            try await app.files.createFile(in: descriptor, url: url.appendingPathComponent(subpath), protection: cls),
+            with: data)
     }
 
     /// Writes `data` as the whole content through `handle`, flushes and closes it.
@@ -273,11 +298,14 @@ extension CurrentApp {
     /// The granted item a bookmark names, as `URL(resolvingBookmarkData:options:relativeTo:bookmarkDataIsStale:)`
     /// does: `isStale` is set when the item moved (make and keep a new bookmark).
     /// - Throws: ``SharingError``: the grant was revoked, expired, was never this app's, or its item is gone.
-    public func resolveBookmark(_ data: Data, bookmarkDataIsStale isStale: inout Bool) async throws -> SecurityScopedURL {
-        guard let record = try? PropertyListDecoder().decode(BookmarkRecord.self, from: data), record.version == 1 else {
+    public func resolveBookmark(_ data: Data, bookmarkDataIsStale isStale: inout Bool) async throws -> SecurityScopedURL
+    {
+        guard let record = try? PropertyListDecoder().decode(BookmarkRecord.self, from: data), record.version == 1
+        else {
             throw SharingError.refused("this is not bookmark data")
         }
-        let answer = try await ask(SharingProtocol.request(.resolve) { SharingProtocol.uuid(&$0, record.grant) }, timeout: 30)
+        let answer = try await ask(
+            SharingProtocol.request(.resolve) { SharingProtocol.uuid(&$0, record.grant) }, timeout: 30)
         guard answer.count > 1 else { throw SharingError.brokerUnavailable }
         let granted = try PropertyListDecoder().decode(GrantedItemRecord.self, from: Data(answer.dropFirst()))
         let (stale, item) = (answer[0] == 1, SecurityScopedURL(granted, app: self))
@@ -288,6 +316,8 @@ extension CurrentApp {
     /// The items other apps granted this one (not expired), oldest first.
     public func grantedItems() async throws -> [SecurityScopedURL] {
         let answer = try await ask(SharingProtocol.request(.list), timeout: 30)
-        return try PropertyListDecoder().decode([GrantedItemRecord].self, from: Data(answer)).map { SecurityScopedURL($0, app: self) }
+        return try PropertyListDecoder().decode([GrantedItemRecord].self, from: Data(answer)).map {
+            SecurityScopedURL($0, app: self)
+        }
     }
 }

@@ -17,7 +17,9 @@ public struct Delivery: Codable, Sendable, Equatable {
     public var sender: String
     public var date: Date
 
-    enum CodingKeys: String, CodingKey { case version = "Version", kind = "Kind", name = "Name", sender = "Sender", date = "Date" }
+    enum CodingKeys: String, CodingKey {
+        case version = "Version", kind = "Kind", name = "Name", sender = "Sender", date = "Date"
+    }
 }
 
 /// The queue of one app's deliveries: one property-list file each, written atomically under a
@@ -37,7 +39,9 @@ struct DeliveryQueue: Sendable {
     func requireRoom(from sender: AppIdentifier, to recipient: AppIdentifier) throws {
         let waiting = pending().filter { $0.delivery.sender == sender.rawValue }.count
         guard waiting < Self.limitPerSender else {
-            throw SharingError.refused("\(recipient) has \(waiting) items from \(sender) it has not received yet (at most \(Self.limitPerSender)): nothing was sent")
+            throw SharingError.refused(
+                "\(recipient) has \(waiting) items from \(sender) it has not received yet (at most \(Self.limitPerSender)): nothing was sent"
+            )
         }
     }
 
@@ -45,7 +49,9 @@ struct DeliveryQueue: Sendable {
     func enqueue(_ delivery: Delivery) throws {
         try makeSharingDirectory(directory)
         let bytes = try binaryPropertyList(delivery)
-        let name = String(format: "%020llu", UInt64(delivery.date.timeIntervalSince1970 * 1_000_000_000)) + "-" + UUID().uuidString + ".plist"
+        let name =
+            String(format: "%020llu", UInt64(delivery.date.timeIntervalSince1970 * 1_000_000_000)) + "-"
+            + UUID().uuidString + ".plist"
         try POSIXFile.writeAtomically(directory + "/" + name, bytes, permissions: .init(rawValue: 0o600))
     }
 
@@ -55,7 +61,9 @@ struct DeliveryQueue: Sendable {
         guard let names = try? POSIXFile.directoryEntries(directory) else { return [] }
         return names.filter { !$0.hasPrefix(".") && $0.hasSuffix(".plist") }.sorted().compactMap { name in
             guard let bytes = try? POSIXFile.readRegularFile(directory + "/" + name, maxSize: 64 << 10),
-                  let delivery = try? PropertyListDecoder().decode(Delivery.self, from: Data(bytes)), delivery.version == 1 else { return nil }
+                let delivery = try? PropertyListDecoder().decode(Delivery.self, from: Data(bytes)),
+                delivery.version == 1
+            else { return nil }
             return (name, delivery)
         }
     }
@@ -65,7 +73,10 @@ struct DeliveryQueue: Sendable {
     /// claimed, not gone. `nil` when another subscriber claimed it first.
     func claim(_ record: String) -> String? {
         let claimed = record + ".sending-" + Self.processTag
-        guard (try? POSIXFile.call("rename", directory + "/" + record, directory + "/" + claimed) { rename($0, $1) }) != nil else { return nil }
+        guard
+            (try? POSIXFile.call("rename", directory + "/" + record, directory + "/" + claimed) { rename($0, $1) })
+                != nil
+        else { return nil }
         return claimed
     }
 
@@ -83,7 +94,9 @@ struct DeliveryQueue: Sendable {
             guard let range = name.range(of: ".plist.sending-", options: .backwards) else { continue }
             let tag = String(name[range.upperBound...])
             let parts = tag.split(separator: "-")
-            guard parts.count == 2, let pid = Int32(parts[0]), tag != Self.processTag, Self.tag(of: pid) != tag else { continue }
+            guard parts.count == 2, let pid = Int32(parts[0]), tag != Self.processTag, Self.tag(of: pid) != tag else {
+                continue
+            }
             release(name)
         }
     }

@@ -37,12 +37,16 @@ public struct InboxName: Sendable, Equatable {
     /// Cleans a display name; U+FFFD (what undecodable bytes became on the way) turns into `_`.
     public init(_ displayName: String) {
         var scalars = String.UnicodeScalarView()
-        for scalar in displayName.unicodeScalars where !Self.isRemoved(scalar) { scalars.append(Self.isReplaced(scalar) ? "_" : scalar) }
+        for scalar in displayName.unicodeScalars where !Self.isRemoved(scalar) {
+            scalars.append(Self.isReplaced(scalar) ? "_" : scalar)
+        }
         var name = String(scalars)
         while name.contains("..") { name = name.replacingOccurrences(of: "..", with: "") }
         // Leading dots, spaces and combining marks go by code point: "." + U+0301 is one
         // Character, and must not keep the name hidden.
-        name = String(String.UnicodeScalarView(name.unicodeScalars.drop { $0 == "." || $0.properties.isWhitespace || Self.isMark($0) }))
+        name = String(
+            String.UnicodeScalarView(
+                name.unicodeScalars.drop { $0 == "." || $0.properties.isWhitespace || Self.isMark($0) }))
         while let last = name.last, last == "." || last.isWhitespace { name.removeLast() }
         if name.isEmpty { name = Self.placeholder }
 
@@ -71,9 +75,9 @@ public struct InboxName: Sendable, Equatable {
 
     private static func isRemoved(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
-        case 0x00...0x1F, 0x7F...0x9F: return true                     // control characters
-        case 0x2F, 0x5C: return true                                   // "/" and "\"
-        case 0x2028, 0x2029: return true                               // line and paragraph separators
+        case 0x00...0x1F, 0x7F...0x9F: return true   // control characters
+        case 0x2F, 0x5C: return true   // "/" and "\"
+        case 0x2028, 0x2029: return true   // line and paragraph separators
         default: return scalar.properties.generalCategory == .format   // bidirectional controls, zero-width, BOM…
         }
     }
@@ -81,7 +85,8 @@ public struct InboxName: Sendable, Equatable {
     /// Private-use code points (which `LosslessPath` uses for raw bytes: the name on disk would
     /// not be the path the recipient is given), noncharacters and U+FFFD become `_`.
     private static func isReplaced(_ scalar: Unicode.Scalar) -> Bool {
-        scalar == "\u{FFFD}" || scalar.properties.generalCategory == .privateUse || scalar.properties.isNoncharacterCodePoint
+        scalar == "\u{FFFD}" || scalar.properties.generalCategory == .privateUse
+            || scalar.properties.isNoncharacterCodePoint
     }
 
     private static func isMark(_ scalar: Unicode.Scalar) -> Bool {

@@ -4,6 +4,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -59,36 +60,44 @@ public struct SharingBroker: Sendable {
     ///   ``ProtectedFileError/unavailable(path:protectionClass:lockState:writing:)`` when the
     ///   source's class is locked (a class-A file while the device is locked: nothing is copied);
     ///   ``ContainerError/unknownApp(_:)``.
-    public func openIn(_ path: String, from sender: AppIdentifier, to recipient: AppIdentifier,
-                       displayName: String? = nil) async throws -> OpenInCopy {
+    public func openIn(
+        _ path: String, from sender: AppIdentifier, to recipient: AppIdentifier,
+        displayName: String? = nil
+    ) async throws -> OpenInCopy {
         guard sender != recipient else { throw SharingError.sameApp(sender) }
         let from = try manager.app(sender)
         let to = try manager.app(recipient)
         try manager.layout.prepareSharing()
         let source = try openItem(path, in: from, flags: O_RDONLY | O_NONBLOCK)
         defer { try? source.descriptor.close() }
-        try BeneathOpen.requireSingleRegularFile(try BeneathOpen.status(source.descriptor, path: source.path), path: source.path)
+        try BeneathOpen.requireSingleRegularFile(
+            try BeneathOpen.status(source.descriptor, path: source.path), path: source.path)
 
         let root = try BeneathOpen.directory(to.url.path)
         defer { try? root.close() }
-        let inbox = try BeneathOpen.open(to.inboxStorage.lastPathComponent, beneath: root, flags: O_RDONLY | O_DIRECTORY,
-                                         path: to.inboxStorage.path)
+        let inbox = try BeneathOpen.open(
+            to.inboxStorage.lastPathComponent, beneath: root, flags: O_RDONLY | O_DIRECTORY,
+            path: to.inboxStorage.path)
         defer { try? inbox.close() }
         let queue = DeliveryQueue(layout: manager.layout, app: to.uuid)
         try queue.requireRoom(from: sender, to: recipient)
         if let held = try? POSIXFile.directoryEntries(to.inboxStorage.path).count, held >= Self.inboxLimit {
-            throw SharingError.refused("\(recipient)'s Inbox holds \(held) files (at most \(Self.inboxLimit)) until it removes some: nothing was sent")
+            throw SharingError.refused(
+                "\(recipient)'s Inbox holds \(held) files (at most \(Self.inboxLimit)) until it removes some: nothing was sent"
+            )
         }
         let name = InboxName(displayName ?? (source.path as NSString).lastPathComponent)
         let fileName: String, cls: ProtectionClass
         do {
-            (fileName, cls) = try await files.copyFile(from: source.descriptor, sourceURL: URL(fileURLWithPath: source.path),
-                                                       into: inbox, directoryURL: to.inboxStorage,
-                                                       protection: to.defaultProtection, names: name.candidate)
+            (fileName, cls) = try await files.copyFile(
+                from: source.descriptor, sourceURL: URL(fileURLWithPath: source.path),
+                into: inbox, directoryURL: to.inboxStorage,
+                protection: to.defaultProtection, names: name.candidate)
         } catch ProtectedFileError.fileSystem(let error) where error.errno == .resourceBusy {
             throw SharingError.refusedItem(path: source.path, reason: "changed size while it was being copied")
         } catch ProtectedFileError.fileSystem(let error) where error.errno == .noSpace {
-            throw SharingError.refused("\(recipient) has no room for \(name.candidate(1)) (the disk would be nearly full): nothing was copied")
+            throw SharingError.refused(
+                "\(recipient) has no room for \(name.candidate(1)) (the disk would be nearly full): nothing was copied")
         }
         try queue.enqueue(Delivery(kind: .openIn, name: fileName, sender: sender.rawValue, date: Date()))
         return OpenInCopy(recipient: recipient, url: to.inbox.appendingPathComponent(fileName), protection: cls)
@@ -109,8 +118,10 @@ public struct SharingBroker: Sendable {
 
     /// Opens `path` beneath the container of `app` (or of one of its groups) it is in.
     /// With `servedPath`, opened where the protected file system serves the container.
-    func openItem(_ path: String, in app: AppContainer, flags: Int32,
-                  servedPath: (@Sendable (String) -> String)? = nil) throws -> (descriptor: FileDescriptor, path: String) {
+    func openItem(
+        _ path: String, in app: AppContainer, flags: Int32,
+        servedPath: (@Sendable (String) -> String)? = nil
+    ) throws -> (descriptor: FileDescriptor, path: String) {
         let (base, relative) = try locate(path, in: app)
         let directory = try BeneathOpen.directory(servedPath?(base) ?? base)
         defer { try? directory.close() }
@@ -128,7 +139,9 @@ public struct SharingBroker: Sendable {
         let bases = [app.url.path] + app.groups.compactMap { try? manager.group($0).url.path }
         for base in bases {
             let prefix = Array(base.unicodeScalars)
-            if scalars == prefix || (scalars.starts(with: prefix) && scalars.count > prefix.count && scalars[prefix.count] == "/") {
+            if scalars == prefix
+                || (scalars.starts(with: prefix) && scalars.count > prefix.count && scalars[prefix.count] == "/")
+            {
                 return (base, Self.trimmed(scalars[prefix.count...]))
             }
         }

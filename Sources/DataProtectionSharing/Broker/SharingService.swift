@@ -6,6 +6,7 @@ import DataProtectionSystem
 import Foundation
 import Logging
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -49,7 +50,9 @@ public struct SharingService: AppSupervisorService {
         while let frame = try? requests.frame() {
             answers.requestBuffered = requests.hasBufferedBytes
             var r = ByteReader(frame)
-            guard (try? r.u8("version")) == SharingProtocol.version, let raw = try? r.u8("op"), let op = SharingProtocol.Op(rawValue: raw) else {
+            guard (try? r.u8("version")) == SharingProtocol.version, let raw = try? r.u8("op"),
+                let op = SharingProtocol.Op(rawValue: raw)
+            else {
                 logger.info("closing \(app.identifier)'s sharing channel: malformed request")
                 return
             }
@@ -57,35 +60,50 @@ public struct SharingService: AppSupervisorService {
             if op != .open { session.clearPipelinedCheck() }
             switch op {
             case .openIn:
-                guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
-                      let name = try? SharingProtocol.string(&r, "name"), r.remaining == 0 else { return }
+                guard let target = try? SharingProtocol.string(&r, "target"),
+                    let path = try? SharingProtocol.string(&r, "path"),
+                    let name = try? SharingProtocol.string(&r, "name"), r.remaining == 0
+                else { return }
                 let answer = outcome { () async throws -> Void in
-                    _ = try await broker.openIn(path, from: app.identifier, to: try AppIdentifier(target), displayName: name.isEmpty ? nil : name)
+                    _ = try await broker.openIn(
+                        path, from: app.identifier, to: try AppIdentifier(target),
+                        displayName: name.isEmpty ? nil : name)
                 }
                 guard (try? answers.send(answer)) != nil else { return }
             case .subscribe:
                 let mask = r.remaining == 1 ? (try? r.u8("kinds")) ?? 0 : SharingProtocol.openedMask
                 // Nothing may follow a subscription: the channel carries events from here on.
                 guard r.remaining == 0, mask != 0, !requests.hasBufferedBytes,
-                      (try? answers.send(SharingProtocol.ok)) != nil, (try? answers.flush()) != nil else { return }
+                    (try? answers.send(SharingProtocol.ok)) != nil, (try? answers.flush()) != nil
+                else { return }
                 var kinds: Set<Delivery.Kind> = []
                 if mask & SharingProtocol.openedMask != 0 { kinds.insert(.openIn) }
                 if mask & SharingProtocol.sharedMask != 0 { kinds.insert(.share) }
                 deliver(kinds, to: fd, app: app)
                 return
             case .share:
-                guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
-                      let live = try? r.u8("live"), live <= 1, r.remaining == 0 else { return }
-                let answer = outcome { _ = try broker.share(path, from: app.identifier, with: try AppIdentifier(target), live: live == 1) }
+                guard let target = try? SharingProtocol.string(&r, "target"),
+                    let path = try? SharingProtocol.string(&r, "path"),
+                    let live = try? r.u8("live"), live <= 1, r.remaining == 0
+                else { return }
+                let answer = outcome {
+                    _ = try broker.share(path, from: app.identifier, with: try AppIdentifier(target), live: live == 1)
+                }
                 guard (try? answers.send(answer)) != nil else { return }
             case .grant:
-                guard let target = try? SharingProtocol.string(&r, "target"), let path = try? SharingProtocol.string(&r, "path"),
-                      let raw = try? r.u8("capabilities"), let lifetime = try? r.u32("lifetime"), let persistent = try? r.u8("persistent"),
-                      persistent <= 1, r.remaining == 0 else { return }
+                guard let target = try? SharingProtocol.string(&r, "target"),
+                    let path = try? SharingProtocol.string(&r, "path"),
+                    let raw = try? r.u8("capabilities"), let lifetime = try? r.u32("lifetime"),
+                    let persistent = try? r.u8("persistent"),
+                    persistent <= 1, r.remaining == 0
+                else { return }
                 var made: Grant?
                 let answer = outcome {
-                    made = try broker.grant(path, from: app.identifier, to: try AppIdentifier(target), capabilities: GrantCapabilities(rawValue: raw & 0x3F),
-                                            expiresAfter: lifetime == 0 ? nil : TimeInterval(lifetime), persistent: persistent == 1, by: .providingApp)
+                    made = try broker.grant(
+                        path, from: app.identifier, to: try AppIdentifier(target),
+                        capabilities: GrantCapabilities(rawValue: raw & 0x3F),
+                        expiresAfter: lifetime == 0 ? nil : TimeInterval(lifetime), persistent: persistent == 1,
+                        by: .providingApp)
                 }
                 var reply = ByteWriter()
                 reply.raw(answer)
@@ -110,34 +128,45 @@ public struct SharingService: AppSupervisorService {
                 guard (try? answers.send(answer)) != nil else { return }
             case .open:
                 guard let id = try? SharingProtocol.uuid(&r), let mode = try? r.u8("mode"), mode <= 1,
-                      let subpath = try? SharingProtocol.string(&r, "subpath"), r.remaining == 0 else { return }
+                    let subpath = try? SharingProtocol.string(&r, "subpath"), r.remaining == 0
+                else { return }
                 var opened: FileDescriptor?
                 defer { session.clearPipelinedCheck() }
-                let answer = session.started.contains(id)
-                    ? outcome { opened = try broker.openGranted(id, subpath: subpath, writable: mode == 1, for: app, session: &session, servedPath: servedPath) }
+                let answer =
+                    session.started.contains(id)
+                    ? outcome {
+                        opened = try broker.openGranted(
+                            id, subpath: subpath, writable: mode == 1, for: app, session: &session,
+                            servedPath: servedPath)
+                    }
                     : SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description)
                 defer { try? opened?.close() }
                 guard (try? answers.send(answer)) != nil else { return }
                 if let opened { guard (try? answers.send(descriptor: opened.rawValue)) != nil else { return } }
             case .enumerate, .create, .rename, .delete:
-                guard let id = try? SharingProtocol.uuid(&r), let subpath = try? SharingProtocol.string(&r, "subpath") else { return }
+                guard let id = try? SharingProtocol.uuid(&r), let subpath = try? SharingProtocol.string(&r, "subpath")
+                else { return }
                 let newName = op == .rename ? try? SharingProtocol.string(&r, "name") : ""
                 guard let newName, r.remaining == 0 else { return }
                 var extra: [UInt8] = []
                 var created: FileDescriptor?
                 defer { try? created?.close() }
-                let answer = !session.started.contains(id) ? SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description) : outcome {
-                    switch op {
-                    case .enumerate:
-                        extra = try binaryPropertyList(try broker.enumerateGranted(id, subpath: subpath, for: app))
-                    case .create:
-                        let (descriptor, cls) = try broker.createGranted(id, subpath: subpath, for: app, servedPath: servedPath)
-                        created = descriptor
-                        extra = [cls.rawValue]
-                    case .rename: try broker.renameGranted(id, subpath: subpath, to: newName, for: app)
-                    default: try broker.deleteGranted(id, subpath: subpath, for: app)
+                let answer =
+                    !session.started.contains(id)
+                    ? SharingProtocol.failure(.refused, SharingError.accessNotStarted(id).description)
+                    : outcome {
+                        switch op {
+                        case .enumerate:
+                            extra = try binaryPropertyList(try broker.enumerateGranted(id, subpath: subpath, for: app))
+                        case .create:
+                            let (descriptor, cls) = try broker.createGranted(
+                                id, subpath: subpath, for: app, servedPath: servedPath)
+                            created = descriptor
+                            extra = [cls.rawValue]
+                        case .rename: try broker.renameGranted(id, subpath: subpath, to: newName, for: app)
+                        default: try broker.deleteGranted(id, subpath: subpath, for: app)
+                        }
                     }
-                }
                 guard (try? answers.send(answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
                 if let created { guard (try? answers.send(descriptor: created.rawValue)) != nil else { return } }
             case .resolve:
@@ -145,7 +174,9 @@ public struct SharingService: AppSupervisorService {
                 var extra: [UInt8] = []
                 let answer = outcome {
                     let (grant, stale) = try broker.resolveGrant(id, for: app)
-                    extra = [stale ? 1 : 0] + (try binaryPropertyList(GrantedItemRecord(grant, provider: try broker.provider(of: grant))))
+                    extra =
+                        [stale ? 1 : 0]
+                        + (try binaryPropertyList(GrantedItemRecord(grant, provider: try broker.provider(of: grant))))
                 }
                 guard (try? answers.send(answer == SharingProtocol.ok ? answer + extra : answer)) != nil else { return }
             case .list:
@@ -153,8 +184,11 @@ public struct SharingService: AppSupervisorService {
                 let items = GrantStore(layout: broker.manager.layout).grants(involving: app.uuid)
                     .filter { $0.recipientContainer == app.uuid && !$0.isExpired(at: broker.clock.now()) }
                     .sorted { ($0.created, $0.id.uuidString) < ($1.created, $1.id.uuidString) }
-                    .compactMap { grant in (try? broker.provider(of: grant)).map { GrantedItemRecord(grant, provider: $0) } }
-                guard let plist = try? binaryPropertyList(items), (try? answers.send(SharingProtocol.ok + plist)) != nil else { return }
+                    .compactMap { grant in
+                        (try? broker.provider(of: grant)).map { GrantedItemRecord(grant, provider: $0) }
+                    }
+                guard let plist = try? binaryPropertyList(items), (try? answers.send(SharingProtocol.ok + plist)) != nil
+                else { return }
             }
         }
     }
@@ -199,8 +233,13 @@ public struct SharingService: AppSupervisorService {
         // is looked at every second instead: slower, never silently never.
         let watch = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
         defer { if watch >= 0 { close(watch) } }
-        let watching = watch >= 0 && inotify_add_watch(watch, queue.directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE)) >= 0
-        if !watching { logger.warning("\(app.identifier)'s deliveries: no inotify (\(String(cString: strerror(errno)))), looking every second instead") }
+        let watching =
+            watch >= 0 && inotify_add_watch(watch, queue.directory, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE)) >= 0
+        if !watching {
+            logger.warning(
+                "\(app.identifier)'s deliveries: no inotify (\(String(cString: strerror(errno)))), looking every second instead"
+            )
+        }
         queue.releaseAbandonedClaims()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -212,10 +251,13 @@ public struct SharingService: AppSupervisorService {
                 }
                 queue.remove(claimed)
             }
-            var fds = [pollfd(fd: watching ? watch : -1, events: Int16(POLLIN), revents: 0), pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            var fds = [
+                pollfd(fd: watching ? watch : -1, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+            ]
             guard poll(&fds, 2, watching ? -1 : 1000) >= 0 || errno == EINTR else { return }
-            if fds[1].revents != 0 { return }                   // the app closed the channel (or wrote to it)
-            while watching, read(watch, &buffer, buffer.count) > 0 {}     // drained: look at the directory again
+            if fds[1].revents != 0 { return }   // the app closed the channel (or wrote to it)
+            while watching, read(watch, &buffer, buffer.count) > 0 {}   // drained: look at the directory again
         }
     }
 
@@ -230,8 +272,13 @@ public struct SharingService: AppSupervisorService {
             SharingProtocol.string(&w, delivery.sender)
         case .share:
             let id = UUID(uuidString: delivery.name) ?? UUID(bytes: [UInt8](repeating: 0, count: 16))
-            let location = (try? broker.manager.app(AppIdentifier(delivery.sender)))
-                .flatMap { sender in GrantStore(layout: broker.manager.layout).grant(id).map { sender.url.appendingPathComponent($0.path).path } } ?? ""
+            let location =
+                (try? broker.manager.app(AppIdentifier(delivery.sender)))
+                .flatMap { sender in
+                    GrantStore(layout: broker.manager.layout).grant(id).map {
+                        sender.url.appendingPathComponent($0.path).path
+                    }
+                } ?? ""
             w.u8(SharingProtocol.EventKind.shared.rawValue)
             SharingProtocol.uuid(&w, id)
             SharingProtocol.string(&w, delivery.sender)

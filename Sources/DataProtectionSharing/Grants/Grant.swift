@@ -15,8 +15,10 @@ public struct GrantCapabilities: OptionSet, Sendable, Hashable, Codable, CustomS
     public static let addingSubItems = GrantCapabilities(rawValue: 1 << 4)
     public static let contentEnumerating = GrantCapabilities(rawValue: 1 << 5)
 
-    static let names: [(GrantCapabilities, String)] = [(.reading, "read"), (.writing, "write"), (.renaming, "rename"),
-                                                       (.deleting, "delete"), (.addingSubItems, "add"), (.contentEnumerating, "enumerate")]
+    static let names: [(GrantCapabilities, String)] = [
+        (.reading, "read"), (.writing, "write"), (.renaming, "rename"),
+        (.deleting, "delete"), (.addingSubItems, "add"), (.contentEnumerating, "enumerate"),
+    ]
     public var description: String { Self.names.filter { contains($0.0) }.map(\.1).joined(separator: ",") }
 }
 
@@ -61,24 +63,34 @@ public struct Grant: Codable, Sendable, Equatable, Identifiable {
 
     /// The same grant for the item renamed to `path`.
     func moved(to path: String) -> Grant {
-        var moved = Grant(id: id, provider: provider, providerContainer: providerContainer, path: path, device: device, inode: inode, recipient: recipient,
-                          recipientContainer: recipientContainer, capabilities: capabilities, created: created, expires: expires, persistent: persistent,
-                          snapshot: snapshot, isShare: isShare)
+        var moved = Grant(
+            id: id, provider: provider, providerContainer: providerContainer, path: path, device: device, inode: inode,
+            recipient: recipient,
+            recipientContainer: recipientContainer, capabilities: capabilities, created: created, expires: expires,
+            persistent: persistent,
+            snapshot: snapshot, isShare: isShare)
         (moved.version, moved.birthTime, moved.isDirectory, moved.byUser) = (version, birthTime, isDirectory, byUser)
         return moved
     }
 
     enum CodingKeys: String, CodingKey {
-        case version = "Version", id = "ID", provider = "Provider", providerContainer = "ProviderContainer", path = "Path",
-             device = "Device", inode = "Inode", recipient = "Recipient", recipientContainer = "RecipientContainer",
-             capabilities = "Capabilities", created = "Created", expires = "Expires", persistent = "Persistent",
-             snapshot = "Snapshot", isShare = "Share", birthTime = "BirthTime", isDirectory = "Directory", byUser = "ByUser"
+        case version = "Version", id = "ID", provider = "Provider", providerContainer = "ProviderContainer", path =
+            "Path",
+            device = "Device", inode = "Inode", recipient = "Recipient", recipientContainer = "RecipientContainer",
+            capabilities = "Capabilities", created = "Created", expires = "Expires", persistent = "Persistent",
+            snapshot = "Snapshot", isShare = "Share", birthTime = "BirthTime", isDirectory = "Directory", byUser =
+            "ByUser"
     }
 
-    public init(id: UUID, provider: String, providerContainer: UUID, path: String, device: UInt64, inode: UInt64, recipient: String,
-                recipientContainer: UUID, capabilities: GrantCapabilities, created: Date, expires: Date?, persistent: Bool,
-                snapshot: String? = nil, isShare: Bool = false) {
-        (self.id, self.provider, self.providerContainer, self.path, self.device, self.inode) = (id, provider, providerContainer, path, device, inode)
+    public init(
+        id: UUID, provider: String, providerContainer: UUID, path: String, device: UInt64, inode: UInt64,
+        recipient: String,
+        recipientContainer: UUID, capabilities: GrantCapabilities, created: Date, expires: Date?, persistent: Bool,
+        snapshot: String? = nil, isShare: Bool = false
+    ) {
+        (self.id, self.provider, self.providerContainer, self.path, self.device, self.inode) = (
+            id, provider, providerContainer, path, device, inode
+        )
         (self.recipient, self.recipientContainer, self.capabilities, self.created, self.expires, self.persistent) =
             (recipient, recipientContainer, capabilities, created, expires, persistent)
         (self.snapshot, self.isShare) = (snapshot, isShare)

@@ -28,10 +28,13 @@ package struct GrantStore: Sendable {
             try makeSharingDirectory(index)
             try makeSharingDirectory(index + "/" + container.uuidString)
             let entry = index + "/" + container.uuidString + "/" + grant.id.uuidString
-            if POSIXFile.linkStatus(entry) == nil { try POSIXFile.writeNew(entry, [], permissions: .init(rawValue: 0o600)) }
+            if POSIXFile.linkStatus(entry) == nil {
+                try POSIXFile.writeNew(entry, [], permissions: .init(rawValue: 0o600))
+            }
         }
-        try POSIXFile.writeAtomically(directory + "/" + grant.id.uuidString + ".plist", try binaryPropertyList(grant),
-                                      permissions: .init(rawValue: 0o600))
+        try POSIXFile.writeAtomically(
+            directory + "/" + grant.id.uuidString + ".plist", try binaryPropertyList(grant),
+            permissions: .init(rawValue: 0o600))
     }
 
     /// The grants `container` gave or received (through the index; entries whose record is gone
@@ -51,9 +54,13 @@ package struct GrantStore: Sendable {
 
     /// Refuses a new grant or share from `provider` when it has ``limitPerProvider`` that have not ended.
     func requireRoom(forGrantsOf provider: AppContainer, at now: Date) throws {
-        let given = grants(involving: provider.uuid).filter { $0.providerContainer == provider.uuid && !$0.isExpired(at: now) }.count
+        let given = grants(involving: provider.uuid).filter {
+            $0.providerContainer == provider.uuid && !$0.isExpired(at: now)
+        }.count
         guard given < Self.limitPerProvider else {
-            throw SharingError.refused("\(provider.identifier) has given \(given) grants and shares that have not ended (at most \(Self.limitPerProvider)): end some first")
+            throw SharingError.refused(
+                "\(provider.identifier) has given \(given) grants and shares that have not ended (at most \(Self.limitPerProvider)): end some first"
+            )
         }
     }
 
@@ -64,7 +71,9 @@ package struct GrantStore: Sendable {
             for container in [grant.providerContainer, grant.recipientContainer] {
                 try? makeSharingDirectory(index)
                 try? makeSharingDirectory(index + "/" + container.uuidString)
-                try? POSIXFile.writeNew(index + "/" + container.uuidString + "/" + grant.id.uuidString, [], permissions: .init(rawValue: 0o600))
+                try? POSIXFile.writeNew(
+                    index + "/" + container.uuidString + "/" + grant.id.uuidString, [],
+                    permissions: .init(rawValue: 0o600))
             }
         }
         try? makeSharingDirectory(index)
@@ -77,7 +86,9 @@ package struct GrantStore: Sendable {
         let path = directory + "/" + id.uuidString + ".plist"
         return Self.cache.value(at: path) {
             guard let bytes = try? POSIXFile.readRegularFile(path, maxSize: 64 << 10),
-                  let grant = try? PropertyListDecoder().decode(Grant.self, from: Data(bytes)), grant.version == 1, grant.id == id else { return nil }
+                let grant = try? PropertyListDecoder().decode(Grant.self, from: Data(bytes)), grant.version == 1,
+                grant.id == id
+            else { return nil }
             return grant
         }
     }

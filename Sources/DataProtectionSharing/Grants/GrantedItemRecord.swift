@@ -22,6 +22,7 @@ struct GrantedItemRecord: Codable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id = "ID", provider = "Provider", location = "Location", capabilities = "Capabilities", expires = "Expires", persistent = "Persistent"
+        case id = "ID", provider = "Provider", location = "Location", capabilities = "Capabilities", expires =
+            "Expires", persistent = "Persistent"
     }
 }

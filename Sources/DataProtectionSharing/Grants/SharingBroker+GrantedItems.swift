@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,7 +31,9 @@ extension SharingBroker {
         defer { closedir(stream) }
         var entries: [GrantedEntry] = []
         while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
             if name == "." || name == ".." || Self.isNeverShared(relative + "/" + name) { continue }
             entries.append(GrantedEntry(name: name, isDirectory: entry.pointee.d_type == UInt8(DT_DIR)))
         }
@@ -40,13 +43,17 @@ extension SharingBroker {
     /// A new, empty file at `subpath` below a granted directory (never replacing one), and the
     /// class it is to be protected with: the stronger of its directory's default and the
     /// provider's container default.
-    func createGranted(_ id: UUID, subpath: String, for app: AppContainer,
-                       servedPath: (@Sendable (String) -> String)? = nil) throws -> (FileDescriptor, ProtectionClass) {
+    func createGranted(
+        _ id: UUID, subpath: String, for app: AppContainer,
+        servedPath: (@Sendable (String) -> String)? = nil
+    ) throws -> (FileDescriptor, ProtectionClass) {
         guard !subpath.isEmpty else { throw SharingError.refused("name the new item below the granted directory") }
         let (_, provider, relative) = try granted(id, subpath: subpath, needing: .addingSubItems, for: app)
         try Self.requireNewName((relative as NSString).lastPathComponent)
         let item = try openItem(relative, in: provider, flags: O_RDWR | O_CREAT | O_EXCL, servedPath: servedPath)
-        let cls = max(files.defaultProtection(forNewItemAt: provider.url.appendingPathComponent(relative)), provider.defaultProtection)
+        let cls = max(
+            files.defaultProtection(forNewItemAt: provider.url.appendingPathComponent(relative)),
+            provider.defaultProtection)
         return (item.descriptor, cls)
     }
 
@@ -55,13 +62,17 @@ extension SharingBroker {
     func renameGranted(_ id: UUID, subpath: String, to newName: String, for app: AppContainer) throws {
         try Self.requireNewName(newName)
         let (grant, provider, relative) = try granted(id, subpath: subpath, needing: .renaming, for: app)
-        if Self.isNeverShared(((relative as NSString).deletingLastPathComponent as NSString).appendingPathComponent(newName)) {
+        if Self.isNeverShared(
+            ((relative as NSString).deletingLastPathComponent as NSString).appendingPathComponent(newName))
+        {
             throw SharingError.refused("\(newName): the Inbox is never shared, not even below a granted directory")
         }
         let parent = try openParent(relative, in: provider)
         let name = parent.name
         defer { try? parent.descriptor.close() }
-        do throws(Errno) { try SystemCall.renameWithoutReplacing(parent.descriptor.rawValue, name, parent.descriptor.rawValue, newName) } catch {
+        do throws(Errno) {
+            try SystemCall.renameWithoutReplacing(parent.descriptor.rawValue, name, parent.descriptor.rawValue, newName)
+        } catch {
             throw BeneathOpen.error(error, path: parent.path + "/" + newName)
         }
         if subpath.isEmpty {
@@ -79,8 +90,11 @@ extension SharingBroker {
         defer { try? parent.descriptor.close() }
         if unlinkat(parent.descriptor.rawValue, name, 0) != 0 {
             var err = Errno(rawValue: errno)
-            if err == .isDirectory, unlinkat(parent.descriptor.rawValue, name, AT_REMOVEDIR) == 0 { err = Errno(rawValue: 0) }
-            else if err == .isDirectory { err = Errno(rawValue: errno) }
+            if err == .isDirectory, unlinkat(parent.descriptor.rawValue, name, AT_REMOVEDIR) == 0 {
+                err = Errno(rawValue: 0)
+            } else if err == .isDirectory {
+                err = Errno(rawValue: errno)
+            }
             if err.rawValue != 0 { throw BeneathOpen.error(err, path: parent.path + "/" + name) }
         }
         if subpath.isEmpty { removeGrant(grant) }
@@ -88,8 +102,10 @@ extension SharingBroker {
 
     /// The grant, its provider and the item's path in the provider's container, once the grant
     /// is active for `app` and holds `capability`.
-    private func granted(_ id: UUID, subpath: String, needing capability: GrantCapabilities,
-                         for app: AppContainer) throws -> (Grant, AppContainer, String) {
+    private func granted(
+        _ id: UUID, subpath: String, needing capability: GrantCapabilities,
+        for app: AppContainer
+    ) throws -> (Grant, AppContainer, String) {
         let (grant, provider) = try activeGrantAndProvider(id, for: app)
         guard grant.snapshot == nil, !grant.isShare else { throw SharingError.notGranted(id, capability.description) }
         guard grant.capabilities.contains(capability) else { throw SharingError.notGranted(id, capability.description) }
@@ -103,14 +119,20 @@ extension SharingBroker {
         }
         // A container's own directories (Documents, Library …) are its structure: a grant of one
         // lets the recipient work inside it, never rename or delete it.
-        if subpath.isEmpty, !capability.isDisjoint(with: [.renaming, .deleting]), !grant.path.unicodeScalars.contains("/") {
-            throw SharingError.refused("\(grant.path) is a directory of \(grant.provider)'s container: it is never renamed or deleted through a grant")
+        if subpath.isEmpty, !capability.isDisjoint(with: [.renaming, .deleting]),
+            !grant.path.unicodeScalars.contains("/")
+        {
+            throw SharingError.refused(
+                "\(grant.path) is a directory of \(grant.provider)'s container: it is never renamed or deleted through a grant"
+            )
         }
         return (grant, provider, relative)
     }
 
     /// The directory holding `relative` (opened beneath the container) and the item's name.
-    private func openParent(_ relative: String, in provider: AppContainer) throws -> (descriptor: FileDescriptor, path: String, name: String) {
+    private func openParent(
+        _ relative: String, in provider: AppContainer
+    ) throws -> (descriptor: FileDescriptor, path: String, name: String) {
         let parent = (relative as NSString).deletingLastPathComponent
         let directory = try openItem(parent, in: provider, flags: O_RDONLY | O_DIRECTORY)
         return (directory.descriptor, directory.path, (relative as NSString).lastPathComponent)
@@ -119,9 +141,12 @@ extension SharingBroker {
     /// A name a recipient may give: one plain component, not hidden.
     static func requireNewName(_ name: String) throws {
         // By scalars: `hasPrefix(".")` and `contains("/")` miss a dot or slash followed by a combining mark.
-        guard !name.isEmpty, name.utf8.count <= 255, name.unicodeScalars.first != ".", !name.unicodeScalars.contains("/"),
-              !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
-            throw SharingError.refused("\"\(name)\" is not a name a granted item can take (one component, not hidden, no control characters)")
+        guard !name.isEmpty, name.utf8.count <= 255, name.unicodeScalars.first != ".",
+            !name.unicodeScalars.contains("/"),
+            !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+        else {
+            throw SharingError.refused(
+                "\"\(name)\" is not a name a granted item can take (one component, not hidden, no control characters)")
         }
     }
 }

@@ -4,6 +4,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,8 +39,10 @@ extension SharingBroker {
     ///     expired); `false` ends it when the recipient's current (or next) run ends.
     /// - Throws: ``SharingError`` for an item that may not be granted or does not exist,
     ///   ``ContainerError/unknownApp(_:)``.
-    public func grant(_ path: String, from provider: AppIdentifier, to recipient: AppIdentifier, capabilities: GrantCapabilities,
-                      expiresAfter: TimeInterval? = nil, persistent: Bool = false, by grantor: Grantor = .user) throws -> Grant {
+    public func grant(
+        _ path: String, from provider: AppIdentifier, to recipient: AppIdentifier, capabilities: GrantCapabilities,
+        expiresAfter: TimeInterval? = nil, persistent: Bool = false, by grantor: Grantor = .user
+    ) throws -> Grant {
         guard provider != recipient else { throw SharingError.sameApp(provider) }
         guard !capabilities.isEmpty else { throw SharingError.refused("a grant needs at least one capability") }
         let from = try manager.app(provider)
@@ -53,10 +56,12 @@ extension SharingBroker {
         // Writing a protected file in place reads its header and segments: writing includes reading.
         let capabilities = capabilities.contains(.writing) ? capabilities.union(.reading) : capabilities
         let now = clock.now()
-        var grant = Grant(id: UUID(), provider: provider.rawValue, providerContainer: from.uuid, path: relative,
-                          device: UInt64(st.st_dev), inode: UInt64(st.st_ino), recipient: recipient.rawValue, recipientContainer: to.uuid,
-                          capabilities: capabilities, created: now, expires: expiresAfter.map { now.addingTimeInterval($0) },
-                          persistent: persistent)
+        var grant = Grant(
+            id: UUID(), provider: provider.rawValue, providerContainer: from.uuid, path: relative,
+            device: UInt64(st.st_dev), inode: UInt64(st.st_ino), recipient: recipient.rawValue,
+            recipientContainer: to.uuid,
+            capabilities: capabilities, created: now, expires: expiresAfter.map { now.addingTimeInterval($0) },
+            persistent: persistent)
         let identity = ItemIdentity(descriptor: item.descriptor, status: st)
         (grant.birthTime, grant.isDirectory) = (identity.birthTime, identity.isDirectory)
         grant.byUser = grantor == .user
@@ -75,7 +80,9 @@ extension SharingBroker {
 
     /// The grants given by or to `app` (all when `nil`), oldest first.
     public func grants(involving app: AppIdentifier? = nil) -> [Grant] {
-        GrantStore(layout: manager.layout).all().filter { app == nil || $0.provider == app!.rawValue || $0.recipient == app!.rawValue }
+        GrantStore(layout: manager.layout).all().filter {
+            app == nil || $0.provider == app!.rawValue || $0.recipient == app!.rawValue
+        }
     }
 
     /// Providers' containers, while their metadata file is the same file.
@@ -94,13 +101,16 @@ extension SharingBroker {
         let components = LosslessPath.components(of: relative, omittingEmpty: false)
         guard let first = components.first.map(LosslessPath.key) else { return false }
         let keys = components.map(LosslessPath.key)
-        return first == LosslessPath.key(AppContainer.inboxStorageName) || keys.starts(with: [LosslessPath.key("Documents"), LosslessPath.key("Inbox")])
+        return first == LosslessPath.key(AppContainer.inboxStorageName)
+            || keys.starts(with: [LosslessPath.key("Documents"), LosslessPath.key("Inbox")])
             || first == LosslessPath.key(DataRootLayout.containerMetadataFileName)
     }
 
     func grantablePath(_ path: String, in app: AppContainer, by grantor: Grantor) throws -> String {
         let (base, relative) = try locate(path, in: app)
-        guard base == app.url.path else { throw SharingError.refused("\(path): only items of \(app.identifier)'s own container can be granted") }
+        guard base == app.url.path else {
+            throw SharingError.refused("\(path): only items of \(app.identifier)'s own container can be granted")
+        }
         let components = LosslessPath.components(of: relative, omittingEmpty: false)
         guard !relative.isEmpty, !components.contains(where: { $0.isEmpty || LosslessPath.isDotOrDotDot($0) }) else {
             throw SharingError.refused("\(path): name the item with a plain path below the container (no ., .. or //)")
@@ -110,7 +120,9 @@ extension SharingBroker {
         }
         if grantor == .user {
             guard app.supportsDocumentBrowser else {
-                throw SharingError.refused("\(app.identifier) does not expose its Documents (it was installed without the document browser); only the app itself can grant its items")
+                throw SharingError.refused(
+                    "\(app.identifier) does not expose its Documents (it was installed without the document browser); only the app itself can grant its items"
+                )
             }
             guard components[0] == "Documents" else {
                 throw SharingError.refused("\(path): only \(app.identifier)'s Documents is exposed, nothing outside it")
@@ -135,16 +147,23 @@ extension SharingBroker {
         let provider = try provider(of: grant)
         // The user granted through the document browser: it holds while the provider exposes its Documents.
         if grant.byUser == true, !provider.supportsDocumentBrowser {
-            throw SharingError.refused("\(provider.identifier) no longer exposes its Documents (its document browser was turned off): grant \(id) starts no access")
+            throw SharingError.refused(
+                "\(provider.identifier) no longer exposes its Documents (its document browser was turned off): grant \(id) starts no access"
+            )
         }
         return (grant, provider)
     }
 
     /// The providing app of `grant`, still in the container it granted from.
     func provider(of grant: Grant) throws -> AppContainer {
-        let metadata = manager.layout.applicationContainer(grant.providerContainer) + "/" + DataRootLayout.containerMetadataFileName
-        guard let provider = Self.providers.value(at: metadata, decode: { manager.app(container: grant.providerContainer) }),
-              provider.identifier.rawValue == grant.provider else {
+        let metadata =
+            manager.layout.applicationContainer(grant.providerContainer) + "/"
+            + DataRootLayout.containerMetadataFileName
+        guard
+            let provider = Self.providers.value(
+                at: metadata, decode: { manager.app(container: grant.providerContainer) }),
+            provider.identifier.rawValue == grant.provider
+        else {
             throw SharingError.refused("the app that granted \(grant.id) is no longer installed")
         }
         return provider
@@ -160,8 +179,10 @@ extension SharingBroker {
 
     /// ``openGranted(_:subpath:writable:for:)`` within a channel's session: a start sent with
     /// this open was checked already, and the provider's container directory stays open.
-    func openGranted(_ id: UUID, subpath: String, writable: Bool, for app: AppContainer,
-                     session: inout GrantAccessSession, servedPath: (@Sendable (String) -> String)? = nil) throws -> FileDescriptor {
+    func openGranted(
+        _ id: UUID, subpath: String, writable: Bool, for app: AppContainer,
+        session: inout GrantAccessSession, servedPath: (@Sendable (String) -> String)? = nil
+    ) throws -> FileDescriptor {
         let (grant, provider) = try session.takePipelinedCheck(for: id) ?? activeGrantAndProvider(id, for: app)
         let needed: GrantCapabilities = writable ? [.writing] : [.reading]
         guard grant.capabilities.isSuperset(of: needed) else {
@@ -183,8 +204,9 @@ extension SharingBroker {
         let (base, inside) = try locate(relative, in: provider)
         let full = base + "/" + inside
         // A recipient on the protected file system gets a descriptor opened there (plaintext).
-        let item = try BeneathOpen.open(inside, beneath: try session.directory(servedPath?(base) ?? base),
-                                        flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK, path: full)
+        let item = try BeneathOpen.open(
+            inside, beneath: try session.directory(servedPath?(base) ?? base),
+            flags: (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK, path: full)
         do {
             try BeneathOpen.requireSingleRegularFile(try BeneathOpen.status(item, path: full), path: full)
             return item
@@ -209,8 +231,10 @@ extension SharingBroker {
         // Documents is not followed out of it).
         let top = LosslessPath.components(of: grant.path).first ?? ""
         guard let moved = findItem(of: grant, in: provider),
-              LosslessPath.key(LosslessPath.components(of: moved).first ?? "") == LosslessPath.key(top) else {
-            throw SharingError.refused("the item of grant \(id) (\(grant.path)) is gone from \(grant.provider)'s container")
+            LosslessPath.key(LosslessPath.components(of: moved).first ?? "") == LosslessPath.key(top)
+        else {
+            throw SharingError.refused(
+                "the item of grant \(id) (\(grant.path)) is gone from \(grant.provider)'s container")
         }
         let updated = grant.moved(to: moved)
         try GrantStore(layout: manager.layout).save(updated)
@@ -225,7 +249,9 @@ extension SharingBroker {
         let root = provider.url.path
         guard let walker = FileManager.default.enumerator(atPath: root) else { return nil }
         while let relative = walker.nextObject() as? String {
-            if relative == AppContainer.inboxStorageName || relative.hasPrefix(AppContainer.inboxStorageName + "/") { walker.skipDescendants(); continue }
+            if relative == AppContainer.inboxStorageName || relative.hasPrefix(AppContainer.inboxStorageName + "/") {
+                walker.skipDescendants(); continue
+            }
             guard let st = POSIXFile.linkStatus(root + "/" + relative) else { continue }
             if UInt64(st.st_dev) == device, UInt64(st.st_ino) == inode, st.st_mode & S_IFMT != S_IFLNK {
                 guard ItemIdentity(path: root + "/" + relative)?.isRecorded(by: grant) == true else { return nil }
@@ -238,13 +264,17 @@ extension SharingBroker {
     /// Removes the transient grants `app` received (its run has ended).
     func endTransientGrants(of app: AppContainer) {
         let store = GrantStore(layout: manager.layout)
-        for grant in store.grants(involving: app.uuid) where !grant.persistent && grant.recipientContainer == app.uuid { removeGrant(grant) }
+        for grant in store.grants(involving: app.uuid) where !grant.persistent && grant.recipientContainer == app.uuid {
+            removeGrant(grant)
+        }
     }
 
     /// Removes every grant `app` gave or received (it is being uninstalled).
     func removeGrants(of app: AppContainer) {
         let store = GrantStore(layout: manager.layout)
-        for grant in store.all() where grant.providerContainer == app.uuid || grant.recipientContainer == app.uuid { removeGrant(grant) }
+        for grant in store.all() where grant.providerContainer == app.uuid || grant.recipientContainer == app.uuid {
+            removeGrant(grant)
+        }
         store.removeIndex(of: app.uuid)
     }
 }

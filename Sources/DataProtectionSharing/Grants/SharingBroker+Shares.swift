@@ -1,9 +1,10 @@
-import DataProtectionSystem
 import DataProtection
 import DataProtectionContainers
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,18 +20,23 @@ extension SharingBroker {
     /// A snapshot is a byte-for-byte copy of the file as it is now, kept by the broker outside
     /// every container: a protected file stays encrypted under its own key (no key is needed, so
     /// even a class-A file can be shared while locked; the recipient reads it once unlocked).
-    public func share(_ path: String, from sender: AppIdentifier, with recipient: AppIdentifier, live: Bool = false) throws -> Grant {
+    public func share(
+        _ path: String, from sender: AppIdentifier, with recipient: AppIdentifier, live: Bool = false
+    ) throws -> Grant {
         guard sender != recipient else { throw SharingError.sameApp(sender) }
         let from = try manager.app(sender)
         let to = try manager.app(recipient)
         try manager.layout.prepareSharing()
         let (base, relative) = try locate(path, in: from)
-        guard base == from.url.path else { throw SharingError.refused("\(path): only files of \(sender)'s own container can be shared") }
+        guard base == from.url.path else {
+            throw SharingError.refused("\(path): only files of \(sender)'s own container can be shared")
+        }
         let item = try openItem(relative, in: from, flags: O_RDONLY | O_NONBLOCK)
         defer { try? item.descriptor.close() }
         let st = try BeneathOpen.status(item.descriptor, path: item.path)
         try BeneathOpen.requireSingleRegularFile(st, path: item.path)
-        try GrantStore(layout: manager.layout).requireRoom(forGrantsOf: from, at: clock.now())   // shares and their snapshots too
+        // shares and their snapshots too
+        try GrantStore(layout: manager.layout).requireRoom(forGrantsOf: from, at: clock.now())
         let queue = DeliveryQueue(layout: manager.layout, app: to.uuid)
         try queue.requireRoom(from: sender, to: recipient)
         let id = UUID()
@@ -41,11 +47,14 @@ extension SharingBroker {
             let directory = try BeneathOpen.directory(manager.layout.snapshots)
             defer { try? directory.close() }
             try ProtectedFileManager.requireSpace(for: Int64(st.st_size), in: directory, path: manager.layout.snapshots)
-            try copySnapshot(item.descriptor, size: Int64(st.st_size), to: manager.layout.snapshots + "/" + id.uuidString)
+            try copySnapshot(
+                item.descriptor, size: Int64(st.st_size), to: manager.layout.snapshots + "/" + id.uuidString)
         }
-        var grant = Grant(id: id, provider: sender.rawValue, providerContainer: from.uuid, path: relative, device: UInt64(st.st_dev),
-                          inode: UInt64(st.st_ino), recipient: recipient.rawValue, recipientContainer: to.uuid, capabilities: [.reading],
-                          created: clock.now(), expires: nil, persistent: false, snapshot: snapshot, isShare: true)
+        var grant = Grant(
+            id: id, provider: sender.rawValue, providerContainer: from.uuid, path: relative, device: UInt64(st.st_dev),
+            inode: UInt64(st.st_ino), recipient: recipient.rawValue, recipientContainer: to.uuid,
+            capabilities: [.reading],
+            created: clock.now(), expires: nil, persistent: false, snapshot: snapshot, isShare: true)
         let identity = ItemIdentity(descriptor: item.descriptor, status: st)
         (grant.birthTime, grant.isDirectory) = (identity.birthTime, identity.isDirectory)
         do {
@@ -72,11 +81,15 @@ extension SharingBroker {
         let store = GrantStore(layout: manager.layout)
         var held: Int64 = 0
         for grant in store.grants(involving: provider.uuid) where grant.providerContainer == provider.uuid {
-            guard let snapshot = grant.snapshot, let st = POSIXFile.linkStatus(manager.layout.snapshots + "/" + snapshot) else { continue }
+            guard let snapshot = grant.snapshot,
+                let st = POSIXFile.linkStatus(manager.layout.snapshots + "/" + snapshot)
+            else { continue }
             held += Int64(st.st_size)
         }
         guard held + size <= snapshotBytesPerApp else {
-            throw SharingError.refused("\(provider.identifier)'s shares hold \(held) bytes of snapshots; \(size) more would pass \(snapshotBytesPerApp): end some shares first")
+            throw SharingError.refused(
+                "\(provider.identifier)'s shares hold \(held) bytes of snapshots; \(size) more would pass \(snapshotBytesPerApp): end some shares first"
+            )
         }
     }
 
@@ -102,7 +115,8 @@ extension SharingBroker {
     /// (`.dataprotection-snapshot-<random>` beside the containers, in no sandbox), opened
     /// read-only through the mount, the name removed. When the two are on different file systems,
     /// one ciphertext copy of the snapshot is kept there instead until the share ends (a copy per
-    /// open would let a recipient fill the disk by opening again and again). The file system decrypts each read and enforces the snapshot's class at
+    /// open would let a recipient fill the disk by opening again and again). The file system decrypts each read and
+    /// enforces the snapshot's class at
     /// every one, as for the recipient's own files (class A after lock + grace: `EACCES`); nothing
     /// decrypted is held anywhere but the page cache it drops at a lock.
     func openServedSnapshot(_ name: String, servedPath: @Sendable (String) -> String) throws -> FileDescriptor {
@@ -133,7 +147,8 @@ extension SharingBroker {
 
     /// The snapshot's copy beside the containers: made once (at `temporary`, then renamed
     /// without replacing one an open at the same time made first).
-    private func servedCopy(of snapshot: FileDescriptor, name: String, path: String, temporary: String) throws -> String {
+    private func servedCopy(of snapshot: FileDescriptor, name: String, path: String, temporary: String) throws -> String
+    {
         let copy = servedCopyPath(name)
         if let st = POSIXFile.linkStatus(copy), st.st_mode & S_IFMT == S_IFREG { return copy }
         try copySnapshot(snapshot, size: try POSIXFile.size(snapshot, path: path), to: temporary)
@@ -146,7 +161,8 @@ extension SharingBroker {
 
     /// Copies `size` bytes of `source` into a new file `path` (0400), flushed.
     private func copySnapshot(_ source: FileDescriptor, size: Int64, to path: String) throws {
-        let target = try POSIXFile.open(path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .init(rawValue: 0o400))
+        let target = try POSIXFile.open(
+            path, .writeOnly, options: [.create, .exclusiveCreate, .noFollow], permissions: .init(rawValue: 0o400))
         do {
             // At most the size the file had when shared; it must not change meanwhile.
             let copied = try POSIXFile.copyRange(from: source, to: target, offset: 0, count: size, path: path)

@@ -1,4 +1,5 @@
 import DataProtectionIPC
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +18,9 @@ struct AnswerQueue {
 
     /// Queues one answer frame, and sends what is queued unless another request is waiting.
     mutating func send(_ payload: [UInt8]) throws {
-        guard !payload.isEmpty, payload.count <= IPCFrame.maxLength else { throw IPCError("frame of \(payload.count) bytes") }
+        guard !payload.isEmpty, payload.count <= IPCFrame.maxLength else {
+            throw IPCError("frame of \(payload.count) bytes")
+        }
         pending += IPCFrame.header(payload.count)
         pending += payload
         if pending.count >= IPCFrame.maxLength || !requestWaiting { try flush() }

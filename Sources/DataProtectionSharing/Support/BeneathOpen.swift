@@ -1,7 +1,8 @@
-import DataProtectionSystem
 import DataProtectionKeybag
+import DataProtectionSystem
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,12 +24,16 @@ enum BeneathOpen {
 
     /// Opens `relative` beneath `directory` (`path` names it in errors). `flags` are `open(2)`'s;
     /// `mode` counts only with `O_CREAT` (openat2 refuses a mode otherwise).
-    static func open(_ relative: String, beneath directory: FileDescriptor, flags: Int32, mode: mode_t = 0o600,
-                     path: String) throws -> FileDescriptor {
+    static func open(
+        _ relative: String, beneath directory: FileDescriptor, flags: Int32, mode: mode_t = 0o600,
+        path: String
+    ) throws -> FileDescriptor {
         let opened = try LosslessPath.withCString(relative.isEmpty ? "." : relative) { relative in
             Result { () throws(Errno) in
-                try SystemCall.openat2(directory.rawValue, relative, flags | O_CLOEXEC | O_NOFOLLOW, mode: flags & O_CREAT != 0 ? UInt32(mode) : 0,
-                                       resolve: resolve)
+                try SystemCall.openat2(
+                    directory.rawValue, relative, flags | O_CLOEXEC | O_NOFOLLOW,
+                    mode: flags & O_CREAT != 0 ? UInt32(mode) : 0,
+                    resolve: resolve)
             }
         }
         return FileDescriptor(rawValue: try opened.mapError { error($0, path: path) }.get())
@@ -38,9 +43,12 @@ enum BeneathOpen {
     static func error(_ errno: Errno, path: String) -> Error {
         switch errno {
         case .noSuchFileOrDirectory: SharingError.noSuchItem(path: path)
-        case .tooManySymbolicLinkLevels: SharingError.refusedItem(path: path, reason: "is, or passes through, a symbolic link")
+        case .tooManySymbolicLinkLevels:
+            SharingError.refusedItem(path: path, reason: "is, or passes through, a symbolic link")
         case .improperLink: SharingError.refusedItem(path: path, reason: "leads out of its container")
-        case .notDirectory: SharingError.refusedItem(path: path, reason: "is, or passes through, something that is not a directory (a link?)")
+        case .notDirectory:
+            SharingError.refusedItem(
+                path: path, reason: "is, or passes through, something that is not a directory (a link?)")
         default: FileSystemError("openat2", path: path, errno: errno)
         }
     }
@@ -48,7 +56,9 @@ enum BeneathOpen {
     /// `fstat(2)`.
     static func status(_ fd: FileDescriptor, path: String) throws -> stat {
         var st = stat()
-        guard fstat(fd.rawValue, &st) == 0 else { throw FileSystemError("fstat", path: path, errno: Errno(rawValue: errno)) }
+        guard fstat(fd.rawValue, &st) == 0 else {
+            throw FileSystemError("fstat", path: path, errno: Errno(rawValue: errno))
+        }
         return st
     }
 

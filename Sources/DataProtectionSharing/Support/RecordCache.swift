@@ -2,6 +2,7 @@ import DataProtectionKeybag
 import DataProtectionSystem
 import Foundation
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,7 +24,9 @@ final class RecordCache<Value: Sendable>: Sendable {
             entries.withLock { _ = $0.removeValue(forKey: path) }
             return nil
         }
-        let identity = [Int(st.st_dev), Int(st.st_ino), Int(st.st_size), Int(st.st_mtim.tv_sec), Int(st.st_mtim.tv_nsec)]
+        let identity = [
+            Int(st.st_dev), Int(st.st_ino), Int(st.st_size), Int(st.st_mtim.tv_sec), Int(st.st_mtim.tv_nsec),
+        ]
         if let hit = entries.withLock({ $0[path] }), hit.identity == identity { return hit.value }
         guard let value = decode() else { return nil }
         entries.withLock { cache in

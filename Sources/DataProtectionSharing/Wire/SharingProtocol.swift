@@ -97,7 +97,9 @@ enum SharingProtocol {
     /// The error a failure frame carries, or `nil` for `ok`. Anything else is a protocol error.
     static func outcome(_ frame: [UInt8]) throws -> SharingError? {
         var r = ByteReader(frame)
-        guard try r.u8("version") == version else { throw SharingError.refused("the supervisor speaks another sharing version") }
+        guard try r.u8("version") == version else {
+            throw SharingError.refused("the supervisor speaks another sharing version")
+        }
         switch Status(rawValue: try r.u8("status")) {
         case .ok: return nil
         case .error:

@@ -24,15 +24,19 @@ public enum LosslessPath {
     public static func string(fromBytes bytes: some Collection<UInt8>) -> String {
         let bytes = Array(bytes)
         // The common case: valid UTF-8 without escape-range scalars is itself.
-        if let plain = String(validating: bytes, as: UTF8.self), !plain.unicodeScalars.contains(where: { escapeRange.contains($0.value) }) {
+        if let plain = String(validating: bytes, as: UTF8.self),
+            !plain.unicodeScalars.contains(where: { escapeRange.contains($0.value) })
+        {
             return plain
         }
         var scalars = String.UnicodeScalarView()
         var index = 0
         while index < bytes.count {
             let length = validSequenceLength(bytes, at: index)
-            if length > 0, let scalar = String(validating: bytes[index..<index + length], as: UTF8.self)?.unicodeScalars.first,
-               !escapeRange.contains(scalar.value) {
+            if length > 0,
+                let scalar = String(validating: bytes[index..<index + length], as: UTF8.self)?.unicodeScalars.first,
+                !escapeRange.contains(scalar.value)
+            {
                 scalars.append(scalar)
                 index += length
             } else {
@@ -70,7 +74,9 @@ public enum LosslessPath {
         // NUL-terminated UTF-8, passed without a copy.
         var path = path
         let plain = path.withUTF8 { utf8 in
-            utf8.isEmpty || (memchr(utf8.baseAddress!, 0xF4, utf8.count) == nil && memchr(utf8.baseAddress!, 0, utf8.count) == nil)
+            utf8.isEmpty
+                || (memchr(utf8.baseAddress!, 0xF4, utf8.count) == nil
+                    && memchr(utf8.baseAddress!, 0, utf8.count) == nil)
         }
         if plain { return try path.withCString(body) }
         var bytes = bytes(of: path)
@@ -86,7 +92,9 @@ public enum LosslessPath {
     /// to it — so a name check built on it sees `..\u{301}x` where the kernel sees `..` then
     /// `\u{301}x`. Every check of a path's components goes through this.
     public static func components(of path: String, omittingEmpty: Bool = true) -> [String] {
-        path.unicodeScalars.split(separator: "/", omittingEmptySubsequences: omittingEmpty).map { String(String.UnicodeScalarView($0)) }
+        path.unicodeScalars.split(separator: "/", omittingEmptySubsequences: omittingEmpty).map {
+            String(String.UnicodeScalarView($0))
+        }
     }
 
     /// Whether `name` is, byte for byte, `.` or `..` (a dot with a combining mark is neither).

@@ -19,14 +19,16 @@ package enum MountTable {
     package static func entries() -> [MountEntry]? {
         guard let bytes = try? POSIXFile.readAll("/proc/self/mountinfo") else { return nil }
         return String(decoding: bytes, as: UTF8.self).split(separator: "\n").compactMap { line in
-            // mount ID, parent ID, major:minor, root, mount point, options, optional fields… "-" type source super-options
+            // mount ID, parent ID, major:minor, root, mount point, options, optional fields… "-" type source
+            // super-options
             // (a field never holds a space: they are escaped).
             let all = line.split(separator: " ")
             guard let separator = all.indices.first(where: { $0 >= 6 && all[$0] == "-" }) else { return nil }
             let fields = all[..<separator], tail = all[(separator + 1)...]
             guard let type = tail.first else { return nil }
-            return MountEntry(root: unescaped(fields[3]), mountPoint: unescaped(fields[4]), type: String(type),
-                              superOptions: tail.count > 2 ? tail[tail.endIndex - 1].split(separator: ",").map(String.init) : [])
+            return MountEntry(
+                root: unescaped(fields[3]), mountPoint: unescaped(fields[4]), type: String(type),
+                superOptions: tail.count > 2 ? tail[tail.endIndex - 1].split(separator: ",").map(String.init) : [])
         }
     }
 
@@ -53,7 +55,9 @@ package enum MountTable {
         var bytes: [UInt8] = []
         var utf8 = Array(field.utf8)[...]
         while let byte = utf8.popFirst() {
-            if byte == UInt8(ascii: "\\"), utf8.count >= 3, let value = UInt8(String(decoding: utf8.prefix(3), as: UTF8.self), radix: 8) {
+            if byte == UInt8(ascii: "\\"), utf8.count >= 3,
+                let value = UInt8(String(decoding: utf8.prefix(3), as: UTF8.self), radix: 8)
+            {
                 bytes.append(value)
                 utf8 = utf8.dropFirst(3)
             } else {

@@ -1,6 +1,7 @@
 import CLinuxShims
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,7 +34,9 @@ extension POSIXFile {
                 let name = String(decoding: raw, as: UTF8.self)
                 guard name.hasPrefix("user.") else { continue }
                 // Removed meanwhile: not there.
-                if case .success(let value) = readAttributeBytes({ lgetxattr(c, name, $0, $1) }) { result.append((name, value)) }
+                if case .success(let value) = readAttributeBytes({ lgetxattr(c, name, $0, $1) }) {
+                    result.append((name, value))
+                }
             }
             return result
         }

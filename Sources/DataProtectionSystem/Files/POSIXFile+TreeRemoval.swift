@@ -1,5 +1,6 @@
 import Foundation
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -43,7 +44,9 @@ extension POSIXFile {
         defer { closedir(directory) }
         var names: [[CChar]] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.bindMemory(to: CChar.self).prefix { $0 != 0 }) + [0] }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                Array(raw.bindMemory(to: CChar.self).prefix { $0 != 0 }) + [0]
+            }
             if name == [46, 0] || name == [46, 46, 0] { continue }   // "." and ".."
             names.append(name)
         }
@@ -56,9 +59,13 @@ extension POSIXFile {
                 let child = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 guard child >= 0 else { throw FileSystemError("openat", path: shown, errno: Errno(rawValue: errno)) }
                 try removeContents(child, shown: shown)
-                guard unlinkat(parent, name, AT_REMOVEDIR) == 0 else { throw FileSystemError("rmdir", path: shown, errno: Errno(rawValue: errno)) }
+                guard unlinkat(parent, name, AT_REMOVEDIR) == 0 else {
+                    throw FileSystemError("rmdir", path: shown, errno: Errno(rawValue: errno))
+                }
             } else {
-                guard unlinkat(parent, name, 0) == 0 else { throw FileSystemError("unlink", path: shown, errno: Errno(rawValue: errno)) }
+                guard unlinkat(parent, name, 0) == 0 else {
+                    throw FileSystemError("unlink", path: shown, errno: Errno(rawValue: errno))
+                }
             }
         }
     }

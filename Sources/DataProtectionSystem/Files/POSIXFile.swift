@@ -1,6 +1,7 @@
+import CLinuxShims
 import Foundation
 import SystemPackage
-import CLinuxShims
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -16,7 +17,9 @@ package enum POSIXFile {
     /// Calls `body`, retrying on `EINTR`; a `-1` result becomes a ``FileSystemError``
     /// (`path`, what the error shows, is worked out only then).
     @discardableResult
-    package static func check(_ operation: String, _ path: @autoclosure () -> String, _ body: () -> Int32) throws -> Int32 {
+    package static func check(
+        _ operation: String, _ path: @autoclosure () -> String, _ body: () -> Int32
+    ) throws -> Int32 {
         while true {
             let result = body()
             if result != -1 { return result }
@@ -34,10 +37,14 @@ package enum POSIXFile {
     }
 
     /// Opens `path`.
-    package static func open(_ path: String, _ mode: FileDescriptor.AccessMode,
-                             options: FileDescriptor.OpenOptions = [], permissions: FilePermissions? = nil) throws -> FileDescriptor {
+    package static func open(
+        _ path: String, _ mode: FileDescriptor.AccessMode,
+        options: FileDescriptor.OpenOptions = [], permissions: FilePermissions? = nil
+    ) throws -> FileDescriptor {
         try system("open", path) {
-            try FileDescriptor.open(try fsPath(path), mode, options: options.union(.closeOnExec), permissions: permissions, retryOnInterrupt: true)
+            try FileDescriptor.open(
+                try fsPath(path), mode, options: options.union(.closeOnExec), permissions: permissions,
+                retryOnInterrupt: true)
         }
     }
 
@@ -49,16 +56,23 @@ package enum POSIXFile {
     /// Runs a path system call on the bytes `path` stands for (``LosslessPath``), retrying on
     /// `EINTR`; `-1` becomes a ``FileSystemError`` naming `operation` and the path.
     @discardableResult
-    package static func call(_ operation: String, _ path: String, _ body: (UnsafePointer<CChar>) -> Int32) throws -> Int32 {
+    package static func call(
+        _ operation: String, _ path: String, _ body: (UnsafePointer<CChar>) -> Int32
+    ) throws -> Int32 {
         try LosslessPath.withCString(path) { c in try check(operation, LosslessPath.display(path)) { body(c) } }
     }
 
     /// Runs a two-path system call (`rename`, `link`, `symlink`) on the bytes of both paths.
     @discardableResult
-    package static func call(_ operation: String, _ first: String, _ second: String,
-                             _ body: (UnsafePointer<CChar>, UnsafePointer<CChar>) -> Int32) throws -> Int32 {
+    package static func call(
+        _ operation: String, _ first: String, _ second: String,
+        _ body: (UnsafePointer<CChar>, UnsafePointer<CChar>) -> Int32
+    ) throws -> Int32 {
         try call(operation, second) { c2 in
-            (try? LosslessPath.withCString(first) { c1 in body(c1, c2) }) ?? { errno = EINVAL; return -1 }()
+            (try? LosslessPath.withCString(first) { c1 in body(c1, c2) })
+                ?? {
+                    errno = EINVAL; return -1
+                }()
         }
     }
 
@@ -102,7 +116,10 @@ package enum POSIXFile {
         while true {
             errno = 0
             guard let entry = readdir(dir) else {
-                if errno != 0 { throw FileSystemError("readdir", path: LosslessPath.display(directory), errno: Errno(rawValue: errno)) }
+                if errno != 0 {
+                    throw FileSystemError(
+                        "readdir", path: LosslessPath.display(directory), errno: Errno(rawValue: errno))
+                }
                 break
             }
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
@@ -115,8 +132,12 @@ package enum POSIXFile {
     /// `readlink(2)`: a link's target, as a ``LosslessPath`` string.
     package static func linkTarget(_ path: String) throws -> String {
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = try LosslessPath.withCString(path) { c in buffer.withUnsafeMutableBytes { readlink(c, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) } }
-        guard n >= 0 else { throw FileSystemError("readlink", path: LosslessPath.display(path), errno: Errno(rawValue: Glibc.errno)) }
+        let n = try LosslessPath.withCString(path) { c in
+            buffer.withUnsafeMutableBytes { readlink(c, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) }
+        }
+        guard n >= 0 else {
+            throw FileSystemError("readlink", path: LosslessPath.display(path), errno: Errno(rawValue: Glibc.errno))
+        }
         return LosslessPath.string(fromBytes: buffer[0..<n])
     }
 
@@ -143,7 +164,9 @@ package enum POSIXFile {
         }
         // The size it has now, plus one byte to see it grow while read.
         let bytes = try read(fd, count: Int(st.st_size) + 1, at: 0, path: path)
-        guard bytes.count <= Int(st.st_size), bytes.count <= maxSize else { throw FileSystemError("read", path: LosslessPath.display(path), errno: .fileTooLarge) }
+        guard bytes.count <= Int(st.st_size), bytes.count <= maxSize else {
+            throw FileSystemError("read", path: LosslessPath.display(path), errno: .fileTooLarge)
+        }
         return bytes
     }
 
@@ -166,7 +189,9 @@ package enum POSIXFile {
         var result: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1 << 16)
         while true {
-            let n = try system("read", path) { try chunk.withUnsafeMutableBytes { try fd.read(into: $0, retryOnInterrupt: true) } }
+            let n = try system("read", path) {
+                try chunk.withUnsafeMutableBytes { try fd.read(into: $0, retryOnInterrupt: true) }
+            }
             if n == 0 { break }
             result.append(contentsOf: chunk[0..<n])
         }
@@ -174,12 +199,16 @@ package enum POSIXFile {
     }
 
     /// Writes all of `bytes` at `offset`.
-    package static func write(_ fd: FileDescriptor, _ bytes: some ContiguousBytes, at offset: Int64, path: String) throws {
+    package static func write(
+        _ fd: FileDescriptor, _ bytes: some ContiguousBytes, at offset: Int64, path: String
+    ) throws {
         try bytes.withUnsafeBytes { buffer in
             var done = 0
             while done < buffer.count {
                 let n = try system("write", path) {
-                    try fd.write(toAbsoluteOffset: offset + Int64(done), UnsafeRawBufferPointer(rebasing: buffer[done...]), retryOnInterrupt: true)
+                    try fd.write(
+                        toAbsoluteOffset: offset + Int64(done), UnsafeRawBufferPointer(rebasing: buffer[done...]),
+                        retryOnInterrupt: true)
                 }
                 done += n
             }
@@ -196,11 +225,15 @@ package enum POSIXFile {
 
     /// Fills `buffer` from `offset` (`pread`, retried until full or end of file); returns the
     /// bytes read, fewer than asked only at the end of the file.
-    package static func read(_ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, path: String) throws -> Int {
+    package static func read(
+        _ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, path: String
+    ) throws -> Int {
         var done = 0
         while done < buffer.count {
             let n = try system("read", path) {
-                try fd.read(fromAbsoluteOffset: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), retryOnInterrupt: true)
+                try fd.read(
+                    fromAbsoluteOffset: offset + Int64(done),
+                    into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), retryOnInterrupt: true)
             }
             if n == 0 { break }
             done += n
@@ -212,7 +245,9 @@ package enum POSIXFile {
     /// (`copy_file_range`; `pread`/`pwrite` where the file systems cannot), starting the
     /// write-back of each chunk as it goes (`sync_file_range`) so that a final `fsync` waits for
     /// little. Returns the bytes copied: fewer than `count` only when `source` ended first.
-    package static func copyRange(from source: FileDescriptor, to target: FileDescriptor, offset: Int64, count: Int64, path: String) throws -> Int64 {
+    package static func copyRange(
+        from source: FileDescriptor, to target: FileDescriptor, offset: Int64, count: Int64, path: String
+    ) throws -> Int64 {
         let chunk: Int64 = 8 << 20
         var done: Int64 = 0
         var inKernel = true
@@ -221,11 +256,13 @@ package enum POSIXFile {
             var n: Int64
             if inKernel {
                 do throws(Errno) {
-                    n = Int64(try SystemCall.copyFileRange(from: source.rawValue, at: offset + done, to: target.rawValue, at: offset + done,
-                                                           count: Int(wanted)))
+                    n = Int64(
+                        try SystemCall.copyFileRange(
+                            from: source.rawValue, at: offset + done, to: target.rawValue, at: offset + done,
+                            count: Int(wanted)))
                 } catch .interrupted {
                     continue
-                } catch where [.improperLink, .noFunction, .notSupported, .invalidArgument].contains(error) {
+                } catch  where [.improperLink, .noFunction, .notSupported, .invalidArgument].contains(error) {
                     inKernel = false
                     continue
                 } catch {
@@ -267,7 +304,9 @@ package enum POSIXFile {
     package static func split(_ path: String) -> (directory: String, name: String) {
         var trimmed = Substring(path)
         // Byte by byte: a trailing slash may end a grapheme cluster ("\u{600}/" is one).
-        while trimmed.utf8.count > 1, trimmed.utf8.last == UInt8(ascii: "/") { trimmed = trimmed[..<trimmed.utf8.index(before: trimmed.utf8.endIndex)] }
+        while trimmed.utf8.count > 1, trimmed.utf8.last == UInt8(ascii: "/") {
+            trimmed = trimmed[..<trimmed.utf8.index(before: trimmed.utf8.endIndex)]
+        }
         if trimmed == "/" { return ("/", "/") }
         guard let slash = trimmed.utf8.lastIndex(of: UInt8(ascii: "/")) else { return (".", String(trimmed)) }
         let directory = trimmed[..<slash]
@@ -334,8 +373,10 @@ package enum POSIXFile {
     /// is not supported a named hidden temporary file is used. On any failure `path` is
     /// untouched. The new file gets `permissions`, or the old file's mode (0644 for a new file).
     /// `replacement` can leave the flushing to the caller and keep the old file (``Replacement``).
-    package static func replaceAtomically(_ path: String, permissions: FilePermissions? = nil, replacement: Replacement = .durable,
-                                          _ fill: (FileDescriptor, String) throws -> Void) throws {
+    package static func replaceAtomically(
+        _ path: String, permissions: FilePermissions? = nil, replacement: Replacement = .durable,
+        _ fill: (FileDescriptor, String) throws -> Void
+    ) throws {
         var mode = permissions ?? FilePermissions(rawValue: 0o644)
         let replaced = status(path)
         if permissions == nil, let replaced { mode = FilePermissions(rawValue: replaced.st_mode & 0o7777) }
@@ -348,7 +389,11 @@ package enum POSIXFile {
         var fd: FileDescriptor
         var isUnnamed = false
         let canLinkUnnamed = Self.canLinkUnnamed
-        let raw = canLinkUnnamed ? ((try? LosslessPath.withCString(directory) { Glibc.open($0, O_TMPFILE | O_RDWR | O_CLOEXEC, mode.rawValue) }) ?? -1) : -1
+        let raw =
+            canLinkUnnamed
+            ? ((try? LosslessPath.withCString(directory) {
+                Glibc.open($0, O_TMPFILE | O_RDWR | O_CLOEXEC, mode.rawValue)
+            }) ?? -1) : -1
         if raw >= 0 {
             fd = FileDescriptor(rawValue: raw)
             isUnnamed = true
@@ -364,7 +409,9 @@ package enum POSIXFile {
         do {
             try check("fchmod", path) { fchmod(fd.rawValue, mode.rawValue) }
             for (name, value) in keptAttributes {
-                do { try SystemCall.fsetxattr(fd.rawValue, name, value) } catch { throw FileSystemError("fsetxattr", path: path, errno: error) }
+                do { try SystemCall.fsetxattr(fd.rawValue, name, value) } catch {
+                    throw FileSystemError("fsetxattr", path: path, errno: error)
+                }
             }
             try fill(fd, path)
             if replacement.flushes { try sync(fd, path: path) }
@@ -386,7 +433,8 @@ package enum POSIXFile {
                 try call("link", path, kept) { link($0, $1) }
             }
             if replacement.flushes || linkStatus(path).map({ $0.st_mode & S_IFMT != S_IFREG }) ?? true
-                || !exchangeAndRemoveReplaced(temp, path) {
+                || !exchangeAndRemoveReplaced(temp, path)
+            {
                 try call("rename", temp, path) { rename($0, $1) }
             }
         } catch {
@@ -409,7 +457,9 @@ package enum POSIXFile {
     private static func exchangeAndRemoveReplaced(_ temp: String, _ path: String) -> Bool {
         func exchange() -> Bool {
             (try? LosslessPath.withCString(temp) { from in
-                try LosslessPath.withCString(path) { to in try SystemCall.renameat2(AT_FDCWD, from, AT_FDCWD, to, flags: RENAME_EXCHANGE) }
+                try LosslessPath.withCString(path) { to in
+                    try SystemCall.renameat2(AT_FDCWD, from, AT_FDCWD, to, flags: RENAME_EXCHANGE)
+                }
             }) != nil
         }
         guard exchange() else { return false }
@@ -422,7 +472,9 @@ package enum POSIXFile {
     }
 
     /// Creates `path` with `bytes` (refusing to replace anything), flushed; removed again on failure.
-    package static func writeNew(_ path: String, _ bytes: [UInt8], permissions: FilePermissions = [.ownerReadWrite]) throws {
+    package static func writeNew(
+        _ path: String, _ bytes: [UInt8], permissions: FilePermissions = [.ownerReadWrite]
+    ) throws {
         let fd = try open(path, .writeOnly, options: [.create, .exclusiveCreate], permissions: permissions)
         do {
             try write(fd, bytes, at: 0, path: path)

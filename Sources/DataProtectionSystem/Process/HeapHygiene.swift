@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,7 +28,8 @@ package enum HeapHygiene {
         setenv(marker, "1", 1)
         // Same pid, same descriptors: socket activation's LISTEN_PID and fd 3 stay valid. The
         // executable's own path (not /proc/self/exe), so the process keeps its name for pgrep.
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
+        let executable =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
         execv(executable, CommandLine.unsafeArgv)
         unsetenv(marker)
     }

@@ -13,8 +13,12 @@ package struct ByteWriter {
     }
     package mutating func u8(_ v: UInt8) { bytes.append(v) }
     package mutating func u16(_ v: UInt16) { bytes += [UInt8(v >> 8), UInt8(v & 0xff)] }
-    package mutating func u32(_ v: UInt32) { for s in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt32(s))) } }
-    package mutating func u64(_ v: UInt64) { for s in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(s))) } }
+    package mutating func u32(_ v: UInt32) {
+        for s in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt32(s))) }
+    }
+    package mutating func u64(_ v: UInt64) {
+        for s in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(s))) }
+    }
     package mutating func raw<C: Collection<UInt8>>(_ v: C) { bytes += v }
     package mutating func zeros(_ n: Int) { bytes += [UInt8](repeating: 0, count: n) }
     /// A service channel's string (FORMAT.md §11.4, §12.2): u16 length, then UTF-8 — paths as
@@ -82,6 +86,8 @@ extension UUID {
     /// A UUID from 16 bytes.
     package init(bytes b: [UInt8]) {
         precondition(b.count == 16)
-        self.init(uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]))
+        self.init(
+            uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15])
+        )
     }
 }

@@ -1,7 +1,8 @@
 import Foundation
 
 /// The result of async work, handed from a task to the thread waiting for it.
-/// `@unchecked Sendable`: written once by the task before `finish()`, read by the waiting thread after `drain()` returns (the executor's condition orders the two).
+/// `@unchecked Sendable`: written once by the task before `finish()`, read by the waiting thread after `drain()`
+/// returns (the executor's condition orders the two).
 private final class Outcome<T: Sendable>: @unchecked Sendable {
     var result: Result<T, any Error>?
 }

@@ -1,5 +1,6 @@
 import CLinuxShims
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,26 +19,32 @@ extension SystemCall {
     }
 
     /// `openat2(2)`: opens `path` relative to `directory` under `resolve`'s rules.
-    package static func openat2(_ directory: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32, mode: UInt32 = 0,
-                                resolve: Resolve) throws(Errno) -> Int32 {
+    package static func openat2(
+        _ directory: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32, mode: UInt32 = 0,
+        resolve: Resolve
+    ) throws(Errno) -> Int32 {
         try checked(cshim_openat2(directory, path, flags, mode, resolve.rawValue))
     }
 
     /// `renameat2(2)` with `flags` (``RENAME_NOREPLACE``, ``RENAME_EXCHANGE``). A file system
     /// that lacks a flag answers `EINVAL`.
-    package static func renameat2(_ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32,
-                                  _ newPath: UnsafePointer<CChar>, flags: UInt32) throws(Errno) {
+    package static func renameat2(
+        _ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32,
+        _ newPath: UnsafePointer<CChar>, flags: UInt32
+    ) throws(Errno) {
         _ = try checked(cshim_renameat2(oldDirectory, oldPath, newDirectory, newPath, flags))
     }
 
     /// Renames without ever replacing what is at the new name (`EEXIST`): `renameat2` with
     /// ``RENAME_NOREPLACE`` — or, on a file system without it (`EINVAL`, `ENOSYS`), a look at
     /// the new name and then `renameat` (the one place that falls back).
-    package static func renameWithoutReplacing(_ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32,
-                                               _ newPath: UnsafePointer<CChar>) throws(Errno) {
+    package static func renameWithoutReplacing(
+        _ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32,
+        _ newPath: UnsafePointer<CChar>
+    ) throws(Errno) {
         do throws(Errno) {
             try renameat2(oldDirectory, oldPath, newDirectory, newPath, flags: RENAME_NOREPLACE)
-        } catch where error == .invalidArgument || error == .noFunction {
+        } catch  where error == .invalidArgument || error == .noFunction {
             var st = stat()
             guard fstatat(newDirectory, newPath, &st, AT_SYMLINK_NOFOLLOW) != 0 else { throw Errno.fileExists }
             guard renameat(oldDirectory, oldPath, newDirectory, newPath) == 0 else { throw Errno(rawValue: errno) }
@@ -51,8 +58,10 @@ extension SystemCall {
     }
 
     /// `copy_file_range(2)` between two offsets: the bytes copied (0 at the end of the input).
-    package static func copyFileRange(from source: Int32, at sourceOffset: Int64, to target: Int32, at targetOffset: Int64,
-                                      count: Int) throws(Errno) -> Int {
+    package static func copyFileRange(
+        from source: Int32, at sourceOffset: Int64, to target: Int32, at targetOffset: Int64,
+        count: Int
+    ) throws(Errno) -> Int {
         try checked(cshim_copy_file_range(source, sourceOffset, target, targetOffset, UInt(count)))
     }
 

@@ -1,5 +1,6 @@
 import CLinuxShims
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -7,7 +8,9 @@ import Glibc
 /// Memory that holds secrets, and words shared between processes.
 extension SystemCall {
     /// `explicit_bzero`: zeroes `count` bytes at `pointer`, never optimised away.
-    package static func explicitBzero(_ pointer: UnsafeMutableRawPointer?, _ count: Int) { cshim_wipe(pointer, UInt(count)) }
+    package static func explicitBzero(_ pointer: UnsafeMutableRawPointer?, _ count: Int) {
+        cshim_wipe(pointer, UInt(count))
+    }
 
     /// Zeroes 64 KiB of this thread's stack below the caller, where a crypto routine that just
     /// returned may have left secrets.
@@ -17,7 +20,9 @@ extension SystemCall {
     package static func loadAcquire(_ word: UnsafePointer<UInt64>) -> UInt64 { cshim_load_acquire_u64(word) }
 
     /// Publishes a 64-bit word in shared memory with release ordering.
-    package static func storeRelease(_ word: UnsafeMutablePointer<UInt64>, _ value: UInt64) { cshim_store_release_u64(word, value) }
+    package static func storeRelease(_ word: UnsafeMutablePointer<UInt64>, _ value: UInt64) {
+        cshim_store_release_u64(word, value)
+    }
 }
 
 extension SystemCall {

@@ -1,5 +1,6 @@
 import CLinuxShims
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -8,10 +9,14 @@ import Glibc
 extension SystemCall {
     /// `posix_spawn` with the child's descriptors exactly `descriptors` (the `i`th becomes
     /// descriptor `i`, every other one closed) and every signal at its default: the child's pid.
-    package static func spawn(_ path: UnsafePointer<CChar>, _ argv: UnsafePointer<UnsafeMutablePointer<CChar>?>,
-                              _ envp: UnsafePointer<UnsafeMutablePointer<CChar>?>, descriptors: [Int32]) throws(Errno) -> pid_t {
+    package static func spawn(
+        _ path: UnsafePointer<CChar>, _ argv: UnsafePointer<UnsafeMutablePointer<CChar>?>,
+        _ envp: UnsafePointer<UnsafeMutablePointer<CChar>?>, descriptors: [Int32]
+    ) throws(Errno) -> pid_t {
         var pid: Int32 = 0
-        _ = try checked(descriptors.withUnsafeBufferPointer { cshim_spawn(path, argv, envp, $0.baseAddress, Int32($0.count), &pid) })
+        _ = try checked(
+            descriptors.withUnsafeBufferPointer { cshim_spawn(path, argv, envp, $0.baseAddress, Int32($0.count), &pid) }
+        )
         return pid
     }
 
@@ -30,16 +35,19 @@ extension SystemCall {
 
     /// ``spawn(_:_:_:descriptors:)`` with the child born in `birthplace`'s cgroup
     /// (`clone3(CLONE_INTO_CGROUP)`): its pid, and whether it runs in every cgroup asked.
-    package static func spawn(_ path: UnsafePointer<CChar>, _ argv: UnsafePointer<UnsafeMutablePointer<CChar>?>,
-                              _ envp: UnsafePointer<UnsafeMutablePointer<CChar>?>, descriptors: [Int32],
-                              in birthplace: Birthplace) throws(Errno) -> (pid: pid_t, placed: Bool) {
+    package static func spawn(
+        _ path: UnsafePointer<CChar>, _ argv: UnsafePointer<UnsafeMutablePointer<CChar>?>,
+        _ envp: UnsafePointer<UnsafeMutablePointer<CChar>?>, descriptors: [Int32],
+        in birthplace: Birthplace
+    ) throws(Errno) -> (pid: pid_t, placed: Bool) {
         var pid: Int32 = 0, placed: Int32 = 0
         let legacy = birthplace.legacy.map { strdup($0) }
         defer { legacy.forEach { free($0) } }
         let result = descriptors.withUnsafeBufferPointer { fds in
             legacy.map { UnsafePointer($0) }.withUnsafeBufferPointer { dirs in
-                cshim_spawn_in_cgroup(path, argv, envp, fds.baseAddress, Int32(fds.count), birthplace.directory, birthplace.procs,
-                                      birthplace.home, dirs.baseAddress, Int32(dirs.count), &pid, &placed)
+                cshim_spawn_in_cgroup(
+                    path, argv, envp, fds.baseAddress, Int32(fds.count), birthplace.directory, birthplace.procs,
+                    birthplace.home, dirs.baseAddress, Int32(dirs.count), &pid, &placed)
             }
         }
         _ = try checked(result)

@@ -1,5 +1,6 @@
 import CLinuxShims
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,14 +28,17 @@ extension SystemCall {
 
     /// `sendmsg` of `data` (at least one byte) with `descriptor` attached (`SCM_RIGHTS`): the
     /// bytes sent.
-    package static func sendmsg(_ socket: Int32, _ data: UnsafeRawBufferPointer, descriptor: Int32) throws(Errno) -> Int {
+    package static func sendmsg(_ socket: Int32, _ data: UnsafeRawBufferPointer, descriptor: Int32) throws(Errno) -> Int
+    {
         try checked(cshim_send_descriptor(socket, descriptor, data.baseAddress, UInt(data.count)))
     }
 
     /// `recvmsg(MSG_CMSG_CLOEXEC)` into `buffer`: the bytes received (0 at the end of the
     /// stream) and the one descriptor attached, if any (more are closed; descriptors that did
     /// not fit: `EMSGSIZE`, none kept).
-    package static func recvmsg(_ socket: Int32, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> (count: Int, descriptor: Int32?) {
+    package static func recvmsg(
+        _ socket: Int32, _ buffer: UnsafeMutableRawBufferPointer
+    ) throws(Errno) -> (count: Int, descriptor: Int32?) {
         var fd: Int32 = -1
         let n = try checked(cshim_receive_descriptor(socket, buffer.baseAddress, UInt(buffer.count), &fd))
         return (n, fd >= 0 ? fd : nil)

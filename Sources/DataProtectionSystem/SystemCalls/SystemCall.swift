@@ -1,5 +1,6 @@
 import CLinuxShims
 import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -2,8 +2,8 @@ import ArgumentParser
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
-import DataProtectionSQLite
 import DataProtectionLifecycle
+import DataProtectionSQLite
 import DataProtectionSystem
 import Foundation
 import Logging
@@ -50,24 +50,33 @@ enum ExitStatus: Int32, CaseIterable {
     }
 
     /// `Exit status: 0 success, 1 error, …` for help texts.
-    static var summary: String { "Exit status: " + allCases.map { "\($0.rawValue) \($0.meaning)" }.joined(separator: ", ") + "." }
+    static var summary: String {
+        "Exit status: " + allCases.map { "\($0.rawValue) \($0.meaning)" }.joined(separator: ", ") + "."
+    }
 
     init(for error: any Error) {
         switch error {
         case ProtectedFileError.unavailable, KeybagError.classUnavailable, KeybagError.deviceLocked: self = .unavailable
-        case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion, KeybagError.corruptKeybag, KeybagError.newerKeybagFormat,
-             DatabaseCipherError.damaged, BackupError.notAuthentic, BackupError.verificationFailed, BackupError.badBackup: self = .damaged
-        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, KeybagError.tpmLockout, KeybagError.wrongBackupPassword,
-             DatabaseCipherError.wrongKeyOrFormat,
-             BackupError.wrongBackupPassword:
+        case ProtectedFileError.damaged, ProtectedFileError.foreignKeybag, ProtectedFileError.unsupportedVersion,
+            KeybagError.corruptKeybag, KeybagError.newerKeybagFormat,
+            DatabaseCipherError.damaged, BackupError.notAuthentic, BackupError.verificationFailed,
+            BackupError.badBackup:
+            self = .damaged
+        case KeybagError.wrongPasscode, KeybagError.passcodeDelayed, KeybagError.tpmLockout,
+            KeybagError.wrongBackupPassword,
+            DatabaseCipherError.wrongKeyOrFormat,
+            BackupError.wrongBackupPassword:
             self = .wrongPasscode
         case ContainerError.invalidIdentifier: self = .usage   // a malformed app or group identifier argument
-        case KeybagError.invalidArgument: self = .usage   // an empty --root, a NUL in a name, a grace period out of range
+        // an empty --root, a NUL in a name, a grace period out of range
+        case KeybagError.invalidArgument: self = .usage
         case KeybagError.emptyPasscode, KeybagError.passcodeTooShort: self = .usage   // a new passcode the rule refuses
         case let error as CLIError: self = error.status
         case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage
         case BackupError.badRemote: self = .usage   // a remote location that does not parse
-        case BackupError.interrupted, BackupError.restoreInterrupted, BackupError.remoteInterrupted, ProtectedFileError.interrupted: self = .interrupted   // 128 + SIGINT, as a shell reports it
+        case BackupError.interrupted, BackupError.restoreInterrupted, BackupError.remoteInterrupted,
+            ProtectedFileError.interrupted:
+            self = .interrupted   // 128 + SIGINT, as a shell reports it
         default: self = .failure
         }
     }
@@ -111,7 +120,8 @@ func commandHint(for error: any Error, status: ExitStatus) -> String? {
     case LifecycleError.notRunning(let app): return "start it with `dpctl app run \(app) -- COMMAND`"
     case KeybagError.tpmLockout: return "the TPM's owner can run `tpm2_dictionarylockout --clear-lockout`"
     case KeybagError.tpm(let why) where why.contains("no TPM answers"):
-        return "\(TPMBinding.tctiEnvironmentVariable) names the TPM, e.g. device:/dev/tpmrm0 (needs the tss group) or swtpm:path=SOCKET"
+        return
+            "\(TPMBinding.tctiEnvironmentVariable) names the TPM, e.g. device:/dev/tpmrm0 (needs the tss group) or swtpm:path=SOCKET"
     default:
         guard status == .unavailable else { return nil }
         return servedByKeybagd.load(ordering: .relaxed)

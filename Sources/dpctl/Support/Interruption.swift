@@ -2,8 +2,8 @@ import ArgumentParser
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
-import DataProtectionSQLite
 import DataProtectionLifecycle
+import DataProtectionSQLite
 import DataProtectionSystem
 import Foundation
 import Logging

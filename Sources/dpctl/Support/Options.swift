@@ -2,8 +2,8 @@ import ArgumentParser
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
-import DataProtectionSQLite
 import DataProtectionLifecycle
+import DataProtectionSQLite
 import DataProtectionSystem
 import Foundation
 import Logging
@@ -14,7 +14,9 @@ import Synchronization
 
 /// Options every command that touches a device accepts.
 struct DeviceOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The data root (default: $DP_ROOT, else $XDG_DATA_HOME/dataprotection).", valueName: "dir"))
     var root: String?
 
     @Flag(name: .shortAndLong, help: "Log what the keybag does (lock, unlock, discarded keys) to standard error.")
@@ -27,8 +29,10 @@ struct DeviceOptions: ParsableArguments {
     static func resolve(_ root: String?) throws -> String {
         let environment = ProcessInfo.processInfo.environment
         if root == nil, environment["DP_ROOT"] == nil, let app = environment["DATAPROTECTION_APP_ID"] {
-            throw CLIError("inside the app \(app) (dpctl app run) there is no device: the app's files are protected by the file system "
-                           + "already, so plain tools (cat, cp, sqlite3) read and write them; run device commands outside the app")
+            throw CLIError(
+                "inside the app \(app) (dpctl app run) there is no device: the app's files are protected by the file system "
+                    + "already, so plain tools (cat, cp, sqlite3) read and write them; run device commands outside the app"
+            )
         }
         return try DataRoot.resolve(root)
     }
@@ -50,7 +54,9 @@ struct DeviceOptions: ParsableArguments {
         let root = try resolvedRoot
         let keybag = try await Keybag.open(root: root)
         guard keybag.daemonSocket != nil else {
-            throw CLIError("no keybagd serves \(root): start one with `keybagd --root \(root)` (without it, each dpctl run is its own boot and --passcode-file unlocks just that run)")
+            throw CLIError(
+                "no keybagd serves \(root): start one with `keybagd --root \(root)` (without it, each dpctl run is its own boot and --passcode-file unlocks just that run)"
+            )
         }
         return keybag
     }
@@ -63,20 +69,27 @@ struct DeviceOptions: ParsableArguments {
     func openDevice(passcodeFile: String?, standardInputCarriesData: Bool = false) async throws -> Keybag {
         bootstrapLogging()
         if standardInputCarriesData, passcodeFile == "-" {
-            throw CLIError("--passcode-file - cannot be used here: standard input carries this command's data; put the passcode in a file (nothing was attempted)")
+            throw CLIError(
+                "--passcode-file - cannot be used here: standard input carries this command's data; put the passcode in a file (nothing was attempted)"
+            )
         }
         let keybag = try await Keybag.open(root: try resolvedRoot)
         if keybag.daemonSocket != nil { servedByKeybagd.store(true, ordering: .relaxed) }
         if let passcodeFile {
             try await unlockSayingSo(keybag, passcode: try readPasscode(passcodeFile))
         } else if let fromEnvironment = Self.passcodeFileFromEnvironment, await keybag.lockState != .unlocked {
-            // As restic's RESTIC_PASSWORD_FILE: used when no --passcode-file is given and the device is not unlocked already.
-            guard fromEnvironment != "-" else { throw CLIError("\(Self.passcodeFileVariable) must name a file, not standard input") }
+            // As restic's RESTIC_PASSWORD_FILE: used when no --passcode-file is given and the device is not
+            // unlocked already.
+            guard fromEnvironment != "-" else {
+                throw CLIError("\(Self.passcodeFileVariable) must name a file, not standard input")
+            }
             if let socket = keybag.daemonSocket {
                 // A passcode in the environment reaches every command a session runs: under keybagd
                 // it would undo `dpctl lock` for every process, unseen. Only `dpctl unlock`, or a
                 // passcode given to this command, unlocks the device.
-                note("keybagd serves this root (\(socket)): $\(Self.passcodeFileVariable) does not unlock the device for every process; `dpctl unlock` does")
+                note(
+                    "keybagd serves this root (\(socket)): $\(Self.passcodeFileVariable) does not unlock the device for every process; `dpctl unlock` does"
+                )
             } else {
                 try await keybag.unlock(passcode: try readPasscode(fromEnvironment))
             }
@@ -117,14 +130,16 @@ func readPasscode(_ path: String) throws -> String {
 /// Refuses two secrets read from one standard input (`--passcode-file - --new-passcode-file -`).
 func requireOneStandardInput(_ files: String?...) throws {
     guard files.filter({ $0 == "-" }).count <= 1 else {
-        throw CLIError("only one secret can come from standard input (-); put the other in a file (nothing was attempted)")
+        throw CLIError(
+            "only one secret can come from standard input (-); put the other in a file (nothing was attempted)")
     }
 }
 
 extension ProtectionClass: ExpressibleByArgument {
     public init?(argument: String) { self.init(name: argument) }
     /// What every class option and argument says about its spellings.
-    static let spellings = "complete (A), complete-unless-open (B), until-first-unlock (C, the default), none (D), "
+    static let spellings =
+        "complete (A), complete-unless-open (B), until-first-unlock (C, the default), none (D), "
         + "or as iOS writes them (completeUnlessOpen, completeUntilFirstUserAuthentication, NSFileProtectionComplete…), in any case"
     /// Shell completion offers every spelling (the short names, iOS's names, the letters); the
     /// help says them in words (``spellings``), not as a list of eleven values, nor the raw numbers.
@@ -132,7 +147,9 @@ extension ProtectionClass: ExpressibleByArgument {
     public static var defaultCompletionKind: CompletionKind { .list(completionValues) }
     static var completionValues: [String] {
         var seen = Set<String>()
-        return (allCases.map(\.shortName) + allCases.map(\.iOSName) + allCases.map(\.letter)).filter { seen.insert($0).inserted }
+        return (allCases.map(\.shortName) + allCases.map(\.iOSName) + allCases.map(\.letter)).filter {
+            seen.insert($0).inserted
+        }
     }
 }
 
@@ -144,7 +161,8 @@ struct Seconds: ExpressibleByArgument, CustomStringConvertible {
     init(_ value: Double) { self.value = value }
 
     init?(argument: String) {
-        guard let value = Double(argument), value.isFinite, value >= 0, value <= PasscodePolicy.maximumGracePeriod else { return nil }
+        guard let value = Double(argument), value.isFinite, value >= 0, value <= PasscodePolicy.maximumGracePeriod
+        else { return nil }
         self.value = value
     }
 
@@ -160,10 +178,13 @@ struct QuietOption: ParsableArguments {
 
 /// The passcode option every command that may need the device unlocked takes.
 struct UnlockOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp(
-        "Unlock the device first with the passcode in this file ('-': standard input; default: $DP_PASSCODE_FILE).",
-        discussion: "Without keybagd this unlocks for this run only; when keybagd serves the root it unlocks the device for every process, and says so. $DP_PASSCODE_FILE never unlocks a device that keybagd serves: `dpctl unlock` does.",
-        valueName: "file"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Unlock the device first with the passcode in this file ('-': standard input; default: $DP_PASSCODE_FILE).",
+            discussion:
+                "Without keybagd this unlocks for this run only; when keybagd serves the root it unlocks the device for every process, and says so. $DP_PASSCODE_FILE never unlocks a device that keybagd serves: `dpctl unlock` does.",
+            valueName: "file"))
     var passcodeFile: String?
 }
 

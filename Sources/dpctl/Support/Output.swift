@@ -2,8 +2,8 @@ import ArgumentParser
 import DataProtection
 import DataProtectionBackup
 import DataProtectionContainers
-import DataProtectionSQLite
 import DataProtectionLifecycle
+import DataProtectionSQLite
 import DataProtectionSystem
 import Foundation
 import Logging
@@ -30,7 +30,8 @@ func printJSON(_ value: some Encodable) {
 /// `text` in double quotes with `"`, `\`, newline, CR and tab escaped by a backslash, and every
 /// other scalar `isControl` names written as `control` spells it (JSON's `\u0001`, a property
 /// list's `\U0001`).
-func quotedEscaping(_ text: String, isControl: (Unicode.Scalar) -> Bool, control: (Unicode.Scalar) -> String) -> String {
+func quotedEscaping(_ text: String, isControl: (Unicode.Scalar) -> Bool, control: (Unicode.Scalar) -> String) -> String
+{
     var out = "\""
     for scalar in text.unicodeScalars {
         switch scalar {
@@ -55,7 +56,9 @@ func printError(_ text: String) {
 func table(_ rows: [[String]], rightAligned: Set<Int> = []) -> String {
     guard let first = rows.first else { return "" }
     var widths = [Int](repeating: 0, count: first.count)
-    for row in rows { for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) } }
+    for row in rows {
+        for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) }
+    }
     return rows.map { row in
         row.enumerated().map { i, cell in
             let pad = String(repeating: " ", count: widths[i] - cell.count)
