@@ -14,8 +14,7 @@ import Glibc
 /// connection, and a back-off — not a spin — when `accept` runs out of descriptors or memory.
 ///
 /// ```swift
-/// let server = IPCServer(listener: try UnixSocket.listen(on: path), maxConnections: 256, busyFrame: frame, logger:
-/// logger)
+/// let server = IPCServer(listener: try UnixSocket.listen(on: path), maxConnections: 256, busyFrame: frame, logger: logger)
 /// server.serve { fd in handle(fd) }      // never returns; `handle` closes `fd`
 /// ```
 package final class IPCServer: Sendable {

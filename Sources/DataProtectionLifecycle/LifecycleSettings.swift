@@ -3,8 +3,7 @@ import Foundation
 /// The supervisor's timing rules for background apps, on its clock (virtual in tests).
 ///
 /// ```swift
-/// let service = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: 600))  // iOS
-/// 4's 10 minutes
+/// let service = LifecycleService(manager: manager, settings: LifecycleSettings(backgroundTimeBudget: 600))  // iOS 4's 10 minutes
 /// ```
 public struct LifecycleSettings: Sendable, Equatable {
     /// Time a background app may run its background tasks per trip to the background (iOS

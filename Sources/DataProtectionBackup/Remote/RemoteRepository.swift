@@ -20,8 +20,7 @@ import SystemPackage
 ///
 /// ```swift
 /// let remote = try RemoteRepository(location: RemoteLocation("rclone:s3:bucket/backups"), layout: keybag.layout)
-/// let summary = try await remote.backUp(with: BackupEngine(source: documents, repository: remote.staging, files:
-/// files))
+/// let summary = try await remote.backUp(with: BackupEngine(source: documents, repository: remote.staging, files: files))
 /// let latest = try await remote.fetchForReading().latestAuthenticBackup(files: files, password: nil)
 /// try await remote.fetchObjects(of: latest)
 /// ```

@@ -13,8 +13,7 @@ import Synchronization
 /// defaults.set("dark", forKey: "theme")
 /// let shared = ProtectedUserDefaults(suiteName: "group.com.example.notes")!
 /// shared.set(3, forKey: "unread")
-/// NotificationCenter.default.addObserver(forName: ProtectedUserDefaults.didChangeNotification, object: shared,
-/// queue: nil) { _ in … }
+/// NotificationCenter.default.addObserver(forName: ProtectedUserDefaults.didChangeNotification, object: shared, queue: nil) { _ in … }
 /// ```
 ///
 /// Reads come from memory. Writes update memory at once and are written by a background worker

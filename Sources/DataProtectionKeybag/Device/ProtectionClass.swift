@@ -8,8 +8,7 @@ import Foundation
 /// | class | Foundation name | available |
 /// |---|---|---|
 /// | A `.complete` | `FileProtectionType.complete` | only while unlocked (plus the grace period after a lock) |
-/// | B `.completeUnlessOpen` | `.completeUnlessOpen` | new files can be written while locked; open handles survive
-/// a lock |
+/// | B `.completeUnlessOpen` | `.completeUnlessOpen` | new files can be written while locked; open handles survive a lock |
 /// | C `.completeUntilFirstUserAuthentication` | `.completeUntilFirstUserAuthentication` | from the first unlock on |
 /// | D `.noProtection` | `FileProtectionType.none` | always |
 ///

@@ -48,8 +48,8 @@ enum ClassBKeyAgreement {
 }
 
 /// Ties a wrapping key to the device secret for "this device only" file keys:
-/// `HKDF(ikm: KEK, salt: HKDF(S, "", "DataProtection v1 this device only"), info: "DataProtection v1 this device
-/// only KEK")`.
+/// `HKDF(ikm: KEK, salt: HKDF(S, "", "DataProtection v1 this device only"),`
+/// `info: "DataProtection v1 this device only KEK")`.
 /// Without the device secret — on another device, from a backup keybag — it cannot be rebuilt.
 struct DeviceBinding: Sendable {
     static let saltLabel = "DataProtection v1 this device only"

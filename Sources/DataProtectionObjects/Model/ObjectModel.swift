@@ -11,7 +11,7 @@ import Foundation
 ///                       relationships: [RelationshipDescription("messages", to: "Message", inverse: "conversation",
 ///                                                               toMany: true, deleteRule: .cascade)]),
 ///     EntityDescription("Message", attributes: [AttributeDescription("text", .string)],
-/// relationships: [RelationshipDescription("conversation", to: "Conversation", inverse: "messages")]),
+///                       relationships: [RelationshipDescription("conversation", to: "Conversation", inverse: "messages")]),
 /// ])
 /// ```
 ///
