@@ -1,7 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionContainers
-@_spi(Testing) import DataProtectionKeybag
+import DataProtectionKeybag
 import Foundation
 
 #if canImport(Glibc)
@@ -35,11 +35,10 @@ struct AppsBenchmark: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
-            "dp-bench-apps-\(UUID().uuidString.prefix(8))")
-        defer { try? FileManager.default.removeItem(at: base) }
-        let keybag = try await Keybag.create(
-            root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let workspace = try Workspace("apps")
+        defer { workspace.remove() }
+        let base = workspace.base
+        let keybag = try await workspace.keybag()
         let files = ProtectedFileManager(keybag: keybag)
         let manager = ContainerManager(files: files)
         let id = try AppIdentifier("com.example.bench")

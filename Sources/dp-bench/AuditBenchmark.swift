@@ -1,7 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionAudit
-@_spi(Testing) import DataProtectionKeybag
+import DataProtectionKeybag
 import Foundation
 
 #if canImport(Glibc)
@@ -21,11 +21,10 @@ struct AuditBenchmark: AsyncParsableCommand {
     @Option(help: "Runs of each (the best is kept).") var runs = 3
 
     func run() async throws {
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
-            "dp-bench-audit-\(UUID().uuidString.prefix(8))")
-        defer { try? FileManager.default.removeItem(at: base) }
-        let keybag = try await Keybag.create(
-            root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let workspace = try Workspace("audit")
+        defer { workspace.remove() }
+        let base = workspace.base
+        let keybag = try await workspace.keybag()
         let manager = ProtectedFileManager(keybag: keybag)
         let sample = base.appendingPathComponent("sample")
         try await manager.write(

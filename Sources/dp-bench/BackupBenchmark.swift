@@ -1,7 +1,7 @@
 import ArgumentParser
 import DataProtection
 import DataProtectionBackup
-@_spi(Testing) import DataProtectionKeybag
+import DataProtectionKeybag
 import DataProtectionTestSupport
 import Foundation
 import SystemPackage
@@ -28,20 +28,15 @@ struct BackupBenchmark: AsyncParsableCommand {
     @Flag(help: "Also back up to an SFTP server on loopback (sshd), beside restic's SFTP backend.") var sftp = false
 
     func run() async throws {
-        let base = URL(
-            fileURLWithPath: dir
-                ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
-        )
-        .appendingPathComponent("dp-bench-backup-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: base) }
+        let workspace = try Workspace("backup", under: dir ?? Workspace.memoryBacked)
+        defer { workspace.remove() }
+        let base = workspace.base
         let tree = base.appendingPathComponent("tree")
         let perFile = (sizeMiB << 20) / files
         print("dp-bench backup: \(files) files × \(perFile) bytes = \(sizeMiB) MiB in \(base.path)")
 
         // A tree of 100 directories; a quarter of the files protected (class C), the rest plain.
-        let keybag = try await Keybag.create(
-            root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let keybag = try await workspace.keybag()
         let protectedFiles = ProtectedFileManager(keybag: keybag)
         var chunk = [UInt8](repeating: 0, count: perFile)
         for i in 0..<files {

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Crypto
 import DataProtection
-@_spi(Testing) import DataProtectionKeybag
+import DataProtectionKeybag
 import Foundation
 import SystemPackage
 
@@ -22,20 +22,15 @@ struct FilesBenchmark: AsyncParsableCommand {
         #if DEBUG
         print("warning: a debug build; run `swift run -c release dp-bench files` for real figures")
         #endif
-        let base = URL(
-            fileURLWithPath: dir
-                ?? (FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
-        )
-        .appendingPathComponent("dp-bench-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: base) }
+        let workspace = try Workspace("files", under: dir ?? Workspace.memoryBacked)
+        defer { workspace.remove() }
+        let base = workspace.base
         let bytes = Double(sizeMiB) * 1_048_576
 
         print(
             "dp-bench files: \(sizeMiB) MiB in \(base.path); cpu: \(cpuModel()); \(ProcessInfo.processInfo.activeProcessorCount) cores"
         )
-        let keybag = try await Keybag.create(
-            root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let keybag = try await workspace.keybag()
         let files = ProtectedFileManager(keybag: keybag)
 
         // The same random plaintext for us and for age.

@@ -2,7 +2,7 @@ import ArgumentParser
 import DataProtection
 import DataProtectionContainers
 import DataProtectionIPC
-@_spi(Testing) import DataProtectionKeybag
+import DataProtectionKeybag
 import DataProtectionSharing
 import Foundation
 import SystemPackage
@@ -27,11 +27,10 @@ struct SharingBenchmark: AsyncParsableCommand {
     @Option(help: "Runs of each throughput figure (the best is kept).") var runs = 3
 
     func run() async throws {
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
-            "dp-bench-sharing-\(UUID().uuidString.prefix(8))")
-        defer { try? FileManager.default.removeItem(at: base) }
-        let keybag = try await Keybag.create(
-            root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
+        let workspace = try Workspace("sharing")
+        defer { workspace.remove() }
+        let base = workspace.base
+        let keybag = try await workspace.keybag()
         let files = ProtectedFileManager(keybag: keybag)
         let manager = ContainerManager(files: files)
         let sender = try await manager.install(AppIdentifier("com.example.sender"), documentBrowser: true)

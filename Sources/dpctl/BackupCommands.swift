@@ -23,8 +23,7 @@ struct Exclude: AsyncParsableCommand {
     @Flag(help: "Do not write a CACHEDIR.TAG into a marked directory.") var noCachedirTag = false
 
     func validate() throws {
-        try requirePaths(paths)
-        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+        try requireSomePaths(paths)
     }
 
     func run() async throws {
@@ -48,8 +47,7 @@ struct Include: AsyncParsableCommand {
     @Argument(help: "Files or directories.") var paths: [String]
 
     func validate() throws {
-        try requirePaths(paths)
-        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+        try requireSomePaths(paths)
     }
 
     func run() async throws {
@@ -276,7 +274,7 @@ struct Restore: AsyncParsableCommand {
 
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
-        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let files = try await device.openFiles(unlock)
         let bar = ProgressLine(enabled: !json && !quiet.quiet && isatty(STDERR_FILENO) == 1)
         let password = try passwordFile.map(readPasscode)
         let (backup, remote) = try await resolveBackup(
@@ -344,7 +342,7 @@ struct Verify: AsyncParsableCommand {
 
     func run() async throws {
         try requireOneStandardInput(unlock.passcodeFile, passwordFile)
-        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let files = try await device.openFiles(unlock)
         let password = try passwordFile.map(readPasscode)
         let result: BackupVerification
         do {

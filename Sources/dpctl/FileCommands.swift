@@ -77,12 +77,11 @@ struct Cat: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
 
     func validate() throws {
-        try requirePaths(paths)
-        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+        try requireSomePaths(paths)
     }
 
     func run() async throws {
-        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let files = try await device.openFiles(unlock)
         if strict {
             // Refused before anything is printed.
             for path in paths where try files.protection(ofItemAt: URL(fileURLWithPath: path)) == .plain {
@@ -430,12 +429,11 @@ struct Protect: AsyncParsableCommand {
     @OptionGroup var unlock: UnlockOptions
 
     func validate() throws {
-        try requirePaths(paths)
-        if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
+        try requireSomePaths(paths)
     }
 
     func run() async throws {
-        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let files = try await device.openFiles(unlock)
         let urls = paths.map { URL(fileURLWithPath: $0) }
         guard recursive else {
             // Every path exists and reads, and every class needed is available, before the first change.
@@ -500,7 +498,7 @@ struct Copy: AsyncParsableCommand {
     func validate() throws { try requirePaths(source, destination) }
 
     func run() async throws {
-        let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+        let files = try await device.openFiles(unlock)
         try await PasscodePrompt.unlockIfNeeded(files.keybag, reading: PasscodePrompt.classes(below: source))
         try await files.copyItem(
             at: URL(fileURLWithPath: source), to: URL(fileURLWithPath: Self.target(of: source, at: destination)),

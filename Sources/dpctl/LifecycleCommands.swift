@@ -16,11 +16,7 @@ struct AppBackground: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
 
-    func run() async throws {
-        let id = try appIdentifier(identifier)
-        let states = try AppSwitcher(manager: try await containerManager(device)).moveToBackground(id)
-        printOut("\(id): \(states.map(\.description).joined(separator: ", "))")
-    }
+    func run() async throws { try await switchApp(identifier, device) { try $0.moveToBackground($1) } }
 }
 
 struct AppForeground: AsyncParsableCommand {
@@ -32,11 +28,7 @@ struct AppForeground: AsyncParsableCommand {
     @OptionGroup var device: DeviceOptions
     @Argument(help: ArgumentHelp("The app's identifier.", valueName: "id")) var identifier: String
 
-    func run() async throws {
-        let id = try appIdentifier(identifier)
-        let states = try AppSwitcher(manager: try await containerManager(device)).moveToForeground(id)
-        printOut("\(id): \(states.map(\.description).joined(separator: ", "))")
-    }
+    func run() async throws { try await switchApp(identifier, device) { try $0.moveToForeground($1) } }
 }
 
 struct AppState: AsyncParsableCommand {
@@ -121,4 +113,14 @@ func validateGrace(_ text: String) throws {
     guard try parseDuration(text) <= LifecycleSettings.longestTerminationDeadline else {
         throw ValidationError("--grace is at most 1h (it was \(text))")
     }
+}
+
+/// Moves the app `identifier` to the back or the front with `move`, and prints the states it
+/// went through.
+private func switchApp(
+    _ identifier: String, _ device: DeviceOptions, _ move: (AppSwitcher, AppIdentifier) throws -> [ApplicationState]
+) async throws {
+    let id = try appIdentifier(identifier)
+    let states = try move(AppSwitcher(manager: try await containerManager(device)), id)
+    printOut("\(id): \(states.map(\.description).joined(separator: ", "))")
 }

@@ -61,7 +61,7 @@ struct Forget: AsyncParsableCommand {
         let report: ForgetReport
         if ids.isEmpty {
             try requireOneStandardInput(unlock.passcodeFile, passwordFile)
-            let files = ProtectedFileManager(keybag: try await device.openDevice(passcodeFile: unlock.passcodeFile))
+            let files = try await device.openFiles(unlock)
             let password = try passwordFile.map(readPasscode)
             let remote =
                 RemoteLocation.isRemote(self.repository)

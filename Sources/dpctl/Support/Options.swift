@@ -65,6 +65,11 @@ struct DeviceOptions: ParsableArguments {
     ///
     /// `standardInputCarriesData`: the command reads its data from standard input, so
     /// `--passcode-file -` is refused before any attempt (it would take the data for the
+    /// The protected files of the device, unlocked with `unlock`'s passcode where one is given.
+    func openFiles(_ unlock: UnlockOptions) async throws -> ProtectedFileManager {
+        ProtectedFileManager(keybag: try await openDevice(passcodeFile: unlock.passcodeFile))
+    }
+
     /// passcode and count a failed attempt toward erase-after-ten).
     func openDevice(passcodeFile: String?, standardInputCarriesData: Bool = false) async throws -> Keybag {
         bootstrapLogging()
@@ -194,6 +199,13 @@ func requirePaths(_ paths: String?...) throws { try requirePaths(paths.compactMa
 
 func requirePaths(_ paths: [String]) throws {
     if paths.contains(where: \.isEmpty) { throw ValidationError("an empty path names no file") }
+}
+
+/// At least one path, none empty: the check of a command whose `<paths> ...` argument may not be
+/// left out.
+func requireSomePaths(_ paths: [String]) throws {
+    try requirePaths(paths)
+    if paths.isEmpty { throw ValidationError("Missing expected argument '<paths> ...'") }
 }
 
 /// Arguments that are text, not file names (SQL, preference keys and values), must be UTF-8:
