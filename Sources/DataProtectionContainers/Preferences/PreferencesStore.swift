@@ -89,18 +89,14 @@ final class PreferencesStore: @unchecked Sendable {
         self.finishingTimeLimit = finishingTimeLimit
         path = url?.path ?? ""
         directory = url?.deletingLastPathComponent().path ?? ""
-        lockPath =
-            url.map {
-                $0.deletingLastPathComponent().appendingPathComponent(
-                    Self.lockFileName(forPlistNamed: $0.lastPathComponent)
-                ).path
-            } ?? ""
-        durablePath =
-            url.map {
-                $0.deletingLastPathComponent().appendingPathComponent(
-                    Self.durableCopyName(forPlistNamed: $0.lastPathComponent)
-                ).path
-            } ?? ""
+        lockPath = Self.sibling(of: url, named: Self.lockFileName(forPlistNamed:))
+        durablePath = Self.sibling(of: url, named: Self.durableCopyName(forPlistNamed:))
+    }
+
+    /// The path of the file beside the plist at `url` that `name` names from the plist's name
+    /// (empty without a plist).
+    private static func sibling(of url: URL?, named name: (String) -> String) -> String {
+        url.map { $0.deletingLastPathComponent().appendingPathComponent(name($0.lastPathComponent)).path } ?? ""
     }
 
     /// Loads the file, then starts the worker and the watcher.
