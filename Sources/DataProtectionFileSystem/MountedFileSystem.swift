@@ -174,7 +174,7 @@ public final class MountedFileSystem: Sendable {
         try FUSEDevice.unmount(device.mountPoint)
     }
 
-    /// Throws ``FileSystemServerError/unavailable(_:)`` when this machine cannot mount a
+    /// Throws ``MountError/unavailable(_:)`` when this machine cannot mount a
     /// protected file system (no `/dev/fuse`; no `fusermount3` for an ordinary user), before
     /// anything else is done.
     public static func checkAvailability() throws { try FUSEDevice.checkAvailability() }

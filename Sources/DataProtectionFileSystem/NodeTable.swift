@@ -73,7 +73,7 @@ final class NodeTable: Sendable {
     ) throws {
         var st = stat()
         guard fstat(rootDescriptor, &st) == 0 else {
-            throw FileSystemServerError.system("stat", Errno(rawValue: errno))
+            throw MountError.system("stat", Errno(rawValue: errno))
         }
         self.floorOfDirectory = floorOfDirectory
         self.sharedByRequester = sharedByRequester

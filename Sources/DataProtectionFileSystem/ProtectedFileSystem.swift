@@ -97,7 +97,7 @@ public final class ProtectedFileSystem: Sendable {
         let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
         let fd = open(absolute, O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else {
-            throw FileSystemServerError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))")
+            throw MountError.badMountPoint(absolute, "cannot be served: \(String(cString: strerror(errno)))")
         }
         self.directory = absolute
         self.files = files
@@ -114,11 +114,11 @@ public final class ProtectedFileSystem: Sendable {
 
     /// Mounts the file system at `mountPoint`. Serve it with ``MountedFileSystem/serve()``.
     ///
-    /// - Throws: ``FileSystemServerError/unavailable(_:)`` without `/dev/fuse` or `fusermount3`.
+    /// - Throws: ``MountError/unavailable(_:)`` without `/dev/fuse` or `fusermount3`.
     public func mount(at mountPoint: String) throws -> MountedFileSystem {
         let absolute = URL(fileURLWithPath: mountPoint).standardizedFileURL.path
         if absolute == directory || absolute.hasPrefix(directory + "/") {
-            throw FileSystemServerError.badMountPoint(absolute, "is inside the directory it would serve")
+            throw MountError.badMountPoint(absolute, "is inside the directory it would serve")
         }
         let device = try FUSEDevice.mount(
             at: absolute, kernelChecksPermissions: servesWithoutPrivileges && geteuid() == 0)

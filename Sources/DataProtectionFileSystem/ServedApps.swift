@@ -95,7 +95,7 @@ public final class ServedApps: Sendable {
     /// as `app`, owning the subtrees of `territories` (directories of the served tree, by their
     /// backing paths). A second admission of the same namespace replaces the first.
     ///
-    /// - Throws: ``FileSystemServerError/system(_:_:)`` when the process is gone, or a territory
+    /// - Throws: ``MountError/system(_:_:)`` when the process is gone, or a territory
     ///   is not a directory.
     public func admit(sandboxProcess pid: Int32, app: String, territories: [String]) throws -> Admission {
         // Each territory held open while admitted: its inode number never goes to another
@@ -105,11 +105,11 @@ public final class ServedApps: Sendable {
         defer { if !admitted { held.forEach { close($0) } } }
         for path in territories {
             let fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { throw FileSystemServerError.system("open \(path)", Errno(rawValue: errno)) }
+            guard fd >= 0 else { throw MountError.system("open \(path)", Errno(rawValue: errno)) }
             held.append(fd)
             var st = stat()
             guard fstat(fd, &st) == 0 else {
-                throw FileSystemServerError.system("stat \(path)", Errno(rawValue: errno))
+                throw MountError.system("stat \(path)", Errno(rawValue: errno))
             }
             identities.insert(InodeIdentity(st))
         }
@@ -117,23 +117,23 @@ public final class ServedApps: Sendable {
         // read is that process's, not one whose number went to another meanwhile.
         let process: Int32
         do throws(Errno) { process = try SystemCall.pidfdOpen(pid_t(pid)) } catch {
-            throw FileSystemServerError.system("the sandbox's process \(pid)", error)
+            throw MountError.system("the sandbox's process \(pid)", error)
         }
         let pin = open("/proc/\(pid)/ns/pid", O_RDONLY | O_CLOEXEC)
         guard pin >= 0 else {
             let code = errno; close(process);
-            throw FileSystemServerError.system("the sandbox's PID namespace (process \(pid))", Errno(rawValue: code))
+            throw MountError.system("the sandbox's PID namespace (process \(pid))", Errno(rawValue: code))
         }
         var st = stat(), own = stat()
         guard fstat(pin, &st) == 0, SystemCall.pidfdIsRunning(process) else {
             close(pin); close(process)
-            throw FileSystemServerError.system("the sandbox's process \(pid)", Errno(rawValue: ESRCH))
+            throw MountError.system("the sandbox's process \(pid)", Errno(rawValue: ESRCH))
         }
         // A sandbox has a PID namespace of its own: never admit the server's (every program
         // outside a sandbox would then count as the app).
         guard stat("/proc/self/ns/pid", &own) == 0, own.st_ino != st.st_ino else {
             close(pin); close(process)
-            throw FileSystemServerError.system("process \(pid) is not in a sandbox of its own", Errno(rawValue: EINVAL))
+            throw MountError.system("process \(pid) is not in a sandbox of its own", Errno(rawValue: EINVAL))
         }
         let namespace = UInt64(st.st_ino)
         admitted = true

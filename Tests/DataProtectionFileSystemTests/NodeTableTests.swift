@@ -184,13 +184,13 @@ struct ServedAppsTests {
 
     @Test func neitherTheServersOwnNamespaceNorAProcessGoneIsAdmitted() throws {
         let apps = ServedApps()
-        #expect(throws: FileSystemServerError.self) { try apps.admit(sandboxProcess: getpid(), app: "A", territories: []) }
+        #expect(throws: MountError.self) { try apps.admit(sandboxProcess: getpid(), app: "A", territories: []) }
         let gone = try ProcessInOwnPIDNamespace()
         let pid = gone.pid
         gone.stop()
         var waited = 0   // until the kernel has reaped it (its SIGKILL is delivered after unshare's)
         while kill(pid_t(pid), 0) == 0 && waited < 10_000 { usleep(1000); waited += 1 }
-        #expect(throws: FileSystemServerError.self) { try apps.admit(sandboxProcess: Int32(pid), app: "A", territories: []) }
+        #expect(throws: MountError.self) { try apps.admit(sandboxProcess: Int32(pid), app: "A", territories: []) }
     }
 
     static func namespace(of pid: UInt32) -> UInt64? {

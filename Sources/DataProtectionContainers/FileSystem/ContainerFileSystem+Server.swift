@@ -169,7 +169,7 @@ extension ContainerFileSystem {
         }
         do {
             return try apps.admit(sandboxProcess: pid, app: words[2], territories: territories)
-        } catch let error as FileSystemServerError {
+        } catch let error as MountError {
             throw unavailable("the app's sandbox could not be admitted: \(error)")
         }
     }

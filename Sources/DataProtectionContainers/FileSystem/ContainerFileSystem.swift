@@ -103,7 +103,7 @@ public enum ContainerFileSystem {
     ///
     /// - Throws: ``ContainerError/sandboxUnavailable(_:)`` when no server could be reached or started.
     public static func lease(_ layout: DataRootLayout, launch: Launcher) throws -> Lease {
-        do { try MountedFileSystem.checkAvailability() } catch let error as FileSystemServerError {
+        do { try MountedFileSystem.checkAvailability() } catch let error as MountError {
             if case .unavailable(let why) = error {
                 throw ContainerError.sandboxUnavailable("apps' containers are served through FUSE: \(why)")
             }

@@ -38,11 +38,11 @@ struct FUSEDevice: Sendable {
     /// unless this process is root.
     static func checkAvailability() throws {
         guard access("/dev/fuse", R_OK | W_OK) == 0 else {
-            throw FileSystemServerError.unavailable(
+            throw MountError.unavailable(
                 "/dev/fuse is missing or not usable (load the fuse module, or give the container /dev/fuse)")
         }
         guard fusermount() != nil || geteuid() == 0 else {
-            throw FileSystemServerError.unavailable("fusermount3 is not installed: apt-get install fuse3")
+            throw MountError.unavailable("fusermount3 is not installed: apt-get install fuse3")
         }
     }
 
@@ -56,7 +56,7 @@ struct FUSEDevice: Sendable {
         try checkAvailability()
         var st = stat()
         guard stat(mountPoint, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-            throw FileSystemServerError.badMountPoint(mountPoint, "is not a directory")
+            throw MountError.badMountPoint(mountPoint, "is not a directory")
         }
         // No `default_permissions`: without `allow_other` every caller has this server's user ID,
         // so the backing file system checks each call as the kernel would (the server makes the
@@ -71,15 +71,15 @@ struct FUSEDevice: Sendable {
             return try mountThroughFusermount(fusermount, at: mountPoint, options: options + ",auto_unmount")
         }
         guard geteuid() == 0 else {
-            throw FileSystemServerError.unavailable("fusermount3 is not installed: apt-get install fuse3")
+            throw MountError.unavailable("fusermount3 is not installed: apt-get install fuse3")
         }
         let fd = open("/dev/fuse", O_RDWR | O_CLOEXEC)
-        guard fd >= 0 else { throw FileSystemServerError.system("open /dev/fuse", Errno(rawValue: errno)) }
+        guard fd >= 0 else { throw MountError.system("open /dev/fuse", Errno(rawValue: errno)) }
         let data = "fd=\(fd),rootmode=40000,user_id=\(getuid()),group_id=\(getgid())" + checks
         guard Glibc.mount(fsName, mountPoint, "fuse." + fsName, UInt(MS_NOSUID | MS_NODEV), data) == 0 else {
             let code = errno
             close(fd)
-            throw FileSystemServerError.system("mount \(mountPoint)", Errno(rawValue: code))
+            throw MountError.system("mount \(mountPoint)", Errno(rawValue: code))
         }
         return FUSEDevice(fd: fd, mountPoint: mountPoint)
     }
@@ -91,14 +91,14 @@ struct FUSEDevice: Sendable {
     ) throws -> FUSEDevice {
         var pair: [Int32] = [0, 0]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            throw FileSystemServerError.system("socketpair", Errno(rawValue: errno))
+            throw MountError.system("socketpair", Errno(rawValue: errno))
         }
         // fusermount3 gets the socket as descriptor 3.
         let (spawned, pid) = spawn(fusermount, ["-o", options, "--", mountPoint], socket: pair[1])
         close(pair[1])
         guard spawned == 0 else {
             close(pair[0])
-            throw FileSystemServerError.system("running \(fusermount)", Errno(rawValue: spawned))
+            throw MountError.system("running \(fusermount)", Errno(rawValue: spawned))
         }
         var byte: UInt8 = 0
         let received = withUnsafeMutableBytes(of: &byte) { try? SystemCall.recvmsg(pair[0], $0) }
@@ -106,7 +106,7 @@ struct FUSEDevice: Sendable {
         let monitor = FusermountMonitor(socket: pair[0], pid: pid)
         guard let received, received.count > 0, let fd = received.descriptor else {
             monitor.release()
-            throw FileSystemServerError.badMountPoint(
+            throw MountError.badMountPoint(
                 mountPoint, "fusermount3 could not mount it (its message is above)")
         }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
@@ -140,18 +140,18 @@ struct FUSEDevice: Sendable {
         if let fusermount = fusermount() {
             let (spawned, pid) = spawn(fusermount, ["-u", "-z", "--", mountPoint])
             guard spawned == 0 else {
-                throw FileSystemServerError.system("running \(fusermount)", Errno(rawValue: spawned))
+                throw MountError.system("running \(fusermount)", Errno(rawValue: spawned))
             }
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
             if status == 0 { return }
             if geteuid() != 0 {
-                throw FileSystemServerError.badMountPoint(
+                throw MountError.badMountPoint(
                     mountPoint, "could not be unmounted (fusermount3's message is above)")
             }
         }
         guard umount2(mountPoint, Int32(MNT_DETACH)) == 0 else {
-            throw FileSystemServerError.system("umount \(mountPoint)", Errno(rawValue: errno))
+            throw MountError.system("umount \(mountPoint)", Errno(rawValue: errno))
         }
     }
 }

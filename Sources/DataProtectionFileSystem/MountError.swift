@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// Why a protected file system could not be mounted or served.
-public enum FileSystemServerError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
+public enum MountError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
     /// This machine lacks a part FUSE needs (`/dev/fuse`, `fusermount3`).
     case unavailable(String)
     /// The mount point (or the directory to serve) cannot be used.
