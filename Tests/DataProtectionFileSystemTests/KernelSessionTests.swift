@@ -183,12 +183,14 @@ struct KernelSessionTests {
         let peer: Int32
         let directory: String
 
-        init() async throws {
+        init(reservedNames: Set<String> = [], refusesSetID: Bool = false) async throws {
             let base = temporaryDirectory()
             let keybag = try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: nil, kdf: .insecureFastForTesting)
             directory = base.appendingPathComponent("served").path
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            fileSystem = try ProtectedFileSystem(directory: directory, files: ProtectedFileManager(keybag: keybag))
+            fileSystem = try ProtectedFileSystem(
+                directory: directory, files: ProtectedFileManager(keybag: keybag), refusesSetID: refusesSetID,
+                reservedNames: reservedNames)
             var pair: [Int32] = [0, 0]
             guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
                 throw Errno(rawValue: errno)
@@ -330,6 +332,103 @@ struct KernelSessionTests {
         #expect(served.send(Self.message(FUSE_FALLOCATE, node: entry.nodeid, Self.bytes(allocate)))?.error == EFBIG)
         allocate.offset = UInt64(bitPattern: -1)
         #expect(served.send(Self.message(FUSE_FALLOCATE, node: entry.nodeid, Self.bytes(allocate)))?.error == EINVAL)
+    }
+
+    /// Policy without a mount: reserved names cannot be made or removed, set-ID bits are refused
+    /// where asked, and the class attribute is served by name, never listed, kept when removed
+    /// from a file, and a class set on a file is the one read back.
+    @Test func policyAnswersWithoutAMount() async throws {
+        let served = try await Served(reservedNames: ["meta"], refusesSetID: true)
+        var mkdir = fuse_mkdir_in()
+        mkdir.mode = 0o755
+        #expect(served.send(Self.message(FUSE_MKDIR, Self.bytes(mkdir) + Self.name("meta")))?.error == EPERM)
+        #expect(served.send(Self.message(FUSE_UNLINK, Self.name("meta")))?.error == EPERM)
+        var create = fuse_create_in()
+        create.flags = UInt32(O_RDWR | O_CREAT)
+        create.mode = 0o4755
+        #expect(served.send(Self.message(FUSE_CREATE, Self.bytes(create) + Self.name("setuid")))?.error == EPERM)
+        create.mode = 0o644
+        let made = try #require(served.send(Self.message(FUSE_CREATE, Self.bytes(create) + Self.name("f"))))
+        #expect(made.error == 0)
+        let entry = made.body.withUnsafeBytes { $0.loadUnaligned(as: fuse_entry_out.self) }
+        let opened = made.body.withUnsafeBytes {
+            $0.loadUnaligned(fromByteOffset: MemoryLayout<fuse_entry_out>.size, as: fuse_open_out.self)
+        }
+        var release = fuse_release_in()
+        release.fh = opened.fh
+        _ = served.send(Self.message(FUSE_RELEASE, node: entry.nodeid, Self.bytes(release)))
+
+        let classAttribute = Self.name(ProtectedFileSystem.classAttribute)
+        let setClass = Self.bytes(UInt32(1)) + Self.bytes(UInt32(0)) + classAttribute + Array("A".utf8)
+        #expect(served.send(Self.message(FUSE_SETXATTR, node: entry.nodeid, setClass))?.error == 0)
+        var getxattr = fuse_getxattr_in()
+        getxattr.size = 64
+        let read = served.send(Self.message(FUSE_GETXATTR, node: entry.nodeid, Self.bytes(getxattr) + classAttribute))
+        #expect(read.map { String(decoding: $0.body, as: UTF8.self) } == ProtectionClass.complete.shortName)
+        let userNote = Self.bytes(UInt32(2)) + Self.bytes(UInt32(0)) + Self.name("user.note") + Array("hi".utf8)
+        #expect(served.send(Self.message(FUSE_SETXATTR, node: entry.nodeid, userNote))?.error == 0)
+        let listed = try #require(served.send(Self.message(FUSE_LISTXATTR, node: entry.nodeid, Self.bytes(getxattr))))
+        #expect(listed.body.split(separator: 0).map { String(decoding: $0, as: UTF8.self) } == ["user.note"])
+        #expect(served.send(Self.message(FUSE_REMOVEXATTR, node: entry.nodeid, classAttribute))?.error == 0)
+        let kept = served.send(Self.message(FUSE_GETXATTR, node: entry.nodeid, Self.bytes(getxattr) + classAttribute))
+        #expect(kept.map { String(decoding: $0.body, as: UTF8.self) } == ProtectionClass.complete.shortName, "a file always has a class")
+        // Other namespaces are not served.
+        let security = Self.bytes(UInt32(1)) + Self.bytes(UInt32(0)) + Self.name("security.x") + [1]
+        #expect(served.send(Self.message(FUSE_SETXATTR, node: entry.nodeid, security))?.error == EOPNOTSUPP)
+        #expect(served.send(Self.message(FUSE_GETXATTR, node: entry.nodeid, Self.bytes(getxattr) + Self.name("trusted.y")))?.error == ENODATA)
+    }
+
+    /// Truncation through a handle (SETATTR with a size and `FATTR_FH`), renames and READDIRPLUS,
+    /// as the kernel sends them: sizes are the plaintext's, and a renamed file is found under its
+    /// new name with the same node.
+    @Test func sizesRenamesAndListingsWithoutAMount() async throws {
+        let served = try await Served()
+        var create = fuse_create_in()
+        create.flags = UInt32(O_RDWR | O_CREAT)
+        create.mode = 0o600
+        let made = try #require(served.send(Self.message(FUSE_CREATE, Self.bytes(create) + Self.name("a"))))
+        let entry = made.body.withUnsafeBytes { $0.loadUnaligned(as: fuse_entry_out.self) }
+        let opened = made.body.withUnsafeBytes {
+            $0.loadUnaligned(fromByteOffset: MemoryLayout<fuse_entry_out>.size, as: fuse_open_out.self)
+        }
+        var write = fuse_write_in()
+        write.fh = opened.fh
+        write.size = 10_000
+        _ = try served.reply(Self.message(FUSE_WRITE, node: entry.nodeid, Self.bytes(write) + [UInt8](repeating: 7, count: 10_000)),
+                             as: fuse_write_out.self)
+        var truncate = fuse_setattr_in()
+        truncate.valid = cfuse_fattr_size | cfuse_fattr_fh
+        truncate.size = 1_234
+        truncate.fh = opened.fh
+        let attributes = try served.reply(Self.message(FUSE_SETATTR, node: entry.nodeid, Self.bytes(truncate)), as: fuse_attr_out.self)
+        #expect(attributes.attr.size == 1_234)
+        var release = fuse_release_in()
+        release.fh = opened.fh
+        _ = served.send(Self.message(FUSE_RELEASE, node: entry.nodeid, Self.bytes(release)))
+
+        var rename = fuse_rename2_in()
+        rename.newdir = 1
+        rename.flags = 1   // RENAME_NOREPLACE
+        #expect(served.send(Self.message(FUSE_RENAME2, Self.bytes(rename) + Self.name("a") + Self.name("b")))?.error == 0)
+        let found = try served.reply(Self.message(FUSE_LOOKUP, Self.name("b")), as: fuse_entry_out.self)
+        #expect(found.nodeid == entry.nodeid && found.attr.size == 1_234)
+        #expect(served.send(Self.message(FUSE_LOOKUP, Self.name("a")))?.error == ENOENT)
+
+        let directory = try served.reply(Self.message(FUSE_OPENDIR, Self.bytes(fuse_open_in())), as: fuse_open_out.self)
+        var read = fuse_read_in()
+        read.fh = directory.fh
+        read.size = 4096
+        let plus = try #require(served.send(Self.message(FUSE_READDIRPLUS, Self.bytes(read))))
+        // Each record: fuse_entry_out, then fuse_dirent and its name, padded to 8 bytes.
+        var at = 0, names: [String: UInt64] = [:]
+        while at + MemoryLayout<fuse_entry_out>.size + 24 <= plus.body.count {
+            let node = plus.body.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: fuse_entry_out.self).nodeid }
+            let direntAt = at + MemoryLayout<fuse_entry_out>.size
+            let length = Int(plus.body.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: direntAt + 16, as: UInt32.self) })
+            names[String(decoding: plus.body[(direntAt + 24)..<(direntAt + 24 + length)], as: UTF8.self)] = node
+            at += (MemoryLayout<fuse_entry_out>.size + 24 + length + 7) & ~7
+        }
+        #expect(names["b"] == entry.nodeid && names["."] == 0 && names[".."] == 0, "\(names)")
     }
 
     /// The names in a READDIR answer (`fuse_dirent` records).
