@@ -36,6 +36,7 @@ extension BackupEngine {
         }
         // The device's own data root, found by identity (any spelling of it); any other data root by its files.
         let deviceRoot = POSIXFile.status(files.keybag.root).map { FileIdentity($0) }
+        let repository = repositoryIdentity
         var pending = [""]
         while let relative = pending.popLast() {
             let directory = relative.isEmpty ? source.path : source.path + "/" + relative
@@ -50,7 +51,7 @@ extension BackupEngine {
                 let path = source.path + "/" + rel
                 let item = WalkedItem(
                     name: name, relative: rel, path: path, inDataRoot: inDataRoot, status: POSIXFile.linkStatus(path))
-                if let reason = skipReason(for: item) {
+                if let reason = skipReason(for: item, repository: repository) {
                     log(reason.logLine(LosslessPath.display(path)))
                     reason.count(in: &summary)
                     continue
@@ -83,17 +84,18 @@ extension BackupEngine {
         return (entries, totalBytes)
     }
 
-    /// Why `item` is left out of the backup, `nil` when it is backed up. In order: a data root's
+    /// Why `item` is left out of the backup, `nil` when it is backed up (`repository`: the
+    /// repository's identity, read once per walk). In order: a data root's
     /// own files and the policy by name alone (no system call), then the item's own attribute
     /// (never a link's target's), the repository by identity, and what has no content.
-    func skipReason(for item: WalkedItem) -> BackupSkipReason? {
+    func skipReason(for item: WalkedItem, repository: FileIdentity?) -> BackupSkipReason? {
         if item.inDataRoot, DataRootLayout.deviceFileNames.contains(item.name) { return .deviceFile }
         if policy.excludes(item.relative) { return .policy }
         guard let st = item.status else { return nil }
         let type = st.st_mode & S_IFMT
         if type != S_IFLNK, (try? BackupExclusionAttribute.isExcluded(item.path)) == true { return .attribute }
         switch type {
-        case S_IFDIR: return repositoryIdentity == FileIdentity(st) ? .repository : nil
+        case S_IFDIR: return repository == FileIdentity(st) ? .repository : nil
         case S_IFLNK, S_IFREG: return nil
         default: return .unsupportedType
         }

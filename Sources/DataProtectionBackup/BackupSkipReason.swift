@@ -1,6 +1,6 @@
 import Foundation
 
-/// Why a backup leaves an item out: decided in one place (``BackupEngine/skipReason(for:)``),
+/// Why a backup leaves an item out: decided in one place (``BackupEngine/skipReason(for:repository:)``),
 /// each reason with its log line — MobileBackup's own words where it has them — and the counter
 /// of ``BackupSummary`` it adds to.
 public enum BackupSkipReason: Sendable, Equatable {

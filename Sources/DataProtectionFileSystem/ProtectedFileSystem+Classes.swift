@@ -98,7 +98,7 @@ extension ProtectedFileSystem {
                 "the WAL index \(describe(node)) is now class C (class A's lock would revoke it under the program mapping it)"
             )
         } catch {
-            logger.notice("the WAL index \(describe(node)) stays class A: \(error)")
+            logger.notice("the WAL index \(describe(node)) stays class A: \(error.rawValue)")
         }
     }
 

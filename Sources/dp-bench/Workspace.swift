@@ -22,7 +22,8 @@ struct Workspace {
 
     /// A new device at `ROOT/root`, unlocked (no passcode unless one is given).
     func keybag(passcode: String? = nil) async throws -> Keybag {
-        try await Keybag.create(root: base.appendingPathComponent("root").path, passcode: passcode, kdf: .insecureFastForTesting)
+        try await Keybag.create(
+            root: base.appendingPathComponent("root").path, passcode: passcode, kdf: .insecureFastForTesting)
     }
 
     /// Removes the directory and everything in it.

@@ -177,8 +177,7 @@ struct Status: AsyncParsableCommand {
                 "TPM lockout:",
                 l.inLockout
                     ? "IN LOCKOUT: no passcode is accepted until a failure expires (one every \(l.recoveryInterval) s)"
-                    : "\(l.failedTries) of \(l.maxTries) failures counted, \(l.remainingTries) left (one forgotten every \(l.recoveryInterval) s)"
-                    ,
+                    : "\(l.failedTries) of \(l.maxTries) failures counted, \(l.remainingTries) left (one forgotten every \(l.recoveryInterval) s)",
             ])
             if !l.lockoutAuthorizationSet {
                 extra.append([

@@ -23,7 +23,7 @@ extension PreferencesStore {
                 condition.wait()
             } else if completed < requested {
                 performRound()
-            // (or the clock was set back)
+                // (or the clock was set back)
             } else if let due = writeDue, due <= now || due.timeIntervalSince(now) > Self.writeDelay {
                 requested += 1
                 performRound()

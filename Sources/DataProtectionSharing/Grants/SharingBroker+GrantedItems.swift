@@ -71,7 +71,8 @@ extension SharingBroker {
         let name = parent.name
         defer { try? parent.descriptor.close() }
         do throws(Errno) {
-            try SystemCall.renameWithoutReplacing(parent.descriptor.rawValue, name, parent.descriptor.rawValue, newName)
+            try SystemCall.renameat2(
+                parent.descriptor.rawValue, name, parent.descriptor.rawValue, newName, flags: RENAME_NOREPLACE)
         } catch {
             throw BeneathOpen.error(error, path: parent.path + "/" + newName)
         }

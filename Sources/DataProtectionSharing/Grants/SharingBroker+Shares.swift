@@ -152,7 +152,9 @@ extension SharingBroker {
         let copy = servedCopyPath(name)
         if let st = POSIXFile.linkStatus(copy), st.st_mode & S_IFMT == S_IFREG { return copy }
         try copySnapshot(snapshot, size: try POSIXFile.size(snapshot, path: path), to: temporary)
-        do throws(Errno) { try SystemCall.renameWithoutReplacing(AT_FDCWD, temporary, AT_FDCWD, copy) } catch {
+        do throws(Errno) {
+            try SystemCall.renameat2(AT_FDCWD, temporary, AT_FDCWD, copy, flags: RENAME_NOREPLACE)
+        } catch {
             unlink(temporary)
             guard error == .fileExists else { throw FileSystemError("rename", path: copy, errno: error) }
         }

@@ -67,8 +67,8 @@ public enum LosslessPath {
     }
 
     /// Calls `body` with the NUL-terminated bytes of `path`, for a system call.
-    /// - Throws: ``KeybagError/invalidArgument(_:)`` when the path contains a NUL byte, which no
-    ///   file name can hold (passing it on would silently name a shorter path).
+    /// - Throws: ``NULInPathError`` when the path contains a NUL byte, which no file name can hold
+    ///   (passing it on would silently name a shorter path).
     public static func withCString<T>(_ path: String, _ body: (UnsafePointer<CChar>) throws -> T) throws -> T {
         // The common case — no escape-range scalar (UTF-8 F4 …) and no NUL — is the string's own
         // NUL-terminated UTF-8, passed without a copy.

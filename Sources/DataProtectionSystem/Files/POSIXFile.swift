@@ -29,6 +29,19 @@ package enum POSIXFile {
         }
     }
 
+    /// Runs a ``SystemCall`` again while it is interrupted (`EINTR`); its other `Errno` becomes a
+    /// ``FileSystemError``.
+    package static func retryingOnInterrupt<T>(
+        _ operation: String, _ path: String, _ body: () throws(Errno) -> T
+    ) throws -> T {
+        while true {
+            do throws(Errno) { return try body() } catch {
+                if error == .interrupted { continue }
+                throw FileSystemError(operation, path: path, errno: error)
+            }
+        }
+    }
+
     /// Wraps a swift-system call so its `Errno` becomes a ``FileSystemError``.
     package static func system<T>(_ operation: String, _ path: String, _ body: () throws -> T) throws -> T {
         do { return try body() } catch let errno as Errno {
@@ -409,16 +422,16 @@ package enum POSIXFile {
         do {
             try check("fchmod", path) { fchmod(fd.rawValue, mode.rawValue) }
             for (name, value) in keptAttributes {
-                do { try SystemCall.fsetxattr(fd.rawValue, name, value) } catch {
-                    throw FileSystemError("fsetxattr", path: path, errno: error)
+                try retryingOnInterrupt("fsetxattr", path) { () throws(Errno) in
+                    try SystemCall.fsetxattr(fd.rawValue, name, value)
                 }
             }
             try fill(fd, path)
             if replacement.flushes { try sync(fd, path: path) }
             if isUnnamed {
                 try LosslessPath.withCString(temp) { target in
-                    do throws(Errno) { try SystemCall.linkUnnamed(fd.rawValue, AT_FDCWD, target) } catch {
-                        throw FileSystemError("linkat", path: LosslessPath.display(temp), errno: error)
+                    try retryingOnInterrupt("linkat", LosslessPath.display(temp)) { () throws(Errno) in
+                        try SystemCall.linkUnnamed(fd.rawValue, AT_FDCWD, target)
                     }
                 }
             }

@@ -37,7 +37,9 @@ extension SystemCall {
 
     /// Renames without ever replacing what is at the new name (`EEXIST`): `renameat2` with
     /// ``RENAME_NOREPLACE`` — or, on a file system without it (`EINVAL`, `ENOSYS`), a look at
-    /// the new name and then `renameat` (the one place that falls back).
+    /// the new name and then `renameat` (the one place that falls back). The fallback is not
+    /// atomic: use it only where no one else makes names in the directory (the caller's own
+    /// files); where an app may, call ``renameat2(_:_:_:_:flags:)``, which refuses instead.
     package static func renameWithoutReplacing(
         _ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32,
         _ newPath: UnsafePointer<CChar>
@@ -47,7 +49,9 @@ extension SystemCall {
         } catch  where error == .invalidArgument || error == .noFunction {
             var st = stat()
             guard fstatat(newDirectory, newPath, &st, AT_SYMLINK_NOFOLLOW) != 0 else { throw Errno.fileExists }
-            guard renameat(oldDirectory, oldPath, newDirectory, newPath) == 0 else { throw Errno(rawValue: errno) }
+            while renameat(oldDirectory, oldPath, newDirectory, newPath) != 0 {
+                guard errno == EINTR else { throw Errno(rawValue: errno) }
+            }
         }
     }
 

@@ -69,7 +69,7 @@ enum ExitStatus: Int32, CaseIterable {
             self = .wrongPasscode
         case ContainerError.invalidIdentifier: self = .usage   // a malformed app or group identifier argument
         // an empty --root, a NUL in a name, a grace period out of range
-        case KeybagError.invalidArgument: self = .usage
+        case KeybagError.invalidArgument, is NULInPathError: self = .usage
         case KeybagError.emptyPasscode, KeybagError.passcodeTooShort: self = .usage   // a new passcode the rule refuses
         case let error as CLIError: self = error.status
         case BackupError.repositoryBusy: self = .busy   // EX_TEMPFAIL: busy is not damage

@@ -13,7 +13,7 @@ import Foundation
 let root = FileManager.default.temporaryDirectory.appendingPathComponent("consumer-\(UUID().uuidString)")
 try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: root) }
-let keybag = try await Keybag.create(root: root.appendingPathComponent("device").path, passcode: "123456", kdf: .insecureFastForTesting)
+let keybag = try await Keybag.create(root: root.appendingPathComponent("device").path, passcode: "123456")
 try await keybag.unlock(passcode: "123456")
 let files = ProtectedFileManager(keybag: keybag)
 // The file system opens its directory without /dev/fuse (mounting would need it).
