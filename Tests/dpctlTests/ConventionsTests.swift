@@ -349,6 +349,18 @@ import Testing
         #expect(wide.isEmpty, "wider than 120 columns: \(wide)")
     }
 
+    /// No source file is over 500 lines: a file that grows past one concept is split by facet
+    /// (`Type+Facet.swift`).
+    @Test func noSourceFileIsOverFiveHundredLines() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardizedFileURL.path
+        var long: [String] = []
+        for case let relative as String in FileManager.default.enumerator(atPath: root + "/Sources")! where relative.hasSuffix(".swift") {
+            let lines = try String(contentsOfFile: root + "/Sources/" + relative, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)
+            if lines.count > 501 { long.append("Sources/\(relative): \(lines.count - 1) lines") }
+        }
+        #expect(long.isEmpty, "over 500 lines: \(long)")
+    }
+
     /// On a terminal, a command that needs a locked class asks for the passcode (without echo),
     /// as fscrypt and age do; without one it fails with exit 3 as before.
     @Test func commandsAskForThePasscodeOnATerminal() throws {
