@@ -304,6 +304,8 @@ struct KernelSessionTests {
         var forget = fuse_forget_in()
         forget.nlookup = 1
         #expect(served.send(Self.message(FUSE_FORGET, node: 12345, Self.bytes(forget))) == nil)
+        #expect(served.send(Self.message(FUSE_FORGET, node: 12345, [1, 2])) == nil, "malformed, and still unanswered")
+        #expect(served.send(Self.message(FUSE_INTERRUPT, [1])) == nil)
         var interrupt = fuse_interrupt_in()
         interrupt.unique = 99
         #expect(served.send(Self.message(FUSE_INTERRUPT, Self.bytes(interrupt))) == nil)

@@ -36,10 +36,15 @@ struct KernelSession: Sendable {
             defer { interrupts.answered(unique) }
             try answer(request, unique: unique)
         } catch {
-            replier.reply(unique, error: error.rawValue)
+            // FORGET, BATCH_FORGET and INTERRUPT are never answered, not even when malformed: the
+            // kernel waits for no reply, and one would reach it as a notification.
+            if !Self.unanswered.contains(raw.opcode) { replier.reply(unique, error: error.rawValue) }
             interrupts.answered(unique)
         }
     }
+
+    /// The opcodes the protocol does not answer.
+    static let unanswered: Set<UInt32> = [FUSE_FORGET.rawValue, FUSE_BATCH_FORGET.rawValue, FUSE_INTERRUPT.rawValue]
 
     private func answer(_ request: FileSystemRequest, unique: UInt64) throws(Errno) {
         let context = RequestContext(unique: unique, interrupts: interrupts)
