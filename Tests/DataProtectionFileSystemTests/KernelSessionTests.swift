@@ -433,6 +433,36 @@ struct KernelSessionTests {
         #expect(names["b"] == entry.nodeid && names["."] == 0 && names[".."] == 0, "\(names)")
     }
 
+    /// Hostile bytes: thousands of messages with random opcodes and random bodies (names with NUL
+    /// and `/` anywhere, random handles and nodes, short and long bodies) never crash the server,
+    /// every answer is a well-formed reply, and the session answers a plain LOOKUP afterwards.
+    @Test func randomMessagesAreAnsweredOrDroppedNeverACrash() async throws {
+        let served = try await Served()
+        FileManager.default.createFile(atPath: served.directory + "/known", contents: Data("k".utf8))
+        var generator = SystemRandomNumberGenerator()
+        var answered = 0
+        for round in 0..<5_000 {
+            let opcode = fuse_opcode(rawValue: UInt32.random(in: 1...60, using: &generator))
+            // Never FALLOCATE or SETATTR with a size on a real handle: handles are random, so
+            // these only ever meet EBADF or ESTALE; a random size is kept small regardless.
+            var body = (0..<Int.random(in: 0...160, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            if round % 3 == 0, !body.isEmpty { body[Int.random(in: 0..<body.count, using: &generator)] = 0 }
+            if round % 5 == 0 { body += Array("a/b\0..\0".utf8) }
+            let node: UInt64 = round % 4 == 0 ? 1 : UInt64.random(in: 0...UInt64.max, using: &generator)
+            var message = Self.message(opcode, node: node, unique: UInt64(round + 1), body)
+            if opcode == FUSE_SETATTR || opcode == FUSE_FALLOCATE || opcode == FUSE_WRITE || opcode == FUSE_INIT {
+                message = Self.message(opcode, node: node, unique: UInt64(round + 1), Array(body.prefix(8)))
+            }
+            if let reply = served.send(message) {
+                answered += 1
+                #expect(reply.error >= 0 && reply.error < 4096, "opcode \(opcode.rawValue): errno \(reply.error)")
+            }
+        }
+        #expect(answered > 1_000)
+        let found = try served.reply(Self.message(FUSE_LOOKUP, Self.name("known")), as: fuse_entry_out.self)
+        #expect(found.nodeid != 0 && found.attr.size == 1)
+    }
+
     /// The names in a READDIR answer (`fuse_dirent` records).
     static func names(inListing bytes: [UInt8]) -> [String] {
         var names: [String] = []
