@@ -41,11 +41,23 @@ extension ProtectedFileSystem {
         }
         guard Self.isServed(name) else { throw Errno(rawValue: ENODATA) }
         guard node.kind != S_IFLNK else { throw Errno(rawValue: EOPNOTSUPP) }
-        var buffer = [UInt8](repeating: 0, count: Self.maxValueSize)
-        let n = try withName(name) { attribute in
-            Result { () throws(Errno) in try SystemCall.getxattr(node.reopenPath, attribute, &buffer) }
+        // Values are short (a URL, a tag): one call into a small buffer, and again at the value's
+        // size only when it is larger (`ERANGE`, also when it grew in between).
+        var buffer = [UInt8](repeating: 0, count: 256)
+        return try withName(name) { attribute in
+            Result { () throws(Errno) -> [UInt8] in
+                while true {
+                    do throws(Errno) {
+                        let n = try SystemCall.getxattr(node.reopenPath, attribute, &buffer)
+                        return Array(buffer[0..<n])
+                    } catch .outOfRange where buffer.count < Self.maxValueSize {
+                        var none: [UInt8] = []
+                        let size = try SystemCall.getxattr(node.reopenPath, attribute, &none)
+                        buffer = [UInt8](repeating: 0, count: min(max(size, buffer.count * 2), Self.maxValueSize))
+                    }
+                }
+            }
         }.get()
-        return Array(buffer[0..<n])
     }
 
     func extendedAttributeNames(of nodeID: UInt64) throws(Errno) -> [[UInt8]] {

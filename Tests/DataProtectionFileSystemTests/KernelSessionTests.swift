@@ -374,6 +374,17 @@ struct KernelSessionTests {
         #expect(served.send(Self.message(FUSE_REMOVEXATTR, node: entry.nodeid, classAttribute))?.error == 0)
         let kept = served.send(Self.message(FUSE_GETXATTR, node: entry.nodeid, Self.bytes(getxattr) + classAttribute))
         #expect(kept.map { String(decoding: $0.body, as: UTF8.self) } == ProtectionClass.complete.shortName, "a file always has a class")
+        // A value longer than a first read's buffer comes back whole, and its size alone when asked.
+        let long = [UInt8]((0..<1_000).map { UInt8($0 % 251) })
+        let setLong = Self.bytes(UInt32(long.count)) + Self.bytes(UInt32(0)) + Self.name("user.long") + long
+        #expect(served.send(Self.message(FUSE_SETXATTR, node: entry.nodeid, setLong))?.error == 0)
+        let sizeOnly = try served.reply(
+            Self.message(FUSE_GETXATTR, node: entry.nodeid, Self.bytes(fuse_getxattr_in()) + Self.name("user.long")),
+            as: fuse_getxattr_out.self)
+        #expect(sizeOnly.size == 1_000)
+        getxattr.size = 4_096
+        #expect(served.send(Self.message(FUSE_GETXATTR, node: entry.nodeid, Self.bytes(getxattr) + Self.name("user.long")))?.body == long)
+        getxattr.size = 64
         // Other namespaces are not served.
         let security = Self.bytes(UInt32(1)) + Self.bytes(UInt32(0)) + Self.name("security.x") + [1]
         #expect(served.send(Self.message(FUSE_SETXATTR, node: entry.nodeid, security))?.error == EOPNOTSUPP)

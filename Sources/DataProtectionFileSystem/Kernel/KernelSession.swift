@@ -33,14 +33,13 @@ struct KernelSession: Sendable {
         do throws(Errno) {
             let request = try FileSystemRequest(decoding: raw, maxWrite: maxWrite)
             if case .interrupt(let interrupted) = request { return interrupts.insert(interrupted) }
-            defer { interrupts.answered(unique) }
             try answer(request, unique: unique)
         } catch {
             // FORGET, BATCH_FORGET and INTERRUPT are never answered, not even when malformed: the
             // kernel waits for no reply, and one would reach it as a notification.
             if !Self.unanswered.contains(raw.opcode) { replier.reply(unique, error: error.rawValue) }
-            interrupts.answered(unique)
         }
+        interrupts.answered(unique)
     }
 
     /// The opcodes the protocol does not answer.
